@@ -1,0 +1,102 @@
+"""The record-kind plug-in interface, its registry, and routing (DESIGN §3.1)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final, TypeVar
+
+from pipeline.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
+
+__all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind", "route"]
+
+#: Fields a record may use to name its own version, in the order routing consults them.
+VERSION_FIELDS: Final = ("schema_version", "schema", "version")
+
+
+class UnknownKindError(KeyError):
+    """A kind name that no registered plug-in answers to."""
+
+    def __str__(self) -> str:
+        return f"unknown record kind {self.args[0]!r}; known kinds: {', '.join(sorted(KINDS))}"
+
+
+class RecordKind:
+    """One record kind and version. Subclass, set the class attributes, register.
+
+    ``version_field``/``version_value`` name the record's own version marker when the
+    kind has one; kinds without one are only reachable through a declared ``--kind``.
+    """
+
+    id: ClassVar[str]
+    version_field: ClassVar[str | None] = None
+    version_value: ClassVar[str | None] = None
+
+    @property
+    def schema_id(self) -> str:
+        return self.id
+
+    def fingerprint(self, record: dict[str, Any]) -> str:
+        """``_content_sha256``: SHA-256 over the kind's declared content fields."""
+        raise NotImplementedError
+
+
+KINDS: dict[str, RecordKind] = {}
+_BY_VERSION: dict[tuple[str, str], RecordKind] = {}
+
+K = TypeVar("K", bound=type[RecordKind])
+
+
+def register_kind(cls: K) -> K:
+    """Class decorator: make a :class:`RecordKind` available by its ``id``."""
+    kind = cls()
+    if kind.id in KINDS:
+        raise ValueError(f"record kind {kind.id!r} registered twice")
+    if (kind.version_field is None) != (kind.version_value is None):
+        raise ValueError(f"{kind.id}: version_field and version_value go together")
+    if kind.version_field is not None:
+        if kind.version_field not in VERSION_FIELDS:
+            raise ValueError(f"{kind.id}: version field must be one of {VERSION_FIELDS}")
+        assert kind.version_value is not None
+        _BY_VERSION[(kind.version_field, kind.version_value)] = kind
+    KINDS[kind.id] = kind
+    return cls
+
+
+def get_kind(kind_id: str) -> RecordKind:
+    try:
+        return KINDS[kind_id]
+    except KeyError:
+        raise UnknownKindError(kind_id) from None
+
+
+def route(record: dict[str, Any], declared: str | None) -> RecordKind:
+    """Pick the kind for a parsed record, or reject it (``schema.unsupported_version``).
+
+    A declared kind is authoritative; a record that names a different version of it is
+    rejected rather than re-routed. Without a declared kind the record's own version
+    field decides. Nothing is ever guessed from a record's shape.
+    """
+    if declared is not None:
+        kind = get_kind(declared)
+        field = kind.version_field
+        if field is not None and field in record and record[field] != kind.version_value:
+            raise RejectLine(
+                SCHEMA_UNSUPPORTED_VERSION,
+                f"the input is declared {kind.id} but the record's {field} names another version",
+                f"$.{field}",
+            )
+        return kind
+    for field in VERSION_FIELDS:
+        if field in record:
+            value = record[field]
+            found = _BY_VERSION.get((field, value)) if isinstance(value, str) else None
+            if found is None:
+                raise RejectLine(
+                    SCHEMA_UNSUPPORTED_VERSION,
+                    f"{field} does not name a supported version",
+                    f"$.{field}",
+                )
+            return found
+    raise RejectLine(
+        SCHEMA_UNSUPPORTED_VERSION,
+        "the record has no version field and its input declares no kind",
+    )

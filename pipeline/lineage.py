@@ -1,0 +1,86 @@
+"""Lineage: the columns that tie every output row to the exact bytes it came from (DESIGN §3.5).
+
+Three different commitments, never substituted for one another:
+
+* ``_raw_sha256``: SHA-256 of the line's exact bytes (``\\n`` excluded);
+* ``_record_sha256``: SHA-256 of the record's RFC 8785 canonical JSON, as stored;
+* ``_content_sha256``: a record kind's :class:`ContentFingerprint`, a length-prefixed,
+  domain-separated encoding of its declared content fields (seed 002).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+
+from pipeline.canonical import canonical_json, canonical_json_fast
+from pipeline.reasons import REASONS_TYPE
+
+__all__ = [
+    "LINEAGE_FIELDS",
+    "ContentFingerprint",
+    "raw_sha256",
+    "record_sha256",
+]
+
+#: Lineage columns, in output order, after the payload columns.
+LINEAGE_FIELDS: Final = (
+    pa.field("_source", pa.string(), nullable=False),
+    pa.field("_line", pa.int64(), nullable=False),
+    pa.field("_offset", pa.int64(), nullable=False),
+    pa.field("_raw_sha256", pa.string(), nullable=False),
+    pa.field("_record_sha256", pa.string()),
+    pa.field("_content_sha256", pa.string()),
+    pa.field("_kind", pa.string()),
+    pa.field("_schema_sha256", pa.string()),
+    pa.field("_reasons", REASONS_TYPE, nullable=False),
+)
+LINEAGE_NAMES: Final = tuple(f.name for f in LINEAGE_FIELDS)
+
+
+def raw_sha256(line: bytes) -> str:
+    return hashlib.sha256(line).hexdigest()
+
+
+def record_sha256(record: Any, *, reference: bool = False) -> str:
+    """SHA-256 hex of the canonical JSON of ``record``.
+
+    ``reference=True`` always uses the defining implementation (the per-line reference
+    path); otherwise orjson is used where it is provably byte-identical.
+    """
+    data = canonical_json(record) if reference else canonical_json_fast(record)
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class ContentFingerprint:
+    """A domain-separated, length-prefixed SHA-256 over a tuple of strings (seed 002).
+
+    Each field is UTF-8 encoded and preceded by its byte length as eight big-endian
+    bytes, so ("ab", "c") and ("a", "bc") differ. Structured values enter as their
+    canonical JSON text (:meth:`json_field`).
+    """
+
+    domain: bytes
+
+    def digest(self, fields: Iterable[str]) -> str:
+        h = hashlib.sha256(self.domain)
+        for value in fields:
+            if not isinstance(value, str):
+                raise TypeError("content fields must be strings")
+            encoded = value.encode("utf-8", errors="strict")
+            h.update(len(encoded).to_bytes(8, "big"))
+            h.update(encoded)
+        return h.hexdigest()
+
+    @staticmethod
+    def json_field(value: Any) -> str:
+        return canonical_json(value).decode("utf-8")
+
+
+#: The seed 002 reference profile, for a decisive single-user-turn pairwise comparison.
+PAIRWISE_CONTENT_V1: Final = ContentFingerprint(b"ARCV:pairwise-content:v1\x00")

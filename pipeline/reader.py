@@ -1,0 +1,246 @@
+"""Reading inputs: files → shards → bounded batches of lines with their byte offsets.
+
+A line is the bytes between two ``\\n`` (the ``\\n`` excluded); a final line without
+``\\n`` is still a line; a file ending in ``\\n`` has no empty last line (DESIGN §3.1).
+Plain files are cut into byte-range shards on line boundaries; compressed files
+(gzip, zstd, recognised by their magic bytes) are one shard each, and offsets are
+positions in the decompressed stream. Memory stays bounded whatever the line length:
+a line longer than the limit is streamed through SHA-256 and never held whole.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Final
+
+import zstandard
+
+__all__ = [
+    "InputFile",
+    "LineBatch",
+    "Shard",
+    "detect_compression",
+    "fetch_lines",
+    "open_stream",
+    "plan_shards",
+    "read_batches",
+]
+
+CHUNK_BYTES: Final = 4 << 20
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+_ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input of a run. ``index`` is its place in the stable order key."""
+
+    index: int
+    path: str  # as given by the user: the ``_source`` column
+    resolved: str
+    size: int
+    compression: str  # "none", "gzip" or "zstd"
+    kind: str | None = None
+    split: str | None = None
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Bytes ``[start, end)`` of one input (``end=None``: to the end of the stream)."""
+
+    index: int
+    input: InputFile
+    start: int = 0
+    end: int | None = None
+
+
+@dataclass
+class LineBatch:
+    """Consecutive lines of a shard. ``first_line`` is the 1-based shard line number of
+    ``lines[0]``. Lines over the byte limit appear as ``b""`` with their true length and
+    SHA-256 in ``oversized``."""
+
+    first_line: int
+    offsets: list[int] = field(default_factory=list)
+    lines: list[bytes] = field(default_factory=list)
+    oversized: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def add_oversized(self, offset: int, length: int, sha256: str) -> None:
+        self.oversized[len(self.lines)] = (length, sha256)
+        self.offsets.append(offset)
+        self.lines.append(b"")
+
+    def split(self, size: int) -> tuple[LineBatch, LineBatch]:
+        """The first ``size`` lines, and the rest."""
+        head = LineBatch(
+            self.first_line,
+            self.offsets[:size],
+            self.lines[:size],
+            {i: v for i, v in self.oversized.items() if i < size},
+        )
+        tail = LineBatch(
+            self.first_line + size,
+            self.offsets[size:],
+            self.lines[size:],
+            {i - size: v for i, v in self.oversized.items() if i >= size},
+        )
+        return head, tail
+
+
+def detect_compression(path: str | Path) -> str:
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head.startswith(_GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(_ZSTD_MAGIC):
+        return "zstd"
+    return "none"
+
+
+def open_stream(input_file: InputFile) -> IO[bytes]:
+    """The decompressed byte stream of an input."""
+    if input_file.compression == "gzip":
+        return typing.cast(IO[bytes], gzip.open(input_file.resolved, "rb"))
+    if input_file.compression == "zstd":
+        raw = open(input_file.resolved, "rb")  # noqa: SIM115 - owned by the reader below
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            raw, read_across_frames=True, closefd=True
+        )
+        return io.BufferedReader(reader, buffer_size=CHUNK_BYTES)
+    return open(input_file.resolved, "rb")
+
+
+def _next_boundary(fh: IO[bytes], target: int, size: int) -> int:
+    """The first position >= target that starts a line (or ``size``)."""
+    if target >= size:
+        return size
+    fh.seek(target - 1)
+    position = target - 1
+    while True:
+        window = fh.read(1 << 16)
+        if not window:
+            return size
+        found = window.find(b"\n")
+        if found >= 0:
+            return position + found + 1
+        position += len(window)
+
+
+def plan_shards(inputs: list[InputFile], shard_bytes: int) -> list[Shard]:
+    """Cut inputs into shards. Depends only on file contents and ``shard_bytes``."""
+    shards: list[Shard] = []
+    for input_file in inputs:
+        if input_file.compression != "none":
+            shards.append(Shard(len(shards), input_file))
+            continue
+        if input_file.size == 0:
+            continue
+        start = 0
+        with open(input_file.resolved, "rb") as fh:
+            while start < input_file.size:
+                end = _next_boundary(fh, start + shard_bytes, input_file.size)
+                shards.append(Shard(len(shards), input_file, start, end))
+                start = end
+    return shards
+
+
+def read_batches(shard: Shard, max_line_bytes: int, batch_lines: int) -> Iterator[LineBatch]:
+    """Yield the shard's lines in batches of at most ``batch_lines``."""
+    with open_stream(shard.input) as stream:
+        if shard.start:
+            stream.seek(shard.start)
+        remaining = None if shard.end is None else shard.end - shard.start
+        yield from _split_lines(stream, shard.start, remaining, max_line_bytes, batch_lines)
+
+
+def _split_lines(
+    stream: IO[bytes], position: int, remaining: int | None, max_line_bytes: int, batch_lines: int
+) -> Iterator[LineBatch]:
+    batch = LineBatch(first_line=1)
+    pending = b""
+    # While inside an over-long line: (hasher, bytes so far, its start offset).
+    streaming: tuple[hashlib._Hash, int, int] | None = None
+
+    while True:
+        size = CHUNK_BYTES if remaining is None else min(CHUNK_BYTES, remaining)
+        chunk = stream.read(size) if size else b""
+        if not chunk:
+            break
+        if remaining is not None:
+            remaining -= len(chunk)
+        if streaming is not None:
+            hasher, length, start = streaming
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                hasher.update(chunk)
+                streaming = (hasher, length + len(chunk), start)
+                continue
+            hasher.update(chunk[:cut])
+            length += cut
+            batch.add_oversized(start, length, hasher.hexdigest())
+            position = start + length + 1
+            chunk = chunk[cut + 1 :]
+            streaming = None
+        data = pending + chunk if pending else chunk
+        parts = data.split(b"\n")
+        pending = parts.pop()
+        for line in parts:
+            if len(line) > max_line_bytes:
+                batch.add_oversized(position, len(line), hashlib.sha256(line).hexdigest())
+            else:
+                batch.offsets.append(position)
+                batch.lines.append(line)
+            position += len(line) + 1
+        if len(pending) > max_line_bytes:
+            streaming = (hashlib.sha256(pending), len(pending), position)
+            pending = b""
+        while len(batch) >= batch_lines:
+            head, batch = batch.split(batch_lines)
+            yield head
+    if streaming is not None:
+        hasher, length, start = streaming
+        batch.add_oversized(start, length, hasher.hexdigest())
+    elif pending:
+        batch.offsets.append(position)
+        batch.lines.append(pending)
+    while len(batch) > batch_lines:
+        head, batch = batch.split(batch_lines)
+        yield head
+    if batch.lines:
+        yield batch
+
+
+def fetch_lines(
+    input_file: InputFile, offsets: list[int], max_line_bytes: int
+) -> dict[int, bytes | None]:
+    """The lines starting at ``offsets`` (``None`` for a line over the limit).
+
+    Plain files seek; compressed streams are read through once.
+    """
+    wanted = set(offsets)
+    found: dict[int, bytes | None] = {}
+    if input_file.compression == "none":
+        with open(input_file.resolved, "rb") as fh:
+            for offset in sorted(wanted):
+                fh.seek(offset)
+                line = fh.readline(max_line_bytes + 1)
+                if line.endswith(b"\n"):
+                    line = line[:-1]
+                found[offset] = None if len(line) > max_line_bytes else line
+        return found
+    for batch in read_batches(Shard(0, input_file), max_line_bytes, 1 << 16):
+        for i, offset in enumerate(batch.offsets):
+            if offset in wanted:
+                found[offset] = None if i in batch.oversized else batch.lines[i]
+        if len(found) == len(wanted):
+            break
+    return found

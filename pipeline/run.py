@@ -1,0 +1,344 @@
+"""A run, end to end: plan → gate (parallel) → global → write (parallel) → manifest.
+
+The output directory appears atomically: everything is written into a hidden sibling
+``.<name>.rowgate-tmp-<pid>`` and renamed into place only when complete and checked, so
+a crashed or killed run never leaves a partial ``OUT`` (a later run removes the dead
+run's temporary directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from pipeline.config import CampaignConfig, ConfigError, InputSpec
+from pipeline.engines import LocalEngine
+from pipeline.gate import Gate
+from pipeline.global_phase import GlobalContext, run_global
+from pipeline.kinds import KINDS, UnknownKindError
+from pipeline.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
+from pipeline.reader import InputFile, Shard, detect_compression, plan_shards
+from pipeline.schemas import SchemaError
+from pipeline.staging import STAGING_DIR, GateTask, ShardSummary, gate_step
+from pipeline.writer import WriteSummary, WriteTask, write_step
+
+__all__ = ["InputError", "RunError", "RunObserver", "RunResult", "expand_inputs", "run"]
+
+INPUT_SUFFIXES: Final = (
+    ".jsonl",
+    ".jsonl.gz",
+    ".jsonl.zst",
+    ".ndjson",
+    ".ndjson.gz",
+    ".ndjson.zst",
+)
+_TMP_MARKER: Final = ".rowgate-tmp-"
+
+
+class InputError(ValueError):
+    """An input that cannot be read, or a schema that cannot be used."""
+
+
+class RunError(RuntimeError):
+    """The run could not complete; nothing was written to the output directory."""
+
+
+@dataclass
+class RunObserver:
+    """Hooks for a front end (the CLI's progress bar); all optional."""
+
+    on_start: Callable[[int, int], None] = lambda total_bytes, shards: None
+    on_progress: Callable[[int, int], None] = lambda nbytes, nlines: None
+    on_phase: Callable[[str], None] = lambda name: None
+
+
+@dataclass
+class RunResult:
+    out: Path
+    manifest: dict[str, Any]
+    summaries: list[ShardSummary] = field(default_factory=list)
+
+
+def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[InputFile]:
+    """Resolve input specs (a directory stands for its JSONL files) into the order key.
+
+    Inputs are ordered by the path as given, so the order key (input, line) and
+    everything that depends on it do not change with the order of arguments.
+    """
+    expanded: list[InputSpec] = []
+    for spec in specs:
+        path = config.resolve(spec)
+        if path.is_dir():
+            members = sorted(
+                p for p in path.iterdir() if p.is_file() and p.name.endswith(INPUT_SUFFIXES)
+            )
+            if not members:
+                raise InputError(
+                    f"{spec.path}: directory holds no {', '.join(INPUT_SUFFIXES)} files"
+                )
+            expanded += [
+                InputSpec(str(Path(spec.path) / p.name), spec.kind, spec.split) for p in members
+            ]
+        elif path.is_file():
+            expanded.append(spec)
+        else:
+            raise InputError(f"{spec.path}: no such file or directory")
+    by_path: dict[str, InputSpec] = {}
+    for spec in expanded:
+        if spec.path in by_path:
+            raise InputError(f"{spec.path}: given more than once")
+        if spec.kind is not None and spec.kind not in KINDS:
+            raise InputError(str(UnknownKindError(spec.kind)))
+        by_path[spec.path] = spec
+    inputs = []
+    for index, given in enumerate(sorted(by_path)):
+        spec = by_path[given]
+        resolved = config.resolve(spec)
+        inputs.append(
+            InputFile(
+                index=index,
+                path=spec.path,
+                resolved=str(resolved.resolve()),
+                size=resolved.stat().st_size,
+                compression=detect_compression(resolved),
+                kind=spec.kind,
+                split=spec.split,
+            )
+        )
+    return inputs
+
+
+def _file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            digest.update(chunk)  # releases the GIL: runs beside the drain thread
+    return digest.hexdigest()
+
+
+def _hash_inputs(inputs: list[InputFile]) -> Future[dict[int, str]]:
+    """Hash whole input files in a thread while workers gate them."""
+    future: Future[dict[int, str]] = Future()
+
+    def work() -> None:
+        try:
+            future.set_result({f.index: _file_sha256(f.resolved) for f in inputs})
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="rowgate-input-sha256", daemon=True).start()
+    return future
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _prepare_tmp(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{out.name}{_TMP_MARKER}"
+    for stale in out.parent.glob(prefix + "*"):
+        pid = stale.name.removeprefix(prefix)
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = out.parent / f"{prefix}{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def _publish(tmp: Path, out: Path, force: bool) -> None:
+    if out.exists():
+        if not force:
+            raise RunError(f"{out} exists; pass --force to replace it")
+        old = out.parent / f".{out.name}{_TMP_MARKER}{os.getpid()}-old"
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(out)
+
+
+def _check_schemas(config: CampaignConfig, inputs: list[InputFile]) -> Gate:
+    """Load every schema a run may need up front, so a bad pin fails before any work."""
+    gate = Gate(config)
+    try:
+        for schema_id in config.schemas.pins:
+            gate.registry.get(schema_id)
+        for kind_id in sorted(KINDS):
+            gate.kind_gate(KINDS[kind_id])
+    except SchemaError as exc:
+        raise InputError(str(exc)) from None
+    return gate
+
+
+def run(
+    config: CampaignConfig, out: Path, *, force: bool = False, observer: RunObserver | None = None
+) -> RunResult:
+    """Run a campaign over its inputs and write ``out`` atomically."""
+    observer = observer or RunObserver()
+    started = time.perf_counter()
+    if not config.inputs:
+        raise ConfigError("no inputs: give input paths or [[inputs]] in the campaign config")
+    if out.exists() and not force:
+        raise RunError(f"{out} exists; pass --force to replace it")
+    inputs = expand_inputs(config.inputs, config)
+    gate = _check_schemas(config, inputs)
+    shards = plan_shards(inputs, config.engine.shard_bytes)
+    engine = LocalEngine(config.engine.resolved_workers())
+    tmp = _prepare_tmp(out)
+    timings: dict[str, float] = {}
+    try:
+        digests = _hash_inputs(inputs)
+        observer.on_start(sum(f.size for f in inputs), len(shards))
+        observer.on_phase("gate")
+        t0 = time.perf_counter()
+        summaries = engine.map(
+            gate_step(config),
+            [GateTask(s, tmp) for s in shards],
+            observer.on_progress,
+            cost=lambda task: (task.shard.end or task.shard.input.size * 4) - task.shard.start,
+        )
+        timings["gate_s"] = time.perf_counter() - t0
+
+        line_bases = _line_bases(shards, summaries)
+        observer.on_phase("global")
+        t0 = time.perf_counter()
+        decisions = run_global(GlobalContext(config, tmp, shards, summaries, line_bases))
+        timings["global_s"] = time.perf_counter() - t0
+
+        observer.on_phase("write")
+        t0 = time.perf_counter()
+        tasks = [
+            WriteTask(
+                shard=shards[s.shard],
+                line_base=line_bases[s.shard],
+                root=tmp,
+                kinds=tuple(s.kinds),
+                decisions={k: d[s.shard] for k, d in decisions.items() if s.shard in d},
+            )
+            for s in summaries
+        ]
+        writes = engine.map(write_step(config), tasks)
+        timings["write_s"] = time.perf_counter() - t0
+        shutil.rmtree(tmp / STAGING_DIR, ignore_errors=True)
+
+        input_digests = digests.result()
+        manifest = _manifest(
+            config, inputs, shards, summaries, line_bases, writes, input_digests, gate
+        )
+        timings["total_s"] = time.perf_counter() - started
+        manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
+        if not manifest["conservation"]["ok"]:
+            raise RunError("conservation check failed: lines read and rows written differ")
+        write_manifest(tmp, manifest)
+        _publish(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return RunResult(out, manifest, summaries)
+
+
+def _line_bases(shards: list[Shard], summaries: list[ShardSummary]) -> list[int]:
+    """Line number before each shard's first line, within its input."""
+    bases = [0] * len(shards)
+    running: Counter[int] = Counter()
+    for shard, summary in zip(shards, summaries, strict=True):
+        bases[shard.index] = running[shard.input.index]
+        running[shard.input.index] += summary.lines
+    return bases
+
+
+def _manifest(
+    config: CampaignConfig,
+    inputs: list[InputFile],
+    shards: list[Shard],
+    summaries: list[ShardSummary],
+    line_bases: list[int],
+    writes: list[WriteSummary],
+    input_digests: dict[int, str],
+    gate: Gate,
+) -> dict[str, Any]:
+    lines_by_input: Counter[int] = Counter()
+    for shard, summary in zip(shards, summaries, strict=True):
+        lines_by_input[shard.input.index] += summary.lines
+    by_disposition: Counter[str] = Counter()
+    by_reason: dict[str, Counter[str]] = {}
+    files = []
+    for write in writes:
+        by_disposition.update(write.rows)
+        for (disposition, code), count in write.reasons.items():
+            by_reason.setdefault(disposition, Counter())[code] += count
+        files += [vars(f) for f in write.files]
+    lines_read = sum(lines_by_input.values())
+    rows_written = sum(by_disposition.values())
+    used_kinds = sorted(
+        {k for s in summaries for k in s.kinds} | {f.kind for f in inputs if f.kind}
+    )
+    return {
+        "format": MANIFEST_FORMAT,
+        "campaign": config.name,
+        "inputs": [
+            {
+                "index": f.index,
+                "path": f.path,
+                "resolved": f.resolved,
+                "bytes": f.size,
+                "sha256": input_digests[f.index],
+                "compression": f.compression,
+                "kind": f.kind,
+                "split": f.split,
+                "lines": lines_by_input[f.index],
+            }
+            for f in inputs
+        ],
+        "config": config.as_dict(),
+        "config_sha256": config.source_sha256,
+        "schemas": {
+            kind_id: {
+                "sha256": gate.kind_gate(KINDS[kind_id]).entry.sha256,
+                "title": gate.kind_gate(KINDS[kind_id]).entry.title,
+                "file": gate.kind_gate(KINDS[kind_id]).entry.path.name,
+            }
+            for kind_id in used_kinds
+        },
+        "versions": dependency_versions(),
+        "shards": [
+            {
+                "index": s.index,
+                "input": s.input.index,
+                "start": s.start,
+                "end": s.end,
+                "lines": summary.lines,
+                "line_base": line_bases[s.index],
+            }
+            for s, summary in zip(shards, summaries, strict=True)
+        ],
+        "counts": {
+            "lines": lines_read,
+            "by_disposition": {d: by_disposition[d] for d in sorted(by_disposition)},
+            "by_reason": {d: dict(sorted(c.items())) for d, c in sorted(by_reason.items())},
+        },
+        "conservation": {
+            "lines_read": lines_read,
+            "rows_written": rows_written,
+            "ok": lines_read == rows_written,
+        },
+        "outputs": sorted(files, key=lambda f: f["path"]),
+    }

@@ -1,0 +1,385 @@
+"""Schema registry: pinned Draft 2020-12 schemas, linted, compiled, digested (DESIGN §3.3).
+
+fastjsonschema implements draft-07 semantics and silently ignores keywords it does not
+know, so a schema is only loaded when every keyword it uses is one fastjsonschema
+enforces with 2020-12 meaning (:data:`ALLOWED_KEYWORDS`). Two adjustments keep the
+meaning right rather than refusing useful schemas:
+
+* ``$ref`` beside other keywords: draft-07 ignores the siblings, 2020-12 applies them.
+  The compiled copy rewrites ``{"$ref": r, k: v}`` to ``{"allOf": [{"$ref": r}, {k: v}]}``.
+* ``format`` is an annotation in 2020-12; it is compiled with ``use_formats=False``.
+  Security-relevant formats are checked by explicit record-kind rules instead.
+
+The SHA-256 recorded for a schema is that of its exact file bytes, before any rewrite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import fastjsonschema
+
+from pipeline.reasons import SCHEMA_PREFIX, Reason, RejectLine
+from pipeline.strict_json import parse_object
+
+__all__ = [
+    "ALLOWED_KEYWORDS",
+    "SchemaEntry",
+    "SchemaError",
+    "SchemaRegistry",
+    "lint_schema",
+    "static_bounds",
+]
+
+SCHEMA_DIR: Final = Path(__file__).resolve().parent.parent / "schemas"
+DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
+
+# Keywords fastjsonschema enforces with their 2020-12 meaning, plus pure annotations.
+ASSERTIONS: Final = frozenset(
+    {
+        "type", "enum", "const",
+        "properties", "required", "additionalProperties", "patternProperties",
+        "propertyNames", "minProperties", "maxProperties",
+        "items", "minItems", "maxItems", "uniqueItems", "contains",
+        "minLength", "maxLength", "pattern", "format",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+        "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
+        "$ref", "$defs", "definitions",
+    }
+)  # fmt: skip
+ANNOTATIONS: Final = frozenset(
+    {
+        "$schema", "$id", "$comment", "title", "description", "default", "examples",
+        "deprecated", "readOnly", "writeOnly",
+    }
+)  # fmt: skip
+ALLOWED_KEYWORDS: Final = ASSERTIONS | ANNOTATIONS
+
+# Keywords whose value is a map of name -> subschema, and those holding subschema lists.
+_SCHEMA_MAPS: Final = ("properties", "patternProperties", "$defs", "definitions")
+_SCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf")
+_SCHEMA_VALUES: Final = (
+    "additionalProperties", "propertyNames", "items", "contains", "not", "if", "then", "else",
+)  # fmt: skip
+# ECMA-262 and Python disagree on these classes (\d matches Arabic-Indic digits in Python).
+_UNPORTABLE_PATTERN: Final = re.compile(r"(?<!\\)(?:\\\\)*\\[dDwWbBpP]")
+
+
+class SchemaError(ValueError):
+    """A schema file that rowgate refuses to load, with every problem found."""
+
+
+def _walk(schema: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield (json-pointer, subschema) for every object subschema, root first."""
+    if not isinstance(schema, dict):
+        return
+    yield path, schema
+    for key in _SCHEMA_MAPS:
+        members = schema.get(key)
+        if isinstance(members, dict):
+            for name, sub in members.items():
+                yield from _walk(sub, f"{path}/{key}/{name}")
+    for key in _SCHEMA_LISTS:
+        members = schema.get(key)
+        if isinstance(members, list):
+            for i, sub in enumerate(members):
+                yield from _walk(sub, f"{path}/{key}/{i}")
+    for key in _SCHEMA_VALUES:
+        if key in schema:
+            yield from _walk(schema[key], f"{path}/{key}")
+
+
+def lint_schema(schema: Any) -> list[str]:
+    """Return every reason ``schema`` cannot be enforced faithfully; empty when it can."""
+    if not isinstance(schema, dict | bool):
+        return ["a schema must be an object or a boolean"]
+    problems = []
+    if isinstance(schema, dict) and schema.get("$schema", DIALECT) != DIALECT:
+        problems.append(f"/$schema: only the Draft 2020-12 dialect ({DIALECT}) is supported")
+    for path, sub in _walk(schema, ""):
+        problems.extend(
+            f"{path or '/'}: keyword {key!r} is not enforced by fastjsonschema "
+            "with 2020-12 semantics"
+            for key in sub
+            if key not in ALLOWED_KEYWORDS
+        )
+        if path and ("$id" in sub or "$schema" in sub):
+            problems.append(f"{path}: '$id'/'$schema' are only allowed at the root")
+        if isinstance(sub.get("items"), list):
+            problems.append(f"{path}/items: array form is draft-07 tuple syntax (prefixItems)")
+        ref = sub.get("$ref")
+        if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
+            problems.append(f"{path}/$ref: only local references ('#...') are allowed")
+        pattern = sub.get("pattern")
+        patterns = [pattern] if isinstance(pattern, str) else []
+        patterns += list(sub.get("patternProperties", {}) or {})
+        problems.extend(
+            f"{path}: pattern {p!r} uses \\d, \\w, \\b or \\p, which Python's re does not "
+            "read as ECMA-262 does; write an explicit class"
+            for p in patterns
+            if _UNPORTABLE_PATTERN.search(p)
+        )
+    return problems
+
+
+def _rewrite_ref_siblings(schema: Any) -> Any:
+    """Give ``$ref`` its 2020-12 meaning (siblings apply too) under draft-07 semantics."""
+    if isinstance(schema, list):
+        return [_rewrite_ref_siblings(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {
+        key: _rewrite_ref_siblings(value) if key not in ("const", "enum", "default") else value
+        for key, value in schema.items()
+    }
+    if "$ref" in out:
+        siblings = {
+            k: v
+            for k, v in out.items()
+            if k in ASSERTIONS and k not in ("$ref", "$defs", "definitions")
+        }
+        if siblings:
+            keep = {k: v for k, v in out.items() if k not in siblings and k != "$ref"}
+            keep["allOf"] = [{"$ref": out["$ref"]}, siblings]
+            return keep
+    return out
+
+
+def _refuse_remote(uri: str) -> Any:
+    raise SchemaError(f"remote schema reference refused: {uri}")
+
+
+_NO_REMOTE: Final[Mapping[str, Callable[[str], Any]]] = dict.fromkeys(
+    ("http", "https", "file", "ftp", "data", "urn", ""), _refuse_remote
+)
+
+
+def compile_schema(schema: Any, *, fast_fail: bool = True) -> Callable[[Any], Any]:
+    """Compile a linted schema: no injected defaults, formats as annotations, no remote refs."""
+    return fastjsonschema.compile(
+        _rewrite_ref_siblings(schema),
+        handlers=_NO_REMOTE,
+        use_default=False,
+        use_formats=False,
+        # detailed_exceptions=False breaks `const` in fastjsonschema 2.22 (KeyError at
+        # compile time); the detail costs nothing on the valid path.
+        detailed_exceptions=True,
+        fast_fail=fast_fail,
+    )
+
+
+INFINITE: Final = math.inf
+
+
+def static_bounds(
+    schema: Any, root: Any | None = None, _seen: frozenset[str] = frozenset()
+) -> tuple[float, float]:
+    """Upper bounds (depth, items per container) of every instance the schema accepts.
+
+    Sound but not tight: ``inf`` wherever the schema leaves shape open (an object without
+    ``additionalProperties: false``, an array without ``maxItems``, a recursive ``$ref``).
+    Depth follows :func:`pipeline.strict_json.measure`: scalars 0, ``{}`` 1. The gate
+    uses this to skip the limits walk for records the schema has accepted.
+    """
+    root = schema if root is None else root
+    if schema is False:
+        return 0, 0
+    if not isinstance(schema, dict):
+        return INFINITE, INFINITE
+    # allOf members all apply: any one of them bounds the instance.
+    bounds = [_own_bounds(schema, root, _seen)]
+    bounds += [static_bounds(sub, root, _seen) for sub in schema.get("allOf", []) or []]
+    depth = min(b[0] for b in bounds)
+    items = min(b[1] for b in bounds)
+    return depth, items
+
+
+def _literal_bounds(values: list[Any]) -> tuple[float, float]:
+    from pipeline.strict_json import measure
+
+    measured = [measure(v) for v in values] or [(0, 0)]
+    return max(m[0] for m in measured), max(m[1] for m in measured)
+
+
+def _resolve(ref: str, root: Any) -> Any:
+    node = root
+    for part in ref.lstrip("#").split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
+def _own_bounds(schema: dict[str, Any], root: Any, seen: frozenset[str]) -> tuple[float, float]:
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        if ref in seen:
+            return INFINITE, INFINITE
+        return static_bounds(_resolve(ref, root), root, seen | {ref})
+    if "const" in schema:
+        return _literal_bounds([schema["const"]])
+    if "enum" in schema:
+        return _literal_bounds(list(schema["enum"]))
+    types = schema.get("type")
+    if types is None:
+        return INFINITE, INFINITE
+    types = [types] if isinstance(types, str) else list(types)
+    depth: float = 0
+    items: float = 0
+    for kind in types:
+        if kind == "object":
+            if schema.get("additionalProperties") is not False or schema.get("patternProperties"):
+                return INFINITE, INFINITE
+            props = schema.get("properties", {})
+            sub = [static_bounds(s, root, seen) for s in props.values()] or [(0, 0)]
+            depth = max(depth, 1 + max(b[0] for b in sub))
+            items = max(items, len(props), *(b[1] for b in sub))
+        elif kind == "array":
+            if "maxItems" not in schema or "items" not in schema:
+                if schema.get("maxItems") == 0:
+                    depth, items = max(depth, 1), max(items, 0)
+                    continue
+                return INFINITE, INFINITE
+            child_depth, child_items = static_bounds(schema["items"], root, seen)
+            depth = max(depth, 1 + child_depth)
+            items = max(items, schema["maxItems"], child_items)
+    return depth, items
+
+
+@dataclass(frozen=True)
+class SchemaEntry:
+    """One pinned schema: stable id, exact-bytes digest, and its compiled validators."""
+
+    id: str
+    path: Path
+    sha256: str
+    schema: dict[str, Any]
+    validate: Callable[[Any], Any] = field(repr=False)
+    _validate_all: Callable[[Any], Any] = field(repr=False)
+
+    @property
+    def title(self) -> str:
+        return str(self.schema.get("title", ""))
+
+    def errors(self, record: Any) -> list[Reason]:
+        """Every schema violation of ``record`` as safe reasons (empty when valid)."""
+        try:
+            self._validate_all(record)
+        except fastjsonschema.JsonSchemaValuesException as exc:
+            errors = exc.errors
+        except fastjsonschema.JsonSchemaValueException as exc:
+            errors = [exc]
+        else:
+            return []
+        reasons = {_safe_reason(self.schema, err) for err in errors}
+        return sorted(reasons, key=lambda r: (r.path, r.code, r.detail))
+
+
+def _safe_reason(schema: dict[str, Any], error: Any) -> Reason:
+    """Path + keyword + a schema-derived detail; never the offending value or its keys."""
+    keyword = str(error.rule or "invalid")
+    parts = list(error.path)[1:]  # drop the leading "data"
+    path = _safe_path(schema, parts)
+    definition = error.rule_definition
+    if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                   "minLength", "maxLength", "minItems", "maxItems", "multipleOf",
+                   "minProperties", "maxProperties", "type", "enum", "const", "pattern",
+                   "required"):  # fmt: skip
+        detail = f"{keyword} {_short(definition)}"
+    elif keyword == "additionalProperties":
+        detail = "undeclared property"
+    else:
+        detail = keyword
+    return Reason(SCHEMA_PREFIX + keyword, path, detail)
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    import orjson
+
+    text = orjson.dumps(value).decode() if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _safe_path(schema: Any, parts: list[Any]) -> str:
+    """Render a field path, writing ``*`` for any key the schema does not declare."""
+    out = ["$"]
+    node = schema
+    for part in parts:
+        if isinstance(part, int):
+            out.append(f"[{part}]")
+            node = node.get("items") if isinstance(node, dict) else None
+            continue
+        props = node.get("properties", {}) if isinstance(node, dict) else {}
+        if isinstance(props, dict) and part in props:
+            out.append(f".{part}")
+            node = props[part]
+        else:
+            out.append(".*")
+            node = node.get("additionalProperties") if isinstance(node, dict) else None
+        if isinstance(node, dict) and "$ref" in node:
+            try:
+                node = _resolve(node["$ref"], schema)
+            except (KeyError, IndexError, ValueError):
+                node = None
+    return "".join(out)
+
+
+def load_schema(path: Path, schema_id: str) -> SchemaEntry:
+    """Read, strictly parse, lint and compile one schema file."""
+    data = path.read_bytes()
+    try:
+        schema = parse_object(data, max_depth=256, max_items=100_000)
+    except RejectLine as exc:
+        raise SchemaError(
+            f"{path}: not strict JSON ({exc.reason.code}: {exc.reason.detail})"
+        ) from None
+    problems = lint_schema(schema)
+    if problems:
+        raise SchemaError(f"{path}: refused:\n  " + "\n  ".join(problems))
+    try:
+        validate = compile_schema(schema)
+        validate_all = compile_schema(schema, fast_fail=False)
+    except fastjsonschema.JsonSchemaDefinitionException as exc:
+        raise SchemaError(f"{path}: does not compile: {exc}") from None
+    return SchemaEntry(
+        id=schema_id,
+        path=path,
+        sha256=hashlib.sha256(data).hexdigest(),
+        schema=schema,
+        validate=validate,
+        _validate_all=validate_all,
+    )
+
+
+class SchemaRegistry:
+    """Schemas by stable id; the id is the file name without ``.schema.json``."""
+
+    def __init__(self, directory: Path = SCHEMA_DIR, pins: Mapping[str, str] | None = None) -> None:
+        self.directory = directory
+        self._entries: dict[str, SchemaEntry] = {}
+        self._pins = dict(pins or {})
+
+    def ids(self) -> list[str]:
+        return sorted(
+            p.name.removesuffix(".schema.json") for p in self.directory.glob("*.schema.json")
+        )
+
+    def get(self, schema_id: str) -> SchemaEntry:
+        entry = self._entries.get(schema_id)
+        if entry is None:
+            path = self.directory / f"{schema_id}.schema.json"
+            if not path.is_file():
+                raise SchemaError(f"no schema {schema_id!r} in {self.directory}")
+            entry = load_schema(path, schema_id)
+            pinned = self._pins.get(schema_id)
+            if pinned is not None and pinned != entry.sha256:
+                raise SchemaError(
+                    f"schema {schema_id!r} digest {entry.sha256} does not match the pinned {pinned}"
+                )
+            self._entries[schema_id] = entry
+        return entry

@@ -1,0 +1,111 @@
+"""Staging: the gate phase's output, one directory of Arrow IPC files per shard.
+
+``_staging/<shard>/<kind>.arrow`` holds a kind's gated rows (payload + lineage) and
+``_staging/<shard>/rejected.arrow`` the lines the gate rejected. The global phase reads
+compact key columns from these files (memory-mapped, column-projected); the writer turns
+them into the final Parquet parts. Staging lives inside the run's temporary directory
+and is deleted before the output is renamed into place.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from pipeline.config import CampaignConfig
+from pipeline.engines import Progress, Step
+from pipeline.gate import REJECTED_SCHEMA, Gate
+from pipeline.reader import Shard, read_batches
+
+__all__ = ["REJECTED_STEM", "ShardSummary", "gate_step", "read_staged", "staged_path"]
+
+REJECTED_STEM: Final = "rejected"
+STAGING_DIR: Final = "_staging"
+
+
+def staged_path(root: Path, shard_index: int, stem: str) -> Path:
+    """Where a shard's staged rows of one kind (or ``rejected``) live."""
+    return root / STAGING_DIR / f"{shard_index:05d}" / f"{stem.replace('/', '_')}.arrow"
+
+
+@dataclass
+class ShardSummary:
+    """What gating one shard produced (small: it travels back to the parent)."""
+
+    shard: int
+    lines: int = 0
+    bytes: int = 0
+    kinds: list[str] = field(default_factory=list)
+    has_rejected: bool = False
+    #: (gate disposition, first reason code) -> lines
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class GateTask:
+    shard: Shard
+    root: Path
+
+
+def _init_gate(config: CampaignConfig) -> Gate:
+    return Gate(config)
+
+
+def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
+    limits = gate.config.limits
+    summary = ShardSummary(task.shard.index)
+    writers: dict[str, ipc.RecordBatchFileWriter] = {}
+
+    def write(stem: str, batch: pa.RecordBatch) -> None:
+        writer = writers.get(stem)
+        if writer is None:
+            path = staged_path(task.root, task.shard.index, stem)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            writer = writers[stem] = ipc.new_file(str(path), batch.schema)
+        writer.write_batch(batch)
+
+    try:
+        for batch in read_batches(
+            task.shard, limits.max_line_bytes, gate.config.engine.batch_lines
+        ):
+            gated = gate.gate_batch(batch, task.shard.input.kind)
+            for kind_id, record_batch in gated.kinds.items():
+                write(kind_id, record_batch)
+            if gated.rejected is not None:
+                write(REJECTED_STEM, gated.rejected)
+            summary.counts.update(gated.counts)
+            nbytes = sum(len(line) for line in batch.lines) + len(batch.lines)
+            nbytes += sum(length for length, _ in batch.oversized.values())
+            summary.lines += len(batch)
+            summary.bytes += nbytes
+            progress(nbytes, len(batch))
+    finally:
+        for writer in writers.values():
+            writer.close()
+    summary.kinds = sorted(k for k in writers if k != REJECTED_STEM)
+    summary.has_rejected = REJECTED_STEM in writers
+    return summary
+
+
+def gate_step(config: CampaignConfig) -> Step[Gate, GateTask, ShardSummary]:
+    """The gate phase as an engine step."""
+    return Step(_init_gate, (config,), _gate_shard)
+
+
+def read_staged(
+    root: Path, shard_index: int, stem: str, columns: list[str] | None = None
+) -> pa.Table:
+    """Read a staged table (memory-mapped); an absent file is an empty result."""
+    path = staged_path(root, shard_index, stem)
+    if not path.exists():
+        if stem == REJECTED_STEM:
+            return REJECTED_SCHEMA.empty_table()
+        raise FileNotFoundError(path)
+    # No `with`: the returned buffers point into the mapping, which must outlive them.
+    table = ipc.open_file(pa.memory_map(str(path))).read_all()
+    return table.select(columns) if columns is not None else table

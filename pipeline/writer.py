@@ -1,0 +1,210 @@
+"""The writer: staged rows + global decisions → final Parquet parts, one per shard.
+
+For each shard it applies the global phase's decisions (final disposition, added
+reasons, extra columns), adds the lineage columns that are constant per shard
+(``_source``, ``_kind``) or need the shard's line base (``_line``), and splits rows by
+disposition (DESIGN §3.7)::
+
+    accepted/<kind>/part-<shard>.parquet      quarantined/<kind>/part-<shard>.parquet
+    duplicates/<kind>/part-<shard>.parquet    rejected/part-<shard>.parquet
+
+Part names depend on the shard, and shards depend only on the inputs and
+``engine.shard_bytes``, so the files are byte-identical for any worker count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.config import CampaignConfig
+from pipeline.engines import Progress, Step
+from pipeline.gate import REJECTED_FIELDS
+from pipeline.lineage import LINEAGE_FIELDS, LINEAGE_NAMES
+from pipeline.reader import Shard, fetch_lines
+from pipeline.reasons import REASONS_TYPE, Disposition
+from pipeline.staging import REJECTED_STEM, read_staged
+
+__all__ = ["DISPOSITION_DIRS", "WriteSummary", "WriteTask", "WrittenFile", "write_step"]
+
+DISPOSITION_DIRS: Final = {
+    Disposition.ACCEPTED: "accepted",
+    Disposition.QUARANTINED: "quarantined",
+    Disposition.DUPLICATE: "duplicates",
+    Disposition.REJECTED: "rejected",
+}
+_INTERNAL: Final = ("_shard_line", "_disposition")
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    path: str  # relative to the output directory
+    disposition: str
+    kind: str | None
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class WriteSummary:
+    shard: int
+    files: list[WrittenFile] = field(default_factory=list)
+    #: disposition -> rows
+    rows: Counter[str] = field(default_factory=Counter)
+    #: (disposition, reason code) -> rows carrying that code
+    reasons: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    shard: Shard
+    line_base: int
+    root: Path
+    kinds: tuple[str, ...]
+    decisions: dict[str, pa.Table]
+
+
+def _constant(value: str | None, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(value, pa.string()), n)
+
+
+def _apply_decisions(table: pa.Table, decisions: pa.Table | None) -> pa.Table:
+    """Overlay the global phase's decisions (keyed by ``_shard_line``) on staged rows."""
+    if decisions is None or decisions.num_rows == 0:
+        return table
+    index = pc.index_in(table["_shard_line"], value_set=decisions["_shard_line"])
+    disposition = pc.coalesce(decisions["_disposition"].take(index), table["_disposition"])
+    table = table.set_column(
+        table.schema.get_field_index("_disposition"), "_disposition", disposition
+    )
+    added = decisions["_reasons_add"].take(index).to_pylist()
+    if any(added):
+        merged = [
+            old + (new or []) for old, new in zip(table["_reasons"].to_pylist(), added, strict=True)
+        ]
+        position = table.schema.get_field_index("_reasons")
+        table = table.set_column(position, "_reasons", pa.array(merged, REASONS_TYPE))
+    for name in decisions.column_names:
+        if name not in ("_shard_line", "_disposition", "_reasons_add"):
+            table = table.append_column(name, decisions[name].take(index))
+    return table
+
+
+def _with_lineage(table: pa.Table, task: WriteTask, kind: str | None) -> pa.Table:
+    """Add ``_source``, ``_line``, ``_kind``; order columns as the output contract says."""
+    n = table.num_rows
+    line = pc.add(table["_shard_line"], pa.scalar(task.line_base, pa.int64()))
+    table = table.append_column("_source", _constant(task.shard.input.path, n))
+    table = table.append_column("_line", line)
+    if "_kind" not in table.column_names:
+        table = table.append_column("_kind", _constant(kind, n))
+    lineage = set(LINEAGE_NAMES)
+    head = [c for c in table.column_names if c not in lineage and not c.startswith("_")]
+    extras = [
+        c
+        for c in table.column_names
+        if c.startswith("_") and c not in lineage and c not in _INTERNAL
+    ]
+    ordered = table.select(
+        [*head, *LINEAGE_NAMES, *extras, *(c for c in _INTERNAL if c in table.column_names)]
+    )
+    lineage_fields = {f.name: f for f in LINEAGE_FIELDS}
+    schema = pa.schema([lineage_fields.get(f.name, f) for f in ordered.schema])
+    return ordered.cast(schema)
+
+
+def _to_rejected(table: pa.Table, task: WriteTask, max_line_bytes: int) -> pa.Table:
+    """Rows the global phase rejected, in the ``rejected/`` layout, raw bytes re-read."""
+    offsets = table["_offset"].to_pylist()
+    raw = fetch_lines(task.shard.input, offsets, max_line_bytes)
+    columns = {f.name: table[f.name] for f in REJECTED_FIELDS if f.name in table.column_names}
+    columns["_raw"] = pa.array([raw[o] for o in offsets], pa.binary())
+    return pa.table([columns[f.name] for f in REJECTED_FIELDS], schema=pa.schema(REJECTED_FIELDS))
+
+
+def _write(
+    table: pa.Table,
+    out: Path,
+    relative: str,
+    disposition: str,
+    kind: str | None,
+    config: CampaignConfig,
+    summary: WriteSummary,
+) -> None:
+    path = out / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    settings = config.output
+    pq.write_table(
+        table,
+        str(path),
+        compression=settings.compression,
+        compression_level=settings.compression_level,
+    )
+    data = path.read_bytes()
+    summary.files.append(
+        WrittenFile(
+            relative, disposition, kind, table.num_rows, len(data), hashlib.sha256(data).hexdigest()
+        )
+    )
+    summary.rows[disposition] += table.num_rows
+    codes = pc.struct_field(pc.list_flatten(table["_reasons"]), "code")
+    for code, count in zip(*_value_counts(codes), strict=True):
+        summary.reasons[(disposition, code)] += count
+
+
+def _value_counts(values: pa.ChunkedArray | pa.Array) -> tuple[list[str], list[int]]:
+    counts = pc.value_counts(values)
+    return counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+
+
+def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) -> WriteSummary:
+    summary = WriteSummary(task.shard.index)
+    part = f"part-{task.shard.index:05d}.parquet"
+    rejected_parts = [read_staged(task.root, task.shard.index, REJECTED_STEM)]
+    for kind in task.kinds:
+        staged = _apply_decisions(
+            read_staged(task.root, task.shard.index, kind), task.decisions.get(kind)
+        )
+        disposition = staged["_disposition"]
+        for outcome in (Disposition.ACCEPTED, Disposition.QUARANTINED, Disposition.DUPLICATE):
+            rows = staged.filter(pc.equal(disposition, outcome.value))
+            if rows.num_rows:
+                table = _with_lineage(rows, task, kind).drop_columns(list(_INTERNAL))
+                _write(
+                    table,
+                    task.root,
+                    f"{DISPOSITION_DIRS[outcome]}/{kind}/{part}",
+                    outcome.value,
+                    kind,
+                    config,
+                    summary,
+                )
+        late = staged.filter(pc.equal(disposition, Disposition.REJECTED.value))
+        if late.num_rows:
+            late = late.append_column("_kind", _constant(kind, late.num_rows))
+            rejected_parts.append(_to_rejected(late, task, config.limits.max_line_bytes))
+    rejected = pa.concat_tables(rejected_parts).sort_by("_shard_line")
+    if rejected.num_rows:
+        table = _with_lineage(rejected, task, None).drop_columns(["_shard_line"])
+        _write(
+            table, task.root, f"rejected/{part}", Disposition.REJECTED.value, None, config, summary
+        )
+    progress(0, sum(summary.rows.values()))
+    return summary
+
+
+def _init_writer(config: CampaignConfig) -> CampaignConfig:
+    return config
+
+
+def write_step(config: CampaignConfig) -> Step[CampaignConfig, WriteTask, WriteSummary]:
+    """The write phase as an engine step."""
+    return Step(_init_writer, (config,), _write_shard)
