@@ -14,6 +14,7 @@ import gzip
 import hashlib
 import io
 import typing
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import IO, Final
 import zstandard
 
 __all__ = [
+    "InputError",
     "InputFile",
     "LineBatch",
     "Shard",
@@ -35,6 +37,7 @@ __all__ = [
 CHUNK_BYTES: Final = 4 << 20
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+_SUFFIXES: Final = ((".gz", "gzip"), (".zst", "zstd"), (".zstd", "zstd"))
 
 
 @dataclass(frozen=True)
@@ -96,14 +99,25 @@ class LineBatch:
         return head, tail
 
 
+class InputError(ValueError):
+    """An input that cannot be read as declared (missing, corrupt, wrong compression)."""
+
+
 def detect_compression(path: str | Path) -> str:
+    """Compression by file suffix, confirmed by magic bytes; plain otherwise.
+
+    The suffix decides so that a plain file whose first bytes happen to look like a
+    gzip header is still read (and its lines rejected), never silently decompressed.
+    """
+    name = str(path)
+    expected = next((c for suffix, c in _SUFFIXES if name.endswith(suffix)), "none")
+    if expected == "none":
+        return "none"
     with open(path, "rb") as fh:
         head = fh.read(4)
-    if head.startswith(_GZIP_MAGIC):
-        return "gzip"
-    if head.startswith(_ZSTD_MAGIC):
-        return "zstd"
-    return "none"
+    if not head.startswith(_GZIP_MAGIC if expected == "gzip" else _ZSTD_MAGIC):
+        raise InputError(f"{name}: named as {expected} but is not {expected}-compressed")
+    return expected
 
 
 def open_stream(input_file: InputFile) -> IO[bytes]:
@@ -154,12 +168,21 @@ def plan_shards(inputs: list[InputFile], shard_bytes: int) -> list[Shard]:
 
 
 def read_batches(shard: Shard, max_line_bytes: int, batch_lines: int) -> Iterator[LineBatch]:
-    """Yield the shard's lines in batches of at most ``batch_lines``."""
+    """Yield the shard's lines in batches of at most ``batch_lines``.
+
+    A corrupt compressed stream raises :class:`InputError`: an operational failure of the
+    run, not a row rejection.
+    """
     with open_stream(shard.input) as stream:
         if shard.start:
             stream.seek(shard.start)
         remaining = None if shard.end is None else shard.end - shard.start
-        yield from _split_lines(stream, shard.start, remaining, max_line_bytes, batch_lines)
+        try:
+            yield from _split_lines(stream, shard.start, remaining, max_line_bytes, batch_lines)
+        except (EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile) as exc:
+            raise InputError(
+                f"{shard.input.path}: corrupt {shard.input.compression} stream ({exc})"
+            ) from None
 
 
 def _split_lines(

@@ -26,7 +26,7 @@ from pipeline.gate import Gate
 from pipeline.global_phase import GlobalContext, run_global
 from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
-from pipeline.reader import InputFile, Shard, detect_compression, plan_shards
+from pipeline.reader import InputError, InputFile, Shard, detect_compression, plan_shards
 from pipeline.schemas import SchemaError
 from pipeline.staging import STAGING_DIR, GateTask, ShardSummary, gate_step
 from pipeline.writer import WriteSummary, WriteTask, write_step
@@ -42,10 +42,6 @@ INPUT_SUFFIXES: Final = (
     ".ndjson.zst",
 )
 _TMP_MARKER: Final = ".rowgate-tmp-"
-
-
-class InputError(ValueError):
-    """An input that cannot be read, or a schema that cannot be used."""
 
 
 class RunError(RuntimeError):
@@ -315,6 +311,7 @@ def _manifest(
                 "sha256": gate.kind_gate(KINDS[kind_id]).entry.sha256,
                 "title": gate.kind_gate(KINDS[kind_id]).entry.title,
                 "file": gate.kind_gate(KINDS[kind_id]).entry.path.name,
+                "path": str(gate.kind_gate(KINDS[kind_id]).entry.path),
             }
             for kind_id in used_kinds
         },

@@ -306,13 +306,22 @@ def _short(value: Any, limit: int = 120) -> str:
 
 
 def _safe_path(schema: Any, parts: list[Any]) -> str:
-    """Render a field path, writing ``*`` for any key the schema does not declare."""
+    """Render a field path, writing ``*`` for any key the schema does not declare.
+
+    fastjsonschema reports array indices as strings; the schema says which parts index
+    an array. Indices are safe to show, undeclared keys (map keys, extra members) not.
+    """
     out = ["$"]
     node = schema
     for part in parts:
-        if isinstance(part, int):
+        if isinstance(node, dict) and "$ref" in node:
+            try:
+                node = _resolve(node["$ref"], schema)
+            except (KeyError, IndexError, ValueError):
+                node = None
+        if isinstance(node, dict) and "items" in node and str(part).isdigit():
             out.append(f"[{part}]")
-            node = node.get("items") if isinstance(node, dict) else None
+            node = node["items"]
             continue
         props = node.get("properties", {}) if isinstance(node, dict) else {}
         if isinstance(props, dict) and part in props:
@@ -321,11 +330,6 @@ def _safe_path(schema: Any, parts: list[Any]) -> str:
         else:
             out.append(".*")
             node = node.get("additionalProperties") if isinstance(node, dict) else None
-        if isinstance(node, dict) and "$ref" in node:
-            try:
-                node = _resolve(node["$ref"], schema)
-            except (KeyError, IndexError, ValueError):
-                node = None
     return "".join(out)
 
 

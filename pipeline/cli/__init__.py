@@ -1,0 +1,37 @@
+"""The ``rowgate`` command line: a thin layer that parses flags into a config and calls
+the library. One command per module; validation lives in the library, not here.
+
+Exit codes (also in the README):
+
+== =================================================================
+0  success (``run``: the run completed, whatever the dispositions)
+1  ``verify`` found a mismatch; ``rubrics check`` found an invalid file
+2  usage or config error (bad flag, unknown config key, bad value)
+3  input error: missing input, unknown kind, refused or mismatched schema
+4  the run failed (a worker died, disk error); nothing was written
+== =================================================================
+"""
+
+from __future__ import annotations
+
+import typer
+
+from pipeline.cli import run_cmd, schemas_cmd, verify_cmd
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="rowgate",
+    help="Gate JSONL training and evaluation exports into validated, lineage-carrying Parquet.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+app.command("run")(run_cmd.run_command)
+app.command("verify")(verify_cmd.verify_command)
+app.add_typer(schemas_cmd.app, name="schemas")
+
+
+def main() -> None:
+    app()

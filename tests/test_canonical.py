@@ -1,0 +1,84 @@
+"""RFC 8785 canonical JSON: conformance data, number formatting, the fast path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.canonical import CanonicalJSONError, canonical_json, canonical_json_fast
+from tests.strategies import JSON_VALUES
+
+
+def test_rfc8785_test_data(conformance: Path) -> None:
+    inputs = sorted((conformance / "jcs" / "input").glob("*.json"))
+    assert inputs
+    for path in inputs:
+        expected = (conformance / "jcs" / "output" / path.name).read_bytes()
+        value = json.loads(path.read_bytes())
+        assert canonical_json(value) == expected, path.name
+        assert canonical_json_fast(value) == expected, path.name
+
+
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [
+        (0.0, "0"),
+        (-0.0, "0"),
+        (1.0, "1"),
+        (1e21, "1e+21"),
+        (1e20, "100000000000000000000"),
+        (123456789012345680000.0, "123456789012345680000"),
+        (1e-6, "0.000001"),
+        (1e-7, "1e-7"),
+        (-1.5e-7, "-1.5e-7"),
+        (5e-324, "5e-324"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (0.1, "0.1"),
+        (333333333.3333333, "333333333.3333333"),
+        (9007199254740992.0, "9007199254740992"),
+    ],
+)
+def test_es6_number_serialisation(number: float, text: str) -> None:
+    assert canonical_json(number) == text.encode()
+
+
+def test_integers_are_exact_beyond_2_53() -> None:
+    """rowgate's documented deviation: distinct integers never share a canonical form."""
+    assert canonical_json(2**53 + 1) == b"9007199254740993"
+    assert canonical_json(2**53 + 1) != canonical_json(2**53)
+
+
+def test_keys_sort_by_utf16_code_units() -> None:
+    # U+1F600 (surrogates D83D DE00) sorts before U+FFFF in UTF-16, after it by code point.
+    value = {"\uffff": 1, "\U0001f600": 2, "a": 3}
+    assert canonical_json(value) == '{"a":3,"\U0001f600":2,"\uffff":1}'.encode()
+    assert canonical_json_fast(value) == canonical_json(value)
+
+
+def test_non_finite_has_no_form() -> None:
+    with pytest.raises(CanonicalJSONError):
+        canonical_json(float("nan"))
+
+
+@given(JSON_VALUES)
+def test_fast_path_is_byte_identical(value: object) -> None:
+    assert canonical_json_fast(value) == canonical_json(value)
+
+
+@given(JSON_VALUES)
+def test_canonical_form_is_a_fixed_point(value: object) -> None:
+    """Parsing the canonical form and canonicalising again changes nothing (numbers may
+    come back as int where the double is integral: JSON has one number type)."""
+    text = canonical_json(value)
+    assert canonical_json(json.loads(text)) == text
+    assert json.loads(text, parse_int=float) == json.loads(json.dumps(value), parse_int=float)
+
+
+@given(st.dictionaries(st.text(), st.integers(-10, 10)))
+def test_key_order_does_not_matter(value: dict[str, int]) -> None:
+    reordered = dict(reversed(list(value.items())))
+    assert canonical_json(reordered) == canonical_json(value)

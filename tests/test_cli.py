@@ -1,0 +1,97 @@
+"""The CLI, through typer's runner: commands, summaries, documented exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.schemas import SchemaRegistry
+from tests.conftest import DATA
+
+runner = CliRunner()
+
+
+def test_schemas_list_prints_ids_digests_titles() -> None:
+    result = runner.invoke(app, ["schemas", "list"])
+    assert result.exit_code == 0
+    registry = SchemaRegistry()
+    for schema_id in registry.ids():
+        entry = registry.get(schema_id)
+        assert f"{entry.id}" in result.stdout
+        assert entry.sha256 in result.stdout
+        assert entry.title in result.stdout
+
+
+def test_run_and_verify_the_samples(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["run", "--config", str(DATA / "campaign.toml"), "--out", str(out), "--workers", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "accepted" in result.stdout
+    assert "conservation ok" in result.stdout
+    assert "json.duplicate_key" in result.stdout
+    assert (out / "manifest.json").is_file()
+    verified = runner.invoke(app, ["verify", str(out)])
+    assert verified.exit_code == 0, verified.output
+    assert "verified" in verified.stdout
+
+
+def test_verify_mismatch_exits_1(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    runner.invoke(
+        app,
+        [
+            "run",
+            str(DATA / "math-reasoning-v1.jsonl"),
+            "--kind",
+            "math-reasoning-v1",
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
+    part = next(out.rglob("accepted/*/*.parquet"))
+    part.write_bytes(part.read_bytes()[:-1] + b"X")
+    result = runner.invoke(app, ["verify", str(out)])
+    assert result.exit_code == 1
+    assert "mismatch" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["run", "nope.jsonl", "--out", "{tmp}/o"], 3, "no such file"),
+        (
+            ["run", str(DATA / "math-reasoning-v1.jsonl"), "--kind", "nope", "--out", "{tmp}/o"],
+            3,
+            "unknown record kind",
+        ),
+        (["run", "--out", "{tmp}/o"], 2, "no inputs"),
+        (["run", "--config", "{tmp}/missing.toml", "--out", "{tmp}/o"], 2, "cannot read config"),
+        (
+            ["run", str(DATA / "math-reasoning-v1.jsonl"), "--workers", "0", "--out", "{tmp}/o"],
+            2,
+            "at least 1",
+        ),
+        (["verify", "{tmp}/nothing"], 3, "cannot read"),
+    ],
+)
+def test_errors_have_documented_exit_codes(
+    tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    result = runner.invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert result.exit_code == code, result.output
+    assert message in result.output
+
+
+def test_existing_output_is_exit_4(tmp_path: Path) -> None:
+    (tmp_path / "o").mkdir()
+    result = runner.invoke(
+        app, ["run", str(DATA / "math-reasoning-v1.jsonl"), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 4
+    assert "--force" in result.output

@@ -1,0 +1,63 @@
+"""The campaign config: strict TOML loading, paths, overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import CampaignConfig, ConfigError, load_campaign
+from tests.conftest import DATA
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "campaign.toml"
+    path.write_text(text)
+    return path
+
+
+def test_sample_campaign_loads() -> None:
+    config = load_campaign(DATA / "campaign.toml")
+    assert config.name == "samples"
+    assert {s.kind for s in config.inputs} == {
+        "pairwise-v2", "agent-trace-v1", "grounded-qa-v1", "math-reasoning-v1", "pw-decide-row-1",
+    }  # fmt: skip
+    assert config.resolve(config.inputs[0]) == DATA / "pairwise-v2.jsonl"
+    assert config.source_sha256 is not None
+    assert len(config.source_sha256) == 64
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nmae = 'x'", "nmae: unknown key"),
+        ("[limits]\nmax_depht = 3", "limits.max_depht: unknown key"),
+        ("[limits]\nmax_depth = 'deep'", "limits.max_depth: expected int, got str"),
+        ("[limits]\nmax_depth = true", "limits.max_depth: expected int, got bool"),
+        ("[limits]\nmax_depth = 0", "limits.max_depth: must be at least 1"),
+        ("[[inputs]]\nkind = 'pairwise-v2'", "inputs[0]"),
+        ("[[inputs]]\npath = 'a'\n[[inputs]]\npath = 'a'", "inputs[1].path: 'a' is listed twice"),
+        ("[engine]\nname = 'spark'", "engine.name: unknown engine"),
+        ("[output]\ncompression = 'brotli2'", "output.compression: unknown codec"),
+        ("[schemas.pins]\npairwise-v2 = 3", "schemas.pins.pairwise-v2: expected str"),
+        ("this is not toml", "not valid TOML"),
+    ],
+)
+def test_invalid_configs_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_campaign(_write(tmp_path, text))
+
+
+def test_overrides_are_validated() -> None:
+    config = CampaignConfig().override(**{"engine.workers": 3, "limits.max_depth": 10})
+    assert config.engine.workers == 3
+    assert config.limits.max_depth == 10
+    with pytest.raises(ConfigError, match=r"engine\.wrokers: unknown setting"):
+        CampaignConfig().override(**{"engine.wrokers": 3})
+    with pytest.raises(ConfigError, match="must be at least 1"):
+        CampaignConfig().override(**{"engine.workers": 0})
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_campaign(tmp_path / "absent.toml")

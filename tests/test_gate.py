@@ -1,0 +1,155 @@
+"""The gate: routing, every defect class, and the fast path against the reference path."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from pipeline.config import CampaignConfig, Limits
+from pipeline.gate import Gate
+from pipeline.reader import LineBatch
+from pipeline.reasons import Disposition
+from pipeline.synthetic import DEFECTS, GENERATORS, defect_line, make_record
+
+EXAMPLE = json.loads(
+    (Path(__file__).parent / "fixtures" / "seed000_annotation.json").read_text("utf-8")
+)
+GATE = Gate(CampaignConfig(limits=Limits(max_line_bytes=64 * 1024)))
+
+
+def _codes(line: bytes, declared: str | None = None) -> list[str]:
+    return [r.code for r in GATE.gate_line(line, declared).reasons]
+
+
+def test_seed_example_is_accepted_with_lineage() -> None:
+    line = json.dumps(EXAMPLE).encode()
+    outcome = GATE.gate_line(line)
+    assert outcome.disposition is Disposition.ACCEPTED
+    assert outcome.kind == "pairwise-v2"
+    assert (
+        outcome.content_sha256 == "0cf9c43c7e10c09239a6371f0a689a1acece7d5cecad924ec8686dc4484d26de"
+    )
+    assert len(outcome.raw_sha256) == len(outcome.record_sha256 or "") == 64
+
+
+@pytest.mark.parametrize("defect", sorted(DEFECTS))
+def test_every_defect_class_gets_its_reason(defect: str) -> None:
+    line = defect_line(defect, EXAMPLE)
+    expected = defect.split("/")[0]
+    assert _codes(line)[0] == expected
+
+
+def test_oversized_line_is_rejected_unparsed() -> None:
+    outcome = GATE.gate_line(b"x" * (64 * 1024 + 1))
+    assert [r.code for r in outcome.reasons] == ["line.too_large"]
+
+
+@pytest.mark.parametrize(
+    ("record", "declared", "code"),
+    [
+        ({**EXAMPLE, "schema_version": "pairwise-v3"}, None, "schema.unsupported_version"),
+        ({**EXAMPLE, "schema_version": 2}, None, "schema.unsupported_version"),
+        (
+            {k: v for k, v in EXAMPLE.items() if k != "schema_version"},
+            None,
+            "schema.unsupported_version",
+        ),
+        (
+            {k: v for k, v in EXAMPLE.items() if k != "schema_version"},
+            "pairwise-v2",
+            "schema.required",
+        ),
+        ({**EXAMPLE, "schema_version": "pairwise-v3"}, "pairwise-v2", "schema.unsupported_version"),
+        (EXAMPLE, "agent-trace-v1", "schema.additionalProperties"),
+    ],
+)
+def test_routing(record: dict[str, Any], declared: str | None, code: str) -> None:
+    assert code in _codes(orjson.dumps(record), declared)
+
+
+def test_kind_without_version_field_needs_a_declaration() -> None:
+    record = make_record("math-reasoning-v1", random.Random(0), 1)
+    assert _codes(orjson.dumps(record)) == ["schema.unsupported_version"]
+    assert _codes(orjson.dumps(record), "math-reasoning-v1") == []
+
+
+def test_parse_errors_take_precedence_over_schema_errors() -> None:
+    too_deep = {**EXAMPLE, "rationale": [[[[[[]]]]]], "extra": True}
+    gate = Gate(CampaignConfig(limits=Limits(max_depth=4)))
+    assert [r.code for r in gate.gate_line(orjson.dumps(too_deep)).reasons] == ["json.too_deep"]
+
+
+def test_schema_rejection_lists_every_violation() -> None:
+    bad = {**EXAMPLE, "preference": "C", "ratings": {**EXAMPLE["ratings"], "style": "5"}}
+    assert sorted(_codes(orjson.dumps(bad))) == ["schema.enum", "schema.type"]
+
+
+def _corpus() -> list[tuple[bytes, str | None]]:
+    """Valid rows of every kind, every defect class on every kind, odd shapes."""
+    rng = random.Random(7)
+    lines: list[tuple[bytes, str | None]] = []
+    for kind in sorted(GENERATORS):
+        declared = None if kind in ("pairwise-v2", "pw-decide-row-1") else kind
+        for i in range(40):
+            record = make_record(kind, rng, i)
+            lines.append((orjson.dumps(record), declared))
+            lines.append(
+                (json.dumps(record, indent=None, separators=(", ", ": ")).encode(), declared)
+            )
+        lines += [(defect_line(d, make_record(kind, rng, 999)), declared) for d in sorted(DEFECTS)]
+    with_float = {**EXAMPLE, "ratings": {**EXAMPLE["ratings"], "style": 4.0}}
+    lines += [
+        (orjson.dumps(with_float), None),  # an integral float in an integer field
+        (b'{"schema":"pw-decide-row/1","\\ue000":1}', None),
+        (b"x" * 70_000, None),
+        (b"  ", None),
+    ]
+    return lines
+
+
+def test_fast_path_matches_reference_path() -> None:
+    """Dispositions, reasons and every hash agree line by line (issue 3 acceptance)."""
+    corpus = _corpus()
+    by_declared: dict[str | None, list[bytes]] = {}
+    for line, declared in corpus:
+        by_declared.setdefault(declared, []).append(line)
+    compared = 0
+    for declared, lines in by_declared.items():
+        batch = LineBatch(first_line=1, offsets=list(range(len(lines))), lines=lines)
+        gated = GATE.gate_batch(batch, declared)
+        fast: dict[int, tuple[Any, ...]] = {}
+        for kind_id, table in gated.kinds.items():
+            for row in table.to_pylist():
+                fast[row["_shard_line"]] = (
+                    row["_disposition"], kind_id, [r["code"] for r in row["_reasons"]],
+                    row["_raw_sha256"], row["_record_sha256"], row["_content_sha256"], row["_schema_sha256"],
+                )  # fmt: skip
+        if gated.rejected is not None:
+            for row in gated.rejected.to_pylist():
+                fast[row["_shard_line"]] = (
+                    "rejected", row["_kind"], [r["code"] for r in row["_reasons"]],
+                    row["_raw_sha256"], row["_record_sha256"], None, row["_schema_sha256"],
+                )  # fmt: skip
+        assert sorted(fast) == list(range(1, len(lines) + 1))
+        for n, line in enumerate(lines, 1):
+            ref = GATE.gate_line(line, declared)
+            expected = (
+                ref.disposition.value, ref.kind, [r.code for r in ref.reasons],
+                ref.raw_sha256, ref.record_sha256, ref.content_sha256, ref.schema_sha256,
+            )  # fmt: skip
+            assert fast[n] == expected, (declared, n, line[:80])
+            compared += 1
+    assert compared == len(corpus)
+
+
+def test_corpus_covers_every_defect_class() -> None:
+    seen = set()
+    for line, declared in _corpus():
+        seen |= {r.code for r in GATE.gate_line(line, declared).reasons}
+    gate_codes = {d.split("/")[0] for d in DEFECTS} | {"line.too_large"}
+    assert gate_codes <= seen

@@ -1,0 +1,106 @@
+"""Content fingerprints: the seed 002 reference profile and rowgate's other domains."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.kinds import KINDS
+from pipeline.lineage import PAIRWISE_CONTENT_V1, raw_sha256, record_sha256
+
+EXAMPLE = json.loads(
+    (Path(__file__).parent / "fixtures" / "seed000_annotation.json").read_text("utf-8")
+)
+
+# -- the seed 002 reference function, verbatim --------------------------------------------
+DOMAIN = b"ARCV:pairwise-content:v1\x00"
+
+
+def payload_hash(prompt: str, response_chosen: str, response_rejected: str, patch: str = "") -> str:
+    digest = hashlib.sha256(DOMAIN)
+    for value in (prompt, response_chosen, response_rejected, patch):
+        if not isinstance(value, str):
+            raise TypeError("Content fields must be strings")
+        encoded = value.encode("utf-8", errors="strict")
+        if len(encoded) >= 2**64:
+            raise ValueError("Field exceeds encoding limit")
+        digest.update(len(encoded).to_bytes(8, "big"))
+        digest.update(encoded)
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def ours(*fields: str) -> str:
+    return PAIRWISE_CONTENT_V1.digest(fields)
+
+
+def test_seed_002_assertions() -> None:
+    assert ours("ab", "c", "", "") != ours("a", "bc", "", "")
+    assert ours("task", "better", "worse", "") == payload_hash("task", "better", "worse", "")
+    assert ours("task", "better", "worse", "") != ours("task", "worse", "better", "")
+
+
+@given(st.text(), st.text(), st.text(), st.text())
+def test_profile_equals_the_seed_function(a: str, b: str, c: str, d: str) -> None:
+    assert ours(a, b, c, d) == payload_hash(a, b, c, d)
+
+
+def test_seed_000_example_fingerprint() -> None:
+    expected = payload_hash(
+        EXAMPLE["messages"][0]["content"], EXAMPLE["response_a"], EXAMPLE["response_b"]
+    )
+    assert KINDS["pairwise-v2"].fingerprint(EXAMPLE) == expected
+    assert expected == "0cf9c43c7e10c09239a6371f0a689a1acece7d5cecad924ec8686dc4484d26de"
+
+
+def test_preference_b_swaps_chosen_and_rejected() -> None:
+    flipped = {**EXAMPLE, "preference": "B"}
+    assert KINDS["pairwise-v2"].fingerprint(flipped) == payload_hash(
+        EXAMPLE["messages"][0]["content"], EXAMPLE["response_b"], EXAMPLE["response_a"]
+    )
+
+
+def test_ties_use_their_own_domain_and_ignore_ab_order() -> None:
+    kind = KINDS["pairwise-v2"]
+    tie = {**EXAMPLE, "preference": "tie"}
+    swapped = {**tie, "response_a": EXAMPLE["response_b"], "response_b": EXAMPLE["response_a"]}
+    assert kind.fingerprint(tie) == kind.fingerprint(swapped)
+    assert kind.fingerprint(tie) != kind.fingerprint(EXAMPLE)
+    neither = {**tie, "preference": "neither", "golden_patch": "def unique_values(v): ..."}
+    assert kind.fingerprint(neither) != kind.fingerprint(tie)
+
+
+def test_multi_turn_commits_to_the_whole_context() -> None:
+    kind = KINDS["pairwise-v2"]
+    system = {"role": "system", "content": "be brief"}
+    multi = {**EXAMPLE, "messages": [system, *EXAMPLE["messages"]]}
+    other = {**EXAMPLE, "messages": [{**system, "content": "be verbose"}, *EXAMPLE["messages"]]}
+    assert kind.fingerprint(multi) != kind.fingerprint(EXAMPLE)
+    assert kind.fingerprint(multi) != kind.fingerprint(other)
+
+
+def test_fingerprint_ignores_ratings_and_rationale_but_record_hash_does_not() -> None:
+    kind = KINDS["pairwise-v2"]
+    edited = {
+        **EXAMPLE,
+        "rationale": EXAMPLE["rationale"] + " Also faster.",
+        "ratings": {**EXAMPLE["ratings"], "style": 1},
+    }
+    assert kind.fingerprint(edited) == kind.fingerprint(EXAMPLE)
+    assert record_sha256(edited) != record_sha256(EXAMPLE)
+
+
+def test_hashes_are_different_commitments() -> None:
+    line = json.dumps(EXAMPLE).encode()
+    assert raw_sha256(line) != record_sha256(EXAMPLE)
+    assert (
+        record_sha256(EXAMPLE)
+        == record_sha256(json.loads(line))
+        == record_sha256(EXAMPLE, reference=True)
+    )

@@ -1,0 +1,154 @@
+"""Reading: line splitting, offsets, shards on line boundaries, compression, long lines."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from pathlib import Path
+
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline import reader
+from pipeline.reader import (
+    InputError,
+    InputFile,
+    Shard,
+    detect_compression,
+    fetch_lines,
+    plan_shards,
+    read_batches,
+)
+
+
+def _input(path: Path) -> InputFile:
+    return InputFile(0, str(path), str(path), path.stat().st_size, detect_compression(path))
+
+
+def _lines(
+    shards: list[Shard], max_line: int = 1 << 20, batch: int = 3
+) -> list[tuple[int, int, bytes | tuple[int, str]]]:
+    out = []
+    base = 0
+    for shard in shards:
+        count = 0
+        for b in read_batches(shard, max_line, batch):
+            for i, line in enumerate(b.lines):
+                value = b.oversized.get(i, line)
+                out.append((base + b.first_line + i, b.offsets[i], value))
+                count += 1
+        base += count
+    return out
+
+
+def _expected(data: bytes) -> list[tuple[int, int, bytes]]:
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    out, offset = [], 0
+    for n, part in enumerate(parts, 1):
+        out.append((n, offset, part))
+        offset += len(part) + 1
+    return out
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=30).map(
+        b"\n".join
+    )
+    | st.binary(max_size=300),
+    trailing=st.booleans(),
+    shard_bytes=st.integers(1, 64),
+)
+def test_shards_cover_every_line_exactly_once(
+    tmp_path: Path, data: bytes, trailing: bool, shard_bytes: int
+) -> None:
+    if trailing:
+        data += b"\n"
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(data)
+    shards = plan_shards([_input(path)], shard_bytes)
+    assert [s.start for s in shards] == sorted({s.start for s in shards})
+    assert _lines(shards) == _expected(data)
+
+
+def test_blank_lines_crlf_and_no_trailing_newline(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"a":1}\r\n\n\n{"b":2}')
+    assert _lines(plan_shards([_input(path)], 4096)) == [
+        (1, 0, b'{"a":1}\r'),
+        (2, 9, b""),
+        (3, 10, b""),
+        (4, 11, b'{"b":2}'),
+    ]
+
+
+def test_empty_file_has_no_lines(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    assert plan_shards([_input(path)], 4096) == []
+
+
+@pytest.mark.parametrize("compress", ["gzip", "zstd"])
+def test_compressed_inputs_are_one_shard_with_decompressed_offsets(
+    tmp_path: Path, compress: str
+) -> None:
+    data = b"".join(b'{"n":%d}\n' % i for i in range(1000))
+    path = tmp_path / ("in.jsonl.gz" if compress == "gzip" else "in.jsonl.zst")
+    if compress == "gzip":
+        path.write_bytes(gzip.compress(data))
+    else:
+        # two frames: readers must continue across frame boundaries
+        c = zstandard.ZstdCompressor()
+        path.write_bytes(c.compress(data[:5000]) + c.compress(data[5000:]))
+    source = _input(path)
+    assert source.compression == compress
+    shards = plan_shards([source], 64)
+    assert len(shards) == 1
+    assert _lines(shards, batch=100) == _expected(data)
+    assert fetch_lines(source, [0, 8], 100) == {0: b'{"n":0}', 8: b'{"n":1}'}
+
+
+def test_over_long_lines_are_hashed_not_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 7)  # lines span many reads
+    long_line = b"x" * 50
+    data = b"ok\n" + long_line + b"\nend\n" + long_line
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(data)
+    digest = hashlib.sha256(long_line).hexdigest()
+    assert _lines(plan_shards([_input(path)], 4096), max_line=10) == [
+        (1, 0, b"ok"),
+        (2, 3, (50, digest)),
+        (3, 54, b"end"),
+        (4, 58, (50, digest)),
+    ]
+    assert fetch_lines(_input(path), [3, 54], 10) == {3: None, 54: b"end"}
+
+
+def test_batches_have_exactly_batch_lines(tmp_path: Path) -> None:
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(b"".join(b"%d\n" % i for i in range(10)))
+    sizes = [len(b) for b in read_batches(Shard(0, _input(path)), 100, 4)]
+    assert sizes == [4, 4, 2]
+
+
+def test_compression_is_named_by_suffix_and_checked(tmp_path: Path) -> None:
+    plain = tmp_path / "looks-gzip.jsonl"
+    plain.write_bytes(b"\x1f\x8b not really\n")
+    assert detect_compression(plain) == "none"
+    fake = tmp_path / "fake.jsonl.gz"
+    fake.write_bytes(b"{}\n")
+    with pytest.raises(InputError, match="not gzip-compressed"):
+        detect_compression(fake)
+
+
+def test_truncated_stream_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"a":1}\n' * 1000)[:-20])
+    with pytest.raises(InputError, match="corrupt gzip stream"):
+        list(read_batches(Shard(0, _input(path)), 100, 10))

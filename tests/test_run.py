@@ -1,0 +1,183 @@
+"""End to end: determinism across worker counts, atomic output, conservation, verify."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.manifest import load_manifest
+from pipeline.run import RunError, run
+from pipeline.synthetic import export_lines
+from pipeline.verify import verify_run
+from tests.conftest import DATA
+
+
+def _export(path: Path, kind: str, count: int, seed: int) -> Path:
+    with open(path, "wb") as fh:
+        for line in export_lines(kind, count, seed=seed, defect_rate=0.08, duplicate_rate=0.05):
+            fh.write(line + b"\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> CampaignConfig:
+    root = tmp_path_factory.mktemp("inputs")
+    pairwise = _export(root / "pairwise.jsonl", "pairwise-v2", 600, 1)
+    decide = _export(root / "decide.jsonl", "pw-decide-row-1", 300, 2)
+    return CampaignConfig(inputs=(InputSpec(str(pairwise)), InputSpec(str(decide)))).override(
+        **{"engine.shard_bytes": 64 * 1024}
+    )
+
+
+def _parquet_bytes(out: Path) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
+
+
+def test_worker_counts_give_byte_identical_output(inputs: CampaignConfig, tmp_path: Path) -> None:
+    one = run(inputs.override(**{"engine.workers": 1}), tmp_path / "w1")
+    two = run(inputs.override(**{"engine.workers": 2}), tmp_path / "w2")
+    files = _parquet_bytes(tmp_path / "w1")
+    assert len(files) > 4
+    assert files == _parquet_bytes(tmp_path / "w2")
+    assert one.manifest["outputs"] == two.manifest["outputs"]
+
+
+def test_input_order_does_not_change_output(inputs: CampaignConfig, tmp_path: Path) -> None:
+    reordered = inputs.override(inputs=tuple(reversed(inputs.inputs)))
+    run(inputs.override(**{"engine.workers": 1}), tmp_path / "a")
+    run(reordered.override(**{"engine.workers": 1}), tmp_path / "b")
+    assert _parquet_bytes(tmp_path / "a") == _parquet_bytes(tmp_path / "b")
+
+
+def test_every_line_lands_in_exactly_one_output(inputs: CampaignConfig, tmp_path: Path) -> None:
+    result = run(inputs.override(**{"engine.workers": 2}), tmp_path / "out")
+    manifest = result.manifest
+    assert manifest["conservation"] == {"lines_read": 900, "rows_written": 900, "ok": True}
+    rows = pl.concat(
+        [
+            pl.read_parquet(p, columns=["_source", "_line"])
+            for p in (tmp_path / "out").rglob("*.parquet")
+        ]
+    )
+    for entry in manifest["inputs"]:
+        lines = rows.filter(pl.col("_source") == entry["path"])["_line"].sort().to_list()
+        assert lines == list(range(1, entry["lines"] + 1))
+    assert sum(manifest["counts"]["by_disposition"].values()) == rows.height
+
+
+def test_sample_data_conservation(tmp_path: Path) -> None:
+    config = load_campaign(DATA / "campaign.toml").override(**{"engine.workers": 1})
+    result = run(config, tmp_path / "samples")
+    raw_lines = 0
+    for entry in result.manifest["inputs"]:
+        path = DATA / entry["path"]
+        if path.suffix == ".gz":
+            import gzip
+
+            data = gzip.decompress(path.read_bytes())
+        elif path.suffix == ".zst":
+            import zstandard
+
+            data = zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
+        else:
+            data = path.read_bytes()
+        raw_lines += data.count(b"\n")
+        assert entry["lines"] == data.count(b"\n")
+    assert result.manifest["counts"]["lines"] == raw_lines
+    written = sum(pl.read_parquet(p).height for p in (tmp_path / "samples").rglob("*.parquet"))
+    assert written == raw_lines
+    assert verify_run(tmp_path / "samples").ok
+
+
+def test_verify_passes_then_catches_changed_bytes(inputs: CampaignConfig, tmp_path: Path) -> None:
+    source = tmp_path / "pairwise.jsonl"
+    shutil.copy(inputs.inputs[0].path, source)
+    out = tmp_path / "out"
+    run(CampaignConfig(inputs=(InputSpec(str(source)),)), out)
+    report = verify_run(out)
+    assert report.ok, report.problems
+    assert report.checked["lines"] == 600
+
+    # one output byte
+    part = sorted(out.rglob("accepted/*/*.parquet"))[0]
+    pristine = part.read_bytes()
+    for position in (8, len(pristine) // 2, len(pristine) - 10):
+        flipped = bytearray(pristine)
+        flipped[position] ^= 0x01
+        part.write_bytes(bytes(flipped))
+        assert not verify_run(out).ok, position
+    part.write_bytes(pristine)
+    assert verify_run(out).ok
+
+    # one source byte
+    original = source.read_bytes()
+    changed = bytearray(original)
+    changed[100] = ord("#") if changed[100] != ord("#") else ord("%")
+    source.write_bytes(bytes(changed))
+    report = verify_run(out)
+    assert not report.ok
+    assert any("pairwise.jsonl" in p for p in report.problems)
+    source.write_bytes(original)
+    assert verify_run(out).ok
+
+
+def test_existing_output_needs_force(inputs: CampaignConfig, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(RunError, match="exists"):
+        run(inputs, out)
+    assert (out / "keep.txt").exists()
+    run(inputs.override(**{"engine.workers": 1}), out, force=True)
+    assert not (out / "keep.txt").exists()
+    assert load_manifest(out)["conservation"]["ok"]
+
+
+def test_killed_run_leaves_no_output(tmp_path: Path) -> None:
+    """SIGKILL at several moments: OUT never exists half-written; the next run cleans up."""
+    big = _export(tmp_path / "big.jsonl", "pairwise-v2", 12_000, 3)
+    out = tmp_path / "out"
+    outcomes: list[int] = []
+    for delay in (0.3, 1.0, 2.0):
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pipeline",
+                "run",
+                str(big),
+                "--out",
+                str(out),
+                "--workers",
+                "2",
+                "--quiet",
+            ],
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob(".out.rowgate-tmp-*")) and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        time.sleep(delay)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        outcomes.append(proc.returncode)
+        if proc.returncode == 0:
+            assert verify_run(out).ok  # finished before the kill: then it is complete
+            shutil.rmtree(out)
+        else:
+            assert not out.exists()
+    assert -signal.SIGKILL in outcomes  # at least one kill landed mid-run
+    run(CampaignConfig(inputs=(InputSpec(str(big)),)).override(**{"engine.workers": 1}), out)
+    assert not list(tmp_path.glob(".out.rowgate-tmp-*"))

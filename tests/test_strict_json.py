@@ -1,0 +1,192 @@
+"""Strict JSON parsing: JSONTestSuite conformance, pinned i_ decisions, edge cases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.reasons import RejectLine
+from pipeline.strict_json import StrictParser, check_limits, measure, parse_object, parse_value
+from tests.strategies import JSON_VALUES
+
+# RFC 8259 allows repeated keys (these are y_ files); rowgate's contract rejects them
+# (DESIGN §3.2, seed 000 "Reject duplicate JSON keys before validation"). They must
+# parse grammatically and then fail with exactly json.duplicate_key.
+DUPLICATE_KEY_Y = {"y_object_duplicated_key.json", "y_object_duplicated_key_and_value.json"}
+
+# The implementation-defined cases: rowgate's documented decision for each (strict: reject).
+I_DECISIONS = {
+    "i_number_double_huge_neg_exp.json": "json.number_range",  # underflows to 0
+    "i_number_huge_exp.json": "json.non_finite",
+    "i_number_neg_int_huge_exp.json": "json.non_finite",
+    "i_number_pos_double_huge_exp.json": "json.non_finite",
+    "i_number_real_neg_overflow.json": "json.non_finite",
+    "i_number_real_pos_overflow.json": "json.non_finite",
+    "i_number_real_underflow.json": "json.number_range",
+    "i_number_too_big_neg_int.json": "json.number_range",
+    "i_number_too_big_pos_int.json": "json.number_range",
+    "i_number_very_big_negative_int.json": "json.number_range",
+    "i_object_key_lone_2nd_surrogate.json": "json.invalid_surrogate",
+    "i_string_1st_surrogate_but_2nd_missing.json": "json.invalid_surrogate",
+    "i_string_1st_valid_surrogate_2nd_invalid.json": "json.invalid_surrogate",
+    "i_string_UTF-16LE_with_BOM.json": "json.invalid_utf8",
+    "i_string_UTF-8_invalid_sequence.json": "json.invalid_utf8",
+    "i_string_UTF8_surrogate_U+D800.json": "json.invalid_utf8",
+    "i_string_incomplete_surrogate_and_escape_valid.json": "json.invalid_surrogate",
+    "i_string_incomplete_surrogate_pair.json": "json.invalid_surrogate",
+    "i_string_incomplete_surrogates_escape_valid.json": "json.invalid_surrogate",
+    "i_string_invalid_lonely_surrogate.json": "json.invalid_surrogate",
+    "i_string_invalid_surrogate.json": "json.invalid_surrogate",
+    "i_string_invalid_utf-8.json": "json.invalid_utf8",
+    "i_string_inverted_surrogates_U+1D11E.json": "json.invalid_surrogate",
+    "i_string_iso_latin_1.json": "json.invalid_utf8",
+    "i_string_lone_second_surrogate.json": "json.invalid_surrogate",
+    "i_string_lone_utf8_continuation_byte.json": "json.invalid_utf8",
+    "i_string_not_in_unicode_range.json": "json.invalid_utf8",
+    "i_string_overlong_sequence_2_bytes.json": "json.invalid_utf8",
+    "i_string_overlong_sequence_6_bytes.json": "json.invalid_utf8",
+    "i_string_overlong_sequence_6_bytes_null.json": "json.invalid_utf8",
+    "i_string_truncated-utf-8.json": "json.invalid_utf8",
+    "i_string_utf16BE_no_BOM.json": "json.invalid_utf8",
+    "i_string_utf16LE_no_BOM.json": "json.invalid_utf8",
+    "i_structure_500_nested_arrays.json": "json.too_deep",  # default limit 64
+    "i_structure_UTF-8_BOM_empty_object.json": "json.syntax",
+}
+
+
+def _suite(conformance: Path, prefix: str) -> list[Path]:
+    files = sorted((conformance / "json-parsing").glob(f"{prefix}_*.json"))
+    assert files, "empty JSONTestSuite directory"
+    return files
+
+
+def _code(data: bytes) -> str | None:
+    """The reason code for one suite file (a line is the file without a final newline)."""
+    try:
+        check_limits(parse_value(data), max_depth=64, max_items=10_000)
+    except RejectLine as exc:
+        return exc.reason.code
+    return None
+
+
+def test_every_y_file_parses(conformance: Path) -> None:
+    for path in _suite(conformance, "y"):
+        code = _code(path.read_bytes())
+        if path.name in DUPLICATE_KEY_Y:
+            assert code == "json.duplicate_key", path.name
+        else:
+            assert code is None, (path.name, code)
+
+
+def test_every_n_file_is_rejected(conformance: Path) -> None:
+    for path in _suite(conformance, "n"):
+        assert _code(path.read_bytes()) is not None, path.name
+
+
+def test_every_i_file_has_a_pinned_decision(conformance: Path) -> None:
+    found = {p.name for p in _suite(conformance, "i")}
+    assert found == set(I_DECISIONS), "a new i_ file needs a documented decision"
+    for path in _suite(conformance, "i"):
+        assert _code(path.read_bytes()) == I_DECISIONS[path.name], path.name
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        (b"", "line.blank"),
+        (b"  \t\r", "line.blank"),
+        (b'{"a":1,"a":1}', "json.duplicate_key"),
+        (b'{"a":{"b":[{"c":1,"c":2}]}}', "json.duplicate_key"),
+        (b'{"a":NaN}', "json.non_finite"),
+        (b'{"a":-Infinity}', "json.non_finite"),
+        (b'{"a":1e400}', "json.non_finite"),
+        (b'{"a":-1e400}', "json.non_finite"),
+        (b'{"a":9223372036854775808}', "json.number_range"),
+        (b'{"a":-9223372036854775809}', "json.number_range"),
+        (b'{"a":1e-400}', "json.number_range"),
+        (b'{"a":"\\ud800"}', "json.invalid_surrogate"),
+        (b'{"\\udc00":1}', "json.invalid_surrogate"),
+        (b'{"a":"\xed\xa0\x80"}', "json.invalid_utf8"),  # UTF-8-encoded surrogate
+        (b'{"a":"\xc0\xaf"}', "json.invalid_utf8"),  # overlong
+        (b'\xef\xbb\xbf{"a":1}', "json.syntax"),  # BOM
+        (b'{"a":1} {"b":2}', "json.syntax"),
+        (b'{"a":1,}', "json.syntax"),
+        (b'{"a":1} // c', "json.syntax"),
+        (b'{"a":"x\ty"}', "json.syntax"),  # raw control character in a string
+    ],
+)
+def test_reason_codes(line: bytes, code: str) -> None:
+    with pytest.raises(RejectLine) as caught:
+        parse_value(line)
+    assert caught.value.reason.code == code
+
+
+def test_int64_bounds_are_inclusive() -> None:
+    assert parse_value(b'{"a":9223372036854775807,"b":-9223372036854775808}') == {
+        "a": 2**63 - 1,
+        "b": -(2**63),
+    }
+
+
+def test_zero_literals_are_not_underflow() -> None:
+    assert parse_value(b'{"a":0.0,"b":-0e10,"c":0E-400}') == {"a": 0.0, "b": -0.0, "c": 0.0}
+
+
+def test_escaped_surrogate_pair_is_valid() -> None:
+    assert parse_value(b'{"a":"\\ud83d\\ude00","b":"\\\\ud800"}') == {"a": "😀", "b": "\\ud800"}
+
+
+def test_not_object_and_limits() -> None:
+    with pytest.raises(RejectLine) as caught:
+        parse_object(b"[1,2]", 64, 100)
+    assert caught.value.reason.code == "json.not_object"
+    with pytest.raises(RejectLine) as caught:
+        parse_object(b'{"a":' + b"[" * 5 + b"]" * 5 + b"}", 5, 100)
+    assert caught.value.reason.code == "json.too_deep"
+    assert parse_object(b'{"a":' + b"[" * 4 + b"]" * 4 + b"}", 5, 100)
+    with pytest.raises(RejectLine) as caught:
+        parse_object(b'{"a":[1,2,3,4]}', 64, 3)
+    assert caught.value.reason.code == "json.too_many_items"
+    with pytest.raises(RejectLine) as caught:
+        parse_object(b"[" * 100_000, 64, 100)
+    assert caught.value.reason.code in ("json.too_deep", "json.syntax")
+
+
+def test_measure_convention() -> None:
+    assert measure(1) == (0, 0)
+    assert measure({}) == (1, 0)
+    assert measure({"a": [1, 2, 3]}) == (2, 3)
+    assert measure([[], {"a": {"b": 1}}]) == (3, 2)
+
+
+def test_float_flag_tracks_number_literals() -> None:
+    parser = StrictParser()
+    parser.parse(b'{"a":1,"b":"1.5"}')
+    assert not parser.saw_float
+    parser.parse(b'{"a":1.0}')
+    assert parser.saw_float
+
+
+@given(JSON_VALUES)
+def test_round_trip_of_valid_json(value: object) -> None:
+    """Any value orjson writes (no duplicate keys, finite) parses back to itself."""
+    line = orjson.dumps(value)
+    assert parse_value(line) == json.loads(line)
+
+
+@given(
+    st.dictionaries(st.text(max_size=3), st.integers(-100, 100), min_size=1, max_size=4), st.data()
+)
+def test_duplicate_key_at_any_depth(obj: dict[str, int], data: st.DataObject) -> None:
+    key = data.draw(st.sampled_from(sorted(obj)))
+    body = orjson.dumps(obj)[:-1] + b"," + orjson.dumps(key) + b":0}"
+    depth = data.draw(st.integers(0, 4))
+    line = b'{"w":' * depth + body + b"}" * depth
+    with pytest.raises(RejectLine) as caught:
+        parse_value(line)
+    assert caught.value.reason.code == "json.duplicate_key"
