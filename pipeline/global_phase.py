@@ -1,30 +1,50 @@
 """The global phase: decisions that need the whole run, vectorised in polars (DESIGN §1).
 
-It never re-parses JSON. It reads compact key columns of every shard's staged rows,
-runs the registered :class:`GlobalStage` plug-ins in order (cross-record rules, then
-dedupe, then scoring and policy), and hands the writer one decision table per kind.
-Each stage sees the dispositions left by the stages before it and returns decisions
-only for rows it changes or annotates.
+It never re-parses JSON. It reads compact columns of every shard's staged rows
+(memory-mapped Arrow IPC), runs the registered :class:`GlobalStage` plug-ins in order
+(cross-record rules, then dedupe, then scoring and policy), and hands the writer one
+decision table per kind and shard. Each stage sees the dispositions and reason codes
+left by the stages before it, and returns rows only for what it changes or annotates.
+
+A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with any of:
+
+* ``_disposition``: the row's new disposition (a :class:`Disposition` value);
+* ``_reasons_add``: reasons to append, a list of ``{code, path, detail}`` structs;
+* the extra output columns the stage declared in :meth:`GlobalStage.output_columns`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import polars as pl
 import pyarrow as pa
 
 from pipeline.config import CampaignConfig
 from pipeline.reader import Shard
-from pipeline.reasons import REASONS_TYPE
+from pipeline.reasons import REASONS_TYPE, Disposition
 from pipeline.staging import ShardSummary, staged_path
+from pipeline.writer import OutputColumn
 
-__all__ = ["GLOBAL_STAGES", "GlobalContext", "GlobalStage", "register_stage", "run_global"]
+__all__ = [
+    "GLOBAL_STAGES",
+    "GlobalContext",
+    "GlobalResult",
+    "GlobalStage",
+    "OutputColumn",
+    "register_stage",
+    "run_global",
+]
 
-DECISION_KEYS: Final = ("_shard", "_shard_line")
+KEYS: Final = ("_shard", "_shard_line")
+#: Columns every stage finds in the frame it is given.
+STATE_COLUMNS: Final = (
+    "_shard", "_shard_line", "_input", "_source", "_line", "_offset",
+    "_record_sha256", "_content_sha256", "_disposition", "_reason_codes",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -38,15 +58,23 @@ class GlobalContext:
     def kinds(self) -> list[str]:
         return sorted({k for s in self.summaries for k in s.kinds})
 
-    def scan(self, kind: str, columns: Sequence[str]) -> pl.DataFrame:
-        """Columns of every staged row of ``kind``, in the stable order key, with
-        ``_shard``, ``_shard_line``, ``_input``, ``_line``, ``_source`` and ``_disposition``."""
+    def scan(self, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame:
+        """Staged columns of every row of ``kind`` in the stable order key, with the
+        state columns (``_shard``, ``_line``, ``_source``, ``_disposition``, ...)."""
         frames = []
+        staged = [
+            "_shard_line",
+            "_offset",
+            "_record_sha256",
+            "_content_sha256",
+            "_disposition",
+            "_reasons",
+        ]
         for summary in self.summaries:
             if kind not in summary.kinds:
                 continue
             shard = self.shards[summary.shard]
-            wanted = list(dict.fromkeys(["_shard_line", "_disposition", *columns]))
+            wanted = list(dict.fromkeys([*staged, *columns]))
             frame = pl.scan_ipc(staged_path(self.root, summary.shard, kind)).select(wanted)
             frames.append(
                 frame.with_columns(
@@ -54,111 +82,176 @@ class GlobalContext:
                     _input=pl.lit(shard.input.index, pl.Int32),
                     _source=pl.lit(shard.input.path),
                     _line=pl.col("_shard_line") + self.line_bases[summary.shard],
-                )
+                    _reason_codes=pl.col("_reasons").list.eval(pl.element().struct.field("code")),
+                ).drop("_reasons")
             )
         if not frames:
             return pl.DataFrame()
-        return pl.concat(frames).collect()
+        head = list(STATE_COLUMNS)
+        return pl.concat(frames).collect().select([*head, *(c for c in columns if c not in head)])
 
 
 class GlobalStage(Protocol):
-    """A whole-run decision step. ``decide`` returns rows keyed by ``_shard`` and
-    ``_shard_line`` with any of: ``_disposition`` (new), ``_reasons_add`` (list of
-    reason structs), and extra ``_``-prefixed columns for the output."""
+    """A whole-run decision step, registered with :func:`register_stage`.
+
+    Stages run in ascending ``order`` (rules 100, dedupe 200, scoring 300, policy 400).
+    """
 
     name: str
+    order: int
 
-    def decide(
-        self, ctx: GlobalContext, kind: str, current: pl.DataFrame
-    ) -> pl.DataFrame | None: ...
+    def enabled(self, config: CampaignConfig) -> bool:
+        """Whether the campaign asks for this stage."""
+        ...
 
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        """The extra columns this stage writes for ``kind`` (may be empty)."""
+        ...
 
-GLOBAL_STAGES: list[GlobalStage] = []
-
-
-def register_stage(stage: GlobalStage) -> GlobalStage:
-    GLOBAL_STAGES.append(stage)
-    return stage
-
-
-def _empty_decisions() -> pl.DataFrame:
-    return pl.DataFrame(
-        schema={"_shard": pl.Int32, "_shard_line": pl.Int64, "_disposition": pl.String}
-    )
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        """Decisions for ``rows`` (the kind's current state, see :data:`STATE_COLUMNS`)."""
+        ...
 
 
-def run_global(
-    ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None
-) -> dict[str, dict[int, pa.Table]]:
-    """Run the stages; return decisions per kind, split per shard for the writer."""
-    stages = GLOBAL_STAGES if stages is None else stages
-    result: dict[str, dict[int, pa.Table]] = {}
+GLOBAL_STAGES: list[Callable[[], GlobalStage]] = []
+
+
+def register_stage(factory: Callable[[], GlobalStage]) -> Callable[[], GlobalStage]:
+    """Register a stage factory; stages run in registration order."""
+    GLOBAL_STAGES.append(factory)
+    return factory
+
+
+@dataclass
+class GlobalResult:
+    """What the writer needs: decisions per kind and shard, and the declared columns."""
+
+    decisions: dict[str, dict[int, pa.Table]] = field(default_factory=dict)
+    columns: dict[str, list[OutputColumn]] = field(default_factory=dict)
+    #: stage name -> seconds
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) -> GlobalResult:
+    """Run the enabled stages over every kind, in order."""
+    import time
+
+    if stages is None:
+        import pipeline.stages  # noqa: F401 - discovers and registers the stage plug-ins
+
+        stages = sorted((factory() for factory in GLOBAL_STAGES), key=lambda s: s.order)
+    stages = [s for s in stages if s.enabled(ctx.config)]
+    result = GlobalResult()
     for kind in ctx.kinds():
+        columns = [c for stage in stages for c in stage.output_columns(ctx, kind)]
+        names = [c.name for c in columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{kind}: two stages declare the same output column")
+        result.columns[kind] = columns
         if not stages:
             continue
-        current = ctx.scan(kind, [])
-        decisions = _empty_decisions()
+        current = ctx.scan(kind)
+        decided_frames = []
         for stage in stages:
+            started = time.perf_counter()
             decided = stage.decide(ctx, kind, current)
+            result.timings[stage.name] = (
+                result.timings.get(stage.name, 0.0) + time.perf_counter() - started
+            )
             if decided is None or decided.height == 0:
                 continue
-            decisions = _overlay(decisions, decided)
-            current = _apply(current, decided)
-        if decisions.height:
-            result[kind] = _split_by_shard(decisions)
+            decided_frames.append(decided)
+            current = _advance(current, decided)
+        if decided_frames:
+            result.decisions[kind] = _by_shard(_merge(decided_frames), columns)
+    _check_rejected_columns(result.columns)
     return result
 
 
-def _overlay(decisions: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
-    merged = pl.concat([decisions, new], how="diagonal_relaxed")
-    aggregations: list[Any] = [pl.col("_disposition").drop_nulls().last()]
+def _advance(current: pl.DataFrame, decided: pl.DataFrame) -> pl.DataFrame:
+    """Apply one stage's dispositions and reasons to the running state."""
+    update = decided.select(
+        *KEYS,
+        (
+            pl.col("_disposition") if "_disposition" in decided.columns else pl.lit(None, pl.String)
+        ).alias("_new"),
+        (
+            pl.col("_reasons_add").list.eval(pl.element().struct.field("code"))
+            if "_reasons_add" in decided.columns
+            else pl.lit(None, pl.List(pl.String))
+        ).alias("_new_codes"),
+    )
+    return (
+        current.join(update, on=list(KEYS), how="left", maintain_order="left")
+        .with_columns(
+            _disposition=pl.coalesce("_new", "_disposition"),
+            _reason_codes=pl.when(pl.col("_new_codes").is_null())
+            .then(pl.col("_reason_codes"))
+            .otherwise(pl.concat_list("_reason_codes", "_new_codes")),
+        )
+        .drop("_new", "_new_codes")
+    )
+
+
+def _merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """One row per key: the last disposition set, all reasons in stage order, columns."""
+    tagged = [f.with_columns(_stage=pl.lit(i, pl.Int32)) for i, f in enumerate(frames)]
+    merged = pl.concat(tagged, how="diagonal_relaxed").sort([*KEYS, "_stage"])
+    extras = [
+        c for c in merged.columns if c not in (*KEYS, "_stage", "_disposition", "_reasons_add")
+    ]
+    aggregations = [
+        pl.col("_disposition").drop_nulls().last()
+        if "_disposition" in merged.columns
+        else pl.lit(None, pl.String).alias("_disposition"),
+        *(pl.col(c).drop_nulls().first() for c in extras),
+    ]
     if "_reasons_add" in merged.columns:
         aggregations.append(
             pl.col("_reasons_add").drop_nulls().explode().drop_nulls().alias("_reasons_add")
         )
-    extras = [
-        c for c in merged.columns if c not in (*DECISION_KEYS, "_disposition", "_reasons_add")
+    return merged.group_by(list(KEYS), maintain_order=True).agg(aggregations)
+
+
+def _by_shard(decisions: pl.DataFrame, columns: list[OutputColumn]) -> dict[int, pa.Table]:
+    """Split decisions per shard as Arrow tables with exact types for the writer."""
+    fields = [
+        pa.field("_shard_line", pa.int64()),
+        pa.field("_disposition", pa.string()),
+        pa.field("_reasons_add", REASONS_TYPE),
+        *(pa.field(c.name, c.type) for c in columns),
     ]
-    aggregations += [pl.col(c).drop_nulls().first() for c in extras]
-    return merged.group_by(list(DECISION_KEYS), maintain_order=True).agg(aggregations)
-
-
-def _apply(current: pl.DataFrame, decided: pl.DataFrame) -> pl.DataFrame:
-    if "_disposition" not in decided.columns:
-        return current
-    updates = decided.select([*DECISION_KEYS, pl.col("_disposition").alias("_new")]).drop_nulls(
-        "_new"
-    )
-    return (
-        current.join(updates, on=list(DECISION_KEYS), how="left", maintain_order="left")
-        .with_columns(pl.coalesce("_new", "_disposition").alias("_disposition"))
-        .drop("_new")
-    )
-
-
-def _split_by_shard(decisions: pl.DataFrame) -> dict[int, pa.Table]:
-    if "_reasons_add" not in decisions.columns:
-        decisions = decisions.with_columns(pl.lit(None).alias("_reasons_add"))
     out: dict[int, pa.Table] = {}
-    for (shard,), part in (
-        decisions.sort(list(DECISION_KEYS)).partition_by("_shard", as_dict=True).items()
-    ):
-        table = part.drop("_shard").to_arrow()
-        table = table.set_column(
-            table.schema.get_field_index("_shard_line"),
-            "_shard_line",
-            table["_shard_line"].cast(pa.int64()),
-        )
-        table = table.set_column(
-            table.schema.get_field_index("_disposition"),
-            "_disposition",
-            table["_disposition"].cast(pa.string()),
-        )
-        reasons = table["_reasons_add"]
-        table = table.set_column(
-            table.schema.get_field_index("_reasons_add"),
-            "_reasons_add",
-            pa.array(reasons.to_pylist(), REASONS_TYPE),
-        )
-        out[int(shard)] = table
+    for (shard,), part in decisions.sort(list(KEYS)).partition_by("_shard", as_dict=True).items():
+        arrow = part.to_arrow()
+        arrays = []
+        for f in fields:
+            if f.name not in arrow.column_names:
+                arrays.append(pa.nulls(part.height, f.type))
+            elif f.name == "_reasons_add":
+                # empty lists and nulls both mean "nothing added"
+                arrays.append(pa.array([r or [] for r in arrow[f.name].to_pylist()], f.type))
+            else:
+                arrays.append(arrow[f.name].cast(f.type))
+        out[int(shard)] = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
     return out
+
+
+def _check_rejected_columns(columns: dict[str, list[OutputColumn]]) -> None:
+    seen: dict[str, pa.DataType] = {}
+    for kind_columns in columns.values():
+        for c in kind_columns:
+            if Disposition.REJECTED in c.dispositions:
+                if c.name in seen and seen[c.name] != c.type:
+                    raise ValueError(f"column {c.name!r} on rejected/ has different types per kind")
+                seen[c.name] = c.type
+
+
+def rejected_columns(columns: dict[str, list[OutputColumn]]) -> list[OutputColumn]:
+    """The extra columns of ``rejected/``: those any kind declares for it, by name."""
+    found: dict[str, OutputColumn] = {}
+    for kind in sorted(columns):
+        for c in columns[kind]:
+            if Disposition.REJECTED in c.dispositions:
+                found.setdefault(c.name, c)
+    return [found[name] for name in sorted(found)]

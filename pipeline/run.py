@@ -23,7 +23,7 @@ from typing import Any, Final
 from pipeline.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.engines import LocalEngine
 from pipeline.gate import Gate
-from pipeline.global_phase import GlobalContext, run_global
+from pipeline.global_phase import GlobalContext, rejected_columns, run_global
 from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
 from pipeline.reader import InputError, InputFile, Shard, detect_compression, plan_shards
@@ -216,8 +216,10 @@ def run(
         line_bases = _line_bases(shards, summaries)
         observer.on_phase("global")
         t0 = time.perf_counter()
-        decisions = run_global(GlobalContext(config, tmp, shards, summaries, line_bases))
+        outcome = run_global(GlobalContext(config, tmp, shards, summaries, line_bases))
         timings["global_s"] = time.perf_counter() - t0
+        timings.update({f"global.{name}_s": s for name, s in outcome.timings.items()})
+        extra_rejected = rejected_columns(outcome.columns)
 
         observer.on_phase("write")
         t0 = time.perf_counter()
@@ -227,7 +229,9 @@ def run(
                 line_base=line_bases[s.shard],
                 root=tmp,
                 kinds=tuple(s.kinds),
-                decisions={k: d[s.shard] for k, d in decisions.items() if s.shard in d},
+                decisions={k: d[s.shard] for k, d in outcome.decisions.items() if s.shard in d},
+                columns=outcome.columns,
+                rejected_columns=extra_rejected,
             )
             for s in summaries
         ]

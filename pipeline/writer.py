@@ -32,7 +32,14 @@ from pipeline.reader import Shard, fetch_lines
 from pipeline.reasons import REASONS_TYPE, Disposition
 from pipeline.staging import REJECTED_STEM, read_staged
 
-__all__ = ["DISPOSITION_DIRS", "WriteSummary", "WriteTask", "WrittenFile", "write_step"]
+__all__ = [
+    "DISPOSITION_DIRS",
+    "OutputColumn",
+    "WriteSummary",
+    "WriteTask",
+    "WrittenFile",
+    "write_step",
+]
 
 DISPOSITION_DIRS: Final = {
     Disposition.ACCEPTED: "accepted",
@@ -41,6 +48,23 @@ DISPOSITION_DIRS: Final = {
     Disposition.REJECTED: "rejected",
 }
 _INTERNAL: Final = ("_shard_line", "_disposition")
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """An extra output column a stage adds, and the dispositions whose files carry it.
+
+    Columns on ``rejected`` must have the same name and type for every kind: the
+    ``rejected/`` files are shared by all kinds.
+    """
+
+    name: str
+    type: pa.DataType
+    dispositions: frozenset[Disposition]
+
+    def __post_init__(self) -> None:
+        if not self.name.startswith("_"):
+            raise ValueError(f"output column {self.name!r} must start with '_'")
 
 
 @dataclass(frozen=True)
@@ -69,16 +93,26 @@ class WriteTask:
     line_base: int
     root: Path
     kinds: tuple[str, ...]
+    #: the global phase's decisions for this shard, per kind
     decisions: dict[str, pa.Table]
+    #: extra output columns declared by the global stages, per kind
+    columns: dict[str, list[OutputColumn]]
+    #: extra columns of rejected/ (the same for every kind)
+    rejected_columns: list[OutputColumn]
 
 
 def _constant(value: str | None, n: int) -> pa.Array:
     return pa.repeat(pa.scalar(value, pa.string()), n)
 
 
-def _apply_decisions(table: pa.Table, decisions: pa.Table | None) -> pa.Table:
-    """Overlay the global phase's decisions (keyed by ``_shard_line``) on staged rows."""
+def _apply_decisions(
+    table: pa.Table, decisions: pa.Table | None, columns: list[OutputColumn]
+) -> pa.Table:
+    """Overlay the global phase's decisions (keyed by ``_shard_line``) on staged rows and
+    append every declared extra column (null where a row has no decision)."""
     if decisions is None or decisions.num_rows == 0:
+        for c in columns:
+            table = table.append_column(pa.field(c.name, c.type), pa.nulls(table.num_rows, c.type))
         return table
     index = pc.index_in(table["_shard_line"], value_set=decisions["_shard_line"])
     disposition = pc.coalesce(decisions["_disposition"].take(index), table["_disposition"])
@@ -92,9 +126,8 @@ def _apply_decisions(table: pa.Table, decisions: pa.Table | None) -> pa.Table:
         ]
         position = table.schema.get_field_index("_reasons")
         table = table.set_column(position, "_reasons", pa.array(merged, REASONS_TYPE))
-    for name in decisions.column_names:
-        if name not in ("_shard_line", "_disposition", "_reasons_add"):
-            table = table.append_column(name, decisions[name].take(index))
+    for c in columns:
+        table = table.append_column(pa.field(c.name, c.type), decisions[c.name].take(index))
     return table
 
 
@@ -121,13 +154,18 @@ def _with_lineage(table: pa.Table, task: WriteTask, kind: str | None) -> pa.Tabl
     return ordered.cast(schema)
 
 
+def _rejected_layout(task: WriteTask) -> pa.Schema:
+    return pa.schema([*REJECTED_FIELDS, *(pa.field(c.name, c.type) for c in task.rejected_columns)])
+
+
 def _to_rejected(table: pa.Table, task: WriteTask, max_line_bytes: int) -> pa.Table:
     """Rows the global phase rejected, in the ``rejected/`` layout, raw bytes re-read."""
     offsets = table["_offset"].to_pylist()
     raw = fetch_lines(task.shard.input, offsets, max_line_bytes)
-    columns = {f.name: table[f.name] for f in REJECTED_FIELDS if f.name in table.column_names}
+    layout = _rejected_layout(task)
+    columns = {name: table[name] for name in layout.names if name in table.column_names}
     columns["_raw"] = pa.array([raw[o] for o in offsets], pa.binary())
-    return pa.table([columns[f.name] for f in REJECTED_FIELDS], schema=pa.schema(REJECTED_FIELDS))
+    return pa.table([columns[f.name] for f in layout], schema=layout)
 
 
 def _write(
@@ -168,25 +206,25 @@ def _value_counts(values: pa.ChunkedArray | pa.Array) -> tuple[list[str], list[i
 def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) -> WriteSummary:
     summary = WriteSummary(task.shard.index)
     part = f"part-{task.shard.index:05d}.parquet"
-    rejected_parts = [read_staged(task.root, task.shard.index, REJECTED_STEM)]
-    for kind in task.kinds:
-        staged = _apply_decisions(
-            read_staged(task.root, task.shard.index, kind), task.decisions.get(kind)
+    gate_rejected = read_staged(task.root, task.shard.index, REJECTED_STEM)
+    for c in task.rejected_columns:
+        gate_rejected = gate_rejected.append_column(
+            pa.field(c.name, c.type), pa.nulls(gate_rejected.num_rows, c.type)
         )
+    rejected_parts = [gate_rejected]
+    for kind in task.kinds:
+        columns = task.columns.get(kind, [])
+        staged = read_staged(task.root, task.shard.index, kind)
+        staged = _apply_decisions(staged, task.decisions.get(kind), columns)
         disposition = staged["_disposition"]
         for outcome in (Disposition.ACCEPTED, Disposition.QUARANTINED, Disposition.DUPLICATE):
             rows = staged.filter(pc.equal(disposition, outcome.value))
-            if rows.num_rows:
-                table = _with_lineage(rows, task, kind).drop_columns(list(_INTERNAL))
-                _write(
-                    table,
-                    task.root,
-                    f"{DISPOSITION_DIRS[outcome]}/{kind}/{part}",
-                    outcome.value,
-                    kind,
-                    config,
-                    summary,
-                )
+            if not rows.num_rows:
+                continue
+            unused = [c.name for c in columns if outcome not in c.dispositions]
+            table = _with_lineage(rows, task, kind).drop_columns([*_INTERNAL, *unused])
+            relative = f"{DISPOSITION_DIRS[outcome]}/{kind}/{part}"
+            _write(table, task.root, relative, outcome.value, kind, config, summary)
         late = staged.filter(pc.equal(disposition, Disposition.REJECTED.value))
         if late.num_rows:
             late = late.append_column("_kind", _constant(kind, late.num_rows))
@@ -194,9 +232,8 @@ def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) ->
     rejected = pa.concat_tables(rejected_parts).sort_by("_shard_line")
     if rejected.num_rows:
         table = _with_lineage(rejected, task, None).drop_columns(["_shard_line"])
-        _write(
-            table, task.root, f"rejected/{part}", Disposition.REJECTED.value, None, config, summary
-        )
+        relative = f"rejected/{part}"
+        _write(table, task.root, relative, Disposition.REJECTED.value, None, config, summary)
     progress(0, sum(summary.rows.values()))
     return summary
 

@@ -1,0 +1,128 @@
+"""The global phase: stages see the whole run, decisions reach the right output files."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import global_phase
+from pipeline.config import CampaignConfig, InputSpec
+from pipeline.global_phase import GlobalContext
+from pipeline.reasons import Disposition
+from pipeline.run import run
+from pipeline.synthetic import export_lines
+from pipeline.writer import OutputColumn
+
+
+class FlagEveryThird:
+    """Quarantines every third accepted pairwise row (by order key), marks the rest."""
+
+    name = "flag"
+    order = 1
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return [
+            OutputColumn(
+                "_mark", pa.int64(), frozenset({Disposition.ACCEPTED, Disposition.QUARANTINED})
+            )
+        ]
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        assert rows["_line"].is_sorted() or rows["_input"].n_unique() > 1
+        accepted = rows.filter(pl.col("_disposition") == "accepted").with_row_index("n")
+        return accepted.select(
+            "_shard",
+            "_shard_line",
+            _mark=pl.col("_line"),
+            _disposition=pl.when(pl.col("n") % 3 == 0).then(pl.lit("quarantined")),
+            _reasons_add=pl.when(pl.col("n") % 3 == 0).then(
+                pl.concat_list(
+                    pl.struct(
+                        code=pl.lit("test.third"), path=pl.lit(""), detail=pl.lit("every third")
+                    )
+                )
+            ),
+        )
+
+
+class RejectFirst:
+    """Rejects the first still-accepted row: it must reach rejected/ with its raw bytes."""
+
+    name = "reject"
+    order = 2
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return [OutputColumn("_why", pa.string(), frozenset({Disposition.REJECTED}))]
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        first = rows.filter(pl.col("_disposition") == "accepted").head(1)
+        return first.select(
+            "_shard",
+            "_shard_line",
+            _disposition=pl.lit("rejected"),
+            _why=pl.lit("first"),
+            _reasons_add=pl.concat_list(
+                pl.struct(code=pl.lit("test.first"), path=pl.lit(""), detail=pl.lit(""))
+            ),
+        )
+
+
+@pytest.fixture
+def stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [FlagEveryThird, RejectFirst])
+
+
+def test_decisions_reach_outputs(stages: None, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(
+        b"".join(
+            line + b"\n" for line in export_lines("pairwise-v2", 300, seed=5, defect_rate=0.05)
+        )
+    )
+    config = CampaignConfig(inputs=(InputSpec(str(source)),)).override(
+        **{"engine.shard_bytes": 32 * 1024}
+    )
+    results = {}
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        results[workers] = run(config.override(**{"engine.workers": workers}), out)
+    files = {
+        p.relative_to(tmp_path / "out1").as_posix(): p.read_bytes()
+        for p in (tmp_path / "out1").rglob("*.parquet")
+    }
+    assert files == {
+        p.relative_to(tmp_path / "out2").as_posix(): p.read_bytes()
+        for p in (tmp_path / "out2").rglob("*.parquet")
+    }
+
+    out = tmp_path / "out1"
+    accepted = pl.read_parquet(out / "accepted" / "pairwise-v2")
+    quarantined = pl.read_parquet(out / "quarantined" / "pairwise-v2")
+    rejected = pl.read_parquet(out / "rejected")
+    assert accepted["_mark"].to_list() == accepted["_line"].to_list()
+    assert "_why" not in accepted.columns
+    assert quarantined.height > 0
+    assert all(r[-1]["code"] == "test.third" for r in quarantined["_reasons"].to_list())
+    late = rejected.filter(pl.col("_why") == "first")
+    assert late.height == 1
+    assert late["_reasons"].to_list()[0][-1]["code"] == "test.first"
+    raw = late["_raw"][0]
+    lines = source.read_bytes().split(b"\n")
+    assert raw == lines[late["_line"][0] - 1]
+    assert (
+        pq.read_schema(next((out / "rejected").glob("*.parquet"))).field("_why").type == pa.string()
+    )
+    counts = results[1].manifest["counts"]
+    assert counts["by_reason"]["quarantined"]["test.third"] == quarantined.height
+    assert sum(counts["by_disposition"].values()) == 300
