@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import polars as pl
 import pyarrow as pa
@@ -27,7 +27,7 @@ from pipeline.config import CampaignConfig
 from pipeline.reader import Shard
 from pipeline.reasons import REASONS_TYPE, Disposition
 from pipeline.staging import ShardSummary, staged_path
-from pipeline.writer import OutputColumn
+from pipeline.writer import OutputColumn, WrittenFile, write_table
 
 __all__ = [
     "GLOBAL_STAGES",
@@ -54,6 +54,19 @@ class GlobalContext:
     shards: Sequence[Shard]
     summaries: Sequence[ShardSummary]
     line_bases: Sequence[int]
+    #: whole-run tables stages wrote (e.g. a duplicate-cluster table), for the manifest
+    artifacts: list[WrittenFile] = field(default_factory=list)
+    #: facts stages record for the manifest (e.g. rubric digests), by stage name
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def write_artifact(
+        self, relative: str, table: pa.Table, kind: str | None = None
+    ) -> WrittenFile:
+        """Write a whole-run Parquet table under the output directory (deterministically)
+        and list it in the manifest, e.g. ``write_artifact("dedupe/clusters.parquet", t)``."""
+        written = write_table(table, self.root, relative, "artifact", kind, self.config)
+        self.artifacts.append(written)
+        return written
 
     def kinds(self) -> list[str]:
         return sorted({k for s in self.summaries for k in s.kinds})

@@ -216,7 +216,8 @@ def run(
         line_bases = _line_bases(shards, summaries)
         observer.on_phase("global")
         t0 = time.perf_counter()
-        outcome = run_global(GlobalContext(config, tmp, shards, summaries, line_bases))
+        global_ctx = GlobalContext(config, tmp, shards, summaries, line_bases)
+        outcome = run_global(global_ctx)
         timings["global_s"] = time.perf_counter() - t0
         timings.update({f"global.{name}_s": s for name, s in outcome.timings.items()})
         extra_rejected = rejected_columns(outcome.columns)

@@ -64,11 +64,11 @@ def _sha256_file(path: Path) -> str:
 
 def _check_files(out: Path, manifest: dict[str, Any], report: VerifyReport) -> list[dict[str, Any]]:
     good = []
-    listed = {entry["path"] for entry in manifest["outputs"]}
+    listed = {entry["path"] for entry in [*manifest["outputs"], *manifest.get("artifacts", [])]}
     for stray in sorted(p.relative_to(out).as_posix() for p in out.rglob("*.parquet")):
         if stray not in listed:
             report.problem(f"{stray}: Parquet file not listed in the manifest")
-    for entry in manifest["outputs"]:
+    for entry in [*manifest["outputs"], *manifest.get("artifacts", [])]:
         path = out / entry["path"]
         report.checked["output files"] += 1
         if not path.is_file():
@@ -81,7 +81,8 @@ def _check_files(out: Path, manifest: dict[str, Any], report: VerifyReport) -> l
         if rows != entry["rows"]:
             report.problem(f"{entry['path']}: {rows} rows, manifest says {entry['rows']}")
             continue
-        good.append(entry)
+        if entry in manifest["outputs"]:
+            good.append(entry)
     return good
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "WriteTask",
     "WrittenFile",
     "write_step",
+    "write_table",
 ]
 
 DISPOSITION_DIRS: Final = {
@@ -168,15 +169,15 @@ def _to_rejected(table: pa.Table, task: WriteTask, max_line_bytes: int) -> pa.Ta
     return pa.table([columns[f.name] for f in layout], schema=layout)
 
 
-def _write(
+def write_table(
     table: pa.Table,
     out: Path,
     relative: str,
     disposition: str,
     kind: str | None,
     config: CampaignConfig,
-    summary: WriteSummary,
-) -> None:
+) -> WrittenFile:
+    """Write one Parquet file with the campaign's settings; return its manifest entry."""
     path = out / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     settings = config.output
@@ -187,11 +188,21 @@ def _write(
         compression_level=settings.compression_level,
     )
     data = path.read_bytes()
-    summary.files.append(
-        WrittenFile(
-            relative, disposition, kind, table.num_rows, len(data), hashlib.sha256(data).hexdigest()
-        )
+    return WrittenFile(
+        relative, disposition, kind, table.num_rows, len(data), hashlib.sha256(data).hexdigest()
     )
+
+
+def _write(
+    table: pa.Table,
+    out: Path,
+    relative: str,
+    disposition: str,
+    kind: str | None,
+    config: CampaignConfig,
+    summary: WriteSummary,
+) -> None:
+    summary.files.append(write_table(table, out, relative, disposition, kind, config))
     summary.rows[disposition] += table.num_rows
     codes = pc.struct_field(pc.list_flatten(table["_reasons"]), "code")
     for code, count in zip(*_value_counts(codes), strict=True):

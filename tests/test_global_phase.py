@@ -16,6 +16,7 @@ from pipeline.global_phase import GlobalContext
 from pipeline.reasons import Disposition
 from pipeline.run import run
 from pipeline.synthetic import export_lines
+from pipeline.verify import verify_run
 from pipeline.writer import OutputColumn
 
 
@@ -38,6 +39,8 @@ class FlagEveryThird:
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         assert rows["_line"].is_sorted() or rows["_input"].n_unique() > 1
         accepted = rows.filter(pl.col("_disposition") == "accepted").with_row_index("n")
+        ctx.write_artifact(f"flag/{kind}.parquet", accepted.select("_source", "_line").to_arrow(), kind)
+        ctx.notes["flag"] = {"rows": accepted.height}
         return accepted.select(
             "_shard",
             "_shard_line",
@@ -123,6 +126,11 @@ def test_decisions_reach_outputs(stages: None, tmp_path: Path) -> None:
     assert (
         pq.read_schema(next((out / "rejected").glob("*.parquet"))).field("_why").type == pa.string()
     )
+    manifest = results[1].manifest
+    assert [a["path"] for a in manifest["artifacts"]] == ["flag/pairwise-v2.parquet"]
+    assert manifest["global"]["flag"]["rows"] == pl.read_parquet(out / "flag" / "pairwise-v2.parquet").height
+    report = verify_run(out)
+    assert report.ok, report.problems
     counts = results[1].manifest["counts"]
     assert counts["by_reason"]["quarantined"]["test.third"] == quarantined.height
     assert sum(counts["by_disposition"].values()) == 300
