@@ -248,6 +248,10 @@ def run(
         manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
         if not manifest["conservation"]["ok"]:
             raise RunError("conservation check failed: lines read and rows written differ")
+        manifest["artifacts"] = sorted(
+            (vars(f) for f in global_ctx.artifacts), key=lambda f: f["path"]
+        )
+        manifest["global"] = global_ctx.notes
         write_manifest(tmp, manifest)
         _publish(tmp, out, force)
     except BaseException:

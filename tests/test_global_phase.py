@@ -39,7 +39,9 @@ class FlagEveryThird:
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         assert rows["_line"].is_sorted() or rows["_input"].n_unique() > 1
         accepted = rows.filter(pl.col("_disposition") == "accepted").with_row_index("n")
-        ctx.write_artifact(f"flag/{kind}.parquet", accepted.select("_source", "_line").to_arrow(), kind)
+        ctx.write_artifact(
+            f"flag/{kind}.parquet", accepted.select("_source", "_line").to_arrow(), kind
+        )
         ctx.notes["flag"] = {"rows": accepted.height}
         return accepted.select(
             "_shard",
@@ -128,7 +130,10 @@ def test_decisions_reach_outputs(stages: None, tmp_path: Path) -> None:
     )
     manifest = results[1].manifest
     assert [a["path"] for a in manifest["artifacts"]] == ["flag/pairwise-v2.parquet"]
-    assert manifest["global"]["flag"]["rows"] == pl.read_parquet(out / "flag" / "pairwise-v2.parquet").height
+    assert (
+        manifest["global"]["flag"]["rows"]
+        == pl.read_parquet(out / "flag" / "pairwise-v2.parquet").height
+    )
     report = verify_run(out)
     assert report.ok, report.problems
     counts = results[1].manifest["counts"]
