@@ -26,7 +26,7 @@ integer in a ``number`` field beyond 2**53 cannot be stored exactly: :class:`Map
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -179,17 +179,29 @@ class Struct(Codec):
 
 @dataclass(frozen=True)
 class RecordLayout:
-    """The Arrow layout of one record kind: one column per top-level member."""
+    """The Arrow layout of one record kind: one column per top-level member.
+
+    ``renames`` maps a top-level JSON member to a different column name (a kind keeps
+    provenance such as pw-decide-row's ``meta`` apart from training features as ``_meta``).
+    """
 
     root: Struct
+    renames: dict[str, str] = field(default_factory=dict)
 
     @property
     def fields(self) -> list[pa.Field]:
-        return list(self.root.arrow_type)
+        return [f.with_name(self.renames.get(f.name, f.name)) for f in self.root.arrow_type]
+
+    @property
+    def sources(self) -> list[tuple[str, pa.Field]]:
+        """(JSON member name, output field) per column."""
+        return [
+            (f.name, f.with_name(self.renames.get(f.name, f.name))) for f in self.root.arrow_type
+        ]
 
     @property
     def column_names(self) -> list[str]:
-        return [f.name for f in self.root.arrow_type]
+        return [f.name for f in self.fields]
 
     def encode_rows(self, records: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
         if self.root.identity:
@@ -203,13 +215,11 @@ class RecordLayout:
         ``Table.from_pylist`` on 3 KB rows (measured: 5 µs against 18 µs per row).
         """
         rows = self.encode_rows(records)
-        return [
-            pa.array([row.get(f.name) for row in rows], type=f.type) for f in self.root.arrow_type
-        ]
+        return [pa.array([row.get(name) for row in rows], type=f.type) for name, f in self.sources]
 
     def decode_row(self, row: dict[str, Any]) -> dict[str, Any]:
         """The JSON record for one Arrow row (``Table.to_pylist`` form)."""
-        result = self.root.decode({f.name: row.get(f.name) for f in self.root.arrow_type})
+        result = self.root.decode({name: row.get(f.name) for name, f in self.sources})
         assert isinstance(result, dict)
         return result
 
@@ -320,10 +330,13 @@ def _struct(
     return Struct(tuple(members), closed)
 
 
-def derive_layout(schema: dict[str, Any]) -> RecordLayout:
+def derive_layout(schema: dict[str, Any], renames: dict[str, str] | None = None) -> RecordLayout:
     """Derive the Arrow layout of the records ``schema`` accepts (top level: an object)."""
     props = schema.get("properties") or {}
     closed = schema.get("additionalProperties", True) is False and not schema.get(
         "patternProperties"
     )
-    return RecordLayout(_struct(schema, props, closed, schema, frozenset()))
+    renames = dict(renames or {})
+    if set(renames) - set(props):
+        raise MappingError(f"cannot rename undeclared members {sorted(set(renames) - set(props))}")
+    return RecordLayout(_struct(schema, props, closed, schema, frozenset()), renames)

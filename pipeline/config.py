@@ -109,6 +109,43 @@ class SchemaSettings:
 
 
 @dataclass(frozen=True)
+class ReferenceTable:
+    """A reference table file (JSONL or Parquet) and the SHA-256 it must have."""
+
+    path: str
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class References:
+    #: rows {id, sha256, text}: grounded-QA citations are checked against them
+    documents: ReferenceTable | None = None
+    #: rows {id}: document ids agent traces may retrieve
+    authorised_documents: ReferenceTable | None = None
+
+
+@dataclass(frozen=True)
+class RuleSettings:
+    """Settings of the per-record and cross-record rules."""
+
+    #: reason codes of rules to skip, e.g. "semantic.pairwise-v2.rationale_consistency"
+    disabled: tuple[str, ...] = ()
+    #: rubric versions pairwise rows may name; empty: any (rule not applied)
+    rubric_versions: tuple[str, ...] = ()
+    #: bound on an agent trace's total text (prompt, queries, answer), in characters
+    max_trace_chars: int = 65_536
+    #: a rationale needs at least this many distinct words of two or more letters
+    min_rationale_words: int = 4
+
+    def validate(self, path: str) -> None:
+        for code in self.disabled:
+            if not code.startswith(("semantic.", "cross.")):
+                raise ConfigError(f"{path}.disabled: {code!r} is not a rule code")
+        if self.max_trace_chars < 1 or self.min_rationale_words < 0:
+            raise ConfigError(f"{path}: bounds must be positive")
+
+
+@dataclass(frozen=True)
 class CampaignConfig:
     """Everything a run needs to know, from a TOML file, flags, or defaults."""
 
@@ -118,6 +155,8 @@ class CampaignConfig:
     engine: EngineSettings = EngineSettings()
     output: OutputSettings = OutputSettings()
     schemas: SchemaSettings = SchemaSettings()
+    references: References = References()
+    rules: RuleSettings = RuleSettings()
     #: Directory relative input paths are resolved against (the config file's).
     base_dir: str = "."
     #: SHA-256 of the config file's bytes, when there is one.
@@ -127,6 +166,7 @@ class CampaignConfig:
         self.limits.validate("limits")
         self.engine.validate("engine")
         self.output.validate("output")
+        self.rules.validate("rules")
         seen = set()
         for i, spec in enumerate(self.inputs):
             if spec.path in seen:

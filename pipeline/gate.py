@@ -44,6 +44,7 @@ from pipeline.reasons import (
     Reason,
     RejectLine,
 )
+from pipeline.rules import check_record, load_rule_context
 from pipeline.schemas import SchemaEntry, SchemaRegistry, static_bounds
 from pipeline.strict_json import StrictParser, check_limits, require_object
 
@@ -96,7 +97,7 @@ class KindGate:
     def __init__(self, kind: RecordKind, entry: SchemaEntry, config: CampaignConfig) -> None:
         self.kind = kind
         self.entry = entry
-        self.layout: RecordLayout = derive_layout(entry.schema)
+        self.layout: RecordLayout = derive_layout(entry.schema, kind.apart)
         depth, items = static_bounds(entry.schema)
         limits = config.limits
         #: every schema-valid record is within the depth and item limits
@@ -113,8 +114,8 @@ class _KindRows:
     shard_lines: list[int] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
     raw: list[str] = field(default_factory=list)
-    record: list[str] = field(default_factory=list)
-    content: list[str] = field(default_factory=list)
+    record: list[str | None] = field(default_factory=list)
+    content: list[str | None] = field(default_factory=list)
     reasons: list[list[dict[str, str]]] = field(default_factory=list)
     disposition: list[str] = field(default_factory=list)
 
@@ -125,6 +126,7 @@ class _RejectedRows:
     offsets: list[int] = field(default_factory=list)
     raw_sha: list[str] = field(default_factory=list)
     record: list[str | None] = field(default_factory=list)
+    content: list[str | None] = field(default_factory=list)
     kinds: list[str | None] = field(default_factory=list)
     schema: list[str | None] = field(default_factory=list)
     reasons: list[list[dict[str, str]]] = field(default_factory=list)
@@ -152,6 +154,7 @@ class Gate:
             if directory
             else SchemaRegistry(pins=config.schemas.pins)
         )
+        self.rule_context = load_rule_context(config)
         self._kinds: dict[str, KindGate] = {}
         self._parser = StrictParser()
 
@@ -171,12 +174,8 @@ class Gate:
         limits = self.config.limits
         if oversized is not None or len(line) > limits.max_line_bytes:
             length, raw_sha = oversized or (len(line), hashlib.sha256(line).hexdigest())
-            reason = Reason(
-                LINE_TOO_LARGE,
-                "",
-                f"line of {length} bytes exceeds the limit of {limits.max_line_bytes}",
-            )
-            return GateOutcome(Disposition.REJECTED, (reason,), raw_sha)
+            detail = f"line of {length} bytes exceeds the limit of {limits.max_line_bytes}"
+            return GateOutcome(Disposition.REJECTED, (Reason(LINE_TOO_LARGE, "", detail),), raw_sha)
         raw_sha = hashlib.sha256(line).hexdigest()
         kind_gate: KindGate | None = None
         record = None
@@ -186,64 +185,50 @@ class Gate:
             kind_gate = self.kind_gate(route(record, declared))
             errors = kind_gate.entry.errors(record)
             if errors:
-                return self._schema_rejection(kind_gate, record, errors, raw_sha, reference=True)
+                return self._rejected(errors, raw_sha, kind_gate, record)
             kind_gate.layout.root.encode(record)
         except RejectLine as exc:
-            return self._rejection(exc.reason, raw_sha, kind_gate, record, reference=True)
+            return self._rejected([exc.reason], raw_sha, kind_gate, record)
         except MappingError as exc:
-            reason = Reason(JSON_NUMBER_RANGE, "", str(exc))
-            return self._rejection(reason, raw_sha, kind_gate, record, reference=True)
+            return self._rejected(
+                [Reason(JSON_NUMBER_RANGE, "", str(exc))], raw_sha, kind_gate, record
+            )
+        return self._judged(kind_gate, record, raw_sha, canonical_json(record))
+
+    def _rejected(
+        self,
+        reasons: list[Reason],
+        raw_sha: str,
+        kind_gate: KindGate | None,
+        record: dict[str, Any] | None,
+    ) -> GateOutcome:
+        if kind_gate is None or record is None:
+            return GateOutcome(Disposition.REJECTED, tuple(reasons), raw_sha)
+        record_sha = hashlib.sha256(canonical_json(record)).hexdigest()
         return GateOutcome(
-            Disposition.ACCEPTED,
-            (),
+            Disposition.REJECTED,
+            tuple(reasons),
+            raw_sha,
+            kind_gate.kind.id,
+            kind_gate.entry.sha256,
+            None,
+            record_sha,
+        )
+
+    def _judged(
+        self, kind_gate: KindGate, record: dict[str, Any], raw_sha: str, canonical: bytes
+    ) -> GateOutcome:
+        """A schema-valid record after its kind's semantic rules (both paths end here)."""
+        disposition, reasons = check_record(kind_gate.kind.id, record, self.rule_context)
+        return GateOutcome(
+            disposition,
+            tuple(reasons),
             raw_sha,
             kind_gate.kind.id,
             kind_gate.entry.sha256,
             record,
-            hashlib.sha256(canonical_json(record)).hexdigest(),
+            hashlib.sha256(canonical).hexdigest(),
             kind_gate.kind.fingerprint(record),
-        )
-
-    def _schema_rejection(
-        self,
-        kind_gate: KindGate,
-        record: dict[str, Any],
-        errors: list[Reason],
-        raw_sha: str,
-        *,
-        reference: bool,
-    ) -> GateOutcome:
-        canonical = canonical_json(record) if reference else canonical_json_fast(record)
-        return GateOutcome(
-            Disposition.REJECTED,
-            tuple(errors),
-            raw_sha,
-            kind_gate.kind.id,
-            kind_gate.entry.sha256,
-            None,
-            hashlib.sha256(canonical).hexdigest(),
-        )
-
-    def _rejection(
-        self,
-        reason: Reason,
-        raw_sha: str,
-        kind_gate: KindGate | None,
-        record: dict[str, Any] | None,
-        *,
-        reference: bool,
-    ) -> GateOutcome:
-        if kind_gate is None or record is None:
-            return GateOutcome(Disposition.REJECTED, (reason,), raw_sha)
-        canonical = canonical_json(record) if reference else canonical_json_fast(record)
-        return GateOutcome(
-            Disposition.REJECTED,
-            (reason,),
-            raw_sha,
-            kind_gate.kind.id,
-            kind_gate.entry.sha256,
-            None,
-            hashlib.sha256(canonical).hexdigest(),
         )
 
     # -- the batch hot path ----------------------------------------------------------
@@ -295,6 +280,12 @@ class Gate:
                 canonical = dumps_sorted(record, option=sort_keys)
             else:
                 canonical = canonical_json_fast(record)
+            outcome = self._judged(kind_gate, record, raw_sha, canonical)
+            if outcome.disposition is Disposition.REJECTED:
+                self._add_rejected(
+                    rejected, counts, first_line + i, batch.offsets[i], outcome, line
+                )
+                continue
             kind_rows = rows.get(kind_gate.kind.id)
             if kind_rows is None:
                 kind_rows = rows[kind_gate.kind.id] = _KindRows()
@@ -302,11 +293,13 @@ class Gate:
             kind_rows.shard_lines.append(first_line + i)
             kind_rows.offsets.append(batch.offsets[i])
             kind_rows.raw.append(raw_sha)
-            kind_rows.record.append(sha256(canonical).hexdigest())
-            kind_rows.content.append(kind_gate.kind.fingerprint(record))
-            kind_rows.reasons.append([])
-            kind_rows.disposition.append(Disposition.ACCEPTED.value)
-            counts[(Disposition.ACCEPTED.value, "")] += 1
+            kind_rows.record.append(outcome.record_sha256)
+            kind_rows.content.append(outcome.content_sha256)
+            kind_rows.reasons.append([r.as_row() for r in outcome.reasons])
+            kind_rows.disposition.append(outcome.disposition.value)
+            counts[
+                (outcome.disposition.value, outcome.reasons[0].code if outcome.reasons else "")
+            ] += 1
 
         return GatedBatch(
             {kind_id: self._kind_batch(kind_id, kind_rows) for kind_id, kind_rows in rows.items()},
@@ -327,6 +320,7 @@ class Gate:
         rows.offsets.append(offset)
         rows.raw_sha.append(outcome.raw_sha256)
         rows.record.append(outcome.record_sha256)
+        rows.content.append(outcome.content_sha256)
         rows.kinds.append(outcome.kind)
         rows.schema.append(outcome.schema_sha256)
         rows.reasons.append([r.as_row() for r in outcome.reasons])
@@ -338,7 +332,7 @@ class Gate:
         layout = kind_gate.layout
         # Records were already encoded (or are identity-encodable): build columns directly.
         payload = [
-            pa.array([r.get(f.name) for r in rows.records], type=f.type) for f in layout.fields
+            pa.array([r.get(name) for r in rows.records], type=f.type) for name, f in layout.sources
         ]
         schema_sha = kind_gate.entry.sha256
         lineage = [
@@ -361,7 +355,7 @@ class Gate:
                 pa.array(rows.offsets, pa.int64()),
                 pa.array(rows.raw_sha, pa.string()),
                 pa.array(rows.record, pa.string()),
-                pa.array([None] * len(rows.raw), pa.string()),
+                pa.array(rows.content, pa.string()),
                 pa.array(rows.kinds, pa.string()),
                 pa.array(rows.schema, pa.string()),
                 pa.array(rows.reasons, REASONS_TYPE),

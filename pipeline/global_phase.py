@@ -30,6 +30,7 @@ from pipeline.staging import ShardSummary, staged_path
 from pipeline.writer import OutputColumn, WrittenFile, write_table
 
 __all__ = [
+    "DUPLICATE_OF",
     "GLOBAL_STAGES",
     "GlobalContext",
     "GlobalResult",
@@ -45,6 +46,21 @@ STATE_COLUMNS: Final = (
     "_shard", "_shard_line", "_input", "_source", "_line", "_offset",
     "_record_sha256", "_content_sha256", "_disposition", "_reason_codes",
 )  # fmt: skip
+
+
+#: DESIGN §3.6: a duplicate points at the kept row's ``_source``, ``_line`` and
+#: ``_record_sha256``. Shared by every stage that removes duplicates (retries, dedupe).
+DUPLICATE_OF: Final = OutputColumn(
+    "_duplicate_of",
+    pa.struct(
+        [
+            pa.field("_source", pa.string()),
+            pa.field("_line", pa.int64()),
+            pa.field("_record_sha256", pa.string()),
+        ]
+    ),
+    frozenset({Disposition.DUPLICATE}),
+)
 
 
 @dataclass(frozen=True)
@@ -156,10 +172,14 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
     stages = [s for s in stages if s.enabled(ctx.config)]
     result = GlobalResult()
     for kind in ctx.kinds():
-        columns = [c for stage in stages for c in stage.output_columns(ctx, kind)]
-        names = [c.name for c in columns]
-        if len(set(names)) != len(names):
-            raise ValueError(f"{kind}: two stages declare the same output column")
+        columns: list[OutputColumn] = []
+        for stage in stages:
+            for column in stage.output_columns(ctx, kind):
+                same_name = [c for c in columns if c.name == column.name]
+                if same_name and same_name[0] != column:
+                    raise ValueError(f"{kind}: stages declare {column.name!r} differently")
+                if not same_name:
+                    columns.append(column)
         result.columns[kind] = columns
         if not stages:
             continue

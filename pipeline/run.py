@@ -171,8 +171,18 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
         tmp.rename(out)
 
 
-def _check_schemas(config: CampaignConfig, inputs: list[InputFile]) -> Gate:
-    """Load every schema a run may need up front, so a bad pin fails before any work."""
+def _preflight(config: CampaignConfig) -> Gate:
+    """Load every schema, pin and reference table a run may need, and check the rule codes
+    the campaign disables, so that any of them fails before any work."""
+    from pipeline.rules import RULES
+    from pipeline.stages.cross_rules import CROSS_RULES
+
+    known = {r.code for rules in RULES.values() for r in rules} | {
+        code for code, _, _ in CROSS_RULES
+    }
+    unknown = sorted(set(config.rules.disabled) - known)
+    if unknown:
+        raise ConfigError(f"rules.disabled: unknown rule code {unknown[0]!r}")
     gate = Gate(config)
     try:
         for schema_id in config.schemas.pins:
@@ -195,7 +205,7 @@ def run(
     if out.exists() and not force:
         raise RunError(f"{out} exists; pass --force to replace it")
     inputs = expand_inputs(config.inputs, config)
-    gate = _check_schemas(config, inputs)
+    gate = _preflight(config)
     shards = plan_shards(inputs, config.engine.shard_bytes)
     engine = LocalEngine(config.engine.resolved_workers())
     tmp = _prepare_tmp(out)

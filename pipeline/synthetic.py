@@ -7,7 +7,9 @@ benchmarks (large pairwise exports) and by tests. No real people or data are inv
 from __future__ import annotations
 
 import hashlib
+import json
 import random
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -81,6 +83,14 @@ def _code(rng: random.Random, lines: int) -> str:
     return f"def {name}(values):\n" + "\n".join(body) + "\n    return list(dict.fromkeys(values))"
 
 
+def _rationale(rng: random.Random, preference: str, size: int) -> str:
+    if preference in ("A", "B"):
+        return f"Response {preference} is better because it keeps the order and " + _text(
+            rng, 12 * size
+        )
+    return "Neither response handles the ordering requirement; both " + _text(rng, 12 * size)
+
+
 def pairwise(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
     """A pairwise-v2 annotation; ``size`` scales the text (1 ≈ 1 KB, 3 ≈ 3 KB)."""
     preference = rng.choices(["A", "B", "tie", "neither"], weights=[45, 45, 5, 5])[0]
@@ -98,7 +108,7 @@ def pairwise(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
         "response_a": _code(rng, 4 * size) + "\n# " + _text(rng, 25 * size),
         "response_b": _code(rng, 4 * size) + "\n# " + _text(rng, 25 * size),
         "preference": preference,
-        "rationale": "Response A is better because " + _text(rng, 12 * size),
+        "rationale": _rationale(rng, preference, size),
         "golden_patch": _code(rng, 3) if preference == "neither" or rng.random() < 0.1 else None,
         "schema_version": "pairwise-v2",
         "rubric_version": "code-review-v1",
@@ -186,10 +196,18 @@ def pw_decide_row(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
     )
     guides = ["style", "testing", "security"]
     partial = rng.random() < 0.1
-    coordinator = rng.random() < 0.6 or i < 4
+    # every fourth row is a coordinator; the rows after it are its worker legs or more
+    # coordinators, so a worker's root session always names a coordinator row
+    coordinator = i % 4 == 0 or rng.random() < 0.5
     session = f"s-{i:05d}"
     root = session if coordinator else f"s-{(i // 4) * 4:05d}"
     tools = [] if partial else sorted(rng.sample(loadable, rng.randint(0, 2)))
+    state = rng.choice(["answered", "abstained"])
+    kinds = (
+        ["answer_only", "inspect", "change", "run", "delegate"]
+        if not tools
+        else ["inspect", "change", "run", "delegate"]
+    )
     return {
         "schema": "pw-decide-row/1",
         "receipt": 1_700_000_000_000 + i,
@@ -204,9 +222,9 @@ def pw_decide_row(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
         "partial": partial,
         "lang": rng.choice(["en", "other"]),
         "engine": {
-            "state": rng.choice(["answered", "abstained"]),
-            "reason": "confident",
-            "preloaded": tools[:1],
+            "state": state,
+            "reason": "confident" if state == "answered" else "low margin",
+            "preloaded": tools[:1] if state == "answered" else [],
             "omitted": [],
         },
         "offered": {"floor": ["read_file"], "loadable": loadable, "guides": guides},
@@ -224,13 +242,138 @@ def pw_decide_row(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
             "requested_names": [],
             "requested_groups": [],
             "skills": [],
-            "kind": None
-            if partial
-            else rng.choice(["answer_only", "inspect", "change", "run", "delegate"]),
+            "kind": None if partial else rng.choice(kinds),
             "guides": {g: rng.choice([True, False, None]) for g in guides},
         },
+        "judge": {"model": "judge-model-1", "prompt": "relevance-v2"},
         "meta": {"task": f"t-{i % 7}", "group": f"g-{i % 5}"},
     }
+
+
+_CATEGORIES: Final = (
+    ("Code Development", "Method Implementation"),
+    ("Code Execution", "Experimental Setup"),
+    ("Result Analysis", "Evaluation, Metrics & Benchmarking"),
+    ("Code Development", "Data Processing & Preparation"),
+)
+PAPER: Final = (
+    "We train the model with a cosine schedule for 30 epochs. Table 2 reports accuracy on the "
+    "held-out split. The ablation removes the auxiliary loss and measures the drop in F1."
+)
+
+
+def _uuid4(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def _task_tree(rng: random.Random, v2: bool, depth: int = 0) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "id": _uuid4(rng),
+        "requirements": "The submission " + _text(rng, 8),
+        "weight": rng.randint(1, 3),
+    }
+    if depth < 2 and (depth == 0 or rng.random() < 0.5):
+        node["sub_tasks"] = [_task_tree(rng, v2, depth + 1) for _ in range(rng.randint(2, 3))]
+        return node
+    category, fine = rng.choice(_CATEGORIES)
+    start = rng.randrange(0, len(PAPER) - 40)
+    quote = PAPER[start : start + 30]
+    node.update(task_category=category, finegrained_task_category=fine, sub_tasks=[])
+    node["rationale_from_paper"] = {"section": f"§{rng.randint(1, 5)}", "quote": quote}
+    if v2:
+        node["evidence_span"] = {
+            "kind": "paper-span",
+            "section": node["rationale_from_paper"]["section"],
+            "quote": quote,
+            "start_char": start,
+            "end_char": start + 30,
+            "paper_sha256": hashlib.sha256(PAPER.encode()).hexdigest(),
+        }
+        node["verification"] = {"kind": "artifact", "relative_path": "results/metrics.csv"}
+    elif rng.random() < 0.1:
+        node["flags"] = [rng.choice(["vague_qualifier", "unverifiable"])]
+    return node
+
+
+def _envelope(record: dict[str, Any], excluded: tuple[str, ...]) -> dict[str, Any]:
+    body = {k: v for k, v in record.items() if k not in excluded}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    record["rubric_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return record
+
+
+def ari_rubric_3(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
+    """An envelope of the generation seed 001 describes, with a correct rubric_sha256."""
+    record: dict[str, Any] = {
+        "version": "3",
+        "paper_sha256": hashlib.sha256(PAPER.encode()).hexdigest(),
+        "rubric_sha256": "",
+        "generator": {
+            "model": "example/generator-1",
+            "prompt_sha256": hashlib.sha256(f"prompt-{i}".encode()).hexdigest(),
+            "generated_at": "2026-05-13T09:00:00Z",
+            "temperature": 0.0,
+            "seed": i,
+        },
+        "reproduce_contract": {
+            "script_path": "reproduce.sh",
+            "max_runtime_sec": 21600,
+            "expected_artifacts": ["results.csv"],
+        },
+        "rubric": _task_tree(rng, v2=False),
+    }
+    if rng.random() < 0.5:
+        record["audit"] = {
+            "auditor_model": "example/auditor-1",
+            "audited_at": "2026-05-13T10:00:00Z",
+            "flags_count": 0,
+        }
+    return _envelope(record, ("rubric_sha256", "audit"))
+
+
+def ari_rubric_v2(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
+    """An upstream ``ari.replication-rubric/v2`` envelope with a correct rubric_sha256."""
+    digest = hashlib.sha256(f"call-{i}".encode()).hexdigest()
+    artifact = {
+        "relative_path": f"calls/{i}.json",
+        "sha256": digest,
+        "size_bytes": 120,
+        "media_type": "application/json",
+    }
+    record: dict[str, Any] = {
+        "schema_version": "ari.replication-rubric/v2",
+        "version": "3",
+        "paper_sha256": hashlib.sha256(PAPER.encode()).hexdigest(),
+        "rubric_sha256": "",
+        "generator": {
+            "model": "example/generator-2",
+            "provider": "example",
+            "prompt_sha256": digest,
+            "generated_at": "2026-05-13T09:00:00Z",
+            "temperature": 0.0,
+            "seed": i,
+            "strategy": "hierarchical-v2",
+            "quality_profile": "calibrated",
+            "max_model_calls": 8,
+            "subtree_concurrency": 2,
+            "calls": [
+                {
+                    "label": "skeleton",
+                    "status": "completed",
+                    "model": "example/generator-2",
+                    "provider": "example",
+                    "prompt": artifact,
+                    "raw_response": artifact,
+                    "call_sha256": digest,
+                }
+            ],
+            "partial_failures": [],
+        },
+        "repair_ledger": {"actions": [], "dropped_artifacts": []},
+        "reproduce_contract": {"script_path": "reproduce.sh", "max_runtime_sec": 3600},
+        "rubric": _task_tree(rng, v2=True),
+    }
+    return _envelope(record, ("rubric_sha256",))
 
 
 GENERATORS: Final[dict[str, Callable[[random.Random, int, int], dict[str, Any]]]] = {
@@ -239,6 +382,8 @@ GENERATORS: Final[dict[str, Callable[[random.Random, int, int], dict[str, Any]]]
     "grounded-qa-v1": grounded_qa,
     "math-reasoning-v1": math_reasoning,
     "pw-decide-row-1": pw_decide_row,
+    "ari-replication-rubric-3": ari_rubric_3,
+    "ari-replication-rubric-v2": ari_rubric_v2,
 }
 
 
@@ -308,3 +453,288 @@ def export_lines(
         line = _dump(record)
         recent = [*recent[-63:], line]
         yield line
+
+
+def _mutate(
+    kind: str, change: Callable[[dict[str, Any]], object], **fixed: Any
+) -> Callable[[int], dict[str, Any]]:
+    def build(i: int) -> dict[str, Any]:
+        rng = random.Random(i)
+        record = make_record(kind, rng, i)
+        record.update(fixed)
+        change(record)
+        return record
+
+    return build
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(record: dict[str, Any]) -> None:
+        node: Any = record
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+
+    return change
+
+
+def _all(*changes: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def change(record: dict[str, Any]) -> None:
+        for c in changes:
+            c(record)
+
+    return change
+
+
+def _copy_a_to_b(record: dict[str, Any]) -> None:
+    record["response_b"] = "  " + record["response_a"].upper() + "\n"
+
+
+def _two_calls(record: dict[str, Any]) -> None:
+    step = record["steps"][0]
+    record["steps"] = [
+        {**step, "call_id": "call-1", "result": {"document_ids": ["doc-001"], "success": True}},
+        {**step, "call_id": "call-2", "result": {"document_ids": [], "success": True}},
+    ]
+
+
+def _cite(record: dict[str, Any], **changes: Any) -> None:
+    text = DOCUMENTS["doc-001"]
+    citation = {
+        "document_id": "doc-001",
+        "document_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "start": 0,
+        "end": 10,
+        "quote": text[:10],
+    }
+    citation.update(changes)
+    record["citations"] = [citation]
+    record["abstain"] = False
+
+
+_DECISIVE: Final[dict[str, Any]] = {
+    "preference": "A",
+    "golden_patch": None,
+    "rationale": "Response A is better because it keeps the first occurrence order.",
+}
+_WORKER: Final[dict[str, Any]] = {"host": "worker", "session": "s-99001", "root_session": "s-00000"}
+
+#: For every per-record rule, a record of its kind that breaks exactly that rule (tests
+#: check the "exactly"), used by the samples in data/ and by the rule tests.
+RULE_VIOLATIONS: Final[dict[str, Callable[[int], dict[str, Any]]]] = {
+    "semantic.pairwise-v2.distinct_candidates": _mutate("pairwise-v2", _copy_a_to_b, **_DECISIVE),
+    "semantic.pairwise-v2.substantive_rationale": _mutate(
+        "pairwise-v2", _set("rationale", "asdf asdf asdf asdf lorem ipsum"), **_DECISIVE
+    ),
+    "semantic.pairwise-v2.system_message_first": _mutate(
+        "pairwise-v2",
+        _set(
+            "messages",
+            [
+                {"role": "user", "content": "Sort it."},
+                {"role": "assistant", "content": "Ascending?"},
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Yes, stable."},
+            ],
+        ),
+        **_DECISIVE,
+    ),
+    "semantic.pairwise-v2.alternating_turns": _mutate(
+        "pairwise-v2",
+        _set(
+            "messages",
+            [
+                {"role": "user", "content": "Sort it."},
+                {"role": "user", "content": "Stable, please."},
+            ],
+        ),
+        **_DECISIVE,
+    ),
+    "semantic.pairwise-v2.ends_with_user_turn": _mutate(
+        "pairwise-v2",
+        _set(
+            "messages",
+            [{"role": "user", "content": "Sort it."}, {"role": "assistant", "content": "Sorted."}],
+        ),
+        **_DECISIVE,
+    ),
+    "semantic.pairwise-v2.neither_needs_patch": _mutate(
+        "pairwise-v2",
+        _all(_set("preference", "neither"), _set("golden_patch", " \t" * 10)),
+        rationale="Neither response keeps the required ordering of values.",
+    ),
+    "semantic.pairwise-v2.rubric_version": _mutate(
+        "pairwise-v2", _set("rubric_version", "legacy-rubric"), **_DECISIVE
+    ),
+    "semantic.pairwise-v2.rationale_consistency": _mutate(
+        "pairwise-v2",
+        _set("rationale", "Response B is better: it is shorter and avoids the extra copy."),
+        **_DECISIVE,
+    ),
+    "semantic.agent-trace-v1.unique_call_ids": _mutate(
+        "agent-trace-v1", _all(_two_calls, _set("steps.1.call_id", "call-1"))
+    ),
+    "semantic.agent-trace-v1.call_order": _mutate(
+        "agent-trace-v1", _all(_two_calls, _set("steps.0.call_id", "call-3"))
+    ),
+    "semantic.agent-trace-v1.failed_call_without_results": _mutate(
+        "agent-trace-v1",
+        _all(_two_calls, _set("steps.1.result", {"document_ids": ["doc-002"], "success": False})),
+    ),
+    "semantic.agent-trace-v1.evidence_from_successful_calls": _mutate(
+        "agent-trace-v1",
+        _all(
+            _two_calls,
+            _set("steps.1.result", {"document_ids": [], "success": False}),
+            _set("final_answer", "According to doc-002 the answer is yes."),
+        ),
+    ),
+    "semantic.agent-trace-v1.authorised_documents": _mutate(
+        "agent-trace-v1",
+        _all(_two_calls, _set("steps.0.result", {"document_ids": ["doc-999"], "success": True})),
+    ),
+    "semantic.agent-trace-v1.aggregate_size": _mutate(
+        "agent-trace-v1",
+        _all(
+            _set("prompt", "p" * 32_000),
+            _set("final_answer", "f" * 32_000),
+            _set("steps.0.arguments.query", "q" * 1_600),
+        ),
+    ),
+    "semantic.grounded-qa-v1.span_order": _mutate(
+        "grounded-qa-v1", lambda r: _cite(r, start=10, end=10, quote="x")
+    ),
+    "semantic.grounded-qa-v1.document_digest": _mutate(
+        "grounded-qa-v1", lambda r: _cite(r, document_sha256="0" * 64)
+    ),
+    "semantic.grounded-qa-v1.span_in_document": _mutate(
+        "grounded-qa-v1", lambda r: _cite(r, start=5, end=len(DOCUMENTS["doc-001"]) + 5)
+    ),
+    "semantic.grounded-qa-v1.quote_matches_span": _mutate(
+        "grounded-qa-v1", lambda r: _cite(r, quote="not the span")
+    ),
+    "semantic.math-reasoning-v1.non_blank_steps": _mutate(
+        "math-reasoning-v1", _set("derivation.0", " \u00a0 ")
+    ),
+    "semantic.math-reasoning-v1.non_blank_answer": _mutate(
+        "math-reasoning-v1", _set("final_answer", "\u3000")
+    ),
+    "semantic.math-reasoning-v1.unique_assumptions": _mutate(
+        "math-reasoning-v1", _set("assumptions", ["Integers are exact", "integers  are EXACT"])
+    ),
+    "semantic.pw-decide-row-1.coordinator_is_its_own_root": _mutate(
+        "pw-decide-row-1", _set("root_session", "s-77777"), host="coordinator"
+    ),
+    "semantic.pw-decide-row-1.worker_has_a_coordinator": _mutate(
+        "pw-decide-row-1", _set("root_session", "s-99001"), **_WORKER
+    ),
+    "semantic.pw-decide-row-1.partial_iff_no_kind": _mutate(
+        "pw-decide-row-1", _set("labels.kind", None), partial=False
+    ),
+    "semantic.pw-decide-row-1.partial_labels_only_requests": _mutate(
+        "pw-decide-row-1",
+        lambda r: r["labels"].update(skills=["refactor"], tools=[], kind=None),
+        partial=True,
+    ),
+    "semantic.pw-decide-row-1.tools_offered": _mutate(
+        "pw-decide-row-1",
+        _all(_set("labels.tools", ["not_offered"]), _set("labels.kind", "run")),
+        partial=False,
+    ),
+    "semantic.pw-decide-row-1.guides_offered": _mutate(
+        "pw-decide-row-1", _set("labels.guides", {"unlisted": True})
+    ),
+    "semantic.pw-decide-row-1.engine_choices_offered": _mutate(
+        "pw-decide-row-1",
+        _set(
+            "engine",
+            {"state": "answered", "reason": "x", "preloaded": [], "omitted": ["not_offered"]},
+        ),
+    ),
+    "semantic.pw-decide-row-1.abstained_carries_nothing": _mutate(
+        "pw-decide-row-1",
+        lambda r: r["engine"].update(state="abstained", preloaded=r["offered"]["loadable"][:1]),
+    ),
+    "semantic.pw-decide-row-1.answer_only_calls_no_tools": _mutate(
+        "pw-decide-row-1",
+        lambda r: r["labels"].update(kind="answer_only", tools=r["offered"]["loadable"][:1]),
+        partial=False,
+    ),
+    "semantic.pw-decide-row-1.judged_scores_name_their_judge": _mutate(
+        "pw-decide-row-1",
+        lambda r: (r.pop("judge"), r["labels"]["requests"][0].update(scores={"grep": 3})),
+    ),
+}
+
+
+def _ari(
+    kind: str, change: Callable[[dict[str, Any]], object], *, corrupt_digest: bool = False
+) -> Callable[[int], dict[str, Any]]:
+    """An unflagged ARI envelope changed by ``change``, its rubric_sha256 recomputed
+    afterwards (or corrupted) so only the targeted rule fires."""
+    excluded = (
+        ("rubric_sha256", "audit") if kind == "ari-replication-rubric-3" else ("rubric_sha256",)
+    )
+
+    def build(i: int) -> dict[str, Any]:
+        record = make_record(kind, random.Random(i), i)
+        _flag_leaves(0.0)(record)
+        change(record)
+        record = _envelope(record, excluded)
+        if corrupt_digest:
+            record["rubric_sha256"] = "0" * 64
+        return record
+
+    return build
+
+
+def _first_leaf(record: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = record["rubric"]
+    while node.get("sub_tasks"):
+        node = node["sub_tasks"][0]
+    return node
+
+
+def _flag_leaves(share: float) -> Callable[[dict[str, Any]], None]:
+    def change(record: dict[str, Any]) -> None:
+        stack, found = [record["rubric"]], []
+        while stack:
+            node = stack.pop()
+            node.pop("flags", None)
+            if node.get("sub_tasks"):
+                stack.extend(node["sub_tasks"])
+            else:
+                found.append(node)
+        for node in found[: round(share * len(found))]:
+            node["flags"] = ["unverifiable"]
+
+    return change
+
+
+for _kind_id in ("ari-replication-rubric-3", "ari-replication-rubric-v2"):
+    RULE_VIOLATIONS[f"semantic.{_kind_id}.rubric_sha256"] = _ari(
+        _kind_id, lambda r: None, corrupt_digest=True
+    )
+    RULE_VIOLATIONS[f"semantic.{_kind_id}.unique_node_ids"] = _ari(
+        _kind_id, lambda r: r["rubric"]["sub_tasks"][1].update(id=r["rubric"]["sub_tasks"][0]["id"])
+    )
+    RULE_VIOLATIONS[f"semantic.{_kind_id}.node_ids_are_uuids"] = _ari(
+        _kind_id, lambda r: r["rubric"].update(id="root-node")
+    )
+    RULE_VIOLATIONS[f"semantic.{_kind_id}.leaf_only_fields"] = _ari(
+        _kind_id, lambda r: r["rubric"].update(task_category="Code Development")
+    )
+    RULE_VIOLATIONS[f"semantic.{_kind_id}.weighted_children"] = _ari(
+        _kind_id, lambda r: [c.update(weight=0) for c in r["rubric"]["sub_tasks"]]
+    )
+RULE_VIOLATIONS["semantic.ari-replication-rubric-3.flagged_leaves_share"] = _ari(
+    "ari-replication-rubric-3", _flag_leaves(0.5)
+)
+RULE_VIOLATIONS["semantic.ari-replication-rubric-v2.evidence_span_range"] = _ari(
+    "ari-replication-rubric-v2",
+    lambda r: _first_leaf(r)["evidence_span"].update(start_char=5, end_char=5),
+)

@@ -198,7 +198,7 @@ def _check_records(
         if entry.sha256 != info["sha256"]:
             report.problem(f"schema {kind_id}: {path} changed since the run (digest differs)")
             continue
-        layouts[kind_id] = (derive_layout(entry.schema), entry)
+        layouts[kind_id] = (derive_layout(entry.schema, KINDS[kind_id].apart), entry)
     for f in files:
         table = pq.read_table(out / f["path"])
         if f["kind"] is None:

@@ -39,12 +39,15 @@ def _resolve(ref: str, root: dict[str, Any]) -> Any:
     return node
 
 
-def from_schema(schema: Any, root: dict[str, Any] | None = None) -> st.SearchStrategy[Any]:
+def from_schema(
+    schema: Any, root: dict[str, Any] | None = None, depth: int = 0
+) -> st.SearchStrategy[Any]:
+    """``depth`` counts followed ``$ref``s: recursive schemas (trees) bottom out in empty arrays."""
     root = schema if root is None else root
     if schema is True or schema == {}:
         return JSON_VALUES
     if "$ref" in schema:
-        return from_schema(_resolve(schema["$ref"], root), root)
+        return st.deferred(lambda: from_schema(_resolve(schema["$ref"], root), root, depth + 1))
     if "const" in schema:
         return st.just(schema["const"])
     if "enum" in schema:
@@ -53,7 +56,7 @@ def from_schema(schema: Any, root: dict[str, Any] | None = None) -> st.SearchStr
     if types is None:
         return JSON_VALUES
     if isinstance(types, list):
-        return st.one_of([from_schema({**schema, "type": t}, root) for t in types])
+        return st.one_of([from_schema({**schema, "type": t}, root, depth) for t in types])
     if types == "null":
         return st.none()
     if types == "boolean":
@@ -91,11 +94,11 @@ def from_schema(schema: Any, root: dict[str, Any] | None = None) -> st.SearchStr
         if not props and extra is True:
             base = JSON_OBJECTS
             return base.map(lambda d, r=required: {**dict.fromkeys(r), **d})
-        fixed = {k: from_schema(v, root) for k, v in props.items() if k in required}
-        optional = {k: from_schema(v, root) for k, v in props.items() if k not in required}
+        fixed = {k: from_schema(v, root, depth) for k, v in props.items() if k in required}
+        optional = {k: from_schema(v, root, depth) for k, v in props.items() if k not in required}
         strategy = st.fixed_dictionaries(fixed, optional=optional)
         if extra is not False:
-            extra_values = JSON_VALUES if extra is True else from_schema(extra, root)
+            extra_values = JSON_VALUES if extra is True else from_schema(extra, root, depth)
             strategy = st.tuples(
                 strategy,
                 st.dictionaries(KEYS.filter(lambda k: k not in props), extra_values, max_size=3),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from pipeline.arrow_mapping import EXTRA_FIELD, MappingError, derive_layout
 from pipeline.canonical import canonical_json
 from pipeline.schemas import SchemaRegistry
+from pipeline.synthetic import GENERATORS
 from tests.strategies import from_schema
 
 REGISTRY = SchemaRegistry()
@@ -28,11 +31,14 @@ def _round_trip(schema_id: str, records: list[dict[str, object]]) -> list[dict[s
 @given(data=st.data())
 def test_round_trip_is_lossless(schema_id: str, data: st.DataObject) -> None:
     entry = REGISTRY.get(schema_id)
-    records = data.draw(
-        st.lists(
-            from_schema(entry.schema).filter(lambda r: not entry.errors(r)), min_size=1, max_size=4
+    if schema_id.startswith("ari-"):
+        # Envelopes are too large to find by random search; vary the synthetic generator.
+        strategy = st.integers(0, 2**32).map(
+            lambda seed: GENERATORS[schema_id](random.Random(seed), seed, 1)
         )
-    )
+    else:
+        strategy = from_schema(entry.schema).filter(lambda r: not entry.errors(r))
+    records = data.draw(st.lists(strategy, min_size=1, max_size=4))
     for original, back in zip(records, _round_trip(schema_id, records), strict=True):
         assert canonical_json(back) == canonical_json(original)
 

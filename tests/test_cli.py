@@ -95,3 +95,28 @@ def test_existing_output_is_exit_4(tmp_path: Path) -> None:
     )
     assert result.exit_code == 4
     assert "--force" in result.output
+
+
+def test_rubrics_check_verdicts(tmp_path: Path) -> None:
+    import json
+    import random
+
+    from pipeline.synthetic import ari_rubric_3, ari_rubric_v2
+
+    for name, envelope in (
+        ("seed", ari_rubric_3(random.Random(1), 1)),
+        ("v2", ari_rubric_v2(random.Random(2), 2)),
+    ):
+        good = tmp_path / f"{name}.json"
+        good.write_text(json.dumps(envelope, indent=2, ensure_ascii=False))
+        result = runner.invoke(app, ["rubrics", "check", str(good)])
+        assert result.exit_code == 0, result.output
+        assert "valid" in result.stdout
+        envelope["rubric"]["weight"] += 1  # digest no longer matches
+        bad = tmp_path / f"{name}-bad.json"
+        bad.write_text(json.dumps(envelope, indent=2))
+        result = runner.invoke(app, ["rubrics", "check", str(bad)])
+        assert result.exit_code == 1
+        assert "rubric_sha256" in result.output
+    other = runner.invoke(app, ["rubrics", "check", str(DATA / "math-reasoning-v1.jsonl")])
+    assert other.exit_code != 0

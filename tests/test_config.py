@@ -20,8 +20,13 @@ def test_sample_campaign_loads() -> None:
     config = load_campaign(DATA / "campaign.toml")
     assert config.name == "samples"
     assert {s.kind for s in config.inputs} == {
-        "pairwise-v2", "agent-trace-v1", "grounded-qa-v1", "math-reasoning-v1", "pw-decide-row-1",
-    }  # fmt: skip
+        "pairwise-v2",
+        "agent-trace-v1",
+        "grounded-qa-v1",
+        "math-reasoning-v1",
+        "pw-decide-row-1",
+        None,  # ARI envelopes route by their own version fields
+    }
     assert config.resolve(config.inputs[0]) == DATA / "pairwise-v2.jsonl"
     assert config.source_sha256 is not None
     assert len(config.source_sha256) == 64

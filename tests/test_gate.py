@@ -133,7 +133,7 @@ def test_fast_path_matches_reference_path() -> None:
             for row in gated.rejected.to_pylist():
                 fast[row["_shard_line"]] = (
                     "rejected", row["_kind"], [r["code"] for r in row["_reasons"]],
-                    row["_raw_sha256"], row["_record_sha256"], None, row["_schema_sha256"],
+                    row["_raw_sha256"], row["_record_sha256"], row["_content_sha256"], row["_schema_sha256"],
                 )  # fmt: skip
         assert sorted(fast) == list(range(1, len(lines) + 1))
         for n, line in enumerate(lines, 1):

@@ -121,6 +121,8 @@ def test_shipped_schemas_load_with_stable_ids_and_digests() -> None:
     registry = SchemaRegistry()
     assert registry.ids() == [
         "agent-trace-v1",
+        "ari-replication-rubric-3",
+        "ari-replication-rubric-v2",
         "grounded-qa-v1",
         "math-reasoning-v1",
         "pairwise-v2",

@@ -119,8 +119,8 @@ def _summary(manifest: dict[str, Any], out_dir: Path) -> None:
         key=lambda item: (-item[1], item[0]),
     )
     if reasons:
-        top = Table("reason", "rows", "disposition", title="top reasons", box=None)
-        for code, n, disposition in reasons[:12]:
+        top = Table("reason", "rows", "disposition", title="reasons", box=None)
+        for code, n, disposition in reasons:
             top.add_row(code, f"{n:,}", disposition)
         out.print(top)
     timings = manifest.get("timings", {})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from typing import Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
+from pipeline.rules import Finding, RuleContext, record_rule, unknown
 
 CONTENT: Final = ContentFingerprint(b"rowgate:agent-trace-content:v1\x00")
 
@@ -24,3 +27,98 @@ class AgentTrace(RecordKind):
         return CONTENT.digest(
             (record["prompt"], ContentFingerprint.json_field(calls), record["final_answer"])
         )
+
+
+# -- semantic rules (seed 000, "Validate call-ID uniqueness and document authorization
+#    separately" and "Multi-turn tool-calling invariants") --------------------------------
+
+_CALL_NUMBER = re.compile(r"^call-([0-9]+)$")
+_TOKEN = re.compile(r"[^\s,;()\[\]{}<>\"'`]+")
+
+
+@record_rule("agent-trace-v1", "unique_call_ids")
+def unique_call_ids(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Validate call-ID uniqueness and document authorization separately" and
+    "Validate that call IDs are unique"."""
+    seen: set[str] = set()
+    for i, step in enumerate(record["steps"]):
+        if step["call_id"] in seen:
+            yield Finding(f"$.steps[{i}].call_id", "call id repeats an earlier call")
+        seen.add(step["call_id"])
+
+
+@record_rule("agent-trace-v1", "call_order")
+def call_order(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Validate that ... results do not precede their calls." Steps carry their
+    results inline, so the recorded order must be the call order: call numbers never go
+    down (a repeated number is ``unique_call_ids``'s finding)."""
+    previous = -1
+    for i, step in enumerate(record["steps"]):
+        match = _CALL_NUMBER.match(step["call_id"])
+        number = int(match.group(1)) if match else -1
+        if number < previous:
+            yield Finding(f"$.steps[{i}].call_id", "call recorded out of order")
+            return
+        previous = number
+
+
+@record_rule("agent-trace-v1", "failed_call_without_results")
+def failed_call_without_results(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "a final answer does not claim a failed tool produced successful evidence".
+    A call that failed cannot have returned documents."""
+    for i, step in enumerate(record["steps"]):
+        if not step["result"]["success"] and step["result"]["document_ids"]:
+            yield Finding(
+                f"$.steps[{i}].result.document_ids", "a failed call lists returned documents"
+            )
+
+
+@record_rule("agent-trace-v1", "evidence_from_successful_calls")
+def evidence_from_successful_calls(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "ensure ... a final answer does not claim a failed tool produced
+    successful evidence." A document id the final answer cites must have been returned by
+    a successful call of the trace. Known ids: those in any call's results, plus the
+    authorised-documents table when the campaign has one; the answer is split into tokens
+    so the check costs the same for a table of ten ids or ten million."""
+    returned = {
+        d for s in record["steps"] if s["result"]["success"] for d in s["result"]["document_ids"]
+    }
+    cited = {t.rstrip(".:") for t in _TOKEN.findall(record["final_answer"])} - returned
+    if not cited:
+        return
+    known = {d for s in record["steps"] for d in s["result"]["document_ids"]}
+    authorised = ctx.authorised_documents or frozenset()
+    if any(t in known or t in authorised for t in cited):
+        yield Finding("$.final_answer", "cites a document no successful call returned")
+
+
+@record_rule("agent-trace-v1", "authorised_documents")
+def authorised_documents(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Disallow undeclared tools and unauthorized document references." Every
+    returned document id must be in the campaign's authorised-documents table; without
+    that table the rule cannot decide (unknown → quarantine), it never passes silently."""
+    ids = [
+        (i, j, d)
+        for i, s in enumerate(record["steps"])
+        for j, d in enumerate(s["result"]["document_ids"])
+    ]
+    if not ids:
+        return
+    if ctx.authorised_documents is None:
+        yield unknown("no authorised-documents table configured")
+        return
+    for i, j, doc_id in ids:
+        if doc_id not in ctx.authorised_documents:
+            yield Finding(f"$.steps[{i}].result.document_ids[{j}]", "document id not authorised")
+
+
+@record_rule("agent-trace-v1", "aggregate_size")
+def aggregate_size(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Bound aggregate conversation size as well as individual fields." The
+    prompt, every query and the final answer together stay within
+    ``rules.max_trace_chars`` characters."""
+    limit = ctx.settings.max_trace_chars if ctx.settings is not None else 65_536
+    total = len(record["prompt"]) + len(record["final_answer"])
+    total += sum(len(s["arguments"]["query"]) for s in record["steps"])
+    if total > limit:
+        yield Finding("$", f"trace text totals {total} characters, the bound is {limit}")

@@ -29,6 +29,11 @@ class RecordKind:
     id: ClassVar[str]
     version_field: ClassVar[str | None] = None
     version_value: ClassVar[str | None] = None
+    #: fields naming one logical submission: the same key with a different body is an
+    #: idempotency conflict, with the same body a retry (cross-record rules)
+    idempotency_key: ClassVar[tuple[str, ...]] = ("task_id",)
+    #: top-level fields stored apart from the training features, renamed (e.g. ``_meta``)
+    apart: ClassVar[dict[str, str]] = {}
 
     @property
     def schema_id(self) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
+from pipeline.rules import Finding, RuleContext, record_rule, unknown
 
 CONTENT: Final = ContentFingerprint(b"rowgate:grounded-qa-content:v1\x00")
 
@@ -25,3 +27,73 @@ class GroundedQA(RecordKind):
                 ContentFingerprint.json_field(record["citations"]),
             )
         )
+
+
+# -- semantic rules (seed 000, "The service must verify `end > start`, define offsets
+#    against a versioned text representation, confirm quoted text") ----------------------
+# Offsets count Unicode code points of the document text as stored in the documents table
+# (Python str indices), the representation the table's sha256 pins.
+
+
+@record_rule("grounded-qa-v1", "span_order")
+def span_order(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "The service must verify `end > start`" ("The schema alone does not
+    establish `end > start`")."""
+    for i, citation in enumerate(record["citations"]):
+        if citation["end"] <= citation["start"]:
+            yield Finding(f"$.citations[{i}].end", "end is not after start")
+
+
+def _citations_with_documents(
+    record: dict[str, Any], ctx: RuleContext
+) -> Iterator[tuple[int, dict[str, Any], Any]]:
+    for i, citation in enumerate(record["citations"]):
+        document = ctx.documents.get(citation["document_id"]) if ctx.documents is not None else None
+        yield i, citation, document
+
+
+@record_rule("grounded-qa-v1", "document_digest")
+def document_digest(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "A production service must retrieve the authorized document version, check
+    its digest". The cited document exists in the documents table and the citation's
+    ``document_sha256`` is that version's digest. Without the table: unknown → quarantine."""
+    if record["citations"] and ctx.documents is None:
+        yield unknown("no documents table configured")
+        return
+    for i, citation, document in _citations_with_documents(record, ctx):
+        if document is None:
+            yield Finding(f"$.citations[{i}].document_id", "document not in the documents table")
+        elif document.sha256 != citation["document_sha256"]:
+            yield Finding(
+                f"$.citations[{i}].document_sha256", "digest differs from the document version"
+            )
+
+
+@record_rule("grounded-qa-v1", "span_in_document")
+def span_in_document(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "define the span coordinate system": offsets are code points of the
+    stored text and must lie inside it. Without the table: unknown → quarantine."""
+    if record["citations"] and ctx.documents is None:
+        yield unknown("no documents table configured")
+        return
+    for i, citation, document in _citations_with_documents(record, ctx):
+        if document is not None and citation["end"] > len(document.text):
+            yield Finding(f"$.citations[{i}].end", "span ends beyond the document text")
+
+
+@record_rule("grounded-qa-v1", "quote_matches_span")
+def quote_matches_span(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "verify that the quoted bytes or characters correspond to the stated
+    range" ("confirm quoted text"). Without the table: unknown → quarantine."""
+    if record["citations"] and ctx.documents is None:
+        yield unknown("no documents table configured")
+        return
+    for i, citation, document in _citations_with_documents(record, ctx):
+        if (
+            document is None
+            or citation["end"] <= citation["start"]
+            or citation["end"] > len(document.text)
+        ):
+            continue  # reported by the rules above
+        if document.text[citation["start"] : citation["end"]] != citation["quote"]:
+            yield Finding(f"$.citations[{i}].quote", "quote differs from the cited span")

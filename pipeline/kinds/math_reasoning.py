@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
+from pipeline.rules import Finding, RuleContext, folded, is_blank, record_rule
 
 CONTENT: Final = ContentFingerprint(b"rowgate:math-reasoning-content:v1\x00")
 
@@ -24,3 +26,39 @@ class MathReasoning(RecordKind):
                 record["final_answer"],
             )
         )
+
+
+# -- semantic rules (seed 000, "Evaluate observable derivations, assumptions, intermediate
+#    claims, and final answers") ------------------------------------------------------------
+
+
+@record_rule("math-reasoning-v1", "non_blank_steps")
+def non_blank_steps(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: the schema "records a concise, checkable derivation": a step that is only
+    whitespace satisfies ``minLength`` but records nothing checkable."""
+    for i, step in enumerate(record["derivation"]):
+        if is_blank(step):
+            yield Finding(f"$.derivation[{i}]", "blank derivation step")
+
+
+@record_rule("math-reasoning-v1", "non_blank_answer")
+def non_blank_answer(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Evaluate observable derivations, assumptions, intermediate claims, and
+    final answers": problem and final answer must say something beyond whitespace."""
+    for field in ("problem", "final_answer"):
+        if is_blank(record[field]):
+            yield Finding(f"$.{field}", "blank text")
+
+
+@record_rule("math-reasoning-v1", "unique_assumptions")
+def unique_assumptions(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000 pins ``uniqueItems`` on assumptions; this also catches repeats that differ
+    only in case, Unicode form or whitespace, and blank assumptions."""
+    seen: set[str] = set()
+    for i, assumption in enumerate(record["assumptions"]):
+        key = folded(assumption)
+        if not key:
+            yield Finding(f"$.assumptions[{i}]", "blank assumption")
+        elif key in seen:
+            yield Finding(f"$.assumptions[{i}]", "repeats an earlier assumption")
+        seen.add(key)

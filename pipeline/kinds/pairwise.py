@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from typing import Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import PAIRWISE_CONTENT_V1, ContentFingerprint
+from pipeline.rules import Finding, RuleContext, Severity, folded, is_blank, record_rule
 
 #: Multi-turn decisive rows commit to the whole conversation, not one prompt string.
 MULTI_TURN: Final = ContentFingerprint(b"rowgate:pairwise-content-multiturn:v1\x00")
@@ -39,3 +42,130 @@ class Pairwise(RecordKind):
         first, second = sorted((a, b), key=lambda s: s.encode("utf-8"))
         context = ContentFingerprint.json_field(messages)
         return UNRANKED.digest((preference, context, first, second, patch))
+
+
+# -- semantic rules (seed 000, "Apply semantic checks for turn ordering, final user intent,
+#    distinct candidates, and rationale consistency") -------------------------------------
+
+_WORD = re.compile(r"[^\W\d_]{2,}")
+_FILLER: Final = frozenset(
+    [
+        "lorem",
+        "ipsum",
+        "dolor",
+        "sit",
+        "amet",
+        "asdf",
+        "qwerty",
+        "test",
+        "testing",
+        "todo",
+        "tbd",
+        "na",
+        "none",
+        "n/a",
+        "xxx",
+        "foo",
+        "bar",
+        "baz",
+        "blah",
+        "placeholder",
+        "same",
+        "ok",
+        "okay",
+        "fine",
+        "good",
+        "bad",
+        "better",
+        "worse",
+    ]
+)
+_VERDICT = re.compile(
+    r"\b(?:response|answer|candidate|option)\s+([AB])\s+(?:is|was)\s+(?:clearly\s+|much\s+|far\s+)?"
+    r"(?:better|preferred|superior|more\s+correct|the\s+better\s+one)\b",
+    re.IGNORECASE,
+)
+
+
+@record_rule("pairwise-v2", "distinct_candidates")
+def distinct_candidates(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Validate candidate distinctness ... outside structural validation."
+    The two responses may not be the same text up to Unicode normalisation, case and
+    whitespace: comparing two non-empty strings proves nothing about a preference."""
+    if folded(record["response_a"]) == folded(record["response_b"]):
+        yield Finding("$.response_b", "same text as response_a after normalisation")
+
+
+@record_rule("pairwise-v2", "substantive_rationale")
+def substantive_rationale(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "An all-whitespace rationale can meet a numerical length threshold, so
+    semantic validation must reject it." A rationale needs ``rules.min_rationale_words``
+    distinct words of two or more letters that are not filler (lorem ipsum, asdf, n/a...)."""
+    words = {w.casefold() for w in _WORD.findall(record["rationale"])} - _FILLER
+    needed = ctx.settings.min_rationale_words if ctx.settings is not None else 4
+    if len(words) < needed:
+        yield Finding("$.rationale", f"fewer than {needed} distinct substantive words")
+
+
+@record_rule("pairwise-v2", "system_message_first")
+def system_message_first(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Apply semantic checks for turn ordering": a system message may only open
+    the conversation."""
+    for i, message in enumerate(record["messages"]):
+        if message["role"] == "system" and i > 0:
+            yield Finding(f"$.messages[{i}].role", "system message after the first turn")
+
+
+@record_rule("pairwise-v2", "alternating_turns")
+def alternating_turns(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Apply semantic checks for turn ordering": after an optional system
+    message, user and assistant turns alternate, starting with the user."""
+    turns = [(i, m["role"]) for i, m in enumerate(record["messages"]) if m["role"] != "system"]
+    expected = "user"
+    for i, role in turns:
+        if role != expected:
+            yield Finding(f"$.messages[{i}].role", f"expected a {expected} turn")
+            return
+        expected = "assistant" if role == "user" else "user"
+
+
+@record_rule("pairwise-v2", "ends_with_user_turn")
+def ends_with_user_turn(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Apply semantic checks for ... final user intent": both candidates answer
+    the last message, so it must be a user turn."""
+    last = len(record["messages"]) - 1
+    if record["messages"][last]["role"] != "user":
+        yield Finding(f"$.messages[{last}].role", "the conversation does not end with a user turn")
+
+
+@record_rule("pairwise-v2", "neither_needs_patch")
+def neither_needs_patch(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 002: "Require correction text when correction mode is selected" (DESIGN §3.8:
+    "`neither` needs a golden patch"). The schema requires a string of 15+ characters;
+    this rule also refuses a patch that is only whitespace."""
+    patch = record["golden_patch"]
+    if record["preference"] == "neither" and (patch is None or is_blank(patch)):
+        yield Finding("$.golden_patch", "preference 'neither' without a substantive golden patch")
+
+
+@record_rule("pairwise-v2", "rubric_version")
+def rubric_version(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: ratings "require an adapter from the existing A/B interface" and DESIGN
+    §3.8 "ratings bound to rubric criteria by the campaign": when the campaign lists its
+    rubric versions (``rules.rubric_versions``), a row must name one of them."""
+    allowed = ctx.settings.rubric_versions if ctx.settings is not None else ()
+    if allowed and record["rubric_version"] not in allowed:
+        yield Finding("$.rubric_version", "not a rubric version of this campaign")
+
+
+@record_rule("pairwise-v2", "rationale_consistency", Severity.QUARANTINE)
+def rationale_consistency(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Validate ... rationale consistency outside structural validation." When
+    a decisive row's rationale explicitly calls the *other* response the better one, the
+    label and its justification disagree; a person decides which is wrong (quarantine)."""
+    preference = record["preference"]
+    if preference not in ("A", "B"):
+        return
+    named = {m.upper() for m in _VERDICT.findall(record["rationale"])}
+    if named and preference not in named:
+        yield Finding("$.rationale", "rationale names the other response as better")

@@ -1,0 +1,250 @@
+"""Cross-record rules (DESIGN §3.9): invariants between rows of the whole run, in polars.
+
+They run first in the global phase (order 100), over every staged row of a kind from
+every shard, so their result cannot depend on how the run was sharded or on the order
+of input files (the order key sorts inputs by path). Each rule returns findings (row
+keys, code, detail, disposition); the stage folds them per row, worst disposition wins
+(rejected > quarantined > duplicate) and every code is kept.
+
+=============================== ======================= =====================================
+code                            kinds                   finding
+=============================== ======================= =====================================
+``cross.idempotency_conflict``  every kind with a key   one submission key, different bodies: all rejected
+``cross.retry``                 every kind with a key   one key, one body: later rows are duplicates
+``cross.contradictory_preference`` pairwise-v2          one comparison, opposite preferences: quarantined
+``cross.worker_root_missing``   pw-decide-row-1         a worker's root_session is no coordinator session
+``cross.session_model_conflict`` pw-decide-row-1        rows of one session name different models
+=============================== ======================= =====================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import polars as pl
+
+from pipeline.config import CampaignConfig
+from pipeline.global_phase import DUPLICATE_OF, GlobalContext, register_stage
+from pipeline.kinds import KINDS
+from pipeline.reasons import Disposition
+from pipeline.writer import OutputColumn
+
+__all__ = ["CROSS_RULES", "CrossRules"]
+
+#: worst first: the disposition a row ends with when several rules fire
+_SEVERITY: Final = {
+    Disposition.REJECTED.value: 3,
+    Disposition.QUARANTINED.value: 2,
+    Disposition.DUPLICATE.value: 1,
+}
+ORDER: Final = ("_input", "_line")
+
+Finder = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame | None]
+#: (code, kinds it applies to or None for all, finder)
+CROSS_RULES: list[tuple[str, frozenset[str] | None, Finder]] = []
+
+
+def cross_rule(code: str, kinds: Sequence[str] | None = None) -> Callable[[Finder], Finder]:
+    """Register a finder returning rows ``_shard, _shard_line, _detail, _disposition``
+    (and ``_duplicate_of`` for duplicates); its docstring cites the seed it enforces."""
+
+    def register(finder: Finder) -> Finder:
+        if not (finder.__doc__ or "").strip():
+            raise ValueError(f"cross rule {code} needs a docstring citing its seed")
+        CROSS_RULES.append((code, frozenset(kinds) if kinds is not None else None, finder))
+        return finder
+
+    return register
+
+
+def _key_columns(kind: str) -> list[str]:
+    return list(KINDS[kind].idempotency_key)
+
+
+@cross_rule("cross.idempotency_conflict")
+def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """Seed 002: "same operation, conflicting body -> IDEMPOTENCY_CONFLICT". Rows sharing a
+    submission key (``task_id``; ``(session, receipt)`` for pw-decide-row) with different
+    record bodies are all rejected: none of them can be trusted to be the submission."""
+    keys = _key_columns(kind)
+    if not keys:
+        return None
+    rows = ctx.scan(kind, keys)
+    conflicted = rows.filter(pl.col("_record_sha256").n_unique().over(keys) > 1)
+    return conflicted.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.format(
+            "{} rows share this submission key with different bodies", pl.len().over(keys)
+        ),
+        _disposition=pl.lit(Disposition.REJECTED.value),
+    )
+
+
+@cross_rule("cross.retry")
+def retry(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """Seed 002: "identical authenticated retry -> return original receipt/status": the same
+    key with the same body is one submission; the first row by the order key is kept and
+    the later ones are duplicates pointing at it."""
+    keys = _key_columns(kind)
+    if not keys:
+        return None
+    ranked = (
+        ctx.scan(kind, keys)
+        .sort(ORDER)
+        .with_columns(
+            _n=pl.int_range(pl.len()).over(keys),
+            _bodies=pl.col("_record_sha256").n_unique().over(keys),
+            _kept=pl.struct(
+                _source=pl.col("_source").first().over(keys),
+                _line=pl.col("_line").first().over(keys),
+                _record_sha256=pl.col("_record_sha256").first().over(keys),
+            ),
+        )
+    )
+    repeats = ranked.filter((pl.col("_n") > 0) & (pl.col("_bodies") == 1))
+    return repeats.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.format("retry of line {}", pl.col("_kept").struct.field("_line")),
+        _disposition=pl.lit(Disposition.DUPLICATE.value),
+        _duplicate_of=pl.col("_kept"),
+    )
+
+
+def _conversation_key() -> pl.Expr:
+    """Length-prefixed role:len:content of every message: an exact, unambiguous key."""
+    element = pl.element().struct
+    return (
+        pl.col("messages")
+        .list.eval(
+            pl.format(
+                "{}:{}:{}",
+                element.field("role"),
+                element.field("content").str.len_bytes(),
+                element.field("content"),
+            )
+        )
+        .list.join("")
+    )
+
+
+@cross_rule("cross.contradictory_preference", ["pairwise-v2"])
+def contradictory_preference(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame
+) -> pl.DataFrame | None:
+    """Seed 000: "Validate ... task identity ... and rationale consistency outside structural
+    validation"; DESIGN §3.9: "same comparison with opposite preferences". The same
+    conversation and the same pair of responses (in either A/B order) preferred both ways:
+    a person adjudicates (seed 000's review policy: "disagreement_action": "adjudicate")."""
+    payload = ctx.scan(kind, ["messages", "response_a", "response_b", "preference"])
+    decisive = payload.filter(pl.col("preference").is_in(["A", "B"])).select(
+        "_shard",
+        "_shard_line",
+        _conversation=_conversation_key(),
+        _low=pl.min_horizontal("response_a", "response_b"),
+        _high=pl.max_horizontal("response_a", "response_b"),
+        _preferred=pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b"),
+    )
+    group = ["_conversation", "_low", "_high"]
+    contradicted = decisive.filter(pl.col("_preferred").n_unique().over(group) > 1)
+    return contradicted.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.format(
+            "{} rows prefer opposite responses of one comparison", pl.len().over(group)
+        ),
+        _disposition=pl.lit(Disposition.QUARANTINED.value),
+    )
+
+
+@cross_rule("cross.worker_root_missing", ["pw-decide-row-1"])
+def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """Seed 004, root_session: "the coordinator session a worker leg belongs to": a worker
+    row's root session must be the session of some coordinator row of the export."""
+    payload = ctx.scan(kind, ["host", "session", "root_session"])
+    coordinators = payload.filter(pl.col("host") == "coordinator").select(
+        pl.col("session").unique()
+    )
+    orphans = payload.filter(
+        (pl.col("host") == "worker")
+        & ~pl.col("root_session").is_in(coordinators["session"].implode())
+    )
+    return orphans.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.lit("root_session names no coordinator session in this run"),
+        _disposition=pl.lit(Disposition.REJECTED.value),
+    )
+
+
+@cross_rule("cross.session_model_conflict", ["pw-decide-row-1"])
+def session_model_conflict(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame
+) -> pl.DataFrame | None:
+    """Seed 004, model: "The model that made most of the session's calls": one value per
+    session, so rows of one session naming different models cannot all be right."""
+    payload = ctx.scan(kind, ["session", "model"])
+    conflicted = payload.filter(pl.col("model").n_unique().over("session") > 1)
+    return conflicted.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.format(
+            "{} models named for one session", pl.col("model").n_unique().over("session")
+        ),
+        _disposition=pl.lit(Disposition.REJECTED.value),
+    )
+
+
+@register_stage
+class CrossRules:
+    """The cross-record rules as one global stage."""
+
+    name = "cross_rules"
+    order = 100
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return [DUPLICATE_OF] if _key_columns(kind) else []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        disabled = set(ctx.config.rules.disabled)
+        found = []
+        for code, kinds, finder in CROSS_RULES:
+            if code in disabled or (kinds is not None and kind not in kinds):
+                continue
+            hits = finder(ctx, kind, rows)
+            if hits is not None and hits.height:
+                if "_duplicate_of" not in hits.columns:
+                    hits = hits.with_columns(_duplicate_of=pl.lit(None, DUPLICATE_OF_POLARS))
+                found.append(hits.with_columns(_code=pl.lit(code)))
+        if not found:
+            return None
+        hits = pl.concat(found, how="vertical_relaxed").with_columns(
+            _severity=pl.col("_disposition").replace_strict(_SEVERITY, return_dtype=pl.Int8)
+        )
+        return (
+            hits.sort(["_shard", "_shard_line", "_code"])
+            .group_by(["_shard", "_shard_line"], maintain_order=True)
+            .agg(
+                _disposition=pl.col("_disposition").sort_by("_severity").last(),
+                _reasons_add=pl.struct(
+                    code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail")
+                ),
+                _duplicate_of=pl.col("_duplicate_of").drop_nulls().first(),
+            )
+            .with_columns(
+                # a row that is rejected or quarantined is not "a duplicate of" anything
+                _duplicate_of=pl.when(pl.col("_disposition") == Disposition.DUPLICATE.value).then(
+                    "_duplicate_of"
+                )
+            )
+        )
+
+
+DUPLICATE_OF_POLARS: Final = pl.Struct(
+    {"_source": pl.String, "_line": pl.Int64, "_record_sha256": pl.String}
+)

@@ -1,0 +1,215 @@
+"""Cross-record rules: each rule end to end, and invariance under sharding and file order."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.config import CampaignConfig, InputSpec
+from pipeline.lineage import record_sha256
+from pipeline.run import run
+from pipeline.synthetic import make_record
+
+
+def _lines(records: list[dict[str, Any]]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def _run(
+    tmp_path: Path,
+    files: dict[str, list[dict[str, Any]]],
+    kind: str | None = None,
+    workers: int = 1,
+    name: str = "out",
+) -> pl.DataFrame:
+    specs = []
+    for filename, records in files.items():
+        (tmp_path / filename).write_bytes(_lines(records))
+        specs.append(InputSpec(str(tmp_path / filename), kind))
+    config = CampaignConfig(inputs=tuple(specs)).override(
+        **{"engine.workers": workers, "engine.shard_bytes": 8192}
+    )
+    out = tmp_path / name
+    run(config, out)
+    frames = []
+    for path in sorted(out.rglob("*.parquet")):
+        disposition = path.relative_to(out).parts[0]
+        frame = pl.read_parquet(path)
+        columns = ["_source", "_line", "_raw_sha256", "_reasons"] + (
+            ["_duplicate_of"] if "_duplicate_of" in frame.columns else []
+        )
+        frames.append(frame.select(columns).with_columns(_dir=pl.lit(disposition)))
+    return pl.concat(frames, how="diagonal_relaxed").sort("_source", "_line")
+
+
+def _codes(frame: pl.DataFrame) -> list[tuple[str, list[str]]]:
+    return [
+        (d, sorted(r["code"] for r in reasons))
+        for d, reasons in zip(frame["_dir"], frame["_reasons"], strict=True)
+    ]
+
+
+def _pairwise(i: int, **changes: Any) -> dict[str, Any]:
+    record = make_record("pairwise-v2", random.Random(i), i)
+    record.update(
+        preference="A", golden_patch=None, rationale="Response A is better because it keeps order."
+    )
+    record.update(changes)
+    return record
+
+
+def test_retry_is_a_duplicate_of_the_first(tmp_path: Path) -> None:
+    first = _pairwise(1)
+    rows = _run(tmp_path, {"a.jsonl": [first, _pairwise(2), first]})
+    assert _codes(rows) == [("accepted", []), ("accepted", []), ("duplicates", ["cross.retry"])]
+    assert rows["_duplicate_of"][2] == {
+        "_source": str(tmp_path / "a.jsonl"),
+        "_line": 1,
+        "_record_sha256": record_sha256(first),
+    }
+
+
+def test_idempotency_conflict_rejects_every_row(tmp_path: Path) -> None:
+    first = _pairwise(1)
+    edited = {**first, "rationale": first["rationale"] + " Also clearer."}
+    rows = _run(tmp_path, {"a.jsonl": [first, _pairwise(2)], "b.jsonl": [edited]})
+    assert _codes(rows) == [
+        ("rejected", ["cross.idempotency_conflict"]),
+        ("accepted", []),
+        ("rejected", ["cross.idempotency_conflict"]),
+    ]
+    raw = pl.read_parquet(tmp_path / "out" / "rejected").sort("_source")["_raw"].to_list()
+    assert raw == [orjson.dumps(first), orjson.dumps(edited)]  # re-read from the sources
+
+
+def test_contradictory_preference_is_quarantined(tmp_path: Path) -> None:
+    base = _pairwise(1)
+    swapped = {
+        **base,
+        "task_id": "other",
+        "response_a": base["response_b"],
+        "response_b": base["response_a"],
+    }
+    agreeing = {
+        **base,
+        "task_id": "third",
+        "response_a": base["response_b"],
+        "response_b": base["response_a"],
+        "preference": "B",
+        "rationale": "Response B is better because it keeps order.",
+    }
+    rows = _run(tmp_path, {"a.jsonl": [base, swapped, agreeing]})
+    assert _codes(rows) == [
+        ("quarantined", ["cross.contradictory_preference"]),
+        ("quarantined", ["cross.contradictory_preference"]),
+        ("quarantined", ["cross.contradictory_preference"]),
+    ]
+    rows = _run(tmp_path, {"c.jsonl": [base, agreeing]}, name="agree")
+    assert _codes(rows) == [("accepted", []), ("accepted", [])]
+
+
+def _decide(i: int, **changes: Any) -> dict[str, Any]:
+    record = copy.deepcopy(make_record("pw-decide-row-1", random.Random(i), i))
+    record.update(changes)
+    return record
+
+
+def test_pw_decide_row_cross_rules(tmp_path: Path) -> None:
+    coordinator = _decide(0, host="coordinator", session="s-1", root_session="s-1")
+    worker = _decide(1, host="worker", session="s-2", root_session="s-1")
+    orphan = _decide(2, host="worker", session="s-3", root_session="s-404")
+    other_model = _decide(
+        3, host="worker", session="s-2", root_session="s-1", model="another-model", receipt=99
+    )
+    # the coordinator lives in another file: the rule sees the whole run
+    rows = _run(tmp_path, {"b.jsonl": [worker, orphan, other_model], "a.jsonl": [coordinator]})
+    assert _codes(rows) == [
+        ("accepted", []),
+        ("rejected", ["cross.session_model_conflict"]),
+        ("rejected", ["cross.worker_root_missing"]),
+        ("rejected", ["cross.session_model_conflict"]),
+    ]
+
+
+def test_session_receipt_is_the_submission_key(tmp_path: Path) -> None:
+    row = _decide(0, host="coordinator", session="s-1", root_session="s-1")
+    changed = copy.deepcopy(row)
+    changed["labels"]["requested_names"] = ["edit"]
+    rows = _run(
+        tmp_path,
+        {
+            "a.jsonl": [
+                row,
+                changed,
+                _decide(0, host="coordinator", session="s-1", root_session="s-1", receipt=7),
+            ]
+        },
+    )
+    assert _codes(rows) == [
+        ("rejected", ["cross.idempotency_conflict"]),
+        ("rejected", ["cross.idempotency_conflict"]),
+        ("accepted", []),
+    ]
+
+
+def _corpus() -> list[dict[str, Any]]:
+    rng = random.Random(11)
+    records = [_pairwise(i) for i in range(30)]
+    records += [
+        records[3],
+        records[7],
+        {**records[5], "rationale": "Response A is better: it is simply correct."},
+    ]
+    base = records[10]
+    records.append(
+        {
+            **base,
+            "task_id": "contra",
+            "response_a": base["response_b"],
+            "response_b": base["response_a"],
+        }
+    )
+    rng.shuffle(records)
+    return records
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.data())
+def test_same_result_for_any_file_split_order_and_workers(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """The multiset of (line bytes, disposition, reasons) does not depend on how the lines
+    are spread over files, on file names/order, or on the worker count."""
+    records = _corpus()
+    expected = None
+    for attempt in range(2):
+        tmp = tmp_path_factory.mktemp("split")
+        files = data.draw(st.integers(1, 4), label="files")
+        assignment = data.draw(
+            st.lists(st.integers(0, files - 1), min_size=len(records), max_size=len(records)),
+            label="assign",
+        )
+        names = data.draw(st.permutations([f"f{i}.jsonl" for i in range(files)]), label="names")
+        split: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        for record, target in zip(records, assignment, strict=True):
+            split[names[target]].append(record)
+        split = {k: v for k, v in split.items() if v}
+        rows = _run(tmp, split, workers=1 + attempt)
+        outcome = Counter(
+            (sha, d, tuple(c))
+            for sha, (d, c) in zip(rows["_raw_sha256"], _codes(rows), strict=True)
+        )
+        if expected is None:
+            expected = outcome
+        assert outcome == expected
