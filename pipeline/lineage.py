@@ -79,7 +79,7 @@ class ContentFingerprint:
 
     @staticmethod
     def json_field(value: Any) -> str:
-        return canonical_json(value).decode("utf-8")
+        return canonical_json_fast(value).decode("utf-8")
 
 
 #: The seed 002 reference profile, for a decisive single-user-turn pairwise comparison.

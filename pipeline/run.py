@@ -267,6 +267,8 @@ def run(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        engine.close()
     return RunResult(out, manifest, summaries)
 
 

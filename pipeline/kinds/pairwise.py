@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import PAIRWISE_CONTENT_V1, ContentFingerprint
-from pipeline.rules import Finding, RuleContext, Severity, folded, is_blank, record_rule
+from pipeline.rules import Finding, RuleContext, Severity, is_blank, record_rule, same_text
 
 #: Multi-turn decisive rows commit to the whole conversation, not one prompt string.
 MULTI_TURN: Final = ContentFingerprint(b"rowgate:pairwise-content-multiturn:v1\x00")
@@ -80,11 +80,13 @@ _FILLER: Final = frozenset(
         "worse",
     ]
 )
-_VERDICT = re.compile(
-    r"\b(?:response|answer|candidate|option)\s+([AB])\s+(?:is|was)\s+(?:clearly\s+|much\s+|far\s+)?"
-    r"(?:better|preferred|superior|more\s+correct|the\s+better\s+one)\b",
-    re.IGNORECASE,
+# "Response B is (clearly) better": matched from the letter on (4× faster than one
+# case-insensitive pattern), then the word before the letter is checked.
+_VERDICT_TAIL = re.compile(
+    r"([ABab])\s+(?:is|was)\s+(?:clearly\s+|much\s+|far\s+)?"
+    r"(?:better|preferred|superior|more\s+correct|the\s+better\s+one)\b"
 )
+_CANDIDATE_NOUNS: Final = ("response", "answer", "candidate", "option")
 
 
 @record_rule("pairwise-v2", "distinct_candidates")
@@ -92,7 +94,7 @@ def distinct_candidates(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fi
     """Seed 000: "Validate candidate distinctness ... outside structural validation."
     The two responses may not be the same text up to Unicode normalisation, case and
     whitespace: comparing two non-empty strings proves nothing about a preference."""
-    if folded(record["response_a"]) == folded(record["response_b"]):
+    if same_text(record["response_a"], record["response_b"]):
         yield Finding("$.response_b", "same text as response_a after normalisation")
 
 
@@ -101,10 +103,15 @@ def substantive_rationale(record: dict[str, Any], ctx: RuleContext) -> Iterator[
     """Seed 000: "An all-whitespace rationale can meet a numerical length threshold, so
     semantic validation must reject it." A rationale needs ``rules.min_rationale_words``
     distinct words of two or more letters that are not filler (lorem ipsum, asdf, n/a...)."""
-    words = {w.casefold() for w in _WORD.findall(record["rationale"])} - _FILLER
     needed = ctx.settings.min_rationale_words if ctx.settings is not None else 4
-    if len(words) < needed:
-        yield Finding("$.rationale", f"fewer than {needed} distinct substantive words")
+    words: set[str] = set()
+    for match in _WORD.finditer(record["rationale"]):  # stops as soon as enough are seen
+        word = match.group().casefold()
+        if word not in _FILLER:
+            words.add(word)
+            if len(words) >= needed:
+                return
+    yield Finding("$.rationale", f"fewer than {needed} distinct substantive words")
 
 
 @record_rule("pairwise-v2", "system_message_first")
@@ -166,6 +173,12 @@ def rationale_consistency(record: dict[str, Any], ctx: RuleContext) -> Iterator[
     preference = record["preference"]
     if preference not in ("A", "B"):
         return
-    named = {m.upper() for m in _VERDICT.findall(record["rationale"])}
+    rationale = record["rationale"]
+    named = set()
+    for match in _VERDICT_TAIL.finditer(rationale):
+        start = match.start()
+        before = rationale[max(0, start - 12) : start]
+        if before[-1:].isspace() and before.rstrip().casefold().endswith(_CANDIDATE_NOUNS):
+            named.add(match.group(1).upper())
     if named and preference not in named:
         yield Finding("$.rationale", "rationale names the other response as better")

@@ -139,16 +139,25 @@ def contradictory_preference(
     conversation and the same pair of responses (in either A/B order) preferred both ways:
     a person adjudicates (seed 000's review policy: "disagreement_action": "adjudicate")."""
     payload = ctx.scan(kind, ["messages", "response_a", "response_b", "preference"])
-    decisive = payload.filter(pl.col("preference").is_in(["A", "B"])).select(
-        "_shard",
-        "_shard_line",
+    decisive = payload.filter(pl.col("preference").is_in(["A", "B"])).with_columns(
         _conversation=_conversation_key(),
-        _low=pl.min_horizontal("response_a", "response_b"),
-        _high=pl.max_horizontal("response_a", "response_b"),
         _preferred=pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b"),
+        _rejected=pl.when(pl.col("preference") == "A").then("response_b").otherwise("response_a"),
     )
+    # Group on 64-bit hashes first (cheap over 3 KB texts), then confirm the few candidate
+    # groups on the exact texts, so a hash collision can never invent a contradiction.
+    hashed = decisive.with_columns(
+        _h_conv=pl.col("_conversation").hash(1),
+        _h_pair=pl.col("_preferred").hash(2) ^ pl.col("_rejected").hash(2),
+        _h_pref=pl.col("_preferred").hash(3),
+    )
+    candidates = hashed.filter(pl.col("_h_pref").n_unique().over("_h_conv", "_h_pair") > 1)
     group = ["_conversation", "_low", "_high"]
-    contradicted = decisive.filter(pl.col("_preferred").n_unique().over(group) > 1)
+    exact = candidates.with_columns(
+        _low=pl.min_horizontal("_preferred", "_rejected"),
+        _high=pl.max_horizontal("_preferred", "_rejected"),
+    )
+    contradicted = exact.filter(pl.col("_preferred").n_unique().over(group) > 1)
     return contradicted.select(
         "_shard",
         "_shard_line",

@@ -1,0 +1,210 @@
+"""rowgate's full run against bare JSONL → Parquet conversions, on the same file, in one run.
+
+    python benchmarks/bench_throughput.py                 # ≈ 500 MB pairwise-v2 export
+    python benchmarks/bench_throughput.py --size-mb 100   # quicker
+    python benchmarks/bench_throughput.py --scaling       # 1× and 4×: growth of time and memory
+
+Measured (wall time, rows/s, MB/s, peak RSS of the whole process tree):
+
+* ``rowgate run`` — strict parse, fastjsonschema on every row, rules, lineage hashes,
+  cross-record rules, Parquet output, manifest;
+* DuckDB ``COPY (SELECT * FROM read_json(...)) TO ... (FORMAT parquet)`` — no checks;
+* polars ``scan_ndjson().sink_parquet()`` — no checks;
+* the seed 000 reference path (stdlib json with a duplicate-key hook and
+  ``jsonschema.Draft202012Validator``), timed on a sample and extrapolated.
+
+Needs the ``bench`` extra (duckdb, jsonschema). The export is generated in a temporary
+directory and deleted afterwards; nothing large is ever committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+from harness import Measurement, measure, python, table, write_export
+
+from pipeline.schemas import SCHEMA_DIR
+
+
+def reference_path_seconds(path: Path, lines: int, sample: int) -> float:
+    """Seed 000's validate_annotation.py logic per line, extrapolated from a sample."""
+    from jsonschema import Draft202012Validator
+
+    def reject_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        result: dict[str, object] = {}
+        for key, value in pairs:
+            if key in result:
+                raise ValueError(f"Duplicate JSON key: {key}")
+            result[key] = value
+        return result
+
+    def reject_constant(value: str) -> None:
+        raise ValueError(f"Invalid JSON constant: {value}")
+
+    schema = json.loads((SCHEMA_DIR / "pairwise-v2.schema.json").read_text("utf-8"))
+    Draft202012Validator.check_schema(schema)
+    validator = Draft202012Validator(schema)
+    with open(path, "rb") as fh:
+        batch = [next(fh) for _ in range(min(sample, lines))]
+    started = time.perf_counter()
+    for raw in batch:
+        try:
+            record = json.loads(
+                raw.decode("utf-8"),
+                object_pairs_hook=reject_duplicates,
+                parse_constant=reject_constant,
+            )
+        except ValueError:
+            continue
+        list(validator.iter_errors(record))
+    return (time.perf_counter() - started) / len(batch) * lines
+
+
+def run_rowgate(path: Path, out: Path, workers: int | None) -> tuple[Measurement, dict[str, float]]:
+    command = ["rowgate-bench", "run", str(path), "--out", str(out), "--quiet", "--force"]
+    if workers:
+        command += ["--workers", str(workers)]
+    m = measure(
+        "rowgate run",
+        python(f"import sys; sys.argv={command!r}; from pipeline.cli import main; main()"),
+    )
+    timings = (
+        json.loads((out / "manifest.json").read_text())["timings"] if m.returncode == 0 else {}
+    )
+    return m, timings
+
+
+def peers(path: Path, tmp: Path) -> list[Measurement]:
+    # The export holds defective lines on purpose; the peers are told to skip what they
+    # cannot read (what they do accept silently is the point of rowgate, DESIGN §4).
+    duck = python(
+        "import duckdb; duckdb.sql(\"COPY (SELECT * FROM read_json('"
+        + str(path)
+        + "', ignore_errors=true)) TO '"
+        + str(tmp / "duck.parquet")
+        + "' (FORMAT parquet)\")"
+    )
+    polars = python(
+        f"import polars as pl; pl.scan_ndjson({str(path)!r}, ignore_errors=True)"
+        f".sink_parquet({str(tmp / 'polars.parquet')!r})"
+    )
+    results = [
+        measure("duckdb read_json→parquet", duck),
+        measure("polars scan_ndjson→sink_parquet", polars),
+    ]
+    if results[1].returncode != 0:
+        # polars aborts on some defective lines even with ignore_errors; time it on the
+        # lines it can read instead, and say so.
+        clean = tmp / "clean.jsonl"
+        with open(path, "rb") as src, open(clean, "wb") as dst:
+            for line in src:
+                try:
+                    if isinstance(orjson.loads(line), dict):
+                        dst.write(line)
+                except orjson.JSONDecodeError:
+                    continue
+        retry = python(
+            f"import polars as pl; pl.scan_ndjson({str(clean)!r}, ignore_errors=True)"
+            f".sink_parquet({str(tmp / 'polars.parquet')!r})"
+        )
+        results[1] = measure("polars (on the parseable lines only)", retry)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size-mb", type=float, default=500.0)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument(
+        "--sample", type=int, default=3000, help="lines timed on the reference path"
+    )
+    parser.add_argument("--scaling", action="store_true", help="rowgate on 1× and 4× the size")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="reuse/keep the export at this path"
+    )
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="rowgate-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        if args.scaling:
+            scaling(tmp, args)
+            return
+        path = args.keep or tmp / "export.jsonl"
+        if not path.exists():
+            t0 = time.perf_counter()
+            size, lines = write_export(path, args.size_mb)
+            print(
+                f"generated {size / 1e6:.0f} MB, {lines:,} lines in {time.perf_counter() - t0:.0f} s"
+            )
+        size = path.stat().st_size
+        lines = sum(1 for _ in open(path, "rb"))
+        print(
+            f"export: {path} ({size / 1e6:.0f} MB, {lines:,} lines, {size / lines:,.0f} B/line)\n"
+        )
+
+        rowgate, timings = run_rowgate(path, tmp / "out", args.workers)
+        results = [rowgate, *peers(path, tmp)]
+        reference = reference_path_seconds(path, lines, args.sample)
+        rows = [
+            (
+                m.name,
+                f"{m.seconds:.2f}",
+                f"{lines / m.seconds:,.0f}",
+                f"{size / 1e6 / m.seconds:.1f}",
+                f"{m.peak_rss / 1e6:,.0f}",
+                "ok" if m.returncode == 0 else f"exit {m.returncode}",
+            )
+            for m in results
+        ]
+        rows.append(
+            (
+                "seed 000 reference path (extrapolated)",
+                f"{reference:.2f}",
+                f"{lines / reference:,.0f}",
+                f"{size / 1e6 / reference:.1f}",
+                "n/a",
+                f"sample of {args.sample}",
+            )
+        )
+        print(table(rows, ("tool", "wall s", "rows/s", "MB/s", "peak RSS MB", "note")))
+        duck, polars = results[1], results[2]
+        print()
+        print(
+            f"rowgate / duckdb   = {rowgate.seconds / duck.seconds:.2f}×   (target ≤ 1.5×, stretch ≤ 1.0×)"
+        )
+        print(f"rowgate / polars   = {rowgate.seconds / polars.seconds:.2f}×")
+        print(f"reference / rowgate = {reference / rowgate.seconds:.1f}×   (target ≥ 20×)")
+        print(f"rowgate peak RSS   = {rowgate.peak_rss / 1e9:.2f} GB   (target ≤ 1.5 GB)")
+        if timings:
+            gate, glob = timings.get("gate_s", 0.0), timings.get("global_s", 0.0)
+            print(
+                f"rowgate phases     = gate {gate:.2f} s, global {glob:.2f} s, write {timings.get('write_s', 0):.2f} s"
+            )
+            print(f"global / gate      = {glob / gate:.1%}   (target < 15 %)")
+
+
+def scaling(tmp: Path, args: argparse.Namespace) -> None:
+    small, large = tmp / "1x.jsonl", tmp / "4x.jsonl"
+    write_export(small, args.size_mb / 4)
+    write_export(large, args.size_mb)
+    one, _ = run_rowgate(small, tmp / "out1", args.workers)
+    four, _ = run_rowgate(large, tmp / "out4", args.workers)
+    rows = [
+        (name, f"{p.stat().st_size / 1e6:.0f}", f"{m.seconds:.2f}", f"{m.peak_rss / 1e6:,.0f}")
+        for name, p, m in (("1×", small, one), ("4×", large, four))
+    ]
+    print(table(rows, ("input", "MB", "wall s", "peak RSS MB")))
+    print()
+    print(f"time growth   4×/1× = {four.seconds / one.seconds:.2f}   (target ≤ 4.4)")
+    print(f"memory growth 4×/1× = {four.peak_rss / one.peak_rss:.2f}   (target ≤ 1.1)")
+
+
+if __name__ == "__main__":
+    main()

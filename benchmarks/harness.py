@@ -1,0 +1,128 @@
+"""Benchmark plumbing shared by the scripts in benchmarks/: export generation, timing a
+command with the peak resident memory of its whole process tree, and table printing.
+
+Peak RSS is sampled every 20 ms over the process and all its descendants (rowgate's
+workers are separate processes), summing their resident set sizes; a sampled peak can
+only under-estimate a spike shorter than the interval.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.synthetic import export_lines
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def write_export(
+    path: Path,
+    megabytes: float,
+    *,
+    seed: int = 0,
+    size: int = 4,
+    defect_rate: float = 0.03,
+    duplicate_rate: float = 0.03,
+) -> tuple[int, int]:
+    """Write a pairwise-v2 export of about ``megabytes`` MB; return (bytes, lines)."""
+    target = int(megabytes * 1_000_000)
+    written = lines = 0
+    with open(path, "wb", buffering=1 << 22) as fh:
+        while written < target:
+            for line in export_lines(
+                "pairwise-v2",
+                20_000,
+                seed=seed,
+                size=size,
+                defect_rate=defect_rate,
+                duplicate_rate=duplicate_rate,
+            ):
+                fh.write(line + b"\n")
+                written += len(line) + 1
+                lines += 1
+                if written >= target:
+                    break
+            seed += 1
+    return written, lines
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        tree.setdefault(int(fields[1]), []).append(int(entry.name))
+    return tree
+
+
+def _tree_rss(root: int) -> int:
+    tree = _children()
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * PAGE
+        except OSError:
+            pass
+        stack.extend(tree.get(pid, ()))
+    return total
+
+
+@dataclass
+class Measurement:
+    name: str
+    seconds: float
+    peak_rss: int
+    returncode: int
+
+
+def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = None) -> Measurement:
+    """Run ``command``; wall time and peak RSS of its process tree."""
+    started = time.perf_counter()
+    process = subprocess.Popen(list(command), env=env, stdout=subprocess.DEVNULL)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(process.pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    returncode = process.wait()
+    seconds = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    return Measurement(name, seconds, peak, returncode)
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
+    cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def chunks(items: Sequence[str], n: int) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
