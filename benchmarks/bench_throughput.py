@@ -144,7 +144,8 @@ def main() -> None:
                 f"generated {size / 1e6:.0f} MB, {lines:,} lines in {time.perf_counter() - t0:.0f} s"
             )
         size = path.stat().st_size
-        lines = sum(1 for _ in open(path, "rb"))
+        with open(path, "rb") as fh:
+            lines = sum(1 for _ in fh)
         print(
             f"export: {path} ({size / 1e6:.0f} MB, {lines:,} lines, {size / lines:,.0f} B/line)\n"
         )

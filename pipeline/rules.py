@@ -42,9 +42,9 @@ __all__ = [
     "check_record",
     "folded",
     "is_blank",
-    "same_text",
     "load_rule_context",
     "record_rule",
+    "same_text",
 ]
 
 SEMANTIC_PREFIX: Final = "semantic."

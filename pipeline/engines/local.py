@@ -38,7 +38,9 @@ class Step(Generic[S, T, R]):
     """A picklable unit of work: ``init(*args)`` once per worker, then ``run(state, task,
     progress)`` per task. ``init`` and ``run`` must be module-level functions."""
 
-    def __init__(self, init: Callable[..., S], init_args: tuple[Any, ...], run: Callable[[S, T, Progress], R]) -> None:
+    def __init__(
+        self, init: Callable[..., S], init_args: tuple[Any, ...], run: Callable[[S, T, Progress], R]
+    ) -> None:
         self.init = init
         self.init_args = init_args
         self.run = run
@@ -58,7 +60,10 @@ def _report(nbytes: int, nlines: int) -> None:
 
 
 def _worker_run(step: Step[Any, Any, Any], task: Any) -> Any:
-    key = (f"{step.init.__module__}.{step.init.__qualname__}", f"{step.run.__module__}.{step.run.__qualname__}")
+    key = (
+        f"{step.init.__module__}.{step.init.__qualname__}",
+        f"{step.run.__module__}.{step.run.__qualname__}",
+    )
     if key not in _STATES:
         _STATES[key] = step.init(*step.init_args)
     return step.run(_STATES[key], task, _report)
@@ -80,7 +85,9 @@ class LocalEngine:
     def __enter__(self) -> LocalEngine:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -113,7 +120,9 @@ class LocalEngine:
         order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i]) if cost else i)
         results: list[Any] = [None] * len(tasks)
         try:
-            futures: dict[Future[Any], int] = {pool.submit(_worker_run, step, tasks[i]): i for i in order}
+            futures: dict[Future[Any], int] = {
+                pool.submit(_worker_run, step, tasks[i]): i for i in order
+            }
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             for future in done:
                 error = future.exception()
@@ -133,10 +142,15 @@ class LocalEngine:
             context = multiprocessing.get_context("spawn")
             self._queue = context.Queue()
             self._stop.clear()
-            self._drainer = threading.Thread(target=self._drain, name="rowgate-progress", daemon=True)
+            self._drainer = threading.Thread(
+                target=self._drain, name="rowgate-progress", daemon=True
+            )
             self._drainer.start()
             self._pool = ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=context, initializer=_worker_init, initargs=(self._queue,)
+                max_workers=self.workers,
+                mp_context=context,
+                initializer=_worker_init,
+                initargs=(self._queue,),
             )
         return self._pool
 
