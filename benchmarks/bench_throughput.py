@@ -101,13 +101,15 @@ def peers(path: Path, tmp: Path) -> list[Measurement]:
         # polars aborts on some defective lines even with ignore_errors; time it on the
         # lines it can read instead, and say so.
         clean = tmp / "clean.jsonl"
+        fields = set(json.loads((SCHEMA_DIR / "pairwise-v2.schema.json").read_text())["properties"])
         with open(path, "rb") as src, open(clean, "wb") as dst:
             for line in src:
                 try:
-                    if isinstance(orjson.loads(line), dict):
-                        dst.write(line)
+                    value = orjson.loads(line)
                 except orjson.JSONDecodeError:
                     continue
+                if isinstance(value, dict) and set(value) == fields:
+                    dst.write(line)
         retry = python(
             f"import polars as pl; pl.scan_ndjson({str(clean)!r}, ignore_errors=True)"
             f".sink_parquet({str(tmp / 'polars.parquet')!r})"

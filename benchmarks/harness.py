@@ -43,6 +43,7 @@ def write_export(
                 size=size,
                 defect_rate=defect_rate,
                 duplicate_rate=duplicate_rate,
+                first_id=lines,
             ):
                 fh.write(line + b"\n")
                 written += len(line) + 1

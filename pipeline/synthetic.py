@@ -437,8 +437,11 @@ def export_lines(
     size: int = 1,
     defect_rate: float = 0.0,
     duplicate_rate: float = 0.0,
+    first_id: int = 0,
 ) -> Iterator[bytes]:
-    """Lines of a synthetic export: valid records, some defective, some exact repeats."""
+    """Lines of a synthetic export: valid records, some defective, some exact repeats.
+
+    Record ids run from ``first_id``, so consecutive calls can build one larger export."""
     rng = random.Random(seed)
     recent: list[bytes] = []
     defects = list(DEFECTS)
@@ -446,7 +449,7 @@ def export_lines(
         if recent and rng.random() < duplicate_rate:
             yield rng.choice(recent)
             continue
-        record = make_record(kind, rng, i, size)
+        record = make_record(kind, rng, first_id + i, size)
         if rng.random() < defect_rate:
             yield defect_line(rng.choice(defects), record)
             continue
