@@ -68,7 +68,8 @@ JSON_NOT_OBJECT: Final = "json.not_object"
 SCHEMA_UNSUPPORTED_VERSION: Final = "schema.unsupported_version"
 SCHEMA_PREFIX: Final = "schema."
 
-# Gate-level codes, in the order the gate checks them; a line gets the first that applies.
+# Gate-level codes in the order the gate checks them; a rejected line gets the first that
+# applies (the scanner reports syntax, duplicate-key and number errors in text order).
 GATE_CODES: Final = (
     LINE_TOO_LARGE,
     LINE_BLANK,
@@ -77,8 +78,8 @@ GATE_CODES: Final = (
     JSON_DUPLICATE_KEY,
     JSON_NON_FINITE,
     JSON_NUMBER_RANGE,
-    JSON_NOT_OBJECT,
     JSON_INVALID_SURROGATE,
+    JSON_NOT_OBJECT,
     JSON_TOO_DEEP,
     JSON_TOO_MANY_ITEMS,
     SCHEMA_UNSUPPORTED_VERSION,

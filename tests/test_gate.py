@@ -153,3 +153,16 @@ def test_corpus_covers_every_defect_class() -> None:
         seen |= {r.code for r in GATE.gate_line(line, declared).reasons}
     gate_codes = {d.split("/")[0] for d in DEFECTS} | {"line.too_large"}
     assert gate_codes <= seen
+
+
+def test_gate_codes_are_documented_in_check_order() -> None:
+    """A line with several defects gets the earliest code of GATE_CODES."""
+    from pipeline.reasons import GATE_CODES
+
+    # invalid UTF-8 beats everything after it; a duplicate key beats not-an-object depth
+    assert _codes(b'\xff{"a":1,"a":2}') == ["json.invalid_utf8"]
+    assert _codes(b'[{"a":1,"a":2}]') == ["json.duplicate_key"]
+    assert _codes(b'["\\ud800"]') == ["json.invalid_surrogate"]
+    assert _codes(b"[" * 70 + b"]" * 70) == ["json.not_object"]
+    order = {code: i for i, code in enumerate(GATE_CODES)}
+    assert order["json.invalid_surrogate"] < order["json.not_object"] < order["json.too_deep"]
