@@ -7,7 +7,8 @@ Exit codes (also in the README):
 0  success (``run``: the run completed, whatever the dispositions)
 1  ``verify`` found a mismatch; ``rubrics check`` found an invalid file
 2  usage or config error (bad flag, unknown config key, bad value)
-3  input error: missing input, unknown kind, refused or mismatched schema
+3  input error: missing input, unknown kind, refused or mismatched schema, rubric
+   or policy; a malformed rubric tree or grades file
 4  the run failed (a worker died, disk error); nothing was written
 == =================================================================
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import typer
 
-from pipeline.cli import run_cmd, schemas_cmd, verify_cmd
+from pipeline.cli import rubrics_cmd, run_cmd, schemas_cmd, verify_cmd
 
 __all__ = ["app", "main"]
 
@@ -31,6 +32,7 @@ app = typer.Typer(
 app.command("run")(run_cmd.run_command)
 app.command("verify")(verify_cmd.verify_command)
 app.add_typer(schemas_cmd.app, name="schemas")
+app.add_typer(rubrics_cmd.app, name="rubrics")
 
 
 def main() -> None:

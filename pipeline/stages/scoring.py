@@ -1,0 +1,189 @@
+"""Rubric scoring stage (order 300): bound criteria and gates → states and a weighted score.
+
+For each kind the campaign binds to a rubric (``[scoring.<kind>]``), it evaluates the
+bindings shard by shard (:meth:`GlobalContext.evaluate`), runs the built-in code gates
+over the distinct proposed sources of each shard (one :func:`ast.parse` per text), and
+scores every row that is not a duplicate with :func:`pipeline.rubrics.scoring.score_frame`.
+It never changes a disposition: it adds score/state columns and ``rubric.*`` reasons, and
+the decision policy (order 400) decides. The rubric and its digest go on every scored row
+and into the manifest.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from typing import Any, Final
+
+import polars as pl
+import pyarrow as pa
+
+from pipeline.config import CampaignConfig
+from pipeline.gate import Gate
+from pipeline.global_phase import GlobalContext, OutputColumn, register_stage
+from pipeline.kinds import KINDS
+from pipeline.reasons import Disposition
+from pipeline.rubrics.bindings import GateMode, ScoringPlan, compile_scoring
+from pipeline.rubrics.builtin_gates import (
+    COMPLEXITY_CONVENTION,
+    MAX_COMPLEXITY,
+    SYNTAX_VALID,
+    UNAPPROVED_DEPENDENCIES,
+    CodeFacts,
+    analyse_source,
+)
+from pipeline.rubrics.campaign import rubric_registry
+from pipeline.rubrics.scoring import (
+    APPLIES,
+    CRITERION,
+    GATE,
+    output_names,
+    score_frame,
+)
+
+__all__ = ["SCORED_DISPOSITIONS", "RubricScoring"]
+
+#: Files that carry the scores: rows the policy may send anywhere but duplicates/.
+SCORED_DISPOSITIONS: Final = frozenset(
+    {Disposition.ACCEPTED, Disposition.QUARANTINED, Disposition.REJECTED}
+)
+_CODE: Final = "code"
+
+
+def _arrow(dtype: pl.DataType) -> pa.DataType:
+    return (
+        pa.float64() if dtype == pl.Float64 else pa.bool_() if dtype == pl.Boolean else pa.string()
+    )
+
+
+@register_stage
+class RubricScoring:
+    name = "scoring"
+    order = 300
+
+    def __init__(self) -> None:
+        self._plans: dict[str, ScoringPlan] = {}
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return bool(config.scoring)
+
+    def plan(self, ctx: GlobalContext, kind: str) -> ScoringPlan | None:
+        settings = ctx.config.scoring.get(kind)
+        if settings is None:
+            return None
+        if kind not in self._plans:
+            rubric = rubric_registry(ctx.config).get(settings.rubric)
+            fields = Gate(ctx.config).kind_gate(KINDS[kind]).layout.fields
+            self._plans[kind] = compile_scoring(kind, settings, rubric, fields)
+        return self._plans[kind]
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        plan = self.plan(ctx, kind)
+        if plan is None:
+            return []
+        names: dict[str, pl.DataType] = {"_rubric": pl.String(), "_rubric_sha256": pl.String()}
+        names.update(output_names(plan.rubric))
+        return [OutputColumn(n, _arrow(t), SCORED_DISPOSITIONS) for n, t in names.items()]
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        plan = self.plan(ctx, kind)
+        if plan is None:
+            return None
+        exprs: dict[str, pl.Expr] = {}
+        for binding in plan.criteria:
+            exprs[CRITERION + binding.criterion.id] = (
+                binding.score if binding.score is not None else pl.lit(None, pl.Float64)
+            )
+            if binding.not_applicable:
+                exprs[APPLIES + binding.criterion.id] = pl.lit(False)
+            elif binding.applies is not None:
+                exprs[APPLIES + binding.criterion.id] = binding.applies
+        builtins = [g for g in plan.gates if g.mode is GateMode.BUILTIN]
+        for gate in plan.gates:
+            if gate.mode is GateMode.EVIDENCE and gate.evidence is not None:
+                exprs[GATE + gate.gate.name] = gate.evidence
+        if builtins and plan.code is not None:
+            exprs[_CODE] = plan.code
+
+        analysed = 0
+        frames = []
+        for frame in ctx.evaluate(kind, exprs):
+            if _CODE in frame.columns:
+                frame, distinct = _builtin_evidence(plan, frame, [g.gate.name for g in builtins])
+                analysed += distinct
+            frames.append(frame)
+        observed = pl.concat(frames, how="vertical") if frames else pl.DataFrame()
+        if observed.is_empty():
+            return None
+        # Duplicates are removed rows: nothing to score. Everything else is scored,
+        # including rows an earlier stage rejected (the reasons then say why in full).
+        current = rows.filter(pl.col("_disposition") != Disposition.DUPLICATE.value).select(
+            "_shard", "_shard_line"
+        )
+        observed = current.join(
+            observed, on=["_shard", "_shard_line"], how="inner", maintain_order="left"
+        )
+        scored = score_frame(
+            plan.rubric,
+            observed,
+            not_applicable_gates=plan.not_applicable_gates,
+            paths=plan.paths(),
+        ).with_columns(
+            _rubric=pl.lit(plan.rubric.id),
+            _rubric_sha256=pl.lit(plan.rubric.sha256),
+        )
+        ctx.notes.setdefault("scoring", {})[kind] = _notes(plan, scored, analysed)
+        return scored
+
+
+def _builtin_evidence(
+    plan: ScoringPlan, frame: pl.DataFrame, gates: list[str]
+) -> tuple[pl.DataFrame, int]:
+    """Replace the ``code`` column by the built-in gates' evidence (one parse per text)."""
+    facts: dict[str | None, CodeFacts] = {}
+    sources = frame[_CODE].to_list()
+    for source in sources:
+        if source not in facts:
+            facts[source] = analyse_source(source)
+    rows = [facts[s] for s in sources]
+    evidence: dict[str, pl.Series] = {
+        SYNTAX_VALID: pl.Series([f.syntax_valid for f in rows], dtype=pl.Boolean),
+        MAX_COMPLEXITY: pl.Series(
+            [None if f.max_complexity is None else float(f.max_complexity) for f in rows],
+            dtype=pl.Float64,
+        ),
+        UNAPPROVED_DEPENDENCIES: pl.Series(
+            [f.unapproved(plan.allowed_imports, plan.allow_stdlib) for f in rows],
+            dtype=pl.Boolean,
+        ),
+    }
+    return (
+        frame.drop(_CODE).with_columns(evidence[name].alias(GATE + name) for name in gates),
+        len(facts),
+    )
+
+
+def _notes(plan: ScoringPlan, scored: pl.DataFrame, analysed: int) -> dict[str, Any]:
+    """The manifest's record: bindings, analyzer, and state counts per criterion/gate."""
+    states: dict[str, dict[str, int]] = {}
+    for column in scored.columns:
+        if (
+            column.startswith(("_criterion_", "_gate_", "_weighted_"))
+            and scored[column].dtype == pl.String
+        ):
+            counts = scored[column].value_counts(sort=True)
+            states[column] = {
+                str(value): int(n)
+                for value, n in sorted(counts.iter_rows(), key=lambda r: str(r[0]))
+            }
+    return {
+        **plan.describe(),
+        "analyzer": {
+            "python": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "complexity_convention": COMPLEXITY_CONVENTION,
+            "distinct_sources_parsed": analysed,
+        },
+        "rows": scored.height,
+        "states": states,
+    }
