@@ -102,7 +102,9 @@ def _node(value: Any, where: str, seen: set[str]) -> _Node:
         or weight < 0
     ):
         raise TreeError(f"{where}.weight: node {node_id!r} needs a finite weight >= 0")
-    children = value.get("sub_tasks") or []
+    children = value.get("sub_tasks")
+    if children is None:
+        children = []
     if not isinstance(children, list):
         raise TreeError(f"{where}.sub_tasks: node {node_id!r}: sub_tasks must be an array")
     return _Node(
