@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -74,58 +73,102 @@ class CodeFacts:
         )
 
 
-class _Complexity(ast.NodeVisitor):
-    """Counts decision points of one function body, stopping at nested scopes."""
+#: Decision points a node adds to its function's complexity (fixed ones).
+_POINTS: Final[dict[type[ast.AST], int]] = {
+    ast.If: 1,  # elif is a nested If
+    ast.IfExp: 1,
+    ast.For: 1,
+    ast.AsyncFor: 1,
+    ast.While: 1,
+    ast.ExceptHandler: 1,
+}
 
-    def __init__(self) -> None:
-        self.points = 0
-        #: nested functions and classes: scopes of their own
-        self.nested: list[ast.stmt] = []
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        self.nested.append(node)
+#: Node types with nothing below them that any built-in reads: skipped, not walked
+#: (names, literals, contexts and operators are most of a typical tree).
+_INERT: Final[frozenset[type[ast.AST]]] = frozenset(
+    {ast.Name, ast.Constant, ast.alias, ast.Pass, ast.Break, ast.Continue}
+    | {
+        cls
+        for base in (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+        for cls in base.__subclasses__()
+    }
+)
 
-    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
-        self.nested.append(node)
 
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        self.nested.append(node)
-
-    def _count(self, node: ast.AST, points: int = 1) -> None:
-        self.points += points
-        self.generic_visit(node)
-
-    def visit_If(self, node: ast.If) -> None:  # elif is a nested If
-        self._count(node)
-
-    def visit_IfExp(self, node: ast.IfExp) -> None:
-        self._count(node)
-
-    def visit_For(self, node: ast.For) -> None:
-        self._count(node)
-
-    def visit_AsyncFor(self, node: ast.AsyncFor) -> None:
-        self._count(node)
-
-    def visit_While(self, node: ast.While) -> None:
-        self._count(node)
-
-    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
-        self._count(node)
-
-    def visit_BoolOp(self, node: ast.BoolOp) -> None:
-        self._count(node, len(node.values) - 1)
-
-    def visit_comprehension(self, node: ast.comprehension) -> None:
-        self._count(node, 1 + len(node.ifs))
-
-    def visit_match_case(self, node: ast.match_case) -> None:
+def _points(node: ast.AST) -> int:
+    fixed = _POINTS.get(type(node))
+    if fixed is not None:
+        return fixed
+    if isinstance(node, ast.BoolOp):
+        return len(node.values) - 1
+    if isinstance(node, ast.comprehension):
+        return 1 + len(node.ifs)
+    if isinstance(node, ast.match_case):
         wildcard = (
             isinstance(node.pattern, ast.MatchAs)
             and node.pattern.pattern is None
             and node.guard is None
         )
-        self._count(node, 0 if wildcard else 1)
+        return 0 if wildcard else 1
+    return 0
+
+
+def _scan(tree: ast.AST) -> tuple[dict[str, int], tuple[str, ...] | None]:
+    """One traversal: complexity per function and the imported top-level modules.
+
+    Each stack entry carries the function whose body it is in (None at module or class
+    level) and the qualified-name prefix. Decorators, argument defaults and annotations
+    belong to no function (they run in the enclosing scope at definition time).
+    """
+    complexity: dict[str, int] = {}
+    imports: set[str] = set()
+    knowable = True
+    stack: list[tuple[ast.AST, str | None, str]] = [
+        (node, None, "") for node in getattr(tree, "body", [])
+    ]
+    while stack:
+        node, scope, prefix = stack.pop()
+        if isinstance(node, _FUNCTIONS):
+            name = prefix + node.name
+            key = f"{name}@{node.lineno}"
+            complexity[key] = 1
+            outside = [*node.decorator_list, node.args]
+            if node.returns is not None:
+                outside.append(node.returns)
+            stack.extend((n, None, prefix) for n in outside)
+            stack.extend((n, key, name + ".") for n in node.body)
+            continue
+        if isinstance(node, ast.ClassDef):
+            outside = [*node.decorator_list, *node.bases, *node.keywords]
+            stack.extend((n, None, prefix) for n in outside)
+            stack.extend((n, None, f"{prefix}{node.name}.") for n in node.body)
+            continue
+        if scope is not None:
+            complexity[scope] += _points(node)
+        if isinstance(node, ast.Import):
+            imports.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                imports.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and _is_dynamic_import(node.func):
+            argument = node.args[0] if node.args else None
+            if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                if not argument.value.startswith("."):
+                    imports.add(argument.value.split(".")[0])
+            else:
+                knowable = False
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                stack.extend(
+                    (item, scope, prefix)
+                    for item in value
+                    if isinstance(item, ast.AST) and type(item) not in _INERT
+                )
+            elif isinstance(value, ast.AST) and type(value) not in _INERT:
+                stack.append((value, scope, prefix))
+    return dict(sorted(complexity.items())), tuple(sorted(imports)) if knowable else None
 
 
 def cyclomatic_complexities(tree: ast.AST) -> dict[str, int]:
@@ -134,48 +177,7 @@ def cyclomatic_complexities(tree: ast.AST) -> dict[str, int]:
     Only a function's body counts: decorators and argument defaults are evaluated in
     the enclosing scope.
     """
-    result: dict[str, int] = {}
-    pending: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = []
-
-    def scopes(nodes: Iterable[ast.AST], prefix: str) -> None:
-        """Queue the functions among ``nodes`` (which belong to no function)."""
-        for node in nodes:
-            if isinstance(node, _FUNCTIONS):
-                pending.append((prefix, node))
-            elif isinstance(node, ast.ClassDef):
-                scopes(node.body, f"{prefix}{node.name}.")
-            else:
-                # e.g. functions defined inside module-level if/try/with blocks
-                scopes((c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)), prefix)
-
-    scopes(getattr(tree, "body", []), "")
-    while pending:
-        prefix, function = pending.pop()
-        counter = _Complexity()
-        for statement in function.body:
-            counter.visit(statement)
-        name = f"{prefix}{function.name}"
-        result[f"{name}@{function.lineno}"] = 1 + counter.points
-        scopes(counter.nested, f"{name}.")
-    return dict(sorted(result.items()))
-
-
-def _imports(tree: ast.AST) -> tuple[str, ...] | None:
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level == 0 and node.module:
-                found.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and _is_dynamic_import(node.func):
-            argument = node.args[0] if node.args else None
-            if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
-                if not argument.value.startswith("."):
-                    found.add(argument.value.split(".")[0])
-            else:
-                return None
-    return tuple(sorted(found))
+    return _scan(tree)[0]
 
 
 def _is_dynamic_import(func: ast.expr) -> bool:
@@ -193,5 +195,5 @@ def analyse_source(source: str | None) -> CodeFacts:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         # ValueError: NUL bytes; RecursionError/MemoryError: pathological nesting.
         return CodeFacts(False, None, None)
-    complexities = cyclomatic_complexities(tree)
-    return CodeFacts(True, max(complexities.values(), default=0), _imports(tree))
+    complexities, imports = _scan(tree)
+    return CodeFacts(True, max(complexities.values(), default=0), imports)

@@ -2,8 +2,10 @@
 
 For each kind the campaign binds to a rubric (``[scoring.<kind>]``), it evaluates the
 bindings shard by shard (:meth:`GlobalContext.evaluate`), runs the built-in code gates
-over the distinct proposed sources of each shard (one :func:`ast.parse` per text), and
-scores every row that is not a duplicate with :func:`pipeline.rubrics.scoring.score_frame`.
+(the only per-row Python: one :func:`ast.parse` per distinct proposed source of a shard)
+in the engine's worker processes, one task per shard, each reading only the code column
+from staging, and scores every row that is not a duplicate with
+:func:`pipeline.rubrics.scoring.score_frame`.
 It never changes a disposition: it adds score/state columns and ``rubric.*`` reasons, and
 the decision policy (order 400) decides. The rubric and its digest go on every scored row
 and into the manifest.
@@ -13,12 +15,15 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
 import pyarrow as pa
 
 from pipeline.config import CampaignConfig
+from pipeline.engines import LocalEngine, Progress, Step
 from pipeline.gate import Gate
 from pipeline.global_phase import GlobalContext, OutputColumn, register_stage
 from pipeline.kinds import KINDS
@@ -40,6 +45,7 @@ from pipeline.rubrics.scoring import (
     output_names,
     score_frame,
 )
+from pipeline.staging import staged_path
 
 __all__ = ["SCORED_DISPOSITIONS", "RubricScoring"]
 
@@ -47,7 +53,6 @@ __all__ = ["SCORED_DISPOSITIONS", "RubricScoring"]
 SCORED_DISPOSITIONS: Final = frozenset(
     {Disposition.ACCEPTED, Disposition.QUARANTINED, Disposition.REJECTED}
 )
-_CODE: Final = "code"
 
 
 def _arrow(dtype: pl.DataType) -> pa.DataType:
@@ -98,23 +103,24 @@ class RubricScoring:
                 exprs[APPLIES + binding.criterion.id] = pl.lit(False)
             elif binding.applies is not None:
                 exprs[APPLIES + binding.criterion.id] = binding.applies
-        builtins = [g for g in plan.gates if g.mode is GateMode.BUILTIN]
         for gate in plan.gates:
             if gate.mode is GateMode.EVIDENCE and gate.evidence is not None:
                 exprs[GATE + gate.gate.name] = gate.evidence
-        if builtins and plan.code is not None:
-            exprs[_CODE] = plan.code
-
-        analysed = 0
-        frames = []
-        for frame in ctx.evaluate(kind, exprs):
-            if _CODE in frame.columns:
-                frame, distinct = _builtin_evidence(plan, frame, [g.gate.name for g in builtins])
-                analysed += distinct
-            frames.append(frame)
+        frames = list(ctx.evaluate(kind, exprs))
         observed = pl.concat(frames, how="vertical") if frames else pl.DataFrame()
         if observed.is_empty():
             return None
+        builtins = [g.gate.name for g in plan.gates if g.mode is GateMode.BUILTIN]
+        parsed = 0
+        if builtins:
+            evidence = _code_evidence(ctx, kind, plan, builtins)
+            parsed = sum(distinct for _, distinct in evidence)
+            observed = observed.join(
+                pl.concat([frame for frame, _ in evidence], how="vertical"),
+                on=["_shard", "_shard_line"],
+                how="left",
+                maintain_order="left",
+            )
         # Duplicates are removed rows: nothing to score. Everything else is scored,
         # including rows an earlier stage rejected (the reasons then say why in full).
         current = rows.filter(pl.col("_disposition") != Disposition.DUPLICATE.value).select(
@@ -132,16 +138,38 @@ class RubricScoring:
             _rubric=pl.lit(plan.rubric.id),
             _rubric_sha256=pl.lit(plan.rubric.sha256),
         )
-        ctx.notes.setdefault("scoring", {})[kind] = _notes(plan, scored, analysed)
+        ctx.notes.setdefault("scoring", {})[kind] = _notes(plan, scored, parsed)
         return scored
 
 
-def _builtin_evidence(
-    plan: ScoringPlan, frame: pl.DataFrame, gates: list[str]
+@dataclass(frozen=True)
+class _CodeSettings:
+    kind: str
+    root: Path
+    code: str
+    gates: tuple[str, ...]
+    allowed_imports: frozenset[str]
+    allow_stdlib: bool
+
+
+def _init_code_gates(settings: _CodeSettings) -> tuple[_CodeSettings, pl.Expr]:
+    # The expression was checked before the run; compiling it here needs no layout.
+    return settings, pl.sql_expr(settings.code).cast(pl.String)
+
+
+def _shard_code_evidence(
+    state: tuple[_CodeSettings, pl.Expr], shard: int, progress: Progress
 ) -> tuple[pl.DataFrame, int]:
-    """Replace the ``code`` column by the built-in gates' evidence (one parse per text)."""
+    """The built-in gates' evidence for one shard's rows, and how many distinct sources
+    were parsed: each distinct text once, whatever the number of rows proposing it."""
+    settings, code = state
+    frame = (
+        pl.scan_ipc(staged_path(settings.root, shard, settings.kind))
+        .select(pl.col("_shard_line"), code.alias("code"))
+        .collect()
+    )
     facts: dict[str | None, CodeFacts] = {}
-    sources = frame[_CODE].to_list()
+    sources = frame["code"].to_list()
     for source in sources:
         if source not in facts:
             facts[source] = analyse_source(source)
@@ -153,14 +181,29 @@ def _builtin_evidence(
             dtype=pl.Float64,
         ),
         UNAPPROVED_DEPENDENCIES: pl.Series(
-            [f.unapproved(plan.allowed_imports, plan.allow_stdlib) for f in rows],
+            [f.unapproved(settings.allowed_imports, settings.allow_stdlib) for f in rows],
             dtype=pl.Boolean,
         ),
     }
-    return (
-        frame.drop(_CODE).with_columns(evidence[name].alias(GATE + name) for name in gates),
-        len(facts),
+    result = frame.select(
+        pl.lit(shard, pl.Int32).alias("_shard"),
+        "_shard_line",
+        *(evidence[name].alias(GATE + name) for name in settings.gates),
     )
+    return result, len(facts)
+
+
+def _code_evidence(
+    ctx: GlobalContext, kind: str, plan: ScoringPlan, gates: list[str]
+) -> list[tuple[pl.DataFrame, int]]:
+    """Run the built-in gates over every shard of ``kind`` in the engine's workers."""
+    assert plan.code_source is not None  # compile_scoring requires it for built-ins
+    settings = _CodeSettings(
+        kind, ctx.root, plan.code_source, tuple(gates), plan.allowed_imports, plan.allow_stdlib
+    )
+    shards = [s.shard for s in ctx.summaries if kind in s.kinds]
+    engine = LocalEngine(ctx.config.engine.resolved_workers())
+    return engine.map(Step(_init_code_gates, (settings,), _shard_code_evidence), shards)
 
 
 def _notes(plan: ScoringPlan, scored: pl.DataFrame, analysed: int) -> dict[str, Any]:
