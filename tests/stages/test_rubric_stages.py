@@ -330,6 +330,16 @@ def test_bundled_campaign(tmp_path: Path) -> None:
         "escalate",
     }
     assert manifest["global"]["policy"]["pairwise-v2"]["sha256"]
+    # The README's excerpt.
+    shown = pl.concat(
+        pl.read_parquet(out / d).select("_line", "_decision", "_policy_trace", "_weighted_score")
+        for d in ("accepted/pairwise-v2", "quarantined/pairwise-v2", "rejected")
+    ).filter(pl.col("_line").is_in([1, 8, 41]))
+    assert sorted(shown.rows()) == [
+        (1, "rework", ["criterion-below-minimum"], pytest.approx(4.3)),
+        (8, "accept_with_note", ["gate-waived", "accept"], pytest.approx(4.25)),
+        (41, "escalate", ["evidence-missing"], None),
+    ]
 
 
 def test_pin_mismatch_fails_before_any_work(tmp_path: Path) -> None:
