@@ -9,7 +9,6 @@ the run like a bad schema pin) and again by the stages that use it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from pipeline.config import CampaignConfig, ConfigError
 from pipeline.gate import Gate
@@ -18,7 +17,13 @@ from pipeline.policy import Policy, load_policy, validate_policy
 from pipeline.rubrics.bindings import ScoringPlan, compile_scoring
 from pipeline.rubrics.model import RUBRIC_DIR, RubricRegistry
 
-__all__ = ["CampaignRubrics", "load_campaign_rubrics", "rubric_registry"]
+__all__ = [
+    "CampaignRubrics",
+    "kind_policy",
+    "load_campaign_rubrics",
+    "rubric_registry",
+    "scoring_plan",
+]
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,32 @@ def rubric_registry(config: CampaignConfig) -> RubricRegistry:
     return RubricRegistry(directory, settings.pins)
 
 
+def scoring_plan(config: CampaignConfig, kind: str, gate: Gate | None = None) -> ScoringPlan | None:
+    """The kind's compiled bindings, or None when the campaign does not score it."""
+    settings = config.scoring.get(kind)
+    if settings is None:
+        return None
+    if kind not in KINDS:
+        raise ConfigError(
+            f"scoring.{kind}: unknown record kind (known: {', '.join(sorted(KINDS))})"
+        )
+    rubric = rubric_registry(config).get(settings.rubric)
+    fields = (gate or Gate(config)).kind_gate(KINDS[kind]).layout.fields
+    return compile_scoring(kind, settings, rubric, fields)
+
+
+def kind_policy(config: CampaignConfig, kind: str, plan: ScoringPlan | None) -> Policy | None:
+    """The kind's checked decision policy, or None when the campaign has none for it."""
+    settings = config.policy.get(kind)
+    if settings is None:
+        return None
+    if kind not in KINDS:
+        raise ConfigError(f"policy.{kind}: unknown record kind (known: {', '.join(sorted(KINDS))})")
+    policy = load_policy(config.resolve_path(settings.file), settings.sha256)
+    validate_policy(policy, plan.rubric if plan else None)
+    return policy
+
+
 def load_campaign_rubrics(config: CampaignConfig, gate: Gate | None = None) -> CampaignRubrics:
     """Load every rubric, binding and policy the campaign names.
 
@@ -43,29 +74,18 @@ def load_campaign_rubrics(config: CampaignConfig, gate: Gate | None = None) -> C
     kind, criterion or column) and :class:`~pipeline.rubrics.model.RubricError` for a
     file rowgate refuses (invalid, or not matching its pin).
     """
-    for section, kinds in (("scoring", config.scoring), ("policy", config.policy)):
-        for kind in kinds:
-            if kind not in KINDS:
-                raise ConfigError(
-                    f"{section}.{kind}: unknown record kind (known: {', '.join(sorted(KINDS))})"
-                )
+    gate = gate or Gate(config)
     registry = rubric_registry(config)
     for rubric_id in config.rubrics.pins:
         registry.get(rubric_id)
-    gate = gate or Gate(config)
-    plans = {
-        kind: compile_scoring(
-            kind,
-            settings,
-            registry.get(settings.rubric),
-            gate.kind_gate(KINDS[kind]).layout.fields,
-        )
-        for kind, settings in sorted(config.scoring.items())
-    }
-    policies = {}
-    for kind, settings in sorted(config.policy.items()):
-        policy = load_policy(Path(config.resolve_path(settings.file)), settings.sha256)
-        plan = plans.get(kind)
-        validate_policy(policy, plan.rubric if plan else None)
+    plans: dict[str, ScoringPlan] = {}
+    for kind in sorted(config.scoring):
+        plan = scoring_plan(config, kind, gate)
+        assert plan is not None
+        plans[kind] = plan
+    policies: dict[str, Policy] = {}
+    for kind in sorted(config.policy):
+        policy = kind_policy(config, kind, plans.get(kind))
+        assert policy is not None
         policies[kind] = policy
     return CampaignRubrics(plans, policies)

@@ -13,7 +13,6 @@ accept). A policy never rescues a row: an earlier quarantine or rejection stands
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
@@ -21,10 +20,11 @@ import pyarrow as pa
 
 from pipeline.config import CampaignConfig
 from pipeline.global_phase import GlobalContext, OutputColumn, register_stage
-from pipeline.policy import Action, Policy, decide_frame, load_policy, validate_policy
+from pipeline.policy import Action, Policy, decide_frame
 from pipeline.reasons import Disposition
+from pipeline.rubrics.campaign import kind_policy, scoring_plan
 from pipeline.rubrics.model import Rubric
-from pipeline.stages.scoring import SCORED_DISPOSITIONS, RubricScoring
+from pipeline.stages.scoring import SCORED_DISPOSITIONS
 
 __all__ = ["DecisionPolicy"]
 
@@ -41,22 +41,16 @@ class DecisionPolicy:
     order = 400
 
     def __init__(self) -> None:
-        self._policies: dict[str, tuple[Policy, Rubric | None]] = {}
-        self._scoring = RubricScoring()
+        self._policies: dict[str, tuple[Policy, Rubric | None] | None] = {}
 
     def enabled(self, config: CampaignConfig) -> bool:
         return bool(config.policy)
 
     def policy(self, ctx: GlobalContext, kind: str) -> tuple[Policy, Rubric | None] | None:
-        settings = ctx.config.policy.get(kind)
-        if settings is None:
-            return None
         if kind not in self._policies:
-            plan = self._scoring.plan(ctx, kind)
-            rubric = plan.rubric if plan else None
-            policy = load_policy(Path(ctx.config.resolve_path(settings.file)), settings.sha256)
-            validate_policy(policy, rubric)
-            self._policies[kind] = (policy, rubric)
+            plan = scoring_plan(ctx.config, kind)
+            policy = kind_policy(ctx.config, kind, plan)
+            self._policies[kind] = (policy, plan.rubric if plan else None) if policy else None
         return self._policies[kind]
 
     def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:

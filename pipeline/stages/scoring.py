@@ -24,11 +24,9 @@ import pyarrow as pa
 
 from pipeline.config import CampaignConfig
 from pipeline.engines import LocalEngine, Progress, Step
-from pipeline.gate import Gate
 from pipeline.global_phase import GlobalContext, OutputColumn, register_stage
-from pipeline.kinds import KINDS
 from pipeline.reasons import Disposition
-from pipeline.rubrics.bindings import GateMode, ScoringPlan, compile_scoring
+from pipeline.rubrics.bindings import GateMode, ScoringPlan
 from pipeline.rubrics.builtin_gates import (
     COMPLEXITY_CONVENTION,
     MAX_COMPLEXITY,
@@ -37,7 +35,7 @@ from pipeline.rubrics.builtin_gates import (
     CodeFacts,
     analyse_source,
 )
-from pipeline.rubrics.campaign import rubric_registry
+from pipeline.rubrics.campaign import scoring_plan
 from pipeline.rubrics.scoring import (
     APPLIES,
     CRITERION,
@@ -55,10 +53,7 @@ SCORED_DISPOSITIONS: Final = frozenset(
 )
 
 
-def _arrow(dtype: pl.DataType) -> pa.DataType:
-    return (
-        pa.float64() if dtype == pl.Float64 else pa.bool_() if dtype == pl.Boolean else pa.string()
-    )
+_ARROW: Final = {pl.Float64: pa.float64(), pl.Boolean: pa.bool_(), pl.String: pa.string()}
 
 
 @register_stage
@@ -67,19 +62,14 @@ class RubricScoring:
     order = 300
 
     def __init__(self) -> None:
-        self._plans: dict[str, ScoringPlan] = {}
+        self._plans: dict[str, ScoringPlan | None] = {}
 
     def enabled(self, config: CampaignConfig) -> bool:
         return bool(config.scoring)
 
     def plan(self, ctx: GlobalContext, kind: str) -> ScoringPlan | None:
-        settings = ctx.config.scoring.get(kind)
-        if settings is None:
-            return None
         if kind not in self._plans:
-            rubric = rubric_registry(ctx.config).get(settings.rubric)
-            fields = Gate(ctx.config).kind_gate(KINDS[kind]).layout.fields
-            self._plans[kind] = compile_scoring(kind, settings, rubric, fields)
+            self._plans[kind] = scoring_plan(ctx.config, kind)
         return self._plans[kind]
 
     def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
@@ -88,7 +78,7 @@ class RubricScoring:
             return []
         names: dict[str, pl.DataType] = {"_rubric": pl.String(), "_rubric_sha256": pl.String()}
         names.update(output_names(plan.rubric))
-        return [OutputColumn(n, _arrow(t), SCORED_DISPOSITIONS) for n, t in names.items()]
+        return [OutputColumn(n, _ARROW[type(t)], SCORED_DISPOSITIONS) for n, t in names.items()]
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         plan = self.plan(ctx, kind)
