@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import tomllib
 import types
 import typing
@@ -22,12 +23,17 @@ __all__ = [
     "ConfigError",
     "EngineSettings",
     "InputSpec",
+    "KindPolicy",
+    "KindScoring",
     "Limits",
     "OutputSettings",
+    "RubricSettings",
+    "build_section",
     "load_campaign",
 ]
 
 MiB: Final = 1 << 20
+_SHA256: Final = re.compile(r"[0-9a-f]{64}")
 
 
 class ConfigError(ValueError):
@@ -146,6 +152,50 @@ class RuleSettings:
 
 
 @dataclass(frozen=True)
+class RubricSettings:
+    #: Where rubric files live; default: the ``rubrics/`` directory shipped with rowgate.
+    #: Relative to the config file.
+    directory: str | None = None
+    #: Rubric id → SHA-256 the file must have; a mismatch fails the run before any work.
+    pins: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KindScoring:
+    """How one record kind is scored against a rubric (DESIGN §3.10).
+
+    Every binding is a polars SQL expression over the kind's columns (a field path such
+    as ``ratings.factuality`` is the simplest one); nothing is ever invented, so an
+    unbound or null criterion is ``unknown``. See :mod:`pipeline.rubrics.bindings`.
+    """
+
+    #: Rubric id, e.g. ``code-review-v1``.
+    rubric: str
+    #: Criterion id → expression giving its score on the rubric's scale.
+    criteria: dict[str, str] = field(default_factory=dict)
+    #: Criterion id → boolean expression: false is ``not_applicable``, null ``unknown``.
+    applies: dict[str, str] = field(default_factory=dict)
+    #: Gate name → ``"builtin"``, ``"not_applicable"``, or an evidence expression.
+    gates: dict[str, str] = field(default_factory=dict)
+    #: Expression giving the Python source the row proposes (read by the built-in gates).
+    code: str | None = None
+    #: Top-level modules the code may import (``unapproved_dependencies``).
+    allowed_imports: tuple[str, ...] = ()
+    #: Whether the running interpreter's standard library counts as approved.
+    allow_stdlib: bool = True
+
+
+@dataclass(frozen=True)
+class KindPolicy:
+    """The decision policy file for one record kind (seed 003 §14)."""
+
+    #: Policy file (TOML), relative to the config file.
+    file: str
+    #: SHA-256 the policy file must have; a mismatch fails the run before any work.
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
 class CampaignConfig:
     """Everything a run needs to know, from a TOML file, flags, or defaults."""
 
@@ -157,6 +207,11 @@ class CampaignConfig:
     schemas: SchemaSettings = SchemaSettings()
     references: References = References()
     rules: RuleSettings = RuleSettings()
+    rubrics: RubricSettings = RubricSettings()
+    #: Record kind → rubric bindings; a kind without an entry is not scored.
+    scoring: dict[str, KindScoring] = field(default_factory=dict)
+    #: Record kind → decision policy; a kind without an entry gets no decision.
+    policy: dict[str, KindPolicy] = field(default_factory=dict)
     #: Directory relative input paths are resolved against (the config file's).
     base_dir: str = "."
     #: SHA-256 of the config file's bytes, when there is one.
@@ -172,6 +227,11 @@ class CampaignConfig:
             if spec.path in seen:
                 raise ConfigError(f"inputs[{i}].path: {spec.path!r} is listed twice")
             seen.add(spec.path)
+        pins = [(f"rubrics.pins.{k}", v) for k, v in self.rubrics.pins.items()]
+        pins += [(f"policy.{k}.sha256", p.sha256) for k, p in self.policy.items() if p.sha256]
+        for path, digest in pins:
+            if not _SHA256.fullmatch(digest):
+                raise ConfigError(f"{path}: expected a SHA-256 (64 lowercase hex digits)")
         return self
 
     def override(self, **changes: Any) -> CampaignConfig:
@@ -182,7 +242,11 @@ class CampaignConfig:
         return typing.cast(CampaignConfig, config).validate()
 
     def resolve(self, spec: InputSpec) -> Path:
-        path = Path(spec.path)
+        return self.resolve_path(spec.path)
+
+    def resolve_path(self, given: str) -> Path:
+        """A path from the config, relative to the config file's directory."""
+        path = Path(given)
         return path if path.is_absolute() else Path(self.base_dir) / path
 
     def as_dict(self) -> dict[str, Any]:
@@ -244,6 +308,13 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         raise ConfigError(f"{path}: expected {expected.__name__}, got {type(value).__name__}")
     return value
+
+
+def build_section(cls: type[T], table: Any, path: str) -> T:
+    """Build a frozen dataclass from a parsed TOML table with this module's strict rules
+    (unknown keys and wrong types are errors naming their path). Other files in the
+    config's family, such as decision policies, are read with it."""
+    return _build(cls, table, path)
 
 
 def load_campaign(path: str | Path) -> CampaignConfig:

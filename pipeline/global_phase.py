@@ -4,7 +4,8 @@ It never re-parses JSON. It reads compact columns of every shard's staged rows
 (memory-mapped Arrow IPC), runs the registered :class:`GlobalStage` plug-ins in order
 (cross-record rules, then dedupe, then scoring and policy), and hands the writer one
 decision table per kind and shard. Each stage sees the dispositions and reason codes
-left by the stages before it, and returns rows only for what it changes or annotates.
+left by the stages before it, and the extra columns they returned (the policy reads the
+scores), and returns rows only for what it changes or annotates.
 
 A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with any of:
 
@@ -15,7 +16,7 @@ A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -86,6 +87,24 @@ class GlobalContext:
 
     def kinds(self) -> list[str]:
         return sorted({k for s in self.summaries for k in s.kinds})
+
+    def evaluate(self, kind: str, exprs: Mapping[str, pl.Expr]) -> Iterator[pl.DataFrame]:
+        """Evaluate expressions over the staged payload of ``kind`` one shard at a time,
+        in the stable order key: frames of ``_shard``, ``_shard_line`` and one column per
+        expression. Only the results are materialised, never the payload columns they
+        read, so memory stays bounded by one shard's results."""
+        for summary in self.summaries:
+            if kind not in summary.kinds:
+                continue
+            yield (
+                pl.scan_ipc(staged_path(self.root, summary.shard, kind))
+                .select(
+                    pl.lit(summary.shard, pl.Int32).alias("_shard"),
+                    pl.col("_shard_line"),
+                    *(expr.alias(name) for name, expr in exprs.items()),
+                )
+                .collect()
+            )
 
     def scan(self, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame:
         """Staged columns of every row of ``kind`` in the stable order key, with the
@@ -202,7 +221,9 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
 
 
 def _advance(current: pl.DataFrame, decided: pl.DataFrame) -> pl.DataFrame:
-    """Apply one stage's dispositions and reasons to the running state."""
+    """Apply one stage's dispositions, reasons and extra columns to the running state."""
+    extras = [c for c in decided.columns if c not in (*KEYS, "_disposition", "_reasons_add")]
+    current = current.drop([c for c in extras if c in current.columns])
     update = decided.select(
         *KEYS,
         (
@@ -213,6 +234,7 @@ def _advance(current: pl.DataFrame, decided: pl.DataFrame) -> pl.DataFrame:
             if "_reasons_add" in decided.columns
             else pl.lit(None, pl.List(pl.String))
         ).alias("_new_codes"),
+        *extras,
     )
     return (
         current.join(update, on=list(KEYS), how="left", maintain_order="left")

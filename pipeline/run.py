@@ -27,6 +27,8 @@ from pipeline.global_phase import GlobalContext, rejected_columns, run_global
 from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
 from pipeline.reader import InputError, InputFile, Shard, detect_compression, plan_shards
+from pipeline.rubrics.campaign import load_campaign_rubrics
+from pipeline.rubrics.model import RubricError
 from pipeline.schemas import SchemaError
 from pipeline.staging import STAGING_DIR, GateTask, ShardSummary, gate_step
 from pipeline.writer import WriteSummary, WriteTask, write_step
@@ -172,8 +174,8 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
 
 
 def _preflight(config: CampaignConfig) -> Gate:
-    """Load every schema, pin and reference table a run may need, and check the rule codes
-    the campaign disables, so that any of them fails before any work."""
+    """Load every schema, pin, reference table, rubric and policy a run may need, and check
+    the rule codes the campaign disables, so that any of them fails before any work."""
     from pipeline.rules import RULES
     from pipeline.stages.cross_rules import CROSS_RULES
 
@@ -190,6 +192,11 @@ def _preflight(config: CampaignConfig) -> Gate:
         for kind_id in sorted(KINDS):
             gate.kind_gate(KINDS[kind_id])
     except SchemaError as exc:
+        raise InputError(str(exc)) from None
+    try:
+        # Rubric pins, bindings and policies fail the run here, before any line is read.
+        load_campaign_rubrics(config, gate)
+    except RubricError as exc:
         raise InputError(str(exc)) from None
     return gate
 

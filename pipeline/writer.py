@@ -166,7 +166,10 @@ def _to_rejected(table: pa.Table, task: WriteTask, max_line_bytes: int) -> pa.Ta
     layout = _rejected_layout(task)
     columns = {name: table[name] for name in layout.names if name in table.column_names}
     columns["_raw"] = pa.array([raw[o] for o in offsets], pa.binary())
-    return pa.table([columns[f.name] for f in layout], schema=layout)
+    # Another kind may declare rejected/ columns this kind does not have: null here.
+    return pa.table(
+        [columns.get(f.name, pa.nulls(table.num_rows, f.type)) for f in layout], schema=layout
+    )
 
 
 def write_table(

@@ -7,7 +7,8 @@ Exit codes (also in the README):
 0  success (``run``: the run completed, whatever the dispositions)
 1  ``verify`` found a mismatch; ``rubrics check`` found an invalid file
 2  usage or config error (bad flag, unknown config key, bad value)
-3  input error: missing input, unknown kind, refused or mismatched schema
+3  input error: missing input, unknown kind, refused or mismatched schema, rubric
+   or policy; a malformed rubric tree or grades file
 4  the run failed (a worker died, disk error); nothing was written
 == =================================================================
 """

@@ -13,6 +13,7 @@ from rich.console import Console
 from pipeline.config import ConfigError
 from pipeline.engines import EngineError
 from pipeline.manifest import ManifestError
+from pipeline.rubrics.model import RubricError
 from pipeline.run import InputError, RunError
 from pipeline.schemas import SchemaError
 
@@ -38,7 +39,7 @@ def library_errors() -> Iterator[None]:
         yield
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
-    except (InputError, SchemaError, ManifestError) as exc:
+    except (InputError, SchemaError, ManifestError, RubricError) as exc:
         fail(str(exc), EXIT_INPUT)
     except (RunError, EngineError) as exc:
         fail(str(exc), EXIT_FAILED)

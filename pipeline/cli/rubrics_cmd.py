@@ -1,18 +1,22 @@
-"""``rowgate rubrics``: ARI replication rubric envelopes."""
+"""``rowgate rubrics``: ``check`` validates an ARI rubric envelope; ``score`` aggregates
+leaf grades over its tree."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
 
+import polars as pl
 import typer
+from rich.table import Table
 
 from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out
 from pipeline.config import CampaignConfig, load_campaign
 from pipeline.envelope import check_envelope
 from pipeline.reasons import Disposition
+from pipeline.rubrics.tree import TreeError, load_grades, read_envelope, score_tree
 
-app = typer.Typer(help="ARI replication rubric envelopes.", no_args_is_help=True)
+app = typer.Typer(help="ARI rubric envelopes: validation and tree scoring.", no_args_is_help=True)
 
 
 @app.command("check")
@@ -34,3 +38,58 @@ def check_command(
     out.print(f"{file}: {verdict} ({outcome.kind or 'unrouted'})", highlight=False)
     if verdict != "valid":
         raise typer.Exit(EXIT_MISMATCH)
+
+
+_LISTED = 20
+
+
+@app.command("score")
+def score_command(
+    envelope: Annotated[
+        Path, typer.Argument(help="ARI rubric envelope (JSON) with a `rubric` tree.")
+    ],
+    grades: Annotated[
+        Path,
+        typer.Argument(help="Leaf grades: JSONL or Parquet with submission, leaf_id, score (0/1)."),
+    ],
+    out_file: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write every node's score (.parquet or .jsonl)."),
+    ] = None,
+) -> None:
+    """Aggregate leaf grades to every node: score(node) = Σ wᵢ·score(childᵢ) / Σ wᵢ, with
+    single-child chains collapsed. Missing grades are reported and leave the nodes above
+    them without a score; they are never counted as 0."""
+    with library_errors():
+        tree = read_envelope(envelope)
+        result = score_tree(tree, load_grades(grades))
+        if out_file is not None:
+            if out_file.name.endswith(".parquet"):
+                result.nodes.write_parquet(out_file)
+            elif out_file.name.endswith(".jsonl"):
+                result.nodes.write_ndjson(out_file)
+            else:
+                raise TreeError(f"{out_file}: --out must end in .parquet or .jsonl")
+    roots = result.nodes.filter(pl.col("parent_id").is_null())
+    table = Table(
+        "submission", "root score", "graded weight", "missing leaves", box=None,
+        title=f"{len(tree.leaves)} leaves · {tree.nodes.height} nodes",
+    )  # fmt: skip
+    for row in roots.iter_rows(named=True):
+        score = "—" if row["score"] is None else f"{row['score']:.4f}"
+        table.add_row(
+            row["submission"], score, f"{row['graded_weight']:.4f}", str(row["missing_leaves"])
+        )
+    out.print(table)
+    if result.missing.height:
+        err.print(
+            f"[yellow]{result.missing.height} leaf grade(s) missing[/]; nodes above them have "
+            "no score (missing is never 0):",
+            highlight=False,
+        )
+        for row in result.missing.head(_LISTED).iter_rows(named=True):
+            chain = row["chain"] or []
+            names = " = ".join(chain) if len(chain) > 1 else row["leaf_id"]
+            err.print(f"  {row['submission']}  {names}", highlight=False)
+        if result.missing.height > _LISTED:
+            err.print(f"  … {result.missing.height - _LISTED} more", highlight=False)

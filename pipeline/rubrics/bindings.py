@@ -1,0 +1,265 @@
+"""Bindings: a campaign's map from rubric criteria and gates to a kind's columns.
+
+Seed 000: pairwise ratings and code-review criteria have different names and need "an
+adapter ... Never invent a tie label or missing rating". The adapter is explicit in the
+campaign config (``[scoring.<kind>]``), and every binding is a polars SQL expression
+(:func:`polars.sql_expr`) over the kind's typed columns: a field path such as
+``ratings.factuality`` is the simplest one, ``CASE WHEN ... END`` the most general. SQL,
+not Python: a config file never executes code. Bindings are compiled and type-checked
+against the kind's Arrow layout (an empty frame) before any line is read, so a typo is a
+config error naming its key, not a column of nulls.
+
+=====================  ===========================================  ==================
+binding                meaning                                      type
+=====================  ===========================================  ==================
+``criteria.<id>``      the criterion's score on the rubric's scale  numeric
+``applies.<id>``       false → ``not_applicable``, null → unknown   boolean
+``gates.<name>``       ``builtin``: the built-in evaluator;          boolean (``max_*``
+                       ``not_applicable``: the campaign declares     / ``min_*``:
+                       the gate does not apply to this kind;         numeric)
+                       anything else: an evidence expression
+``code``               the Python source the built-in gates read    string
+=====================  ===========================================  ==================
+
+Unbound criteria and gates are ``unknown`` on every row (never a pass); they are listed
+in the manifest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+import polars as pl
+import pyarrow as pa
+
+from pipeline.config import ConfigError, KindScoring
+from pipeline.rubrics.builtin_gates import BUILTIN_GATES
+from pipeline.rubrics.model import Criterion, Gate, GateKind, Rubric
+
+__all__ = [
+    "BUILTIN",
+    "NOT_APPLICABLE",
+    "CriterionBinding",
+    "GateBinding",
+    "GateMode",
+    "ScoringPlan",
+    "compile_expression",
+    "compile_scoring",
+    "field_path",
+]
+
+BUILTIN: Final = "builtin"
+NOT_APPLICABLE: Final = "not_applicable"
+_FIELD_PATH: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+class GateMode(StrEnum):
+    BUILTIN = "builtin"
+    EVIDENCE = "evidence"
+    NOT_APPLICABLE = "not_applicable"
+    UNBOUND = "unbound"
+
+
+@dataclass(frozen=True, eq=False)
+class CriterionBinding:
+    criterion: Criterion
+    #: the score expression as written, or None when unbound
+    source: str | None
+    score: pl.Expr | None
+    applies_source: str | None
+    applies: pl.Expr | None
+    #: the campaign declares the criterion does not apply to this kind
+    not_applicable: bool
+    #: a safe field path for reasons (``$.ratings.style``), "" for computed expressions
+    path: str
+
+
+@dataclass(frozen=True, eq=False)
+class GateBinding:
+    gate: Gate
+    mode: GateMode
+    source: str | None
+    evidence: pl.Expr | None
+    path: str
+
+
+@dataclass(frozen=True, eq=False)
+class ScoringPlan:
+    """A rubric bound to one record kind: everything the scoring stage evaluates."""
+
+    kind: str
+    rubric: Rubric
+    criteria: tuple[CriterionBinding, ...]
+    gates: tuple[GateBinding, ...]
+    code_source: str | None
+    code: pl.Expr | None
+    code_path: str
+    allowed_imports: frozenset[str]
+    allow_stdlib: bool
+
+    @property
+    def not_applicable_gates(self) -> frozenset[str]:
+        return frozenset(g.gate.name for g in self.gates if g.mode is GateMode.NOT_APPLICABLE)
+
+    def paths(self) -> dict[str, str]:
+        """Safe field paths of criteria and gates, for reasons."""
+        found = {c.criterion.id: c.path for c in self.criteria}
+        found.update({g.gate.name: g.path for g in self.gates})
+        return found
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's record of the bindings."""
+        return {
+            "rubric": self.rubric.describe(),
+            "criteria": {
+                c.criterion.id: NOT_APPLICABLE if c.not_applicable else c.source
+                for c in self.criteria
+            },
+            "applies": {
+                c.criterion.id: c.applies_source for c in self.criteria if c.applies_source
+            },
+            "gates": {
+                g.gate.name: g.source if g.mode is GateMode.EVIDENCE else g.mode.value
+                for g in self.gates
+            },
+            "unbound": sorted(
+                [c.criterion.id for c in self.criteria if c.source is None and not c.not_applicable]
+                + [g.gate.name for g in self.gates if g.mode is GateMode.UNBOUND]
+            ),
+            "code": self.code_source,
+            "allowed_imports": sorted(self.allowed_imports),
+            "allow_stdlib": self.allow_stdlib,
+        }
+
+
+def field_path(source: str) -> str:
+    """``$.a.b`` for a plain field path binding, "" for a computed expression."""
+    return "$." + source if _FIELD_PATH.fullmatch(source) else ""
+
+
+def _empty_frame(fields: Sequence[pa.Field]) -> pl.DataFrame:
+    frame = pl.from_arrow(pa.schema(list(fields)).empty_table())
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def compile_expression(source: str, fields: Sequence[pa.Field], wanted: str, where: str) -> pl.Expr:
+    """Compile one SQL binding and check its result type on an empty frame of the layout.
+
+    ``wanted`` is ``numeric``, ``boolean`` or ``string``; numeric results are cast to
+    Float64 (SQL arithmetic may give decimals).
+    """
+    if not source.strip():
+        raise ConfigError(f"{where}: empty expression")
+    try:
+        expr = pl.sql_expr(source)
+        dtype = _empty_frame(fields).select(expr.alias("v")).schema["v"]
+    except pl.exceptions.PolarsError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"{where}: {source!r} is not a usable expression ({type(exc).__name__}: {first})"
+        ) from None
+    ok = {
+        "numeric": dtype.is_numeric() or dtype == pl.Null,
+        "boolean": dtype in (pl.Boolean, pl.Null),
+        "string": dtype in (pl.String, pl.Null),
+    }[wanted]
+    if not ok:
+        raise ConfigError(f"{where}: {source!r} gives {dtype}, expected a {wanted} value")
+    if wanted == "numeric":
+        return expr.cast(pl.Float64)
+    return expr.cast(pl.Boolean if wanted == "boolean" else pl.String)
+
+
+def _unknown_keys(given: dict[str, str], known: Sequence[str], where: str, what: str) -> None:
+    for key in given:
+        if key not in known:
+            raise ConfigError(
+                f"{where}.{key}: the rubric has no {what} {key!r} (it has: {', '.join(known)})"
+            )
+
+
+def compile_scoring(
+    kind: str, settings: KindScoring, rubric: Rubric, fields: Sequence[pa.Field]
+) -> ScoringPlan:
+    """Check a kind's bindings against its rubric and Arrow layout; compile them."""
+    where = f"scoring.{kind}"
+    criterion_ids = [c.id for c in rubric.criteria]
+    gate_names = [g.name for g in rubric.gates]
+    _unknown_keys(settings.criteria, criterion_ids, f"{where}.criteria", "criterion")
+    _unknown_keys(settings.applies, criterion_ids, f"{where}.applies", "criterion")
+    _unknown_keys(settings.gates, gate_names, f"{where}.gates", "gate")
+
+    criteria = []
+    for criterion in rubric.criteria:
+        source = settings.criteria.get(criterion.id)
+        applies_source = settings.applies.get(criterion.id)
+        not_applicable = source == NOT_APPLICABLE
+        if not_applicable and applies_source is not None:
+            raise ConfigError(
+                f"{where}.applies.{criterion.id}: the criterion is bound as not_applicable"
+            )
+        score = (
+            compile_expression(source, fields, "numeric", f"{where}.criteria.{criterion.id}")
+            if source is not None and not not_applicable
+            else None
+        )
+        applies = (
+            compile_expression(applies_source, fields, "boolean", f"{where}.applies.{criterion.id}")
+            if applies_source is not None
+            else None
+        )
+        criteria.append(
+            CriterionBinding(
+                criterion,
+                None if not_applicable else source,
+                score,
+                applies_source,
+                applies,
+                not_applicable,
+                field_path(source) if source and not not_applicable else "",
+            )
+        )
+
+    code = None
+    if settings.code is not None:
+        code = compile_expression(settings.code, fields, "string", f"{where}.code")
+    gates = []
+    for gate in rubric.gates:
+        source = settings.gates.get(gate.name)
+        gate_where = f"{where}.gates.{gate.name}"
+        if source is None:
+            gates.append(GateBinding(gate, GateMode.UNBOUND, None, None, ""))
+        elif source == NOT_APPLICABLE:
+            gates.append(GateBinding(gate, GateMode.NOT_APPLICABLE, None, None, ""))
+        elif source == BUILTIN:
+            if gate.name not in BUILTIN_GATES:
+                raise ConfigError(
+                    f"{gate_where}: no built-in evaluator for {gate.name!r} "
+                    f"(built-ins: {', '.join(BUILTIN_GATES)}); bind an evidence expression"
+                )
+            if BUILTIN_GATES[gate.name] != (gate.kind is GateKind.EQUALS):
+                raise ConfigError(f"{gate_where}: the rubric's value does not fit the built-in")
+            if code is None:
+                raise ConfigError(f"{gate_where}: built-in gates need `{where}.code`")
+            path = field_path(settings.code) if settings.code else ""
+            gates.append(GateBinding(gate, GateMode.BUILTIN, None, None, path))
+        else:
+            wanted = "boolean" if gate.kind is GateKind.EQUALS else "numeric"
+            evidence = compile_expression(source, fields, wanted, gate_where)
+            gates.append(GateBinding(gate, GateMode.EVIDENCE, source, evidence, field_path(source)))
+    return ScoringPlan(
+        kind=kind,
+        rubric=rubric,
+        criteria=tuple(criteria),
+        gates=tuple(gates),
+        code_source=settings.code,
+        code=code,
+        code_path=field_path(settings.code) if settings.code else "",
+        allowed_imports=frozenset(settings.allowed_imports),
+        allow_stdlib=settings.allow_stdlib,
+    )

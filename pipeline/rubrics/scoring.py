@@ -1,0 +1,336 @@
+"""Vectorised rubric scoring: observed scores and gate evidence → states and one score.
+
+Seed 000: "Compute the weighted score only after hard gates pass, validate that weights
+sum to one, and enforce each criterion's minimum independently." Seed 003 §5.4: a scalar
+"MUST NOT allow an unrelated strength to compensate for a noncompensable critical
+failure". Per row, all in polars expressions:
+
+* criterion state: ``not_applicable`` when its applicability is false; ``unknown`` when
+  applicability is null, the score is null or NaN, or the score lies outside the rubric's
+  scale (an uninterpretable value is never clamped); ``met`` when score ≥ its minimum;
+  else ``not_met``. Each minimum is checked on its own: a high weighted score never
+  lifts a criterion over its minimum.
+* gate state: ``not_applicable`` when the campaign declares so; ``unknown`` when the
+  evidence is null (unbound, absent, undecidable); else ``met``/``not_met`` by comparing
+  the evidence with the rubric's value (equal / at most / at least).
+* weighted score: ``Σ wᵢ·sᵢ / Σ wᵢ`` over applicable criteria (a left fold in rubric
+  order), only when every gate is ``met`` or ``not_applicable`` and no applicable
+  criterion is ``unknown``; null otherwise. A failing or unknown gate leaves nothing to
+  compensate with.
+* weighted state: ``met`` when the score reaches ``weighted_acceptance_score``,
+  ``not_met`` below it, ``unknown`` when there is no score.
+
+Each failing or unknown verdict adds a ``rubric.*`` reason; whether that keeps the row out
+is the decision policy's call (:mod:`pipeline.policy`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import polars as pl
+
+from pipeline.rubrics.model import Gate, GateKind, Rubric, State
+
+__all__ = [
+    "APPLIES",
+    "CRITERION",
+    "GATE",
+    "REASON_CODES",
+    "criterion_score_column",
+    "criterion_state_column",
+    "gate_state_column",
+    "gate_value_column",
+    "output_names",
+    "score_frame",
+]
+
+#: Input column prefixes of :func:`score_frame`.
+CRITERION: Final = "criterion:"
+APPLIES: Final = "applies:"
+GATE: Final = "gate:"
+
+WEIGHTED_SCORE: Final = "_weighted_score"
+WEIGHTED_STATE: Final = "_weighted_state"
+
+GATE_NOT_MET: Final = "rubric.gate_not_met"
+GATE_UNKNOWN: Final = "rubric.gate_unknown"
+BELOW_MINIMUM: Final = "rubric.below_minimum"
+CRITERION_UNKNOWN: Final = "rubric.criterion_unknown"
+OUT_OF_SCALE: Final = "rubric.score_out_of_scale"
+BELOW_ACCEPTANCE: Final = "rubric.below_acceptance"
+REASON_CODES: Final = (
+    GATE_NOT_MET,
+    GATE_UNKNOWN,
+    BELOW_MINIMUM,
+    CRITERION_UNKNOWN,
+    OUT_OF_SCALE,
+    BELOW_ACCEPTANCE,
+)
+
+
+def criterion_score_column(criterion_id: str) -> str:
+    return f"_criterion_{criterion_id}_score"
+
+
+def criterion_state_column(criterion_id: str) -> str:
+    return f"_criterion_{criterion_id}_state"
+
+
+def gate_state_column(name: str) -> str:
+    return f"_gate_{name}"
+
+
+def gate_value_column(name: str) -> str:
+    return f"_gate_{name}_value"
+
+
+def output_names(rubric: Rubric) -> dict[str, pl.DataType]:
+    """Every column :func:`score_frame` adds (besides ``_reasons_add``), with its type."""
+    columns: dict[str, pl.DataType] = {}
+    for gate in rubric.gates:
+        columns[gate_state_column(gate.name)] = pl.String()
+        columns[gate_value_column(gate.name)] = (
+            pl.Boolean() if gate.kind is GateKind.EQUALS else pl.Float64()
+        )
+    for criterion in rubric.criteria:
+        columns[criterion_score_column(criterion.id)] = pl.Float64()
+        columns[criterion_state_column(criterion.id)] = pl.String()
+    columns[WEIGHTED_SCORE] = pl.Float64()
+    columns[WEIGHTED_STATE] = pl.String()
+    return columns
+
+
+def _lit(state: State) -> pl.Expr:
+    return pl.lit(state.value, pl.String)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _gate_passes(gate: Gate, value: pl.Expr) -> pl.Expr:
+    if gate.kind is GateKind.EQUALS:
+        return value == pl.lit(bool(gate.value))
+    bound = pl.lit(float(gate.value))
+    return value <= bound if gate.kind is GateKind.AT_MOST else value >= bound
+
+
+@dataclass(frozen=True, eq=False)
+class _Reason:
+    """A reason that may fire: ``detail`` is null on rows where it does not."""
+
+    code: str
+    path: str
+    detail: pl.Expr
+
+
+def _reason(when: pl.Expr, code: str, path: str, detail: pl.Expr | str) -> _Reason:
+    text = detail if isinstance(detail, pl.Expr) else pl.lit(detail)
+    return _Reason(code, path, pl.when(when).then(text).otherwise(pl.lit(None, pl.String)))
+
+
+def _reason_lists(frame: pl.DataFrame, reasons: list[_Reason]) -> pl.Series:
+    """One list of ``{code, path, detail}`` per row, in ``reasons`` order.
+
+    Built long (one row per fired reason, then one group-by) rather than with
+    ``concat_list`` over nullable structs, which is two orders of magnitude slower.
+    """
+    dtype = pl.List(pl.Struct({"code": pl.String, "path": pl.String, "detail": pl.String}))
+    if not reasons or frame.height == 0:
+        return pl.Series("_reasons_add", [[]] * frame.height, dtype=dtype)
+    slots = [f"_r{n}" for n in range(len(reasons))]
+    fired = (
+        frame.select(slots)
+        .with_row_index("_row")
+        .unpivot(index="_row", variable_name="_slot", value_name="detail")
+        .drop_nulls("detail")
+        .with_columns(_order=pl.col("_slot").str.slice(2).cast(pl.Int32))
+        .sort("_row", "_order")
+        .with_columns(
+            code=pl.col("_order").replace_strict(
+                list(range(len(reasons))), [r.code for r in reasons], return_dtype=pl.String
+            ),
+            path=pl.col("_order").replace_strict(
+                list(range(len(reasons))), [r.path for r in reasons], return_dtype=pl.String
+            ),
+        )
+        .group_by("_row", maintain_order=True)
+        .agg(pl.struct("code", "path", "detail").alias("_reasons_add"))
+    )
+    rows = pl.DataFrame({"_row": pl.arange(0, frame.height, eager=True, dtype=pl.UInt32)})
+    joined = rows.join(fired, on="_row", how="left", maintain_order="left")
+    return joined["_reasons_add"].fill_null(pl.lit([], dtype)).cast(dtype)
+
+
+def score_frame(
+    rubric: Rubric,
+    observed: pl.DataFrame,
+    *,
+    not_applicable_gates: frozenset[str] = frozenset(),
+    paths: Mapping[str, str] | None = None,
+) -> pl.DataFrame:
+    """Score ``observed`` against ``rubric``.
+
+    ``observed`` holds, per criterion ``c``, ``criterion:c`` (Float64 score, null when
+    there is none) and optionally ``applies:c`` (Boolean; absent means it applies), and
+    per gate ``g``, ``gate:g`` (its evidence: Boolean, or Float64 for ``max_``/``min_``
+    gates; absent means no evidence). Other columns (keys) are passed through. Returns
+    them plus :func:`output_names` and ``_reasons_add`` (a list of reason structs).
+    """
+    paths = paths or {}
+    names = set(observed.columns)
+    low, high = pl.lit(rubric.scale_minimum), pl.lit(rubric.scale_maximum)
+    columns: list[pl.Expr] = []
+    reasons: list[_Reason] = []
+
+    gate_states = []
+    for gate in rubric.gates:
+        wanted = pl.Boolean if gate.kind is GateKind.EQUALS else pl.Float64
+        column = f"{GATE}{gate.name}"
+        value = pl.col(column).cast(wanted) if column in names else pl.lit(None, wanted)
+        missing = value.is_null() if wanted == pl.Boolean else value.is_null() | value.is_nan()
+        if gate.name in not_applicable_gates:
+            state = _lit(State.NOT_APPLICABLE)
+        else:
+            state = (
+                pl.when(missing)
+                .then(_lit(State.UNKNOWN))
+                .when(_gate_passes(gate, value))
+                .then(_lit(State.MET))
+                .otherwise(_lit(State.NOT_MET))
+            )
+        gate_states.append(state)
+        columns += [
+            state.alias(gate_state_column(gate.name)),
+            value.alias(gate_value_column(gate.name)),
+        ]
+        path = paths.get(gate.name, "")
+        found = pl.lit(gate.name + ": found ") + value.cast(pl.String)
+        reasons += [
+            _reason(
+                state == State.NOT_MET.value,
+                GATE_NOT_MET,
+                path,
+                pl.concat_str(found, pl.lit("; " + gate.describe())),
+            ),
+            _reason(
+                state == State.UNKNOWN.value,
+                GATE_UNKNOWN,
+                path,
+                f"{gate.name}: no evidence; {gate.describe()}",
+            ),
+        ]
+
+    criterion_states = []
+    numerator: pl.Expr = pl.lit(0.0)
+    denominator: pl.Expr = pl.lit(0.0)
+    for criterion in rubric.criteria:
+        score_column, applies_column = f"{CRITERION}{criterion.id}", f"{APPLIES}{criterion.id}"
+        score = (
+            pl.col(score_column).cast(pl.Float64)
+            if score_column in names
+            else pl.lit(None, pl.Float64)
+        )
+        applies = (
+            pl.col(applies_column).cast(pl.Boolean) if applies_column in names else pl.lit(True)
+        )
+        in_scale = (score >= low) & (score <= high)
+        state = (
+            pl.when(applies.is_null())
+            .then(_lit(State.UNKNOWN))
+            .when(applies.not_())
+            .then(_lit(State.NOT_APPLICABLE))
+            .when(score.is_null() | score.is_nan() | in_scale.not_())
+            .then(_lit(State.UNKNOWN))
+            .when(score >= pl.lit(criterion.minimum_score))
+            .then(_lit(State.MET))
+            .otherwise(_lit(State.NOT_MET))
+        )
+        criterion_states.append(state)
+        columns += [
+            score.alias(criterion_score_column(criterion.id)),
+            state.alias(criterion_state_column(criterion.id)),
+        ]
+        applicable = state != State.NOT_APPLICABLE.value
+        # A left fold in rubric order: the reference implementation adds in the same
+        # order, so both give the same float, bit for bit.
+        numerator = numerator + pl.when(applicable).then(
+            pl.lit(criterion.weight) * score
+        ).otherwise(pl.lit(0.0))
+        denominator = denominator + pl.when(applicable).then(pl.lit(criterion.weight)).otherwise(
+            pl.lit(0.0)
+        )
+        path = paths.get(criterion.id, "")
+        scale = f"{_number(rubric.scale_minimum)}..{_number(rubric.scale_maximum)}"
+        reasons += [
+            _reason(
+                state == State.NOT_MET.value,
+                BELOW_MINIMUM,
+                path,
+                pl.format(
+                    "{}: scored {} below the minimum {}",
+                    pl.lit(criterion.id),
+                    score,
+                    pl.lit(_number(criterion.minimum_score)),
+                ),
+            ),
+            _reason(
+                applies.is_null(), CRITERION_UNKNOWN, path, f"{criterion.id}: applicability unknown"
+            ),
+            _reason(
+                applies & score.is_null(), CRITERION_UNKNOWN, path, f"{criterion.id}: no score"
+            ),
+            _reason(
+                applies & (score.is_nan() | in_scale.not_()),
+                OUT_OF_SCALE,
+                path,
+                f"{criterion.id}: score outside the scale {scale}",
+            ),
+        ]
+
+    gates_pass = pl.all_horizontal(
+        [s.is_in([State.MET.value, State.NOT_APPLICABLE.value]) for s in gate_states]
+        or [pl.lit(True)]
+    )
+    all_known = pl.all_horizontal(
+        [s != State.UNKNOWN.value for s in criterion_states] or [pl.lit(True)]
+    )
+    weighted = (
+        pl.when(gates_pass & all_known & (denominator > 0))
+        .then(numerator / denominator)
+        .otherwise(pl.lit(None, pl.Float64))
+    )
+    acceptance = rubric.weighted_acceptance_score
+    weighted_state = (
+        pl.when(weighted.is_null())
+        .then(_lit(State.UNKNOWN))
+        .when(weighted >= pl.lit(acceptance))
+        .then(_lit(State.MET))
+        .otherwise(_lit(State.NOT_MET))
+    )
+    reasons.append(
+        _reason(
+            weighted_state == State.NOT_MET.value,
+            BELOW_ACCEPTANCE,
+            "",
+            pl.format(
+                "weighted score {} below the acceptance score {}",
+                weighted.round(4),
+                pl.lit(_number(acceptance)),
+            ),
+        )
+    )
+    columns += [weighted.alias(WEIGHTED_SCORE), weighted_state.alias(WEIGHTED_STATE)]
+    keys = [c for c in observed.columns if not c.startswith((CRITERION, APPLIES, GATE))]
+    # Lazy, so polars computes each state once however often the expressions repeat it.
+    scored = (
+        observed.lazy()
+        .select(*keys, *columns, *(r.detail.alias(f"_r{n}") for n, r in enumerate(reasons)))
+        .collect()
+    )
+    return scored.select(*keys, *(c.meta.output_name() for c in columns)).with_columns(
+        _reason_lists(scored, reasons)
+    )

@@ -1,0 +1,391 @@
+"""Scoring (300) and policy (400) stages end to end: crafted rows through ``run``, the
+bundled campaign, earlier stages' reasons, and failures before any work."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+import pytest
+
+from pipeline import global_phase
+from pipeline.config import CampaignConfig, ConfigError, load_campaign
+from pipeline.global_phase import GlobalContext, OutputColumn
+from pipeline.reasons import Disposition
+from pipeline.rubrics.model import RUBRIC_DIR
+from pipeline.run import InputError, run
+from pipeline.stages.policy import DecisionPolicy
+from pipeline.stages.scoring import RubricScoring
+from pipeline.verify import verify_run
+from tests.conftest import DATA
+
+GOOD = "def unique_values(values):\n    return list(dict.fromkeys(values))\n"
+COMPLEX = (
+    "def f(x):\n"
+    + "".join(f"    if x == {n}:\n        return {n}\n" for n in range(10))
+    + "    return -1\n"
+)
+PERFECT = {"factuality": 5, "reasoning": 5, "instruction_adherence": 5, "style": 5}
+
+
+def record(task: str, ratings: dict[str, int] | None = None, **changes: Any) -> dict[str, Any]:
+    found = {
+        "task_id": task,
+        "messages": [{"role": "user", "content": "Remove duplicates, keep order."}],
+        "response_a": GOOD,
+        "response_b": "def unique_values(values):\n    return list(set(values))\n",
+        "preference": "A",
+        "rationale": "Response A preserves insertion order; B does not.",
+        "golden_patch": None,
+        "schema_version": "pairwise-v2",
+        "rubric_version": "code-review-v1",
+        "ratings": ratings or PERFECT,
+    }
+    found.update(changes)
+    return found
+
+
+# task id → (record, expected decision, expected trace)
+CASES: dict[str, tuple[dict[str, Any], str, list[str]]] = {
+    "passes": (
+        record("passes", {"factuality": 5, "reasoning": 4, "instruction_adherence": 4, "style": 3}),
+        "accept_with_note",
+        ["gate-waived", "accept"],
+    ),
+    "below-minimum": (
+        record(
+            "below-minimum",
+            {"factuality": 5, "reasoning": 5, "instruction_adherence": 5, "style": 2},
+        ),
+        "rework",
+        ["criterion-below-minimum"],
+    ),
+    "syntax-error": (
+        record("syntax-error", response_a="def f(:\n    pass\n"),
+        "reject",
+        ["hard-gate-failed"],
+    ),
+    "too-complex": (record("too-complex", response_a=COMPLEX), "reject", ["hard-gate-failed"]),
+    "unapproved-import": (
+        record(
+            "unapproved-import",
+            response_a="import requests\n\ndef get(url):\n    return requests.get(url)\n",
+        ),
+        "reject",
+        ["hard-gate-failed"],
+    ),
+    "tie-no-code": (record("tie-no-code", preference="tie"), "escalate", ["evidence-missing"]),
+    "golden-patch": (
+        record("golden-patch", preference="neither", response_a="def f(:", golden_patch=GOOD),
+        "accept_with_note",
+        ["gate-waived", "accept"],
+    ),
+    "below-acceptance": (
+        record(
+            "below-acceptance",
+            {"factuality": 4, "reasoning": 3, "instruction_adherence": 4, "style": 3},
+        ),
+        "rework",
+        ["weighted-below-acceptance"],
+    ),
+}
+DISPOSITION = {
+    "accept_with_note": "accepted",
+    "rework": "rejected",
+    "reject": "rejected",
+    "escalate": "quarantined",
+}
+
+CAMPAIGN = """
+name = "crafted"
+
+[[inputs]]
+path = "crafted.jsonl"
+kind = "pairwise-v2"
+
+[scoring."pairwise-v2"]
+rubric = "code-review-v1"
+code = "COALESCE(golden_patch, CASE preference WHEN 'A' THEN response_a WHEN 'B' THEN response_b END)"
+allowed_imports = ["numpy"]
+
+[scoring."pairwise-v2".criteria]
+correctness = "ratings.factuality"
+instruction_adherence = "ratings.instruction_adherence"
+reasoning_evidence = "ratings.reasoning"
+readability = "ratings.style"
+
+[scoring."pairwise-v2".gates]
+syntax_valid = "builtin"
+max_cyclomatic_complexity_per_function = "builtin"
+unapproved_dependencies = "builtin"
+{tests_gate}
+
+[policy."pairwise-v2"]
+file = "{policy}"
+"""
+
+
+def campaign(
+    tmp_path: Path, tests_gate: str = 'required_tests_pass = "not_applicable"', extra: str = ""
+) -> Path:
+    lines = [orjson.dumps(r) for r, _, _ in CASES.values()] + [b'{"broken": ']
+    (tmp_path / "crafted.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    path = tmp_path / "campaign.toml"
+    text = CAMPAIGN.replace("{tests_gate}", tests_gate).replace(
+        "{policy}", str(RUBRIC_DIR / "code-review-v1.policy.toml")
+    )
+    path.write_text(text + extra)
+    return path
+
+
+def outputs(out: Path) -> pl.DataFrame:
+    frames = []
+    for directory in ("accepted/pairwise-v2", "quarantined/pairwise-v2", "rejected"):
+        if (out / directory).exists():
+            frame = pl.read_parquet(out / directory)
+            frames.append(
+                frame.select(
+                    pl.lit(directory.split("/")[0]).alias("dir"),
+                    "_line",
+                    "_reasons",
+                    pl.col(
+                        "^_(decision|policy_trace|policy|weighted_score|weighted_state|gate_.*|criterion_.*|rubric.*)$"
+                    ),
+                )
+            )
+    return pl.concat(frames, how="diagonal_relaxed").sort("_line")
+
+
+def test_crafted_rows(tmp_path: Path) -> None:
+    config = load_campaign(campaign(tmp_path))
+    result = run(config, tmp_path / "out")
+    rows = outputs(tmp_path / "out").to_dicts()
+    assert len(rows) == len(CASES) + 1
+    for row, (task, (_, decision, trace)) in zip(rows, CASES.items(), strict=False):
+        assert (row["_decision"], row["_policy_trace"]) == (decision, trace), task
+        assert row["dir"] == DISPOSITION[decision], task
+        codes = [r["code"] for r in row["_reasons"]]
+        if decision != "accept":
+            assert codes[-1] == f"policy.{decision}", task
+        assert row["_rubric"] == "code-review-v1"
+        assert row["_gate_required_tests_pass"] == "not_applicable"
+    by_task = dict(zip(CASES, rows, strict=False))
+    assert by_task["passes"]["_weighted_score"] == pytest.approx(4.35)
+    assert by_task["below-minimum"]["_weighted_score"] == pytest.approx(4.7)
+    assert by_task["below-acceptance"]["_weighted_score"] == pytest.approx(
+        0.45 * 4 + 0.25 * 4 + 0.2 * 3 + 0.1 * 3
+    )
+    assert by_task["syntax-error"]["_gate_syntax_valid"] == "not_met"
+    assert by_task["syntax-error"]["_weighted_score"] is None
+    assert by_task["too-complex"]["_gate_max_cyclomatic_complexity_per_function_value"] == 11.0
+    assert by_task["unapproved-import"]["_gate_unapproved_dependencies_value"] is True
+    assert by_task["tie-no-code"]["_gate_syntax_valid"] == "unknown"
+    assert "rubric.below_minimum" in [r["code"] for r in by_task["below-minimum"]["_reasons"]]
+    # The gate-rejected line never reached the policy: no decision, but the same columns.
+    broken = rows[-1]
+    assert broken["dir"] == "rejected"
+    assert broken["_decision"] is None
+    assert [r["code"] for r in broken["_reasons"]] == ["json.syntax"]
+
+    manifest = result.manifest
+    notes = manifest["global"]
+    assert notes["scoring"]["pairwise-v2"]["rubric"]["sha256"] == (
+        hashlib.sha256((RUBRIC_DIR / "code-review-v1.json").read_bytes()).hexdigest()
+    )
+    assert (
+        notes["scoring"]["pairwise-v2"]["analyzer"]["complexity_convention"] == "rowgate-mccabe/1"
+    )
+    assert notes["policy"]["pairwise-v2"]["decisions"] == {
+        "accept_with_note": 2, "escalate": 1, "reject": 3, "rework": 2,
+    }  # fmt: skip
+    assert manifest["counts"]["by_reason"]["quarantined"]["policy.escalate"] == 1
+    report = verify_run(tmp_path / "out")
+    assert report.ok, report.problems
+
+
+def test_unbound_gate_is_unknown_and_escalates(tmp_path: Path) -> None:
+    config = load_campaign(campaign(tmp_path, tests_gate=""))
+    run(config, tmp_path / "out")
+    rows = dict(zip(CASES, outputs(tmp_path / "out").to_dicts(), strict=False))
+    passes = rows["passes"]
+    assert passes["_gate_required_tests_pass"] == "unknown"
+    assert passes["_weighted_score"] is None
+    assert (passes["_decision"], passes["dir"]) == ("escalate", "quarantined")
+    assert "rubric.gate_unknown" in [r["code"] for r in passes["_reasons"]]
+    # Definite failures still decide: the row cannot pass whatever the tests say.
+    assert rows["syntax-error"]["_decision"] == "reject"
+    assert rows["below-minimum"]["_decision"] == "rework"
+
+
+def test_evidence_expression_for_a_gate(tmp_path: Path) -> None:
+    gate = "required_tests_pass = \"CASE WHEN task_id = 'passes' THEN TRUE WHEN task_id = 'golden-patch' THEN FALSE END\""
+    run(load_campaign(campaign(tmp_path, tests_gate=gate)), tmp_path / "out")
+    rows = dict(zip(CASES, outputs(tmp_path / "out").to_dicts(), strict=False))
+    assert (rows["passes"]["_gate_required_tests_pass"], rows["passes"]["_decision"]) == (
+        "met",
+        "accept",
+    )
+    assert rows["golden-patch"]["_decision"] == "reject"
+    assert rows["below-acceptance"]["_gate_required_tests_pass"] == "unknown"
+
+
+class FakeCrossRules:
+    """Stands in for the cross-record rules stage (order 100): flags one row, rejects one."""
+
+    name = "cross"
+    order = 100
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        first_two = rows.sort("_line").head(2).with_row_index("n")
+        return first_two.select(
+            "_shard",
+            "_shard_line",
+            _disposition=pl.when(pl.col("n") == 1).then(pl.lit(Disposition.REJECTED.value)),
+            _reasons_add=pl.concat_list(
+                pl.struct(
+                    code=pl.lit("cross.contradictory_preference"),
+                    path=pl.lit(""),
+                    detail=pl.lit(""),
+                )
+            ),
+        )
+
+
+def test_policy_reads_earlier_reasons_and_never_rescues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        global_phase, "GLOBAL_STAGES", [FakeCrossRules, RubricScoring, DecisionPolicy]
+    )
+    run(load_campaign(campaign(tmp_path)), tmp_path / "out")
+    rows = outputs(tmp_path / "out").to_dicts()
+    flagged, rejected = rows[0], rows[1]
+    assert (flagged["_decision"], flagged["_policy_trace"], flagged["dir"]) == (
+        "escalate", ["earlier-stage-conflict"], "quarantined",
+    )  # fmt: skip
+    assert [r["code"] for r in flagged["_reasons"]] == [
+        "cross.contradictory_preference",
+        "policy.escalate",
+    ]
+    # The earlier rejection stands; the row still carries its decision and trace.
+    assert (rejected["_decision"], rejected["dir"]) == ("escalate", "rejected")
+
+
+def test_bundled_campaign(tmp_path: Path) -> None:
+    config = load_campaign(DATA / "campaign-pairwise-rubric.toml").override(
+        **{"engine.shard_bytes": 8192}
+    )
+    files = {}
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        run(config.override(**{"engine.workers": workers}), out)
+        files[workers] = {
+            p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*.parquet")
+        }
+    assert files[1] == files[2]
+    out = tmp_path / "out1"
+    decided = pl.concat(
+        [
+            pl.read_parquet(out / "accepted" / "pairwise-v2").select(
+                "_decision", "_policy_trace", "_weighted_score"
+            ),
+            pl.read_parquet(out / "rejected").select(
+                "_decision", "_policy_trace", "_weighted_score"
+            ),
+        ]
+        + (
+            [
+                pl.read_parquet(out / "quarantined" / "pairwise-v2").select(
+                    "_decision", "_policy_trace", "_weighted_score"
+                )
+            ]
+            if (out / "quarantined").exists()
+            else []
+        )
+    ).filter(pl.col("_decision").is_not_null())
+    manifest = json.loads((out / "manifest.json").read_text())
+    gated = manifest["counts"]["lines"] - manifest["counts"]["by_reason"]["rejected"].get(
+        "json.syntax", 0
+    )
+    assert decided.height > 100
+    assert decided.height <= gated
+    assert decided.filter(pl.col("_policy_trace").list.len() == 0).height == 0
+    assert decided["_weighted_score"].drop_nulls().len() > 0
+    assert set(decided["_decision"]) <= {
+        "accept",
+        "accept_with_note",
+        "rework",
+        "reject",
+        "escalate",
+    }
+    assert manifest["global"]["policy"]["pairwise-v2"]["sha256"]
+    # The README's excerpt.
+    shown = pl.concat(
+        pl.read_parquet(out / d).select("_line", "_decision", "_policy_trace", "_weighted_score")
+        for d in ("accepted/pairwise-v2", "quarantined/pairwise-v2", "rejected")
+    ).filter(pl.col("_line").is_in([1, 7, 45]))
+    assert sorted(shown.rows()) == [
+        (1, "rework", ["criterion-below-minimum"], pytest.approx(4.3)),
+        (7, "accept_with_note", ["gate-waived", "accept"], pytest.approx(4.25)),
+        (45, "escalate", ["evidence-missing"], None),
+    ]
+
+
+def test_pin_mismatch_fails_before_any_work(tmp_path: Path) -> None:
+    extra = '\n[rubrics.pins]\n"code-review-v1" = "' + "0" * 64 + '"\n'
+    config = load_campaign(campaign(tmp_path, extra=extra))
+    with pytest.raises(InputError, match="does not match the pinned"):
+        run(config, tmp_path / "out")
+    assert not any(p.name.startswith(".out") or p.name == "out" for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('readability = "ratings.style"', 'readability = "ratings.styel"', "criteria.readability"),
+        (
+            'readability = "ratings.style"',
+            'readibility = "ratings.style"',
+            "criteria.readibility: the rubric has no criterion",
+        ),
+        (
+            'readability = "ratings.style"',
+            'readability = "preference"',
+            "gives String, expected a numeric",
+        ),
+        ('syntax_valid = "builtin"', 'syntax_valid = "ratings.style"', "expected a boolean"),
+        (
+            'scoring."pairwise-v2"',
+            'scoring."pairwise-v3"',
+            "scoring.pairwise-v3: unknown record kind",
+        ),
+    ],
+)
+def test_bad_bindings_fail_before_any_work(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    path = campaign(tmp_path)
+    path.write_text(path.read_text().replace(old, new))
+    with pytest.raises(ConfigError, match=message):
+        run(load_campaign(path), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_columns_are_typed_for_rejected(tmp_path: Path) -> None:
+    run(load_campaign(campaign(tmp_path)), tmp_path / "out")
+    schema = pl.read_parquet_schema(next((tmp_path / "out" / "rejected").glob("*.parquet")))
+    assert schema["_policy_trace"] == pl.List(pl.String)
+    assert schema["_weighted_score"] == pl.Float64
+    assert schema["_gate_syntax_valid_value"] == pl.Boolean
+    assert schema["_gate_max_cyclomatic_complexity_per_function_value"] == pl.Float64

@@ -1,0 +1,97 @@
+"""Global phase: later stages read earlier stages' columns; ``evaluate`` reads payload
+shard by shard; a rejected/ column one kind declares is null for the other kinds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from pipeline import global_phase
+from pipeline.config import CampaignConfig, InputSpec
+from pipeline.global_phase import GlobalContext
+from pipeline.reasons import Disposition
+from pipeline.run import run
+from pipeline.synthetic import export_lines
+from pipeline.writer import OutputColumn
+
+BOTH = frozenset({Disposition.ACCEPTED, Disposition.REJECTED})
+
+
+class MarkPairwise:
+    """Writes the factuality rating (read with ``evaluate``) of every pairwise row."""
+
+    name = "mark"
+    order = 1
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return [OutputColumn("_mark", pa.int64(), BOTH)] if kind == "pairwise-v2" else []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        if kind != "pairwise-v2":
+            return None
+        frames = list(ctx.evaluate(kind, {"_mark": pl.col("ratings").struct.field("factuality")}))
+        assert len(frames) == len([s for s in ctx.summaries if kind in s.kinds]) > 1
+        marks = pl.concat(frames)
+        assert marks.columns == ["_shard", "_shard_line", "_mark"]
+        assert marks.height == rows.height
+        return marks
+
+
+class RejectByMark:
+    """Reads ``_mark`` left by the stage before; rejects pairwise rows marked 1, and the
+    first row of every other kind (which has no ``_mark`` column on rejected/)."""
+
+    name = "reject"
+    order = 2
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        if kind == "pairwise-v2":
+            chosen = rows.filter(pl.col("_mark") == 1)
+        else:
+            assert "_mark" not in rows.columns
+            chosen = rows.head(1)
+        return chosen.select(
+            "_shard",
+            "_shard_line",
+            _disposition=pl.lit(Disposition.REJECTED.value),
+            _reasons_add=pl.concat_list(
+                pl.struct(code=pl.lit("test.marked"), path=pl.lit(""), detail=pl.lit(""))
+            ),
+        )
+
+
+def test_stages_see_earlier_columns(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [MarkPairwise, RejectByMark])
+    pairwise, math = tmp_path / "pairwise.jsonl", tmp_path / "math.jsonl"
+    pairwise.write_bytes(b"".join(line + b"\n" for line in export_lines("pairwise-v2", 80, seed=3)))
+    math.write_bytes(
+        b"".join(line + b"\n" for line in export_lines("math-reasoning-v1", 10, seed=3))
+    )
+    config = CampaignConfig(
+        inputs=(InputSpec(str(pairwise)), InputSpec(str(math), "math-reasoning-v1"))
+    ).override(**{"engine.shard_bytes": 16 * 1024, "engine.workers": 1})
+    run(config, tmp_path / "out")
+    accepted = pl.read_parquet(tmp_path / "out" / "accepted" / "pairwise-v2")
+    rejected = pl.read_parquet(tmp_path / "out" / "rejected")
+    assert accepted.height > 0
+    assert accepted["_mark"].to_list() == accepted["ratings"].struct.field("factuality").to_list()
+    assert 1 not in accepted["_mark"].to_list()
+    late = rejected.filter(
+        pl.col("_reasons").list.eval(pl.element().struct.field("code")).list.contains("test.marked")
+    )
+    assert set(late["_kind"]) == {"pairwise-v2", "math-reasoning-v1"}
+    assert late.filter(pl.col("_kind") == "math-reasoning-v1")["_mark"].to_list() == [None]
+    assert set(late.filter(pl.col("_kind") == "pairwise-v2")["_mark"]) == {1}

@@ -1,0 +1,382 @@
+"""Decision policies: loading and validation, evaluation semantics, and the vectorised
+evaluator against a per-row reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.policy import (
+    Action,
+    Policy,
+    Rule,
+    RuleMatch,
+    decide_frame,
+    load_policy,
+    validate_policy,
+)
+from pipeline.rubrics.model import RUBRIC_DIR, RubricError, RubricRegistry
+from pipeline.rubrics.scoring import criterion_state_column, gate_state_column
+
+RUBRIC = RubricRegistry().get("code-review-v1")
+HEAD = """policy = "p"
+version = "1"
+target = "composite_case"
+rubric = "code-review-v1"
+"""
+
+
+def rule(rule_id: str, priority: int, action: str, terminal: bool, match: str = "{}") -> str:
+    return (
+        f'[[rules]]\nid = "{rule_id}"\npriority = {priority}\ntarget = "composite_case"\n'
+        f'description = "rule {rule_id}"\naction = "{action}"\nterminal = {str(terminal).lower()}\n'
+        f"match = {match}\n"
+    )
+
+
+def policy_from(tmp_path: Path, *rules: str, head: str = HEAD) -> Policy:
+    path = tmp_path / "policy.toml"
+    path.write_text(head + "\n".join(rules))
+    return load_policy(path)
+
+
+def test_bundled_policy_is_valid() -> None:
+    policy = load_policy(RUBRIC_DIR / "code-review-v1.policy.toml")
+    validate_policy(policy, RUBRIC)
+    assert policy.rules[0].id == "earlier-stage-conflict"
+    assert [r.priority for r in policy.rules] == sorted(
+        (r.priority for r in policy.rules), reverse=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        (
+            [rule("a", 1, "accept", True, '{ criteria = { correctnes = ["met"] } }')],
+            "no criterion 'correctnes'",
+        ),
+        ([rule("a", 1, "accept", True, '{ gates = { tests = ["met"] } }')], "no gate 'tests'"),
+        ([rule("a", 1, "accept", True, '{ any_gate = ["passed"] }')], "unknown state 'passed'"),
+        ([rule("a", 1, "accept", True, '{ weighted = ["not_applicable"] }')], "unknown state"),
+        ([rule("a", 1, "approve", True)], "action: 'approve'"),
+        (
+            [
+                rule("a", 2, "reject", True, '{ any_gate = ["not_met"] }'),
+                rule("a", 1, "accept", True, '{ weighted = ["met"] }'),
+            ],
+            "id 'a' is used more than once",
+        ),
+        (
+            [
+                rule("a", 1, "reject", True, '{ any_gate = ["not_met"] }'),
+                rule("b", 1, "accept", True, '{ weighted = ["met"] }'),
+            ],
+            "priority 1 is used more than once",
+        ),
+        (
+            [rule("a", 1, "accept", True, "{ criteria = { readability = [] } }")],
+            "an empty list can never match",
+        ),
+        (
+            [rule("a", 1, "accept", True, '{ reasons_any = ["cross.*.x"] }')],
+            "not a code or a 'prefix.*' pattern",
+        ),
+        (
+            [rule("a", 1, "accept", True, '{ unknown_condition = ["met"] }')],
+            "unknown_condition: unknown key",
+        ),
+    ],
+)
+def test_invalid_policies(tmp_path: Path, rules: list[str], message: str) -> None:
+    with pytest.raises(RubricError, match=message):
+        validate_policy(policy_from(tmp_path, *rules), RUBRIC)
+
+
+def test_targets_must_agree(tmp_path: Path) -> None:
+    text = rule("a", 1, "accept", True).replace('target = "composite_case"', 'target = "attempt"')
+    with pytest.raises(RubricError, match="but the policy decides 'composite_case'"):
+        validate_policy(policy_from(tmp_path, text), RUBRIC)
+    with pytest.raises(RubricError, match="target: 'everything'"):
+        validate_policy(
+            policy_from(
+                tmp_path,
+                rule("a", 1, "accept", True),
+                head=HEAD.replace("composite_case", "everything"),
+            ),
+            RUBRIC,
+        )
+
+
+def test_unreachable_rules_are_refused(tmp_path: Path) -> None:
+    # Anything after an always-true terminal rule can never be evaluated.
+    with pytest.raises(RubricError, match=r"rules\.b: unreachable: .* terminal rule 'a'"):
+        validate_policy(
+            policy_from(
+                tmp_path,
+                rule("a", 9, "escalate", True),
+                rule("b", 1, "reject", True, '{ any_gate = ["not_met"] }'),
+            ),
+            RUBRIC,
+        )
+    # A rule whose conditions imply a higher terminal rule's: syntax_valid not_met ⇒ any gate not_met.
+    with pytest.raises(RubricError, match=r"rules\.b: unreachable"):
+        validate_policy(
+            policy_from(
+                tmp_path,
+                rule("a", 9, "reject", True, '{ any_gate = ["not_met"] }'),
+                rule(
+                    "b",
+                    1,
+                    "rework",
+                    True,
+                    '{ gates = { syntax_valid = ["not_met"] }, weighted = ["unknown"] }',
+                ),
+            ),
+            RUBRIC,
+        )
+    # all_criteria ⊆ {not_met} ⇒ correctness not_met; reason prefixes cover exact codes.
+    for earlier, later in [
+        (
+            '{ criteria = { correctness = ["not_met", "unknown"] } }',
+            '{ all_criteria = ["not_met"] }',
+        ),
+        ('{ reasons_any = ["cross.*"] }', '{ reasons_any = ["cross.idempotency_conflict"] }'),
+        ('{ reasons_none = ["cross.x"] }', '{ reasons_none = ["cross.*"] }'),
+    ]:
+        with pytest.raises(RubricError, match="unreachable"):
+            validate_policy(
+                policy_from(
+                    tmp_path,
+                    rule("a", 9, "escalate", True, earlier),
+                    rule("b", 1, "reject", True, later),
+                ),
+                RUBRIC,
+            )
+
+
+def test_reachable_rules_after_terminal_ones(tmp_path: Path) -> None:
+    policy = policy_from(
+        tmp_path,
+        rule("a", 9, "reject", True, '{ gates = { syntax_valid = ["not_met"] } }'),
+        rule("b", 8, "reject", True, '{ any_gate = ["not_met"] }'),  # wider than a
+        rule("c", 7, "escalate", False),  # non-terminal: later rules stay reachable
+        rule("d", 6, "accept", True, '{ weighted = ["met"] }'),
+    )
+    validate_policy(policy, RUBRIC)
+
+
+def test_contradictory_conditions_never_match(tmp_path: Path) -> None:
+    for match in [
+        '{ criteria = { correctness = ["met"] }, all_criteria = ["not_met"] }',
+        '{ all_gates = ["met"], any_gate = ["not_met"] }',
+        '{ reasons_any = ["cross.a"], reasons_none = ["cross.*"] }',
+    ]:
+        with pytest.raises(RubricError, match="can never match"):
+            validate_policy(policy_from(tmp_path, rule("a", 1, "reject", True, match)), RUBRIC)
+
+
+def test_conditions_on_criteria_need_a_rubric(tmp_path: Path) -> None:
+    text = HEAD.replace('rubric = "code-review-v1"\n', "")
+    with pytest.raises(RubricError, match="need a rubric for the kind"):
+        validate_policy(
+            policy_from(
+                tmp_path, rule("a", 1, "accept", True, '{ weighted = ["met"] }'), head=text
+            ),
+            None,
+        )
+    reasons_only = policy_from(
+        tmp_path, rule("a", 1, "reject", True, '{ reasons_any = ["cross.*"] }'), head=text
+    )
+    validate_policy(reasons_only, None)
+    with pytest.raises(RubricError, match="the policy is for 'other'"):
+        validate_policy(
+            policy_from(
+                tmp_path,
+                rule("a", 1, "accept", True),
+                head=HEAD.replace('rubric = "code-review-v1"', 'rubric = "other"'),
+            ),
+            RUBRIC,
+        )
+
+
+def test_pins_and_unreadable_files(tmp_path: Path) -> None:
+    policy = policy_from(tmp_path, rule("a", 1, "accept", True))
+    assert load_policy(policy.path, policy.sha256).sha256 == policy.sha256
+    with pytest.raises(RubricError, match="does not match the pinned"):
+        load_policy(policy.path, "0" * 64)
+    with pytest.raises(RubricError, match="cannot read policy"):
+        load_policy(tmp_path / "absent.toml")
+    (tmp_path / "bad.toml").write_text("policy = ")
+    with pytest.raises(RubricError, match="not valid TOML"):
+        load_policy(tmp_path / "bad.toml")
+
+
+def _states(**columns: Any) -> pl.DataFrame:
+    base: dict[str, Any] = {criterion_state_column(c.id): ["met"] for c in RUBRIC.criteria}
+    base.update({gate_state_column(g.name): ["met"] for g in RUBRIC.gates})
+    base["_weighted_state"] = ["met"]
+    base["_reason_codes"] = [[]]
+    base.update(columns)
+    return pl.DataFrame(base, schema_overrides={"_reason_codes": pl.List(pl.String)})
+
+
+def test_evaluation_semantics(tmp_path: Path) -> None:
+    policy = policy_from(
+        tmp_path,
+        rule("cross", 9, "escalate", True, '{ reasons_any = ["cross.*"] }'),
+        rule("note", 8, "accept_with_note", False, '{ criteria = { readability = ["met"] } }'),
+        rule("strict", 7, "rework", False, '{ criteria = { correctness = ["not_met"] } }'),
+        rule("accept", 1, "accept", True, '{ weighted = ["met"] }'),
+    )
+    validate_policy(policy, RUBRIC)
+
+    def decide(**columns: Any) -> tuple[str, list[str], str | None]:
+        row = decide_frame(policy, RUBRIC, _states(**columns)).row(0, named=True)
+        return row["_decision"], row["_policy_trace"], row["_policy_rule"]
+
+    # Non-terminal rules add to the trace; the most severe action wins.
+    assert decide() == ("accept_with_note", ["note", "accept"], "note")
+    assert decide(_criterion_correctness_state=["not_met"]) == (
+        "rework",
+        ["note", "strict", "accept"],
+        "strict",
+    )
+    # A terminal rule stops evaluation: later rules are not in the trace.
+    assert decide(_reason_codes=[["dedupe.x", "cross.contradictory_preference"]]) == (
+        "escalate",
+        ["cross"],
+        "cross",
+    )
+    # No terminal rule matched: the default escalate joins what matched.
+    assert decide(_weighted_state=["unknown"]) == ("escalate", ["note"], None)
+    assert decide(_weighted_state=["unknown"], _criterion_readability_state=["not_met"]) == (
+        "escalate",
+        [],
+        None,
+    )
+    # A state the scoring stage did not write is unknown, never a pass.
+    assert decide(_weighted_state=[None])[0] == "escalate"
+
+
+def test_actions_map_to_dispositions() -> None:
+    assert {a.value: a.disposition.value for a in Action} == {
+        "accept": "accepted",
+        "accept_with_note": "accepted",
+        "escalate": "quarantined",
+        "rework": "rejected",
+        "reject": "rejected",
+    }
+
+
+# -- property: vectorised == per-row evaluation ----------------------------------------
+
+STATES = ["met", "not_met", "unknown", "not_applicable"]
+CODES = ["cross.a", "cross.b", "dedupe.exact", "rubric.gate_unknown"]
+
+
+def _reference(policy: Policy, row: dict[str, Any]) -> tuple[str, list[str]]:
+    criteria = [row[criterion_state_column(c.id)] for c in RUBRIC.criteria]
+    gates = [row[gate_state_column(g.name)] for g in RUBRIC.gates]
+
+    def code_in(patterns: tuple[str, ...]) -> bool:
+        return any(
+            code.startswith(p[:-1]) if p.endswith(".*") else code == p
+            for code in row["_reason_codes"]
+            for p in patterns
+        )
+
+    def matches(m: RuleMatch) -> bool:
+        return (
+            all(row[criterion_state_column(c)] in s for c, s in m.criteria.items())
+            and all(row[gate_state_column(g)] in s for g, s in m.gates.items())
+            and (not m.any_criterion or any(s in m.any_criterion for s in criteria))
+            and (not m.all_criteria or all(s in m.all_criteria for s in criteria))
+            and (not m.any_gate or any(s in m.any_gate for s in gates))
+            and (not m.all_gates or all(s in m.all_gates for s in gates))
+            and (not m.weighted or row["_weighted_state"] in m.weighted)
+            and (not m.reasons_any or code_in(m.reasons_any))
+            and (not m.reasons_none or not code_in(m.reasons_none))
+        )
+
+    trace, actions, decided = [], [], False
+    for r in policy.rules:
+        if matches(r.match):
+            trace.append(r.id)
+            actions.append(Action(r.action))
+            if r.terminal:
+                decided = True
+                break
+    if not decided:
+        actions.append(Action.ESCALATE)
+    return max(actions, key=lambda a: a.severity).value, trace
+
+
+subsets = st.lists(st.sampled_from(STATES), min_size=1, max_size=3, unique=True).map(tuple)
+matches = st.builds(
+    RuleMatch,
+    criteria=st.dictionaries(st.sampled_from([c.id for c in RUBRIC.criteria]), subsets, max_size=2),
+    any_criterion=st.one_of(st.just(()), subsets),
+    all_criteria=st.one_of(st.just(()), subsets),
+    gates=st.dictionaries(st.sampled_from([g.name for g in RUBRIC.gates]), subsets, max_size=2),
+    any_gate=st.one_of(st.just(()), subsets),
+    weighted=st.one_of(
+        st.just(()), st.lists(st.sampled_from(STATES[:3]), min_size=1, unique=True).map(tuple)
+    ),
+    reasons_any=st.one_of(
+        st.just(()),
+        st.lists(st.sampled_from([*CODES, "cross.*"]), min_size=1, max_size=2).map(tuple),
+    ),
+    reasons_none=st.one_of(
+        st.just(()),
+        st.lists(st.sampled_from([*CODES, "dedupe.*"]), min_size=1, max_size=2).map(tuple),
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    match_list=st.lists(matches, min_size=0, max_size=6),
+    actions=st.lists(st.sampled_from([a.value for a in Action]), min_size=6, max_size=6),
+    terminal=st.lists(st.booleans(), min_size=6, max_size=6),
+    rows=st.lists(
+        st.fixed_dictionaries(
+            {
+                **{criterion_state_column(c.id): st.sampled_from(STATES) for c in RUBRIC.criteria},
+                **{gate_state_column(g.name): st.sampled_from(STATES) for g in RUBRIC.gates},
+                "_weighted_state": st.sampled_from(STATES[:3]),
+                "_reason_codes": st.lists(st.sampled_from(CODES), max_size=2),
+            }
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_vectorised_policy_equals_per_row_evaluation(
+    match_list: list[RuleMatch],
+    actions: list[str],
+    terminal: list[bool],
+    rows: list[dict[str, Any]],
+) -> None:
+    # Not validated on purpose: evaluation must be right for any rule list.
+    policy = Policy(
+        id="p",
+        version="1",
+        target="composite_case",
+        rubric=RUBRIC.id,
+        rules=tuple(
+            Rule(f"r{n}", 100 - n, "composite_case", "d", actions[n], terminal[n], m)
+            for n, m in enumerate(match_list)
+        ),
+        path=Path("p.toml"),
+        sha256="0" * 64,
+    )
+    frame = pl.DataFrame(rows, schema_overrides={"_reason_codes": pl.List(pl.String)})
+    decided = decide_frame(policy, RUBRIC, frame)
+    for row, got in zip(rows, decided.iter_rows(named=True), strict=True):
+        assert (got["_decision"], got["_policy_trace"]) == _reference(policy, row)
