@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Final, TypeVar
 
+from pipeline.dedupe.keys import DedupeKey
 from pipeline.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
 
 __all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind", "route"]
@@ -37,6 +38,11 @@ class RecordKind:
     def fingerprint(self, record: dict[str, Any]) -> str:
         """``_content_sha256``: SHA-256 over the kind's declared content fields."""
         raise NotImplementedError
+
+    def dedupe_key(self) -> DedupeKey | None:
+        """What makes two rows of this kind the same item beyond their content
+        fingerprint (normalised and near duplicates); ``None``: exact duplicates only."""
+        return None
 
 
 KINDS: dict[str, RecordKind] = {}
