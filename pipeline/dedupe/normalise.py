@@ -8,6 +8,8 @@ whole column is normalised in Rust, never row by row in Python.
 
 from __future__ import annotations
 
+import functools
+import sys
 from dataclasses import dataclass
 
 import polars as pl
@@ -19,8 +21,9 @@ __all__ = ["Normalisation"]
 
 @dataclass(frozen=True)
 class Normalisation:
-    """Which folds apply. Case folding is Unicode lowercasing (``Straße`` stays
-    ``straße``; full case folding would need a per-row Python call)."""
+    """Which folds apply. Case folding is Python's ``str.casefold`` (full Unicode case
+    folding: ``STRASSE`` and ``straße`` fold alike), done as lowercasing plus a table of
+    the characters whose folding differs from their lowercase."""
 
     nfc: bool = True
     fold_whitespace: bool = True
@@ -49,8 +52,22 @@ class Normalisation:
         if self.fold_case:
             # lowercasing can produce combining sequences NFC would compose again
             expr = expr.str.to_lowercase()
+            folds = _case_folds()
+            expr = expr.str.replace_many(list(folds), list(folds.values()))
             if self.nfc:
                 expr = expr.str.normalize("NFC")
         if self.fold_whitespace:
             expr = expr.str.replace_all(r"\s+", " ").str.strip_chars(" ")
         return expr
+
+
+@functools.cache
+def _case_folds() -> dict[str, str]:
+    """Lowercase characters whose full case folding differs (ß → ss, ς → σ, ﬀ → ff, …),
+    from this Python's Unicode tables."""
+    folds = {}
+    for code in range(sys.maxunicode + 1):
+        ch = chr(code)
+        if ch == ch.lower() and (folded := ch.casefold()) != ch:
+            folds[ch] = folded
+    return folds
