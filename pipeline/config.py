@@ -60,6 +60,14 @@ class InputSpec:
     kind: str | None = None
     split: str | None = None
 
+    @classmethod
+    def labelled(cls, option: str, kind: str | None = None) -> InputSpec:
+        """An input from a ``SPLIT=PATH`` option (``--split eval=b.jsonl``)."""
+        split, sep, path = option.partition("=")
+        if not sep or not split.strip() or not path:
+            raise ConfigError(f"--split {option!r}: expected SPLIT=PATH, e.g. eval=b.jsonl")
+        return cls(path, kind, split.strip())
+
 
 @dataclass(frozen=True)
 class EngineSettings:

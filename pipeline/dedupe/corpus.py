@@ -24,6 +24,7 @@ labelled as a negative, so labels never depend on the detector.
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 import unicodedata
@@ -100,7 +101,7 @@ def _replace_words(text: str, count: int, rng: random.Random) -> str:
 
 def _mutate(record: dict[str, Any], target: float, size: int, rng: random.Random) -> dict[str, Any]:
     """A copy whose key text has about ``target`` Jaccard similarity to the record's."""
-    out = orjson.loads(orjson.dumps(record))
+    out = copy.deepcopy(record)
     total = len(_WORD.findall(pairwise_text(record)))
     # each isolated edit changes about ``size`` shingles: J ≈ (N - s·m) / (N + s·m)
     edits = max(1, round(total * (1 - target) / (size * (1 + target))))
@@ -114,7 +115,7 @@ def _mutate(record: dict[str, Any], target: float, size: int, rng: random.Random
 
 
 def _normalised_variant(record: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    out = orjson.loads(orjson.dumps(record))
+    out = copy.deepcopy(record)
     for message in out["messages"]:
         message["content"] = "  " + message["content"].upper().replace(" ", "   ", 3) + "\n"
     for name in ("response_a", "response_b"):
