@@ -169,18 +169,27 @@ def shingle_hashes(texts: pl.Series, shingle_size: int, seed: int) -> Shingles:
     )
     kept = lengths[lengths > 0]
     starts = np.cumsum(kept) - kept
-    ends = starts + kept
-    owner = np.repeat(np.arange(len(kept)), kept)
-    position = np.arange(len(token_hash), dtype=np.int64)
-    combined = token_hash.copy()
+    size = shingle_size
+    total = len(token_hash)
     multiplier = np.uint64(_GOLDEN)
-    for j in range(1, shingle_size):
-        inside = position[:-j] + j < ends[owner[:-j]]
-        step = combined[:-j] * multiplier + token_hash[j:]
-        combined[:-j] = np.where(inside, step, combined[:-j])
-    shingles_per_text = np.maximum(kept - shingle_size + 1, 1)
+    # windows over the whole token stream; only those inside one text are used below
+    combined = token_hash.copy()
+    for j in range(1, size):
+        combined[: total - j] = combined[: total - j] * multiplier + token_hash[j:]
+    shingles_per_text = np.maximum(kept - size + 1, 1)
     first = np.repeat(starts, shingles_per_text) + _ragged_arange(shingles_per_text)
-    hashes = _mix(combined[first])
+    windows = combined[first]
+    # a text shorter than one shingle is one shingle of all its tokens
+    short = np.flatnonzero(kept < size)
+    if len(short):
+        at = np.searchsorted(first, starts[short])
+        acc = token_hash[starts[short]]
+        for j in range(1, size):
+            more = j < kept[short]
+            nxt = token_hash[np.minimum(starts[short] + j, total - 1)]
+            acc = np.where(more, acc * multiplier + nxt, acc)
+        windows[at] = acc
+    hashes = _mix(windows)
     counts = np.zeros(len(texts), np.int64)
     counts[lengths > 0] = shingles_per_text
     offsets = np.zeros(len(texts) + 1, np.int64)
