@@ -174,7 +174,7 @@ def shingle_hashes(texts: pl.Series, shingle_size: int, seed: int) -> Shingles:
     multiplier = np.uint64(_GOLDEN)
     # windows over the whole token stream; only those inside one text are used below
     combined = token_hash.copy()
-    for j in range(1, size):
+    for j in range(1, min(size, total)):
         combined[: total - j] = combined[: total - j] * multiplier + token_hash[j:]
     shingles_per_text = np.maximum(kept - size + 1, 1)
     first = np.repeat(starts, shingles_per_text) + _ragged_arange(shingles_per_text)
