@@ -47,6 +47,14 @@ WORD = re.compile(r"\w+")
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak RSS. VmHWM belongs to the address space exec created, unlike
+    ``ru_maxrss``, which Linux carries over from the forking parent."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

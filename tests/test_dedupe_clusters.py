@@ -44,7 +44,8 @@ def test_near_removal_is_greedy_not_transitive() -> None:
     found = find_duplicates(ids, ids, ids, _ids(0, 0, 0), _near((0, 1, 0.9), (1, 2, 0.85)))
     assert found.kept.tolist() == [-1, 0, -1]
     assert found.verified[1] == pytest.approx(0.9)
-    assert np.isnan(found.verified[0]) and np.isnan(found.verified[2])
+    assert np.isnan(found.verified[0])
+    assert np.isnan(found.verified[2])
 
 
 def test_a_removed_row_points_at_the_best_ranked_kept_neighbour() -> None:

@@ -174,7 +174,9 @@ def test_contamination_removes_train_copies_of_eval_rows(
     # the 40 copied rows share task ids across splits: reported, not removed
     accepted = pl.read_parquet(tmp_path / "out" / "accepted" / KIND)
     flagged = accepted.filter(
-        pl.col("_reasons").list.eval(pl.element().struct.field("code") == "dedupe.split_group").list.any()
+        pl.col("_reasons")
+        .list.eval(pl.element().struct.field("code") == "dedupe.split_group")
+        .list.any()
     )
     groups = pl.read_parquet(tmp_path / "out" / "dedupe" / "split_groups" / f"{KIND}.parquet")
     assert groups.height > 0
@@ -195,7 +197,9 @@ def test_pw_decide_meta_groups_straddling_splits_are_reported(tmp_path: Path) ->
         )
     )
     result = run(config, tmp_path / "out")
-    groups = pl.read_parquet(tmp_path / "out" / "dedupe" / "split_groups" / "pw-decide-row-1.parquet")
+    groups = pl.read_parquet(
+        tmp_path / "out" / "dedupe" / "split_groups" / "pw-decide-row-1.parquet"
+    )
     # synthetic meta: task t-(i % 7), group g-(i % 5): all of them straddle
     assert set(groups["field"].to_list()) == {"meta.task", "meta.group"}
     assert groups.height == 7 + 5
@@ -210,7 +214,9 @@ def _outputs(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     order=st.permutations([0, 1, 2]),
     workers=st.sampled_from([1, 2]),
@@ -222,7 +228,9 @@ def test_outputs_do_not_depend_on_workers_or_input_order(
     root.mkdir(exist_ok=True)
     parts = [corpus[:200], corpus[200:350], corpus[350:500]]
     specs = [
-        InputSpec(str(write_lines(root / f"part{i}.jsonl", rows)), split=("eval" if i == 2 else "train"))
+        InputSpec(
+            str(write_lines(root / f"part{i}.jsonl", rows)), split=("eval" if i == 2 else "train")
+        )
         for i, rows in enumerate(parts)
     ]
     config = CampaignConfig(

@@ -31,7 +31,7 @@ import polars as pl
 
 from pipeline.config import ConfigError, DedupeSettings
 from pipeline.dedupe.keys import DedupeKey, KeyField
-from pipeline.dedupe.table import dedupe_table, required_columns
+from pipeline.dedupe.table import dedupe_table
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.reader import InputError
 
@@ -181,9 +181,12 @@ def dedupe_dataset(
         if split not in labelled:
             raise ConfigError(f"dedupe.protected_splits: no input is labelled with split {split!r}")
     name, key, fingerprint = _resolve_key(frame, kind, text_columns, key_columns)
-    missing = [c for c in required_columns(key, settings, name) if c not in frame.columns]
-    if key is not None:
-        missing += [c for c in key.columns if c not in frame.columns and c not in missing]
+    # group fields (task_id, meta) are optional: absent columns are simply not checked
+    needed = list(key.columns) if key is not None else []
+    rule = settings.survivor_rule(name)
+    if ":" in rule:
+        needed.append(rule.split(":", 1)[1].split(".", 1)[0])
+    missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise InputError(f"dedupe: the inputs have no column {missing[0]!r} ({name})")
     work = frame if fingerprint else frame.drop("_content_sha256", strict=False)

@@ -17,11 +17,12 @@ from typing import Final
 import polars as pl
 import pyarrow as pa
 
-from pipeline.config import CampaignConfig
+from pipeline.config import CampaignConfig, ConfigError
 from pipeline.dedupe.table import dedupe_table, required_columns
 from pipeline.global_phase import KEYS, GlobalContext, register_stage
 from pipeline.kinds import get_kind
 from pipeline.reasons import Disposition
+from pipeline.staging import staged_path
 from pipeline.writer import OutputColumn
 
 __all__ = ["DUPLICATE_OF", "Dedupe"]
@@ -58,7 +59,7 @@ class Dedupe:
         key = get_kind(kind).dedupe_key()
         # rejected and quarantined rows never take part, not even as survivors
         accepted = rows.filter(pl.col("_disposition") == Disposition.ACCEPTED.value)
-        columns = required_columns(key, settings, kind)
+        columns = _available(ctx, kind, required_columns(key, settings, kind))
         if columns:
             payload = ctx.scan(kind, columns).select(*KEYS, *columns)
             accepted = accepted.join(payload, on=list(KEYS), how="left", maintain_order="left")
@@ -90,3 +91,16 @@ class Dedupe:
         )
         decided = pl.concat([removed, flagged], how="diagonal_relaxed")
         return decided if decided.height else None
+
+
+def _available(ctx: GlobalContext, kind: str, wanted: list[str]) -> list[str]:
+    """The wanted payload columns the kind stages; a configured one it lacks is an error."""
+    summary = next(s for s in ctx.summaries if kind in s.kinds)
+    staged = set(pl.scan_ipc(staged_path(ctx.root, summary.shard, kind)).collect_schema().names())
+    settings = ctx.config.dedupe
+    configured = {settings.survivor_rule(kind).partition(":")[2].split(".")[0]}
+    configured |= {path.split(".")[0] for path in settings.split_groups.get(kind, ())}
+    for column in wanted:
+        if column not in staged and column in configured:
+            raise ConfigError(f"dedupe: {kind} has no column {column!r}")
+    return [c for c in wanted if c in staged]
