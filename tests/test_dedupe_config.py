@@ -66,13 +66,7 @@ split_groups = { "pw-decide-row-1" = ["meta.group"] }
     ],
 )
 def test_dedupe_config_errors_name_their_key(tmp_path: Path, text: str, message: str) -> None:
-    with pytest.raises(
-        ConfigError,
-        match=message.replace("(", r"\(")
-        .replace(")", r"\)")
-        .replace("[", r"\[")
-        .replace("]", r"\]"),
-    ):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         _load(tmp_path, text)
 
 
