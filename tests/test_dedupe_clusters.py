@@ -99,3 +99,27 @@ def test_survivor_rules() -> None:
     assert survivor_rank(frame, "max:ratings.style", "k").tolist() == [2, 0, 1, 3]
     with pytest.raises(ConfigError, match="no column 'missing'"):
         survivor_rank(frame, "max:missing", "k")
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+def test_tiny_tables(rows: int) -> None:
+    import random
+
+    from pipeline.config import DedupeSettings
+    from pipeline.dedupe.table import dedupe_table
+    from pipeline.kinds import get_kind
+    from pipeline.synthetic import make_record
+    from tests.dedupe_helpers import kind_frame
+
+    records = [make_record("pairwise-v2", random.Random(i), i) for i in range(rows)]
+    frame = kind_frame("pairwise-v2", records).with_columns(
+        _source=pl.lit("x"),
+        _line=pl.int_range(1, rows + 1, dtype=pl.Int64),
+        _record_sha256=pl.lit("r"),
+        _content_sha256=pl.lit("c"),
+        _split=pl.lit(None, pl.String),
+    )
+    outcome = dedupe_table(frame, get_kind("pairwise-v2").dedupe_key(), DedupeSettings(), "k")
+    assert outcome.removed.height == 0
+    assert outcome.clusters.height == 0
+    assert outcome.stats["rows"] == rows
