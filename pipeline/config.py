@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar, Union
 __all__ = [
     "CampaignConfig",
     "ConfigError",
+    "DedupeSettings",
     "EngineSettings",
     "InputSpec",
     "KindPolicy",
@@ -64,6 +65,14 @@ class InputSpec:
     path: str
     kind: str | None = None
     split: str | None = None
+
+    @classmethod
+    def labelled(cls, option: str, kind: str | None = None) -> InputSpec:
+        """An input from a ``SPLIT=PATH`` option (``--split eval=b.jsonl``)."""
+        split, sep, path = option.partition("=")
+        if not sep or not split.strip() or not path:
+            raise ConfigError(f"--split {option!r}: expected SPLIT=PATH, e.g. eval=b.jsonl")
+        return cls(path, kind, split.strip())
 
 
 @dataclass(frozen=True)
@@ -196,6 +205,80 @@ class KindPolicy:
 
 
 @dataclass(frozen=True)
+class DedupeSettings:
+    """Exact, normalised and near duplicates and split contamination (DESIGN §3.9)."""
+
+    enabled: bool = True
+    #: Same ``_content_sha256`` (the kind's content fingerprint).
+    exact: bool = True
+    #: Same kind key (e.g. prompt + unordered pair of responses) after normalisation.
+    normalised: bool = True
+    #: MinHash + LSH candidates, kept only when the exact Jaccard reaches ``threshold``.
+    near: bool = True
+    #: Normalisation of key text: Unicode NFC, whitespace runs → one space, lowercase.
+    nfc: bool = True
+    fold_whitespace: bool = True
+    fold_case: bool = True
+    #: Jaccard similarity of word-shingle sets at or above which rows are near duplicates.
+    threshold: float = 0.8
+    #: Words per shingle.
+    shingle_size: int = 5
+    #: MinHash permutations (signature length).
+    permutations: int = 128
+    #: LSH bands; rows per band = permutations // bands. ``None``: the fewest bands that
+    #: make a pair at ``threshold`` a candidate with probability ≥ ``target_recall``.
+    bands: int | None = None
+    target_recall: float = 0.99
+    #: Seed of the MinHash permutations and shingle hashing (fixed: same input, same output).
+    seed: int = 1
+    #: An LSH bucket with more rows than this is compared star-wise: each row only with the
+    #: bucket's first ``max_bucket`` rows by survivor rank (bounded work on templated data).
+    max_bucket: int = 200
+    #: Which row of a duplicate group is kept: ``first``, ``last``, ``max:<column>``,
+    #: ``min:<column>`` (a payload column, dotted for struct fields); ties go to the first.
+    survivor: str = "first"
+    #: Per-kind survivor rules, overriding ``survivor``.
+    survivor_by_kind: dict[str, str] = field(default_factory=dict)
+    #: Splits whose rows are never removed for appearing in another split; their copies in
+    #: other splits are removed as ``dedupe.contamination``.
+    protected_splits: tuple[str, ...] = ()
+    #: Fields whose values must not straddle splits, per kind (dotted; ``meta.<key>`` reads
+    #: the JSON text column); default: the kind's own declaration.
+    split_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def validate(self, path: str) -> None:
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"{path}.threshold: must be in (0, 1]")
+        if not 0.0 < self.target_recall < 1.0:
+            raise ConfigError(f"{path}.target_recall: must be in (0, 1)")
+        if self.shingle_size < 1:
+            raise ConfigError(f"{path}.shingle_size: must be at least 1")
+        if not 1 <= self.permutations <= 1024:
+            raise ConfigError(f"{path}.permutations: must be between 1 and 1024")
+        if self.bands is not None and not 1 <= self.bands <= self.permutations:
+            raise ConfigError(f"{path}.bands: must be between 1 and permutations")
+        if self.max_bucket < 2:
+            raise ConfigError(f"{path}.max_bucket: must be at least 2")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"{path}.seed: must be in [0, 2**32)")
+        rules = {"survivor": self.survivor} | {
+            f"survivor_by_kind.{k}": v for k, v in self.survivor_by_kind.items()
+        }
+        for name, rule in rules.items():
+            if rule not in ("first", "last") and not (
+                rule.startswith(("max:", "min:")) and len(rule) > 4
+            ):
+                raise ConfigError(
+                    f"{path}.{name}: {rule!r} is not first, last, max:<column> or min:<column>"
+                )
+        if len(set(self.protected_splits)) != len(self.protected_splits):
+            raise ConfigError(f"{path}.protected_splits: a split is listed twice")
+
+    def survivor_rule(self, kind: str) -> str:
+        return self.survivor_by_kind.get(kind, self.survivor)
+
+
+@dataclass(frozen=True)
 class CampaignConfig:
     """Everything a run needs to know, from a TOML file, flags, or defaults."""
 
@@ -212,6 +295,7 @@ class CampaignConfig:
     scoring: dict[str, KindScoring] = field(default_factory=dict)
     #: Record kind → decision policy; a kind without an entry gets no decision.
     policy: dict[str, KindPolicy] = field(default_factory=dict)
+    dedupe: DedupeSettings = DedupeSettings()
     #: Directory relative input paths are resolved against (the config file's).
     base_dir: str = "."
     #: SHA-256 of the config file's bytes, when there is one.
@@ -222,16 +306,25 @@ class CampaignConfig:
         self.engine.validate("engine")
         self.output.validate("output")
         self.rules.validate("rules")
+        self.dedupe.validate("dedupe")
         seen = set()
         for i, spec in enumerate(self.inputs):
             if spec.path in seen:
                 raise ConfigError(f"inputs[{i}].path: {spec.path!r} is listed twice")
             seen.add(spec.path)
+            if spec.split is not None and not spec.split.strip():
+                raise ConfigError(f"inputs[{i}].split: must not be empty")
         pins = [(f"rubrics.pins.{k}", v) for k, v in self.rubrics.pins.items()]
         pins += [(f"policy.{k}.sha256", p.sha256) for k, p in self.policy.items() if p.sha256]
         for path, digest in pins:
             if not _SHA256.fullmatch(digest):
                 raise ConfigError(f"{path}: expected a SHA-256 (64 lowercase hex digits)")
+        labelled = {spec.split for spec in self.inputs}
+        for split in self.dedupe.protected_splits:
+            if self.inputs and split not in labelled:
+                raise ConfigError(
+                    f"dedupe.protected_splits: no input is labelled with split {split!r}"
+                )
         return self
 
     def override(self, **changes: Any) -> CampaignConfig:

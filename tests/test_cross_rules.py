@@ -39,9 +39,10 @@ def _run(
         **{"engine.workers": workers, "engine.shard_bytes": 8192}
     )
     out = tmp_path / name
-    run(config, out)
+    result = run(config, out)
     frames = []
-    for path in sorted(out.rglob("*.parquet")):
+    for entry in result.manifest["outputs"]:
+        path = out / entry["path"]
         disposition = path.relative_to(out).parts[0]
         frame = pl.read_parquet(path)
         columns = ["_source", "_line", "_raw_sha256", "_reasons"] + (
@@ -68,9 +69,10 @@ def _pairwise(i: int, **changes: Any) -> dict[str, Any]:
 
 
 def test_retry_is_a_duplicate_of_the_first(tmp_path: Path) -> None:
+    """The same key with the same body is no conflict; dedupe removes the retry."""
     first = _pairwise(1)
     rows = _run(tmp_path, {"a.jsonl": [first, _pairwise(2), first]})
-    assert _codes(rows) == [("accepted", []), ("accepted", []), ("duplicates", ["cross.retry"])]
+    assert _codes(rows) == [("accepted", []), ("accepted", []), ("duplicates", ["dedupe.exact"])]
     assert rows["_duplicate_of"][2] == {
         "_source": str(tmp_path / "a.jsonl"),
         "_line": 1,
@@ -114,7 +116,8 @@ def test_contradictory_preference_is_quarantined(tmp_path: Path) -> None:
         ("quarantined", ["cross.contradictory_preference"]),
     ]
     rows = _run(tmp_path, {"c.jsonl": [base, agreeing]}, name="agree")
-    assert _codes(rows) == [("accepted", []), ("accepted", [])]
+    # the same judgment with A and B swapped is the same content: a duplicate, no conflict
+    assert _codes(rows) == [("accepted", []), ("duplicates", ["dedupe.exact"])]
 
 
 def _decide(i: int, **changes: Any) -> dict[str, Any]:

@@ -39,6 +39,19 @@ def run_command(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar or summary.")
     ] = False,
+    split: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="SPLIT=PATH: an input labelled with a split, e.g. eval=b.jsonl (repeatable)."
+        ),
+    ] = None,
+    protect: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A split whose rows are never removed for appearing in another split; "
+            "their copies elsewhere are removed as dedupe.contamination (repeatable)."
+        ),
+    ] = None,
     inputs: Annotated[
         list[str] | None,
         typer.Argument(help="JSONL files (.jsonl, .jsonl.gz, .jsonl.zst) or directories of them."),
@@ -49,15 +62,19 @@ def run_command(
     reasons. Writes OUT/manifest.json; `rowgate verify OUT` re-checks it all."""
     with library_errors():
         config = load_campaign(config_file) if config_file else CampaignConfig()
-        if inputs:
-            specs = tuple(InputSpec(path, kind) for path in inputs)
-            config = dataclasses.replace(config, inputs=specs, base_dir=".").validate()
+        if inputs or split:
+            specs = tuple(InputSpec(path, kind) for path in inputs or [])
+            specs += tuple(InputSpec.labelled(option, kind) for option in split or [])
+            config = dataclasses.replace(config, inputs=specs, base_dir=".")
         elif kind is not None:
             config = dataclasses.replace(
                 config, inputs=tuple(dataclasses.replace(s, kind=kind) for s in config.inputs)
             )
+        if protect:
+            config = config.override(**{"dedupe.protected_splits": tuple(protect)})
         if workers is not None:
             config = config.override(**{"engine.workers": workers})
+        config = config.validate()
         with _progress(quiet) as observer:
             result = run(config, out_dir, force=force, observer=observer)
     if not quiet:

@@ -6,6 +6,9 @@ import re
 from collections.abc import Iterator
 from typing import Any, Final
 
+import polars as pl
+
+from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
 from pipeline.rules import Finding, RuleContext, record_rule, unknown
@@ -26,6 +29,23 @@ class AgentTrace(RecordKind):
         calls = [[s["tool"], s["arguments"], s["result"]] for s in record["steps"]]
         return CONTENT.digest(
             (record["prompt"], ContentFingerprint.json_field(calls), record["final_answer"])
+        )
+
+    def dedupe_key(self) -> DedupeKey:
+        """The prompt and the call sequence (tool and arguments, in order); call ids,
+        latencies and results are how one run went, not what was asked and done."""
+        call = (
+            pl.element().struct.field("tool")
+            + pl.lit(" ")
+            + pl.element().struct.field("arguments").struct.json_encode()
+        )
+        return DedupeKey(
+            "prompt + call sequence",
+            ("prompt", "steps"),
+            (
+                KeyField("prompt", pl.col("prompt")),
+                KeyField("calls", pl.col("steps").list.eval(call).list.join("\n")),
+            ),
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Final, TypeVar
 
+from pipeline.dedupe.keys import DedupeKey
 from pipeline.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
 
 __all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind", "route"]
@@ -30,7 +31,8 @@ class RecordKind:
     version_field: ClassVar[str | None] = None
     version_value: ClassVar[str | None] = None
     #: fields naming one logical submission: the same key with a different body is an
-    #: idempotency conflict, with the same body a retry (cross-record rules)
+    #: idempotency conflict (cross-record rules); with the same body a retry, which dedupe
+    #: removes as an exact duplicate
     idempotency_key: ClassVar[tuple[str, ...]] = ("task_id",)
     #: top-level fields stored apart from the training features, renamed (e.g. ``_meta``)
     apart: ClassVar[dict[str, str]] = {}
@@ -42,6 +44,11 @@ class RecordKind:
     def fingerprint(self, record: dict[str, Any]) -> str:
         """``_content_sha256``: SHA-256 over the kind's declared content fields."""
         raise NotImplementedError
+
+    def dedupe_key(self) -> DedupeKey | None:
+        """What makes two rows of this kind the same item beyond their content
+        fingerprint (normalised and near duplicates); ``None``: exact duplicates only."""
+        return None
 
 
 KINDS: dict[str, RecordKind] = {}

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
+import polars as pl
+
+from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
 from pipeline.rules import Finding, RuleContext, record_rule, unknown
@@ -26,6 +29,29 @@ class GroundedQA(RecordKind):
                 "true" if record["abstain"] else "false",
                 ContentFingerprint.json_field(record["citations"]),
             )
+        )
+
+    def dedupe_key(self) -> DedupeKey:
+        """The question and the *set* of cited spans (document id and offsets)."""
+        span = (
+            pl.element().struct.field("document_id")
+            + pl.lit("#")
+            + pl.element().struct.field("start").cast(pl.String)
+            + pl.lit("-")
+            + pl.element().struct.field("end").cast(pl.String)
+        )
+        return DedupeKey(
+            "question + citation set",
+            ("question", "citations"),
+            (
+                KeyField("question", pl.col("question")),
+                KeyField(
+                    "citations",
+                    pl.col("citations").list.eval(span).list.unique(),
+                    prose=False,
+                    unordered=True,
+                ),
+            ),
         )
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
+import polars as pl
+
+from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
 from pipeline.rules import Finding, RuleContext, folded, is_blank, record_rule
@@ -25,6 +28,18 @@ class MathReasoning(RecordKind):
                 ContentFingerprint.json_field(record["derivation"]),
                 record["final_answer"],
             )
+        )
+
+    def dedupe_key(self) -> DedupeKey:
+        """Problem, derivation and answer (assumptions and the score are annotations)."""
+        return DedupeKey(
+            "problem + derivation + answer",
+            ("problem", "derivation", "final_answer"),
+            (
+                KeyField("problem", pl.col("problem")),
+                KeyField("derivation", pl.col("derivation").list.join("\n")),
+                KeyField("answer", pl.col("final_answer")),
+            ),
         )
 
 

@@ -6,6 +6,9 @@ import re
 from collections.abc import Iterator
 from typing import Any, Final
 
+import polars as pl
+
+from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import PAIRWISE_CONTENT_V1, ContentFingerprint
 from pipeline.rules import Finding, RuleContext, Severity, is_blank, record_rule, same_text
@@ -42,6 +45,21 @@ class Pairwise(RecordKind):
         first, second = sorted((a, b), key=lambda s: s.encode("utf-8"))
         context = ContentFingerprint.json_field(messages)
         return UNRANKED.digest((preference, context, first, second, patch))
+
+    def dedupe_key(self) -> DedupeKey:
+        """The same conversation and the same *unordered* pair of responses: a row with A
+        and B swapped is the same comparison whatever its preference says."""
+        turn = (
+            pl.element().struct.field("role") + pl.lit(": ") + pl.element().struct.field("content")
+        )
+        return DedupeKey(
+            "conversation + unordered pair of responses",
+            ("messages", "response_a", "response_b"),
+            (
+                KeyField("conversation", pl.col("messages").list.eval(turn).list.join("\n")),
+                KeyField("responses", pl.concat_list("response_a", "response_b"), unordered=True),
+            ),
+        )
 
 
 # -- semantic rules (seed 000, "Apply semantic checks for turn ordering, final user intent,

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar, Final
 
+import polars as pl
+
+from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
 from pipeline.rules import Finding, RuleContext, record_rule
@@ -33,6 +36,28 @@ class PwDecideRow(RecordKind):
                 ContentFingerprint.json_field(record[name])
                 for name in ("state", "offered", "engine", "labels")
             )
+        )
+
+    def dedupe_key(self) -> DedupeKey:
+        """The state the engine read and the options offered (as sets): one decision, so
+        the same decision in train and eval is caught whatever its labels say. ``meta``
+        groups (task, repository, prompt group) must not straddle splits (seed 004: "consumers
+        may group by it")."""
+        offered = pl.col("offered")
+        options = pl.concat_list(
+            *(
+                offered.struct.field(name).list.eval(pl.lit(f"{name}:") + pl.element())
+                for name in ("floor", "loadable", "guides")
+            )
+        )
+        return DedupeKey(
+            "state + offered options",
+            ("state", "offered"),
+            (
+                KeyField("state", pl.col("state")),
+                KeyField("offered", options, prose=False, unordered=True),
+            ),
+            split_groups=("meta.task", "meta.repository", "meta.group"),
         )
 
 

@@ -10,7 +10,6 @@ keys, code, detail, disposition); the stage folds them per row, worst dispositio
 code                            kinds                   finding
 =============================== ======================= =====================================
 ``cross.idempotency_conflict``  every kind with a key   one submission key, different bodies: all rejected
-``cross.retry``                 every kind with a key   one key, one body: later rows are duplicates
 ``cross.contradictory_preference`` pairwise-v2          one comparison, opposite preferences: quarantined
 ``cross.worker_root_missing``   pw-decide-row-1         a worker's root_session is no coordinator session
 ``cross.session_model_conflict`` pw-decide-row-1        rows of one session name different models
@@ -25,7 +24,7 @@ from typing import Final
 import polars as pl
 
 from pipeline.config import CampaignConfig
-from pipeline.global_phase import DUPLICATE_OF, GlobalContext, register_stage
+from pipeline.global_phase import GlobalContext, register_stage
 from pipeline.kinds import KINDS
 from pipeline.reasons import Disposition
 from pipeline.writer import OutputColumn
@@ -36,9 +35,7 @@ __all__ = ["CROSS_RULES", "CrossRules"]
 _SEVERITY: Final = {
     Disposition.REJECTED.value: 3,
     Disposition.QUARANTINED.value: 2,
-    Disposition.DUPLICATE.value: 1,
 }
-ORDER: Final = ("_input", "_line")
 
 Finder = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame | None]
 #: (code, kinds it applies to or None for all, finder)
@@ -46,8 +43,8 @@ CROSS_RULES: list[tuple[str, frozenset[str] | None, Finder]] = []
 
 
 def cross_rule(code: str, kinds: Sequence[str] | None = None) -> Callable[[Finder], Finder]:
-    """Register a finder returning rows ``_shard, _shard_line, _detail, _disposition``
-    (and ``_duplicate_of`` for duplicates); its docstring cites the seed it enforces."""
+    """Register a finder returning rows ``_shard, _shard_line, _detail, _disposition``;
+    its docstring cites the seed it enforces."""
 
     def register(finder: Finder) -> Finder:
         if not (finder.__doc__ or "").strip():
@@ -79,37 +76,6 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
             "{} rows share this submission key with different bodies", pl.len().over(keys)
         ),
         _disposition=pl.lit(Disposition.REJECTED.value),
-    )
-
-
-@cross_rule("cross.retry")
-def retry(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
-    """Seed 002: "identical authenticated retry -> return original receipt/status": the same
-    key with the same body is one submission; the first row by the order key is kept and
-    the later ones are duplicates pointing at it."""
-    keys = _key_columns(kind)
-    if not keys:
-        return None
-    ranked = (
-        ctx.scan(kind, keys)
-        .sort(ORDER)
-        .with_columns(
-            _n=pl.int_range(pl.len()).over(keys),
-            _bodies=pl.col("_record_sha256").n_unique().over(keys),
-            _kept=pl.struct(
-                _source=pl.col("_source").first().over(keys),
-                _line=pl.col("_line").first().over(keys),
-                _record_sha256=pl.col("_record_sha256").first().over(keys),
-            ),
-        )
-    )
-    repeats = ranked.filter((pl.col("_n") > 0) & (pl.col("_bodies") == 1))
-    return repeats.select(
-        "_shard",
-        "_shard_line",
-        _detail=pl.format("retry of line {}", pl.col("_kept").struct.field("_line")),
-        _disposition=pl.lit(Disposition.DUPLICATE.value),
-        _duplicate_of=pl.col("_kept"),
     )
 
 
@@ -217,7 +183,7 @@ class CrossRules:
         return True
 
     def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
-        return [DUPLICATE_OF] if _key_columns(kind) else []
+        return []
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         disabled = set(ctx.config.rules.disabled)
@@ -227,8 +193,6 @@ class CrossRules:
                 continue
             hits = finder(ctx, kind, rows)
             if hits is not None and hits.height:
-                if "_duplicate_of" not in hits.columns:
-                    hits = hits.with_columns(_duplicate_of=pl.lit(None, DUPLICATE_OF_POLARS))
                 found.append(hits.with_columns(_code=pl.lit(code)))
         if not found:
             return None
@@ -243,17 +207,5 @@ class CrossRules:
                 _reasons_add=pl.struct(
                     code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail")
                 ),
-                _duplicate_of=pl.col("_duplicate_of").drop_nulls().first(),
-            )
-            .with_columns(
-                # a row that is rejected or quarantined is not "a duplicate of" anything
-                _duplicate_of=pl.when(pl.col("_disposition") == Disposition.DUPLICATE.value).then(
-                    "_duplicate_of"
-                )
             )
         )
-
-
-DUPLICATE_OF_POLARS: Final = pl.Struct(
-    {"_source": pl.String, "_line": pl.Int64, "_record_sha256": pl.String}
-)

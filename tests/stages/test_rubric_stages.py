@@ -127,6 +127,10 @@ unapproved_dependencies = "builtin"
 
 [policy."pairwise-v2"]
 file = "{policy}"
+
+# The crafted rows share their content on purpose (only ratings differ): keep them all.
+[dedupe]
+enabled = false
 """
 
 

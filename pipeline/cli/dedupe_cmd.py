@@ -1,0 +1,87 @@
+"""``rowgate dedupe``: dedupe existing Parquet datasets (a run's output or anyone's)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from pipeline.cli._common import library_errors, out
+from pipeline.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.dedupe.dataset import DatasetInput, dedupe_dataset
+
+
+def dedupe_command(
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Output directory (atomic).")],
+    inputs: Annotated[
+        list[str] | None,
+        typer.Argument(help="Parquet files or directories of them (no split label)."),
+    ] = None,
+    split: Annotated[
+        list[str] | None,
+        typer.Option(help="SPLIT=PATH: a Parquet input labelled with a split (repeatable)."),
+    ] = None,
+    protect: Annotated[
+        list[str] | None,
+        typer.Option(help="A split never deduped against another (e.g. eval; repeatable)."),
+    ] = None,
+    kind: Annotated[
+        str | None, typer.Option(help="Record kind whose key to use (default: the _kind column).")
+    ] = None,
+    text: Annotated[
+        list[str] | None,
+        typer.Option(help="A text column: normalised, shingled (repeatable; instead of --kind)."),
+    ] = None,
+    key: Annotated[
+        list[str] | None,
+        typer.Option(help="A column compared exactly (repeatable; with or instead of --text)."),
+    ] = None,
+    config_file: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Campaign config: its [dedupe] table.")
+    ] = None,
+    threshold: Annotated[
+        float | None, typer.Option(help="Near-duplicate Jaccard threshold.")
+    ] = None,
+    survivor: Annotated[
+        str | None, typer.Option(help="first, last, max:<column> or min:<column>.")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+) -> None:
+    """Remove exact, normalised and near duplicates and split contamination from Parquet
+    datasets; write kept.parquet, duplicates.parquet (each removal explained),
+    clusters.parquet and summary.json."""
+    with library_errors():
+        config = load_campaign(config_file) if config_file else CampaignConfig()
+        changes: dict[str, object] = {}
+        if threshold is not None:
+            changes["dedupe.threshold"] = threshold
+        if survivor is not None:
+            changes["dedupe.survivor"] = survivor
+        if protect:
+            changes["dedupe.protected_splits"] = tuple(protect)
+        config = dataclasses.replace(config, inputs=()).override(**changes)
+        given = [DatasetInput(p) for p in inputs or []]
+        for option in split or []:
+            spec = InputSpec.labelled(option)
+            given.append(DatasetInput(spec.path, spec.split))
+        result = dedupe_dataset(
+            given,
+            out_dir,
+            config.dedupe,
+            kind=kind,
+            text_columns=tuple(text or ()),
+            key_columns=tuple(key or ()),
+            force=force,
+        )
+    counts = result.summary["counts"]
+    table = Table("rule", "rows", title=f"rowgate dedupe → {out_dir}", box=None)
+    for rule, n in result.summary["dedupe"]["by_rule"].items():
+        table.add_row(rule, f"{n:,}")
+    out.print(table)
+    out.print(
+        f"{counts['rows']:,} rows: {counts['kept']:,} kept, {counts['duplicates']:,} duplicates"
+        f" in {result.summary['dedupe']['clusters']:,} clusters"
+    )

@@ -1,0 +1,322 @@
+"""Who duplicates whom: survivors, removals and clusters from group ids and near pairs.
+
+Input: the participating rows in the stable order key, each with a survivor rank, an
+exact group, a normalised group (which is also its text for near detection), and a
+partition (0: unprotected splits; 1…: one per protected split). Output: for every
+removed row the kept row it duplicates, the rule, and for near matches the estimated and
+verified similarity; clusters of one kept row and the rows removed in its favour.
+
+Semantics, in this order:
+
+1. Inside each protected split: exact groups keep their best-ranked row; then normalised
+   groups among the survivors; then near duplicates (below).
+2. Contamination: a row of an unprotected split that matches a *kept* row of a protected
+   split (same exact or normalised group, or a verified near pair) is removed in its
+   favour (``contamination``). Protected rows are never removed for another split.
+3. The remaining unprotected rows (every unprotected split together) as in 1.
+
+Near duplicates are greedy in rank order: a row is removed only when its verified
+similarity to a better-ranked *kept* row reaches the threshold, so every removal names a
+kept row it really resembles (no transitive chains A~B~C removing C for A). Computed in
+vectorised rounds: each round settles every row whose better-ranked neighbours are settled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from pipeline.dedupe.minhash import NearPairs
+
+__all__ = ["RULES", "Duplicates", "find_duplicates"]
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+#: Rule codes, weakest evidence last: a row removed through a chain gets the last rule.
+RULES: Final = ("", "exact", "normalised", "near", "contamination")
+EXACT, NORMALISED, NEAR, CONTAMINATION = 1, 2, 3, 4
+
+
+@dataclass
+class Duplicates:
+    """Per row (participants, stable order): ``kept`` is the kept row a removed row
+    duplicates (-1: not removed), ``rule`` a :data:`RULES` index, ``match`` the rule by
+    which a contaminated row matched (exact/normalised/near), similarities NaN unless a
+    near pair links the row to its kept row; ``cluster`` numbers kept rows that have
+    duplicates, in stable order."""
+
+    kept: I64
+    rule: npt.NDArray[np.int8]
+    match: npt.NDArray[np.int8]
+    estimated: F64
+    verified: F64
+    cluster: I64
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def removed(self) -> npt.NDArray[np.bool_]:
+        return self.kept >= 0
+
+
+def _group_stage(
+    rows: I64, ids: I64, rank: I64, target: I64, rule: npt.NDArray[np.int8], code: int
+) -> I64:
+    """Keep the best-ranked row of each id among ``rows``; point the others at it."""
+    if not len(rows):
+        return rows
+    order = np.lexsort((rank[rows], ids[rows]))
+    ordered = rows[order]
+    sorted_ids = ids[ordered]
+    first = np.ones(len(ordered), dtype=np.bool_)
+    first[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    survivor = ordered[first][np.cumsum(first) - 1]
+    removed = ~first
+    target[ordered[removed]] = survivor[removed]
+    rule[ordered[removed]] = code
+    return np.sort(ordered[first])
+
+
+def _edges_between(rows: I64, text: I64, edges: pl.DataFrame) -> pl.DataFrame:
+    """Near pairs whose both texts belong to ``rows`` (one row per text), as row pairs."""
+    of_text = pl.DataFrame({"text": text[rows], "row": rows})
+    return (
+        edges.join(of_text.rename({"text": "a", "row": "u"}), on="a")
+        .join(of_text.rename({"text": "b", "row": "v"}), on="b")
+        .select("u", "v", "estimated", "verified")
+    )
+
+
+def _near_stage(
+    rows: I64,
+    text: I64,
+    rank: I64,
+    edges: pl.DataFrame,
+    target: I64,
+    rule: npt.NDArray[np.int8],
+) -> int:
+    """Greedy maximal independent set in rank order over verified near pairs."""
+    pairs = _edges_between(rows, text, edges)
+    if pairs.height == 0:
+        return 0
+    u, v = pairs["u"].to_numpy(), pairs["v"].to_numpy()
+    swap = rank[u] > rank[v]
+    src, dst = np.where(swap, v, u), np.where(swap, u, v)
+    nodes = np.unique(np.concatenate([src, dst]))
+    ls = np.searchsorted(nodes, src)
+    ld = np.searchsorted(nodes, dst)
+    status = np.zeros(len(nodes), np.int8)  # 0 undecided, 1 kept, 2 removed
+    rounds = 0
+    while (status == 0).any():
+        rounds += 1
+        undecided = status == 0
+        blocked = np.bincount(ld[status[ls] == 0], minlength=len(nodes)) > 0
+        beaten = np.bincount(ld[status[ls] == 1], minlength=len(nodes)) > 0
+        status[undecided & beaten] = 2
+        status[undecided & ~beaten & ~blocked] = 1
+    # each removed row points at its best-ranked kept neighbour
+    winning = (status[ls] == 1) & (status[ld] == 2)
+    w_src, w_dst = src[winning], dst[winning]
+    order = np.lexsort((rank[w_src], w_dst))
+    w_src, w_dst = w_src[order], w_dst[order]
+    first = np.ones(len(w_dst), dtype=np.bool_)
+    first[1:] = w_dst[1:] != w_dst[:-1]
+    target[w_dst[first]] = w_src[first]
+    rule[w_dst[first]] = NEAR
+    return rounds
+
+
+def _dedupe_partition(
+    rows: I64,
+    exact: I64,
+    normalised: I64,
+    rank: I64,
+    edges: pl.DataFrame | None,
+    target: I64,
+    rule: npt.NDArray[np.int8],
+) -> int:
+    survivors = _group_stage(rows, exact, rank, target, rule, EXACT)
+    survivors = _group_stage(survivors, normalised, rank, target, rule, NORMALISED)
+    if edges is None:
+        return 0
+    return _near_stage(survivors, normalised, rank, edges, target, rule)
+
+
+def _resolve(target: I64) -> I64:
+    """Follow pointers to the kept row at the end of each chain."""
+    final = target.copy()
+    while True:
+        removed = final >= 0
+        nxt = np.where(removed, target[np.maximum(final, 0)], -1)
+        move = removed & (nxt >= 0)
+        if not move.any():
+            return final
+        final[move] = nxt[move]
+
+
+def _contamination(
+    unprotected: I64,
+    protected_kept: I64,
+    exact: I64,
+    normalised: I64,
+    rank: I64,
+    edges: pl.DataFrame | None,
+    target: I64,
+    rule: npt.NDArray[np.int8],
+    match: npt.NDArray[np.int8],
+    final: I64,
+    protected_rows: I64,
+) -> None:
+    """Point unprotected rows that match a kept protected row at it."""
+    if not len(unprotected) or not len(protected_rows):
+        return
+    kept_of = final[protected_rows]
+    kept_of = np.where(kept_of >= 0, kept_of, protected_rows)
+    prot = pl.DataFrame(
+        {
+            "exact": exact[protected_rows],
+            "norm": normalised[protected_rows],
+            "kept": kept_of,
+            "kept_rank": rank[kept_of],
+        }
+    )
+    mine = pl.DataFrame(
+        {"row": unprotected, "exact": exact[unprotected], "norm": normalised[unprotected]}
+    )
+    found = [
+        mine.join(prot.select("exact", "kept", "kept_rank"), on="exact").select(
+            "row", "kept", "kept_rank", priority=pl.lit(EXACT), verified=pl.lit(1.0)
+        ),
+        mine.join(prot.select("norm", "kept", "kept_rank"), on="norm").select(
+            "row", "kept", "kept_rank", priority=pl.lit(NORMALISED), verified=pl.lit(1.0)
+        ),
+    ]
+    if edges is not None and len(protected_kept):
+        kept_text = pl.DataFrame(
+            {
+                "b": normalised[protected_kept],
+                "kept": protected_kept,
+                "kept_rank": rank[protected_kept],
+            }
+        )
+        found.append(
+            mine.join(edges, left_on="norm", right_on="a")
+            .join(kept_text, on="b")
+            .select("row", "kept", "kept_rank", priority=pl.lit(NEAR), verified="verified")
+        )
+    best = (
+        pl.concat(found, how="vertical_relaxed")
+        .sort(
+            ["row", "priority", "verified", "kept_rank"],
+            descending=[False, False, True, False],
+        )
+        .unique("row", keep="first", maintain_order=True)
+    )
+    rows = best["row"].to_numpy()
+    target[rows] = best["kept"].to_numpy()
+    rule[rows] = CONTAMINATION
+    match[rows] = best["priority"].to_numpy().astype(np.int8)
+
+
+def _symmetric_edges(near: NearPairs) -> pl.DataFrame:
+    a = pl.DataFrame(
+        {"a": near.left, "b": near.right, "estimated": near.estimated, "verified": near.verified}
+    )
+    return pl.concat([a, a.select(a="b", b="a", estimated="estimated", verified="verified")])
+
+
+def find_duplicates(
+    rank: I64,
+    exact: I64,
+    normalised: I64,
+    partition: I64,
+    near: NearPairs | None,
+) -> Duplicates:
+    """Decide every participant (see the module docstring). ``normalised`` ids index the
+    texts ``near`` was computed over."""
+    n = len(rank)
+    target = np.full(n, -1, np.int64)
+    rule = np.zeros(n, np.int8)
+    match = np.zeros(n, np.int8)
+    edges = _symmetric_edges(near) if near is not None else None
+    stats: dict[str, Any] = {"near_rounds": 0}
+    protected = sorted(int(p) for p in np.unique(partition) if p > 0)
+    for p in protected:
+        rows = np.flatnonzero(partition == p).astype(np.int64)
+        stats["near_rounds"] += _dedupe_partition(
+            rows, exact, normalised, rank, edges, target, rule
+        )
+    final = _resolve(target)
+    protected_rows = np.flatnonzero(partition > 0).astype(np.int64)
+    protected_kept = protected_rows[final[protected_rows] < 0]
+    unprotected = np.flatnonzero(partition == 0).astype(np.int64)
+    _contamination(
+        unprotected, protected_kept, exact, normalised, rank, edges,
+        target, rule, match, final, protected_rows,
+    )  # fmt: skip
+    remaining = unprotected[target[unprotected] < 0]
+    stats["near_rounds"] += _dedupe_partition(
+        remaining, exact, normalised, rank, edges, target, rule
+    )
+    stats["protected_overlap_rows"] = _protected_overlap(
+        protected_kept, partition, normalised, edges
+    )
+    return _finish(target, rule, match, normalised, edges, stats)
+
+
+def _protected_overlap(
+    kept: I64, partition: I64, normalised: I64, edges: pl.DataFrame | None
+) -> int:
+    """Kept protected rows with an equal or near row kept in another protected split
+    (reported only: neither may be removed)."""
+    if not len(kept):
+        return 0
+    rows = pl.DataFrame({"row": kept, "norm": normalised[kept], "part": partition[kept]})
+    pairs = rows.join(rows, on="norm", suffix="_o")
+    if edges is not None:
+        near = rows.join(edges, left_on="norm", right_on="a").join(
+            rows.rename({"row": "row_o", "norm": "b", "part": "part_o"}), on="b"
+        )
+        pairs = pl.concat(
+            [pairs.select("row", "part", "part_o"), near.select("row", "part", "part_o")]
+        )
+    return int(pairs.filter(pl.col("part") != pl.col("part_o"))["row"].n_unique())
+
+
+def _finish(
+    target: I64,
+    rule: npt.NDArray[np.int8],
+    match: npt.NDArray[np.int8],
+    normalised: I64,
+    edges: pl.DataFrame | None,
+    stats: dict[str, Any],
+) -> Duplicates:
+    n = len(target)
+    final = _resolve(target)
+    # a chain exact → normalised → near is as strong as its weakest link: the largest code
+    final_rule = rule.copy()
+    walk = target.copy()
+    while (walk >= 0).any():
+        step = walk >= 0
+        final_rule[step] = np.maximum(final_rule[step], rule[walk[step]])
+        walk[step] = target[walk[step]]
+    estimated = np.full(n, np.nan)
+    verified = np.full(n, np.nan)
+    removed = np.flatnonzero(final >= 0)
+    linked = removed[normalised[removed] != normalised[final[removed]]]
+    if edges is not None and len(linked):
+        found = pl.DataFrame(
+            {"row": linked, "a": normalised[linked], "b": normalised[final[linked]]}
+        ).join(edges, on=["a", "b"], how="left", maintain_order="left")
+        estimated[linked] = found["estimated"].fill_null(np.nan).to_numpy()
+        verified[linked] = found["verified"].fill_null(np.nan).to_numpy()
+    kept_rows = np.unique(final[removed])
+    cluster = np.full(n, -1, np.int64)
+    cluster[kept_rows] = np.arange(len(kept_rows))
+    cluster[removed] = cluster[final[removed]]
+    stats["clusters"] = len(kept_rows)
+    return Duplicates(final, final_rule, match, estimated, verified, cluster, stats)

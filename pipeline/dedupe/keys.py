@@ -1,0 +1,94 @@
+"""Duplicate keys: what "the same row" means for a record kind (DESIGN §3.9).
+
+A record kind declares a :class:`DedupeKey` next to its content fingerprint
+(``RecordKind.dedupe_key``): the payload columns it needs and the key fields built from
+them as polars expressions. Prose fields are normalised (:class:`Normalisation`),
+identifier fields are compared as they are, and an *unordered* field (a list) is compared
+as a multiset — so a pairwise row with A and B swapped has the same key. The same fields,
+joined, are the text that near-duplicate detection shingles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from pipeline.dedupe.normalise import Normalisation
+
+__all__ = ["DedupeKey", "KeyField", "key_columns", "text_columns"]
+
+#: Separator of key components before hashing; components are length-prefixed anyway.
+_NULL = "~"
+
+
+@dataclass(frozen=True)
+class KeyField:
+    """One component of a duplicate key.
+
+    ``expr`` evaluates to a string, or to a list of strings when ``unordered`` (compared
+    as a multiset, sorted after normalisation). ``prose`` fields are normalised;
+    identifiers (document ids, tool names) are not.
+    """
+
+    name: str
+    expr: pl.Expr
+    prose: bool = True
+    unordered: bool = False
+
+
+@dataclass(frozen=True)
+class DedupeKey:
+    """A kind's duplicate key: the payload ``columns`` it reads and its ``fields``.
+
+    ``split_groups`` name the fields whose values must stay inside one split (``task_id``;
+    ``meta.<key>`` reads a key of a JSON-text column).
+    """
+
+    description: str
+    columns: tuple[str, ...]
+    fields: tuple[KeyField, ...]
+    split_groups: tuple[str, ...] = field(default=("task_id",))
+
+
+def _prefixed(expr: pl.Expr) -> pl.Expr:
+    """``<byte length>:<text>``, so ("ab", "c") and ("a", "bc") never collide (seed 002)."""
+    return (
+        pl.when(expr.is_null())
+        .then(pl.lit(_NULL))
+        .otherwise(expr.str.len_bytes().cast(pl.String) + pl.lit(":") + expr)
+    )
+
+
+def _normalised_parts(key: DedupeKey, normalisation: Normalisation | None) -> list[pl.Expr]:
+    """Each key field as a normalised string or sorted list of strings."""
+    parts = []
+    for f in key.fields:
+        norm = normalisation if (normalisation is not None and f.prose) else None
+        if f.unordered:
+            inner = pl.element() if norm is None else norm.text(pl.element())
+            parts.append(f.expr.list.eval(inner).list.sort())
+        else:
+            parts.append(f.expr if norm is None else norm.text(f.expr))
+    return parts
+
+
+def key_columns(key: DedupeKey, normalisation: Normalisation | None, name: str = "_key") -> pl.Expr:
+    """The whole key as one unambiguous string (length-prefixed components), for exact
+    grouping. ``normalisation=None`` gives the raw key (unordered fields still sorted)."""
+    encoded = []
+    for f, part in zip(key.fields, _normalised_parts(key, normalisation), strict=True):
+        if f.unordered:
+            part = part.list.eval(_prefixed(pl.element())).list.join("")
+        encoded.append(_prefixed(part))
+    return pl.concat_str(encoded, separator="").alias(name)
+
+
+def text_columns(key: DedupeKey, normalisation: Normalisation, name: str = "_text") -> pl.Expr:
+    """The key's fields as one normalised text (lists in sorted order), for shingling."""
+    parts: Sequence[pl.Expr] = [
+        (part.list.join("\n") if f.unordered else part).fill_null("")
+        for f, part in zip(key.fields, _normalised_parts(key, normalisation), strict=True)
+    ]
+    return pl.concat_str(parts, separator="\n").alias(name)

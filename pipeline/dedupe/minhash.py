@@ -1,0 +1,366 @@
+"""Near duplicates: word shingles → MinHash signatures → LSH bands → exact Jaccard check.
+
+Everything is vectorised over whole chunks of texts (polars for tokenising, numpy for
+hashing, signatures and banding); Python loops run over permutations, bands and chunks,
+never over rows or pairs. Results are deterministic: token hashes are xxhash with a fixed
+seed, the permutations come from a splitmix64 sequence of that seed, and every sort is
+stable and ranked by the survivor order.
+
+* A text's shingles are its runs of ``shingle_size`` consecutive word tokens (``\\w+``);
+  a text with fewer tokens has one shingle; a text with none has no near duplicates.
+* A shingle hashes to 64 bits (xxh3 per token, combined and mixed with splitmix64). The
+  MinHash permutations are ``x ↦ a·x + b mod 2**32`` (odd ``a``: bijections of the
+  32-bit space) on the high 32 bits.
+* LSH: ``bands`` bands of ``rows`` signature values; rows sharing a band are candidates.
+* Every candidate pair gets its exact Jaccard similarity over the 64-bit shingle sets;
+  only pairs at or above the threshold are near duplicates (LSH false positives are
+  dropped). The estimated similarity (share of equal signature values) is kept beside it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+import xxhash
+
+from pipeline.config import DedupeSettings
+
+__all__ = [
+    "LshParams",
+    "NearPairs",
+    "choose_bands",
+    "near_pairs",
+    "shingle_hashes",
+    "signatures",
+]
+
+U64 = npt.NDArray[np.uint64]
+U32 = npt.NDArray[np.uint32]
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+_TOKEN: Final = r"\w+"
+#: Texts tokenised together: bounds the memory of exploded tokens and keeps the
+#: signature loop's working set in cache.
+_CHUNK_TOKENS: Final = 1 << 20
+#: Shingle hashes gathered at once when verifying candidate pairs.
+_VERIFY_CHUNK: Final = 1 << 22
+_GOLDEN: Final = 0x9E3779B97F4A7C15
+_MASK64: Final = (1 << 64) - 1
+
+
+def _splitmix64(state: int) -> tuple[int, int]:
+    """One step of splitmix64 in Python integers (the permutation seeds)."""
+    state = (state + _GOLDEN) & _MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return state, z ^ (z >> 31)
+
+
+def _mix(x: U64) -> U64:
+    """splitmix64's finaliser over an array (wrapping uint64 arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def choose_bands(threshold: float, permutations: int, target_recall: float) -> tuple[int, int]:
+    """(bands, rows): the most rows per band (fewest false candidates) such that a pair
+    whose Jaccard equals ``threshold`` becomes a candidate with probability at least
+    ``target_recall``: ``1 - (1 - t**rows)**bands``."""
+    for rows in range(permutations, 0, -1):
+        bands = permutations // rows
+        if 1.0 - (1.0 - threshold**rows) ** bands >= target_recall:
+            return bands, rows
+    return permutations, 1
+
+
+@dataclass(frozen=True)
+class LshParams:
+    threshold: float = 0.8
+    shingle_size: int = 5
+    permutations: int = 128
+    bands: int = 21
+    rows: int = 6
+    seed: int = 1
+    max_bucket: int = 200
+
+    @classmethod
+    def from_settings(cls, settings: DedupeSettings) -> LshParams:
+        if settings.bands is None:
+            bands, rows = choose_bands(
+                settings.threshold, settings.permutations, settings.target_recall
+            )
+        else:
+            bands, rows = settings.bands, settings.permutations // settings.bands
+        return cls(
+            threshold=settings.threshold,
+            shingle_size=settings.shingle_size,
+            permutations=settings.permutations,
+            bands=bands,
+            rows=rows,
+            seed=settings.seed,
+            max_bucket=settings.max_bucket,
+        )
+
+    def candidate_probability(self, similarity: float) -> float:
+        """Probability that a pair with this Jaccard similarity shares a band."""
+        return float(1.0 - (1.0 - similarity**self.rows) ** self.bands)
+
+    def permutation_coefficients(self) -> tuple[U32, U32]:
+        """(a, b) of the ``permutations`` affine maps, from the seed; ``a`` odd."""
+        state = self.seed
+        a, b = [], []
+        for _ in range(self.permutations):
+            state, x = _splitmix64(state)
+            a.append((x & 0xFFFFFFFF) | 1)
+            b.append(x >> 32)
+        return np.array(a, dtype=np.uint32), np.array(b, dtype=np.uint32)
+
+
+@dataclass(frozen=True)
+class Shingles:
+    """Shingle hashes of a batch of texts in CSR form: text ``i`` owns
+    ``hashes[offsets[i]:offsets[i + 1]]`` (empty for a text without tokens)."""
+
+    hashes: U64
+    offsets: I64
+
+    @property
+    def counts(self) -> I64:
+        return np.diff(self.offsets)
+
+
+def _ragged_arange(counts: I64) -> I64:
+    """``concat(arange(c) for c in counts)``, vectorised."""
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+
+
+def shingle_hashes(texts: pl.Series, shingle_size: int, seed: int) -> Shingles:
+    """The 64-bit shingle hashes of each text (see the module docstring)."""
+    tokens = texts.str.extract_all(_TOKEN)
+    lengths = tokens.list.len().fill_null(0).to_numpy().astype(np.int64)
+    present = tokens.filter(pl.Series(lengths > 0))
+    if len(present) == 0:
+        return Shingles(np.zeros(0, np.uint64), np.zeros(len(texts) + 1, np.int64))
+    flat = present.explode()
+    vocabulary = flat.unique()
+    # xxhash per distinct token only: a chunk repeats its vocabulary many times over
+    digests = np.fromiter(
+        (xxhash.xxh3_64_intdigest(t.encode("utf-8"), seed) for t in vocabulary.to_list()),
+        dtype=np.uint64,
+        count=len(vocabulary),
+    )
+    token_hash = (
+        flat.replace_strict(vocabulary, pl.Series(digests, dtype=pl.UInt64), return_dtype=pl.UInt64)
+        .to_numpy()
+        .astype(np.uint64, copy=False)
+    )
+    kept = lengths[lengths > 0]
+    starts = np.cumsum(kept) - kept
+    size = shingle_size
+    total = len(token_hash)
+    multiplier = np.uint64(_GOLDEN)
+    # windows over the whole token stream; only those inside one text are used below
+    combined = token_hash.copy()
+    for j in range(1, min(size, total)):
+        combined[: total - j] = combined[: total - j] * multiplier + token_hash[j:]
+    shingles_per_text = np.maximum(kept - size + 1, 1)
+    first = np.repeat(starts, shingles_per_text) + _ragged_arange(shingles_per_text)
+    windows = combined[first]
+    # a text shorter than one shingle is one shingle of all its tokens
+    short = np.flatnonzero(kept < size)
+    if len(short):
+        at = np.searchsorted(first, starts[short])
+        acc = token_hash[starts[short]]
+        for j in range(1, size):
+            more = j < kept[short]
+            nxt = token_hash[np.minimum(starts[short] + j, total - 1)]
+            acc = np.where(more, acc * multiplier + nxt, acc)
+        windows[at] = acc
+    hashes = _mix(windows)
+    counts = np.zeros(len(texts), np.int64)
+    counts[lengths > 0] = shingles_per_text
+    offsets = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return Shingles(hashes, offsets)
+
+
+def _chunks(texts: pl.Series) -> Iterator[tuple[int, int]]:
+    """[start, end) ranges of texts holding about ``_CHUNK_TOKENS`` tokens each."""
+    # a cheap token estimate: spaces + 1, enough to size chunks
+    estimate = (texts.str.count_matches(" ", literal=True).fill_null(0) + 1).to_numpy()
+    bounds = np.cumsum(estimate)
+    start, n = 0, len(texts)
+    while start < n:
+        base = bounds[start - 1] if start else 0
+        end = int(np.searchsorted(bounds, base + _CHUNK_TOKENS, side="right"))
+        end = max(end, start + 1)
+        yield start, min(end, n)
+        start = end
+
+
+def signatures(texts: pl.Series, params: LshParams) -> tuple[U32, npt.NDArray[np.bool_]]:
+    """MinHash signatures, shape (permutations, texts), and which texts have shingles."""
+    n = len(texts)
+    a, b = params.permutation_coefficients()
+    out = np.full((params.permutations, n), np.iinfo(np.uint32).max, dtype=np.uint32)
+    has = np.zeros(n, dtype=np.bool_)
+    for lo, hi in _chunks(texts):
+        sh = shingle_hashes(texts.slice(lo, hi - lo), params.shingle_size, params.seed)
+        counts = sh.counts
+        nonempty = np.flatnonzero(counts > 0)
+        if not len(nonempty):
+            continue
+        has[lo + nonempty] = True
+        x = (sh.hashes >> np.uint64(32)).astype(np.uint32)
+        starts = sh.offsets[nonempty]
+        buffer = np.empty_like(x)
+        for p in range(params.permutations):
+            np.multiply(x, a[p], out=buffer)
+            np.add(buffer, b[p], out=buffer)
+            out[p, lo + nonempty] = np.minimum.reduceat(buffer, starts)
+    return out, has
+
+
+def _band_keys(band: U32) -> U64:
+    """One 64-bit key per column of a band (rows × texts)."""
+    key = np.zeros(band.shape[1], dtype=np.uint64)
+    for row in band:
+        key = _mix(key * np.uint64(_GOLDEN) + row.astype(np.uint64))
+    return key
+
+
+def _bucket_pairs(members: I64, keys: U64, max_bucket: int) -> tuple[I64, I64]:
+    """Pairs (earlier, later) inside runs of equal ``keys`` (``members`` are sorted by key,
+    then by rank). A run longer than ``max_bucket`` is compared star-wise: each member
+    only with the run's first ``max_bucket`` members."""
+    n = len(keys)
+    if n < 2:
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    boundary = np.ones(n, dtype=np.bool_)
+    boundary[1:] = keys[1:] != keys[:-1]
+    run_start = np.flatnonzero(boundary)
+    run_len = np.diff(np.append(run_start, n))
+    start_of = np.repeat(run_start, run_len)
+    size_of = np.repeat(run_len, run_len)
+    pos = np.arange(n, dtype=np.int64) - start_of
+    partners = np.where(pos < max_bucket, size_of - 1 - pos, 0).astype(np.int64)
+    left = np.repeat(np.arange(n, dtype=np.int64), partners)
+    right = left + 1 + _ragged_arange(partners)
+    return members[left], members[right]
+
+
+def candidate_pairs(
+    sig: U32, has: npt.NDArray[np.bool_], rank: I64, params: LshParams
+) -> tuple[I64, I64]:
+    """Distinct candidate pairs (better-ranked text, worse-ranked text)."""
+    active = np.flatnonzero(has).astype(np.int64)
+    n = len(rank)
+    found = []
+    for band in range(params.bands):
+        rows = sig[band * params.rows : (band + 1) * params.rows, active]
+        keys = _band_keys(rows)
+        order = np.lexsort((rank[active], keys))
+        left, right = _bucket_pairs(active[order], keys[order], params.max_bucket)
+        if len(left):
+            found.append(left.astype(np.uint64) * np.uint64(n) + right.astype(np.uint64))
+    if not found:
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    codes = np.unique(np.concatenate(found))
+    return (codes // np.uint64(n)).astype(np.int64), (codes % np.uint64(n)).astype(np.int64)
+
+
+def _unique_sets(sh: Shingles) -> Shingles:
+    """Each text's distinct shingle hashes, sorted."""
+    owner = np.repeat(np.arange(len(sh.offsets) - 1, dtype=np.int64), sh.counts)
+    order = np.lexsort((sh.hashes, owner))
+    hashes, owner = sh.hashes[order], owner[order]
+    keep = np.ones(len(hashes), dtype=np.bool_)
+    keep[1:] = (hashes[1:] != hashes[:-1]) | (owner[1:] != owner[:-1])
+    counts = np.bincount(owner[keep], minlength=len(sh.offsets) - 1).astype(np.int64)
+    offsets = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return Shingles(hashes[keep], offsets)
+
+
+def _gather(sets: Shingles, texts: I64) -> tuple[I64, U64]:
+    """(pair index, shingle hash) for the sets of ``texts`` (one text per pair)."""
+    counts = sets.counts[texts]
+    index = np.repeat(sets.offsets[texts], counts) + _ragged_arange(counts)
+    return np.repeat(np.arange(len(texts), dtype=np.int64), counts), sets.hashes[index]
+
+
+def jaccard(texts: pl.Series, left: I64, right: I64, params: LshParams) -> F64:
+    """Exact Jaccard similarity of the shingle sets of each pair of texts."""
+    if not len(left):
+        return np.zeros(0, np.float64)
+    involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
+    sets = _unique_sets(shingle_hashes(texts.gather(involved), params.shingle_size, params.seed))
+    l_local, r_local = local[: len(left)], local[len(left) :]
+    sizes = sets.counts
+    result = np.zeros(len(left), np.float64)
+    cost = sizes[l_local] + sizes[r_local]
+    bounds = np.searchsorted(np.cumsum(cost), np.arange(0, int(cost.sum()), _VERIFY_CHUNK))
+    edges = [*sorted(set(bounds.tolist()) | {0}), len(left)]
+    for lo, hi in itertools.pairwise(edges):
+        if lo == hi:
+            continue
+        lp, lh = _gather(sets, l_local[lo:hi])
+        rp, rh = _gather(sets, r_local[lo:hi])
+        shared = (
+            pl.DataFrame({"p": lp, "h": lh})
+            .join(pl.DataFrame({"p": rp, "h": rh}), on=["p", "h"], how="semi")
+            .group_by("p")
+            .len()
+        )
+        inter = np.zeros(hi - lo, np.int64)
+        inter[shared["p"].to_numpy()] = shared["len"].to_numpy()
+        union = sizes[l_local[lo:hi]] + sizes[r_local[lo:hi]] - inter
+        result[lo:hi] = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
+    return result
+
+
+@dataclass(frozen=True)
+class NearPairs:
+    """Verified near-duplicate pairs of texts: ``left`` is the better-ranked text."""
+
+    left: I64
+    right: I64
+    estimated: F64
+    verified: F64
+    candidates: int
+
+
+def estimated_similarity(sig: U32, left: I64, right: I64) -> F64:
+    """Share of equal signature values per pair."""
+    out = np.zeros(len(left), np.float64)
+    step = 1 << 16
+    for lo in range(0, len(left), step):
+        hi = lo + step
+        equal = sig[:, left[lo:hi]] == sig[:, right[lo:hi]]
+        out[lo:hi] = equal.mean(axis=0)
+    return out
+
+
+def near_pairs(texts: pl.Series, rank: I64, params: LshParams) -> NearPairs:
+    """Near-duplicate pairs among ``texts`` (one per distinct normalised key)."""
+    sig, has = signatures(texts, params)
+    left, right = candidate_pairs(sig, has, rank, params)
+    verified = jaccard(texts, left, right, params)
+    keep = verified >= params.threshold
+    left, right, verified = left[keep], right[keep], verified[keep]
+    return NearPairs(left, right, estimated_similarity(sig, left, right), verified, len(keep))

@@ -1,0 +1,320 @@
+"""Dedupe one kind's rows: keys → groups → near pairs → decisions, as polars frames.
+
+Used by the run's global stage (:mod:`pipeline.stages.dedupe`) and by ``rowgate dedupe``
+on existing Parquet (:mod:`pipeline.dedupe.dataset`). The input frame holds the rows that
+take part, in the stable order key, with the key's payload columns, ``_split``, and the
+lineage a pointer names (``_source``, ``_line``, ``_record_sha256``; ``_content_sha256``
+when known). Positions in that frame are the row identities throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from pipeline.config import ConfigError, DedupeSettings
+from pipeline.dedupe.clusters import CONTAMINATION, NEAR, RULES, Duplicates, find_duplicates
+from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
+from pipeline.dedupe.minhash import LshParams, NearPairs, near_pairs
+from pipeline.dedupe.normalise import Normalisation
+from pipeline.dedupe.splits import field_expr, straddling_groups
+
+__all__ = [
+    "DUPLICATE_OF_TYPE",
+    "REASON_PREFIX",
+    "DedupeOutcome",
+    "dedupe_table",
+    "required_columns",
+]
+
+REASON_PREFIX: Final = "dedupe."
+SPLIT_GROUP: Final = "dedupe.split_group"
+#: the same fields, in the same order, as global_phase.DUPLICATE_OF (DESIGN §3.6)
+DUPLICATE_OF_TYPE: Final = pl.Struct(
+    {"_source": pl.String, "_line": pl.Int64, "_record_sha256": pl.String}
+)
+_MATCH: Final = {1: "exact", 2: "normalised", 3: "near"}
+
+
+@dataclass
+class DedupeOutcome:
+    """``removed``: one row per removed position (``_row``) with the output columns and
+    ``_reason`` (``{code, path, detail}``); ``flagged``: positions with a straddling-group
+    reason; ``clusters``: one row per kept row that has duplicates; ``groups``: the
+    straddling groups; ``stats``: counts and parameters for the manifest."""
+
+    removed: pl.DataFrame
+    flagged: pl.DataFrame
+    clusters: pl.DataFrame
+    groups: pl.DataFrame
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _column_root(path: str) -> str:
+    return path.split(".", 1)[0]
+
+
+def required_columns(key: DedupeKey | None, settings: DedupeSettings, kind: str) -> list[str]:
+    """Payload columns :func:`dedupe_table` reads for a kind."""
+    columns = list(key.columns) if key is not None else []
+    rule = settings.survivor_rule(kind)
+    if ":" in rule:
+        columns.append(_column_root(rule.split(":", 1)[1]))
+    columns += [_column_root(p) for p in group_fields(key, settings, kind)]
+    return list(dict.fromkeys(columns))
+
+
+def group_fields(key: DedupeKey | None, settings: DedupeSettings, kind: str) -> tuple[str, ...]:
+    if kind in settings.split_groups:
+        return settings.split_groups[kind]
+    return key.split_groups if key is not None else ("task_id",)
+
+
+def survivor_rank(frame: pl.DataFrame, rule: str, kind: str) -> npt.NDArray[np.int64]:
+    """Each row's place in the survivor order (0 is kept first); ties by order key."""
+    n = frame.height
+    order = np.arange(n, dtype=np.int64)
+    if rule == "first":
+        return order
+    if rule == "last":
+        return n - 1 - order
+    direction, column = rule.split(":", 1)
+    expr = field_expr(column, frame.schema)
+    if expr is None:
+        raise ConfigError(f"dedupe.survivor: {kind} has no column {column!r}")
+    root, *rest = column.split(".")
+    value = pl.col(root)
+    for name in rest:
+        value = value.struct.field(name)
+    ranked = (
+        frame.select(_v=value)
+        .with_row_index("_i")
+        .sort(["_v", "_i"], descending=[direction == "max", False], nulls_last=True)
+    )
+    rank = np.empty(n, dtype=np.int64)
+    rank[ranked["_i"].to_numpy()] = order
+    return rank
+
+
+def _dense_ids(frame: pl.DataFrame, expr: pl.Expr) -> npt.NDArray[np.int64]:
+    return (frame.select(expr.rank("dense")).to_series().to_numpy() - 1).astype(np.int64)
+
+
+def dedupe_table(
+    frame: pl.DataFrame,
+    key: DedupeKey | None,
+    settings: DedupeSettings,
+    kind: str,
+) -> DedupeOutcome:
+    """Decide the duplicates among ``frame``'s rows (see the module docstring)."""
+    n = frame.height
+    normalisation = Normalisation.from_settings(settings)
+    params = LshParams.from_settings(settings)
+    rank = survivor_rank(frame, settings.survivor_rule(kind), kind)
+    positions = np.arange(n, dtype=np.int64)
+    if not settings.exact:
+        exact = positions
+    elif "_content_sha256" in frame.columns and frame["_content_sha256"].null_count() == 0:
+        exact = _dense_ids(frame, pl.col("_content_sha256"))
+    elif key is not None:
+        exact = _dense_ids(frame, key_columns(key, None))
+    else:
+        raise ConfigError(f"{kind}: no content fingerprint and no key columns to dedupe on")
+    if settings.normalised and key is not None:
+        normalised = _dense_ids(frame, key_columns(key, normalisation))
+    else:
+        normalised = exact
+    near: NearPairs | None = None
+    if settings.near and key is not None and n > 1:
+        # one text per normalised key: members of a group have the same normalised text
+        firsts = (
+            pl.DataFrame({"id": normalised, "rank": rank})
+            .with_row_index("row")
+            .group_by("id")
+            .agg(pl.col("row").first(), pl.col("rank").min())
+            .sort("id")
+        )
+        texts = frame[firsts["row"].to_numpy()].select(text_columns(key, normalisation))
+        near = near_pairs(texts.to_series(), firsts["rank"].to_numpy().astype(np.int64), params)
+    splits = (
+        frame["_split"] if "_split" in frame.columns else pl.Series([None] * n, dtype=pl.String)
+    )
+    protected = {name: i + 1 for i, name in enumerate(settings.protected_splits)}
+    partition = splits.replace_strict(protected, default=0, return_dtype=pl.Int64).to_numpy()
+    found = find_duplicates(rank, exact, normalised, partition.astype(np.int64), near)
+    removed = _removed_frame(frame, found, splits, key, normalisation, params)
+    clusters = _clusters_frame(frame, found, splits, kind)
+    kept_rows = frame.with_columns(_row=pl.Series(positions), _split=splits).filter(
+        pl.Series(~found.removed)
+    )
+    groups = straddling_groups(kept_rows, group_fields(key, settings, kind))
+    flagged = _flagged_frame(groups)
+    stats = _stats(found, near, params, normalisation, key, groups, n)
+    return DedupeOutcome(removed, flagged, clusters, groups, stats)
+
+
+def _removed_frame(
+    frame: pl.DataFrame,
+    found: Duplicates,
+    splits: pl.Series,
+    key: DedupeKey | None,
+    normalisation: Normalisation,
+    params: LshParams,
+) -> pl.DataFrame:
+    rows = np.flatnonzero(found.removed)
+    kept = found.kept[rows]
+    lineage = frame.select("_source", "_line", "_record_sha256")
+    target = lineage[kept]
+    rule = [RULES[int(code)] for code in found.rule[rows]]
+    described = key.description if key is not None else "key"
+    out = pl.DataFrame(
+        {
+            "_row": rows,
+            "_dedupe_rule": pl.Series(rule, dtype=pl.String),
+            "_dedupe_cluster": found.cluster[rows],
+            "_similarity_estimated": found.estimated[rows],
+            "_similarity_verified": found.verified[rows],
+            "_match": found.match[rows].astype(np.int64),
+            "_kept_split": splits.gather(kept) if len(kept) else pl.Series([], dtype=pl.String),
+        }
+    ).with_columns(
+        pl.col("_similarity_estimated", "_similarity_verified").fill_nan(None),
+        _duplicate_of=pl.struct(
+            _source=target["_source"],
+            _line=target["_line"].cast(pl.Int64),
+            _record_sha256=target["_record_sha256"].cast(pl.String),
+        ),
+    )
+    similarity = pl.format(
+        "verified Jaccard {} (MinHash estimate {})",
+        pl.col("_similarity_verified").round(3),
+        pl.col("_similarity_estimated").round(3),
+    )
+    detail = (
+        pl.when(pl.col("_dedupe_rule") == "exact")
+        .then(pl.lit("same content fingerprint as the kept row"))
+        .when(pl.col("_dedupe_rule") == "normalised")
+        .then(pl.lit(f"same {described} as the kept row after {normalisation.describe()}"))
+        .when(pl.col("_dedupe_rule") == RULES[NEAR])
+        .then(
+            pl.format(
+                "near duplicate of the kept row: {} ≥ {}", similarity, pl.lit(params.threshold)
+            )
+        )
+        .otherwise(
+            pl.format(
+                "duplicates a kept row of protected split '{}' ({} match{})",
+                pl.col("_kept_split"),
+                pl.col("_match").replace_strict(_MATCH, default="", return_dtype=pl.String),
+                pl.when(pl.col("_similarity_verified").is_not_null())
+                .then(pl.format(": {}", similarity))
+                .otherwise(pl.lit("")),
+            )
+        )
+    )
+    return out.with_columns(
+        _reason=pl.struct(
+            code=pl.lit(REASON_PREFIX) + pl.col("_dedupe_rule"), path=pl.lit(""), detail=detail
+        )
+    ).drop("_match", "_kept_split")
+
+
+def _clusters_frame(
+    frame: pl.DataFrame, found: Duplicates, splits: pl.Series, kind: str
+) -> pl.DataFrame:
+    members = np.flatnonzero(found.cluster >= 0)
+    lineage = frame.select("_source", "_line", "_record_sha256")[members]
+    table = pl.DataFrame(
+        {
+            "cluster": found.cluster[members],
+            "row": members,
+            "kept": found.kept[members] < 0,
+            "rule": [RULES[int(c)] for c in found.rule[members]],
+            "split": splits.gather(members) if len(members) else pl.Series([], dtype=pl.String),
+        }
+    ).with_columns(
+        source=lineage["_source"], line=lineage["_line"].cast(pl.Int64),
+        record_sha256=lineage["_record_sha256"].cast(pl.String),
+    )  # fmt: skip
+    kept = table.filter("kept").select(
+        "cluster",
+        kept=pl.struct("source", "line", "record_sha256"),
+        kept_split="split",
+    )
+    summary = table.group_by("cluster").agg(
+        size=pl.len().cast(pl.Int64),
+        rules=pl.col("rule").filter(~pl.col("kept")).unique().sort(),
+        splits=pl.col("split").drop_nulls().unique().sort(),
+    )
+    return (
+        kept.join(summary, on="cluster")
+        .sort("cluster")
+        .select(
+            "cluster",
+            kind=pl.lit(kind),
+            size="size",
+            kept="kept",
+            kept_split="kept_split",
+            rules="rules",
+            splits="splits",
+        )
+    )
+
+
+def _flagged_frame(groups: pl.DataFrame) -> pl.DataFrame:
+    return (
+        groups.with_columns(
+            _reason=pl.struct(
+                code=pl.lit(SPLIT_GROUP),
+                path=pl.lit("$.") + pl.col("field"),
+                detail=pl.lit("group shared by splits ") + pl.col("splits").list.join(", "),
+            )
+        )
+        .group_by("_row", maintain_order=True)
+        .agg(_reasons=pl.col("_reason"))
+    )
+
+
+def _stats(
+    found: Duplicates,
+    near: NearPairs | None,
+    params: LshParams,
+    normalisation: Normalisation,
+    key: DedupeKey | None,
+    groups: pl.DataFrame,
+    n: int,
+) -> dict[str, Any]:
+    removed = found.rule[found.removed]
+    by_rule = {RULES[c]: int((removed == c).sum()) for c in range(1, len(RULES))}
+    stats: dict[str, Any] = {
+        "rows": n,
+        "removed": int(found.removed.sum()),
+        "by_rule": by_rule,
+        "clusters": found.stats.get("clusters", 0),
+        "key": key.description if key is not None else "content fingerprint",
+        "normalisation": normalisation.describe(),
+        "protected_overlap_rows": found.stats.get("protected_overlap_rows", 0),
+        "contaminated": by_rule[RULES[CONTAMINATION]],
+        "straddling_groups": int(groups.select("field", "value").n_unique())
+        if groups.height
+        else 0,
+    }
+    if near is not None:
+        stats["near"] = {
+            "threshold": params.threshold,
+            "shingle_size": params.shingle_size,
+            "permutations": params.permutations,
+            "bands": params.bands,
+            "rows_per_band": params.rows,
+            "candidate_probability_at_threshold": round(
+                params.candidate_probability(params.threshold), 4
+            ),
+            "candidate_pairs": near.candidates,
+            "verified_pairs": len(near.left),
+            "rounds": found.stats.get("near_rounds", 0),
+        }
+    return stats

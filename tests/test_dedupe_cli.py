@@ -1,0 +1,153 @@
+"""``rowgate run --split/--protect`` and ``rowgate dedupe`` on Parquet, through typer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.dedupe.corpus import LabelledRow, duplicate_corpus
+from tests.dedupe_helpers import write_lines
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list[LabelledRow]:
+    return list(duplicate_corpus(400, seed=4, duplicate_rate=0.3))
+
+
+@pytest.fixture(scope="module")
+def split_run(corpus: list[LabelledRow], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("split")
+    write_lines(root / "train.jsonl", corpus[:300])
+    write_lines(root / "eval.jsonl", corpus[300:] + corpus[:20])
+    out = root / "out"
+    result = runner.invoke(
+        app,
+        ["run", "--split", f"train={root / 'train.jsonl'}", "--split",
+         f"eval={root / 'eval.jsonl'}", "--protect", "eval", "--out", str(out), "--workers", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "dedupe.contamination" in result.stdout
+    return out
+
+
+def test_run_labels_splits_and_protects_one(split_run: Path) -> None:
+    manifest = json.loads((split_run / "manifest.json").read_text())
+    assert {i["split"] for i in manifest["inputs"]} == {"train", "eval"}
+    assert manifest["config"]["dedupe"]["protected_splits"] == ["eval"]
+    assert manifest["global"]["dedupe"]["pairwise-v2"]["contaminated"] >= 20
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--split", "nolabel.jsonl"], 2, "expected SPLIT=PATH"),
+        (["--split", "=a.jsonl"], 2, "expected SPLIT=PATH"),
+        (["x.jsonl", "--protect", "eval"], 2, "no input is labelled with split 'eval'"),
+    ],
+)
+def test_run_split_errors(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    (tmp_path / "x.jsonl").write_bytes(b"{}\n")
+    result = runner.invoke(app, ["run", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == code, result.output
+    assert message in result.output
+
+
+def test_dedupe_a_runs_accepted_output_again(split_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d"
+    result = runner.invoke(app, ["dedupe", str(split_run / "accepted"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    accepted = pl.read_parquet(split_run / "accepted" / "pairwise-v2")
+    # the run already removed every duplicate: nothing left to find
+    assert summary["counts"] == {"rows": accepted.height, "kept": accepted.height, "duplicates": 0}
+    assert summary["kind"] == "pairwise-v2"
+    kept = pl.read_parquet(out / "kept.parquet")
+    assert kept.select("_source", "_line").equals(accepted.select("_source", "_line"))
+
+
+def test_dedupe_reproduces_the_run_on_its_inputs(split_run: Path, tmp_path: Path) -> None:
+    # everything the run wrote as typed rows, deduped again with the same settings
+    out = tmp_path / "d"
+    train = tmp_path / "train.parquet"
+    eval_ = tmp_path / "eval.parquet"
+    rows = pl.concat(
+        [
+            pl.read_parquet(split_run / "accepted" / "pairwise-v2"),
+            pl.read_parquet(split_run / "duplicates" / "pairwise-v2").drop(
+                "_duplicate_of",
+                "_dedupe_rule",
+                "_dedupe_cluster",
+                "_similarity_estimated",
+                "_similarity_verified",
+            ),
+        ]
+    ).sort("_source", "_line")
+    rows.filter(pl.col("_source").str.ends_with("train.jsonl")).write_parquet(train)
+    rows.filter(pl.col("_source").str.ends_with("eval.jsonl")).write_parquet(eval_)
+    result = runner.invoke(
+        app,
+        ["dedupe", "--split", f"eval={eval_}", "--split", f"train={train}", "--protect", "eval",
+         "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    mine = pl.read_parquet(out / "duplicates.parquet").sort("_source", "_line")
+    theirs = pl.read_parquet(split_run / "duplicates" / "pairwise-v2").sort("_source", "_line")
+    # eval.parquet sorts before train.parquet as eval.jsonl before train.jsonl: same order key
+    assert mine.select("_source", "_line", "_duplicate_of", "_dedupe_rule").equals(
+        theirs.select("_source", "_line", "_duplicate_of", "_dedupe_rule")
+    )
+    assert (out / "clusters.parquet").is_file()
+
+
+def test_dedupe_foreign_parquet_by_columns(tmp_path: Path) -> None:
+    frame = pl.DataFrame(
+        {
+            "id": [1, 2, 3, 4, 5],
+            "question": ["What is 2+2?", "what is  2+2?", "Name a colour.", "What is 2+2?", "x"],
+            "source_doc": ["a", "a", "b", "c", "d"],
+            "score": [1, 9, 3, 4, 5],
+        }
+    )
+    path = tmp_path / "foreign.parquet"
+    frame.write_parquet(path)
+    out = tmp_path / "d"
+    result = runner.invoke(
+        app,
+        ["dedupe", str(path), "--text", "question", "--key", "source_doc", "--survivor",
+         "max:score", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    duplicates = pl.read_parquet(out / "duplicates.parquet")
+    # rows 1 and 2 are the same question from doc "a"; row 2 has the higher score
+    assert duplicates["id"].to_list() == [1]
+    assert duplicates["_duplicate_of"].to_list() == [
+        {"_source": str(path), "_line": 2, "_record_sha256": None}
+    ]
+    assert duplicates["_dedupe_rule"].to_list() == ["normalised"]
+    assert pl.read_parquet(out / "kept.parquet")["id"].to_list() == [2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        ([], 2, "give --kind, or --text/--key"),
+        (["--kind", "nope"], 3, "unknown record kind 'nope'"),
+        (["--text", "missing"], 3, "no column 'missing'"),
+        (["--text", "question", "--survivor", "best"], 2, "dedupe.survivor"),
+        (["--text", "question", "--threshold", "1.5"], 2, "dedupe.threshold"),
+    ],
+)
+def test_dedupe_errors(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    path = tmp_path / "f.parquet"
+    pl.DataFrame({"question": ["a", "b"]}).write_parquet(path)
+    result = runner.invoke(app, ["dedupe", str(path), *args, "--out", str(tmp_path / "d")])
+    assert result.exit_code == code, result.output
+    assert message in result.output
+    assert not (tmp_path / "d").exists()

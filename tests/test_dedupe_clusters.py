@@ -1,0 +1,125 @@
+"""Survivors, greedy near removal, chains, contamination and survivor rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.config import ConfigError
+from pipeline.dedupe.clusters import RULES, find_duplicates
+from pipeline.dedupe.minhash import NearPairs
+from pipeline.dedupe.table import survivor_rank
+
+
+def _ids(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def _near(*pairs: tuple[int, int, float]) -> NearPairs:
+    left = _ids(*(p[0] for p in pairs))
+    right = _ids(*(p[1] for p in pairs))
+    verified = np.array([p[2] for p in pairs], dtype=np.float64)
+    return NearPairs(left, right, verified - 0.01, verified, len(pairs))
+
+
+def _rules(found) -> list[str]:  # type: ignore[no-untyped-def]
+    return [RULES[r] for r in found.rule]
+
+
+def test_groups_keep_their_best_ranked_row() -> None:
+    # rows 0,2 exact copies; row 3 a normalised copy of 1; rank prefers later rows
+    exact = _ids(0, 1, 0, 2)
+    normalised = _ids(0, 1, 0, 1)
+    rank = _ids(3, 2, 1, 0)
+    found = find_duplicates(rank, exact, normalised, _ids(0, 0, 0, 0), None)
+    assert found.kept.tolist() == [2, 3, -1, -1]
+    assert _rules(found) == ["exact", "normalised", "", ""]
+    assert found.cluster.tolist() == [0, 1, 0, 1]
+
+
+def test_near_removal_is_greedy_not_transitive() -> None:
+    # 0~1 and 1~2 but not 0~2: 1 goes (similar to kept 0), 2 stays (only like removed 1)
+    ids = _ids(0, 1, 2)
+    found = find_duplicates(ids, ids, ids, _ids(0, 0, 0), _near((0, 1, 0.9), (1, 2, 0.85)))
+    assert found.kept.tolist() == [-1, 0, -1]
+    assert found.verified[1] == pytest.approx(0.9)
+    assert np.isnan(found.verified[0])
+    assert np.isnan(found.verified[2])
+
+
+def test_a_removed_row_points_at_the_best_ranked_kept_neighbour() -> None:
+    ids = _ids(0, 1, 2)
+    found = find_duplicates(ids, ids, ids, _ids(0, 0, 0), _near((0, 2, 0.81), (1, 2, 0.99)))
+    # 0 and 1 are not alike: both kept; 2 is like both and points at 0, the first
+    assert found.kept.tolist() == [-1, -1, 0]
+    assert found.verified[2] == pytest.approx(0.81)
+
+
+def test_chains_end_at_a_kept_row_with_the_weakest_rule() -> None:
+    # row 2 is an exact copy of row 1, which is a near duplicate of row 0
+    exact = _ids(0, 1, 1)
+    found = find_duplicates(_ids(0, 1, 2), exact, exact, _ids(0, 0, 0), _near((0, 1, 0.9)))
+    assert found.kept.tolist() == [-1, 0, 0]
+    assert _rules(found) == ["", "near", "near"]
+    assert found.verified[2] == pytest.approx(0.9)
+
+
+def test_contamination_removes_from_the_unprotected_split_only() -> None:
+    # rows 0-2 train (partition 0), rows 3-5 eval (partition 1, protected)
+    exact = _ids(0, 1, 2, 0, 3, 3)
+    normalised = _ids(0, 1, 2, 0, 3, 3)
+    partition = _ids(0, 0, 0, 1, 1, 1)
+    near = _near((1, 3, 0.95))  # train row 1's text is near eval's text 3
+    found = find_duplicates(_ids(0, 1, 2, 3, 4, 5), exact, normalised, partition, near)
+    assert _rules(found) == ["contamination", "contamination", "", "", "", "exact"]
+    assert found.kept.tolist() == [3, 4, -1, -1, -1, 4]
+    assert found.match[:2].tolist() == [1, 3]
+    assert found.verified[1] == pytest.approx(0.95)
+    assert not found.removed[3:5].any()
+
+
+def test_protected_splits_never_lose_rows_to_each_other() -> None:
+    ids = _ids(0, 0, 0)
+    found = find_duplicates(_ids(0, 1, 2), ids, ids, _ids(1, 2, 0), None)
+    assert _rules(found) == ["", "", "contamination"]
+    assert found.kept.tolist() == [-1, -1, 0]
+    assert found.stats["protected_overlap_rows"] == 2
+
+
+def test_survivor_rules() -> None:
+    frame = pl.DataFrame(
+        {"score": [3, None, 5, 5], "ratings": [{"style": 1}, {"style": 4}, {"style": 2}, None]}
+    )
+    assert survivor_rank(frame, "first", "k").tolist() == [0, 1, 2, 3]
+    assert survivor_rank(frame, "last", "k").tolist() == [3, 2, 1, 0]
+    # highest first, ties by order key, nulls last
+    assert survivor_rank(frame, "max:score", "k").tolist() == [2, 3, 0, 1]
+    assert survivor_rank(frame, "min:score", "k").tolist() == [0, 3, 1, 2]
+    assert survivor_rank(frame, "max:ratings.style", "k").tolist() == [2, 0, 1, 3]
+    with pytest.raises(ConfigError, match="no column 'missing'"):
+        survivor_rank(frame, "max:missing", "k")
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+def test_tiny_tables(rows: int) -> None:
+    import random
+
+    from pipeline.config import DedupeSettings
+    from pipeline.dedupe.table import dedupe_table
+    from pipeline.kinds import get_kind
+    from pipeline.synthetic import make_record
+    from tests.dedupe_helpers import kind_frame
+
+    records = [make_record("pairwise-v2", random.Random(i), i) for i in range(rows)]
+    frame = kind_frame("pairwise-v2", records).with_columns(
+        _source=pl.lit("x"),
+        _line=pl.int_range(1, rows + 1, dtype=pl.Int64),
+        _record_sha256=pl.lit("r"),
+        _content_sha256=pl.lit("c"),
+        _split=pl.lit(None, pl.String),
+    )
+    outcome = dedupe_table(frame, get_kind("pairwise-v2").dedupe_key(), DedupeSettings(), "k")
+    assert outcome.removed.height == 0
+    assert outcome.clusters.height == 0
+    assert outcome.stats["rows"] == rows
