@@ -27,6 +27,7 @@ __all__ = [
     "percentile_interval",
     "resample_chunks",
     "resampled_group_sums",
+    "resampled_split_counts",
     "slice_generator",
 ]
 
@@ -82,9 +83,11 @@ def resampled_group_sums(
     indices: IntArray,
     groups: IntArray,
     n_groups: int,
-    weights: FloatArray | None = None,
-) -> FloatArray:
-    """Per resample and group, the number (or weighted sum) of drawn rows in the group.
+    *weights: FloatArray | None,
+) -> list[FloatArray]:
+    """Per resample and group, the number (weight ``None``) or weighted sum of drawn rows.
+
+    Every requested sum shares one gather of the group keys, the costly part.
 
     Parameters
     ----------
@@ -95,24 +98,68 @@ def resampled_group_sums(
     n_groups
         Number of groups.
     weights
-        Value summed per drawn row; counts when omitted.
+        One entry per sum wanted: a value per original row, or ``None`` to count rows.
 
     Returns
     -------
-    ``(k, n_groups)`` float array.
+    One ``(k, n_groups)`` float array per entry of ``weights``.
 
     Examples
     --------
     >>> idx = np.array([[0, 0, 2], [1, 2, 2]])
-    >>> resampled_group_sums(idx, np.array([0, 1, 1]), 2)
+    >>> counts, sums = resampled_group_sums(idx, np.array([0, 1, 1]), 2, None, np.array([1.0, 2.0, 3.0]))
+    >>> counts
     array([[2., 1.],
            [0., 3.]])
+    >>> sums
+    array([[2., 3.],
+           [0., 8.]])
     """
     k = indices.shape[0]
-    flat = (groups[indices] + (np.arange(k, dtype=np.int64) * n_groups)[:, None]).ravel()
-    drawn = None if weights is None else weights[indices].ravel()
-    sums = np.bincount(flat, weights=drawn, minlength=k * n_groups)
-    return sums.astype(np.float64, copy=False).reshape(k, n_groups)
+    flat = _flat_keys(indices, groups, n_groups)
+    return [
+        np.bincount(flat, weights=None if w is None else w[indices].ravel(), minlength=k * n_groups)
+        .astype(np.float64, copy=False)
+        .reshape(k, n_groups)
+        for w in weights
+    ]
+
+
+def resampled_split_counts(
+    indices: IntArray,
+    groups: IntArray,
+    n_groups: int,
+    flag: IntArray,
+    *weights: FloatArray,
+) -> tuple[FloatArray, FloatArray, list[FloatArray]]:
+    """Per resample and group: rows drawn, rows drawn with ``flag`` set (0/1), and the
+    weighted sums of ``weights``.
+
+    The counts come from one unweighted ``bincount`` over ``group * 2 + flag``, cheaper
+    than a second pass with the flag as a weight.
+
+    Examples
+    --------
+    >>> idx = np.array([[0, 0, 2]])
+    >>> count, flagged, _ = resampled_split_counts(idx, np.array([0, 1, 1]), 2, np.array([1, 0, 1]))
+    >>> count, flagged
+    (array([[2., 1.]]), array([[2., 1.]]))
+    """
+    k = indices.shape[0]
+    both, *summed = resampled_group_sums(indices, groups * 2 + flag, 2 * n_groups, None, *weights)
+    pairs = both.reshape(k, n_groups, 2)
+    return (
+        pairs.sum(axis=-1),
+        pairs[..., 1].copy(),
+        [s.reshape(k, n_groups, 2).sum(axis=-1) for s in summed],
+    )
+
+
+def _flat_keys(indices: IntArray, groups: IntArray, n_groups: int) -> IntArray:
+    k = indices.shape[0]
+    flat = groups[indices]
+    flat += (np.arange(k, dtype=np.int64) * n_groups)[:, None]
+    return flat.ravel()
 
 
 def normal_quantile(level: float) -> float:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.reports.bootstrap import resampled_group_sums
+from pipeline.reports.bootstrap import resampled_split_counts
 
 __all__ = [
     "CalibrationErrors",
@@ -220,11 +220,11 @@ def resampled_calibration(
     """Equal-width ECE and Brier of each resample in ``indices`` (``(k, n)``).
 
     ``bin_index`` is :func:`assign_bins` of the original rows under fixed edges, so a
-    resample only re-counts: one ``bincount`` per sum, no sort and no loop.
+    resample only re-counts: a few ``bincount`` calls, no sort and no loop.
     """
-    count = resampled_group_sums(indices, bin_index, n_bins)
-    sum_confidence = resampled_group_sums(indices, bin_index, n_bins, confidence)
-    sum_correct = resampled_group_sums(indices, bin_index, n_bins, correct)
+    count, sum_correct, (sum_confidence,) = resampled_split_counts(
+        indices, bin_index, n_bins, correct.astype(np.int64), confidence
+    )
     errors = calibration_errors(count, sum_confidence, sum_correct)
     squared = (confidence - correct) ** 2
     return {"ece": errors.ece, "brier": squared[indices].mean(axis=1)}

@@ -32,7 +32,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.reports.bootstrap import resampled_group_sums
+from pipeline.reports.bootstrap import resampled_split_counts
 
 __all__ = [
     "RISK_TOLERANCE",
@@ -228,8 +228,9 @@ def resampled_selective(
     Resampled rows keep their original tie groups, so a resample only re-counts rows and
     errors per group: no sort per resample.
     """
-    count = resampled_group_sums(indices, groups.group, groups.size)
-    errors = resampled_group_sums(indices, groups.group, groups.size, wrong)
+    count, errors, _ = resampled_split_counts(
+        indices, groups.group, groups.size, wrong.astype(np.int64)
+    )
     return selective_metrics(count, errors, coverages, target_risks)
 
 

@@ -64,6 +64,13 @@ class ReportSettings:
     def mode(self) -> ReportMode:
         return "scored" if self.confidence is not None else "operating_point"
 
+    @property
+    def source_kind(self) -> str | None:
+        """The kind to read from a run directory: given, or the preset's."""
+        if self.kind is None and self.preset is not None:
+            return PRESETS[self.preset].kind
+        return self.kind
+
     def validate(self) -> ReportSettings:
         """Check the settings and return them normalised (sorted, de-duplicated targets),
         or raise :class:`ConfigError` naming the offending setting."""
