@@ -295,7 +295,8 @@ def _typed(rows: pl.DataFrame, settings: ReportSettings) -> pl.DataFrame:
             continue
         if not dtype.is_numeric():
             raise ConfigError(f"{setting}: must be boolean or 0/1, got {dtype}")
-        bad = rows.filter(pl.col(name).is_not_null() & ~pl.col(name).is_in([0, 1])).height
+        value = pl.col(name).cast(pl.Float64)
+        bad = rows.filter(value.is_not_null() & ~value.is_in([0.0, 1.0])).height
         if bad:
             raise InputError(f"{setting}: {bad} rows are neither 0 nor 1")
         casts.append(pl.col(name).cast(pl.Float64).cast(pl.Boolean))
