@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from pipeline.cli._common import err, library_errors, out
@@ -170,7 +171,8 @@ def _report(data: str, given: dict[str, Any], out_dir: Path, force: bool, quiet:
         write_evaluation(report, out_dir, force=force)
     for warning in report.warnings:
         err.print(
-            f"[yellow]warning:[/] {warning['slice']}: {warning['code']} ({warning['message']})",
+            "[yellow]warning:[/] "
+            + escape(f"{warning['slice']}: {warning['code']} ({warning['message']})"),
             highlight=False,
         )
     if not quiet:
@@ -179,6 +181,7 @@ def _report(data: str, given: dict[str, Any], out_dir: Path, force: bool, quiet:
         f"wrote {out_dir}/report.html, report.json and tables for "
         f"{report.data['rows_evaluated']:,} rows in {time.perf_counter() - started:.2f} s",
         highlight=False,
+        markup=False,
     )
 
 
@@ -198,5 +201,5 @@ def _summary(report: EvaluationReport) -> None:
                 cells.append(f"{value:,}")
             else:
                 cells.append(f"{value:.4f}")
-        table.add_row(s.label, *cells)
+        table.add_row(escape(s.label), *cells)
     out.print(table)

@@ -94,7 +94,8 @@ def reliability_figure(
     top.errorbar(
         conf[has],
         acc[has],
-        yerr=np.vstack([acc[has] - wl[has], wh[has] - acc[has]]),
+        # Wilson intervals contain the proportion; the clip only absorbs float rounding
+        yerr=np.maximum(np.vstack([acc[has] - wl[has], wh[has] - acc[has]]), 0.0),
         fmt="o",
         color="tab:blue",
         markersize=4,
@@ -176,15 +177,11 @@ def forest_figure(
     for ax, (name, value, low, high) in zip(axes, panels, strict=True):
         v, lo, hi = _array(value), _array(low), _array(high)
         known = np.isfinite(lo) & np.isfinite(hi)
-        ax.errorbar(
-            v[known],
-            y[known],
-            xerr=np.vstack([v[known] - lo[known], hi[known] - v[known]]),
-            fmt="o",
-            color="tab:blue",
-            capsize=3,
-        )
-        ax.plot(v[~known], y[~known], "o", color="tab:blue")
+        # lines, not error bars: a percentile interval need not contain the point
+        # estimate (ECE is biased upwards under resampling)
+        ax.hlines(y[known], lo[known], hi[known], color="tab:blue", linewidth=1.5)
+        ax.plot(lo[known], y[known], "|", hi[known], y[known], "|", color="tab:blue")
+        ax.plot(v, y, "o", color="tab:blue")
         if np.isfinite(v[0]):
             ax.axvline(v[0], color="0.5", linestyle=":", linewidth=1)
         ax.set_title(name)
@@ -216,9 +213,12 @@ def operating_points_figure(
     for i, label in enumerate(labels):
         if not np.isfinite(r[i]):
             continue
-        xerr = [[c[i] - cl[i]], [ch[i] - c[i]]] if np.isfinite(cl[i]) else None
-        yerr = [[r[i] - rl[i]], [rh[i] - r[i]]] if np.isfinite(rl[i]) else None
-        axes.errorbar(c[i], r[i], xerr=xerr, yerr=yerr, fmt="o", capsize=3, label=label)
+        (point,) = axes.plot(c[i], r[i], "o", label=label)
+        colour = point.get_color()
+        if np.isfinite(cl[i]) and np.isfinite(ch[i]):
+            axes.hlines(r[i], cl[i], ch[i], color=colour, linewidth=1.2)
+        if np.isfinite(rl[i]) and np.isfinite(rh[i]):
+            axes.vlines(c[i], rl[i], rh[i], color=colour, linewidth=1.2)
     axes.set(
         xlim=(0, 1.02),
         ylim=(
