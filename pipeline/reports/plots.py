@@ -274,8 +274,8 @@ def stacked_bar_figure(
         left += v
     axes.set_yticks(y, labels=list(categories))
     axes.set(xlabel=xlabel, title=title)
-    # below the axes, so it never hides a bar
-    axes.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4)
+    # outside the axes, so it never hides a bar
+    figure.legend(fontsize="small", loc="outside lower center", ncol=4)
     axes.grid(axis="x", alpha=0.3)
     return figure
 

@@ -188,19 +188,24 @@ def _is_safe(label: str, dtype: PolarsDataType) -> bool:
     return dtype == pl.String and _SAFE_TEXT.search(label.lower()) is not None
 
 
-def _safe_columns(schema: pl.Schema) -> list[pl.Expr]:
-    """Columns of a dedupe/ table that cannot hold record text (struct fields flattened)."""
-    chosen = []
+def _safe_columns(schema: pl.Schema) -> tuple[list[pl.Expr], list[str]]:
+    """Columns of a dedupe/ table that cannot hold record text (struct fields flattened),
+    and the labels of those left out."""
+    chosen: list[pl.Expr] = []
+    hidden: list[str] = []
     for name, dtype in schema.items():
         if isinstance(dtype, pl.Struct):
-            chosen += [
-                pl.col(name).struct.field(f.name).alias(f"{name}.{f.name}")
-                for f in dtype.fields
-                if _is_safe(f"{name}.{f.name}", f.dtype)
-            ]
+            for f in dtype.fields:
+                label = f"{name}.{f.name}"
+                if _is_safe(label, f.dtype):
+                    chosen.append(pl.col(name).struct.field(f.name).alias(label))
+                else:
+                    hidden.append(label)
         elif _is_safe(name, dtype):
             chosen.append(pl.col(name))
-    return chosen
+        else:
+            hidden.append(name)
+    return chosen, hidden
 
 
 def _duplicates(out: Path, manifest: dict[str, Any]) -> str:
@@ -218,13 +223,12 @@ def _duplicates(out: Path, manifest: dict[str, Any]) -> str:
     for artifact in artifacts:
         frame = pl.scan_parquet(out / artifact["path"])
         schema = frame.collect_schema()
-        columns = _safe_columns(schema)
+        columns, hidden = _safe_columns(schema)
         size = next((n for n, t in schema.items() if "size" in n.lower() and t.is_integer()), None)
         shown = frame.select(columns) if columns else frame.select(pl.len().alias("rows"))
         if size is not None and columns:
             shown = shown.sort(size, descending=True, maintain_order=True)
         top = shown.head(TOP_CLUSTERS).collect()
-        hidden = [n for n in schema.names() if n not in {c.meta.output_name() for c in columns}]
         note = (
             f'<p class="meta">{artifact["path"]}: {artifact["rows"]:,} rows'
             + (f", largest {TOP_CLUSTERS} by {size}" if size else f", first {TOP_CLUSTERS}")
