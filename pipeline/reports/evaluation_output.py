@@ -23,9 +23,6 @@ import shutil
 from pathlib import Path
 from typing import Any, Final
 
-import numpy as np
-import polars as pl
-
 from pipeline.manifest import dependency_versions
 from pipeline.reports import html, plots
 from pipeline.reports.conventions import evaluation_conventions
@@ -84,8 +81,6 @@ def report_document(report: EvaluationReport, tables: dict[str, str]) -> dict[st
     settings = report.settings
     preset = report.preset
     versions = dependency_versions()
-    for name, module in (("numpy", np), ("polars", pl)):
-        versions.setdefault(name, module.__version__)
     document: dict[str, Any] = _jsonable(
         {
             "format": REPORT_FORMAT,
