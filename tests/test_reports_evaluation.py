@@ -11,13 +11,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import CampaignConfig, ConfigError, load_campaign
+from pipeline.config import ConfigError, load_campaign
 from pipeline.reader import InputError
 from pipeline.reports.evaluation import EvaluationReport, evaluate
 from pipeline.reports.evaluation_output import write_evaluation
 from pipeline.reports.settings import ReportSettings
 from pipeline.reports.sources import LoadedTable, load_table
-from pipeline.run import RunError, run
+from pipeline.run import run
 from tests.conftest import DATA
 
 
@@ -220,7 +220,7 @@ def test_written_report_is_strict_json_with_conventions(tmp_path: Path) -> None:
     assert summary.height == 3
     curve = pl.read_parquet(tmp_path / "r" / "rc_curve.parquet")
     assert curve.filter(pl.col("slice") == "all")["coverage"].max() == 1.0
-    with pytest.raises(RunError, match="exists"):
+    with pytest.raises(FileExistsError, match="--force"):
         write_evaluation(report, tmp_path / "r")
     write_evaluation(report, tmp_path / "r", force=True)
 
@@ -300,9 +300,3 @@ def test_sources_globs_directories_and_formats(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(InputError, match="not a Parquet or JSONL"):
         load_table(str(tmp_path / "notes.txt"))
-
-
-def test_campaign_config_is_untouched_by_reports() -> None:
-    """Reports read their settings from ReportSettings; the campaign config has no report
-    section (a run's report needs no settings)."""
-    assert "reports" not in CampaignConfig().as_dict()

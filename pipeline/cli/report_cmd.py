@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from pipeline.cli._common import err, library_errors, out
-from pipeline.reports.evaluation import EvaluationReport, evaluate
-from pipeline.reports.evaluation_output import write_evaluation
 from pipeline.reports.presets import PRESETS
 from pipeline.reports.settings import ReportSettings
-from pipeline.reports.sources import load_table
+
+if TYPE_CHECKING:
+    from pipeline.reports.evaluation import EvaluationReport
 
 __all__ = ["app"]
 
@@ -163,6 +163,12 @@ def selective_command(
 
 
 def _report(data: str, given: dict[str, Any], out_dir: Path, force: bool, quiet: bool) -> None:
+    # imported here, not at the top: they load matplotlib, which every other command
+    # (and `rowgate --help`) would otherwise pay for at start-up
+    from pipeline.reports.evaluation import evaluate
+    from pipeline.reports.evaluation_output import write_evaluation
+    from pipeline.reports.sources import load_table
+
     started = time.perf_counter()
     with library_errors():
         # unset flags keep the library's defaults: they are defined once, in ReportSettings

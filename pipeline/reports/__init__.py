@@ -8,4 +8,9 @@
 * :mod:`~pipeline.reports.plots`, :mod:`~pipeline.reports.html`: PNG figures and
   self-contained HTML;
 * :mod:`~pipeline.reports.run_report`: ``OUT/report.html`` of a run.
+
+Import the modules themselves: this package re-exports nothing, so that ``rowgate run``
+(which needs only the run report) never loads the evaluation code or matplotlib.
 """
+
+__all__: list[str] = []

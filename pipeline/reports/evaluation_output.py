@@ -16,6 +16,7 @@ run's output is.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -27,7 +28,6 @@ from pipeline.manifest import dependency_versions
 from pipeline.reports import html, plots
 from pipeline.reports.conventions import evaluation_conventions
 from pipeline.reports.evaluation import EvaluationReport, SliceResult
-from pipeline.run import RunError
 
 __all__ = ["REPORT_FORMAT", "render_evaluation_html", "report_document", "write_evaluation"]
 
@@ -40,11 +40,11 @@ def write_evaluation(report: EvaluationReport, out: Path, *, force: bool = False
 
     Raises
     ------
-    RunError
+    FileExistsError
         ``out`` exists and ``force`` is false.
     """
     if out.exists() and not force:
-        raise RunError(f"{out} exists; pass --force to replace it")
+        raise FileExistsError(errno.EEXIST, "exists; pass --force to replace it", str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}{_TMP_MARKER}{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
