@@ -32,7 +32,13 @@ def _evaluate(table: LoadedTable, **settings: object) -> EvaluationReport:
 def _synthetic(n: int = 2000, seed: int = 1) -> LoadedTable:
     rng = np.random.default_rng(seed)
     p = rng.uniform(0, 1, n).round(2)
-    return _table(p=p, ok=rng.random(n) < p, model=rng.choice(["a", "b"], n), pct=(p * 100).round())
+    return _table(
+        p=p,
+        ok=rng.random(n) < p,
+        model=rng.choice(["a", "b"], n),
+        pct=(p * 100).round(),
+        tags=[["x"]] * n,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +100,7 @@ def test_sql_expressions_and_struct_fields() -> None:
         ({"confidence": "pct", "correct": "ok"}, InputError, "outside [0, 1]"),
         ({"confidence": "p", "correct": "pct"}, InputError, "neither 0 nor 1"),
         ({"confidence": "p", "correct": "ok", "where": "p > 5"}, InputError, "no rows"),
+        ({"confidence": "p", "correct": "ok", "by": ("tags",)}, ConfigError, "scalar values"),
     ],
 )
 def test_bad_expressions_and_values_are_explained(

@@ -194,8 +194,13 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
     by_names = [f"{_BY}{i}" for i in range(len(settings.by))]
     parts: list[tuple[str, dict[str, str | None], pl.DataFrame]] = [(OVERALL, {}, rows)]
     if by_names:
-        ordered = rows.sort(by_names, nulls_last=True, maintain_order=True)
-        labelled = ordered.with_columns(pl.col(by_names).cast(pl.String))
+        try:
+            ordered = rows.sort(by_names, nulls_last=True, maintain_order=True)
+            labelled = ordered.with_columns(pl.col(by_names).cast(pl.String))
+        except pl.exceptions.PolarsError as exc:
+            raise ConfigError(
+                f"by: slices need scalar values (text, numbers, booleans): {exc}"
+            ) from None
         for key, part in labelled.partition_by(by_names, maintain_order=True, as_dict=True).items():
             keys = dict(zip(settings.by, (None if v is None else str(v) for v in key), strict=True))
             label = ", ".join(f"{b}={'null' if v is None else v}" for b, v in keys.items())

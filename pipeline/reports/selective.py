@@ -145,22 +145,29 @@ def selective_metrics(
     n_rows = int(np.rint(np.max(n))) if n.size else 0
     optimum = optimal_aurc(n_rows, total_errors)
 
+    groups = selected.shape[-1]
     risk_at = []
     achieved = []
     for coverage in coverages:
         needed = np.ceil(coverage * n - 1e-9)
-        first = np.argmax(selected >= needed[..., None], axis=-1)[..., None]
+        # `selected` rises along the last axis: counting the entries below the need finds
+        # the first group reaching it (a searchsorted per row, in one vectorised pass)
+        below = np.count_nonzero(selected < needed[..., None], axis=-1)
+        first = np.minimum(below, groups - 1)[..., None]
         risk_at.append(np.take_along_axis(risk, first, axis=-1)[..., 0])
         achieved.append(_safe_divide(np.take_along_axis(selected, first, axis=-1)[..., 0], n))
 
+    # Risk is not monotone in coverage, its suffix minimum is: the last group whose risk is
+    # within a target is the last whose suffix minimum is. Groups before any selected row
+    # (only in resamples) can never qualify.
+    qualifying = np.where(selected > 0, risk, np.inf)
+    suffix_min = np.minimum.accumulate(qualifying[..., ::-1], axis=-1)[..., ::-1]
     coverage_at = []
     group_at = []
-    groups = selected.shape[-1]
     for target in target_risks:
-        ok = (selected > 0) & (risk <= target + RISK_TOLERANCE)
-        last = groups - 1 - np.argmax(ok[..., ::-1], axis=-1)
-        found = ok.any(axis=-1)
-        reached = np.take_along_axis(selected, last[..., None], axis=-1)[..., 0]
+        last = np.count_nonzero(suffix_min <= target + RISK_TOLERANCE, axis=-1) - 1
+        found = last >= 0
+        reached = np.take_along_axis(selected, np.maximum(last, 0)[..., None], axis=-1)[..., 0]
         coverage_at.append(np.where(found, _safe_divide(reached, n), 0.0))
         group_at.append(np.where(found, last, -1))
 
