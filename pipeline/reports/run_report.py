@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["RUN_REPORT_NAME", "render_run_report", "write_run_report"]
 
 RUN_REPORT_NAME: Final = "report.html"
-#: reason codes listed, and examples shown per code
+#: reason codes drawn in the chart (the table lists every code), and examples per code
 TOP_REASONS: Final = 20
 EXAMPLES_PER_REASON: Final = 3
 #: largest clusters listed per dedupe table
@@ -149,7 +149,7 @@ def _reasons(out: Path, manifest: dict[str, Any]) -> str:
     ranked = sorted(
         ((code, n, d) for d, codes in by_reason.items() for code, n in codes.items()),
         key=lambda item: (-item[1], item[0], item[2]),
-    )[:TOP_REASONS]
+    )
     if not ranked:
         return html.section(
             "Reasons", "<p>No row carries a reason: every line was accepted clean.</p>"
@@ -167,10 +167,11 @@ def _reasons(out: Path, manifest: dict[str, Any]) -> str:
             examples.setdefault((d, code), []).append(where + (f" — {detail}" if detail else ""))
     rows = [[code, d, n, "; ".join(examples.get((d, code), []))] for code, n, d in ranked]
     plots = _plots()
+    top = ranked[:TOP_REASONS]
     figure = plots.bar_figure(
-        f"top {len(ranked)} reason codes",
-        [f"{c} ({d})" for c, _, d in ranked],
-        [n for _, n, _ in ranked],
+        f"top {len(top)} reason codes" if len(ranked) > len(top) else "reason codes",
+        [f"{c} ({d})" for c, _, d in top],
+        [n for _, n, _ in top],
         "rows",
     )
     return html.section(
