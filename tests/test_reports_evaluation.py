@@ -307,3 +307,19 @@ def test_sources_globs_directories_and_formats(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(InputError, match="not a Parquet or JSONL"):
         load_table(str(tmp_path / "notes.txt"))
+
+
+def test_many_slices_draw_only_the_largest(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    n = 900
+    table = _table(p=rng.uniform(0, 1, n), ok=rng.random(n) < 0.5, g=rng.integers(0, 30, n))
+    settings = ReportSettings(
+        confidence="p", correct="ok", by=("g",), bootstrap=0, max_plotted_slices=4
+    )
+    report = evaluate(table, settings.validate())
+    write_evaluation(report, tmp_path / "r")
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert len(report.slices) == 31
+    assert page.count("reliability diagram of") == 4
+    assert "27 smaller slice(s) are not drawn" in page
+    assert pl.read_parquet(tmp_path / "r" / "summary.parquet").height == 31

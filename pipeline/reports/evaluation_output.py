@@ -293,20 +293,20 @@ def _scored_sections(report: EvaluationReport, plotted: list[SliceResult]) -> li
         panels.append(
             (
                 "ECE (equal width)",
-                [s.summary["ece_equal_width"] for s in report.slices],
-                [s.summary.get("ece_equal_width_low") for s in report.slices],
-                [s.summary.get("ece_equal_width_high") for s in report.slices],
+                [s.summary["ece_equal_width"] for s in plotted],
+                [s.summary.get("ece_equal_width_low") for s in plotted],
+                [s.summary.get("ece_equal_width_high") for s in plotted],
             )
         )
     panels.append(
         (
             "AURC",
-            [s.summary["aurc"] for s in report.slices],
-            [s.summary.get("aurc_low") for s in report.slices],
-            [s.summary.get("aurc_high") for s in report.slices],
+            [s.summary["aurc"] for s in plotted],
+            [s.summary.get("aurc_low") for s in plotted],
+            [s.summary.get("aurc_high") for s in plotted],
         )
     )
-    forest = plots.forest_figure([s.label for s in report.slices], panels)
+    forest = plots.forest_figure([s.label for s in plotted], panels)
     figures.append(
         html.image(
             plots.figure_png(forest),
@@ -403,13 +403,13 @@ def _operating_point_sections(report: EvaluationReport, plotted: list[SliceResul
         ),
     )
     forest = plots.forest_figure(
-        [s.label for s in report.slices],
+        [s.label for s in plotted],
         [
             (
                 name,
-                [s.summary[name] for s in report.slices],
-                [s.summary.get(f"{name}_low") for s in report.slices],
-                [s.summary.get(f"{name}_high") for s in report.slices],
+                [s.summary[name] for s in plotted],
+                [s.summary.get(f"{name}_low") for s in plotted],
+                [s.summary.get(f"{name}_high") for s in plotted],
             )
             for name in ("coverage", "risk")
         ],
