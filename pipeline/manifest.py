@@ -35,6 +35,8 @@ _DEPENDENCIES: Final = (
     "zstandard",
     "typer",
     "rich",
+    "numpy",
+    "matplotlib",
 )
 
 

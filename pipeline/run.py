@@ -27,6 +27,7 @@ from pipeline.global_phase import GlobalContext, rejected_columns, run_global
 from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
 from pipeline.reader import InputError, InputFile, Shard, detect_compression, plan_shards
+from pipeline.reports.run_report import write_run_report
 from pipeline.rubrics.campaign import load_campaign_rubrics
 from pipeline.rubrics.model import RubricError
 from pipeline.schemas import SchemaError
@@ -269,6 +270,7 @@ def run(
             (vars(f) for f in global_ctx.artifacts), key=lambda f: f["path"]
         )
         manifest["global"] = global_ctx.notes
+        manifest["reports"] = [write_run_report(tmp, manifest)]
         write_manifest(tmp, manifest)
         _publish(tmp, out, force)
     except BaseException:

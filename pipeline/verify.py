@@ -12,7 +12,8 @@ Checks, each reported with what it found (never with record values):
 5. each typed row decodes to a record whose canonical JSON hashes to ``_record_sha256``,
    whose fingerprint is ``_content_sha256``, validated by the schema whose digest the
    manifest records;
-6. the manifest's counts per disposition equal the rows in the files.
+6. the manifest's counts per disposition equal the rows in the files;
+7. every report the manifest lists (``report.html``) has its size and SHA-256.
 """
 
 from __future__ import annotations
@@ -84,6 +85,16 @@ def _check_files(out: Path, manifest: dict[str, Any], report: VerifyReport) -> l
         if entry in manifest["outputs"]:
             good.append(entry)
     return good
+
+
+def _check_reports(out: Path, manifest: dict[str, Any], report: VerifyReport) -> None:
+    for entry in manifest.get("reports", []):
+        path = out / entry["path"]
+        report.checked["reports"] += 1
+        if not path.is_file():
+            report.problem(f"{entry['path']}: missing")
+        elif path.stat().st_size != entry["bytes"] or _sha256_file(path) != entry["sha256"]:
+            report.problem(f"{entry['path']}: bytes differ from the manifest's SHA-256")
 
 
 def _source_path(entry: dict[str, Any], sources: Path | None) -> Path:
@@ -230,6 +241,7 @@ def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
     report = VerifyReport()
     manifest = load_manifest(out)
     files = _check_files(out, manifest, report)
+    _check_reports(out, manifest, report)
     inputs = _check_inputs(manifest, sources, report)
     rows = _lineage(out, files)
     _check_lineage(rows, manifest, inputs, report)

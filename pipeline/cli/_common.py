@@ -9,6 +9,7 @@ from typing import Final, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from pipeline.config import ConfigError
 from pipeline.engines import EngineError
@@ -28,7 +29,8 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    # messages quote paths and expressions: brackets in them are text, not rich markup
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 

@@ -1,0 +1,559 @@
+"""The evaluation report's numbers: rows → slices → calibration and selective metrics.
+
+:func:`evaluate` resolves the settings' expressions against the table, drops and counts
+rows it cannot use, validates what is left (confidence finite and, for calibration, in
+[0, 1]; correctness boolean or 0/1), and computes every slice with vectorised numpy:
+point estimates, then bootstrap replicates of the same statistics in chunks. It returns
+plain tables (polars) and dictionaries; writing them is
+:mod:`pipeline.reports.evaluation_output`'s job.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from pipeline.config import ConfigError
+from pipeline.reader import InputError
+from pipeline.reports.bootstrap import (
+    normal_quantile,
+    percentile_interval,
+    resample_chunks,
+    slice_generator,
+)
+from pipeline.reports.calibration import (
+    assign_bins,
+    brier_score,
+    calibration_errors,
+    equal_mass_edges,
+    equal_width_edges,
+    reliability_bins,
+    resampled_calibration,
+    wilson_interval,
+)
+from pipeline.reports.presets import PRESETS, Preset
+from pipeline.reports.selective import (
+    RiskCoverageCurve,
+    resampled_operating_point,
+    resampled_selective,
+    risk_coverage_curve,
+    tie_groups,
+)
+from pipeline.reports.settings import ReportSettings
+from pipeline.reports.sources import LoadedTable
+
+__all__ = ["EvaluationReport", "SliceResult", "evaluate"]
+
+FloatArray = npt.NDArray[np.float64]
+
+OVERALL: Final = "all"
+_CONFIDENCE: Final = "__rowgate_confidence"
+_CORRECT: Final = "__rowgate_correct"
+_SELECTED: Final = "__rowgate_selected"
+_BY: Final = "__rowgate_by_"
+
+
+@dataclass
+class SliceResult:
+    """One slice: its identity, summary numbers, and the arrays the plots need."""
+
+    label: str
+    keys: dict[str, str | None]
+    summary: dict[str, Any]
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    #: rows of the bins table (both schemes)
+    bins: list[dict[str, Any]] = field(default_factory=list)
+    curve: RiskCoverageCurve | None = None
+    #: rows of the targets table (risk at coverage, coverage at risk)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class EvaluationReport:
+    """Everything a report writes, computed; see :func:`evaluate`."""
+
+    settings: ReportSettings
+    preset: Preset | None
+    data: dict[str, Any]
+    slices: list[SliceResult]
+
+    @property
+    def warnings(self) -> list[dict[str, str]]:
+        return [w for s in self.slices for w in s.warnings]
+
+    def summary_table(self) -> pl.DataFrame:
+        """One row per slice (``all`` first)."""
+        by = list(self.settings.by)
+        rows = [
+            {"slice": s.label, **{b: s.keys.get(b) for b in by}, **s.summary}
+            | {"warnings": [w["code"] for w in s.warnings]}
+            for s in self.slices
+        ]
+        schema: dict[str, Any] = {"slice": pl.String, **dict.fromkeys(by, pl.String)}
+        for name, value in self.slices[0].summary.items():
+            schema[name] = pl.Int64 if isinstance(value, int) else pl.Float64
+        schema["warnings"] = pl.List(pl.String)
+        return pl.DataFrame(rows, schema=schema, orient="row")
+
+    def bins_table(self) -> pl.DataFrame:
+        rows = [row for s in self.slices for row in s.bins]
+        return pl.DataFrame(rows, schema=_BINS_SCHEMA, orient="row")
+
+    def curve_table(self) -> pl.DataFrame:
+        frames = [
+            pl.DataFrame(
+                {
+                    "slice": [s.label] * s.curve.threshold.size,
+                    "threshold": s.curve.threshold,
+                    "selected": s.curve.selected.astype(np.int64),
+                    "errors": s.curve.errors.astype(np.int64),
+                    "coverage": s.curve.coverage,
+                    "risk": s.curve.risk,
+                    "optimal_risk": s.curve.optimal_risk,
+                },
+                schema=_CURVE_SCHEMA,
+            )
+            for s in self.slices
+            if s.curve is not None
+        ]
+        return pl.concat(frames) if frames else pl.DataFrame(schema=_CURVE_SCHEMA)
+
+    def targets_table(self) -> pl.DataFrame:
+        rows = [row for s in self.slices for row in s.targets]
+        return pl.DataFrame(rows, schema=_TARGETS_SCHEMA, orient="row")
+
+
+_BINS_SCHEMA: Final = {
+    "slice": pl.String,
+    "scheme": pl.String,
+    "bin": pl.Int64,
+    "lower": pl.Float64,
+    "upper": pl.Float64,
+    "closed": pl.String,
+    "n": pl.Int64,
+    "mean_confidence": pl.Float64,
+    "accuracy": pl.Float64,
+    "wilson_low": pl.Float64,
+    "wilson_high": pl.Float64,
+}
+_CURVE_SCHEMA: Final = {
+    "slice": pl.String,
+    "threshold": pl.Float64,
+    "selected": pl.Int64,
+    "errors": pl.Int64,
+    "coverage": pl.Float64,
+    "risk": pl.Float64,
+    "optimal_risk": pl.Float64,
+}
+_TARGETS_SCHEMA: Final = {
+    "slice": pl.String,
+    "metric": pl.String,
+    "target": pl.Float64,
+    "value": pl.Float64,
+    "low": pl.Float64,
+    "high": pl.Float64,
+    "achieved_coverage": pl.Float64,
+    "threshold": pl.Float64,
+}
+
+
+def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
+    """Compute an evaluation report over ``table``.
+
+    Parameters
+    ----------
+    table
+        Rows from :func:`pipeline.reports.sources.load_table`.
+    settings
+        Validated settings (:meth:`ReportSettings.validate`).
+
+    Raises
+    ------
+    ConfigError
+        An expression does not parse or names a missing column, or has the wrong type.
+    InputError
+        The data cannot be evaluated: no rows, a confidence outside [0, 1], NaN, ...
+
+    Examples
+    --------
+    >>> from pipeline.reports.sources import LoadedTable
+    >>> rows = pl.LazyFrame({"p": [0.25, 0.25, 0.55, 0.75, 0.75], "y": [0, 0, 1, 1, 1]})
+    >>> s = ReportSettings(confidence="p", correct="y", bins=2, bootstrap=0).validate()
+    >>> report = evaluate(LoadedTable(rows, [], "parquet"), s)
+    >>> round(report.slices[0].summary["ece_equal_width"], 4)
+    0.29
+    """
+    preset = PRESETS[settings.preset] if settings.preset else None
+    rows, data = _collect(table, settings, preset)
+    z = normal_quantile(settings.level)
+    by_names = [f"{_BY}{i}" for i in range(len(settings.by))]
+    parts: list[tuple[str, dict[str, str | None], pl.DataFrame]] = [(OVERALL, {}, rows)]
+    if by_names:
+        try:
+            ordered = rows.sort(by_names, nulls_last=True, maintain_order=True)
+            labelled = ordered.with_columns(pl.col(by_names).cast(pl.String))
+        except pl.exceptions.PolarsError as exc:
+            raise ConfigError(
+                f"by: slices need scalar values (text, numbers, booleans): {exc}"
+            ) from None
+        for key, part in labelled.partition_by(by_names, maintain_order=True, as_dict=True).items():
+            keys = dict(zip(settings.by, (None if v is None else str(v) for v in key), strict=True))
+            label = ", ".join(f"{b}={'null' if v is None else v}" for b, v in keys.items())
+            parts.append((label, keys, part))
+    slices = []
+    for label, keys, part in parts:
+        if settings.mode == "scored":
+            result = _scored_slice(label, keys, part, settings, z)
+        else:
+            result = _operating_point_slice(label, keys, part, settings, z)
+        slices.append(result)
+    return EvaluationReport(settings, preset, data, slices)
+
+
+def _expression(text: str, setting: str, columns: set[str]) -> pl.Expr:
+    if text in columns:
+        return pl.col(text)
+    try:
+        return pl.sql_expr(text)
+    except Exception as exc:  # polars raises several SQL error types; all mean "bad text"
+        raise ConfigError(
+            f"{setting}: cannot parse {text!r} as a column or SQL expression: {exc}"
+        ) from None
+
+
+def _collect(
+    table: LoadedTable, settings: ReportSettings, preset: Preset | None
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Resolve expressions, collect only the columns needed, drop and count null rows."""
+    try:
+        columns = set(table.frame.collect_schema().names())
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(f"cannot read the table: {exc}") from None
+    frame = table.frame
+    selections: list[pl.Expr] = [
+        _expression(text, "by", columns).alias(f"{_BY}{i}") for i, text in enumerate(settings.by)
+    ]
+    if preset is not None:
+        selections += [preset.selected.alias(_SELECTED), preset.correct.alias(_CORRECT)]
+    else:
+        assert settings.correct is not None  # validated
+        selections.append(_expression(settings.correct, "correct", columns).alias(_CORRECT))
+        if settings.confidence is not None:
+            confidence = _expression(settings.confidence, "confidence", columns)
+            selections.append(confidence.alias(_CONFIDENCE))
+        if settings.selected is not None:
+            selected = _expression(settings.selected, "selected", columns)
+            selections.append(selected.alias(_SELECTED))
+    try:
+        read = frame.select(pl.len()).collect().item()
+        if settings.where:
+            frame = frame.filter(_expression(settings.where, "where", columns))
+        rows = frame.select(selections).collect()
+    except (pl.exceptions.ColumnNotFoundError, pl.exceptions.SQLInterfaceError) as exc:
+        raise ConfigError(f"an expression does not fit the table: {exc}") from None
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(f"cannot evaluate the expressions over the table: {exc}") from None
+    after_where = rows.height
+    rows = _typed(rows, settings)
+    if _SELECTED in rows.columns:
+        usable = pl.col(_SELECTED).is_not_null() & (
+            pl.col(_CORRECT).is_not_null() | ~pl.col(_SELECTED)
+        )
+        rows = rows.filter(usable).with_columns(pl.col(_CORRECT).fill_null(True))
+    else:
+        rows = rows.drop_nulls([_CONFIDENCE, _CORRECT])
+    dropped = after_where - rows.height
+    if rows.height == 0:
+        raise InputError(
+            f"no rows to evaluate ({read} read, {after_where} after --where, "
+            f"{dropped} with a null confidence or correctness)"
+        )
+    _check_values(rows, settings)
+    data = table.describe() | {
+        "rows_read": read,
+        "rows_after_where": after_where,
+        "rows_dropped_null": dropped,
+        "rows_evaluated": rows.height,
+    }
+    return rows, data
+
+
+def _typed(rows: pl.DataFrame, settings: ReportSettings) -> pl.DataFrame:
+    """Cast confidence to Float64 and correctness/selection to Boolean, or explain why not."""
+    casts = []
+    if _CONFIDENCE in rows.columns:
+        dtype = rows.schema[_CONFIDENCE]
+        if not (dtype.is_numeric() or dtype == pl.Null):
+            raise ConfigError(f"confidence: must be numeric, got {dtype}")
+        casts.append(pl.col(_CONFIDENCE).cast(pl.Float64))
+    for name, setting in ((_CORRECT, "correct"), (_SELECTED, "selected")):
+        if name not in rows.columns:
+            continue
+        dtype = rows.schema[name]
+        if dtype == pl.Boolean or dtype == pl.Null:
+            casts.append(pl.col(name).cast(pl.Boolean))
+            continue
+        if not dtype.is_numeric():
+            raise ConfigError(f"{setting}: must be boolean or 0/1, got {dtype}")
+        value = pl.col(name).cast(pl.Float64)
+        bad = rows.filter(value.is_not_null() & ~value.is_in([0.0, 1.0])).height
+        if bad:
+            raise InputError(f"{setting}: {bad} rows are neither 0 nor 1")
+        casts.append(pl.col(name).cast(pl.Float64).cast(pl.Boolean))
+    return rows.with_columns(casts)
+
+
+def _check_values(rows: pl.DataFrame, settings: ReportSettings) -> None:
+    if _CONFIDENCE not in rows.columns:
+        return
+    confidence = pl.col(_CONFIDENCE)
+    nonfinite = rows.filter(~confidence.is_finite()).height
+    if nonfinite:
+        raise InputError(f"confidence: {nonfinite} rows are NaN or infinite")
+    if settings.calibration:
+        outside = rows.filter((confidence < 0) | (confidence > 1)).height
+        if outside:
+            raise InputError(
+                f"confidence: {outside} rows lie outside [0, 1]; calibration needs "
+                "probabilities (use `rowgate report selective` to rank arbitrary scores)"
+            )
+
+
+def _scored_slice(
+    label: str,
+    keys: dict[str, str | None],
+    part: pl.DataFrame,
+    settings: ReportSettings,
+    z: float,
+) -> SliceResult:
+    confidence = part[_CONFIDENCE].to_numpy().astype(np.float64)
+    correct = part[_CORRECT].cast(pl.Float64).to_numpy()
+    wrong = 1.0 - correct
+    n = confidence.size
+    summary: dict[str, Any] = {
+        "n": n,
+        "accuracy": float(correct.mean()),
+        "mean_confidence": float(confidence.mean()),
+    }
+    result = SliceResult(label, keys, summary)
+    rng = slice_generator(settings.seed, label)
+    calibration = settings.calibration
+    if calibration:
+        width_edges = equal_width_edges(settings.bins)
+        width = reliability_bins(confidence, correct, width_edges)
+        mass = reliability_bins(confidence, correct, equal_mass_edges(confidence, settings.bins))
+        width_errors = calibration_errors(width.count, width.sum_confidence, width.sum_correct)
+        mass_errors = calibration_errors(mass.count, mass.sum_confidence, mass.sum_correct)
+        summary |= {
+            "ece_equal_width": float(width_errors.ece),
+            "ece_equal_mass": float(mass_errors.ece),
+            "mce": float(width_errors.mce),
+            "rmsce": float(width_errors.rmsce),
+            "brier": brier_score(confidence, correct),
+            "equal_mass_bins": int(mass.count.size),
+        }
+        for scheme, bins in (("equal_width", width), ("equal_mass", mass)):
+            result.bins += _bin_rows(
+                label,
+                scheme,
+                bins.edges,
+                bins.count,
+                bins.sum_correct,
+                bins.mean_confidence,
+                bins.accuracy,
+                z,
+            )
+        bin_index = assign_bins(confidence, width_edges)
+    groups = tie_groups(confidence)
+    identity = np.arange(n, dtype=np.int64)[None, :]
+    point = resampled_selective(identity, groups, wrong, settings.coverages, settings.target_risks)
+    summary |= {
+        "aurc": float(point.aurc[0]),
+        "aurc_optimal": float(point.aurc_optimal[0]),
+        "e_aurc": float(point.e_aurc[0]),
+    }
+    result.curve = risk_coverage_curve(confidence, wrong)
+
+    replicates: dict[str, list[FloatArray]] = {}
+    for indices in resample_chunks(n, settings.bootstrap, rng):
+        if calibration:
+            for name, values in resampled_calibration(
+                indices, confidence, correct, bin_index, settings.bins
+            ).items():
+                replicates.setdefault(name, []).append(values)
+        metrics = resampled_selective(
+            indices, groups, wrong, settings.coverages, settings.target_risks
+        )
+        replicates.setdefault("aurc", []).append(metrics.aurc)
+        replicates.setdefault("e_aurc", []).append(metrics.e_aurc)
+        replicates.setdefault("risk_at_coverage", []).append(metrics.risk_at_coverage)
+        replicates.setdefault("coverage_at_risk", []).append(metrics.coverage_at_risk)
+    drawn = {name: np.concatenate(chunks) for name, chunks in replicates.items()}
+
+    interval_of = {"ece_equal_width": "ece", "brier": "brier", "aurc": "aurc", "e_aurc": "e_aurc"}
+    for column, name in interval_of.items():
+        if column not in summary:
+            continue
+        low, high = percentile_interval(drawn[name], settings.level) if drawn else (None, None)
+        summary[f"{column}_low"], summary[f"{column}_high"] = _nan(low), _nan(high)
+
+    for i, target in enumerate(settings.coverages):
+        low, high = (
+            percentile_interval(drawn["risk_at_coverage"][:, i], settings.level)
+            if drawn
+            else (None, None)
+        )
+        result.targets.append(
+            {
+                "slice": label,
+                "metric": "risk_at_coverage",
+                "target": target,
+                "value": float(point.risk_at_coverage[0, i]),
+                "low": low,
+                "high": high,
+                "achieved_coverage": float(point.achieved_coverage[0, i]),
+                "threshold": None,
+            }
+        )
+    for i, target in enumerate(settings.target_risks):
+        low, high = (
+            percentile_interval(drawn["coverage_at_risk"][:, i], settings.level)
+            if drawn
+            else (None, None)
+        )
+        group = int(point.group_at_risk[0, i])
+        result.targets.append(
+            {
+                "slice": label,
+                "metric": "coverage_at_risk",
+                "target": target,
+                "value": float(point.coverage_at_risk[0, i]),
+                "low": low,
+                "high": high,
+                "achieved_coverage": None,
+                "threshold": float(groups.threshold[group]) if group >= 0 else None,
+            }
+        )
+
+    errors = int(np.rint(wrong.sum()))
+    result.warnings = _warnings(label, n, n - errors, errors, settings)
+    if groups.size == 1:
+        result.warnings.append(
+            _warning(
+                label,
+                "single_confidence",
+                "every row has the same confidence: "
+                "no ranking, the risk-coverage curve is a single point",
+            )
+        )
+    return result
+
+
+def _operating_point_slice(
+    label: str,
+    keys: dict[str, str | None],
+    part: pl.DataFrame,
+    settings: ReportSettings,
+    z: float,
+) -> SliceResult:
+    selected = part[_SELECTED].cast(pl.Float64).to_numpy()
+    wrong_selected = selected * (1.0 - part[_CORRECT].cast(pl.Float64).to_numpy())
+    n = selected.size
+    chosen = int(selected.sum())
+    errors = int(wrong_selected.sum())
+    coverage_low, coverage_high = wilson_interval(np.array([chosen]), np.array([n]), z)
+    risk_low, risk_high = wilson_interval(np.array([errors]), np.array([chosen]), z)
+    summary: dict[str, Any] = {
+        "n": n,
+        "selected": chosen,
+        "errors": errors,
+        "coverage": chosen / n,
+        "risk": errors / chosen if chosen else None,
+        "coverage_wilson_low": float(coverage_low[0]),
+        "coverage_wilson_high": float(coverage_high[0]),
+        "risk_wilson_low": float(risk_low[0]),
+        "risk_wilson_high": float(risk_high[0]),
+    }
+    coverages: list[FloatArray] = []
+    risks: list[FloatArray] = []
+    rng = slice_generator(settings.seed, label)
+    for indices in resample_chunks(n, settings.bootstrap, rng):
+        coverage, risk = resampled_operating_point(indices, selected, wrong_selected)
+        coverages.append(coverage)
+        risks.append(risk)
+    for name, values in (("coverage", coverages), ("risk", risks)):
+        low, high = (
+            percentile_interval(np.concatenate(values), settings.level) if values else (None, None)
+        )
+        summary[f"{name}_low"], summary[f"{name}_high"] = _nan(low), _nan(high)
+    result = SliceResult(label, keys, summary)
+    result.warnings = _warnings(label, n, chosen - errors, errors, settings)
+    if chosen == 0:
+        result.warnings.append(
+            _warning(label, "none_selected", "no row was selected: risk is undefined")
+        )
+    return result
+
+
+def _warnings(
+    label: str, n: int, correct: int, wrong: int, settings: ReportSettings
+) -> list[dict[str, str]]:
+    found = []
+    if n < settings.min_slice_rows:
+        found.append(
+            _warning(
+                label, "small_slice", f"n = {n} < {settings.min_slice_rows}: intervals are wide"
+            )
+        )
+    if correct + wrong > 0 and wrong == 0:
+        found.append(
+            _warning(label, "all_correct", "no errors: ECE and risk only measure confidence")
+        )
+    if correct + wrong > 0 and correct == 0:
+        found.append(_warning(label, "all_wrong", "no correct rows"))
+    return found
+
+
+def _warning(label: str, code: str, message: str) -> dict[str, str]:
+    return {"slice": label, "code": code, "message": message}
+
+
+def _bin_rows(
+    label: str,
+    scheme: str,
+    edges: FloatArray,
+    count: FloatArray,
+    sum_correct: FloatArray,
+    mean_confidence: FloatArray,
+    accuracy: FloatArray,
+    z: float,
+) -> list[dict[str, Any]]:
+    low, high = wilson_interval(sum_correct, count, z)
+    return [
+        {
+            "slice": label,
+            "scheme": scheme,
+            "bin": b,
+            "lower": float(edges[b]),
+            "upper": float(edges[b + 1]),
+            "closed": "both" if b == 0 else "right",
+            "n": int(count[b]),
+            "mean_confidence": _nan(mean_confidence[b]),
+            "accuracy": _nan(accuracy[b]),
+            "wilson_low": _nan(low[b]),
+            "wilson_high": _nan(high[b]),
+        }
+        for b in range(count.size)
+    ]
+
+
+def _nan(value: float | np.floating[Any] | None) -> float | None:
+    """``None`` for an undefined number: report.json is strict JSON (no NaN)."""
+    if value is None or not math.isfinite(float(value)):
+        return None
+    return float(value)

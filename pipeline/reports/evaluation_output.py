@@ -1,0 +1,428 @@
+"""Writing an evaluation report: ``report.json``, Parquet tables and ``report.html``.
+
+::
+
+    OUT/report.json         format, data, settings, expressions, conventions, versions,
+                            warnings, and every slice's numbers (strict JSON: no NaN)
+    OUT/summary.parquet     one row per slice
+    OUT/bins.parquet        reliability bins of both schemes (scored reports)
+    OUT/rc_curve.parquet    the risk-coverage curve of every slice (scored reports)
+    OUT/targets.parquet     risk at coverage and coverage at risk (scored reports)
+    OUT/report.html         the same, with plots, in one self-contained file
+
+``OUT`` is written under a hidden sibling and renamed into place when complete, as a
+run's output is.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Final
+
+from pipeline.manifest import dependency_versions
+from pipeline.reports import html, plots
+from pipeline.reports.conventions import evaluation_conventions
+from pipeline.reports.evaluation import EvaluationReport, SliceResult
+
+__all__ = ["REPORT_FORMAT", "render_evaluation_html", "report_document", "write_evaluation"]
+
+REPORT_FORMAT: Final = "rowgate-report/1"
+_TMP_MARKER: Final = ".rowgate-report-tmp-"
+
+
+def write_evaluation(report: EvaluationReport, out: Path, *, force: bool = False) -> list[Path]:
+    """Write every file of ``report`` into ``out`` atomically; return the paths written.
+
+    Raises
+    ------
+    FileExistsError
+        ``out`` exists and ``force`` is false.
+    """
+    if out.exists() and not force:
+        raise FileExistsError(errno.EEXIST, "exists; pass --force to replace it", str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}{_TMP_MARKER}{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        tables = {"summary": report.summary_table()}
+        if report.settings.mode == "scored":
+            if report.settings.calibration:
+                tables["bins"] = report.bins_table()
+            tables["rc_curve"] = report.curve_table()
+            tables["targets"] = report.targets_table()
+        for name, frame in tables.items():
+            frame.write_parquet(tmp / f"{name}.parquet", compression="zstd", statistics=True)
+        document = report_document(report, {name: f"{name}.parquet" for name in tables})
+        (tmp / "report.json").write_text(
+            json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n", "utf-8"
+        )
+        (tmp / "report.html").write_text(render_evaluation_html(report, document), "utf-8")
+        if out.exists():
+            old = out.parent / f".{out.name}{_TMP_MARKER}{os.getpid()}-old"
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(out.iterdir())
+
+
+def report_document(report: EvaluationReport, tables: dict[str, str]) -> dict[str, Any]:
+    """The content of ``report.json``."""
+    settings = report.settings
+    preset = report.preset
+    versions = dependency_versions()
+    document: dict[str, Any] = _jsonable(
+        {
+            "format": REPORT_FORMAT,
+            "mode": settings.mode,
+            "data": report.data,
+            "settings": {
+                "bins": settings.bins,
+                "bootstrap": settings.bootstrap,
+                "seed": settings.seed,
+                "level": settings.level,
+                "coverages": list(settings.coverages),
+                "target_risks": list(settings.target_risks),
+                "calibration": settings.calibration,
+                "min_slice_rows": settings.min_slice_rows,
+                "kind": settings.kind,
+            },
+            "expressions": {
+                "confidence": settings.confidence,
+                "correct": preset.correct_definition if preset else settings.correct,
+                "selected": preset.selected_definition if preset else settings.selected,
+                "by": list(settings.by),
+                "where": settings.where,
+            },
+            "preset": None
+            if preset is None
+            else {
+                "name": preset.name,
+                "kind": preset.kind,
+                "description": preset.description,
+                "notes": list(preset.notes),
+            },
+            "conventions": evaluation_conventions(settings),
+            "versions": versions,
+            "warnings": report.warnings,
+            "tables": tables,
+            "slices": [_slice_document(s) for s in report.slices],
+        }
+    )
+    return document
+
+
+def _slice_document(result: SliceResult) -> dict[str, Any]:
+    targets: dict[str, list[dict[str, Any]]] = {}
+    for row in result.targets:
+        entry = {k: v for k, v in row.items() if k not in ("slice", "metric") and v is not None}
+        targets.setdefault(row["metric"], []).append(entry)
+    return {"slice": result.label, "keys": result.keys, **result.summary, **targets}
+
+
+def _jsonable(value: Any) -> Any:
+    """Replace non-finite floats (undefined numbers) by null, recursively."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _plotted(report: EvaluationReport) -> list[SliceResult]:
+    """The whole data first, then the largest slices (ties by label order)."""
+    overall, *rest = report.slices
+    largest = sorted(rest, key=lambda s: -int(s.summary["n"]))
+    return [overall, *largest[: report.settings.max_plotted_slices - 1]]
+
+
+def _interval(summary: dict[str, Any], name: str) -> str:
+    low, high = summary.get(f"{name}_low"), summary.get(f"{name}_high")
+    if low is None or high is None:
+        return "–"
+    return f"[{html.cell(low)}, {html.cell(high)}]"
+
+
+def render_evaluation_html(report: EvaluationReport, document: dict[str, Any]) -> str:
+    """The self-contained HTML page of an evaluation report."""
+    settings = report.settings
+    plotted = _plotted(report)
+    data = report.data
+    files = data.get("files") or []
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    subtitle = (
+        f"{data['rows_evaluated']:,} rows evaluated from {shown or 'a table'}"
+        f" · mode {settings.mode}"
+        + (f" · preset {report.preset.name}" if report.preset else "")
+        + f" · {len(report.slices)} slice(s)"
+    )
+    sections = []
+    if report.preset is not None:
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.preset.notes)
+        sections.append(
+            html.section(
+                f"Preset {report.preset.name}",
+                f"<p>{html.escape(report.preset.description)}</p>",
+                f"<p>selected: <code>{html.escape(report.preset.selected_definition)}</code>; "
+                f"correct: <code>{html.escape(report.preset.correct_definition)}</code></p>",
+                f"<ul>{notes}</ul>",
+            )
+        )
+    if report.warnings:
+        items = "".join(
+            f"<li><b>{html.escape(w['slice'])}</b>: <code>{html.escape(w['code'])}</code> — "
+            f"{html.escape(w['message'])}</li>"
+            for w in report.warnings
+        )
+        sections.append(html.section("Warnings", f'<div class="warn"><ul>{items}</ul></div>'))
+    if settings.mode == "scored":
+        sections += _scored_sections(report, plotted)
+    else:
+        sections += _operating_point_sections(report, plotted)
+    hidden = len(report.slices) - len(plotted)
+    if hidden > 0:
+        sections.append(
+            f'<p class="meta">{hidden} smaller slice(s) are not drawn; every slice is in '
+            "the tables and in report.json.</p>"
+        )
+    sections.append(
+        html.section(
+            "Conventions and settings",
+            "<p>Every number above depends only on these; they are also in report.json.</p>",
+            "<pre>"
+            + html.escape(
+                json.dumps(
+                    {
+                        "expressions": document["expressions"],
+                        "settings": document["settings"],
+                        "data": document["data"],
+                        "conventions": document["conventions"],
+                        "versions": document["versions"],
+                    },
+                    indent=2,
+                    ensure_ascii=False,
+                )
+            )
+            + "</pre>",
+        )
+    )
+    return html.page("rowgate evaluation report", subtitle, sections)
+
+
+def _scored_sections(report: EvaluationReport, plotted: list[SliceResult]) -> list[str]:
+    settings = report.settings
+    calibration = settings.calibration
+    columns = ["slice", "n", "accuracy", "mean confidence"]
+    if calibration:
+        columns += [
+            "ECE (equal width)",
+            "95 % CI",
+            "ECE (equal mass)",
+            "MCE",
+            "RMSCE",
+            "Brier",
+            "95 % CI",
+        ]
+    columns += ["AURC", "95 % CI", "E-AURC", "95 % CI"]
+    rows = []
+    for s in report.slices:
+        m = s.summary
+        row: list[object] = [s.label, m["n"], m["accuracy"], m["mean_confidence"]]
+        if calibration:
+            row += [
+                m["ece_equal_width"],
+                _interval(m, "ece_equal_width"),
+                m["ece_equal_mass"],
+                m["mce"],
+                m["rmsce"],
+                m["brier"],
+                _interval(m, "brier"),
+            ]
+        row += [m["aurc"], _interval(m, "aurc"), m["e_aurc"], _interval(m, "e_aurc")]
+        rows.append(row)
+    level = f"{settings.level:.0%}"
+    columns = [c.replace("95 %", level) for c in columns]
+    sections = [html.section("Summary", html.table(columns, rows))]
+
+    target_rows = [
+        [
+            t["slice"],
+            t["metric"].replace("_", " "),
+            t["target"],
+            t["value"],
+            "–" if t["low"] is None else f"[{html.cell(t['low'])}, {html.cell(t['high'])}]",
+            t["achieved_coverage"],
+            t["threshold"],
+        ]
+        for s in plotted
+        for t in s.targets
+    ]
+    sections.append(
+        html.section(
+            "Selective prediction targets",
+            html.table(
+                [
+                    "slice",
+                    "metric",
+                    "target",
+                    "value",
+                    f"{level} CI",
+                    "achieved coverage",
+                    "threshold",
+                ],
+                target_rows,
+            ),
+        )
+    )
+
+    figures = []
+    panels = []
+    if calibration:
+        panels.append(
+            (
+                "ECE (equal width)",
+                [s.summary["ece_equal_width"] for s in plotted],
+                [s.summary.get("ece_equal_width_low") for s in plotted],
+                [s.summary.get("ece_equal_width_high") for s in plotted],
+            )
+        )
+    panels.append(
+        (
+            "AURC",
+            [s.summary["aurc"] for s in plotted],
+            [s.summary.get("aurc_low") for s in plotted],
+            [s.summary.get("aurc_high") for s in plotted],
+        )
+    )
+    forest = plots.forest_figure([s.label for s in plotted], panels)
+    figures.append(
+        html.image(
+            plots.figure_png(forest),
+            "forest plot of ECE and AURC per slice",
+            f"per slice, {level} bootstrap intervals; dotted: all rows",
+        )
+    )
+    overall = report.slices[0]
+    assert overall.curve is not None  # every scored slice has a curve
+    curves = [(s.label, s.curve.coverage, s.curve.risk) for s in plotted if s.curve is not None]
+    rc = plots.risk_coverage_figure(
+        "risk-coverage (ties grouped)", curves, (overall.curve.coverage, overall.curve.optimal_risk)
+    )
+    figures.append(
+        html.image(
+            plots.figure_png(rc), "risk-coverage curves", "dashed: the optimal ranking of all rows"
+        )
+    )
+    sections.append(
+        html.section(
+            "Per slice and risk-coverage", f'<div class="figures">{"".join(figures)}</div>'
+        )
+    )
+
+    if calibration:
+        diagrams = []
+        for s in plotted:
+            rows_ = [b for b in s.bins if b["scheme"] == "equal_width"]
+            figure = plots.reliability_figure(
+                f"{s.label}: ECE {s.summary['ece_equal_width']:.3f}, n = {s.summary['n']:,}",
+                [b["lower"] for b in rows_],
+                [b["upper"] for b in rows_],
+                [b["n"] for b in rows_],
+                [b["mean_confidence"] for b in rows_],
+                [b["accuracy"] for b in rows_],
+                [b["wilson_low"] for b in rows_],
+                [b["wilson_high"] for b in rows_],
+            )
+            diagrams.append(
+                html.image(plots.figure_png(figure), f"reliability diagram of {s.label}")
+            )
+        sections.append(
+            html.section(
+                "Reliability diagrams (equal-width bins)",
+                f'<p class="meta">{settings.bins} bins, right-closed; error bars are '
+                f"{level} Wilson intervals of each bin's accuracy.</p>",
+                f'<div class="figures">{"".join(diagrams)}</div>',
+            )
+        )
+    return sections
+
+
+def _operating_point_sections(report: EvaluationReport, plotted: list[SliceResult]) -> list[str]:
+    level = f"{report.settings.level:.0%}"
+    rows = [
+        [
+            s.label,
+            s.summary["n"],
+            s.summary["selected"],
+            s.summary["errors"],
+            s.summary["coverage"],
+            _interval(s.summary, "coverage"),
+            s.summary["risk"],
+            _interval(s.summary, "risk"),
+            f"[{html.cell(s.summary['risk_wilson_low'])}, {html.cell(s.summary['risk_wilson_high'])}]",
+        ]
+        for s in report.slices
+    ]
+    summary = html.table(
+        [
+            "slice",
+            "n",
+            "selected",
+            "wrong",
+            "coverage",
+            f"{level} CI",
+            "risk",
+            f"{level} CI",
+            "Wilson",
+        ],
+        rows,
+    )
+    points = plots.operating_points_figure(
+        [s.label for s in plotted],
+        [s.summary["coverage"] for s in plotted],
+        [s.summary["risk"] for s in plotted],
+        (
+            [s.summary.get("coverage_low") for s in plotted],
+            [s.summary.get("coverage_high") for s in plotted],
+        ),
+        (
+            [s.summary.get("risk_low") for s in plotted],
+            [s.summary.get("risk_high") for s in plotted],
+        ),
+    )
+    forest = plots.forest_figure(
+        [s.label for s in plotted],
+        [
+            (
+                name,
+                [s.summary[name] for s in plotted],
+                [s.summary.get(f"{name}_low") for s in plotted],
+                [s.summary.get(f"{name}_high") for s in plotted],
+            )
+            for name in ("coverage", "risk")
+        ],
+    )
+    figures = [
+        html.image(
+            plots.figure_png(points),
+            "risk against coverage per slice",
+            f"{level} bootstrap intervals",
+        ),
+        html.image(plots.figure_png(forest), "forest plot of coverage and risk per slice"),
+    ]
+    return [
+        html.section("Summary", summary),
+        html.section("Operating points", f'<div class="figures">{"".join(figures)}</div>'),
+    ]

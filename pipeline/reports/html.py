@@ -1,0 +1,109 @@
+"""Self-contained HTML pages: inline CSS, PNGs as base64 data URIs, no script, no fetch.
+
+Every page carries a Content-Security-Policy that forbids loading anything (only
+``data:`` images and the inline style), so a page that renders correctly in a browser
+is proven not to depend on an external asset. All text goes through :func:`escape`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+__all__ = ["cell", "escape", "image", "page", "section", "table"]
+
+_STYLE: Final = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 1180px; padding: 0 1rem; color: #1f2328; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #d0d7de; }
+.meta { color: #57606a; margin-top: 0; }
+table { border-collapse: collapse; margin: .6rem 0; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #d0d7de; padding: .25rem .55rem; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; } td.num { text-align: right; }
+.warn { background: #fff8c5; border: 1px solid #d4a72c; padding: .5rem .9rem; border-radius: 6px; }
+.ok { color: #1a7f37; font-weight: 600; } .bad { color: #cf222e; font-weight: 600; }
+.figures { display: flex; flex-wrap: wrap; gap: 1rem; }
+figure { margin: 0; } figcaption { color: #57606a; font-size: .85rem; }
+img { max-width: 100%; height: auto; border: 1px solid #eaeef2; }
+code, pre { font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; }
+pre { background: #f6f8fa; padding: .8rem; white-space: pre-wrap; overflow-wrap: anywhere; }
+"""
+_CSP: Final = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
+def escape(text: object) -> str:
+    """HTML-escape any value's text.
+
+    Examples
+    --------
+    >>> escape("<b>&")
+    '&lt;b&gt;&amp;'
+    """
+    return html.escape(str(text), quote=True)
+
+
+def cell(value: object) -> str:
+    """A table cell's text: thousands separators for ints, 4 decimals for floats, a dash
+    for an undefined number.
+
+    Examples
+    --------
+    >>> cell(12345), cell(0.123456), cell(None), cell(float("nan"))
+    ('12,345', '0.1235', '–', '–')
+    """
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """An HTML table; numbers are right-aligned.
+
+    Examples
+    --------
+    >>> table(["a"], [[1]])
+    '<table><thead><tr><th>a</th></tr></thead><tbody><tr><td class="num">1</td></tr></tbody></table>'
+    """
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = []
+    for row in rows:
+        cells = []
+        for value in row:
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            attribute = ' class="num"' if numeric or value is None else ""
+            cells.append(f"<td{attribute}>{escape(cell(value))}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def image(png: bytes, alt: str, caption: str | None = None) -> str:
+    """A PNG embedded as a ``data:`` URI, in a figure with an optional caption."""
+    data = base64.b64encode(png).decode("ascii")
+    caption_html = f"<figcaption>{escape(caption)}</figcaption>" if caption else ""
+    return f'<figure><img alt="{escape(alt)}" src="data:image/png;base64,{data}">{caption_html}</figure>'
+
+
+def section(title: str, *parts: str) -> str:
+    return f"<section><h2>{escape(title)}</h2>{''.join(parts)}</section>"
+
+
+def page(title: str, subtitle: str, sections: Sequence[str]) -> str:
+    """A complete HTML document."""
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"
+        f'<body><h1>{escape(title)}</h1><p class="meta">{escape(subtitle)}</p>'
+        f"{''.join(sections)}</body></html>\n"
+    )

@@ -1,0 +1,350 @@
+"""``OUT/report.html``: a run explained to a person, without opening Parquet.
+
+Rendered from the run's (temporary) output directory and its manifest just before the
+manifest is written, and recorded in the manifest under ``reports`` with its SHA-256
+(``rowgate verify`` checks it). It shows counts per kind and disposition, the top reason
+codes with example line numbers, duplicate clusters when a ``dedupe/`` artifact exists,
+and score distributions when the outputs carry score columns; it says so when a section
+has nothing to show, so it works with whatever stages a run had.
+
+Record values never reach the page: it reads only lineage columns (``_source``,
+``_line``, ``_kind``), ``_reasons`` (codes, safe field paths and value-free details, by
+the :class:`~pipeline.reasons.Reason` contract), numeric score columns that rowgate
+added (``_``-prefixed), and columns of ``dedupe/`` tables that are numeric or whose names
+say they hold lineage, rules or digests. Never ``_raw``, never a payload column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import polars as pl
+
+from pipeline.reports import html
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
+
+__all__ = ["RUN_REPORT_NAME", "render_run_report", "write_run_report"]
+
+RUN_REPORT_NAME: Final = "report.html"
+#: reason codes drawn in the chart (the table lists every code), and examples per code
+TOP_REASONS: Final = 20
+EXAMPLES_PER_REASON: Final = 3
+#: largest clusters listed per dedupe table
+TOP_CLUSTERS: Final = 10
+_DISPOSITIONS: Final = ("accepted", "quarantined", "duplicate", "rejected")
+#: string columns of a dedupe/ table that may be shown: lineage, rules, digests, ids
+_SAFE_TEXT: Final = re.compile(r"(source|line|rule|kind|split|sha256|digest|cluster|_id$|^id$)")
+_SCORE: Final = re.compile(r"score")
+
+
+def write_run_report(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Write ``out/report.html`` and return its manifest entry ``{path, bytes, sha256}``."""
+    data = render_run_report(out, manifest).encode("utf-8")
+    (out / RUN_REPORT_NAME).write_bytes(data)
+    return {"path": RUN_REPORT_NAME, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def render_run_report(out: Path, manifest: dict[str, Any]) -> str:
+    """The run report of the run in ``out`` described by ``manifest``, as HTML text."""
+    counts = manifest["counts"]
+    conservation = manifest["conservation"]
+    subtitle = (
+        f"campaign {manifest.get('campaign') or '(unnamed)'} · {counts['lines']:,} lines from "
+        f"{len(manifest['inputs'])} input(s) · conservation "
+        + ("ok" if conservation["ok"] else "FAILED")
+        + f" · config {str(manifest.get('config_sha256') or 'defaults')[:12]}"
+    )
+    outputs = manifest["outputs"]
+    sections = [
+        _dispositions(out, manifest),
+        _reasons(out, manifest),
+        _duplicates(out, manifest),
+        _scores(out, outputs),
+        _inputs(manifest),
+    ]
+    return html.page("rowgate run report", subtitle, sections)
+
+
+def _plots() -> Any:
+    # matplotlib loads only when a report is drawn, not on every `rowgate` start
+    from pipeline.reports import plots
+
+    return plots
+
+
+def _files(out: Path, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in entries if (out / e["path"]).is_file()]
+
+
+def _dispositions(out: Path, manifest: dict[str, Any]) -> str:
+    counts = manifest["counts"]
+    total = counts["lines"] or 1
+    rows = [
+        [d, counts["by_disposition"].get(d, 0), f"{counts['by_disposition'].get(d, 0) / total:.1%}"]
+        for d in _DISPOSITIONS
+    ]
+    by_kind: dict[str, dict[str, int]] = {}
+    for entry in manifest["outputs"]:
+        if entry["disposition"] == "rejected":
+            continue
+        kind = entry["kind"] or "(none)"
+        by_kind.setdefault(kind, {}).setdefault(entry["disposition"], 0)
+        by_kind[kind][entry["disposition"]] += entry["rows"]
+    rejected = [e for e in _files(out, manifest["outputs"]) if e["disposition"] == "rejected"]
+    if rejected:
+        rejected_kinds = (
+            pl.concat([pl.read_parquet(out / e["path"], columns=["_kind"]) for e in rejected])
+            .group_by("_kind")
+            .len()
+        )
+        for kind, n in rejected_kinds.iter_rows():
+            by_kind.setdefault(kind or "(not routed)", {})["rejected"] = n
+    kinds = sorted(by_kind)
+    table_rows = [[k, *(by_kind[k].get(d, 0) for d in _DISPOSITIONS)] for k in kinds]
+    parts = [
+        html.table(["disposition", "rows", "share"], rows),
+        html.table(["kind", *_DISPOSITIONS], table_rows),
+    ]
+    if kinds:
+        plots = _plots()
+        figure = plots.stacked_bar_figure(
+            "rows per kind and disposition",
+            kinds,
+            {d: [by_kind[k].get(d, 0) for k in kinds] for d in _DISPOSITIONS},
+            "rows",
+        )
+        parts.append(html.image(plots.figure_png(figure), "rows per kind and disposition"))
+    return html.section("Dispositions", *parts)
+
+
+def _reason_rows(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
+    """(disposition, code, source, line, path, detail) of every reason, in the order key."""
+    order = {entry["path"]: entry["index"] for entry in manifest["inputs"]}
+    frames = []
+    for entry in _files(out, manifest["outputs"]):
+        frame = (
+            pl.scan_parquet(out / entry["path"])
+            .select("_source", "_line", "_reasons")
+            .filter(pl.col("_reasons").list.len() > 0)
+            .with_columns(disposition=pl.lit(entry["disposition"]))
+        )
+        frames.append(frame)
+    if not frames:
+        return pl.DataFrame()
+    rows = pl.concat(frames).collect().explode("_reasons").unnest("_reasons")
+    return rows.with_columns(
+        _input=pl.col("_source").replace_strict(order, default=len(order), return_dtype=pl.Int64)
+    ).sort("_input", "_line")
+
+
+def _reasons(out: Path, manifest: dict[str, Any]) -> str:
+    by_reason = manifest["counts"]["by_reason"]
+    ranked = sorted(
+        ((code, n, d) for d, codes in by_reason.items() for code, n in codes.items()),
+        key=lambda item: (-item[1], item[0], item[2]),
+    )
+    if not ranked:
+        return html.section(
+            "Reasons", "<p>No row carries a reason: every line was accepted clean.</p>"
+        )
+    reasons = _reason_rows(out, manifest)
+    examples: dict[tuple[str, str], list[str]] = {}
+    if reasons.height:
+        firsts = reasons.group_by("disposition", "code", maintain_order=True).head(
+            EXAMPLES_PER_REASON
+        )
+        for d, code, source, line, path, detail in firsts.select(
+            "disposition", "code", "_source", "_line", "path", "detail"
+        ).iter_rows():
+            where = f"{source}:{line}" + (f" {path}" if path else "")
+            examples.setdefault((d, code), []).append(where + (f" — {detail}" if detail else ""))
+    rows = [[code, d, n, "; ".join(examples.get((d, code), []))] for code, n, d in ranked]
+    plots = _plots()
+    top = ranked[:TOP_REASONS]
+    figure = plots.bar_figure(
+        f"top {len(top)} reason codes" if len(ranked) > len(top) else "reason codes",
+        [f"{c} ({d})" for c, _, d in top],
+        [n for _, n, _ in top],
+        "rows",
+    )
+    return html.section(
+        "Reasons",
+        "<p>Examples are the first rows in input order: file:line, the field path, and the "
+        "rule's own explanation (never the value).</p>",
+        html.table(["reason", "disposition", "rows", "examples"], rows),
+        html.image(plots.figure_png(figure), "rows per reason code"),
+    )
+
+
+def _is_safe(label: str, dtype: PolarsDataType) -> bool:
+    if dtype.is_numeric() or dtype == pl.Boolean:
+        return True
+    return dtype == pl.String and _SAFE_TEXT.search(label.lower()) is not None
+
+
+def _safe_columns(schema: pl.Schema) -> tuple[list[pl.Expr], list[str]]:
+    """Columns of a dedupe/ table that cannot hold record text (struct fields flattened),
+    and the labels of those left out."""
+    chosen: list[pl.Expr] = []
+    hidden: list[str] = []
+    for name, dtype in schema.items():
+        if isinstance(dtype, pl.Struct):
+            for f in dtype.fields:
+                label = f"{name}.{f.name}"
+                if _is_safe(label, f.dtype):
+                    chosen.append(pl.col(name).struct.field(f.name).alias(label))
+                else:
+                    hidden.append(label)
+        elif _is_safe(name, dtype):
+            chosen.append(pl.col(name))
+        else:
+            hidden.append(name)
+    return chosen, hidden
+
+
+def _duplicates(out: Path, manifest: dict[str, Any]) -> str:
+    artifacts = [
+        a for a in _files(out, manifest.get("artifacts", [])) if a["path"].startswith("dedupe/")
+    ]
+    duplicate_rows = manifest["counts"]["by_disposition"].get("duplicate", 0)
+    if not artifacts:
+        return html.section(
+            "Duplicate clusters",
+            f"<p>{duplicate_rows:,} rows were removed as duplicates. This run wrote no "
+            "<code>dedupe/</code> cluster table (deduplication did not run or keeps none).</p>",
+        )
+    parts = [f"<p>{duplicate_rows:,} rows were removed as duplicates.</p>"]
+    for artifact in artifacts:
+        frame = pl.scan_parquet(out / artifact["path"])
+        schema = frame.collect_schema()
+        columns, hidden = _safe_columns(schema)
+        size = next((n for n, t in schema.items() if "size" in n.lower() and t.is_integer()), None)
+        shown = frame.select(columns) if columns else frame.select(pl.len().alias("rows"))
+        if size is not None and columns:
+            shown = shown.sort(size, descending=True, maintain_order=True)
+        top = shown.head(TOP_CLUSTERS).collect()
+        note = (
+            f'<p class="meta">{artifact["path"]}: {artifact["rows"]:,} rows'
+            + (f", largest {TOP_CLUSTERS} by {size}" if size else f", first {TOP_CLUSTERS}")
+            + (f"; columns not shown (may hold record text): {', '.join(hidden)}" if hidden else "")
+            + "</p>"
+        )
+        parts += [note, html.table(top.columns, top.rows())]
+        if size is not None:
+            sizes = frame.select(size).collect()[size].to_numpy()
+            plots = _plots()
+            figure = plots.histogram_figure(
+                f"cluster sizes ({artifact['path']})", {"clusters": sizes}, size
+            )
+            parts.append(html.image(plots.figure_png(figure), "cluster size distribution"))
+    return html.section("Duplicate clusters", *parts)
+
+
+def _score_columns(schema: pl.Schema) -> list[tuple[str, pl.Expr]]:
+    found = []
+    for name, dtype in schema.items():
+        if not name.startswith("_"):
+            continue  # payload columns are the record's own data, never plotted
+        if dtype.is_numeric() and _SCORE.search(name) and name not in ("_line", "_offset"):
+            found.append((name, pl.col(name)))
+        elif isinstance(dtype, pl.Struct):
+            for field in dtype.fields:
+                label = f"{name}.{field.name}"
+                if field.dtype.is_numeric() and _SCORE.search(label):
+                    found.append((label, pl.col(name).struct.field(field.name)))
+    return found
+
+
+def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
+    values: dict[tuple[str, str], dict[str, list[pl.Series]]] = {}
+    for entry in _files(out, outputs):
+        if entry["disposition"] == "rejected":
+            continue
+        frame = pl.scan_parquet(out / entry["path"])
+        columns = _score_columns(frame.collect_schema())
+        if not columns:
+            continue
+        got = frame.select(
+            [expr.cast(pl.Float64).alias(label) for label, expr in columns]
+        ).collect()
+        for label, _ in columns:
+            key = (entry["kind"] or "(none)", label)
+            values.setdefault(key, {}).setdefault(entry["disposition"], []).append(got[label])
+    if not values:
+        return html.section(
+            "Score distributions",
+            "<p>No score columns in this run's outputs (rubric scoring did not run).</p>",
+        )
+    plots = _plots()
+    parts = []
+    rows = []
+    for (kind, label), by_disposition in sorted(values.items()):
+        groups = {
+            d: pl.concat(series).drop_nulls().to_numpy() for d, series in by_disposition.items()
+        }
+        for d, v in groups.items():
+            rows.append(
+                [
+                    kind,
+                    label,
+                    d,
+                    int(v.size),
+                    float(v.mean()) if v.size else None,
+                    float(v.min()) if v.size else None,
+                    float(v.max()) if v.size else None,
+                ]
+            )
+        figure = plots.histogram_figure(f"{kind}: {label}", groups, label)
+        parts.append(html.image(plots.figure_png(figure), f"distribution of {label} for {kind}"))
+    return html.section(
+        "Score distributions",
+        html.table(["kind", "column", "disposition", "rows", "mean", "min", "max"], rows),
+        f'<div class="figures">{"".join(parts)}</div>',
+    )
+
+
+def _inputs(manifest: dict[str, Any]) -> str:
+    inputs = [
+        [
+            e["path"],
+            e.get("kind") or "(by record)",
+            e.get("split") or "",
+            e["compression"],
+            e["bytes"],
+            e["lines"],
+            e["sha256"],
+        ]
+        for e in manifest["inputs"]
+    ]
+    schemas = [
+        [k, v.get("title", ""), v["sha256"]] for k, v in sorted(manifest.get("schemas", {}).items())
+    ]
+    artifacts = [
+        [a["path"], a.get("kind") or "", a["rows"], a["sha256"]]
+        for a in manifest.get("artifacts", [])
+    ]
+    parts = [
+        html.table(["input", "kind", "split", "compression", "bytes", "lines", "sha256"], inputs),
+        html.table(["kind", "schema", "sha256"], schemas),
+    ]
+    if artifacts:
+        parts.append(html.table(["artifact", "kind", "rows", "sha256"], artifacts))
+    notes = manifest.get("global") or {}
+    if notes:
+        parts.append(
+            "<details><summary>stage notes</summary><pre>"
+            + html.escape(json.dumps(notes, indent=2, ensure_ascii=False, sort_keys=True))
+            + "</pre></details>"
+        )
+    parts.append(
+        '<p class="meta">Every output file, its SHA-256, the effective config, versions and '
+        "timings are in manifest.json; <code>rowgate verify</code> re-checks them.</p>"
+    )
+    return html.section("Inputs, schemas and artifacts", *parts)

@@ -1,0 +1,162 @@
+"""Where a report's rows come from: a run directory, a glob, a Parquet or a JSONL table.
+
+``DATA`` may be
+
+* a run's output directory (it holds ``manifest.json``): the accepted rows of one kind,
+  ``accepted/<kind>/*.parquet``;
+* any other directory: every Parquet file under it, or else every JSONL file;
+* a glob (``exports/*.parquet``) or a single file.
+
+JSONL is read with rowgate's strict parser first (duplicate keys, NaN, lone surrogates,
+lossy numbers are errors that name the file and line, never the value), then handed to
+polars, which would otherwise accept what the gate rejects (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import polars as pl
+
+from pipeline.config import ConfigError, Limits
+from pipeline.manifest import MANIFEST_NAME, load_manifest
+from pipeline.reader import InputError, InputFile, Shard, detect_compression, read_batches
+from pipeline.reasons import RejectLine
+from pipeline.strict_json import parse_object
+
+__all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "LoadedTable", "load_table"]
+
+PARQUET_SUFFIXES: Final = (".parquet",)
+JSONL_SUFFIXES: Final = (
+    ".jsonl",
+    ".jsonl.gz",
+    ".jsonl.zst",
+    ".ndjson",
+    ".ndjson.gz",
+    ".ndjson.zst",
+)
+_GLOB_CHARS: Final = frozenset("*?[")
+
+
+@dataclass
+class LoadedTable:
+    """The rows to evaluate, lazily, and where they came from."""
+
+    frame: pl.LazyFrame
+    files: list[str]
+    format: str  # "parquet" or "jsonl"
+    #: set when DATA is a run directory: the kind read from it
+    run_kind: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, object]:
+        return {"format": self.format, "files": self.files, "run_kind": self.run_kind}
+
+
+def load_table(data: str, *, kind: str | None = None, limits: Limits | None = None) -> LoadedTable:
+    """Open ``data`` for a report (see the module docstring for what it may be).
+
+    Raises
+    ------
+    InputError
+        Nothing readable at ``data``, mixed formats, or a JSONL line that is not strict JSON.
+    ConfigError
+        A run directory holds several kinds and ``kind`` does not choose one.
+    """
+    limits = limits or Limits()
+    path = Path(data)
+    run_kind = None
+    if path.is_dir() and (path / MANIFEST_NAME).is_file():
+        files, run_kind = _run_files(path, kind)
+    elif path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file())
+        files = [p for p in found if _format(p) == "parquet"] or [
+            p for p in found if _format(p) == "jsonl"
+        ]
+    elif _GLOB_CHARS & set(data):
+        files = sorted(Path(p) for p in glob.glob(data, recursive=True) if Path(p).is_file())
+    elif path.is_file():
+        files = [path]
+    else:
+        raise InputError(f"{data}: no such file or directory")
+    if not files:
+        raise InputError(f"{data}: no Parquet or JSONL files found")
+    formats = {_format(p) for p in files}
+    if None in formats:
+        odd = next(p for p in files if _format(p) is None)
+        raise InputError(f"{odd}: not a Parquet or JSONL file (by its suffix)")
+    if len(formats) > 1:
+        raise InputError(f"{data}: mixes Parquet and JSONL files; give one format")
+    names = [str(p) for p in files]
+    if formats == {"parquet"}:
+        return LoadedTable(pl.scan_parquet(names), names, "parquet", run_kind)
+    return LoadedTable(_read_jsonl(files, limits).lazy(), names, "jsonl", run_kind)
+
+
+def _format(path: Path) -> str | None:
+    name = path.name
+    if name.endswith(PARQUET_SUFFIXES):
+        return "parquet"
+    if name.endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    return None
+
+
+def _run_files(directory: Path, kind: str | None) -> tuple[list[Path], str]:
+    manifest = load_manifest(directory)
+    by_kind: dict[str, list[Path]] = {}
+    for entry in manifest["outputs"]:
+        if entry.get("disposition") == "accepted" and entry.get("kind"):
+            by_kind.setdefault(entry["kind"], []).append(directory / entry["path"])
+    if not by_kind:
+        raise InputError(f"{directory}: the run accepted no rows")
+    if kind is None:
+        if len(by_kind) > 1:
+            raise ConfigError(
+                f"kind: {directory} holds accepted rows of several kinds "
+                f"({', '.join(sorted(by_kind))}); choose one with --kind"
+            )
+        kind = next(iter(by_kind))
+    if kind not in by_kind:
+        raise InputError(
+            f"{directory}: no accepted rows of kind {kind!r} (found: {', '.join(sorted(by_kind))})"
+        )
+    return sorted(by_kind[kind]), kind
+
+
+def _read_jsonl(files: list[Path], limits: Limits) -> pl.DataFrame:
+    frames = []
+    for index, path in enumerate(files):
+        source = InputFile(
+            index, str(path), str(path.resolve()), path.stat().st_size, detect_compression(path)
+        )
+        lines: list[bytes] = []
+        for batch in read_batches(Shard(0, source), limits.max_line_bytes, 1 << 14):
+            for i, line in enumerate(batch.lines):
+                number = batch.first_line + i
+                if i in batch.oversized:
+                    raise InputError(
+                        f"{path}:{number}: line.too_large (over {limits.max_line_bytes} bytes)"
+                    )
+                try:
+                    parse_object(line, limits.max_depth, limits.max_items)
+                except RejectLine as exc:
+                    reason = exc.reason
+                    raise InputError(f"{path}:{number}: {reason.code} ({reason.detail})") from None
+                lines.append(line)
+        if not lines:
+            continue
+        try:
+            frames.append(pl.read_ndjson(io.BytesIO(b"\n".join(lines)), infer_schema_length=None))
+        except pl.exceptions.PolarsError as exc:
+            raise InputError(f"{path}: cannot be read as one table: {exc}") from None
+    if not frames:
+        raise InputError(f"{', '.join(map(str, files))}: no rows")
+    try:
+        return pl.concat(frames, how="diagonal_relaxed")
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(f"JSONL files do not share compatible columns: {exc}") from None

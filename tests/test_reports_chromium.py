@@ -1,0 +1,121 @@
+"""The HTML reports render in headless Chromium (Debian's ``chromium``) with their plots.
+
+Two checks per page, both in a fresh browser profile:
+
+1. ``--dump-dom`` of a copy with a probe script that, on ``load``, counts the images that
+   decoded (``complete`` and ``naturalWidth > 0``). The copy keeps the page's
+   Content-Security-Policy (only ``script-src`` is added for the probe), so an image that
+   needed anything but a ``data:`` URI would fail and be counted. A control image pointing
+   at a file proves the probe sees failures.
+2. ``--screenshot`` of the page itself: not blank, and plot-coloured pixels present.
+
+Skipped, with a message saying how to install it, only where Chromium is not installed;
+``.ci/run`` installs it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from PIL import Image
+
+from pipeline.config import load_campaign
+from pipeline.reports.evaluation import evaluate
+from pipeline.reports.evaluation_output import write_evaluation
+from pipeline.reports.settings import ReportSettings
+from pipeline.reports.sources import LoadedTable
+from pipeline.run import run
+from tests.conftest import DATA
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Chromium is not installed (Debian: apt-get install -y chromium); .ci/run installs it",
+)
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
+PROBE = """<img id="control" alt="control" src="file:///nonexistent/control.png">
+<script>
+window.addEventListener("load", function () {
+  var images = Array.from(document.images).filter(function (i) { return i.id !== "control"; });
+  var decoded = images.filter(function (i) { return i.complete && i.naturalWidth > 0; });
+  var control = document.getElementById("control");
+  document.body.setAttribute("data-images", decoded.length + "/" + images.length);
+  document.body.setAttribute("data-control", String(control.naturalWidth));
+});
+</script>"""
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    assert CHROMIUM is not None
+    return subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def _check_page(page: Path, tmp_path: Path, expected_images: int) -> None:
+    text = page.read_text()
+    probed = tmp_path / f"probe-{page.parent.name}.html"
+    probed.write_text(
+        text.replace(
+            "style-src 'unsafe-inline'", "style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+        ).replace("</body>", PROBE + "</body>")
+    )
+    dom = _chromium(tmp_path, "--virtual-time-budget=10000", "--dump-dom", probed.as_uri())
+    found = re.search(r'data-images="(\d+)/(\d+)"', dom.stdout)
+    assert found, f"probe did not run: {dom.stderr[-2000:]}"
+    decoded, total = int(found[1]), int(found[2])
+    assert total >= expected_images
+    assert decoded == total, f"{total - decoded} of {total} plots did not render"
+    assert 'data-control="0"' in dom.stdout  # the probe does see an image that fails
+
+    shot = tmp_path / f"shot-{page.parent.name}.png"
+    _chromium(tmp_path, "--window-size=1280,4000", f"--screenshot={shot}", page.as_uri())
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3).astype(int)
+    non_white = (pixels < 245).any(axis=1).mean()
+    # plots are the only strongly coloured areas: tables and text are grey
+    coloured = (pixels.max(axis=1) - pixels.min(axis=1) > 80).sum()
+    assert non_white > 0.05, "screenshot is blank"
+    assert len(np.unique(pixels[::7], axis=0)) > 50, "screenshot has almost no colours"
+    assert coloured > 5000, "no plot colours in the screenshot"
+
+
+def test_evaluation_report_renders_with_plots(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    n = 600
+    p = rng.beta(3, 2, n)
+    table = LoadedTable(
+        pl.LazyFrame({"p": p, "ok": rng.random(n) < p, "m": rng.choice(["a", "b"], n)}),
+        [],
+        "parquet",
+    )
+    settings = ReportSettings(confidence="p", correct="ok", by=("m",), bootstrap=50).validate()
+    write_evaluation(evaluate(table, settings), tmp_path / "evaluation")
+    # forest plot, risk-coverage, one reliability diagram per slice
+    _check_page(tmp_path / "evaluation" / "report.html", tmp_path, expected_images=5)
+
+
+def test_run_report_renders_with_plots(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run(load_campaign(DATA / "campaign.toml").override(**{"engine.workers": 1}), out)
+    _check_page(out / "report.html", tmp_path, expected_images=2)

@@ -1,0 +1,325 @@
+"""Evaluation reports end to end in the library: expressions, validation, slices,
+warnings, bootstrap determinism, the pw-decide-row preset, and where rows come from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.config import ConfigError, load_campaign
+from pipeline.reader import InputError
+from pipeline.reports.evaluation import EvaluationReport, evaluate
+from pipeline.reports.evaluation_output import write_evaluation
+from pipeline.reports.settings import ReportSettings
+from pipeline.reports.sources import LoadedTable, load_table
+from pipeline.run import run
+from tests.conftest import DATA
+
+
+def _table(**columns: object) -> LoadedTable:
+    return LoadedTable(pl.LazyFrame(columns), [], "parquet")
+
+
+def _evaluate(table: LoadedTable, **settings: object) -> EvaluationReport:
+    return evaluate(table, ReportSettings(**settings).validate())  # type: ignore[arg-type]
+
+
+def _synthetic(n: int = 2000, seed: int = 1) -> LoadedTable:
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0, 1, n).round(2)
+    return _table(
+        p=p,
+        ok=rng.random(n) < p,
+        model=rng.choice(["a", "b"], n),
+        pct=(p * 100).round(),
+        tags=[["x"]] * n,
+    )
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "out"
+    config = load_campaign(DATA / "campaign.toml").override(**{"engine.workers": 1})
+    run(config, out)
+    return out
+
+
+def test_torchmetrics_vector_through_the_report() -> None:
+    table = _table(p=[0.25, 0.25, 0.55, 0.75, 0.75], y=[0, 0, 1, 1, 1])
+    report = _evaluate(table, confidence="p", correct="y", bins=2, bootstrap=0)
+    summary = report.slices[0].summary
+    assert round(summary["ece_equal_width"], 4) == 0.29
+    assert round(summary["rmsce"], 4) == 0.2918
+    assert round(summary["mce"], 4) == 0.3167
+    bins = report.bins_table().filter(pl.col("scheme") == "equal_width")
+    assert bins.select("lower", "upper", "closed", "n").rows() == [
+        (0.0, 0.5, "both", 2),
+        (0.5, 1.0, "right", 3),
+    ]
+    assert summary["ece_equal_width_low"] is None  # bootstrap=0: no intervals
+
+
+def test_extreme_confidences_in_the_bins_table() -> None:
+    report = _evaluate(
+        _table(p=[0.0, 0.0, 1.0, 1.0, 1.0], y=[False, True, True, True, False]),
+        confidence="p",
+        correct="y",
+        bins=10,
+        bootstrap=0,
+    )
+    bins = report.bins_table().filter(pl.col("scheme") == "equal_width")["n"].to_list()
+    assert bins[0] == 2
+    assert bins[-1] == 3
+    assert sum(bins[1:-1]) == 0
+
+
+def test_sql_expressions_and_struct_fields() -> None:
+    table = _table(
+        out=[{"p": 0.9, "label": "x"}, {"p": 0.2, "label": "y"}, {"p": 0.6, "label": "x"}],
+        gold=["x", "x", "x"],
+    )
+    report = _evaluate(
+        table, confidence="out.p * 1.0", correct="out.label = gold", by=("out.label",), bootstrap=0
+    )
+    assert [s.label for s in report.slices] == ["all", "out.label=x", "out.label=y"]
+    assert report.slices[0].summary["accuracy"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "message"),
+    [
+        ({"confidence": "nope", "correct": "ok"}, ConfigError, "nope"),
+        ({"confidence": "p +", "correct": "ok"}, ConfigError, "cannot parse"),
+        ({"confidence": "model", "correct": "ok"}, ConfigError, "numeric"),
+        ({"confidence": "p", "correct": "model"}, ConfigError, "boolean or 0/1"),
+        ({"confidence": "pct", "correct": "ok"}, InputError, "outside [0, 1]"),
+        ({"confidence": "p", "correct": "pct"}, InputError, "neither 0 nor 1"),
+        ({"confidence": "p", "correct": "ok", "where": "p > 5"}, InputError, "no rows"),
+        ({"confidence": "p", "correct": "ok", "by": ("tags",)}, ConfigError, "scalar values"),
+    ],
+)
+def test_bad_expressions_and_values_are_explained(
+    settings: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message.replace("[", r"\[")):
+        _evaluate(_synthetic(50), bootstrap=0, **settings)
+
+
+def test_any_score_ranks_for_selective_only() -> None:
+    report = _evaluate(
+        _synthetic(400), confidence="pct", correct="ok", calibration=False, bootstrap=0
+    )
+    assert "ece_equal_width" not in report.slices[0].summary
+    assert 0 <= report.slices[0].summary["aurc"] <= 1
+
+
+def test_nan_confidence_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="NaN"):
+        _evaluate(_table(p=[0.5, float("nan")], y=[1, 0]), confidence="p", correct="y")
+
+
+def test_null_rows_are_dropped_and_counted() -> None:
+    report = _evaluate(
+        _table(p=[0.5, None, 0.7, 0.8], y=[1, 1, None, 0]), confidence="p", correct="y", bootstrap=0
+    )
+    assert report.data["rows_dropped_null"] == 2
+    assert report.data["rows_evaluated"] == 2
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"correct": "y"}, "exactly one"),
+        ({"confidence": "p", "selected": "s", "correct": "y"}, "exactly one"),
+        ({"confidence": "p"}, "correct"),
+        ({"selected": "s", "correct": "y"}, "calibration needs"),
+        ({"confidence": "p", "correct": "y", "bins": 0}, "bins"),
+        ({"confidence": "p", "correct": "y", "bootstrap": -1}, "bootstrap"),
+        ({"confidence": "p", "correct": "y", "coverages": (0.0,)}, "coverages"),
+        ({"confidence": "p", "correct": "y", "target_risks": (1.5,)}, "target_risks"),
+        ({"confidence": "p", "correct": "y", "level": 1.0}, "level"),
+        ({"confidence": "p", "correct": "y", "by": ("m", "m")}, "distinct"),
+        ({"preset": "nope", "calibration": False}, "unknown preset"),
+        ({"preset": "pw-decide-row"}, "no confidence"),
+        ({"preset": "pw-decide-row", "calibration": False, "correct": "y"}, "drop correct"),
+    ],
+)
+def test_settings_validation(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ReportSettings(**settings).validate()  # type: ignore[arg-type]
+
+
+def test_warnings_for_small_single_confidence_all_correct_and_all_wrong() -> None:
+    n_big = 400
+    rng = np.random.default_rng(3)
+    groups = ["big"] * n_big + ["same"] * 10 + ["right"] * 10 + ["wrong"] * 10
+    p = np.concatenate([rng.uniform(0, 1, n_big), np.full(10, 0.7), rng.uniform(0, 1, 20)])
+    ok = np.concatenate([rng.random(n_big) < 0.5, [True, False] * 5, np.ones(10), np.zeros(10)])
+    report = _evaluate(
+        _table(g=groups, p=p, ok=ok.astype(bool)),
+        confidence="p",
+        correct="ok",
+        by=("g",),
+        bootstrap=0,
+    )
+    codes = {s.label: sorted(w["code"] for w in s.warnings) for s in report.slices}
+    assert codes == {
+        "all": [],
+        "g=big": [],
+        "g=right": ["all_correct", "small_slice"],
+        "g=same": ["single_confidence", "small_slice"],
+        "g=wrong": ["all_wrong", "small_slice"],
+    }
+    assert report.summary_table().filter(pl.col("slice") == "g=same")["warnings"].to_list() == [
+        ["small_slice", "single_confidence"]
+    ]
+
+
+def test_bootstrap_is_deterministic_and_seeded(tmp_path: Path) -> None:
+    settings = ReportSettings(confidence="p", correct="ok", by=("model",), bootstrap=200)
+    first = evaluate(_synthetic(), settings.validate()).summary_table()
+    again = evaluate(_synthetic(), settings.validate()).summary_table()
+    other = evaluate(_synthetic(), dataclasses.replace(settings, seed=1).validate()).summary_table()
+    assert first.equals(again)
+    assert not first.equals(other)
+    # point estimates do not depend on the seed, only intervals do
+    assert first["ece_equal_width"].equals(other["ece_equal_width"])
+    low, point, high = (
+        first.row(0, named=True)["brier_low"],
+        first["brier"][0],
+        first["brier_high"][0],
+    )
+    assert low <= point <= high
+
+
+def test_slice_intervals_do_not_move_when_slices_are_added() -> None:
+    base = ReportSettings(confidence="p", correct="ok", bootstrap=100).validate()
+    alone = evaluate(_synthetic(), base).summary_table().row(0, named=True)
+    sliced = evaluate(_synthetic(), dataclasses.replace(base, by=("model",))).summary_table()
+    assert sliced.row(0, named=True)["aurc_low"] == alone["aurc_low"]
+
+
+def test_written_report_is_strict_json_with_conventions(tmp_path: Path) -> None:
+    report = _evaluate(_synthetic(500), confidence="p", correct="ok", by=("model",), bootstrap=50)
+    paths = write_evaluation(report, tmp_path / "r")
+    assert sorted(p.name for p in paths) == [
+        "bins.parquet",
+        "rc_curve.parquet",
+        "report.html",
+        "report.json",
+        "summary.parquet",
+        "targets.parquet",
+    ]
+    document = json.loads((tmp_path / "r" / "report.json").read_text(), parse_constant=_reject)
+    conventions = document["conventions"]
+    assert "right" in conventions["calibration"]["bins"]["closed"]
+    assert conventions["intervals"]["bootstrap"]["seed"] == 0
+    assert conventions["intervals"]["bootstrap"]["percentiles"] == [2.5, 97.5]
+    assert "mean of risks" in conventions["risk_coverage"]["aurc"]
+    assert "grouped" in conventions["risk_coverage"]["ties"]
+    assert [s["slice"] for s in document["slices"]] == ["all", "model=a", "model=b"]
+    summary = pl.read_parquet(tmp_path / "r" / "summary.parquet")
+    assert summary.height == 3
+    curve = pl.read_parquet(tmp_path / "r" / "rc_curve.parquet")
+    assert curve.filter(pl.col("slice") == "all")["coverage"].max() == 1.0
+    with pytest.raises(FileExistsError, match="--force"):
+        write_evaluation(report, tmp_path / "r")
+    write_evaluation(report, tmp_path / "r", force=True)
+
+
+def _reject(constant: str) -> None:
+    raise AssertionError(f"report.json holds {constant}")
+
+
+def test_pw_decide_row_preset_against_a_per_row_reference(sample_run: Path) -> None:
+    settings = ReportSettings(
+        preset="pw-decide-row", calibration=False, by=("host",), bootstrap=100
+    )
+    report = evaluate(load_table(str(sample_run), kind=settings.source_kind), settings.validate())
+    rows = pl.read_parquet(sample_run / "accepted" / "pw-decide-row-1").to_dicts()
+    for s in report.slices:
+        mine = [r for r in rows if s.label == "all" or s.keys["host"] == r["host"]]
+        answered = [r for r in mine if r["engine"]["state"] == "answered"]
+        missed = [
+            r for r in answered if not set(r["labels"]["tools"]) <= set(r["engine"]["preloaded"])
+        ]
+        assert s.summary["n"] == len(mine)
+        assert s.summary["selected"] == len(answered)
+        assert s.summary["errors"] == len(missed)
+        assert s.summary["coverage"] == pytest.approx(len(answered) / len(mine))
+        assert s.summary["risk"] == pytest.approx(len(missed) / len(answered))
+        assert s.summary["risk_low"] <= s.summary["risk"] <= s.summary["risk_high"]
+    assert report.preset is not None
+    assert report.data["run_kind"] == "pw-decide-row-1"
+
+
+def test_none_selected_warning() -> None:
+    report = _evaluate(
+        _table(s=[False] * 3, y=[True] * 3),
+        selected="s",
+        correct="y",
+        calibration=False,
+        bootstrap=10,
+    )
+    assert "none_selected" in {w["code"] for w in report.warnings}
+    assert report.slices[0].summary["risk"] is None
+
+
+def test_run_directory_with_several_kinds_needs_a_kind(sample_run: Path) -> None:
+    with pytest.raises(ConfigError, match="choose one with --kind"):
+        load_table(str(sample_run))
+    with pytest.raises(InputError, match="no accepted rows of kind"):
+        load_table(str(sample_run), kind="nope")
+    table = load_table(str(sample_run), kind="math-reasoning-v1")
+    assert table.run_kind == "math-reasoning-v1"
+
+
+def test_jsonl_is_read_strictly(tmp_path: Path) -> None:
+    good = tmp_path / "eval.jsonl"
+    good.write_text('{"p": 0.9, "ok": true}\n{"p": 0.1, "ok": false}\n')
+    assert load_table(str(good)).frame.collect().height == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"p": 0.9, "ok": true}\n{"p": 0.1, "p": 0.2, "ok": false}\n')
+    with pytest.raises(InputError, match=r"bad.jsonl:2: json.duplicate_key"):
+        load_table(str(bad))
+    nan = tmp_path / "nan.jsonl"
+    nan.write_text('{"p": NaN, "ok": true}\n')
+    with pytest.raises(InputError, match=r"json\.non_finite"):
+        load_table(str(nan))
+
+
+def test_sources_globs_directories_and_formats(tmp_path: Path) -> None:
+    frame = pl.DataFrame({"p": [0.5], "ok": [True]})
+    frame.write_parquet(tmp_path / "a.parquet")
+    frame.write_parquet(tmp_path / "b.parquet")
+    assert load_table(str(tmp_path / "*.parquet")).frame.collect().height == 2
+    assert load_table(str(tmp_path)).frame.collect().height == 2
+    (tmp_path / "c.jsonl").write_text('{"p": 0.5, "ok": true}\n')
+    with pytest.raises(InputError, match="mixes Parquet and JSONL"):
+        load_table(str(tmp_path / "*"))
+    with pytest.raises(InputError, match="no such file"):
+        load_table(str(tmp_path / "missing.parquet"))
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(InputError, match="not a Parquet or JSONL"):
+        load_table(str(tmp_path / "notes.txt"))
+
+
+def test_many_slices_draw_only_the_largest(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    n = 900
+    table = _table(p=rng.uniform(0, 1, n), ok=rng.random(n) < 0.5, g=rng.integers(0, 30, n))
+    settings = ReportSettings(
+        confidence="p", correct="ok", by=("g",), bootstrap=0, max_plotted_slices=4
+    )
+    report = evaluate(table, settings.validate())
+    write_evaluation(report, tmp_path / "r")
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert len(report.slices) == 31
+    assert page.count("reliability diagram of") == 4
+    assert "27 smaller slice(s) are not drawn" in page
+    assert pl.read_parquet(tmp_path / "r" / "summary.parquet").height == 31

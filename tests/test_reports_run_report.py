@@ -1,0 +1,161 @@
+"""``OUT/report.html`` of a run: listed in the manifest and verified, readable without
+Parquet, degrading gracefully, deterministic, and free of record values."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from pipeline import global_phase
+from pipeline.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.global_phase import GlobalContext
+from pipeline.reasons import Disposition
+from pipeline.reports.run_report import render_run_report
+from pipeline.run import run
+from pipeline.verify import verify_run
+from pipeline.writer import OutputColumn
+from tests.conftest import DATA
+
+SECRET = "sk-live-7f3a9c1e5b2d4a6f8e0c"  # planted in record values; must never reach the page
+
+
+def _campaign(tmp_path: Path) -> CampaignConfig:
+    """One export whose accepted, rejected and duplicate-marked rows all hold SECRET."""
+    good = {
+        "task_id": "t",
+        "problem": SECRET,
+        "assumptions": [],
+        "derivation": [SECRET],
+        "final_answer": SECRET,
+        "reasoning_score": 2,
+    }
+    lines = [json.dumps(good | {"task_id": f"t{i}"}) for i in range(6)]
+    lines += [
+        json.dumps(good | {"task_id": 5, "extra": SECRET}),  # schema violations
+        '{"task_id": "' + SECRET + '", "task_id": "x"}',  # duplicate key
+        '{"problem": "' + SECRET + '", ',  # syntax
+    ]
+    source = tmp_path / "math.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    return CampaignConfig(inputs=(InputSpec(str(source), "math-reasoning-v1"),)).override(
+        **{"engine.workers": 1}
+    )
+
+
+class MarkDuplicatesAndScore:
+    """Stands in for dedupe and scoring: every third accepted row is a duplicate, every
+    row gets a ``_score``, and a cluster table with a payload column is written."""
+
+    name = "stand-in"
+    order = 200
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        keep = frozenset({Disposition.ACCEPTED, Disposition.DUPLICATE})
+        return [OutputColumn("_score", pa.float64(), keep)]
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        accepted = rows.filter(pl.col("_disposition") == "accepted").with_row_index("n")
+        clusters = pa.table(
+            {
+                "cluster_id": [0, 1],
+                "size": [3, 1],
+                "kept": [{"_source": "x.jsonl", "_line": 1}, {"_source": "x.jsonl", "_line": 2}],
+                "text": [SECRET, SECRET],
+                "rule": ["exact", "exact"],
+            }
+        )
+        ctx.write_artifact(f"dedupe/{kind}.parquet", clusters, kind)
+        third = pl.col("n") % 3 == 2
+        return accepted.select(
+            "_shard",
+            "_shard_line",
+            _score=pl.col("n").cast(pl.Float64) / 10,
+            _disposition=pl.when(third).then(pl.lit("duplicate")),
+            _reasons_add=pl.when(third).then(
+                pl.concat_list(
+                    pl.struct(
+                        code=pl.lit("dedupe.exact"), path=pl.lit(""), detail=pl.lit("same content")
+                    )
+                )
+            ),
+        )
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "out"
+    run(load_campaign(DATA / "campaign.toml").override(**{"engine.workers": 1}), out)
+    return out
+
+
+def test_run_writes_a_verified_report(sample_run: Path) -> None:
+    manifest = json.loads((sample_run / "manifest.json").read_text())
+    (entry,) = manifest["reports"]
+    assert entry["path"] == "report.html"
+    assert entry["bytes"] == (sample_run / "report.html").stat().st_size
+    assert all(o["path"] != "report.html" for o in manifest["outputs"])
+    assert verify_run(sample_run).ok
+
+
+def test_a_changed_report_fails_verification(sample_run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in sample_run.rglob("*"):
+        target = copy / path.relative_to(sample_run)
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        else:
+            target.write_bytes(path.read_bytes())
+    (copy / "report.html").write_text("<html>changed</html>")
+    report = verify_run(copy)
+    assert not report.ok
+    assert any("report.html" in p for p in report.problems)
+
+
+def test_report_shows_dispositions_reasons_and_examples(sample_run: Path) -> None:
+    page = (sample_run / "report.html").read_text()
+    manifest = json.loads((sample_run / "manifest.json").read_text())
+    for code in manifest["counts"]["by_reason"]["rejected"]:
+        assert code in page
+    assert "pairwise-v2.jsonl:" in page  # an example as file:line
+    assert "No score columns" in page
+    # the dedupe stage ran: its cluster tables are shown (lineage columns only)
+    assert "dedupe/clusters/pairwise-v2.parquet" in page
+    assert page.count('src="data:image/png;base64,') >= 2
+
+
+def test_report_degrades_and_never_shows_values(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = _campaign(tmp_path)
+    plain = run(config, tmp_path / "plain")
+    monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [MarkDuplicatesAndScore])
+    staged = run(config, tmp_path / "staged")
+    for result in (plain, staged):
+        for path in result.out.rglob("*"):
+            if path.suffix in (".html", ".json"):
+                assert SECRET not in path.read_text(), path
+    page = (tmp_path / "staged" / "report.html").read_text()
+    assert "dedupe/math-reasoning-v1.parquet" in page
+    assert "kept._source" in page
+    assert "columns not shown (may hold record text): text" in page
+    assert "_score" in page
+    assert "dedupe.exact" in page
+    assert "same content" in page
+    assert verify_run(tmp_path / "staged").ok
+
+
+def test_report_is_deterministic_across_workers(tmp_path: Path) -> None:
+    config = _campaign(tmp_path)
+    one = run(config, tmp_path / "one")
+    two = run(config.override(**{"engine.workers": 2}), tmp_path / "two")
+    assert (one.out / "report.html").read_bytes() == (two.out / "report.html").read_bytes()
+    assert render_run_report(one.out, one.manifest) == (one.out / "report.html").read_text()
