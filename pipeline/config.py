@@ -24,6 +24,7 @@ __all__ = [
     "InputSpec",
     "Limits",
     "OutputSettings",
+    "SanitizeSettings",
     "load_campaign",
 ]
 
@@ -109,6 +110,23 @@ class SchemaSettings:
 
 
 @dataclass(frozen=True)
+class SanitizeSettings:
+    """PII and credential redaction in the gate (seed 002); off unless enabled."""
+
+    enabled: bool = False
+    #: Policy file (TOML, see pipeline.sanitize.policy), relative to the config file;
+    #: default: the built-in policy shipped with rowgate.
+    policy: str | None = None
+    #: SHA-256 the policy file must have; a mismatch fails the run before any work.
+    policy_sha256: str | None = None
+
+    def validate(self, path: str) -> None:
+        pin = self.policy_sha256
+        if pin is not None and (len(pin) != 64 or any(c not in "0123456789abcdef" for c in pin)):
+            raise ConfigError(f"{path}.policy_sha256: expected 64 lower-case hex digits")
+
+
+@dataclass(frozen=True)
 class CampaignConfig:
     """Everything a run needs to know, from a TOML file, flags, or defaults."""
 
@@ -118,6 +136,7 @@ class CampaignConfig:
     engine: EngineSettings = EngineSettings()
     output: OutputSettings = OutputSettings()
     schemas: SchemaSettings = SchemaSettings()
+    sanitize: SanitizeSettings = SanitizeSettings()
     #: Directory relative input paths are resolved against (the config file's).
     base_dir: str = "."
     #: SHA-256 of the config file's bytes, when there is one.
@@ -127,6 +146,7 @@ class CampaignConfig:
         self.limits.validate("limits")
         self.engine.validate("engine")
         self.output.validate("output")
+        self.sanitize.validate("sanitize")
         seen = set()
         for i, spec in enumerate(self.inputs):
             if spec.path in seen:

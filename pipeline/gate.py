@@ -2,7 +2,10 @@
 
 Order of checks (the first failure decides a rejected line's reason):
 line bound → blank → strict UTF-8 / JSON (DESIGN §3.2) → object → depth and item
-limits → routing (§3.1) → pinned schema → exact Arrow storability → hashes.
+limits → routing (§3.1) → pinned schema → exact Arrow storability → (optional)
+sanitization → hashes. Sanitization (:mod:`pipeline.sanitize`, off by default) is one
+call per accepted record, which may quarantine it, and one per rejected line, which may
+withhold its raw bytes; hashes then commit to the sanitized record.
 
 Two implementations share every building block:
 
@@ -20,12 +23,13 @@ The gate is a pure function of (line bytes, declared kind, config): no global st
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import fastjsonschema
 import orjson
@@ -46,6 +50,9 @@ from pipeline.reasons import (
 )
 from pipeline.schemas import SchemaEntry, SchemaRegistry, static_bounds
 from pipeline.strict_json import StrictParser, check_limits, require_object
+
+if TYPE_CHECKING:
+    from pipeline.sanitize import Sanitizer
 
 __all__ = ["GATE_FIELDS", "REJECTED_FIELDS", "Gate", "GateOutcome", "GatedBatch"]
 
@@ -88,6 +95,8 @@ class GateOutcome:
     record: dict[str, Any] | None = None
     record_sha256: str | None = None
     content_sha256: str | None = None
+    #: the line's raw bytes must not be stored (sanitization found PII in them)
+    raw_withheld: bool = False
 
 
 class KindGate:
@@ -154,6 +163,7 @@ class Gate:
         )
         self._kinds: dict[str, KindGate] = {}
         self._parser = StrictParser()
+        self.sanitizer = _sanitizer(config)
 
     def kind_gate(self, kind: RecordKind) -> KindGate:
         found = self._kinds.get(kind.id)
@@ -168,6 +178,14 @@ class Gate:
         self, line: bytes, declared: str | None = None, oversized: tuple[int, str] | None = None
     ) -> GateOutcome:
         """Gate one line, in the reference order, with the defining implementations."""
+        outcome = self._gate_line(line, declared, oversized)
+        if self.sanitizer is not None and outcome.disposition is Disposition.REJECTED:
+            outcome = self._screen_raw(outcome, line)
+        return outcome
+
+    def _gate_line(
+        self, line: bytes, declared: str | None, oversized: tuple[int, str] | None
+    ) -> GateOutcome:
         limits = self.config.limits
         if oversized is not None or len(line) > limits.max_line_bytes:
             length, raw_sha = oversized or (len(line), hashlib.sha256(line).hexdigest())
@@ -193,9 +211,12 @@ class Gate:
         except MappingError as exc:
             reason = Reason(JSON_NUMBER_RANGE, "", str(exc))
             return self._rejection(reason, raw_sha, kind_gate, record, reference=True)
+        disposition, reasons = Disposition.ACCEPTED, tuple[Reason, ...]()
+        if self.sanitizer is not None:
+            record, disposition, reasons = self._sanitize(kind_gate, record)
         return GateOutcome(
-            Disposition.ACCEPTED,
-            (),
+            disposition,
+            reasons,
             raw_sha,
             kind_gate.kind.id,
             kind_gate.entry.sha256,
@@ -203,6 +224,30 @@ class Gate:
             hashlib.sha256(canonical_json(record)).hexdigest(),
             kind_gate.kind.fingerprint(record),
         )
+
+    # -- sanitization (pipeline.sanitize); only reached when it is enabled --------------
+
+    def _sanitize(
+        self, kind_gate: KindGate, record: dict[str, Any]
+    ) -> tuple[dict[str, Any], Disposition, tuple[Reason, ...]]:
+        """The record as stored, its disposition and its ``pii.*`` reasons."""
+        assert self.sanitizer is not None
+        cleaned = self.sanitizer.sanitize(kind_gate.kind.id, kind_gate.entry, record)
+        if cleaned is None:
+            return record, Disposition.ACCEPTED, ()
+        disposition = Disposition.QUARANTINED if cleaned.quarantined else Disposition.ACCEPTED
+        return cleaned.record, disposition, cleaned.reasons()
+
+    def _screen_raw(self, outcome: GateOutcome, line: bytes) -> GateOutcome:
+        """Withhold a rejected line's raw bytes when they hold PII (pipeline.sanitize.raw)."""
+        assert self.sanitizer is not None
+        if outcome.reasons[0].code == LINE_TOO_LARGE:
+            return outcome  # never held, never stored
+        withheld = self.sanitizer.raw_reason(line)
+        if withheld is None:
+            return outcome
+        reasons = (*outcome.reasons, withheld)
+        return dataclasses.replace(outcome, reasons=reasons, raw_withheld=True)
 
     def _schema_rejection(
         self,
@@ -262,6 +307,7 @@ class Gate:
         counts: Counter[tuple[str, str]] = Counter()
         oversized = batch.oversized
         first_line = batch.first_line
+        sanitizer = self.sanitizer
 
         for i, line in enumerate(batch.lines):
             if (oversized and i in oversized) or len(line) > max_line:
@@ -291,6 +337,13 @@ class Gate:
                     rejected, counts, first_line + i, batch.offsets[i], outcome, line
                 )
                 continue
+            disposition, reasons = Disposition.ACCEPTED, tuple[Reason, ...]()
+            if sanitizer is not None:
+                original = record
+                record, disposition, reasons = self._sanitize(kind_gate, record)
+                if record is not original:
+                    layout = kind_gate.layout.root
+                    stored = record if layout.identity else layout.encode(record)
             if kind_gate.keys_safe and not parser.saw_float:
                 canonical = dumps_sorted(record, option=sort_keys)
             else:
@@ -304,9 +357,9 @@ class Gate:
             kind_rows.raw.append(raw_sha)
             kind_rows.record.append(sha256(canonical).hexdigest())
             kind_rows.content.append(kind_gate.kind.fingerprint(record))
-            kind_rows.reasons.append([])
-            kind_rows.disposition.append(Disposition.ACCEPTED.value)
-            counts[(Disposition.ACCEPTED.value, "")] += 1
+            kind_rows.reasons.append([r.as_row() for r in reasons])
+            kind_rows.disposition.append(disposition.value)
+            counts[(disposition.value, reasons[0].code if reasons else "")] += 1
 
         return GatedBatch(
             {kind_id: self._kind_batch(kind_id, kind_rows) for kind_id, kind_rows in rows.items()},
@@ -330,7 +383,7 @@ class Gate:
         rows.kinds.append(outcome.kind)
         rows.schema.append(outcome.schema_sha256)
         rows.reasons.append([r.as_row() for r in outcome.reasons])
-        rows.raw.append(raw)
+        rows.raw.append(None if outcome.raw_withheld else raw)
         counts[(outcome.disposition.value, outcome.reasons[0].code)] += 1
 
     def _kind_batch(self, kind_id: str, rows: _KindRows) -> pa.RecordBatch:
@@ -369,3 +422,12 @@ class Gate:
             ],
             schema=REJECTED_SCHEMA,
         )
+
+
+def _sanitizer(config: CampaignConfig) -> Sanitizer | None:
+    """The campaign's sanitizer; imported only when enabled (off costs nothing)."""
+    if not config.sanitize.enabled:
+        return None
+    from pipeline.sanitize import Sanitizer
+
+    return Sanitizer.from_config(config)
