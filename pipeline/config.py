@@ -114,8 +114,8 @@ class SanitizeSettings:
     """PII and credential redaction in the gate (seed 002); off unless enabled."""
 
     enabled: bool = False
-    #: Policy file (TOML, see pipeline.sanitize.policy), relative to the config file;
-    #: default: the built-in policy shipped with rowgate.
+    #: Policy file (TOML, see pipeline.sanitize.policy); a relative path is resolved
+    #: against the config file when it is loaded. Default: rowgate's built-in policy.
     policy: str | None = None
     #: SHA-256 the policy file must have; a mismatch fails the run before any work.
     policy_sha256: str | None = None
@@ -238,8 +238,15 @@ def load_campaign(path: str | Path) -> CampaignConfig:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     config = _build(CampaignConfig, table, "")
+    base_dir = path.resolve().parent
+    policy = config.sanitize.policy
+    if policy is not None and not Path(policy).is_absolute():
+        # Resolved now: a command line that replaces the inputs also resets base_dir.
+        config = dataclasses.replace(
+            config, sanitize=dataclasses.replace(config.sanitize, policy=str(base_dir / policy))
+        )
     return dataclasses.replace(
         config,
-        base_dir=str(path.resolve().parent),
+        base_dir=str(base_dir),
         source_sha256=hashlib.sha256(data).hexdigest(),
     ).validate()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import typer
 
-from pipeline.cli import run_cmd, schemas_cmd, verify_cmd
+from pipeline.cli import run_cmd, scan_cmd, schemas_cmd, verify_cmd
 
 __all__ = ["app", "main"]
 
@@ -30,6 +30,7 @@ app = typer.Typer(
 )
 app.command("run")(run_cmd.run_command)
 app.command("verify")(verify_cmd.verify_command)
+app.command("scan")(scan_cmd.scan_command)
 app.add_typer(schemas_cmd.app, name="schemas")
 
 

@@ -27,12 +27,9 @@ SANITIZER_VERSION = "rowgate-sanitizer/1"
 
 
 def policy_path(config: CampaignConfig) -> Path:
-    """The policy file a campaign uses (relative paths: against the config file)."""
+    """The policy file a campaign uses (:func:`load_campaign` made it absolute)."""
     given = config.sanitize.policy
-    if given is None:
-        return DEFAULT_POLICY
-    path = Path(given)
-    return path if path.is_absolute() else Path(config.base_dir) / path
+    return DEFAULT_POLICY if given is None else Path(given)
 
 
 class Sanitizer:
