@@ -318,9 +318,9 @@ def _glued_left(data: bytes, start: int) -> bool:
     previous = _char_before(data, start)
     if not previous:
         return False
-    if _is_word(previous):
+    if _is_word(previous) or previous == "#":  # "#2025550143" is a reference number
         return True
-    return previous in "-./#_@" and _is_word(_char_before(data, start - 1))
+    return previous in "-./_@" and _is_word(_char_before(data, start - 1))
 
 
 def _longest_valid(
@@ -640,7 +640,11 @@ _AUTHORIZATION: Final = re.compile(
     rb"authorization[\"']?[ \t]*+[:=][ \t]*+[\"']?(?:(?:basic|token|digest|bearer)[ \t]+)?"
     rb"(?P<token>" + _TOKEN + rb")"
 )
-_JWT: Final = re.compile(rb"eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+")
+# The look-behind (after the literal, so the prefix search still applies) starts a
+# candidate only where a run starts: "eyJeyJeyJ…" must not be re-read from every "eyJ".
+_JWT: Final = re.compile(
+    rb"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"
+)
 _URL_CREDENTIAL: Final = re.compile(
     rb"://[^\s:/?#@\[\]\x00]{1,256}+:(?P<token>[^\s/?#@\[\]\x00]{1,256}+)@"
 )
