@@ -417,7 +417,7 @@ def ipv6_spans(data: bytes) -> Iterator[tuple[int, int]]:
 
 def _ipv6_ok(data: bytes, start: int, end: int) -> bool:
     previous, following = _char_before(data, start), _char_after(data, end)
-    if _is_word(previous) or previous in ":.":
+    if _is_word(previous) or previous in (":", "."):
         return False
     if _is_word(following) or following == ":":
         return False
