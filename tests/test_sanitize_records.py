@@ -305,7 +305,7 @@ def test_campaign_config_enables_pins_and_resolves_the_policy(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="policy_sha256"):
         Gate(load_campaign(campaign))
     campaign.write_text('[sanitize]\nenabled = "yes"\n')
-    with pytest.raises(ConfigError, match="sanitize.enabled: expected bool"):
+    with pytest.raises(ConfigError, match=r"sanitize\.enabled: expected bool"):
         load_campaign(campaign)
 
 
