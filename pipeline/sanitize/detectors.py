@@ -604,13 +604,13 @@ def _assignments(data: bytes, lower: bytes, names: SecretNames) -> Iterator[Dete
 def _assignment_at(data: bytes, hit: int, end: int, names: SecretNames) -> Detection | None:
     if end < len(data) and data[end] in _IDENTIFIER_BYTES:
         return None  # the identifier goes on: "tokenizer", "password_hash"
+    value = _ASSIGNMENT.match(data, end)  # cheapest test first: most hits are prose
+    if value is None:
+        return None
     start = hit
     while start > 0 and data[start - 1] in _IDENTIFIER_BYTES and hit - start < 64:
         start -= 1
     if not names.is_secret(data[start:end].decode()):
-        return None
-    value = _ASSIGNMENT.match(data, end)
-    if value is None:
         return None
     if value.group("quoted") is not None:
         span = value.span("quoted")

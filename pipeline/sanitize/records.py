@@ -114,6 +114,9 @@ class RecordSanitizer:
                 selector.check(entry.schema)
         self.api_key_enabled = Category.API_KEY in rules.categories
         self.bearer_enabled = Category.BEARER_TOKEN in rules.categories
+        # Member names the schema declares are fixed vocabulary, never personal data:
+        # only other names (map keys, extra members) are scanned.
+        self.declared = frozenset(_declared_names(entry.schema))
 
     # -- collecting what to scan ---------------------------------------------------------
 
@@ -121,6 +124,37 @@ class RecordSanitizer:
         out: list[_Segment] = []
         self._collect(record, (), [self.trie], self.trie.whole, None, out)
         return out
+
+    def _collect_whole(
+        self, node: Any, parts: Path, secret: Category | None, out: list[_Segment]
+    ) -> None:
+        """Everything below ``node`` is in scope (the common case: policies select "$")."""
+        if isinstance(node, str):
+            if secret is not None or len(node) >= MIN_TEXT:
+                out.append(_Segment(parts, node, False, secret))
+        elif isinstance(node, dict):
+            declared, is_secret = self.declared, self.names.is_secret
+            for key, value in node.items():
+                path = (*parts, key)
+                if key not in declared and len(key) >= MIN_TEXT:
+                    out.append(_Segment(path, key, True, None))
+                if isinstance(value, str):
+                    if secret is None and is_secret(key):
+                        out.append(_Segment(path, value, False, self._secret_category(key)))
+                    elif secret is not None or len(value) >= MIN_TEXT:
+                        out.append(_Segment(path, value, False, secret))
+                elif isinstance(value, dict | list):
+                    inner = secret
+                    if inner is None and is_secret(key):
+                        inner = self._secret_category(key)
+                    self._collect_whole(value, path, inner, out)
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                if isinstance(value, str):
+                    if secret is not None or len(value) >= MIN_TEXT:
+                        out.append(_Segment((*parts, i), value, False, secret))
+                elif isinstance(value, dict | list):
+                    self._collect_whole(value, (*parts, i), secret, out)
 
     def _collect(
         self,
@@ -131,33 +165,23 @@ class RecordSanitizer:
         secret: Category | None,
         out: list[_Segment],
     ) -> None:
-        if isinstance(node, str):
-            if whole and (secret is not None or len(node) >= MIN_TEXT):
-                out.append(_Segment(parts, node, False, secret))
+        if whole:
+            self._collect_whole(node, parts, secret, out)
         elif isinstance(node, dict):
             for key, value in node.items():
-                if whole:
-                    child_tries: list[SelectorTrie] = []
-                    child_whole = True
-                    if len(key) >= MIN_TEXT:
-                        out.append(_Segment((*parts, key), key, True, None))
-                else:
-                    child_tries = [c for t in tries for c in t.member(key)]
-                    if not child_tries:
-                        continue
-                    child_whole = any(c.whole for c in child_tries)
+                child_tries = [c for t in tries for c in t.member(key)]
+                if not child_tries:
+                    continue
+                child_whole = any(c.whole for c in child_tries)
                 child_secret = secret
                 if child_secret is None and self.names.is_secret(key):
                     child_secret = self._secret_category(key)
                 self._collect(value, (*parts, key), child_tries, child_whole, child_secret, out)
         elif isinstance(node, list):
-            if whole:
-                child_tries, child_whole = [], True
-            else:
-                child_tries = [e for t in tries if (e := t.element()) is not None]
-                if not child_tries:
-                    return
-                child_whole = any(c.whole for c in child_tries)
+            child_tries = [e for t in tries if (e := t.element()) is not None]
+            if not child_tries:
+                return
+            child_whole = any(c.whole for c in child_tries)
             for i, value in enumerate(node):
                 self._collect(value, (*parts, i), child_tries, child_whole, secret, out)
 
@@ -303,6 +327,18 @@ class RecordSanitizer:
         for error in self.entry.errors(record):
             problems.add(Reason(PII_SCHEMA_INVALID, error.path, error.detail or error.code))
         return sorted(problems, key=lambda r: (r.code, r.path, r.detail))
+
+
+def _declared_names(schema: Any) -> Iterator[str]:
+    if isinstance(schema, dict):
+        properties = schema.get("properties")
+        if isinstance(properties, dict):
+            yield from properties
+        for value in schema.values():
+            yield from _declared_names(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _declared_names(value)
 
 
 def _covered(selectors: tuple[FieldSelector, ...], parts: Path) -> bool:
