@@ -128,32 +128,34 @@ class RecordSanitizer:
     def _collect_whole(
         self, node: Any, parts: Path, secret: Category | None, out: list[_Segment]
     ) -> None:
-        """Everything below ``node`` is in scope (the common case: policies select "$")."""
-        if isinstance(node, str):
+        """Everything below ``node`` is in scope (the common case: policies select "$").
+        Parsed JSON holds exact built-in types, so ``type(...) is`` tests suffice."""
+        kind = type(node)
+        if kind is str:
             if secret is not None or len(node) >= MIN_TEXT:
                 out.append(_Segment(parts, node, False, secret))
-        elif isinstance(node, dict):
+        elif kind is dict:
             declared, is_secret = self.declared, self.names.is_secret
             for key, value in node.items():
                 path = (*parts, key)
                 if key not in declared and len(key) >= MIN_TEXT:
                     out.append(_Segment(path, key, True, None))
-                if isinstance(value, str):
-                    if secret is None and is_secret(key):
-                        out.append(_Segment(path, value, False, self._secret_category(key)))
-                    elif secret is not None or len(value) >= MIN_TEXT:
-                        out.append(_Segment(path, value, False, secret))
-                elif isinstance(value, dict | list):
-                    inner = secret
-                    if inner is None and is_secret(key):
-                        inner = self._secret_category(key)
+                inner = secret
+                if inner is None and is_secret(key):
+                    inner = self._secret_category(key)
+                value_kind = type(value)
+                if value_kind is str:
+                    if inner is not None or len(value) >= MIN_TEXT:
+                        out.append(_Segment(path, value, False, inner))
+                elif value_kind is dict or value_kind is list:
                     self._collect_whole(value, path, inner, out)
-        elif isinstance(node, list):
+        elif kind is list:
             for i, value in enumerate(node):
-                if isinstance(value, str):
+                value_kind = type(value)
+                if value_kind is str:
                     if secret is not None or len(value) >= MIN_TEXT:
                         out.append(_Segment((*parts, i), value, False, secret))
-                elif isinstance(value, dict | list):
+                elif value_kind is dict or value_kind is list:
                     self._collect_whole(value, (*parts, i), secret, out)
 
     def _collect(
