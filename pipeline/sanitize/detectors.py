@@ -282,13 +282,16 @@ def _phones(
     validator = _PhoneValidator(regions)
     for run in _phone_runs(data, shape):
         offset = run.start()
+        glued = _glued_left(data, offset)
+        if glued and b" " not in run.group() and b"\t" not in run.group():
+            continue  # one chunk, glued to a word: an identifier ("task-0001234")
         chunks = [(m.start() + offset, m.end() + offset) for m in _CHUNK.finditer(run.group())]
         digits = [_digits(data[s:e]) for s, e in chunks]
         if sum(digits) < 7:
             continue
         # A run glued to a word ("task-2025550143", "2025550143x", "#2025550143") is an
         # identifier, not a number someone would dial.
-        first = 1 if _glued_left(data, offset) else 0
+        first = 1 if glued else 0
         last = len(chunks) - 1
         if chunks[-1][1] == run.end() and _is_word(_char_after(data, run.end())):
             last -= 1
@@ -448,7 +451,8 @@ _CPF_WORDS: Final = re.compile(rb"\bcpf\b")
 _DNI: Final = re.compile(rb"(?:[XYZ]-?[0-9]{7}|[0-9]{8})-?[A-Z]")
 _DNI_WORDS: Final = re.compile(rb"\b(?:dni|nie|nif|documento)\b")
 _DNI_LETTERS: Final = "TRWAGMYFPDXBNJZSQVHLCKE"
-_SEVEN_DIGITS: Final = re.compile(rb"0000000+")
+# The shape (digits as '0') of a DNI or NIE: 7 or 8 digits, maybe a hyphen, a letter.
+_DNI_SHAPE: Final = re.compile(rb"0000000(?:0|-)?[A-Z]")
 
 
 def valid_ssn(digits: str) -> bool:
@@ -529,7 +533,7 @@ def _national_ids(data: bytes, lower: bytes, shape: bytes) -> Iterator[Detection
             if _delimited(data, start, end):
                 certain = valid_cpf(match.group("id").decode())
                 yield Detection(start, end, Category.NATIONAL_ID, certain=certain)
-    for run in _SEVEN_DIGITS.finditer(shape):
+    for run in _DNI_SHAPE.finditer(shape):
         # A DNI is 8 digits and a letter; a NIE is X, Y or Z, 7 digits and a letter.
         begin = run.start() - (2 if run.start() >= 2 and data[run.start() - 1] == 45 else 1)
         dni = _DNI.search(data, max(0, begin), min(len(data), run.end() + 2))
