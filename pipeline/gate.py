@@ -81,6 +81,7 @@ REJECTED_FIELDS: Final = (
     pa.field("_raw", pa.binary()),
 )
 REJECTED_SCHEMA: Final = pa.schema(REJECTED_FIELDS)
+_NO_REASONS: Final[tuple[Reason, ...]] = ()
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ class Gate:
         except MappingError as exc:
             reason = Reason(JSON_NUMBER_RANGE, "", str(exc))
             return self._rejection(reason, raw_sha, kind_gate, record, reference=True)
-        disposition, reasons = Disposition.ACCEPTED, tuple[Reason, ...]()
+        disposition, reasons = Disposition.ACCEPTED, _NO_REASONS
         if self.sanitizer is not None:
             record, disposition, reasons = self._sanitize(kind_gate, record)
         return GateOutcome(
@@ -337,7 +338,7 @@ class Gate:
                     rejected, counts, first_line + i, batch.offsets[i], outcome, line
                 )
                 continue
-            disposition, reasons = Disposition.ACCEPTED, tuple[Reason, ...]()
+            disposition, reasons = Disposition.ACCEPTED, _NO_REASONS
             if sanitizer is not None:
                 original = record
                 record, disposition, reasons = self._sanitize(kind_gate, record)
