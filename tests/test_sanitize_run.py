@@ -58,11 +58,13 @@ def _sample(root: Path) -> tuple[Path, list[str]]:
         secrets += planted
         pairwise.append(defect_line(defect, record))
     extra = planted_secrets(rng, 900)
-    secrets += [extra["email"], extra["phone"].replace("+1 ", "").replace("-", "")]
+    secrets += [extra["email"], extra["phone"].replace("+1 ", "").replace("-", ""), extra["aws"]]
     example = make_record("pairwise-v2", rng, 901)
     pairwise += [
         # quarantined: the phone number is a bare literal in code, its redaction breaks it
-        orjson.dumps({**example, "response_a": f"PHONE = {secrets[-1]}\n"}),
+        orjson.dumps({**example, "response_a": f"PHONE = {secrets[-2]}\n"}),
+        # quarantined: a key as task id; the redacted id fails the schema's pattern
+        orjson.dumps({**example, "task_id": extra["aws"]}),
         # rejected, secret hidden behind escapes of an unparseable line
         b'{"rationale": "' + extra["email"].replace("@", "\\u0040").encode() + b'",,}',
     ]
@@ -85,11 +87,18 @@ def _sample(root: Path) -> tuple[Path, list[str]]:
     decide_secrets = planted_secrets(rng, 903)
     decide = make_record("pw-decide-row-1", rng, 903)
     decide["state"] = {
+        **decide["state"],
         "env": {"DB_PASSWORD": decide_secrets["password"], "HOME": "/root"},
         "user": {"text": f"my key is {decide_secrets['openai']}"},
     }
-    decide["meta"] = {decide_secrets["email"]: "owner"}
-    secrets += [decide_secrets["password"], decide_secrets["openai"], decide_secrets["email"]]
+    second = decide_secrets["email"].replace("ana.", "bo.")
+    decide["meta"] = {decide_secrets["email"]: "owner", second: "viewer"}  # names collide
+    secrets += [
+        decide_secrets["password"],
+        decide_secrets["openai"],
+        decide_secrets["email"],
+        second,
+    ]
     root.mkdir(parents=True, exist_ok=True)
     (root / "pairwise.jsonl").write_bytes(b"\n".join(pairwise) + b"\n")
     (root / "qa.jsonl").write_bytes(orjson.dumps(qa) + b"\n")
@@ -196,9 +205,12 @@ def test_no_planted_secret_reaches_any_output(
     # the run did redact, quarantine, withhold and late-reject
     by_reason = manifest["counts"]["by_reason"]
     assert by_reason["accepted"]["pii.redacted"] > 50
-    assert {"pii.code_broken", "pii.evidence_changed", "pii.key_collision"} <= set(
-        by_reason["quarantined"]
-    ) or {"pii.code_broken", "pii.evidence_changed"} <= set(by_reason["quarantined"])
+    assert {
+        "pii.code_broken",
+        "pii.evidence_changed",
+        "pii.key_collision",
+        "pii.schema_invalid",
+    } <= set(by_reason["quarantined"])
     assert by_reason["rejected"]["pii.raw_withheld"] >= len(DEFECTS)
     assert by_reason["rejected"]["cross.test"] > 0
     assert manifest["sanitize"]["policy_sha256"] == load_policy(DEFAULT_POLICY).sha256
@@ -260,7 +272,8 @@ def test_scan_reports_counts_and_paths_only(sample: tuple[Path, list[str]]) -> N
     assert ("$.messages[*].content", "bearer_token") in found
     assert ("$.response_b", "api_key") in found
     assert report["quarantined"] == [
-        {"kind": "pairwise-v2", "code": "pii.code_broken", "records": 1}
+        {"kind": "pairwise-v2", "code": "pii.code_broken", "records": 1},
+        {"kind": "pairwise-v2", "code": "pii.schema_invalid", "records": 1},
     ]
     assert report["rejected_raw_withheld"] >= len(DEFECTS)
     for secret in secrets:
