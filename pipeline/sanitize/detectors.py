@@ -236,24 +236,34 @@ def _digits(data: bytes) -> int:
     return len(data) - len(data.translate(None, b"0123456789"))
 
 
+@lru_cache(maxsize=65536)
+def _valid_phone(candidate: str, regions: tuple[str, ...]) -> bool:
+    """``phonenumbers`` validation (cached: exports repeat the same numbers)."""
+    if _DOTTED_QUAD.fullmatch(candidate) or _DATE.fullmatch(candidate):
+        return False
+    for region in (None,) if candidate[0] == "+" else regions:
+        try:
+            number = phonenumbers.parse(candidate, region)
+        except phonenumbers.NumberParseException:
+            continue
+        if phonenumbers.is_valid_number(number):
+            return True
+    return False
+
+
 class _PhoneValidator:
-    def __init__(self, regions: tuple[str, ...]) -> None:
+    def __init__(self, regions: tuple[str, ...], taken: list[tuple[int, int]]) -> None:
         self.regions = regions
+        self.taken = taken
         self.calls = 0
 
-    def valid(self, candidate: str) -> bool:
-        if _DOTTED_QUAD.fullmatch(candidate) or _DATE.fullmatch(candidate):
+    def valid(self, start: int, end: int, candidate: str) -> bool:
+        # A span another detector already claimed (an SSN, a CPF) is redacted anyway,
+        # with a higher priority: no need to ask phonenumbers about it.
+        if any(s <= start and end <= e for s, e in self.taken):
             return False
-        regions: tuple[str | None, ...] = (None,) if candidate[0] == "+" else self.regions
-        for region in regions:
-            self.calls += 1
-            try:
-                number = phonenumbers.parse(candidate, region)
-            except phonenumbers.NumberParseException:
-                continue
-            if phonenumbers.is_valid_number(number):
-                return True
-        return False
+        self.calls += 1
+        return _valid_phone(candidate, self.regions)
 
 
 def _phone_runs(data: bytes, shape: bytes) -> Iterator[re.Match[bytes]]:
@@ -277,9 +287,13 @@ def _phone_runs(data: bytes, shape: bytes) -> Iterator[re.Match[bytes]]:
 
 
 def _phones(
-    data: bytes, lower: bytes, shape: bytes, regions: tuple[str, ...]
+    data: bytes,
+    lower: bytes,
+    shape: bytes,
+    regions: tuple[str, ...],
+    taken: list[tuple[int, int]],
 ) -> Iterator[Detection]:
-    validator = _PhoneValidator(regions)
+    validator = _PhoneValidator(regions, taken)
     for run in _phone_runs(data, shape):
         offset = run.start()
         glued = _glued_left(data, offset)
@@ -340,7 +354,7 @@ def _longest_valid(
     for j in range(top, i - 1, -1):
         if 7 <= total <= 15:
             start, end = _trim_phone(data, chunks[i][0], chunks[j][1])
-            if validator.valid(data[start:end].decode()):
+            if validator.valid(start, end, data[start:end].decode()):
                 return j
             if validator.calls >= PARSE_BUDGET:
                 return None
@@ -727,7 +741,8 @@ class TextScanner:
         if Category.IPV4 in wanted and b"0.0" in shape:
             found += (Detection(s, e, Category.IPV4) for s, e in ipv4_spans(data, lower))
         if Category.PHONE in wanted and b"00" in shape:
-            found += _phones(data, lower, shape, self.phone_regions)
+            taken = [(d.start, d.end) for d in found]
+            found += _phones(data, lower, shape, self.phone_regions, taken)
         return found
 
     def scan(self, text: str) -> list[Detection]:
