@@ -61,6 +61,8 @@ def redaction_breaks_code(before: str, after: str) -> bool:
     for (language, code_before), (_, code_after) in zip(old, new, strict=True):
         if code_before == code_after:
             continue
-        if _parses(language, code_before) and not _parses(language, code_after):
+        # After first: redactions mostly land inside string literals and comments, where
+        # the code still parses and the original need not be parsed at all.
+        if _parses(language, code_after) is False and _parses(language, code_before):
             return True
     return False
