@@ -29,6 +29,7 @@ __all__ = [
     "Limits",
     "OutputSettings",
     "RubricSettings",
+    "SanitizeSettings",
     "build_section",
     "load_campaign",
 ]
@@ -279,6 +280,23 @@ class DedupeSettings:
 
 
 @dataclass(frozen=True)
+class SanitizeSettings:
+    """PII and credential redaction in the gate (seed 002); off unless enabled."""
+
+    enabled: bool = False
+    #: Policy file (TOML, see pipeline.sanitize.policy); a relative path is resolved
+    #: against the config file when it is loaded. Default: rowgate's built-in policy.
+    policy: str | None = None
+    #: SHA-256 the policy file must have; a mismatch fails the run before any work.
+    policy_sha256: str | None = None
+
+    def validate(self, path: str) -> None:
+        pin = self.policy_sha256
+        if pin is not None and (len(pin) != 64 or any(c not in "0123456789abcdef" for c in pin)):
+            raise ConfigError(f"{path}.policy_sha256: expected 64 lower-case hex digits")
+
+
+@dataclass(frozen=True)
 class CampaignConfig:
     """Everything a run needs to know, from a TOML file, flags, or defaults."""
 
@@ -296,6 +314,7 @@ class CampaignConfig:
     #: Record kind → decision policy; a kind without an entry gets no decision.
     policy: dict[str, KindPolicy] = field(default_factory=dict)
     dedupe: DedupeSettings = DedupeSettings()
+    sanitize: SanitizeSettings = SanitizeSettings()
     #: Directory relative input paths are resolved against (the config file's).
     base_dir: str = "."
     #: SHA-256 of the config file's bytes, when there is one.
@@ -307,6 +326,7 @@ class CampaignConfig:
         self.output.validate("output")
         self.rules.validate("rules")
         self.dedupe.validate("dedupe")
+        self.sanitize.validate("sanitize")
         seen = set()
         for i, spec in enumerate(self.inputs):
             if spec.path in seen:
@@ -422,8 +442,15 @@ def load_campaign(path: str | Path) -> CampaignConfig:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     config = _build(CampaignConfig, table, "")
+    base_dir = path.resolve().parent
+    policy = config.sanitize.policy
+    if policy is not None and not Path(policy).is_absolute():
+        # Resolved now: a command line that replaces the inputs also resets base_dir.
+        config = dataclasses.replace(
+            config, sanitize=dataclasses.replace(config.sanitize, policy=str(base_dir / policy))
+        )
     return dataclasses.replace(
         config,
-        base_dir=str(path.resolve().parent),
+        base_dir=str(base_dir),
         source_sha256=hashlib.sha256(data).hexdigest(),
     ).validate()

@@ -2,7 +2,11 @@
 
 Order of checks (the first failure decides a rejected line's reason):
 line bound → blank → strict UTF-8 / JSON (DESIGN §3.2) → object → depth and item
-limits → routing (§3.1) → pinned schema → exact Arrow storability → hashes.
+limits → routing (§3.1) → pinned schema → exact Arrow storability → the kind's semantic
+rules → (optional) sanitization → hashes. Sanitization (:mod:`pipeline.sanitize`, off by
+default) may quarantine a record and replaces its PII; the kind's rules then run again on
+the redacted record, and the hashes commit to what is stored. For a rejected line it may
+withhold the raw bytes.
 
 Two implementations share every building block:
 
@@ -20,12 +24,13 @@ The gate is a pure function of (line bytes, declared kind, config): no global st
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import fastjsonschema
 import orjson
@@ -39,6 +44,7 @@ from pipeline.reader import LineBatch
 from pipeline.reasons import (
     JSON_NUMBER_RANGE,
     LINE_TOO_LARGE,
+    PII_RULES_BROKEN,
     REASONS_TYPE,
     Disposition,
     Reason,
@@ -47,6 +53,9 @@ from pipeline.reasons import (
 from pipeline.rules import check_record, load_rule_context
 from pipeline.schemas import SchemaEntry, SchemaRegistry, static_bounds
 from pipeline.strict_json import StrictParser, check_limits, require_object
+
+if TYPE_CHECKING:
+    from pipeline.sanitize import Sanitizer
 
 __all__ = ["GATE_FIELDS", "REJECTED_FIELDS", "Gate", "GateOutcome", "GatedBatch"]
 
@@ -89,6 +98,8 @@ class GateOutcome:
     record: dict[str, Any] | None = None
     record_sha256: str | None = None
     content_sha256: str | None = None
+    #: the line's raw bytes must not be stored (sanitization found PII in them)
+    raw_withheld: bool = False
 
 
 class KindGate:
@@ -157,6 +168,7 @@ class Gate:
         self.rule_context = load_rule_context(config)
         self._kinds: dict[str, KindGate] = {}
         self._parser = StrictParser()
+        self.sanitizer = _sanitizer(config)
 
     def kind_gate(self, kind: RecordKind) -> KindGate:
         found = self._kinds.get(kind.id)
@@ -171,6 +183,14 @@ class Gate:
         self, line: bytes, declared: str | None = None, oversized: tuple[int, str] | None = None
     ) -> GateOutcome:
         """Gate one line, in the reference order, with the defining implementations."""
+        outcome = self._gate_line(line, declared, oversized)
+        if outcome.disposition is Disposition.REJECTED:
+            outcome = self._screen_raw(outcome, line)
+        return outcome
+
+    def _gate_line(
+        self, line: bytes, declared: str | None, oversized: tuple[int, str] | None
+    ) -> GateOutcome:
         limits = self.config.limits
         if oversized is not None or len(line) > limits.max_line_bytes:
             length, raw_sha = oversized or (len(line), hashlib.sha256(line).hexdigest())
@@ -193,7 +213,7 @@ class Gate:
             return self._rejected(
                 [Reason(JSON_NUMBER_RANGE, "", str(exc))], raw_sha, kind_gate, record
             )
-        return self._judged(kind_gate, record, raw_sha, canonical_json(record))
+        return self._judged(kind_gate, record, raw_sha, reference=True)
 
     def _rejected(
         self,
@@ -216,13 +236,30 @@ class Gate:
         )
 
     def _judged(
-        self, kind_gate: KindGate, record: dict[str, Any], raw_sha: str, canonical: bytes
+        self,
+        kind_gate: KindGate,
+        record: dict[str, Any],
+        raw_sha: str,
+        *,
+        reference: bool,
+        saw_float: bool = True,
     ) -> GateOutcome:
-        """A schema-valid record after its kind's semantic rules (both paths end here)."""
-        disposition, reasons = check_record(kind_gate.kind.id, record, self.rule_context)
+        """A schema-valid record after its kind's rules and the sanitizer (both paths end
+        here). Canonical JSON goes through orjson only where that is provably the same
+        bytes: no float in the line, no key the schema cannot vouch for."""
+        disposition, found = check_record(kind_gate.kind.id, record, self.rule_context)
+        reasons = tuple(found)
+        if self.sanitizer is not None and disposition is not Disposition.REJECTED:
+            record, disposition, reasons = self._sanitize(kind_gate, record, disposition, reasons)
+        if reference:
+            canonical = canonical_json(record)
+        elif kind_gate.keys_safe and not saw_float:
+            canonical = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+        else:
+            canonical = canonical_json_fast(record)
         return GateOutcome(
             disposition,
-            tuple(reasons),
+            reasons,
             raw_sha,
             kind_gate.kind.id,
             kind_gate.entry.sha256,
@@ -230,6 +267,49 @@ class Gate:
             hashlib.sha256(canonical).hexdigest(),
             kind_gate.kind.fingerprint(record),
         )
+
+    # -- sanitization (pipeline.sanitize); only reached when it is enabled --------------
+
+    def _sanitize(
+        self,
+        kind_gate: KindGate,
+        record: dict[str, Any],
+        disposition: Disposition,
+        reasons: tuple[Reason, ...],
+    ) -> tuple[dict[str, Any], Disposition, tuple[Reason, ...]]:
+        """The record as stored, its disposition and reasons with the ``pii.*`` ones.
+
+        Issue 8: "After redaction: schema and rules run again". The sanitizer re-checks the
+        schema, code and evidence; the kind's rules run again here, and a rule the original
+        passed but the redacted record fails is a redaction that broke the record:
+        quarantine (``pii.rules_broken``), never a silent pass.
+        """
+        assert self.sanitizer is not None
+        cleaned = self.sanitizer.sanitize(kind_gate.kind.id, kind_gate.entry, record)
+        if cleaned is None:
+            return record, disposition, reasons
+        reasons = (*reasons, *cleaned.reasons())
+        if cleaned.quarantined and disposition is Disposition.ACCEPTED:
+            disposition = Disposition.QUARANTINED
+        if cleaned.record is not record:
+            before = {r.code for r in reasons}
+            _, again = check_record(kind_gate.kind.id, cleaned.record, self.rule_context)
+            broken = sorted({r.code for r in again} - before)
+            if broken:
+                detail = "redaction breaks " + ", ".join(broken)
+                reasons = (*reasons, Reason(PII_RULES_BROKEN, "", detail))
+                disposition = Disposition.QUARANTINED
+        return cleaned.record, disposition, reasons
+
+    def _screen_raw(self, outcome: GateOutcome, line: bytes) -> GateOutcome:
+        """Withhold a rejected line's raw bytes when they hold PII (pipeline.sanitize.raw)."""
+        if self.sanitizer is None or outcome.reasons[0].code == LINE_TOO_LARGE:
+            return outcome  # an over-long line is never held, never stored
+        withheld = self.sanitizer.raw_reason(line)
+        if withheld is None:
+            return outcome
+        reasons = (*outcome.reasons, withheld)
+        return dataclasses.replace(outcome, reasons=reasons, raw_withheld=True)
 
     # -- the batch hot path ----------------------------------------------------------
 
@@ -240,8 +320,6 @@ class Gate:
         parser = self._parser
         parse = parser.parse
         sha256 = hashlib.sha256
-        dumps_sorted = orjson.dumps
-        sort_keys = orjson.OPT_SORT_KEYS
         rows: dict[str, _KindRows] = {}
         rejected = _RejectedRows()
         counts: Counter[tuple[str, str]] = Counter()
@@ -276,16 +354,18 @@ class Gate:
                     rejected, counts, first_line + i, batch.offsets[i], outcome, line
                 )
                 continue
-            if kind_gate.keys_safe and not parser.saw_float:
-                canonical = dumps_sorted(record, option=sort_keys)
-            else:
-                canonical = canonical_json_fast(record)
-            outcome = self._judged(kind_gate, record, raw_sha, canonical)
+            outcome = self._judged(
+                kind_gate, record, raw_sha, reference=False, saw_float=parser.saw_float
+            )
             if outcome.disposition is Disposition.REJECTED:
+                outcome = self._screen_raw(outcome, line)
                 self._add_rejected(
                     rejected, counts, first_line + i, batch.offsets[i], outcome, line
                 )
                 continue
+            if outcome.record is not record:  # redacted: store what the hashes commit to
+                layout = kind_gate.layout.root
+                stored = outcome.record if layout.identity else layout.encode(outcome.record)
             kind_rows = rows.get(kind_gate.kind.id)
             if kind_rows is None:
                 kind_rows = rows[kind_gate.kind.id] = _KindRows()
@@ -324,7 +404,7 @@ class Gate:
         rows.kinds.append(outcome.kind)
         rows.schema.append(outcome.schema_sha256)
         rows.reasons.append([r.as_row() for r in outcome.reasons])
-        rows.raw.append(raw)
+        rows.raw.append(None if outcome.raw_withheld else raw)
         counts[(outcome.disposition.value, outcome.reasons[0].code)] += 1
 
     def _kind_batch(self, kind_id: str, rows: _KindRows) -> pa.RecordBatch:
@@ -363,3 +443,12 @@ class Gate:
             ],
             schema=REJECTED_SCHEMA,
         )
+
+
+def _sanitizer(config: CampaignConfig) -> Sanitizer | None:
+    """The campaign's sanitizer; imported only when enabled (off costs nothing)."""
+    if not config.sanitize.enabled:
+        return None
+    from pipeline.sanitize import Sanitizer
+
+    return Sanitizer.from_config(config)

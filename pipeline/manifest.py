@@ -33,6 +33,7 @@ _DEPENDENCIES: Final = (
     "fastjsonschema",
     "xxhash",
     "zstandard",
+    "phonenumbers",
     "typer",
     "rich",
     "numpy",

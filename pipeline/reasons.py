@@ -68,6 +68,31 @@ JSON_NOT_OBJECT: Final = "json.not_object"
 SCHEMA_UNSUPPORTED_VERSION: Final = "schema.unsupported_version"
 SCHEMA_PREFIX: Final = "schema."
 
+# Sanitization (seed 002, pipeline/sanitize). Paths are safe field paths; details hold
+# category names and counts only, never a matched value.
+PII_REDACTED: Final = "pii.redacted"  # informational: what was replaced, per field
+PII_UNCERTAIN: Final = "pii.uncertain"  # PII-shaped and in PII context, failed validation
+PII_CODE_BROKEN: Final = "pii.code_broken"  # code that parsed before redaction no longer does
+PII_EVIDENCE_CHANGED: Final = "pii.evidence_changed"  # a verbatim quote was redacted
+PII_SCHEMA_INVALID: Final = "pii.schema_invalid"  # the redacted record fails its schema
+PII_KEY_COLLISION: Final = "pii.key_collision"  # two redacted member names collide
+PII_UNSTABLE: Final = "pii.unstable"  # redaction did not reach a fixpoint
+PII_RAW_WITHHELD: Final = "pii.raw_withheld"  # a rejected line's raw bytes were not kept
+PII_RULES_BROKEN: Final = "pii.rules_broken"  # a semantic rule fails only after redaction
+#: Codes that send a record to quarantine (a person looks at it).
+PII_QUARANTINE_CODES: Final = frozenset(
+    {
+        PII_UNCERTAIN,
+        PII_CODE_BROKEN,
+        PII_EVIDENCE_CHANGED,
+        PII_SCHEMA_INVALID,
+        PII_KEY_COLLISION,
+        PII_UNSTABLE,
+        PII_RULES_BROKEN,
+    }
+)
+
+
 # Gate-level codes in the order the gate checks them; a rejected line gets the first that
 # applies (the scanner reports syntax, duplicate-key and number errors in text order).
 GATE_CODES: Final = (

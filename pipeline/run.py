@@ -191,7 +191,9 @@ def _preflight(config: CampaignConfig) -> Gate:
         for schema_id in config.schemas.pins:
             gate.registry.get(schema_id)
         for kind_id in sorted(KINDS):
-            gate.kind_gate(KINDS[kind_id])
+            kind_gate = gate.kind_gate(KINDS[kind_id])
+            if gate.sanitizer is not None:  # a policy path naming no field fails here
+                gate.sanitizer.for_kind(kind_id, kind_gate.entry)
     except SchemaError as exc:
         raise InputError(str(exc)) from None
     try:
@@ -336,6 +338,7 @@ def _manifest(
         ],
         "config": config.as_dict(),
         "config_sha256": config.source_sha256,
+        "sanitize": gate.sanitizer.describe() if gate.sanitizer is not None else None,
         "schemas": {
             kind_id: {
                 "sha256": gate.kind_gate(KINDS[kind_id]).entry.sha256,

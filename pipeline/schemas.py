@@ -34,6 +34,7 @@ __all__ = [
     "SchemaError",
     "SchemaRegistry",
     "lint_schema",
+    "safe_path",
     "static_bounds",
 ]
 
@@ -331,6 +332,13 @@ def _safe_path(schema: Any, parts: list[Any]) -> str:
             out.append(".*")
             node = node.get("additionalProperties") if isinstance(node, dict) else None
     return "".join(out)
+
+
+def safe_path(schema: dict[str, Any], parts: list[str | int]) -> str:
+    """Render the field path ``parts`` of an instance of ``schema`` safely: indices and
+    declared property names as they are, any undeclared key (a map key, an extra
+    member) as ``*``, e.g. ``$.messages[2].content`` or ``$.meta.*``."""
+    return _safe_path(schema, list(parts))
 
 
 def load_schema(path: Path, schema_id: str) -> SchemaEntry:

@@ -15,7 +15,15 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["DEFECTS", "GENERATORS", "defect_line", "export_lines", "make_record"]
+__all__ = [
+    "DEFECTS",
+    "GENERATORS",
+    "defect_line",
+    "export_lines",
+    "make_record",
+    "plant_pii",
+    "planted_secrets",
+]
 
 _WORDS: Final = [
     "value",
@@ -741,3 +749,67 @@ RULE_VIOLATIONS["semantic.ari-replication-rubric-v2.evidence_span_range"] = _ari
     "ari-replication-rubric-v2",
     lambda r: _first_leaf(r)["evidence_span"].update(start_char=5, end_char=5),
 )
+# -- planted PII and credentials (sanitization tests and benchmarks) --------------------
+
+_BASE62: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _random(rng: random.Random, alphabet: str, n: int) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def _cpf(rng: random.Random) -> str:
+    digits = [rng.randint(0, 9) for _ in range(9)]
+    for length in (9, 10):
+        total = sum(d * w for d, w in zip(digits, range(length + 1, 1, -1), strict=False))
+        digits.append(total * 10 % 11 % 10)
+    text = "".join(map(str, digits))
+    return f"{text[:3]}.{text[3:6]}.{text[6:9]}-{text[9:]}"
+
+
+def planted_secrets(rng: random.Random, i: int) -> dict[str, str]:
+    """One fake value of every category the sanitizer knows, distinct for each ``i``.
+
+    None is real: addresses are at made-up domains, numbers are fictional, keys are
+    random. Every value is long and random enough to be searched for in output bytes.
+    """
+    number = rng.randint(10_000_000, 99_999_999)
+    return {
+        "email": f"ana.{i}.{_random(rng, 'abcdefghij', 6)}@mail-{i % 97}.corp-example.de",
+        "phone": f"+1 415-555-{rng.randint(2000, 9999)}",
+        "ipv4": f"81.{rng.randint(1, 254)}.{rng.randint(1, 254)}.{rng.randint(1, 254)}",
+        "ipv6": f"2a00:1450:{rng.randint(0x1000, 0xFFFF):x}::{rng.randint(0x1000, 0xFFFF):x}",
+        "ssn": f"{rng.randint(100, 665):03d}-{rng.randint(10, 99):02d}-{rng.randint(1000, 9999):04d}",
+        "cpf": _cpf(rng),
+        "dni": f"{number}{'TRWAGMYFPDXBNJZSQVHLCKE'[number % 23]}",
+        "openai": "sk-proj-" + _random(rng, _BASE62, 40),
+        "github": "ghp_" + _random(rng, _BASE62, 36),
+        "aws": "AKIA" + _random(rng, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16),
+        "bearer": _random(rng, _BASE62, 24) + "." + _random(rng, _BASE62, 12),
+        "password": "pw-" + _random(rng, _BASE62, 18),
+    }
+
+
+def plant_pii(
+    record: dict[str, Any], rng: random.Random, i: int
+) -> tuple[dict[str, Any], list[str]]:
+    """A pairwise-v2 record with one secret of every category planted in its free text
+    (and code that still parses); returns the record and the planted values."""
+    secrets = planted_secrets(rng, i)
+    planted = dict(record)
+    planted["rationale"] = (
+        f"{record['rationale']} Reviewer: {secrets['email']}, {secrets['phone']}, SSN "
+        f"{secrets['ssn']}, CPF {secrets['cpf']}, DNI {secrets['dni']}, host "
+        f"{secrets['ipv4']} / {secrets['ipv6']}."
+    )
+    messages = [dict(m) for m in record["messages"]]
+    messages[-1]["content"] = (
+        f"{messages[-1]['content']}\nAuthorization: Bearer {secrets['bearer']}\n"
+        f"my token is {secrets['github']}"
+    )
+    planted["messages"] = messages
+    planted["response_a"] = f'{record["response_a"]}\nOPENAI_KEY = "{secrets["openai"]}"'
+    planted["response_b"] = (
+        f'{record["response_b"]}\naws_id = "{secrets["aws"]}"\npassword = "{secrets["password"]}"'
+    )
+    return planted, list(secrets.values())

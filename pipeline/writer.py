@@ -159,17 +159,40 @@ def _rejected_layout(task: WriteTask) -> pa.Schema:
     return pa.schema([*REJECTED_FIELDS, *(pa.field(c.name, c.type) for c in task.rejected_columns)])
 
 
-def _to_rejected(table: pa.Table, task: WriteTask, max_line_bytes: int) -> pa.Table:
-    """Rows the global phase rejected, in the ``rejected/`` layout, raw bytes re-read."""
+def _to_rejected(table: pa.Table, task: WriteTask, config: CampaignConfig) -> pa.Table:
+    """Rows the global phase rejected, in the ``rejected/`` layout, raw bytes re-read.
+
+    With sanitization on, the re-read bytes are the unsanitized input: they go through
+    the same raw rule as the gate's rejected lines (pipeline.sanitize.raw)."""
     offsets = table["_offset"].to_pylist()
-    raw = fetch_lines(task.shard.input, offsets, max_line_bytes)
+    raw = fetch_lines(task.shard.input, offsets, config.limits.max_line_bytes)
     layout = _rejected_layout(task)
     columns = {name: table[name] for name in layout.names if name in table.column_names}
-    columns["_raw"] = pa.array([raw[o] for o in offsets], pa.binary())
+    lines = [raw[o] for o in offsets]
+    if config.sanitize.enabled:
+        lines, reasons = _withhold_raw(lines, table["_reasons"].to_pylist(), config)
+        columns["_reasons"] = pa.array(reasons, REASONS_TYPE)
+    columns["_raw"] = pa.array(lines, pa.binary())
     # Another kind may declare rejected/ columns this kind does not have: null here.
     return pa.table(
         [columns.get(f.name, pa.nulls(table.num_rows, f.type)) for f in layout], schema=layout
     )
+
+
+def _withhold_raw(
+    lines: list[bytes | None], reasons: list[list[dict[str, str]]], config: CampaignConfig
+) -> tuple[list[bytes | None], list[list[dict[str, str]]]]:
+    from pipeline.sanitize import Sanitizer
+
+    sanitizer = Sanitizer.from_config(config)
+    assert sanitizer is not None
+    kept: list[bytes | None] = []
+    for line, row in zip(lines, reasons, strict=True):
+        withheld = sanitizer.raw_reason(line) if line is not None else None
+        kept.append(None if withheld is not None else line)
+        if withheld is not None:
+            row.append(withheld.as_row())
+    return kept, reasons
 
 
 def write_table(
@@ -242,7 +265,7 @@ def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) ->
         late = staged.filter(pc.equal(disposition, Disposition.REJECTED.value))
         if late.num_rows:
             late = late.append_column("_kind", _constant(kind, late.num_rows))
-            rejected_parts.append(_to_rejected(late, task, config.limits.max_line_bytes))
+            rejected_parts.append(_to_rejected(late, task, config))
     rejected = pa.concat_tables(rejected_parts).sort_by("_shard_line")
     if rejected.num_rows:
         table = _with_lineage(rejected, task, None).drop_columns(["_shard_line"])

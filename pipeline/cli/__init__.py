@@ -17,7 +17,15 @@ from __future__ import annotations
 
 import typer
 
-from pipeline.cli import dedupe_cmd, report_cmd, rubrics_cmd, run_cmd, schemas_cmd, verify_cmd
+from pipeline.cli import (
+    dedupe_cmd,
+    report_cmd,
+    rubrics_cmd,
+    run_cmd,
+    scan_cmd,
+    schemas_cmd,
+    verify_cmd,
+)
 
 __all__ = ["app", "main"]
 
@@ -32,6 +40,7 @@ app = typer.Typer(
 app.command("run")(run_cmd.run_command)
 app.command("verify")(verify_cmd.verify_command)
 app.command("dedupe")(dedupe_cmd.dedupe_command)
+app.command("scan")(scan_cmd.scan_command)
 app.add_typer(schemas_cmd.app, name="schemas")
 app.add_typer(rubrics_cmd.app, name="rubrics")
 app.add_typer(report_cmd.app, name="report")
