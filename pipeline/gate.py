@@ -51,8 +51,15 @@ from pipeline.reasons import (
     RejectLine,
 )
 from pipeline.rules import check_record, load_rule_context
-from pipeline.schemas import SchemaEntry, SchemaRegistry, static_bounds
-from pipeline.strict_json import StrictParser, check_limits, require_object
+from pipeline.schemas import SchemaEntry, SchemaRegistry, integers_bounded, static_bounds
+from pipeline.strict_json import (
+    LONG_DIGITS,
+    StrictParser,
+    check_limits,
+    has_float,
+    parse_if_canonical,
+    require_object,
+)
 
 if TYPE_CHECKING:
     from pipeline.sanitize import Sanitizer
@@ -116,6 +123,8 @@ class KindGate:
         schema_text = json.dumps(entry.schema, ensure_ascii=False)
         #: schema-valid records only have declared keys, all below U+E000
         self.keys_safe = depth < float("inf") and all(ch < "\ue000" for ch in schema_text)
+        #: every integer a valid record holds is within int64 (the fast parser's premise)
+        self.integers_bounded = integers_bounded(entry.schema)
         self.schema_type = pa.schema([*self.layout.fields, *GATE_FIELDS])
 
 
@@ -319,6 +328,8 @@ class Gate:
         max_line, max_depth, max_items = limits.max_line_bytes, limits.max_depth, limits.max_items
         parser = self._parser
         parse = parser.parse
+        fast_parse = parse_if_canonical
+        long_digits = LONG_DIGITS.search
         sha256 = hashlib.sha256
         rows: dict[str, _KindRows] = {}
         rejected = _RejectedRows()
@@ -336,8 +347,19 @@ class Gate:
             raw_sha = sha256(line).hexdigest()
             kind_gate = None
             try:
-                record = require_object(parse(line))
-                kind_gate = self.kind_gate(route(record, declared))
+                record = fast_parse(line)
+                if record is None:
+                    record = require_object(parse(line))
+                    kind_gate = self.kind_gate(route(record, declared))
+                    saw_float = parser.saw_float
+                else:
+                    record = require_object(record)
+                    kind_gate = self.kind_gate(route(record, declared))
+                    if not kind_gate.integers_bounded and long_digits(line):
+                        record = require_object(parse(line))  # the strict parser decides
+                        saw_float = parser.saw_float
+                    else:
+                        saw_float = has_float(record) if kind_gate.keys_safe else True
                 if not kind_gate.bounds_implied:
                     check_limits(record, max_depth, max_items)
                 kind_gate.entry.validate(record)
@@ -354,9 +376,7 @@ class Gate:
                     rejected, counts, first_line + i, batch.offsets[i], outcome, line
                 )
                 continue
-            outcome = self._judged(
-                kind_gate, record, raw_sha, reference=False, saw_float=parser.saw_float
-            )
+            outcome = self._judged(kind_gate, record, raw_sha, reference=False, saw_float=saw_float)
             if outcome.disposition is Disposition.REJECTED:
                 outcome = self._screen_raw(outcome, line)
                 self._add_rejected(

@@ -33,6 +33,7 @@ __all__ = [
     "SchemaEntry",
     "SchemaError",
     "SchemaRegistry",
+    "integers_bounded",
     "lint_schema",
     "safe_path",
     "static_bounds",
@@ -199,6 +200,27 @@ def static_bounds(
     depth = min(b[0] for b in bounds)
     items = min(b[1] for b in bounds)
     return depth, items
+
+
+def integers_bounded(schema: dict[str, Any]) -> bool:
+    """True when every integer an accepted record can hold lies inside int64.
+
+    Needs a closed shape (finite :func:`static_bounds`: every position is typed) and a
+    ``minimum`` and ``maximum`` within int64 on every ``integer`` position. The gate's
+    fast parser then needs no check for integers beyond int64: such a value fails the
+    schema, and failing lines are re-gated on the reference path.
+    """
+    if static_bounds(schema)[0] == INFINITE:
+        return False
+    low, high = -(2**63), 2**63 - 1
+    for _, sub in _walk(schema, ""):
+        types = sub.get("type")
+        names = {types} if isinstance(types, str) else set(types or ())
+        if "integer" in names or "number" in names:
+            minimum, maximum = sub.get("minimum"), sub.get("maximum")
+            if minimum is None or maximum is None or minimum < low or maximum > high:
+                return False
+    return True
 
 
 def _literal_bounds(values: list[Any]) -> tuple[float, float]:

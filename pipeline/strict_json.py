@@ -29,6 +29,8 @@ import math
 import re
 from typing import Any, Final
 
+import orjson
+
 from pipeline.reasons import (
     JSON_DUPLICATE_KEY,
     JSON_INVALID_SURROGATE,
@@ -43,7 +45,15 @@ from pipeline.reasons import (
     RejectLine,
 )
 
-__all__ = ["StrictParser", "check_limits", "measure", "parse_object", "parse_value"]
+__all__ = [
+    "StrictParser",
+    "check_limits",
+    "has_float",
+    "measure",
+    "parse_if_canonical",
+    "parse_object",
+    "parse_value",
+]
 
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
@@ -153,6 +163,52 @@ class StrictParser:
         if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
             raise RejectLine(JSON_INVALID_SURROGATE, "lone or unpaired surrogate escape")
         return value
+
+
+#: A run of 19+ digits: a number that may lie outside int64 (or text that looks like one).
+LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
+
+
+def parse_if_canonical(line: bytes) -> Any | None:
+    """The hot path's parser: the value when ``line`` is exactly orjson's compact
+    serialisation of what it parses to, else ``None`` (use :class:`StrictParser`).
+
+    orjson parses a 3 KB row in ~10 µs against ~18 µs for UTF-8 decoding plus the standard
+    library scanner, but it keeps the last of duplicate keys and reads integers up to
+    2**64. Byte equality with its own output closes the first gap: a line with a repeated
+    key re-serialises with fewer members, so it is never equal. The second is the
+    caller's: integers beyond int64 need a 19-digit run (:data:`LONG_DIGITS`), unless the
+    schema bounds every integer. orjson itself rejects invalid UTF-8, lone surrogates,
+    NaN/Infinity, overflow to infinity, trailing data and comments; an underflow to 0
+    re-serialises differently. A test proves both paths give identical dispositions,
+    reasons and hashes.
+    """
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return value if orjson.dumps(value) == line else None
+
+
+def has_float(value: Any) -> bool:
+    """Whether a parsed value holds a float anywhere (iterative; cheaper than a regex)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is dict:
+            node = node.values()
+        elif kind is not list:
+            if kind is float:
+                return True
+            continue
+        for item in node:
+            kind = type(item)
+            if kind is float:
+                return True
+            if kind is dict or kind is list:
+                stack.append(item)
+    return False
 
 
 _DEFAULT_PARSER: Final = StrictParser()

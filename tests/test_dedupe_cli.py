@@ -30,7 +30,8 @@ def split_run(corpus: list[LabelledRow], tmp_path_factory: pytest.TempPathFactor
     result = runner.invoke(
         app,
         ["run", "--split", f"train={root / 'train.jsonl'}", "--split",
-         f"eval={root / 'eval.jsonl'}", "--protect", "eval", "--out", str(out), "--workers", "1"],
+         f"eval={root / 'eval.jsonl'}", "--protect", "eval", "--out", str(out), "--workers", "1",
+         "--normalised", "--near"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "dedupe.contamination" in result.stdout

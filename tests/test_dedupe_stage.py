@@ -35,7 +35,9 @@ def corpus_run(
 ) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("corpus")
     source = write_lines(root / "corpus.jsonl", corpus)
-    config = CampaignConfig(inputs=(InputSpec(str(source)),)).override(**{"engine.workers": 1})
+    config = CampaignConfig(inputs=(InputSpec(str(source)),)).override(
+        **{"engine.workers": 1, "dedupe.normalised": True, "dedupe.near": True}
+    )
     result = run(config, root / "out")
     return root / "out", result.manifest
 
@@ -168,7 +170,9 @@ def _split_inputs(tmp_path: Path, corpus: list[LabelledRow]) -> CampaignConfig:
     eval_ = write_lines(tmp_path / "eval.jsonl", corpus[400:600] + corpus[:40] + second)
     return CampaignConfig(
         inputs=(InputSpec(str(train), split="train"), InputSpec(str(eval_), split="eval")),
-        dedupe=CampaignConfig().dedupe.__class__(protected_splits=("eval",)),
+        dedupe=CampaignConfig().dedupe.__class__(
+            protected_splits=("eval",), normalised=True, near=True
+        ),
         # one task annotated twice is a conflict under the default rules; this campaign
         # treats task ids as tasks, not submissions, so the split report can show them
         rules=CampaignConfig().rules.__class__(disabled=("cross.idempotency_conflict",)),
@@ -254,7 +258,9 @@ def test_outputs_do_not_depend_on_workers_or_input_order(
     ]
     config = CampaignConfig(
         inputs=tuple(specs[i] for i in order),
-        dedupe=CampaignConfig().dedupe.__class__(protected_splits=("eval",)),
+        dedupe=CampaignConfig().dedupe.__class__(
+            protected_splits=("eval",), normalised=True, near=True
+        ),
     ).override(**{"engine.workers": workers, "engine.shard_bytes": 64 * 1024})
     out = tmp_path / f"out-{workers}-{''.join(map(str, order))}"
     run(config, out, force=True)

@@ -48,6 +48,20 @@ def dedupe_command(
     survivor: Annotated[
         str | None, typer.Option(help="first, last, max:<column> or min:<column>.")
     ] = None,
+    normalised: Annotated[
+        bool | None,
+        typer.Option(
+            "--normalised/--no-normalised",
+            help="Normalised duplicates (default: on, or the config's [dedupe] setting).",
+        ),
+    ] = None,
+    near: Annotated[
+        bool | None,
+        typer.Option(
+            "--near/--no-near",
+            help="Near duplicates (default: on, or the config's [dedupe] setting).",
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
 ) -> None:
     """Remove exact, normalised and near duplicates and split contamination from Parquet
@@ -56,6 +70,11 @@ def dedupe_command(
     with library_errors():
         config = load_campaign(config_file) if config_file else CampaignConfig()
         changes: dict[str, object] = {}
+        # This command exists to dedupe: without a config, every rule is on (a run keeps
+        # the costly normalised and near rules opt-in, see DedupeSettings).
+        for name, flag in (("normalised", normalised), ("near", near)):
+            if flag is not None or config_file is None:
+                changes[f"dedupe.{name}"] = True if flag is None else flag
         if threshold is not None:
             changes["dedupe.threshold"] = threshold
         if survivor is not None:

@@ -52,6 +52,20 @@ def run_command(
             "their copies elsewhere are removed as dedupe.contamination (repeatable)."
         ),
     ] = None,
+    normalised: Annotated[
+        bool | None,
+        typer.Option(
+            "--normalised/--no-normalised",
+            help="Remove normalised duplicates (NFC, case, whitespace); default: the config's.",
+        ),
+    ] = None,
+    near: Annotated[
+        bool | None,
+        typer.Option(
+            "--near/--no-near",
+            help="Remove near duplicates (MinHash LSH, dedupe.threshold); default: the config's.",
+        ),
+    ] = None,
     inputs: Annotated[
         list[str] | None,
         typer.Argument(help="JSONL files (.jsonl, .jsonl.gz, .jsonl.zst) or directories of them."),
@@ -74,6 +88,9 @@ def run_command(
             config = config.override(**{"dedupe.protected_splits": tuple(protect)})
         if workers is not None:
             config = config.override(**{"engine.workers": workers})
+        for name, flag in (("normalised", normalised), ("near", near)):
+            if flag is not None:
+                config = config.override(**{f"dedupe.{name}": flag})
         config = config.validate()
         with _progress(quiet) as observer:
             result = run(config, out_dir, force=force, observer=observer)

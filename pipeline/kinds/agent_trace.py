@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import polars as pl
-
-from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
 from pipeline.rules import Finding, RuleContext, record_rule, unknown
+
+if TYPE_CHECKING:
+    from pipeline.dedupe.keys import DedupeKey
 
 CONTENT: Final = ContentFingerprint(b"rowgate:agent-trace-content:v1\x00")
 
@@ -34,6 +34,10 @@ class AgentTrace(RecordKind):
     def dedupe_key(self) -> DedupeKey:
         """The prompt and the call sequence (tool and arguments, in order); call ids,
         latencies and results are how one run went, not what was asked and done."""
+        import polars as pl  # global phase only: gate workers never import polars
+
+        from pipeline.dedupe.keys import DedupeKey, KeyField
+
         call = (
             pl.element().struct.field("tool")
             + pl.lit(" ")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
-from pipeline.dedupe.keys import DedupeKey
 from pipeline.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
+
+if TYPE_CHECKING:  # polars stays out of the gate workers, which import every kind
+    from pipeline.dedupe.keys import DedupeKey
 
 __all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind", "route"]
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import polars as pl
-
-from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
 from pipeline.rules import Finding, RuleContext, record_rule, unknown
+
+if TYPE_CHECKING:
+    from pipeline.dedupe.keys import DedupeKey
 
 CONTENT: Final = ContentFingerprint(b"rowgate:grounded-qa-content:v1\x00")
 
@@ -33,6 +33,10 @@ class GroundedQA(RecordKind):
 
     def dedupe_key(self) -> DedupeKey:
         """The question and the *set* of cited spans (document id and offsets)."""
+        import polars as pl  # global phase only: gate workers never import polars
+
+        from pipeline.dedupe.keys import DedupeKey, KeyField
+
         span = (
             pl.element().struct.field("document_id")
             + pl.lit("#")

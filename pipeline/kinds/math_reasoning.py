@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import polars as pl
-
-from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
 from pipeline.rules import Finding, RuleContext, folded, is_blank, record_rule
+
+if TYPE_CHECKING:
+    from pipeline.dedupe.keys import DedupeKey
 
 CONTENT: Final = ContentFingerprint(b"rowgate:math-reasoning-content:v1\x00")
 
@@ -32,6 +32,10 @@ class MathReasoning(RecordKind):
 
     def dedupe_key(self) -> DedupeKey:
         """Problem, derivation and answer (assumptions and the score are annotations)."""
+        import polars as pl  # global phase only: gate workers never import polars
+
+        from pipeline.dedupe.keys import DedupeKey, KeyField
+
         return DedupeKey(
             "problem + derivation + answer",
             ("problem", "derivation", "final_answer"),

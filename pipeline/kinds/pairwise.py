@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import polars as pl
-
-from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import PAIRWISE_CONTENT_V1, ContentFingerprint
 from pipeline.rules import Finding, RuleContext, Severity, is_blank, record_rule, same_text
+
+if TYPE_CHECKING:
+    from pipeline.dedupe.keys import DedupeKey
 
 #: Multi-turn decisive rows commit to the whole conversation, not one prompt string.
 MULTI_TURN: Final = ContentFingerprint(b"rowgate:pairwise-content-multiturn:v1\x00")
@@ -49,6 +49,10 @@ class Pairwise(RecordKind):
     def dedupe_key(self) -> DedupeKey:
         """The same conversation and the same *unordered* pair of responses: a row with A
         and B swapped is the same comparison whatever its preference says."""
+        import polars as pl  # global phase only: gate workers never import polars
+
+        from pipeline.dedupe.keys import DedupeKey, KeyField
+
         turn = (
             pl.element().struct.field("role") + pl.lit(": ") + pl.element().struct.field("content")
         )

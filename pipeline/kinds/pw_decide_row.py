@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-import polars as pl
-
-from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.lineage import ContentFingerprint
 from pipeline.rules import Finding, RuleContext, record_rule
+
+if TYPE_CHECKING:
+    from pipeline.dedupe.keys import DedupeKey
 
 CONTENT: Final = ContentFingerprint(b"rowgate:pw-decide-row-content:v1\x00")
 
@@ -43,6 +43,10 @@ class PwDecideRow(RecordKind):
         the same decision in train and eval is caught whatever its labels say. ``meta``
         groups (task, repository, prompt group) must not straddle splits (seed 004: "consumers
         may group by it")."""
+        import polars as pl  # global phase only: gate workers never import polars
+
+        from pipeline.dedupe.keys import DedupeKey, KeyField
+
         offered = pl.col("offered")
         options = pl.concat_list(
             *(
