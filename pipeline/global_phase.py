@@ -106,6 +106,22 @@ class GlobalContext:
                 .collect()
             )
 
+    def fetch(self, kind: str, keys: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+        """Staged ``columns`` of the rows named by ``keys`` (``_shard``, ``_shard_line``),
+        read shard by shard: for the few rows a hash-first check needs in full."""
+        frames = []
+        for (shard,), wanted in keys.partition_by("_shard", as_dict=True).items():
+            frames.append(
+                pl.scan_ipc(staged_path(self.root, int(shard), kind))
+                .select("_shard_line", *columns)
+                .filter(pl.col("_shard_line").is_in(wanted["_shard_line"].implode()))
+                .with_columns(_shard=pl.lit(shard, pl.Int32))
+                .collect()
+            )
+        if not frames:
+            return pl.DataFrame(schema={"_shard_line": pl.Int64, "_shard": pl.Int32})
+        return pl.concat(frames)
+
     def scan(self, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame:
         """Staged columns of every row of ``kind`` in the stable order key, with the
         state columns (``_shard``, ``_line``, ``_source``, ``_disposition``, ...)."""

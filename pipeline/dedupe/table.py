@@ -59,8 +59,10 @@ def _column_root(path: str) -> str:
 
 
 def required_columns(key: DedupeKey | None, settings: DedupeSettings, kind: str) -> list[str]:
-    """Payload columns :func:`dedupe_table` reads for a kind."""
-    columns = list(key.columns) if key is not None else []
+    """Payload columns :func:`dedupe_table` reads for a kind (key texts only when a rule
+    that reads them is on: exact duplicates need only the fingerprints)."""
+    texts = key is not None and (settings.normalised or settings.near)
+    columns = list(key.columns) if texts and key is not None else []
     rule = settings.survivor_rule(kind)
     if ":" in rule:
         columns.append(_column_root(rule.split(":", 1)[1]))

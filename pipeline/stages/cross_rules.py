@@ -104,24 +104,33 @@ def contradictory_preference(
     validation"; DESIGN §3.9: "same comparison with opposite preferences". The same
     conversation and the same pair of responses (in either A/B order) preferred both ways:
     a person adjudicates (seed 000's review policy: "disagreement_action": "adjudicate")."""
-    payload = ctx.scan(kind, ["messages", "response_a", "response_b", "preference"])
-    decisive = payload.filter(pl.col("preference").is_in(["A", "B"])).with_columns(
-        _conversation=_conversation_key(),
-        _preferred=pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b"),
-        _rejected=pl.when(pl.col("preference") == "A").then("response_b").otherwise("response_a"),
-    )
-    # Group on 64-bit hashes first (cheap over 3 KB texts), then confirm the few candidate
-    # groups on the exact texts, so a hash collision can never invent a contradiction.
-    hashed = decisive.with_columns(
-        _h_conv=pl.col("_conversation").hash(1),
-        _h_pair=pl.col("_preferred").hash(2) ^ pl.col("_rejected").hash(2),
-        _h_pref=pl.col("_preferred").hash(3),
-    )
-    candidates = hashed.filter(pl.col("_h_pref").n_unique().over("_h_conv", "_h_pair") > 1)
+    # Texts are hashed shard by shard (memory stays bounded by one shard, whatever the
+    # run's size), grouped on 64-bit hashes, and only candidate groups are re-read and
+    # confirmed on the exact texts, so a hash collision can never invent a contradiction.
+    decisive = pl.col("preference").is_in(["A", "B"])
+    preferred = pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b")
+    rejected = pl.when(pl.col("preference") == "A").then("response_b").otherwise("response_a")
+    hashes = pl.concat(
+        ctx.evaluate(
+            kind,
+            {
+                "_decisive": decisive,
+                "_h_conv": _conversation_key().hash(1),
+                "_h_pair": preferred.hash(2) ^ rejected.hash(2),
+                "_h_pref": preferred.hash(3),
+            },
+        )
+    ).filter("_decisive")
+    candidates = hashes.filter(pl.col("_h_pref").n_unique().over("_h_conv", "_h_pair") > 1)
+    if candidates.height == 0:
+        return None
+    texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])
     group = ["_conversation", "_low", "_high"]
-    exact = candidates.with_columns(
-        _low=pl.min_horizontal("_preferred", "_rejected"),
-        _high=pl.max_horizontal("_preferred", "_rejected"),
+    exact = texts.with_columns(
+        _conversation=_conversation_key(),
+        _preferred=preferred,
+        _low=pl.min_horizontal("response_a", "response_b"),
+        _high=pl.max_horizontal("response_a", "response_b"),
     )
     contradicted = exact.filter(pl.col("_preferred").n_unique().over(group) > 1)
     return contradicted.select(
