@@ -103,11 +103,21 @@ def _corpus() -> list[tuple[bytes, str | None]]:
             )
         lines += [(defect_line(d, make_record(kind, rng, 999)), declared) for d in sorted(DEFECTS)]
     with_float = {**EXAMPLE, "ratings": {**EXAMPLE["ratings"], "style": 4.0}}
+    decide = make_record("pw-decide-row-1", rng, 5)
+    huge = 2**64 - 1  # orjson reads it as an int; the contract says int64
     lines += [
         (orjson.dumps(with_float), None),  # an integral float in an integer field
         (b'{"schema":"pw-decide-row/1","\\ue000":1}', None),
         (b"x" * 70_000, None),
         (b"  ", None),
+        # orjson-canonical lines (the fast parser's domain) with its blind spots:
+        (orjson.dumps({**decide, "receipt": huge}), None),  # unbounded integer field
+        (orjson.dumps({**EXAMPLE, "ratings": {**EXAMPLE["ratings"], "style": huge}}), None),
+        (orjson.dumps({**decide, "meta": {"f": 1.5e-7, "g": -0.0, "h": 1e21}}), None),
+        (orjson.dumps({**decide, "meta": {"\U0001f600": 1, "\uffff": 2}}), None),
+        (orjson.dumps({**decide, "receipt": 2**63 - 1}), None),
+        (orjson.dumps({**decide, "receipt": -(2**63)}), None),
+        (b'{"a":1,"a":1}', None),  # a duplicate whose value orjson would happily keep
     ]
     return lines
 

@@ -190,3 +190,25 @@ def test_duplicate_key_at_any_depth(obj: dict[str, int], data: st.DataObject) ->
     with pytest.raises(RejectLine) as caught:
         parse_value(line)
     assert caught.value.reason.code == "json.duplicate_key"
+
+
+def test_fast_parser_only_takes_its_own_canonical_form() -> None:
+    from pipeline.strict_json import has_float, parse_if_canonical
+
+    value = {"b": [1, "\u00e9", {"c": None}], "a": True}
+    assert parse_if_canonical(orjson.dumps(value)) == value
+    assert parse_if_canonical(b'{"a":1,"a":2}') is None  # duplicate: re-serialises shorter
+    assert parse_if_canonical(b'{"a": 1}') is None  # not compact: the strict parser decides
+    assert parse_if_canonical(b'{"a":"\\ud800"}') is None
+    assert parse_if_canonical(b'{"a":1e400}') is None
+    assert parse_if_canonical(b'{"a":1e-400}') is None  # underflow re-serialises as 0.0
+    assert has_float({"a": [1, {"b": 2.0}]})
+    assert not has_float({"a": [1, {"b": "2.0"}], "c": None})
+
+
+@given(JSON_VALUES)
+def test_fast_parser_agrees_with_the_strict_parser(value: object) -> None:
+    line = orjson.dumps(value)
+    fast = parse_if_canonical(line)
+    if fast is not None:
+        assert fast == parse_value(line)
