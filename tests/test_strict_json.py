@@ -11,7 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.reasons import RejectLine
-from pipeline.strict_json import StrictParser, check_limits, measure, parse_object, parse_value
+from pipeline.strict_json import (
+    StrictParser,
+    check_limits,
+    has_float,
+    measure,
+    parse_if_canonical,
+    parse_object,
+    parse_value,
+)
 from tests.strategies import JSON_VALUES
 
 # RFC 8259 allows repeated keys (these are y_ files); rowgate's contract rejects them
@@ -193,8 +201,6 @@ def test_duplicate_key_at_any_depth(obj: dict[str, int], data: st.DataObject) ->
 
 
 def test_fast_parser_only_takes_its_own_canonical_form() -> None:
-    from pipeline.strict_json import has_float, parse_if_canonical
-
     value = {"b": [1, "\u00e9", {"c": None}], "a": True}
     assert parse_if_canonical(orjson.dumps(value)) == value
     assert parse_if_canonical(b'{"a":1,"a":2}') is None  # duplicate: re-serialises shorter
