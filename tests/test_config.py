@@ -66,3 +66,17 @@ def test_overrides_are_validated() -> None:
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_campaign(tmp_path / "absent.toml")
+
+
+def test_the_readme_campaign_example_loads(tmp_path: Path) -> None:
+    """The documented config must stay a valid config (digests stand in for the "…")."""
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
+    section = readme[readme.index("## Campaign config") :]
+    match = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert match is not None
+    path = _write(tmp_path, match.group(1).replace('"…"', '"' + "0" * 64 + '"'))
+    config = load_campaign(path)
+    assert config.inputs[0].kind == "pairwise-v2"
+    assert config.sanitize.enabled
