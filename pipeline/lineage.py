@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from pipeline.reasons import REASONS_TYPE
 __all__ = [
     "LINEAGE_FIELDS",
     "ContentFingerprint",
+    "file_sha256",
     "raw_sha256",
     "record_sha256",
 ]
@@ -44,6 +46,18 @@ LINEAGE_NAMES: Final = tuple(f.name for f in LINEAGE_FIELDS)
 
 def raw_sha256(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 hex of a file's bytes, read in 4 MiB chunks (inputs, outputs, tables).
+
+    hashlib releases the GIL on large updates, so this can run beside other threads.
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def record_sha256(record: Any, *, reference: bool = False) -> str:

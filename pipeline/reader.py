@@ -23,6 +23,7 @@ from typing import IO, Final
 import zstandard
 
 __all__ = [
+    "JSONL_SUFFIXES",
     "InputError",
     "InputFile",
     "LineBatch",
@@ -38,6 +39,15 @@ CHUNK_BYTES: Final = 4 << 20
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 _SUFFIXES: Final = ((".gz", "gzip"), (".zst", "zstd"), (".zstd", "zstd"))
+#: File names read as JSONL when a directory is given as an input.
+JSONL_SUFFIXES: Final = (
+    ".jsonl",
+    ".jsonl.gz",
+    ".jsonl.zst",
+    ".ndjson",
+    ".ndjson.gz",
+    ".ndjson.zst",
+)
 
 
 @dataclass(frozen=True)

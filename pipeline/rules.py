@@ -28,6 +28,7 @@ from typing import Any, Final
 import orjson
 
 from pipeline.config import CampaignConfig, ReferenceTable
+from pipeline.lineage import file_sha256
 from pipeline.reader import InputError
 from pipeline.reasons import Disposition, Reason
 
@@ -165,20 +166,12 @@ class RuleContext:
     disabled: frozenset[str] = field(default_factory=frozenset)
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _rows(table: ReferenceTable, base: Path, name: str) -> Iterator[dict[str, Any]]:
     """Rows of a JSONL or Parquet reference table, after checking its pinned digest."""
     path = Path(table.path) if Path(table.path).is_absolute() else base / table.path
     if not path.is_file():
         raise ReferenceError(f"references.{name}: no such file {path}")
-    actual = _file_sha256(path)
+    actual = file_sha256(path)
     if table.sha256 is not None and actual != table.sha256:
         raise ReferenceError(
             f"references.{name}: {path} has SHA-256 {actual}, the campaign pins {table.sha256}"

@@ -1,15 +1,11 @@
 """A run, end to end: plan → gate (parallel) → global → write (parallel) → manifest.
 
-The output directory appears atomically: everything is written into a hidden sibling
-``.<name>.rowgate-tmp-<pid>`` and renamed into place only when complete and checked, so
-a crashed or killed run never leaves a partial ``OUT`` (a later run removes the dead
-run's temporary directory).
+The output directory appears atomically (:mod:`pipeline.outdir`): a crashed or killed run
+never leaves a partial ``OUT``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import threading
 import time
@@ -18,15 +14,24 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from pipeline.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.engines import LocalEngine
 from pipeline.gate import Gate
 from pipeline.global_phase import GlobalContext, rejected_columns, run_global
 from pipeline.kinds import KINDS, UnknownKindError
+from pipeline.lineage import file_sha256
 from pipeline.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
-from pipeline.reader import InputError, InputFile, Shard, detect_compression, plan_shards
+from pipeline.outdir import OutputExistsError, atomic_directory
+from pipeline.reader import (
+    JSONL_SUFFIXES,
+    InputError,
+    InputFile,
+    Shard,
+    detect_compression,
+    plan_shards,
+)
 from pipeline.reports.run_report import write_run_report
 from pipeline.rubrics.campaign import load_campaign_rubrics
 from pipeline.rubrics.model import RubricError
@@ -35,16 +40,6 @@ from pipeline.staging import STAGING_DIR, GateTask, ShardSummary, gate_step
 from pipeline.writer import WriteSummary, WriteTask, write_step
 
 __all__ = ["InputError", "RunError", "RunObserver", "RunResult", "expand_inputs", "run"]
-
-INPUT_SUFFIXES: Final = (
-    ".jsonl",
-    ".jsonl.gz",
-    ".jsonl.zst",
-    ".ndjson",
-    ".ndjson.gz",
-    ".ndjson.zst",
-)
-_TMP_MARKER: Final = ".rowgate-tmp-"
 
 
 class RunError(RuntimeError):
@@ -78,11 +73,11 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
         path = config.resolve(spec)
         if path.is_dir():
             members = sorted(
-                p for p in path.iterdir() if p.is_file() and p.name.endswith(INPUT_SUFFIXES)
+                p for p in path.iterdir() if p.is_file() and p.name.endswith(JSONL_SUFFIXES)
             )
             if not members:
                 raise InputError(
-                    f"{spec.path}: directory holds no {', '.join(INPUT_SUFFIXES)} files"
+                    f"{spec.path}: directory holds no {', '.join(JSONL_SUFFIXES)} files"
                 )
             expanded += [
                 InputSpec(str(Path(spec.path) / p.name), spec.kind, spec.split) for p in members
@@ -116,62 +111,18 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
     return inputs
 
 
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            digest.update(chunk)  # releases the GIL: runs beside the drain thread
-    return digest.hexdigest()
-
-
 def _hash_inputs(inputs: list[InputFile]) -> Future[dict[int, str]]:
     """Hash whole input files in a thread while workers gate them."""
     future: Future[dict[int, str]] = Future()
 
     def work() -> None:
         try:
-            future.set_result({f.index: _file_sha256(f.resolved) for f in inputs})
+            future.set_result({f.index: file_sha256(f.resolved) for f in inputs})
         except BaseException as exc:
             future.set_exception(exc)
 
     threading.Thread(target=work, name="rowgate-input-sha256", daemon=True).start()
     return future
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _prepare_tmp(out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".{out.name}{_TMP_MARKER}"
-    for stale in out.parent.glob(prefix + "*"):
-        pid = stale.name.removeprefix(prefix)
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    tmp = out.parent / f"{prefix}{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    return tmp
-
-
-def _publish(tmp: Path, out: Path, force: bool) -> None:
-    if out.exists():
-        if not force:
-            raise RunError(f"{out} exists; pass --force to replace it")
-        old = out.parent / f".{out.name}{_TMP_MARKER}{os.getpid()}-old"
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(out)
 
 
 def _preflight(config: CampaignConfig) -> Gate:
@@ -213,14 +164,15 @@ def run(
     if not config.inputs:
         raise ConfigError("no inputs: give input paths or [[inputs]] in the campaign config")
     if out.exists() and not force:
-        raise RunError(f"{out} exists; pass --force to replace it")
+        raise OutputExistsError(f"{out} exists; pass --force to replace it")
     inputs = expand_inputs(config.inputs, config)
     gate = _preflight(config)
     shards = plan_shards(inputs, config.engine.shard_bytes)
-    engine = LocalEngine(config.engine.resolved_workers())
-    tmp = _prepare_tmp(out)
     timings: dict[str, float] = {}
-    try:
+    with (
+        LocalEngine(config.engine.resolved_workers()) as engine,
+        atomic_directory(out, force=force) as tmp,
+    ):
         digests = _hash_inputs(inputs)
         observer.on_start(sum(f.size for f in inputs), len(shards))
         observer.on_phase("gate")
@@ -274,12 +226,6 @@ def run(
         manifest["global"] = global_ctx.notes
         manifest["reports"] = [write_run_report(tmp, manifest)]
         write_manifest(tmp, manifest)
-        _publish(tmp, out, force)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        engine.close()
     return RunResult(out, manifest, summaries)
 
 

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from pipeline.arrow_mapping import derive_layout
 from pipeline.canonical import canonical_json
 from pipeline.kinds import KINDS
+from pipeline.lineage import file_sha256
 from pipeline.manifest import load_manifest
 from pipeline.reader import InputFile, Shard, read_batches
 from pipeline.reasons import PII_SCHEMA_INVALID
@@ -57,14 +58,6 @@ class VerifyReport:
             self.problems.append("… further problems not listed")
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check_files(out: Path, manifest: dict[str, Any], report: VerifyReport) -> list[dict[str, Any]]:
     good = []
     listed = {entry["path"] for entry in [*manifest["outputs"], *manifest.get("artifacts", [])]}
@@ -77,7 +70,7 @@ def _check_files(out: Path, manifest: dict[str, Any], report: VerifyReport) -> l
         if not path.is_file():
             report.problem(f"{entry['path']}: missing")
             continue
-        if path.stat().st_size != entry["bytes"] or _sha256_file(path) != entry["sha256"]:
+        if path.stat().st_size != entry["bytes"] or file_sha256(path) != entry["sha256"]:
             report.problem(f"{entry['path']}: bytes differ from the manifest's SHA-256")
             continue
         rows = pq.ParquetFile(path).metadata.num_rows
@@ -95,7 +88,7 @@ def _check_reports(out: Path, manifest: dict[str, Any], report: VerifyReport) ->
         report.checked["reports"] += 1
         if not path.is_file():
             report.problem(f"{entry['path']}: missing")
-        elif path.stat().st_size != entry["bytes"] or _sha256_file(path) != entry["sha256"]:
+        elif path.stat().st_size != entry["bytes"] or file_sha256(path) != entry["sha256"]:
             report.problem(f"{entry['path']}: bytes differ from the manifest's SHA-256")
 
 
@@ -116,7 +109,7 @@ def _check_inputs(
         if not path.is_file():
             report.problem(f"input {entry['path']}: not found at {path}")
             continue
-        if path.stat().st_size != entry["bytes"] or _sha256_file(path) != entry["sha256"]:
+        if path.stat().st_size != entry["bytes"] or file_sha256(path) != entry["sha256"]:
             report.problem(f"input {entry['path']}: bytes differ from the manifest's SHA-256")
         found[entry["path"]] = InputFile(
             entry["index"],

@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from pipeline.config import ConfigError, load_campaign
+from pipeline.outdir import OutputExistsError
 from pipeline.reader import InputError
 from pipeline.reports.evaluation import EvaluationReport, evaluate
 from pipeline.reports.evaluation_output import write_evaluation
@@ -227,7 +228,7 @@ def test_written_report_is_strict_json_with_conventions(tmp_path: Path) -> None:
     assert summary.height == 3
     curve = pl.read_parquet(tmp_path / "r" / "rc_curve.parquet")
     assert curve.filter(pl.col("slice") == "all")["coverage"].max() == 1.0
-    with pytest.raises(FileExistsError, match="--force"):
+    with pytest.raises(OutputExistsError, match="--force"):
         write_evaluation(report, tmp_path / "r")
     write_evaluation(report, tmp_path / "r", force=True)
 

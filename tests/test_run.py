@@ -15,7 +15,8 @@ import pytest
 
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.manifest import load_manifest
-from pipeline.run import RunError, run
+from pipeline.outdir import OutputExistsError
+from pipeline.run import run
 from pipeline.synthetic import export_lines
 from pipeline.verify import verify_run
 from tests.conftest import DATA
@@ -137,7 +138,7 @@ def test_existing_output_needs_force(inputs: CampaignConfig, tmp_path: Path) -> 
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    with pytest.raises(RunError, match="exists"):
+    with pytest.raises(OutputExistsError, match="exists"):
         run(inputs, out)
     assert (out / "keep.txt").exists()
     run(inputs.override(**{"engine.workers": 1}), out, force=True)

@@ -228,3 +228,8 @@ def test_no_delimited_planted_secret_survives(text: str) -> None:
     for secret in _SECRETS:
         if text.count(secret) == 1 and _delimited(text, secret):
             assert secret not in out, (secret, text)
+
+
+def test_phone_followed_by_a_delimiter_and_a_word_is_redacted() -> None:
+    """Regression (found by hypothesis): "9522(" then a word used to count as glued."""
+    assert "415-555-9522" not in sanitize("+1 415-555-9522(REDACTED_PII:API_KEY]")

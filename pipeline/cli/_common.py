@@ -14,6 +14,7 @@ from rich.markup import escape
 from pipeline.config import ConfigError
 from pipeline.engines import EngineError
 from pipeline.manifest import ManifestError
+from pipeline.outdir import OutputExistsError
 from pipeline.rubrics.model import RubricError
 from pipeline.run import InputError, RunError
 from pipeline.schemas import SchemaError
@@ -43,7 +44,7 @@ def library_errors() -> Iterator[None]:
         fail(str(exc), EXIT_USAGE)
     except (InputError, SchemaError, ManifestError, RubricError) as exc:
         fail(str(exc), EXIT_INPUT)
-    except (RunError, EngineError) as exc:
+    except (RunError, EngineError, OutputExistsError) as exc:
         fail(str(exc), EXIT_FAILED)
     except OSError as exc:
         fail(f"{exc.filename or ''}: {exc.strerror or exc}", EXIT_FAILED)

@@ -18,10 +18,8 @@ the dataset is rowgate output, else they get the file path and 1-based row numbe
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,8 @@ from pipeline.config import ConfigError, DedupeSettings
 from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.dedupe.table import dedupe_table
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
+from pipeline.lineage import file_sha256
+from pipeline.outdir import OutputExistsError, atomic_directory
 from pipeline.reader import InputError
 
 __all__ = ["DatasetInput", "DatasetResult", "dedupe_dataset"]
@@ -78,14 +78,6 @@ def _expand(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
                 raise InputError(f"{item.path}: given more than once")
             files[item.path] = item
     return [files[p] for p in sorted(files)]
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _column_key(text: Sequence[str], keys: Sequence[str]) -> DedupeKey:
@@ -144,7 +136,7 @@ def _read(files: list[DatasetInput]) -> tuple[pl.DataFrame, list[dict[str, Any]]
                 "split": item.split,
                 "rows": frame.height,
                 "bytes": os.path.getsize(item.path),
-                "sha256": _sha256(item.path),
+                "sha256": file_sha256(item.path),
             }
         )
     try:
@@ -172,8 +164,8 @@ def dedupe_dataset(
     settings.validate("dedupe")
     if not inputs:
         raise ConfigError("dedupe: no inputs")
-    if out.exists() and not force:
-        raise InputError(f"{out} exists; pass --force to replace it")
+    if out.exists() and not force:  # before any work; atomic_directory checks again
+        raise OutputExistsError(f"{out} exists; pass --force to replace it")
     files = _expand(inputs)
     frame, listed = _read(files)
     labelled = {f.split for f in files}
@@ -212,10 +204,7 @@ def dedupe_dataset(
         "counts": {"rows": frame.height, "kept": kept.height, "duplicates": duplicates.height},
         "dedupe": outcome.stats,
     }
-    tmp = out.parent / f".{out.name}.rowgate-tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_directory(out, force=force) as tmp:
         kept.write_parquet(tmp / "kept.parquet")
         duplicates.write_parquet(tmp / "duplicates.parquet")
         outcome.clusters.write_parquet(tmp / "clusters.parquet")
@@ -223,10 +212,4 @@ def dedupe_dataset(
             tmp / "split_groups.parquet"
         )
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return DatasetResult(out, summary)

@@ -16,15 +16,13 @@ run's output is.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Final
 
 from pipeline.manifest import dependency_versions
+from pipeline.outdir import atomic_directory
 from pipeline.reports import html, plots
 from pipeline.reports.conventions import evaluation_conventions
 from pipeline.reports.evaluation import EvaluationReport, SliceResult
@@ -32,7 +30,6 @@ from pipeline.reports.evaluation import EvaluationReport, SliceResult
 __all__ = ["REPORT_FORMAT", "render_evaluation_html", "report_document", "write_evaluation"]
 
 REPORT_FORMAT: Final = "rowgate-report/1"
-_TMP_MARKER: Final = ".rowgate-report-tmp-"
 
 
 def write_evaluation(report: EvaluationReport, out: Path, *, force: bool = False) -> list[Path]:
@@ -40,16 +37,10 @@ def write_evaluation(report: EvaluationReport, out: Path, *, force: bool = False
 
     Raises
     ------
-    FileExistsError
+    OutputExistsError
         ``out`` exists and ``force`` is false.
     """
-    if out.exists() and not force:
-        raise FileExistsError(errno.EEXIST, "exists; pass --force to replace it", str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}{_TMP_MARKER}{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_directory(out, force=force) as tmp:
         tables = {"summary": report.summary_table()}
         if report.settings.mode == "scored":
             if report.settings.calibration:
@@ -63,16 +54,6 @@ def write_evaluation(report: EvaluationReport, out: Path, *, force: bool = False
             json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n", "utf-8"
         )
         (tmp / "report.html").write_text(render_evaluation_html(report, document), "utf-8")
-        if out.exists():
-            old = out.parent / f".{out.name}{_TMP_MARKER}{os.getpid()}-old"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return sorted(out.iterdir())
 
 

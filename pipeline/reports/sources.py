@@ -24,21 +24,20 @@ import polars as pl
 
 from pipeline.config import ConfigError, Limits
 from pipeline.manifest import MANIFEST_NAME, load_manifest
-from pipeline.reader import InputError, InputFile, Shard, detect_compression, read_batches
+from pipeline.reader import (
+    JSONL_SUFFIXES,
+    InputError,
+    InputFile,
+    Shard,
+    detect_compression,
+    read_batches,
+)
 from pipeline.reasons import RejectLine
 from pipeline.strict_json import parse_object
 
 __all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "LoadedTable", "load_table"]
 
 PARQUET_SUFFIXES: Final = (".parquet",)
-JSONL_SUFFIXES: Final = (
-    ".jsonl",
-    ".jsonl.gz",
-    ".jsonl.zst",
-    ".ndjson",
-    ".ndjson.gz",
-    ".ndjson.zst",
-)
 _GLOB_CHARS: Final = frozenset("*?[")
 
 

@@ -307,7 +307,10 @@ def _phones(
         # identifier, not a number someone would dial.
         first = 1 if glued else 0
         last = len(chunks) - 1
-        if chunks[-1][1] == run.end() and _is_word(_char_after(data, run.end())):
+        # Only a digit touching the next word glues the last chunk to it ("2025550143x");
+        # "9522(" followed by a word ends at its own delimiter.
+        glued_right = data[run.end() - 1 : run.end()].isdigit()
+        if chunks[-1][1] == run.end() and glued_right and _is_word(_char_after(data, run.end())):
             last -= 1
         found = False
         i = first

@@ -255,8 +255,15 @@ def test_vectorised_score_equals_the_reference(data: st.DataObject) -> None:
     assert scored.height == len(rows)
     for row, got in zip(rows, scored.iter_rows(named=True), strict=True):
         expected = reference_score(rubric, row, waived)
+        score = expected["_weighted_score"]
+        # polars may reassociate the sum: the last bit can differ, so a score within
+        # rounding of the acceptance score may fall on either side of it
+        borderline = score is not None and abs(score - rubric.weighted_acceptance_score) < 1e-9
         for column, value in expected.items():
             if column == "codes":
-                assert [r["code"] for r in got["_reasons_add"]] == value
-            else:
+                if not borderline:
+                    assert [r["code"] for r in got["_reasons_add"]] == value
+            elif column == "_weighted_score" and value is not None:
+                assert got[column] == pytest.approx(value, rel=1e-12, abs=1e-12), column
+            elif not (borderline and column == "_weighted_state"):
                 assert got[column] == value, column
