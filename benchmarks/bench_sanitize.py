@@ -30,7 +30,7 @@ def write_export(path: Path, megabytes: float, plant: float, seed: int = 0) -> t
     written = rows = 0
     with open(path, "wb") as fh:
         while written < target:
-            for line in export_lines("pairwise-v2", 2000, seed=seed + rows, size=1):
+            for line in export_lines("pairwise-v2", 2000, seed=seed + rows, size=1, first_id=rows):
                 if rng.random() < plant:
                     record, _ = plant_pii(orjson.loads(line), rng, rows)
                     line = orjson.dumps(record)
