@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import orjson
 
-from pipeline.config import CampaignConfig, ReferenceTable
+from pipeline.config import CampaignConfig, ReferenceTable, RuleSettings
 from pipeline.lineage import file_sha256
 from pipeline.reader import InputError
 from pipeline.reasons import Disposition, Reason
@@ -162,7 +162,7 @@ class RuleContext:
 
     documents: dict[str, Document] | None = None
     authorised_documents: frozenset[str] | None = None
-    settings: Any = None
+    settings: RuleSettings = field(default_factory=RuleSettings)
     disabled: frozenset[str] = field(default_factory=frozenset)
 
 

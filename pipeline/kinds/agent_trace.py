@@ -141,7 +141,7 @@ def aggregate_size(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
     """Seed 000: "Bound aggregate conversation size as well as individual fields." The
     prompt, every query and the final answer together stay within
     ``rules.max_trace_chars`` characters."""
-    limit = ctx.settings.max_trace_chars if ctx.settings is not None else 65_536
+    limit = ctx.settings.max_trace_chars
     total = len(record["prompt"]) + len(record["final_answer"])
     total += sum(len(s["arguments"]["query"]) for s in record["steps"])
     if total > limit:

@@ -125,7 +125,7 @@ def substantive_rationale(record: dict[str, Any], ctx: RuleContext) -> Iterator[
     """Seed 000: "An all-whitespace rationale can meet a numerical length threshold, so
     semantic validation must reject it." A rationale needs ``rules.min_rationale_words``
     distinct words of two or more letters that are not filler (lorem ipsum, asdf, n/a...)."""
-    needed = ctx.settings.min_rationale_words if ctx.settings is not None else 4
+    needed = ctx.settings.min_rationale_words
     words: set[str] = set()
     for match in _WORD.finditer(record["rationale"]):  # stops as soon as enough are seen
         word = match.group().casefold()
@@ -182,7 +182,7 @@ def rubric_version(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
     """Seed 000: ratings "require an adapter from the existing A/B interface" and DESIGN
     §3.8 "ratings bound to rubric criteria by the campaign": when the campaign lists its
     rubric versions (``rules.rubric_versions``), a row must name one of them."""
-    allowed = ctx.settings.rubric_versions if ctx.settings is not None else ()
+    allowed = ctx.settings.rubric_versions
     if allowed and record["rubric_version"] not in allowed:
         yield Finding("$.rubric_version", "not a rubric version of this campaign")
 
