@@ -19,7 +19,6 @@ from pipeline.rubrics.model import RubricError
 from pipeline.run import InputError, RunError
 from pipeline.schemas import SchemaError
 
-EXIT_OK: Final = 0
 EXIT_MISMATCH: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INPUT: Final = 3

@@ -24,7 +24,6 @@ from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.splits import field_expr, straddling_groups
 
 __all__ = [
-    "DUPLICATE_OF_TYPE",
     "REASON_PREFIX",
     "DedupeOutcome",
     "dedupe_table",
@@ -33,10 +32,6 @@ __all__ = [
 
 REASON_PREFIX: Final = "dedupe."
 SPLIT_GROUP: Final = "dedupe.split_group"
-#: the same fields, in the same order, as global_phase.DUPLICATE_OF (DESIGN §3.6)
-DUPLICATE_OF_TYPE: Final = pl.Struct(
-    {"_source": pl.String, "_line": pl.Int64, "_record_sha256": pl.String}
-)
 _MATCH: Final = {1: "exact", 2: "normalised", 3: "near"}
 
 

@@ -25,7 +25,6 @@ bootstrap evaluates many resamples per call.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -36,7 +35,6 @@ from pipeline.reports.bootstrap import resampled_split_counts
 
 __all__ = [
     "RISK_TOLERANCE",
-    "OperatingPoint",
     "RiskCoverageCurve",
     "SelectiveMetrics",
     "TieGroups",
@@ -239,23 +237,6 @@ def resampled_selective(
         indices, groups.group, groups.size, wrong.astype(np.int64)
     )
     return selective_metrics(count, errors, coverages, target_risks)
-
-
-@dataclass(frozen=True)
-class OperatingPoint:
-    """Abstention as decided by the system itself: how much it decided, how often wrongly."""
-
-    n: int
-    selected: int
-    errors: int
-
-    @property
-    def coverage(self) -> float:
-        return self.selected / self.n if self.n else math.nan
-
-    @property
-    def risk(self) -> float:
-        return self.errors / self.selected if self.selected else math.nan
 
 
 def resampled_operating_point(

@@ -38,7 +38,6 @@ __all__ = [
     "APPLIES",
     "CRITERION",
     "GATE",
-    "REASON_CODES",
     "criterion_score_column",
     "criterion_state_column",
     "gate_state_column",
@@ -61,14 +60,6 @@ BELOW_MINIMUM: Final = "rubric.below_minimum"
 CRITERION_UNKNOWN: Final = "rubric.criterion_unknown"
 OUT_OF_SCALE: Final = "rubric.score_out_of_scale"
 BELOW_ACCEPTANCE: Final = "rubric.below_acceptance"
-REASON_CODES: Final = (
-    GATE_NOT_MET,
-    GATE_UNKNOWN,
-    BELOW_MINIMUM,
-    CRITERION_UNKNOWN,
-    OUT_OF_SCALE,
-    BELOW_ACCEPTANCE,
-)
 
 
 def criterion_score_column(criterion_id: str) -> str:
