@@ -25,6 +25,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.config import CampaignConfig
+from pipeline.engines import LocalEngine
 from pipeline.reader import Shard
 from pipeline.reasons import REASONS_TYPE, Disposition
 from pipeline.staging import ShardSummary, staged_path
@@ -71,6 +72,8 @@ class GlobalContext:
     shards: Sequence[Shard]
     summaries: Sequence[ShardSummary]
     line_bases: Sequence[int]
+    #: the run's worker pool, for stages that fan work out per shard
+    engine: LocalEngine
     #: whole-run tables stages wrote (e.g. a duplicate-cluster table), for the manifest
     artifacts: list[WrittenFile] = field(default_factory=list)
     #: facts stages record for the manifest (e.g. rubric digests), by stage name

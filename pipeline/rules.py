@@ -111,10 +111,11 @@ class RecordRule:
     name: str
     severity: Severity
     check: Check
+    #: the reason code, ``semantic.<kind>.<name>`` (a field: read for every row)
+    code: str = field(init=False)
 
-    @property
-    def code(self) -> str:
-        return f"{SEMANTIC_PREFIX}{self.kind}.{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", f"{SEMANTIC_PREFIX}{self.kind}.{self.name}")
 
     @property
     def doc(self) -> str:
@@ -164,6 +165,17 @@ class RuleContext:
     authorised_documents: frozenset[str] | None = None
     settings: RuleSettings = field(default_factory=RuleSettings)
     disabled: frozenset[str] = field(default_factory=frozenset)
+    _active: dict[str, tuple[RecordRule, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def active(self, kind: str) -> tuple[RecordRule, ...]:
+        """The rules of ``kind`` this campaign runs (the registry minus ``disabled``)."""
+        found = self._active.get(kind)
+        if found is None:
+            registered = RULES.get(kind, ())
+            found = self._active[kind] = tuple(r for r in registered if r.code not in self.disabled)
+        return found
 
 
 def _rows(table: ReferenceTable, base: Path, name: str) -> Iterator[dict[str, Any]]:
@@ -231,9 +243,7 @@ def check_record(
     """Run every rule of ``kind``; the worst severity decides the disposition."""
     reasons: list[Reason] = []
     worst = Disposition.ACCEPTED
-    for rule in RULES.get(kind, ()):
-        if rule.code in ctx.disabled:
-            continue
+    for rule in ctx.active(kind):
         for finding in rule.check(record, ctx):
             severity = finding.severity or rule.severity
             reasons.append(Reason(rule.code, finding.path, finding.detail))

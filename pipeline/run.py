@@ -166,66 +166,66 @@ def run(
     if out.exists() and not force:
         raise OutputExistsError(f"{out} exists; pass --force to replace it")
     inputs = expand_inputs(config.inputs, config)
-    gate = _preflight(config)
-    shards = plan_shards(inputs, config.engine.shard_bytes)
     timings: dict[str, float] = {}
-    with (
-        LocalEngine(config.engine.resolved_workers()) as engine,
-        atomic_directory(out, force=force) as tmp,
-    ):
-        digests = _hash_inputs(inputs)
-        observer.on_start(sum(f.size for f in inputs), len(shards))
-        observer.on_phase("gate")
-        t0 = time.perf_counter()
-        summaries = engine.map(
-            gate_step(config),
-            [GateTask(s, tmp) for s in shards],
-            observer.on_progress,
-            cost=lambda task: (task.shard.end or task.shard.input.size * 4) - task.shard.start,
-        )
-        timings["gate_s"] = time.perf_counter() - t0
-
-        line_bases = _line_bases(shards, summaries)
-        observer.on_phase("global")
-        t0 = time.perf_counter()
-        global_ctx = GlobalContext(config, tmp, shards, summaries, line_bases)
-        outcome = run_global(global_ctx)
-        timings["global_s"] = time.perf_counter() - t0
-        timings.update({f"global.{name}_s": s for name, s in outcome.timings.items()})
-        extra_rejected = rejected_columns(outcome.columns)
-
-        observer.on_phase("write")
-        t0 = time.perf_counter()
-        tasks = [
-            WriteTask(
-                shard=shards[s.shard],
-                line_base=line_bases[s.shard],
-                root=tmp,
-                kinds=tuple(s.kinds),
-                decisions={k: d[s.shard] for k, d in outcome.decisions.items() if s.shard in d},
-                columns=outcome.columns,
-                rejected_columns=extra_rejected,
+    with LocalEngine(config.engine.resolved_workers()) as engine:
+        # Workers start (imports, compiled schemas) while this process runs the preflight.
+        engine.start(gate_step(config))
+        gate = _preflight(config)
+        shards = plan_shards(inputs, config.engine.shard_bytes)
+        with atomic_directory(out, force=force) as tmp:
+            digests = _hash_inputs(inputs)
+            observer.on_start(sum(f.size for f in inputs), len(shards))
+            observer.on_phase("gate")
+            t0 = time.perf_counter()
+            summaries = engine.map(
+                gate_step(config),
+                [GateTask(s, tmp) for s in shards],
+                observer.on_progress,
+                cost=lambda task: (task.shard.end or task.shard.input.size * 4) - task.shard.start,
             )
-            for s in summaries
-        ]
-        writes = engine.map(write_step(config), tasks)
-        timings["write_s"] = time.perf_counter() - t0
-        shutil.rmtree(tmp / STAGING_DIR, ignore_errors=True)
+            timings["gate_s"] = time.perf_counter() - t0
 
-        input_digests = digests.result()
-        manifest = _manifest(
-            config, inputs, shards, summaries, line_bases, writes, input_digests, gate
-        )
-        timings["total_s"] = time.perf_counter() - started
-        manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
-        if not manifest["conservation"]["ok"]:
-            raise RunError("conservation check failed: lines read and rows written differ")
-        manifest["artifacts"] = sorted(
-            (vars(f) for f in global_ctx.artifacts), key=lambda f: f["path"]
-        )
-        manifest["global"] = global_ctx.notes
-        manifest["reports"] = [write_run_report(tmp, manifest)]
-        write_manifest(tmp, manifest)
+            line_bases = _line_bases(shards, summaries)
+            observer.on_phase("global")
+            t0 = time.perf_counter()
+            global_ctx = GlobalContext(config, tmp, shards, summaries, line_bases, engine)
+            outcome = run_global(global_ctx)
+            timings["global_s"] = time.perf_counter() - t0
+            timings.update({f"global.{name}_s": s for name, s in outcome.timings.items()})
+            extra_rejected = rejected_columns(outcome.columns)
+
+            observer.on_phase("write")
+            t0 = time.perf_counter()
+            tasks = [
+                WriteTask(
+                    shard=shards[s.shard],
+                    line_base=line_bases[s.shard],
+                    root=tmp,
+                    kinds=tuple(s.kinds),
+                    decisions={k: d[s.shard] for k, d in outcome.decisions.items() if s.shard in d},
+                    columns=outcome.columns,
+                    rejected_columns=extra_rejected,
+                )
+                for s in summaries
+            ]
+            writes = engine.map(write_step(config), tasks)
+            timings["write_s"] = time.perf_counter() - t0
+            shutil.rmtree(tmp / STAGING_DIR, ignore_errors=True)
+
+            input_digests = digests.result()
+            manifest = _manifest(
+                config, inputs, shards, summaries, line_bases, writes, input_digests, gate
+            )
+            timings["total_s"] = time.perf_counter() - started
+            manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
+            if not manifest["conservation"]["ok"]:
+                raise RunError("conservation check failed: lines read and rows written differ")
+            manifest["artifacts"] = sorted(
+                (vars(f) for f in global_ctx.artifacts), key=lambda f: f["path"]
+            )
+            manifest["global"] = global_ctx.notes
+            manifest["reports"] = [write_run_report(tmp, manifest)]
+            write_manifest(tmp, manifest)
     return RunResult(out, manifest, summaries)
 
 

@@ -3,7 +3,9 @@
 One pool serves every phase of a run (``with LocalEngine(n) as engine``): starting a
 ``spawn`` worker costs ~0.5 s of imports, paid once per worker, not once per phase. A
 worker builds each step's state once (``init``) and keeps it for later tasks of that
-step. Workers are started with ``spawn`` so nothing the parent holds (polars' thread
+step. :meth:`LocalEngine.start` spawns the workers early and builds the states of the
+steps it is given in each of them, so that cost overlaps the caller's own start-up work
+(the run's preflight) instead of following it. Workers are started with ``spawn`` so nothing the parent holds (polars' thread
 pool, open files) leaks into them. Progress travels on a queue as (bytes, lines)
 increments; results come back through futures and are returned in task order. A crashed
 worker fails the whole run (DESIGN §3.6): operational failures never become rejections.
@@ -11,6 +13,7 @@ worker fails the whole run (DESIGN §3.6): operational failures never become rej
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue
 import threading
@@ -50,9 +53,25 @@ _STATES: dict[tuple[str, str], Any] = {}
 _QUEUE: Any = None
 
 
-def _worker_init(progress_queue: Any) -> None:
+def _step_key(step: Step[Any, Any, Any]) -> tuple[str, str]:
+    return (
+        f"{step.init.__module__}.{step.init.__qualname__}",
+        f"{step.run.__module__}.{step.run.__qualname__}",
+    )
+
+
+def _worker_init(progress_queue: Any, warm: tuple[Step[Any, Any, Any], ...]) -> None:
     global _QUEUE
     _QUEUE = progress_queue
+    for step in warm:
+        # A failure here is left to the step's first task, which runs init again and
+        # raises it where the caller waits for a result.
+        with contextlib.suppress(Exception):
+            _STATES[_step_key(step)] = step.init(*step.init_args)
+
+
+def _spawned() -> None:
+    """A no-op task: submitting one per worker makes the pool start them all now."""
 
 
 def _report(nbytes: int, nlines: int) -> None:
@@ -60,10 +79,7 @@ def _report(nbytes: int, nlines: int) -> None:
 
 
 def _worker_run(step: Step[Any, Any, Any], task: Any) -> Any:
-    key = (
-        f"{step.init.__module__}.{step.init.__qualname__}",
-        f"{step.run.__module__}.{step.run.__qualname__}",
-    )
+    key = _step_key(step)
     if key not in _STATES:
         _STATES[key] = step.init(*step.init_args)
     return step.run(_STATES[key], task, _report)
@@ -81,6 +97,7 @@ class LocalEngine:
         self._report: Progress = lambda nbytes, nlines: None
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
+        self._warm: tuple[Step[Any, Any, Any], ...] = ()
 
     def __enter__(self) -> LocalEngine:
         return self
@@ -89,6 +106,17 @@ class LocalEngine:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def start(self, *warm: Step[Any, Any, Any]) -> None:
+        """Start the workers now, without waiting for them, each building the state of
+        every ``warm`` step as it starts. Optional: :meth:`map` starts them when needed.
+        A ``warm`` init that fails is retried (and raises) by the step's first task."""
+        if self.workers == 1 or self._pool is not None:
+            return
+        self._warm = warm
+        pool = self._ensure_pool()
+        for _ in range(self.workers):
+            pool.submit(_spawned)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -150,7 +178,7 @@ class LocalEngine:
                 max_workers=self.workers,
                 mp_context=context,
                 initializer=_worker_init,
-                initargs=(self._queue,),
+                initargs=(self._queue, self._warm),
             )
         return self._pool
 

@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.config import CampaignConfig
-from pipeline.engines import LocalEngine, Progress, Step
+from pipeline.engines import Progress, Step
 from pipeline.global_phase import GlobalContext, OutputColumn, register_stage
 from pipeline.reasons import Disposition
 from pipeline.rubrics.bindings import GateMode, ScoringPlan
@@ -192,8 +192,7 @@ def _code_evidence(
         kind, ctx.root, plan.code_source, tuple(gates), plan.allowed_imports, plan.allow_stdlib
     )
     shards = [s.shard for s in ctx.summaries if kind in s.kinds]
-    engine = LocalEngine(ctx.config.engine.resolved_workers())
-    return engine.map(Step(_init_code_gates, (settings,), _shard_code_evidence), shards)
+    return ctx.engine.map(Step(_init_code_gates, (settings,), _shard_code_evidence), shards)
 
 
 def _notes(plan: ScoringPlan, scored: pl.DataFrame, analysed: int) -> dict[str, Any]:

@@ -1,0 +1,60 @@
+"""The local engine: results in task order, states built once per worker, early start."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.engines import LocalEngine, Progress, Step
+
+
+def _init_logged(log: str, fail: bool) -> str:
+    """A step state that leaves one line in ``log`` per build (per worker process)."""
+    with open(log, "a") as fh:
+        fh.write(f"{os.getpid()}\n")
+    if fail:
+        raise ValueError("this state cannot be built")
+    return f"state-of-{os.getpid()}"
+
+
+def _run_square(state: str, task: int, progress: Progress) -> tuple[int, str]:
+    return task * task, state
+
+
+def _builds(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_results_come_back_in_task_order(tmp_path: Path, workers: int) -> None:
+    step = Step(_init_logged, (str(tmp_path / "log"), False), _run_square)
+    with LocalEngine(workers) as engine:
+        results = engine.map(step, list(range(12)), cost=lambda task: task % 5)
+    assert [square for square, _ in results] == [n * n for n in range(12)]
+    # one state per worker process, reused for every later task of the step
+    assert len(_builds(tmp_path / "log")) == len({state for _, state in results}) <= workers
+
+
+def test_start_builds_warm_states_before_any_task(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    step = Step(_init_logged, (str(log), False), _run_square)
+    with LocalEngine(2) as engine:
+        engine.start(step)
+        deadline = time.monotonic() + 60
+        while len(_builds(log)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(set(_builds(log))) == 2  # both workers built it, before any map
+        results = engine.map(step, list(range(6)))
+    assert len(_builds(log)) == 2  # tasks reused the warm states
+    assert {state for _, state in results} <= {f"state-of-{pid}" for pid in _builds(log)}
+
+
+def test_a_warm_state_that_fails_is_raised_by_the_first_task(tmp_path: Path) -> None:
+    step = Step(_init_logged, (str(tmp_path / "log"), True), _run_square)
+    with LocalEngine(2) as engine:
+        engine.start(step)
+        with pytest.raises(ValueError, match="cannot be built"):
+            engine.map(step, [1, 2, 3])
