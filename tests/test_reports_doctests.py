@@ -13,6 +13,7 @@ MODULES = (
     "pipeline.reports.selective",
     "pipeline.reports.evaluation",
     "pipeline.reports.plots",
+    "pipeline.reports.svg",
     "pipeline.reports.html",
 )
 

@@ -4,6 +4,8 @@ Parquet, degrading gracefully, deterministic, and free of record values."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -129,7 +131,31 @@ def test_report_shows_dispositions_reasons_and_examples(sample_run: Path) -> Non
     assert "No score columns" in page
     # the dedupe stage ran: its cluster tables are shown (lineage columns only)
     assert "dedupe/clusters/pairwise-v2.parquet" in page
-    assert page.count('src="data:image/png;base64,') >= 2
+    # the charts are SVG: stacked dispositions, reason codes, one histogram per cluster table
+    clusters = [a for a in manifest["artifacts"] if a["path"].startswith("dedupe/clusters/")]
+    assert page.count('src="data:image/svg+xml;base64,') == 2 + len(clusters)
+    assert "data:image/png" not in page
+
+
+def test_run_never_imports_matplotlib(tmp_path: Path) -> None:
+    """`rowgate run` draws its report without matplotlib (it cost ~1 s per run)."""
+    code = (
+        "import sys\n"
+        "from pipeline.cli import main\n"
+        f"sys.argv = ['rowgate', 'run', '--config', {str(DATA / 'campaign.toml')!r}, "
+        f"'--out', {str(tmp_path / 'out')!r}, '--workers', '1', '--quiet']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "print('matplotlib' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / "report.html").is_file()
+    assert done.stdout.strip() == "False"
 
 
 def test_report_degrades_and_never_shows_values(

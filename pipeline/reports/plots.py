@@ -9,7 +9,7 @@ know nothing of how the numbers were computed.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
@@ -22,11 +22,9 @@ __all__ = [
     "bar_figure",
     "figure_png",
     "forest_figure",
-    "histogram_figure",
     "operating_points_figure",
     "reliability_figure",
     "risk_coverage_figure",
-    "stacked_bar_figure",
 ]
 
 #: Points drawn per risk-coverage curve; longer curves are thinned evenly (tables keep all).
@@ -249,67 +247,4 @@ def bar_figure(title: str, labels: Sequence[str], values: Sequence[float], xlabe
     axes.set_yticks(y, labels=list(labels))
     axes.set(xlabel=xlabel, title=title)
     axes.grid(axis="x", alpha=0.3)
-    return figure
-
-
-def stacked_bar_figure(
-    title: str, categories: Sequence[str], series: Mapping[str, Sequence[float]], xlabel: str
-) -> Figure:
-    """Horizontal stacked bars: one bar per category, one colour per series.
-
-    Examples
-    --------
-    >>> f = stacked_bar_figure("rows", ["a"], {"accepted": [3], "rejected": [1]}, "rows")
-    >>> len(f.axes[0].patches)
-    2
-    """
-    figure = Figure(figsize=(7.0, 0.4 * len(categories) + 1.5), layout="constrained")
-    axes = figure.subplots()
-    y = np.arange(len(categories))[::-1]
-    left = np.zeros(len(categories))
-    colours = {"accepted": "tab:green", "quarantined": "tab:orange", "duplicate": "tab:purple"}
-    for name, values in series.items():
-        v = np.asarray(values, dtype=np.float64)
-        axes.barh(y, v, left=left, label=name, color=colours.get(name, "tab:red"))
-        left += v
-    axes.set_yticks(y, labels=list(categories))
-    axes.set(xlabel=xlabel, title=title)
-    # outside the axes, so it never hides a bar
-    figure.legend(fontsize="small", loc="outside lower center", ncol=4)
-    axes.grid(axis="x", alpha=0.3)
-    return figure
-
-
-def histogram_figure(
-    title: str, groups: Mapping[str, Numbers], xlabel: str, bins: int = 30
-) -> Figure:
-    """Overlaid step histograms, one per group, over a shared range.
-
-    Examples
-    --------
-    >>> histogram_figure("score", {"accepted": [0.1, 0.5, 0.9]}, "score").axes[0].get_xlabel()
-    'score'
-    """
-    figure = Figure(figsize=(6.0, 3.6), layout="constrained")
-    axes = figure.subplots()
-    arrays = {name: _array(v) for name, v in groups.items()}
-    finite = [a[np.isfinite(a)] for a in arrays.values()]
-    values = np.concatenate(finite) if finite else np.array([])
-    if values.size:
-        low, high = float(values.min()), float(values.max())
-        if low == high:
-            low, high = low - 0.5, high + 0.5
-        edges = np.linspace(low, high, bins + 1)
-        for (name, _), data in zip(arrays.items(), finite, strict=True):
-            if data.size:
-                axes.hist(
-                    data,
-                    bins=edges.tolist(),
-                    histtype="step",
-                    linewidth=1.5,
-                    label=f"{name} (n={data.size})",
-                )
-        axes.legend(fontsize="small")
-    axes.set(xlabel=xlabel, ylabel="rows", title=title)
-    axes.grid(alpha=0.3)
     return figure

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
-from pipeline.reports import html
+from pipeline.reports import html, svg
 
 if TYPE_CHECKING:
     from polars._typing import PolarsDataType
@@ -42,6 +42,13 @@ _DISPOSITIONS: Final = ("accepted", "quarantined", "duplicate", "rejected")
 #: string columns of a dedupe/ table that may be shown: lineage, rules, digests, ids
 _SAFE_TEXT: Final = re.compile(r"(source|line|rule|kind|split|sha256|digest|cluster|_id$|^id$)")
 _SCORE: Final = re.compile(r"score")
+#: one colour per disposition in every chart (matplotlib's tab10, as the tables' order)
+_COLOURS: Final = {
+    "accepted": svg.TAB10[2],
+    "quarantined": svg.TAB10[1],
+    "duplicate": svg.TAB10[4],
+    "rejected": svg.TAB10[3],
+}
 
 
 def write_run_report(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -70,13 +77,6 @@ def render_run_report(out: Path, manifest: dict[str, Any]) -> str:
         _inputs(manifest),
     ]
     return html.page("rowgate run report", subtitle, sections)
-
-
-def _plots() -> Any:
-    # matplotlib loads only when a report is drawn, not on every `rowgate` start
-    from pipeline.reports import plots
-
-    return plots
 
 
 def _files(out: Path, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -113,14 +113,14 @@ def _dispositions(out: Path, manifest: dict[str, Any]) -> str:
         html.table(["kind", *_DISPOSITIONS], table_rows),
     ]
     if kinds:
-        plots = _plots()
-        figure = plots.stacked_bar_figure(
+        chart = svg.stacked_bar_chart(
             "rows per kind and disposition",
             kinds,
             {d: [by_kind[k].get(d, 0) for k in kinds] for d in _DISPOSITIONS},
             "rows",
+            colours=_COLOURS,
         )
-        parts.append(html.image(plots.figure_png(figure), "rows per kind and disposition"))
+        parts.append(html.svg_image(chart, "rows per kind and disposition"))
     return html.section("Dispositions", *parts)
 
 
@@ -166,20 +166,20 @@ def _reasons(out: Path, manifest: dict[str, Any]) -> str:
             where = f"{source}:{line}" + (f" {path}" if path else "")
             examples.setdefault((d, code), []).append(where + (f" — {detail}" if detail else ""))
     rows = [[code, d, n, "; ".join(examples.get((d, code), []))] for code, n, d in ranked]
-    plots = _plots()
     top = ranked[:TOP_REASONS]
-    figure = plots.bar_figure(
+    chart = svg.bar_chart(
         f"top {len(top)} reason codes" if len(ranked) > len(top) else "reason codes",
         [f"{c} ({d})" for c, _, d in top],
         [n for _, n, _ in top],
         "rows",
+        colour=_COLOURS["rejected"],
     )
     return html.section(
         "Reasons",
         "<p>Examples are the first rows in input order: file:line, the field path, and the "
         "rule's own explanation (never the value).</p>",
         html.table(["reason", "disposition", "rows", "examples"], rows),
-        html.image(plots.figure_png(figure), "rows per reason code"),
+        html.svg_image(chart, "rows per reason code"),
     )
 
 
@@ -239,11 +239,10 @@ def _duplicates(out: Path, manifest: dict[str, Any]) -> str:
         parts += [note, html.table(top.columns, top.rows())]
         if size is not None:
             sizes = frame.select(size).collect()[size].to_numpy()
-            plots = _plots()
-            figure = plots.histogram_figure(
+            chart = svg.histogram_chart(
                 f"cluster sizes ({artifact['path']})", {"clusters": sizes}, size
             )
-            parts.append(html.image(plots.figure_png(figure), "cluster size distribution"))
+            parts.append(html.svg_image(chart, "cluster size distribution"))
     return html.section("Duplicate clusters", *parts)
 
 
@@ -282,7 +281,6 @@ def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
             "Score distributions",
             "<p>No score columns in this run's outputs (rubric scoring did not run).</p>",
         )
-    plots = _plots()
     parts = []
     rows = []
     for (kind, label), by_disposition in sorted(values.items()):
@@ -301,8 +299,8 @@ def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
                     float(v.max()) if v.size else None,
                 ]
             )
-        figure = plots.histogram_figure(f"{kind}: {label}", groups, label)
-        parts.append(html.image(plots.figure_png(figure), f"distribution of {label} for {kind}"))
+        chart = svg.histogram_chart(f"{kind}: {label}", groups, label, colours=_COLOURS)
+        parts.append(html.svg_image(chart, f"distribution of {label} for {kind}"))
     return html.section(
         "Score distributions",
         html.table(["kind", "column", "disposition", "rows", "mean", "min", "max"], rows),
