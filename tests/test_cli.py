@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,21 @@ def test_rubrics_check_verdicts(tmp_path: Path) -> None:
         assert "rubric_sha256" in result.output
     other = runner.invoke(app, ["rubrics", "check", str(DATA / "math-reasoning-v1.jsonl")])
     assert other.exit_code != 0
+
+
+def test_console_script_module_imports_nothing_heavy() -> None:
+    """`spawn` re-imports the console script's module in every worker process: it must
+    not pull in the command line (typer, polars, the commands) there."""
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "rowgate"]
+    assert script.value == "pipeline.entry:main"
+    code = (
+        "import sys, pipeline.entry\n"
+        "print(sorted(m for m in ('typer', 'polars', 'pyarrow', 'pipeline.cli') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
