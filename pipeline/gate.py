@@ -51,7 +51,13 @@ from pipeline.reasons import (
     RejectLine,
 )
 from pipeline.rules import check_record, load_rule_context
-from pipeline.schemas import SchemaEntry, SchemaRegistry, integers_bounded, static_bounds
+from pipeline.schemas import (
+    SchemaEntry,
+    SchemaRegistry,
+    integers_bounded,
+    number_paths,
+    static_bounds,
+)
 from pipeline.strict_json import (
     LONG_DIGITS,
     StrictParser,
@@ -125,7 +131,23 @@ class KindGate:
         self.keys_safe = depth < float("inf") and all(ch < "\ue000" for ch in schema_text)
         #: every integer a valid record holds is within int64 (the fast parser's premise)
         self.integers_bounded = integers_bounded(entry.schema)
+        paths = number_paths(entry.schema)
+        #: where a valid record can hold a number (``None``: anywhere)
+        self.number_paths = None if paths is None else tuple(sorted(paths))
         self.schema_type = pa.schema([*self.layout.fields, *GATE_FIELDS])
+
+    def holds_float(self, record: dict[str, Any]) -> bool:
+        """Whether a schema-valid ``record`` holds a float: a look at the few paths where
+        the schema admits numbers (~0.3 µs) instead of a walk of the record (~3 µs)."""
+        if self.number_paths is None:
+            return has_float(record)
+        for path in self.number_paths:
+            node: Any = record
+            for key in path:
+                node = node.get(key) if type(node) is dict else None
+            if type(node) is float:
+                return True
+        return False
 
 
 @dataclass
@@ -348,6 +370,7 @@ class Gate:
             kind_gate = None
             try:
                 record = fast_parse(line)
+                saw_float: bool | None = None  # None: ask the record once it is valid
                 if record is None:
                     record = require_object(parse(line))
                     kind_gate = self.kind_gate(route(record, declared))
@@ -358,11 +381,11 @@ class Gate:
                     if not kind_gate.integers_bounded and long_digits(line):
                         record = require_object(parse(line))  # the strict parser decides
                         saw_float = parser.saw_float
-                    else:
-                        saw_float = has_float(record) if kind_gate.keys_safe else True
                 if not kind_gate.bounds_implied:
                     check_limits(record, max_depth, max_items)
                 kind_gate.entry.validate(record)
+                if saw_float is None:
+                    saw_float = kind_gate.holds_float(record) if kind_gate.keys_safe else True
                 stored = (
                     record
                     if kind_gate.layout.root.identity

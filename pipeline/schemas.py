@@ -35,6 +35,7 @@ __all__ = [
     "SchemaRegistry",
     "integers_bounded",
     "lint_schema",
+    "number_paths",
     "safe_path",
     "static_bounds",
 ]
@@ -221,6 +222,59 @@ def integers_bounded(schema: dict[str, Any]) -> bool:
             if minimum is None or maximum is None or minimum < low or maximum > high:
                 return False
     return True
+
+
+NumberPaths = frozenset[tuple[str, ...]]
+
+
+def number_paths(
+    schema: Any, root: Any | None = None, _seen: frozenset[str] = frozenset()
+) -> NumberPaths | None:
+    """Key paths (object members only, from the record root) at which an accepted record
+    can hold a number; ``None`` where the schema leaves that open.
+
+    Sound, not tight: every number in every instance the schema accepts sits at one of
+    the paths. Only a node's own ``type`` / ``properties`` / ``items`` / ``const`` /
+    ``enum`` are read: applicators (``allOf``, ``if``/``then``, ...) can only narrow what
+    those admit. ``None`` for an open shape (no ``type``, an object without
+    ``additionalProperties: false``), a number possible inside an array, or a recursive
+    ``$ref``. The gate uses this to look for floats at a few paths instead of walking
+    the whole record.
+    """
+    root = schema if root is None else root
+    if schema is False:
+        return frozenset()
+    if not isinstance(schema, dict):
+        return None
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        return None if ref in _seen else number_paths(_resolve(ref, root), root, _seen | {ref})
+    if "const" in schema or "enum" in schema:
+        literals = [schema["const"]] if "const" in schema else list(schema["enum"])
+        if any(isinstance(v, dict | list) for v in literals):
+            return None
+        numeric = any(isinstance(v, int | float) and not isinstance(v, bool) for v in literals)
+        return frozenset({()}) if numeric else frozenset()
+    types = schema.get("type")
+    if types is None or "prefixItems" in schema:
+        return None
+    found: set[tuple[str, ...]] = set()
+    for kind in [types] if isinstance(types, str) else types:
+        if kind in ("number", "integer"):
+            found.add(())
+        elif kind == "object":
+            if schema.get("additionalProperties") is not False or schema.get("patternProperties"):
+                return None
+            for name, sub in schema.get("properties", {}).items():
+                below = number_paths(sub, root, _seen)
+                if below is None:
+                    return None
+                found.update((name, *path) for path in below)
+        elif kind == "array" and schema.get("maxItems") != 0:
+            inside = number_paths(schema["items"], root, _seen) if "items" in schema else None
+            if inside is None or inside:
+                return None
+    return frozenset(found)
 
 
 def _literal_bounds(values: list[Any]) -> tuple[float, float]:

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.schemas import SchemaError, SchemaRegistry, compile_schema, lint_schema, static_bounds
+from pipeline.schemas import (
+    SchemaError,
+    SchemaRegistry,
+    compile_schema,
+    lint_schema,
+    number_paths,
+    static_bounds,
+)
 from pipeline.strict_json import measure
 from tests.strategies import from_schema
 
@@ -203,3 +210,63 @@ def test_static_bounds_are_infinite_for_open_shapes() -> None:
             "properties": {"a": {"type": "array", "maxItems": 3, "items": {"type": "integer"}}},
         }
     ) == (2, 3)
+
+
+def _numbers_at(value: object, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Key paths of every number in ``value``; a number inside an array counts as ("[]",)."""
+    if isinstance(value, dict):
+        return {p for k, v in value.items() for p in _numbers_at(v, (*path, k))}
+    if isinstance(value, list):
+        return {p for v in value for p in _numbers_at(v, (*path, "[]"))}
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return {path}
+    return set()
+
+
+@settings(max_examples=60)
+@given(st.data())
+def test_number_paths_hold_every_number_of_valid_records(data: st.DataObject) -> None:
+    registry = SchemaRegistry()
+    for schema_id in ("pairwise-v2", "math-reasoning-v1"):
+        entry = registry.get(schema_id)
+        paths = number_paths(entry.schema)
+        assert paths
+        record = data.draw(from_schema(entry.schema).filter(lambda r, e=entry: not e.errors(r)))
+        # integral floats pass "integer" in 2020-12: put one where the schema admits numbers
+        if data.draw(st.booleans()):
+            *parents, leaf = sorted(paths)[0]
+            node = record
+            for key in parents:
+                node = node[key]
+            node[leaf] = float(node[leaf])
+        assert _numbers_at(record) <= paths
+
+
+def test_number_paths_of_the_bundled_schemas() -> None:
+    registry = SchemaRegistry()
+    assert number_paths(registry.get("pairwise-v2").schema) == {
+        ("ratings", name) for name in ("factuality", "reasoning", "instruction_adherence", "style")
+    }
+    assert number_paths(registry.get("math-reasoning-v1").schema) == {("reasoning_score",)}
+    # latency_ms and top_k sit inside the steps array: not a fixed path
+    assert number_paths(registry.get("agent-trace-v1").schema) is None
+
+
+def test_number_paths_are_none_where_the_schema_leaves_it_open() -> None:
+    closed = {"type": "object", "additionalProperties": False}
+    assert number_paths({"type": "object"}) is None  # any member, any value
+    assert number_paths({}) is None  # no type: anything
+    assert number_paths({"type": "array", "items": {"type": "number"}}) is None
+    assert number_paths({"type": "array"}) is None  # items of any type
+    assert number_paths({**closed, "properties": {"a": {"enum": [[1]]}}}) is None
+    recursive = {**closed, "properties": {"next": {"$ref": "#"}}}
+    assert number_paths(recursive) is None
+    # and exact where it is closed
+    assert number_paths({"type": "array", "items": {"type": "string"}}) == set()
+    assert number_paths({"type": "array", "maxItems": 0}) == set()
+    assert number_paths({**closed, "properties": {"a": {"enum": ["x", 2]}}}) == {("a",)}
+    assert number_paths({**closed, "properties": {"a": {"const": "x"}}}) == set()
+    assert number_paths(
+        {"$defs": {"n": {"type": "integer"}}, **closed, "properties": {"a": {"$ref": "#/$defs/n"}}}
+    ) == {("a",)}
+    assert number_paths(False) == set()
