@@ -75,6 +75,17 @@ def test_shards_cover_every_line_exactly_once(
     assert _lines(shards) == _expected(data)
 
 
+def test_shards_are_the_fewest_of_at_most_shard_bytes_and_even(tmp_path: Path) -> None:
+    line = b'{"n":"' + b"x" * 91 + b'"}\n'  # 100 bytes
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(line * 745)  # 74,500 bytes: 7 shards of 10,000 would leave 4,500
+    shards = plan_shards([_input(path)], 10_000)
+    sizes = [s.end - s.start for s in shards if s.end is not None]
+    assert len(sizes) == 8
+    assert max(sizes) - min(sizes) <= len(line)
+    assert sum(sizes) == 74_500
+
+
 def test_blank_lines_crlf_and_no_trailing_newline(tmp_path: Path) -> None:
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'{"a":1}\r\n\n\n{"b":2}')
