@@ -119,6 +119,7 @@ class OutputSettings:
 @dataclass(frozen=True)
 class SchemaSettings:
     #: Where the schemas live; default: the ``schemas/`` directory shipped with rowgate.
+    #: Relative to the config file.
     directory: str | None = None
     #: Schema id → SHA-256 the file must have; a mismatch fails the run.
     pins: dict[str, str] = field(default_factory=dict)
@@ -448,14 +449,40 @@ def load_campaign(path: str | Path) -> CampaignConfig:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     config = _build(CampaignConfig, table, "")
     base_dir = path.resolve().parent
-    policy = config.sanitize.policy
-    if policy is not None and not Path(policy).is_absolute():
-        # Resolved now: a command line that replaces the inputs also resets base_dir.
-        config = dataclasses.replace(
-            config, sanitize=dataclasses.replace(config.sanitize, policy=str(base_dir / policy))
-        )
     return dataclasses.replace(
-        config,
+        _anchored(config, base_dir),
         base_dir=str(base_dir),
         source_sha256=hashlib.sha256(data).hexdigest(),
     ).validate()
+
+
+def _anchored(config: CampaignConfig, base_dir: Path) -> CampaignConfig:
+    """``config`` with every path it names, other than the inputs, made absolute against
+    the config file's directory.
+
+    Done at load: a command line that replaces the inputs also resets ``base_dir`` (its
+    paths are the caller's), and that must not move the schemas, rubrics, policies,
+    reference tables or sanitize policy the file names to the working directory.
+    """
+
+    def anchor(given: str) -> str:
+        return given if Path(given).is_absolute() else str(base_dir / given)
+
+    def table(found: ReferenceTable | None) -> ReferenceTable | None:
+        return None if found is None else dataclasses.replace(found, path=anchor(found.path))
+
+    schemas, rubrics, sanitize = config.schemas, config.rubrics, config.sanitize
+    return dataclasses.replace(
+        config,
+        schemas=dataclasses.replace(
+            schemas, directory=schemas.directory and anchor(schemas.directory)
+        ),
+        rubrics=dataclasses.replace(
+            rubrics, directory=rubrics.directory and anchor(rubrics.directory)
+        ),
+        references=References(
+            table(config.references.documents), table(config.references.authorised_documents)
+        ),
+        policy={k: dataclasses.replace(p, file=anchor(p.file)) for k, p in config.policy.items()},
+        sanitize=dataclasses.replace(sanitize, policy=sanitize.policy and anchor(sanitize.policy)),
+    )

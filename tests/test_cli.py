@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.schemas import SchemaRegistry
+from pipeline.schemas import SCHEMA_DIR, SchemaRegistry
 from tests.conftest import DATA
 
 runner = CliRunner()
@@ -88,6 +90,45 @@ def test_errors_have_documented_exit_codes(
     result = runner.invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in args])
     assert result.exit_code == code, result.output
     assert message in result.output
+
+
+def test_config_paths_stay_with_the_config_when_inputs_come_from_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inputs on the command line are the caller's (working directory); the reference
+    tables, schemas and rubrics the config names stay relative to the config file."""
+    config = tmp_path / "campaign" / "c.toml"
+    config.parent.mkdir()
+    for name in ("documents.jsonl", "grounded-qa-v1.jsonl"):
+        (config.parent / name).write_bytes((DATA / name).read_bytes())
+    shutil.copytree(SCHEMA_DIR, config.parent / "my-schemas")
+    config.write_text(
+        '[schemas]\ndirectory = "my-schemas"\n[references.documents]\npath = "documents.jsonl"\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "in.jsonl").write_bytes((DATA / "grounded-qa-v1.jsonl").read_bytes())
+    monkeypatch.chdir(elsewhere)
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "in.jsonl",
+            "--kind",
+            "grounded-qa-v1",
+            "--config",
+            str(config),
+            "--out",
+            "out",
+            "-q",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((elsewhere / "out" / "manifest.json").read_text())
+    assert manifest["inputs"][0]["resolved"] == str(elsewhere / "in.jsonl")
+    assert manifest["schemas"]["grounded-qa-v1"]["path"].startswith(
+        str(config.parent / "my-schemas")
+    )
 
 
 def test_existing_output_is_exit_4(tmp_path: Path) -> None:
