@@ -3,6 +3,7 @@
     python benchmarks/bench_throughput.py                 # ≈ 500 MB pairwise-v2 export
     python benchmarks/bench_throughput.py --size-mb 100   # quicker
     python benchmarks/bench_throughput.py --scaling       # 1× and 4×: growth of time and memory
+    python benchmarks/bench_throughput.py --repeat 3      # best of 3 per tool (noisy machines)
 
 Measured (wall time, rows/s, MB/s, peak RSS of the whole process tree):
 
@@ -129,6 +130,13 @@ def main() -> None:
     )
     parser.add_argument("--scaling", action="store_true", help="rowgate on 1× and 4× the size")
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each tool this many times, interleaved, and keep its fastest run "
+        "(a shared or virtual machine's noise is one-sided: it only ever adds time)",
+    )
+    parser.add_argument(
         "--keep", type=Path, default=None, help="reuse/keep the export at this path"
     )
     args = parser.parse_args()
@@ -152,8 +160,14 @@ def main() -> None:
             f"export: {path} ({size / 1e6:.0f} MB, {lines:,} lines, {size / lines:,.0f} B/line)\n"
         )
 
-        rowgate, timings = run_rowgate(path, tmp / "out", args.workers)
-        results = [rowgate, *peers(path, tmp)]
+        rowgate_runs, peer_runs = [], []
+        for _ in range(args.repeat):  # interleaved: a slow spell hits every tool alike
+            rowgate_runs.append(run_rowgate(path, tmp / "out", args.workers))
+            peer_runs.append(peers(path, tmp))
+        rowgate, timings = min(rowgate_runs, key=lambda run: run[0].seconds)
+        duck = min((runs[0] for runs in peer_runs), key=lambda m: m.seconds)
+        polars = min((runs[1] for runs in peer_runs), key=lambda m: m.seconds)
+        results = [rowgate, duck, polars]
         reference = reference_path_seconds(path, lines, args.sample)
         rows = [
             (
@@ -177,7 +191,6 @@ def main() -> None:
             )
         )
         print(table(rows, ("tool", "wall s", "rows/s", "MB/s", "peak RSS MB", "note")))
-        duck, polars = results[1], results[2]
         print()
         print(
             f"rowgate / duckdb   = {rowgate.seconds / duck.seconds:.2f}×   (target ≤ 1.5×, stretch ≤ 1.0×)"
@@ -207,6 +220,12 @@ def scaling(tmp: Path, args: argparse.Namespace) -> None:
     print()
     print(f"time growth   4×/1× = {four.seconds / one.seconds:.2f}   (target ≤ 4.4)")
     print(f"memory growth 4×/1× = {four.peak_rss / one.peak_rss:.2f}   (target ≤ 1.1)")
+    # What each further MB costs once start-up, preflight and report are paid: the
+    # throughput that decides a run over tens of GB.
+    extra_mb = (large.stat().st_size - small.stat().st_size) / 1e6
+    marginal = extra_mb / (four.seconds - one.seconds)
+    fixed = one.seconds - small.stat().st_size / 1e6 / marginal
+    print(f"marginal throughput = {marginal:.1f} MB/s;  fixed cost per run ≈ {fixed:.1f} s")
 
 
 if __name__ == "__main__":
