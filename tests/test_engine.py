@@ -58,3 +58,21 @@ def test_a_warm_state_that_fails_is_raised_by_the_first_task(tmp_path: Path) -> 
         engine.start(step)
         with pytest.raises(ValueError, match="cannot be built"):
             engine.map(step, [1, 2, 3])
+
+
+def _init_tag(tag: str) -> str:
+    return tag
+
+
+def _run_tagged(state: str, task: int, progress: Progress) -> str:
+    return state
+
+
+def test_a_step_with_other_args_gets_its_own_state() -> None:
+    """One pool serves steps that share functions but not arguments (the scoring stage
+    maps one step per kind): a worker must not reuse the state of the earlier args."""
+    with LocalEngine(2) as engine:
+        first = engine.map(Step(_init_tag, ("A",), _run_tagged), list(range(6)))
+        second = engine.map(Step(_init_tag, ("B",), _run_tagged), list(range(6)))
+        again = engine.map(Step(_init_tag, ("A",), _run_tagged), list(range(6)))
+    assert (first, second, again) == (["A"] * 6, ["B"] * 6, ["A"] * 6)

@@ -39,7 +39,9 @@ class EngineError(RuntimeError):
 
 class Step(Generic[S, T, R]):
     """A picklable unit of work: ``init(*args)`` once per worker, then ``run(state, task,
-    progress)`` per task. ``init`` and ``run`` must be module-level functions."""
+    progress)`` per task. ``init`` and ``run`` must be module-level functions; ``args``
+    must compare by value (dataclasses, tuples, strings): a worker keeps one state per
+    (init, run) and builds it again when a later step brings different ``args``."""
 
     def __init__(
         self, init: Callable[..., S], init_args: tuple[Any, ...], run: Callable[[S, T, Progress], R]
@@ -49,7 +51,8 @@ class Step(Generic[S, T, R]):
         self.run = run
 
 
-_STATES: dict[tuple[str, str], Any] = {}
+#: (init, run) names -> (the init args, the state they built), in each worker
+_STATES: dict[tuple[str, str], tuple[tuple[Any, ...], Any]] = {}
 _QUEUE: Any = None
 
 
@@ -67,7 +70,7 @@ def _worker_init(progress_queue: Any, warm: tuple[Step[Any, Any, Any], ...]) -> 
         # A failure here is left to the step's first task, which runs init again and
         # raises it where the caller waits for a result.
         with contextlib.suppress(Exception):
-            _STATES[_step_key(step)] = step.init(*step.init_args)
+            _state(step)
 
 
 def _spawned() -> None:
@@ -78,11 +81,18 @@ def _report(nbytes: int, nlines: int) -> None:
     _QUEUE.put((nbytes, nlines))
 
 
-def _worker_run(step: Step[Any, Any, Any], task: Any) -> Any:
+def _state(step: Step[Any, Any, Any]) -> Any:
+    """The worker's state for ``step``, built on first use or when its args changed (the
+    scoring stage maps one step per record kind, each with its own settings)."""
     key = _step_key(step)
-    if key not in _STATES:
-        _STATES[key] = step.init(*step.init_args)
-    return step.run(_STATES[key], task, _report)
+    found = _STATES.get(key)
+    if found is None or found[0] != step.init_args:
+        found = _STATES[key] = (step.init_args, step.init(*step.init_args))
+    return found[1]
+
+
+def _worker_run(step: Step[Any, Any, Any], task: Any) -> Any:
+    return step.run(_state(step), task, _report)
 
 
 class LocalEngine:

@@ -393,3 +393,31 @@ def test_output_columns_are_typed_for_rejected(tmp_path: Path) -> None:
     assert schema["_weighted_score"] == pl.Float64
     assert schema["_gate_syntax_valid_value"] == pl.Boolean
     assert schema["_gate_max_cyclomatic_complexity_per_function_value"] == pl.Float64
+
+
+def test_two_scored_kinds_give_the_same_output_for_any_worker_count(tmp_path: Path) -> None:
+    """Each kind's built-in gates run as their own step in the run's one pool: a worker
+    that served one kind must not reuse its settings for the next."""
+    for name in ("pairwise-v2.jsonl", "math-reasoning-v1.jsonl"):
+        (tmp_path / name).write_bytes((DATA / name).read_bytes())
+    campaign = tmp_path / "campaign.toml"
+    campaign.write_text(
+        '[[inputs]]\npath = "pairwise-v2.jsonl"\nkind = "pairwise-v2"\n'
+        '[[inputs]]\npath = "math-reasoning-v1.jsonl"\nkind = "math-reasoning-v1"\n'
+        "[engine]\nshard_bytes = 20000\n"
+        '[scoring."pairwise-v2"]\nrubric = "code-review-v1"\n'
+        "code = \"COALESCE(golden_patch, CASE preference WHEN 'A' THEN response_a "
+        "WHEN 'B' THEN response_b END)\"\n"
+        '[scoring."pairwise-v2".gates]\nsyntax_valid = "builtin"\n'
+        '[scoring."math-reasoning-v1"]\nrubric = "code-review-v1"\ncode = "final_answer"\n'
+        '[scoring."math-reasoning-v1".gates]\nsyntax_valid = "builtin"\n'
+    )
+    config = load_campaign(campaign)
+    outputs = [
+        run(config.override(**{"engine.workers": workers}), tmp_path / f"out{workers}").manifest[
+            "outputs"
+        ]
+        for workers in (1, 2)
+    ]
+    assert outputs[0] == outputs[1]
+    assert any(o["kind"] == "math-reasoning-v1" for o in outputs[0])
