@@ -178,12 +178,12 @@ def plan_shards(inputs: list[InputFile], shard_bytes: int) -> list[Shard]:
         start = 0
         with open(input_file.resolved, "rb") as fh:
             for i in range(1, count + 1):
-                # cut near i/count of the file (not a step after the last cut: no drift)
-                end = _next_boundary(
-                    fh, max(start + 1, input_file.size * i // count), input_file.size
-                )
-                if end <= start:
+                # cut near i/count of the file (not a step after the last cut: no drift);
+                # a long line may already have carried the last cut past this target
+                target = input_file.size * i // count
+                if target <= start:
                     continue
+                end = _next_boundary(fh, target, input_file.size)
                 shards.append(Shard(len(shards), input_file, start, end))
                 start = end
     return shards

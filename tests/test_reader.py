@@ -86,6 +86,14 @@ def test_shards_are_the_fewest_of_at_most_shard_bytes_and_even(tmp_path: Path) -
     assert sum(sizes) == 74_500
 
 
+def test_a_long_line_does_not_leave_one_line_shards_behind_it(tmp_path: Path) -> None:
+    small = b'{"n":"' + b"x" * 91 + b'"}\n'  # 100 bytes
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(small * 50 + b'{"n":"' + b"y" * 24_991 + b'"}\n' + small * 200)
+    sizes = [s.end - s.start for s in plan_shards([_input(path)], 10_000) if s.end]
+    assert sizes == [30_000, 10_000, 10_000]
+
+
 def test_blank_lines_crlf_and_no_trailing_newline(tmp_path: Path) -> None:
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'{"a":1}\r\n\n\n{"b":2}')
