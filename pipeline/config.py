@@ -460,16 +460,20 @@ def _anchored(config: CampaignConfig, base_dir: Path) -> CampaignConfig:
     """``config`` with every path it names, other than the inputs, made absolute against
     the config file's directory.
 
-    Done at load: a command line that replaces the inputs also resets ``base_dir`` (its
-    paths are the caller's), and that must not move the schemas, rubrics, policies,
-    reference tables or sanitize policy the file names to the working directory.
+    Every config path resolves against ``base_dir`` (:meth:`CampaignConfig.resolve_path`).
+    Anchoring them at load matters because a command line that replaces the inputs also
+    resets ``base_dir`` to the working directory (its paths are the caller's): that must
+    not move the schemas, rubrics, policies, reference tables or sanitize policy the file
+    names.
     """
 
     def anchor(given: str) -> str:
-        return given if Path(given).is_absolute() else str(base_dir / given)
+        return given if Path(given).is_absolute() else os.path.normpath(base_dir / given)
 
     def table(found: ReferenceTable | None) -> ReferenceTable | None:
         return None if found is None else dataclasses.replace(found, path=anchor(found.path))
+
+    references = config.references
 
     schemas, rubrics, sanitize = config.schemas, config.rubrics, config.sanitize
     return dataclasses.replace(
@@ -480,8 +484,10 @@ def _anchored(config: CampaignConfig, base_dir: Path) -> CampaignConfig:
         rubrics=dataclasses.replace(
             rubrics, directory=rubrics.directory and anchor(rubrics.directory)
         ),
-        references=References(
-            table(config.references.documents), table(config.references.authorised_documents)
+        references=dataclasses.replace(
+            references,
+            documents=table(references.documents),
+            authorised_documents=table(references.authorised_documents),
         ),
         policy={k: dataclasses.replace(p, file=anchor(p.file)) for k, p in config.policy.items()},
         sanitize=dataclasses.replace(sanitize, policy=sanitize.policy and anchor(sanitize.policy)),

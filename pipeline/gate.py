@@ -29,7 +29,6 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import fastjsonschema
@@ -190,7 +189,8 @@ class Gate:
 
     def __init__(self, config: CampaignConfig) -> None:
         self.config = config
-        directory = Path(config.schemas.directory) if config.schemas.directory else None
+        given = config.schemas.directory
+        directory = config.resolve_path(given) if given else None
         self.registry = (
             SchemaRegistry(directory, config.schemas.pins)
             if directory

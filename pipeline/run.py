@@ -168,7 +168,7 @@ def run(
     inputs = expand_inputs(config.inputs, config)
     timings: dict[str, float] = {}
     with LocalEngine(config.engine.resolved_workers()) as engine:
-        # Workers start (imports, compiled schemas) while this process runs the preflight.
+        # Workers start (imports, the gate, declared kinds' schemas) during the preflight.
         engine.start(gate_step(config))
         gate = _preflight(config)
         shards = plan_shards(inputs, config.engine.shard_bytes)

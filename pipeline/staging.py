@@ -20,6 +20,7 @@ import pyarrow.ipc as ipc
 from pipeline.config import CampaignConfig
 from pipeline.engines import Progress, Step
 from pipeline.gate import REJECTED_SCHEMA, Gate
+from pipeline.kinds import KINDS
 from pipeline.reader import Shard, read_batches
 
 __all__ = ["REJECTED_STEM", "ShardSummary", "gate_step", "read_staged", "staged_path"]
@@ -53,7 +54,12 @@ class GateTask:
 
 
 def _init_gate(config: CampaignConfig) -> Gate:
-    return Gate(config)
+    """A worker's gate, with the schemas of the kinds the inputs declare compiled now
+    (during the engine's warm start); routed kinds compile on their first line."""
+    gate = Gate(config)
+    for kind_id in sorted({spec.kind for spec in config.inputs if spec.kind in KINDS}):
+        gate.kind_gate(KINDS[kind_id])
+    return gate
 
 
 def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,29 @@ def test_the_readme_campaign_example_loads(tmp_path: Path) -> None:
     config = load_campaign(path)
     assert config.inputs[0].kind == "pairwise-v2"
     assert config.sanitize.enabled
+
+
+def test_config_paths_are_anchored_to_the_config_file(tmp_path: Path) -> None:
+    """Every path a config file names (other than inputs) is made absolute against the
+    file's directory at load, so replacing the inputs and base_dir cannot move it."""
+    folder = tmp_path / "campaign"
+    folder.mkdir()
+    path = folder / "c.toml"
+    path.write_text(
+        '[schemas]\ndirectory = "s"\n[rubrics]\ndirectory = "r"\n'
+        '[references.documents]\npath = "docs/d.jsonl"\n'
+        '[references.authorised_documents]\npath = "/abs/a.jsonl"\n'
+        '[policy."pairwise-v2"]\nfile = "../p.toml"\n'
+        '[sanitize]\npolicy = "sp.toml"\n'
+    )
+    config = load_campaign(path)
+    assert config.schemas.directory == str(folder / "s")
+    assert config.rubrics.directory == str(folder / "r")
+    assert config.references.documents is not None
+    assert config.references.documents.path == str(folder / "docs" / "d.jsonl")
+    assert config.references.authorised_documents is not None
+    assert config.references.authorised_documents.path == "/abs/a.jsonl"
+    assert config.policy["pairwise-v2"].file == str(tmp_path / "p.toml")  # normalised
+    assert config.sanitize.policy == str(folder / "sp.toml")
+    moved = dataclasses.replace(config, base_dir="/elsewhere")
+    assert moved.resolve_path(moved.schemas.directory or "") == folder / "s"

@@ -27,9 +27,9 @@ SANITIZER_VERSION = "rowgate-sanitizer/1"
 
 
 def policy_path(config: CampaignConfig) -> Path:
-    """The policy file a campaign uses (:func:`load_campaign` made it absolute)."""
+    """The policy file a campaign uses (relative to the config: see ``resolve_path``)."""
     given = config.sanitize.policy
-    return DEFAULT_POLICY if given is None else Path(given)
+    return DEFAULT_POLICY if given is None else config.resolve_path(given)
 
 
 class Sanitizer:
