@@ -25,7 +25,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.config import CampaignConfig
-from pipeline.engines import LocalEngine
+from pipeline.engines import Engine
 from pipeline.reader import Shard
 from pipeline.reasons import REASONS_TYPE, Disposition
 from pipeline.staging import ShardSummary, staged_path
@@ -73,7 +73,7 @@ class GlobalContext:
     summaries: Sequence[ShardSummary]
     line_bases: Sequence[int]
     #: the run's worker pool, for stages that fan work out per shard
-    engine: LocalEngine
+    engine: Engine
     #: whole-run tables stages wrote (e.g. a duplicate-cluster table), for the manifest
     artifacts: list[WrittenFile] = field(default_factory=list)
     #: facts stages record for the manifest (e.g. rubric digests), by stage name

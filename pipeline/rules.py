@@ -154,7 +154,7 @@ class Document:
     text: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class RuleContext:
     """What rules may consult besides the record: reference tables and campaign settings.
 

@@ -234,12 +234,13 @@ def number_paths(
     can hold a number; ``None`` where the schema leaves that open.
 
     Sound, not tight: every number in every instance the schema accepts sits at one of
-    the paths. Only a node's own ``type`` / ``properties`` / ``items`` / ``const`` /
-    ``enum`` are read: applicators (``allOf``, ``if``/``then``, ...) can only narrow what
-    those admit. ``None`` for an open shape (no ``type``, an object without
-    ``additionalProperties: false``), a number possible inside an array, or a recursive
-    ``$ref``. The gate uses this to look for floats at a few paths instead of walking
-    the whole record.
+    the paths. A node's shape keywords are read (``type``, ``const``, ``enum``,
+    ``properties``, ``additionalProperties``, ``patternProperties``, ``items``,
+    ``maxItems``, a ``$ref``'s target); applicators (``allOf``, ``if``/``then``, ...) are
+    not, since they can only narrow what those admit. ``None`` for an open shape (no
+    ``type``, an object without ``additionalProperties: false``), a number possible inside
+    an array, or a recursive ``$ref``. The gate uses this to look for floats at a few
+    paths instead of walking the whole record.
     """
     root = schema if root is None else root
     if schema is False:

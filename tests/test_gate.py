@@ -103,10 +103,12 @@ def _corpus() -> list[tuple[bytes, str | None]]:
             )
         lines += [(defect_line(d, make_record(kind, rng, 999)), declared) for d in sorted(DEFECTS)]
     with_float = {**EXAMPLE, "ratings": {**EXAMPLE["ratings"], "style": 4.0}}
+    math_float = {**make_record("math-reasoning-v1", rng, 6), "reasoning_score": 3.0}
     decide = make_record("pw-decide-row-1", rng, 5)
     huge = 2**64 - 1  # orjson reads it as an int; the contract says int64
     lines += [
         (orjson.dumps(with_float), None),  # an integral float in an integer field
+        (orjson.dumps(math_float), "math-reasoning-v1"),  # the same, at the top level
         (b'{"schema":"pw-decide-row/1","\\ue000":1}', None),
         (b"x" * 70_000, None),
         (b"  ", None),

@@ -261,6 +261,11 @@ def test_number_paths_are_none_where_the_schema_leaves_it_open() -> None:
     assert number_paths({**closed, "properties": {"a": {"enum": [[1]]}}}) is None
     recursive = {**closed, "properties": {"next": {"$ref": "#"}}}
     assert number_paths(recursive) is None
+    numbers = {"type": "number"}
+    assert number_paths({**closed, "patternProperties": {"^n": numbers}}) is None
+    assert number_paths({"type": "object", "additionalProperties": numbers}) is None
+    assert number_paths({"type": "object", "additionalProperties": True}) is None
+    assert number_paths(True) is None
     # and exact where it is closed
     assert number_paths({"type": "array", "items": {"type": "string"}}) == set()
     assert number_paths({"type": "array", "maxItems": 0}) == set()
@@ -270,3 +275,7 @@ def test_number_paths_are_none_where_the_schema_leaves_it_open() -> None:
         {"$defs": {"n": {"type": "integer"}}, **closed, "properties": {"a": {"$ref": "#/$defs/n"}}}
     ) == {("a",)}
     assert number_paths(False) == set()
+    nullable = {"type": ["object", "null"], "additionalProperties": False}
+    assert number_paths(
+        {**closed, "properties": {"o": {**nullable, "properties": {"n": numbers}}}}
+    ) == {("o", "n")}
