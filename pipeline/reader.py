@@ -2,9 +2,11 @@
 
 A line is the bytes between two ``\\n`` (the ``\\n`` excluded); a final line without
 ``\\n`` is still a line; a file ending in ``\\n`` has no empty last line (DESIGN §3.1).
-Plain files are cut into byte-range shards on line boundaries; compressed files
-(gzip, zstd, recognised by their magic bytes) are one shard each, and offsets are
-positions in the decompressed stream. Memory stays bounded whatever the line length:
+Plain files are cut into byte-range shards on line boundaries. A compressed file (gzip,
+zstd, recognised by its magic bytes) cannot be entered in the middle: when a run gives a
+spill directory, its decompressed stream is cut on line boundaries into plain spill files,
+one per shard, so that several workers gate it (otherwise it is one shard). Offsets are
+positions in the decompressed stream either way. Memory stays bounded whatever the line length:
 a line longer than the limit is streamed through SHA-256 and never held whole.
 """
 
@@ -65,12 +67,17 @@ class InputFile:
 
 @dataclass(frozen=True)
 class Shard:
-    """Bytes ``[start, end)`` of one input (``end=None``: to the end of the stream)."""
+    """Bytes ``[start, end)`` of one input (``end=None``: to the end of the stream).
+
+    ``spill`` names a plain file holding exactly those bytes of a compressed input's
+    decompressed stream (:func:`plan_shards`); it is read instead of the input.
+    """
 
     index: int
     input: InputFile
     start: int = 0
     end: int | None = None
+    spill: str | None = None
 
 
 @dataclass
@@ -159,8 +166,14 @@ def _next_boundary(fh: IO[bytes], target: int, size: int) -> int:
         position += len(window)
 
 
-def plan_shards(inputs: list[InputFile], shard_bytes: int) -> list[Shard]:
+def plan_shards(
+    inputs: list[InputFile], shard_bytes: int, spill_dir: Path | None = None
+) -> list[Shard]:
     """Cut inputs into shards. Depends only on file contents and ``shard_bytes``.
+
+    With ``spill_dir``, a compressed input whose stream is longer than ``shard_bytes`` is
+    decompressed once, here, into spill files of about ``shard_bytes`` each
+    (:func:`_spill`); without, it is one shard read by one worker.
 
     A plain file is cut into the fewest shards of at most about ``shard_bytes``, all of
     about the same size: 500 MB at 64 MiB is 8 shards of 62.5 MB, not 7 full ones and a
@@ -170,7 +183,10 @@ def plan_shards(inputs: list[InputFile], shard_bytes: int) -> list[Shard]:
     shards: list[Shard] = []
     for input_file in inputs:
         if input_file.compression != "none":
-            shards.append(Shard(len(shards), input_file))
+            if spill_dir is None:
+                shards.append(Shard(len(shards), input_file))
+            else:
+                shards += _spill(input_file, shard_bytes, spill_dir, len(shards))
             continue
         if input_file.size == 0:
             continue
@@ -189,12 +205,67 @@ def plan_shards(inputs: list[InputFile], shard_bytes: int) -> list[Shard]:
     return shards
 
 
+def _spill(input_file: InputFile, shard_bytes: int, directory: Path, first: int) -> list[Shard]:
+    """Shards of a compressed input: its decompressed stream cut at the first line start
+    at or after every ``shard_bytes`` since the last cut, each piece copied (in chunks:
+    memory stays bounded) to a plain file in ``directory``. A stream no longer than
+    ``shard_bytes`` stays one shard read from the input itself; its copy is removed.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    shards: list[Shard] = []
+    start = position = 0  # the open piece's first byte; the stream bytes copied so far
+    out: IO[bytes] | None = None
+
+    def finish() -> None:
+        nonlocal out, start
+        assert out is not None
+        out.close()
+        shards.append(Shard(first + len(shards), input_file, start, position, out.name))
+        out, start = None, position
+
+    try:
+        with open_stream(input_file) as stream:
+            while chunk := stream.read(CHUNK_BYTES):
+                while chunk:
+                    if out is None:
+                        name = f"{input_file.index:05d}-{len(shards):05d}.jsonl"
+                        out = open(directory / name, "wb")  # noqa: SIM115 - closed by finish()
+                    # the piece ends after the first "\n" at or after start + shard_bytes - 1
+                    cut = chunk.find(b"\n", max(0, start + shard_bytes - 1 - position))
+                    piece = chunk if cut < 0 else chunk[: cut + 1]
+                    out.write(piece)
+                    position += len(piece)
+                    chunk = chunk[len(piece) :]
+                    if cut >= 0:
+                        finish()
+            if out is not None:
+                finish()
+    except (EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile) as exc:
+        raise InputError(
+            f"{input_file.path}: corrupt {input_file.compression} stream ({exc})"
+        ) from None
+    finally:
+        if out is not None:
+            out.close()
+    if len(shards) == 1:
+        Path(shards[0].spill or "").unlink()
+        return [Shard(first, input_file)]
+    return shards
+
+
 def read_batches(shard: Shard, max_line_bytes: int, batch_lines: int) -> Iterator[LineBatch]:
     """Yield the shard's lines in batches of at most ``batch_lines``.
 
     A corrupt compressed stream raises :class:`InputError`: an operational failure of the
     run, not a row rejection.
     """
+    if shard.spill is not None:
+        assert shard.end is not None
+        with open(shard.spill, "rb") as spilled:
+            yield from _split_lines(
+                spilled, shard.start, shard.end - shard.start, max_line_bytes, batch_lines
+            )
+        return
     with open_stream(shard.input) as stream:
         if shard.start:
             stream.seek(shard.start)
@@ -264,19 +335,19 @@ def _split_lines(
         yield batch
 
 
-def fetch_lines(
-    input_file: InputFile, offsets: list[int], max_line_bytes: int
-) -> dict[int, bytes | None]:
-    """The lines starting at ``offsets`` (``None`` for a line over the limit).
+def fetch_lines(shard: Shard, offsets: list[int], max_line_bytes: int) -> dict[int, bytes | None]:
+    """The lines of ``shard`` starting at ``offsets`` (``None`` for a line over the limit).
 
-    Plain files seek; compressed streams are read through once.
+    Plain files and spill files seek; a whole compressed stream is read through once.
     """
     wanted = set(offsets)
     found: dict[int, bytes | None] = {}
-    if input_file.compression == "none":
-        with open(input_file.resolved, "rb") as fh:
+    input_file = shard.input
+    if input_file.compression == "none" or shard.spill is not None:
+        path, base = (shard.spill, shard.start) if shard.spill else (input_file.resolved, 0)
+        with open(path, "rb") as fh:
             for offset in sorted(wanted):
-                fh.seek(offset)
+                fh.seek(offset - base)
                 line = fh.readline(max_line_bytes + 1)
                 if line.endswith(b"\n"):
                     line = line[:-1]

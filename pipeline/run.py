@@ -171,9 +171,13 @@ def run(
         # Workers start (imports, the gate, declared kinds' schemas) during the preflight.
         engine.start(gate_step(config))
         gate = _preflight(config)
-        shards = plan_shards(inputs, config.engine.shard_bytes)
         with atomic_directory(out, force=force) as tmp:
             digests = _hash_inputs(inputs)
+            # Compressed inputs are decompressed into spill files here, so that several
+            # workers can gate one (staging, spills included, goes before OUT is published).
+            t0 = time.perf_counter()
+            shards = plan_shards(inputs, config.engine.shard_bytes, tmp / STAGING_DIR / "spill")
+            timings["plan_s"] = time.perf_counter() - t0
             observer.on_start(sum(f.size for f in inputs), len(shards))
             observer.on_phase("gate")
             t0 = time.perf_counter()

@@ -165,7 +165,7 @@ def _to_rejected(table: pa.Table, task: WriteTask, config: CampaignConfig) -> pa
     With sanitization on, the re-read bytes are the unsanitized input: they go through
     the same raw rule as the gate's rejected lines (pipeline.sanitize.raw)."""
     offsets = table["_offset"].to_pylist()
-    raw = fetch_lines(task.shard.input, offsets, config.limits.max_line_bytes)
+    raw = fetch_lines(task.shard, offsets, config.limits.max_line_bytes)
     layout = _rejected_layout(task)
     columns = {name: table[name] for name in layout.names if name in table.column_names}
     lines = [raw[o] for o in offsets]

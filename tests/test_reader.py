@@ -128,7 +128,7 @@ def test_compressed_inputs_are_one_shard_with_decompressed_offsets(
     shards = plan_shards([source], 64)
     assert len(shards) == 1
     assert _lines(shards, batch=100) == _expected(data)
-    assert fetch_lines(source, [0, 8], 100) == {0: b'{"n":0}', 8: b'{"n":1}'}
+    assert fetch_lines(shards[0], [0, 8], 100) == {0: b'{"n":0}', 8: b'{"n":1}'}
 
 
 def test_over_long_lines_are_hashed_not_held(
@@ -146,7 +146,65 @@ def test_over_long_lines_are_hashed_not_held(
         (3, 54, b"end"),
         (4, 58, (50, digest)),
     ]
-    assert fetch_lines(_input(path), [3, 54], 10) == {3: None, 54: b"end"}
+    assert fetch_lines(Shard(0, _input(path)), [3, 54], 10) == {3: None, 54: b"end"}
+
+
+def _compress(data: bytes, path: Path) -> Path:
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(data))
+    else:  # two frames: the spill continues across frame boundaries
+        c = zstandard.ZstdCompressor()
+        path.write_bytes(c.compress(data[: len(data) // 2]) + c.compress(data[len(data) // 2 :]))
+    return path
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.lists(st.binary(max_size=40).filter(lambda b: b"\n" not in b), max_size=40).map(
+        b"\n".join
+    ),
+    trailing=st.booleans(),
+    shard_bytes=st.integers(1, 64),
+    suffix=st.sampled_from([".jsonl.gz", ".jsonl.zst"]),
+)
+def test_spilled_compressed_shards_read_like_the_plain_file(
+    tmp_path: Path, data: bytes, trailing: bool, shard_bytes: int, suffix: str
+) -> None:
+    """A compressed input cut into spill files gives the lines, offsets and line numbers
+    of its decompressed bytes, each line in exactly one shard."""
+    if trailing:
+        data += b"\n"
+    spill = tmp_path / "spill"
+    for old in spill.glob("*"):
+        old.unlink()
+    source = _input(_compress(data, tmp_path / f"in{suffix}"))
+    shards = plan_shards([source], shard_bytes, spill)
+    assert _lines(shards) == _expected(data)
+    assert [s.index for s in shards] == list(range(len(shards)))
+    if len(shards) > 1:  # pieces of about shard_bytes, each one a file of exactly its bytes
+        assert all(s.spill and Path(s.spill).stat().st_size == s.end - s.start for s in shards)  # type: ignore[operator]
+        assert all(s.end is not None and s.end - s.start >= shard_bytes for s in shards[:-1])
+    else:  # short streams are not spilled (an empty one has no shard, like a plain file)
+        assert all(s.spill is None for s in shards)
+        assert not any(spill.iterdir())
+
+
+def test_fetch_lines_reads_a_spilled_shard(tmp_path: Path) -> None:
+    data = b"".join(b'{"n":%d}\n' % i for i in range(1000))
+    source = _input(_compress(data, tmp_path / "in.jsonl.zst"))
+    shards = plan_shards([source], 1000, tmp_path / "spill")
+    assert len(shards) > 5
+    shard = shards[3]
+    assert shard.spill is not None
+    first = _lines([shard])[0][1]
+    assert fetch_lines(shard, [first], 100) == {first: data[first : data.index(b"\n", first)]}
+
+
+def test_a_corrupt_stream_fails_the_plan(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"a":1}\n' * 100)[:-12] + b"garbage-tail")
+    with pytest.raises(InputError, match="corrupt gzip"):
+        plan_shards([_input(path)], 64, tmp_path / "spill")
 
 
 def test_batches_have_exactly_batch_lines(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import signal
@@ -10,8 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import polars as pl
 import pytest
+import zstandard
 
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.manifest import load_manifest
@@ -50,6 +53,58 @@ def test_worker_counts_give_byte_identical_output(inputs: CampaignConfig, tmp_pa
     assert len(files) > 4
     assert files == _parquet_bytes(tmp_path / "w2")
     assert one.manifest["outputs"] == two.manifest["outputs"]
+
+
+def _rows_by_disposition(out: Path) -> dict[str, pl.DataFrame]:
+    """Every output row, per disposition directory, in line order, without ``_source``."""
+    found: dict[str, list[pl.DataFrame]] = {}
+    for path in sorted(out.rglob("*.parquet")):
+        if path.relative_to(out).parts[0] != "dedupe":
+            found.setdefault(path.relative_to(out).parts[0], []).append(pl.read_parquet(path))
+    rows = {d: pl.concat(frames, how="diagonal").sort("_line") for d, frames in found.items()}
+    for d, frame in rows.items():
+        if "_duplicate_of" in frame.columns:  # it names the survivor's _source too
+            survivor = pl.col("_duplicate_of").struct
+            frame = frame.with_columns(
+                survivor.field("_line").alias("_dup_line"),
+                survivor.field("_record_sha256").alias("_dup_sha256"),
+            ).drop("_duplicate_of")
+        rows[d] = frame.drop("_source")
+    return rows
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_a_compressed_input_is_spilled_and_gated_like_its_plain_file(
+    inputs: CampaignConfig, tmp_path: Path, codec: str
+) -> None:
+    """One compressed file is cut into spill shards that several workers gate; its rows
+    (lineage, hashes, reasons, raw bytes of late rejections) are the plain file's."""
+    data = Path(inputs.inputs[0].path).read_bytes()
+    # a same-key, other-body line at the end: the global phase rejects both rows, and
+    # their raw bytes are read back from the spill files
+    first = orjson.loads(data.split(b"\n", 1)[0])
+    data += orjson.dumps({**first, "rationale": first["rationale"] + " Changed."}) + b"\n"
+    plain = tmp_path / "in.jsonl"
+    plain.write_bytes(data)
+    packed = tmp_path / ("in.jsonl.gz" if codec == "gzip" else "in.jsonl.zst")
+    packed.write_bytes(
+        gzip.compress(data) if codec == "gzip" else zstandard.ZstdCompressor().compress(data)
+    )
+    config = inputs.override(inputs=(InputSpec(str(packed)),))
+    one = run(config.override(**{"engine.workers": 1}), tmp_path / "w1")
+    run(config.override(**{"engine.workers": 2}), tmp_path / "w2")
+    assert len(one.manifest["shards"]) > 4
+    assert _parquet_bytes(tmp_path / "w1") == _parquet_bytes(tmp_path / "w2")
+    assert not (tmp_path / "w1" / "_staging").exists()
+    reference = inputs.override(inputs=(InputSpec(str(plain)),), **{"engine.workers": 1})
+    run(reference, tmp_path / "plain")
+    expected = _rows_by_disposition(tmp_path / "plain")
+    late = expected["rejected"].filter(pl.col("_kind").is_not_null() & pl.col("_raw").is_not_null())
+    assert late.height >= 2  # the conflict, with its bytes
+    got = _rows_by_disposition(tmp_path / "w1")
+    assert got.keys() == expected.keys()
+    for disposition, rows in expected.items():
+        assert got[disposition].equals(rows), disposition
 
 
 def test_input_order_does_not_change_output(inputs: CampaignConfig, tmp_path: Path) -> None:
