@@ -4,6 +4,7 @@
     python benchmarks/bench_throughput.py --size-mb 100   # quicker
     python benchmarks/bench_throughput.py --scaling       # 1× and 4×: growth of time and memory
     python benchmarks/bench_throughput.py --repeat 3      # best of 3 per tool (noisy machines)
+    python benchmarks/bench_throughput.py --zstd          # also one .zst of the export
 
 Measured (wall time, rows/s, MB/s, peak RSS of the whole process tree):
 
@@ -21,6 +22,7 @@ directory and deleted afterwards; nothing large is ever committed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -28,6 +30,7 @@ import time
 from pathlib import Path
 
 import orjson
+import zstandard
 from harness import Measurement, measure, python, table, write_export
 
 from pipeline.schemas import SCHEMA_DIR
@@ -137,6 +140,9 @@ def main() -> None:
     )
     parser.add_argument("--scaling", action="store_true", help="rowgate on 1× and 4× the size")
     parser.add_argument(
+        "--zstd", action="store_true", help="also rowgate on the export compressed with zstd"
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -177,6 +183,15 @@ def main() -> None:
         duck = min((runs[0] for runs in peer_runs), key=fastest_key)
         polars = min((runs[1] for runs in peer_runs), key=fastest_key)
         results = [rowgate, duck, polars]
+        if args.zstd:
+            packed = tmp / "export.jsonl.zst"
+            with open(path, "rb") as src, open(packed, "wb") as dst:
+                zstandard.ZstdCompressor(level=3, threads=-1).copy_stream(src, dst)
+            zstd_runs = [
+                run_rowgate(packed, tmp / "out", args.workers)[0] for _ in range(args.repeat)
+            ]
+            name = f"rowgate run, the export as .zst ({packed.stat().st_size / 1e6:.0f} MB)"
+            results.append(dataclasses.replace(min(zstd_runs, key=fastest_key), name=name))
         reference = reference_path_seconds(path, lines, args.sample)
         rows = [
             (
