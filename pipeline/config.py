@@ -81,9 +81,13 @@ class EngineSettings:
     name: str = "local"
     #: Worker processes; ``None`` means one per available core.
     workers: int | None = None
-    #: Plain files are cut into shards of about this many bytes, on line boundaries.
+    #: Inputs are cut into shards of about this many bytes, on line boundaries.
     #: Shards, not workers, fix the output files, so output is worker-count independent.
     shard_bytes: int = 64 * MiB
+    #: Decompress each compressed input once into spill shards in the run's staging
+    #: directory, so that all workers gate it (needs temporary disk space equal to its
+    #: decompressed size); ``false``: one worker reads the whole stream.
+    spill_compressed: bool = True
     #: Lines gated and converted to Arrow at a time inside a worker.
     batch_lines: int = 4096
 

@@ -137,16 +137,57 @@ def detect_compression(path: str | Path) -> str:
     return expected
 
 
+class _ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a zstd file, frame after frame.
+
+    zstandard's own stream reader returns a truncated stream's partial data as if it
+    were complete; here a file that ends inside a frame raises ``ZstdError`` (an
+    :class:`InputError` for the reader's callers), as gzip does for a truncated member.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._raw = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._frame = self._decompressor.decompressobj()
+        self._in_frame = False  # bytes of the current frame have been fed
+        self._out = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: typing.Any) -> int:
+        while not self._out:
+            data = self._raw.read(CHUNK_BYTES)
+            if not data:
+                if self._in_frame:
+                    raise zstandard.ZstdError("the stream ends inside a frame (truncated)")
+                return 0
+            parts = []
+            while data:
+                parts.append(self._frame.decompress(data))
+                self._in_frame = True
+                if not self._frame.eof:
+                    break
+                data = self._frame.unused_data
+                self._frame = self._decompressor.decompressobj()
+                self._in_frame = False
+            self._out = memoryview(b"".join(parts))
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 def open_stream(input_file: InputFile) -> IO[bytes]:
     """The decompressed byte stream of an input."""
     if input_file.compression == "gzip":
         return typing.cast(IO[bytes], gzip.open(input_file.resolved, "rb"))
     if input_file.compression == "zstd":
-        raw = open(input_file.resolved, "rb")  # noqa: SIM115 - owned by the reader below
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            raw, read_across_frames=True, closefd=True
-        )
-        return io.BufferedReader(reader, buffer_size=CHUNK_BYTES)
+        return io.BufferedReader(_ZstdFrames(input_file.resolved), buffer_size=CHUNK_BYTES)
     return open(input_file.resolved, "rb")
 
 
@@ -169,11 +210,12 @@ def _next_boundary(fh: IO[bytes], target: int, size: int) -> int:
 def plan_shards(
     inputs: list[InputFile], shard_bytes: int, spill_dir: Path | None = None
 ) -> list[Shard]:
-    """Cut inputs into shards. Depends only on file contents and ``shard_bytes``.
+    """Cut inputs into shards. The plan depends only on file contents, ``shard_bytes``
+    and whether there is a ``spill_dir``.
 
-    With ``spill_dir``, a compressed input whose stream is longer than ``shard_bytes`` is
-    decompressed once, here, into spill files of about ``shard_bytes`` each
-    (:func:`_spill`); without, it is one shard read by one worker.
+    With ``spill_dir``, a compressed input is decompressed once, here, into spill files of
+    about ``shard_bytes`` each (:func:`_spill`; a corrupt stream raises
+    :class:`InputError`); without, it is one shard, read by one worker.
 
     A plain file is cut into the fewest shards of at most about ``shard_bytes``, all of
     about the same size: 500 MB at 64 MiB is 8 shards of 62.5 MB, not 7 full ones and a
@@ -205,11 +247,13 @@ def plan_shards(
     return shards
 
 
-def _spill(input_file: InputFile, shard_bytes: int, directory: Path, first: int) -> list[Shard]:
+def _spill(
+    input_file: InputFile, shard_bytes: int, directory: Path, first_index: int
+) -> list[Shard]:
     """Shards of a compressed input: its decompressed stream cut at the first line start
     at or after every ``shard_bytes`` since the last cut, each piece copied (in chunks:
-    memory stays bounded) to a plain file in ``directory``. A stream no longer than
-    ``shard_bytes`` stays one shard read from the input itself; its copy is removed.
+    memory stays bounded) to a plain file in ``directory``. Workers, and the writer's
+    re-reads of late rejections, then seek in plain files instead of decompressing.
     """
     directory.mkdir(parents=True, exist_ok=True)
     shards: list[Shard] = []
@@ -220,22 +264,22 @@ def _spill(input_file: InputFile, shard_bytes: int, directory: Path, first: int)
         nonlocal out, start
         assert out is not None
         out.close()
-        shards.append(Shard(first + len(shards), input_file, start, position, out.name))
+        shards.append(Shard(first_index + len(shards), input_file, start, position, out.name))
         out, start = None, position
 
     try:
         with open_stream(input_file) as stream:
             while chunk := stream.read(CHUNK_BYTES):
-                while chunk:
+                base, at = position, 0  # stream position of chunk[0]; next byte to copy
+                while at < len(chunk):
                     if out is None:
                         name = f"{input_file.index:05d}-{len(shards):05d}.jsonl"
                         out = open(directory / name, "wb")  # noqa: SIM115 - closed by finish()
                     # the piece ends after the first "\n" at or after start + shard_bytes - 1
-                    cut = chunk.find(b"\n", max(0, start + shard_bytes - 1 - position))
-                    piece = chunk if cut < 0 else chunk[: cut + 1]
-                    out.write(piece)
-                    position += len(piece)
-                    chunk = chunk[len(piece) :]
+                    cut = chunk.find(b"\n", max(at, start + shard_bytes - 1 - base))
+                    stop = len(chunk) if cut < 0 else cut + 1
+                    out.write(memoryview(chunk)[at:stop])
+                    position, at = base + stop, stop
                     if cut >= 0:
                         finish()
             if out is not None:
@@ -247,9 +291,6 @@ def _spill(input_file: InputFile, shard_bytes: int, directory: Path, first: int)
     finally:
         if out is not None:
             out.close()
-    if len(shards) == 1:
-        Path(shards[0].spill or "").unlink()
-        return [Shard(first, input_file)]
     return shards
 
 

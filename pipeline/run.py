@@ -36,7 +36,7 @@ from pipeline.reports.run_report import write_run_report
 from pipeline.rubrics.campaign import load_campaign_rubrics
 from pipeline.rubrics.model import RubricError
 from pipeline.schemas import SchemaError
-from pipeline.staging import STAGING_DIR, GateTask, ShardSummary, gate_step
+from pipeline.staging import STAGING_DIR, GateTask, ShardSummary, gate_step, spill_dir
 from pipeline.writer import WriteSummary, WriteTask, write_step
 
 __all__ = ["InputError", "RunError", "RunObserver", "RunResult", "expand_inputs", "run"]
@@ -175,10 +175,14 @@ def run(
             digests = _hash_inputs(inputs)
             # Compressed inputs are decompressed into spill files here, so that several
             # workers can gate one (staging, spills included, goes before OUT is published).
+            observer.on_phase("plan")
             t0 = time.perf_counter()
-            shards = plan_shards(inputs, config.engine.shard_bytes, tmp / STAGING_DIR / "spill")
+            spill = spill_dir(tmp) if config.engine.spill_compressed else None
+            shards = plan_shards(inputs, config.engine.shard_bytes, spill)
             timings["plan_s"] = time.perf_counter() - t0
-            observer.on_start(sum(f.size for f in inputs), len(shards))
+            # bytes the workers will read: decompressed, where a compressed input was spilled
+            total = sum((s.end if s.end is not None else s.input.size) - s.start for s in shards)
+            observer.on_start(total, len(shards))
             observer.on_phase("gate")
             t0 = time.perf_counter()
             summaries = engine.map(

@@ -3,8 +3,9 @@
 ``_staging/<shard>/<kind>.arrow`` holds a kind's gated rows (payload + lineage) and
 ``_staging/<shard>/rejected.arrow`` the lines the gate rejected. The global phase reads
 compact key columns from these files (memory-mapped, column-projected); the writer turns
-them into the final Parquet parts. Staging lives inside the run's temporary directory
-and is deleted before the output is renamed into place.
+them into the final Parquet parts. ``_staging/spill/`` holds the decompressed pieces of
+compressed inputs (:func:`pipeline.reader.plan_shards`). Staging lives inside the run's
+temporary directory and is deleted before the output is renamed into place.
 """
 
 from __future__ import annotations
@@ -23,10 +24,22 @@ from pipeline.gate import REJECTED_SCHEMA, Gate
 from pipeline.kinds import KINDS
 from pipeline.reader import Shard, read_batches
 
-__all__ = ["REJECTED_STEM", "ShardSummary", "gate_step", "read_staged", "staged_path"]
+__all__ = [
+    "REJECTED_STEM",
+    "ShardSummary",
+    "gate_step",
+    "read_staged",
+    "spill_dir",
+    "staged_path",
+]
 
 REJECTED_STEM: Final = "rejected"
 STAGING_DIR: Final = "_staging"
+
+
+def spill_dir(root: Path) -> Path:
+    """Where compressed inputs are decompressed to, one plain file per shard."""
+    return root / STAGING_DIR / "spill"
 
 
 def staged_path(root: Path, shard_index: int, stem: str) -> Path:

@@ -158,20 +158,43 @@ def _compress(data: bytes, path: Path) -> Path:
     return path
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def _reference_cuts(data: bytes, shard_bytes: int) -> list[tuple[int, int]]:
+    """The pieces the spill rule defines: each ends after the first "\\n" at or after
+    its start + shard_bytes - 1, the last at the end of the data."""
+    pieces, start = [], 0
+    while start < len(data):
+        cut = data.find(b"\n", start + shard_bytes - 1)
+        end = len(data) if cut < 0 else cut + 1
+        pieces.append((start, end))
+        start = end
+    return pieces
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    data=st.lists(st.binary(max_size=40).filter(lambda b: b"\n" not in b), max_size=40).map(
-        b"\n".join
-    ),
+    data=st.lists(
+        st.binary(max_size=30).filter(lambda b: b"\n" not in b) | st.just(b"y" * 90),
+        max_size=30,
+    ).map(b"\n".join),
     trailing=st.booleans(),
-    shard_bytes=st.integers(1, 64),
+    shard_bytes=st.integers(1, 80),
+    chunk_bytes=st.integers(1, 16),
     suffix=st.sampled_from([".jsonl.gz", ".jsonl.zst"]),
 )
 def test_spilled_compressed_shards_read_like_the_plain_file(
-    tmp_path: Path, data: bytes, trailing: bool, shard_bytes: int, suffix: str
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    data: bytes,
+    trailing: bool,
+    shard_bytes: int,
+    chunk_bytes: int,
+    suffix: str,
 ) -> None:
-    """A compressed input cut into spill files gives the lines, offsets and line numbers
-    of its decompressed bytes, each line in exactly one shard."""
+    """A compressed input cut into spill files (read in tiny pieces, so lines and cuts
+    span reads) gives the lines, offsets, line numbers and over-long-line digests of its
+    decompressed bytes; each piece is a file of exactly its bytes, cut where the rule
+    says; every line can be fetched back."""
+    monkeypatch.setattr(reader, "CHUNK_BYTES", chunk_bytes)
     if trailing:
         data += b"\n"
     spill = tmp_path / "spill"
@@ -179,14 +202,35 @@ def test_spilled_compressed_shards_read_like_the_plain_file(
         old.unlink()
     source = _input(_compress(data, tmp_path / f"in{suffix}"))
     shards = plan_shards([source], shard_bytes, spill)
-    assert _lines(shards) == _expected(data)
+    assert [(s.start, s.end) for s in shards] == _reference_cuts(data, shard_bytes)
     assert [s.index for s in shards] == list(range(len(shards)))
-    if len(shards) > 1:  # pieces of about shard_bytes, each one a file of exactly its bytes
-        assert all(s.spill and Path(s.spill).stat().st_size == s.end - s.start for s in shards)  # type: ignore[operator]
-        assert all(s.end is not None and s.end - s.start >= shard_bytes for s in shards[:-1])
-    else:  # short streams are not spilled (an empty one has no shard, like a plain file)
-        assert all(s.spill is None for s in shards)
-        assert not any(spill.iterdir())
+    assert sorted(p.name for p in spill.iterdir()) == sorted(
+        Path(s.spill or "").name for s in shards
+    )
+    for shard in shards:
+        assert Path(shard.spill or "").read_bytes() == data[shard.start : shard.end]
+    expected = [
+        (n, offset, line if len(line) <= 50 else (len(line), hashlib.sha256(line).hexdigest()))
+        for n, offset, line in _expected(data)
+    ]
+    assert _lines(shards, max_line=50) == expected
+    for shard in shards:
+        offsets = [offset for _, offset, _ in _lines([shard], max_line=50)]
+        fetched = fetch_lines(shard, offsets, 50)
+        assert fetched == {
+            o: (v if isinstance(v, bytes) else None) for _, o, v in expected if o in offsets
+        }
+
+
+def test_a_truncated_zstd_stream_is_an_input_error(tmp_path: Path) -> None:
+    """zstandard's stream reader returns a truncated stream's start as if it were whole."""
+    whole = zstandard.ZstdCompressor().compress(b'{"n":1}\n' * 10_000)
+    path = tmp_path / "cut.jsonl.zst"
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(InputError, match="corrupt zstd stream"):
+        plan_shards([_input(path)], 4096, tmp_path / "spill")
+    with pytest.raises(InputError, match="corrupt zstd stream"):
+        _lines(plan_shards([_input(path)], 4096))
 
 
 def test_fetch_lines_reads_a_spilled_shard(tmp_path: Path) -> None:

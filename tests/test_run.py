@@ -19,7 +19,7 @@ import zstandard
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.manifest import load_manifest
 from pipeline.outdir import OutputExistsError
-from pipeline.run import run
+from pipeline.run import InputError, run
 from pipeline.synthetic import export_lines
 from pipeline.verify import verify_run
 from tests.conftest import DATA
@@ -95,7 +95,17 @@ def test_a_compressed_input_is_spilled_and_gated_like_its_plain_file(
     run(config.override(**{"engine.workers": 2}), tmp_path / "w2")
     assert len(one.manifest["shards"]) > 4
     assert _parquet_bytes(tmp_path / "w1") == _parquet_bytes(tmp_path / "w2")
-    assert not (tmp_path / "w1" / "_staging").exists()
+    # nothing is left behind: no temporary directory, no spill file
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["in.jsonl", packed.name, "w1", "w2"]
+    )
+    assert not list((tmp_path / "w1").rglob("*.jsonl"))
+    whole = run(config.override(**{"engine.spill_compressed": False}), tmp_path / "whole")
+    assert len(whole.manifest["shards"]) == 1
+    assert (
+        _rows_by_disposition(tmp_path / "whole").keys()
+        == _rows_by_disposition(tmp_path / "w1").keys()
+    )
     reference = inputs.override(inputs=(InputSpec(str(plain)),), **{"engine.workers": 1})
     run(reference, tmp_path / "plain")
     expected = _rows_by_disposition(tmp_path / "plain")
@@ -105,6 +115,15 @@ def test_a_compressed_input_is_spilled_and_gated_like_its_plain_file(
     assert got.keys() == expected.keys()
     for disposition, rows in expected.items():
         assert got[disposition].equals(rows), disposition
+
+
+def test_a_corrupt_compressed_input_fails_before_any_output(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"a":1}\n' * 20_000)[:-12] + b"garbage-tail")
+    config = CampaignConfig(inputs=(InputSpec(str(path)),)).override(**{"engine.shard_bytes": 4096})
+    with pytest.raises(InputError, match="corrupt gzip stream"):
+        run(config, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl.gz"]
 
 
 def test_input_order_does_not_change_output(inputs: CampaignConfig, tmp_path: Path) -> None:
