@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -228,6 +229,18 @@ def test_no_delimited_planted_secret_survives(text: str) -> None:
     for secret in _SECRETS:
         if text.count(secret) == 1 and _delimited(text, secret):
             assert secret not in out, (secret, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["(+1 415-555-9522", "(+1 415-555-9522)", "call (+1 415-555-9522).", "+1 +1 415-555-9522"],
+)
+def test_international_phone_after_a_paren_or_a_plus_is_redacted(text: str) -> None:
+    """Regression (found by hypothesis): a run was looked for from the '(' or an earlier
+    '+', where the phone pattern cannot match, so the number itself was never tried."""
+    out = sanitize(text)
+    assert "415-555-9522" not in out
+    assert "[REDACTED_PII:PHONE]" in out
 
 
 def test_phone_followed_by_a_delimiter_and_a_word_is_redacted() -> None:

@@ -276,6 +276,8 @@ def _phone_runs(data: bytes, shape: bytes) -> Iterator[re.Match[bytes]]:
         begin = pair.start()
         while begin > resume and data[begin - 1] in _RUN_BYTES:
             begin -= 1
+            if data[begin] == ord("+"):  # a '+' can only start a number ("(+1 …", "+1 +1 …")
+                break
         while data[begin] not in _RUN_STARTS:  # a run starts with a digit, '+' or '('
             begin += 1
         run = _PHONE_RUN.match(data, begin)
