@@ -132,7 +132,7 @@ def _preflight(config: CampaignConfig) -> Gate:
     from pipeline.stages.cross_rules import CROSS_RULES
 
     known = {r.code for rules in RULES.values() for r in rules} | {
-        code for code, _, _ in CROSS_RULES
+        rule.code for rule in CROSS_RULES
     }
     unknown = sorted(set(config.rules.disabled) - known)
     if unknown:

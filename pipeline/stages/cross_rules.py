@@ -19,6 +19,7 @@ code                            kinds                   finding
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
@@ -38,18 +39,32 @@ _SEVERITY: Final = {
 }
 
 Finder = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame | None]
-#: (code, kinds it applies to or None for all, finder)
-CROSS_RULES: list[tuple[str, frozenset[str] | None, Finder]] = []
 
 
-def cross_rule(code: str, kinds: Sequence[str] | None = None) -> Callable[[Finder], Finder]:
-    """Register a finder returning rows ``_shard, _shard_line, _detail, _disposition``;
-    its docstring cites the seed it enforces."""
+@dataclass(frozen=True)
+class CrossRule:
+    code: str
+    #: what a row the rule finds becomes
+    disposition: Disposition
+    #: the kinds it applies to; ``None``: every kind
+    kinds: frozenset[str] | None
+    find: Finder
+
+
+CROSS_RULES: list[CrossRule] = []
+
+
+def cross_rule(
+    code: str, disposition: Disposition, kinds: Sequence[str] | None = None
+) -> Callable[[Finder], Finder]:
+    """Register a finder returning the rows it finds (``_shard``, ``_shard_line``) with a
+    ``_detail``; its docstring cites the seed it enforces."""
 
     def register(finder: Finder) -> Finder:
         if not (finder.__doc__ or "").strip():
             raise ValueError(f"cross rule {code} needs a docstring citing its seed")
-        CROSS_RULES.append((code, frozenset(kinds) if kinds is not None else None, finder))
+        scope = frozenset(kinds) if kinds is not None else None
+        CROSS_RULES.append(CrossRule(code, disposition, scope, finder))
         return finder
 
     return register
@@ -59,7 +74,7 @@ def _key_columns(kind: str) -> list[str]:
     return list(KINDS[kind].idempotency_key)
 
 
-@cross_rule("cross.idempotency_conflict")
+@cross_rule("cross.idempotency_conflict", Disposition.REJECTED)
 def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
     """Seed 002: "same operation, conflicting body -> IDEMPOTENCY_CONFLICT". Rows sharing a
     submission key (``task_id``; ``(session, receipt)`` for pw-decide-row) with different
@@ -75,7 +90,6 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
         _detail=pl.format(
             "{} rows share this submission key with different bodies", pl.len().over(keys)
         ),
-        _disposition=pl.lit(Disposition.REJECTED.value),
     )
 
 
@@ -96,7 +110,7 @@ def _conversation_key() -> pl.Expr:
     )
 
 
-@cross_rule("cross.contradictory_preference", ["pairwise-v2"])
+@cross_rule("cross.contradictory_preference", Disposition.QUARANTINED, ["pairwise-v2"])
 def contradictory_preference(
     ctx: GlobalContext, kind: str, rows: pl.DataFrame
 ) -> pl.DataFrame | None:
@@ -139,11 +153,10 @@ def contradictory_preference(
         _detail=pl.format(
             "{} rows prefer opposite responses of one comparison", pl.len().over(group)
         ),
-        _disposition=pl.lit(Disposition.QUARANTINED.value),
     )
 
 
-@cross_rule("cross.worker_root_missing", ["pw-decide-row-1"])
+@cross_rule("cross.worker_root_missing", Disposition.REJECTED, ["pw-decide-row-1"])
 def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
     """Seed 004, root_session: "the coordinator session a worker leg belongs to": a worker
     row's root session must be the session of some coordinator row of the export."""
@@ -159,11 +172,10 @@ def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl
         "_shard",
         "_shard_line",
         _detail=pl.lit("root_session names no coordinator session in this run"),
-        _disposition=pl.lit(Disposition.REJECTED.value),
     )
 
 
-@cross_rule("cross.session_model_conflict", ["pw-decide-row-1"])
+@cross_rule("cross.session_model_conflict", Disposition.REJECTED, ["pw-decide-row-1"])
 def session_model_conflict(
     ctx: GlobalContext, kind: str, rows: pl.DataFrame
 ) -> pl.DataFrame | None:
@@ -177,7 +189,6 @@ def session_model_conflict(
         _detail=pl.format(
             "{} models named for one session", pl.col("model").n_unique().over("session")
         ),
-        _disposition=pl.lit(Disposition.REJECTED.value),
     )
 
 
@@ -197,12 +208,16 @@ class CrossRules:
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         disabled = set(ctx.config.rules.disabled)
         found = []
-        for code, kinds, finder in CROSS_RULES:
-            if code in disabled or (kinds is not None and kind not in kinds):
+        for rule in CROSS_RULES:
+            if rule.code in disabled or (rule.kinds is not None and kind not in rule.kinds):
                 continue
-            hits = finder(ctx, kind, rows)
+            hits = rule.find(ctx, kind, rows)
             if hits is not None and hits.height:
-                found.append(hits.with_columns(_code=pl.lit(code)))
+                found.append(
+                    hits.with_columns(
+                        _code=pl.lit(rule.code), _disposition=pl.lit(rule.disposition.value)
+                    )
+                )
         if not found:
             return None
         hits = pl.concat(found, how="vertical_relaxed").with_columns(
