@@ -60,6 +60,13 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def check_pin(what: str, actual: str, pinned: str | None, error: type[Exception]) -> None:
+    """Raise ``error`` when a file's SHA-256 is not the one the campaign pins (one message
+    for schemas, rubrics, policies, the sanitize policy and reference tables)."""
+    if pinned is not None and pinned != actual:
+        raise error(f"{what} digest {actual} does not match the pinned {pinned}")
+
+
 def record_sha256(record: Any, *, reference: bool = False) -> str:
     """SHA-256 hex of the canonical JSON of ``record``.
 

@@ -49,6 +49,7 @@ from typing import Any, Final
 import polars as pl
 
 from pipeline.config import ConfigError, build_section
+from pipeline.lineage import check_pin
 from pipeline.reasons import Disposition
 from pipeline.rubrics.model import Rubric, RubricError, State
 from pipeline.rubrics.scoring import WEIGHTED_STATE, criterion_state_column, gate_state_column
@@ -380,8 +381,7 @@ def load_policy(path: Path, pinned: str | None = None) -> Policy:
     except OSError as exc:
         raise RubricError(f"cannot read policy {path}: {exc.strerror}") from None
     sha256 = hashlib.sha256(data).hexdigest()
-    if pinned is not None and pinned != sha256:
-        raise RubricError(f"policy {path} digest {sha256} does not match the pinned {pinned}")
+    check_pin(f"policy {path}", sha256, pinned, RubricError)
     try:
         table = tomllib.loads(data.decode("utf-8"))
         document = build_section(PolicyFile, table, "")

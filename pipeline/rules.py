@@ -22,13 +22,12 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
 from pipeline.config import CampaignConfig, ReferenceTable, RuleSettings
-from pipeline.lineage import file_sha256
+from pipeline.lineage import check_pin, file_sha256
 from pipeline.reader import InputError
 from pipeline.reasons import Disposition, Reason
 
@@ -178,16 +177,12 @@ class RuleContext:
         return found
 
 
-def _rows(table: ReferenceTable, base: Path, name: str) -> Iterator[dict[str, Any]]:
+def _rows(table: ReferenceTable, config: CampaignConfig, name: str) -> Iterator[dict[str, Any]]:
     """Rows of a JSONL or Parquet reference table, after checking its pinned digest."""
-    path = Path(table.path) if Path(table.path).is_absolute() else base / table.path
+    path = config.resolve_path(table.path)
     if not path.is_file():
         raise ReferenceError(f"references.{name}: no such file {path}")
-    actual = file_sha256(path)
-    if table.sha256 is not None and actual != table.sha256:
-        raise ReferenceError(
-            f"references.{name}: {path} has SHA-256 {actual}, the campaign pins {table.sha256}"
-        )
+    check_pin(f"references.{name}: {path}", file_sha256(path), table.sha256, ReferenceError)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -208,12 +203,11 @@ def _rows(table: ReferenceTable, base: Path, name: str) -> Iterator[dict[str, An
 
 def load_rule_context(config: CampaignConfig) -> RuleContext:
     """Load and check the reference tables the campaign names (each worker does this once)."""
-    base = Path(config.base_dir)
     refs = config.references
     documents = None
     if refs.documents is not None:
         documents = {}
-        for row in _rows(refs.documents, base, "documents"):
+        for row in _rows(refs.documents, config, "documents"):
             doc_id, digest, text = row.get("id"), row.get("sha256"), row.get("text")
             if not (isinstance(doc_id, str) and isinstance(digest, str) and isinstance(text, str)):
                 raise ReferenceError(
@@ -229,7 +223,7 @@ def load_rule_context(config: CampaignConfig) -> RuleContext:
     authorised = None
     if refs.authorised_documents is not None:
         ids = []
-        for row in _rows(refs.authorised_documents, base, "authorised_documents"):
+        for row in _rows(refs.authorised_documents, config, "authorised_documents"):
             if not isinstance(row.get("id"), str):
                 raise ReferenceError("references.authorised_documents: every row needs a string id")
             ids.append(row["id"])

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import fastjsonschema
 
+from pipeline.lineage import check_pin
 from pipeline.reasons import SCHEMA_PREFIX, Reason, RejectLine
 from pipeline.strict_json import parse_object
 
@@ -465,10 +466,6 @@ class SchemaRegistry:
             if not path.is_file():
                 raise SchemaError(f"no schema {schema_id!r} in {self.directory}")
             entry = load_schema(path, schema_id)
-            pinned = self._pins.get(schema_id)
-            if pinned is not None and pinned != entry.sha256:
-                raise SchemaError(
-                    f"schema {schema_id!r} digest {entry.sha256} does not match the pinned {pinned}"
-                )
+            check_pin(f"schema {schema_id!r}", entry.sha256, self._pins.get(schema_id), SchemaError)
             self._entries[schema_id] = entry
         return entry

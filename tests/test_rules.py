@@ -363,7 +363,7 @@ def test_reference_table_digests_are_enforced(tmp_path: Path) -> None:
     load_rule_context(
         CampaignConfig(references=References(documents=ReferenceTable(str(docs), good)))
     )
-    with pytest.raises(ReferenceError, match="pins"):
+    with pytest.raises(ReferenceError, match="does not match the pinned"):
         load_rule_context(
             CampaignConfig(references=References(documents=ReferenceTable(str(docs), "0" * 64)))
         )

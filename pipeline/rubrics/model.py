@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+from pipeline.lineage import check_pin
 from pipeline.reasons import RejectLine
 from pipeline.schemas import SchemaEntry, SchemaError, load_schema
 from pipeline.strict_json import parse_object
@@ -233,10 +234,6 @@ class RubricRegistry:
         if self._schema is None:
             self._schema = _format_schema(self.directory)
         rubric = load_rubric(path, self._schema)
-        pinned = self._pins.get(rubric_id)
-        if pinned is not None and pinned != rubric.sha256:
-            raise RubricError(
-                f"rubric {rubric_id!r} digest {rubric.sha256} does not match the pinned {pinned}"
-            )
+        check_pin(f"rubric {rubric_id!r}", rubric.sha256, self._pins.get(rubric_id), RubricError)
         self._rubrics[rubric_id] = rubric
         return rubric

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pipeline.config import ConfigError
+from pipeline.lineage import check_pin
 from pipeline.sanitize.categories import Category
 from pipeline.sanitize.paths import FieldSelector, SelectorError
 
@@ -184,10 +185,7 @@ def load_policy(path: Path, pin: str | None = None) -> SanitizePolicy:
     except OSError as exc:
         raise ConfigError(f"sanitize.policy: cannot read {path}: {exc.strerror}") from None
     digest = hashlib.sha256(data).hexdigest()
-    if pin is not None and pin != digest:
-        raise ConfigError(
-            f"sanitize.policy_sha256: {path} has SHA-256 {digest}, the campaign pins {pin}"
-        )
+    check_pin(f"sanitize.policy_sha256: {path}", digest, pin, ConfigError)
     try:
         table = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
