@@ -15,31 +15,28 @@ import argparse
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+from harness import write_export
 
 from pipeline.config import CampaignConfig, InputSpec, SanitizeSettings
 from pipeline.run import run
-from pipeline.synthetic import export_lines, plant_pii
+from pipeline.synthetic import plant_pii
 
 
-def write_export(path: Path, megabytes: float, plant: float, seed: int = 0) -> tuple[int, int]:
+def planting(share: float, seed: int = 0) -> Callable[[bytes, int], bytes]:
+    """A line transform planting one value of every PII category in ``share`` of rows."""
     rng = random.Random(seed + 1)
-    target = int(megabytes * 1e6)
-    written = rows = 0
-    with open(path, "wb") as fh:
-        while written < target:
-            for line in export_lines("pairwise-v2", 2000, seed=seed + rows, size=1, first_id=rows):
-                if rng.random() < plant:
-                    record, _ = plant_pii(orjson.loads(line), rng, rows)
-                    line = orjson.dumps(record)
-                fh.write(line + b"\n")
-                written += len(line) + 1
-                rows += 1
-                if written >= target:
-                    break
-    return written, rows
+
+    def plant(line: bytes, number: int) -> bytes:
+        if rng.random() >= share:
+            return line
+        record, _ = plant_pii(orjson.loads(line), rng, number)
+        return orjson.dumps(record)
+
+    return plant
 
 
 def measure(config: CampaignConfig, out: Path, repeat: int) -> tuple[float, dict[str, int]]:
@@ -64,7 +61,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rowgate-bench-") as tmp:
         root = Path(tmp)
         export = root / "pairwise.jsonl"
-        size, rows = write_export(export, args.mb, args.plant)
+        size, rows = write_export(
+            export,
+            args.mb,
+            size=1,
+            defect_rate=0.0,
+            duplicate_rate=0.0,
+            transform=planting(args.plant),
+        )
         base = CampaignConfig(inputs=(InputSpec(str(export), "pairwise-v2"),))
         if args.workers is not None:
             base = base.override(**{"engine.workers": args.workers})

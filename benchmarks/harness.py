@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +30,10 @@ def write_export(
     size: int = 4,
     defect_rate: float = 0.03,
     duplicate_rate: float = 0.03,
+    transform: Callable[[bytes, int], bytes] | None = None,
 ) -> tuple[int, int]:
-    """Write a pairwise-v2 export of about ``megabytes`` MB; return (bytes, lines)."""
+    """Write a pairwise-v2 export of about ``megabytes`` MB; return (bytes, lines).
+    ``transform(line, number)`` may rewrite each line (e.g. plant PII in it)."""
     target = int(megabytes * 1_000_000)
     written = lines = 0
     with open(path, "wb", buffering=1 << 22) as fh:
@@ -45,6 +47,8 @@ def write_export(
                 duplicate_rate=duplicate_rate,
                 first_id=lines,
             ):
+                if transform is not None:
+                    line = transform(line, lines)
                 fh.write(line + b"\n")
                 written += len(line) + 1
                 lines += 1
