@@ -14,7 +14,6 @@ Part names depend on the shard, and shards depend only on the inputs and
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ import pyarrow.parquet as pq
 from pipeline.config import CampaignConfig
 from pipeline.engines import Progress, Step
 from pipeline.gate import REJECTED_FIELDS
-from pipeline.lineage import LINEAGE_FIELDS, LINEAGE_NAMES
+from pipeline.lineage import LINEAGE_FIELDS, LINEAGE_NAMES, file_sha256
 from pipeline.reader import Shard, fetch_lines
 from pipeline.reasons import REASONS_TYPE, Disposition
 from pipeline.staging import REJECTED_STEM, read_staged
@@ -213,9 +212,8 @@ def write_table(
         compression=settings.compression,
         compression_level=settings.compression_level,
     )
-    data = path.read_bytes()
     return WrittenFile(
-        relative, disposition, kind, table.num_rows, len(data), hashlib.sha256(data).hexdigest()
+        relative, disposition, kind, table.num_rows, path.stat().st_size, file_sha256(path)
     )
 
 
