@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pipeline.config import CampaignConfig, InputSpec
 from pipeline.lineage import record_sha256
 from pipeline.run import run
+from pipeline.stages import cross_rules
 from pipeline.synthetic import make_record
 
 
@@ -91,6 +92,26 @@ def test_idempotency_conflict_rejects_every_row(tmp_path: Path) -> None:
     ]
     raw = pl.read_parquet(tmp_path / "out" / "rejected").sort("_source")["_raw"].to_list()
     assert raw == [orjson.dumps(first), orjson.dumps(edited)]  # re-read from the sources
+
+
+def test_idempotency_conflict_survives_key_hash_collisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are grouped on a 64-bit key hash first: when every key collides, the exact
+    keys still decide, so distinct submissions are never called a conflict."""
+    first = _pairwise(1)
+    edited = {**first, "rationale": first["rationale"] + " Also clearer."}
+    files = {"a.jsonl": [first, _pairwise(2), _pairwise(3)], "b.jsonl": [edited, first]}
+    expected = _codes(_run(tmp_path, files, name="hashed"))
+    assert expected == [
+        ("rejected", ["cross.idempotency_conflict"]),
+        ("accepted", []),
+        ("accepted", []),
+        ("rejected", ["cross.idempotency_conflict"]),
+        ("rejected", ["cross.idempotency_conflict"]),
+    ]
+    monkeypatch.setattr(cross_rules, "_key_hash", lambda keys: pl.lit(0, pl.UInt64))
+    assert _codes(_run(tmp_path, files, name="colliding")) == expected
 
 
 def test_contradictory_preference_is_quarantined(tmp_path: Path) -> None:

@@ -14,16 +14,18 @@ worker fails the whole run (DESIGN §3.6): operational failures never become rej
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import queue
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
-__all__ = ["EngineError", "LocalEngine", "Progress", "Step"]
+__all__ = ["EngineError", "LocalEngine", "Progress", "Step", "release_memory"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -54,6 +56,20 @@ class Step(Generic[S, T, R]):
 #: (init, run) names -> (the init args, the state they built), in each worker
 _STATES: dict[tuple[str, str], tuple[tuple[Any, ...], Any]] = {}
 _QUEUE: Any = None
+
+
+def _glibc() -> Any:
+    """glibc, for ``malloc_trim``; ``None`` elsewhere (musl, macOS)."""
+    if sys.platform != "linux":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # pragma: no cover - no dynamic loader
+        return None
+
+
+_LIBC: Final = _glibc()
 
 
 def _step_key(step: Step[Any, Any, Any]) -> tuple[str, str]:
@@ -92,7 +108,26 @@ def _state(step: Step[Any, Any, Any]) -> Any:
 
 
 def _worker_run(step: Step[Any, Any, Any], task: Any) -> Any:
-    return step.run(_state(step), task, _report)
+    try:
+        return step.run(_state(step), task, _report)
+    finally:
+        release_memory()
+
+
+def release_memory() -> None:
+    """Give memory a finished task freed back to the system.
+
+    Measured on a gate shard of a 500 MB export: a worker that has gated a 64 MB shard
+    keeps ~200 MB resident although it holds ~60 MB: glibc keeps the freed 3 KB row
+    strings and Arrow's allocator its freed pages. Idle workers keeping that through the
+    parent's global phase made the run's peak grow with the input (the parent's share is
+    the part that does grow). Releasing costs ~10 ms per task.
+    """
+    pyarrow = sys.modules.get("pyarrow")
+    if pyarrow is not None:
+        pyarrow.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 class LocalEngine:
@@ -153,7 +188,11 @@ class LocalEngine:
         self._report = progress or (lambda nbytes, nlines: None)
         if self.workers == 1:
             state = step.init(*step.init_args)
-            return [step.run(state, task, self._report) for task in tasks]
+            inline: list[R] = []
+            for task in tasks:
+                inline.append(step.run(state, task, self._report))
+                release_memory()
+            return inline
         pool = self._ensure_pool()
         order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i]) if cost else i)
         results: list[Any] = [None] * len(tasks)

@@ -25,7 +25,7 @@ from typing import Final
 import polars as pl
 
 from pipeline.config import CampaignConfig
-from pipeline.global_phase import GlobalContext, register_stage
+from pipeline.global_phase import KEYS, GlobalContext, register_stage
 from pipeline.kinds import KINDS
 from pipeline.reasons import Disposition
 from pipeline.writer import OutputColumn
@@ -74,6 +74,11 @@ def _key_columns(kind: str) -> list[str]:
     return list(KINDS[kind].idempotency_key)
 
 
+def _key_hash(keys: Sequence[str]) -> pl.Expr:
+    """A 64-bit hash of a submission key: what rows are grouped on before the exact check."""
+    return pl.struct(keys).hash(4)
+
+
 @cross_rule("cross.idempotency_conflict", Disposition.REJECTED)
 def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
     """Seed 002: "same operation, conflicting body -> IDEMPOTENCY_CONFLICT". Rows sharing a
@@ -82,8 +87,20 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     keys = _key_columns(kind)
     if not keys:
         return None
-    rows = ctx.scan(kind, keys)
-    conflicted = rows.filter(pl.col("_record_sha256").n_unique().over(keys) > 1)
+    # The parent holds 20 bytes per row here (a key hash and the row's place), not the
+    # keys: rows are grouped on the hash, and only groups holding different bodies are
+    # re-read and grouped on the exact keys, so a collision can never invent a conflict.
+    hashed = pl.concat(ctx.evaluate(kind, {"_h_key": _key_hash(keys)}))
+    bodies = rows.select(*KEYS, "_record_sha256").join(
+        hashed, on=list(KEYS), how="left", maintain_order="left"
+    )
+    candidates = bodies.filter(pl.col("_record_sha256").n_unique().over("_h_key") > 1)
+    if candidates.height == 0:
+        return None
+    exact = ctx.fetch(kind, candidates.select(KEYS), keys).join(
+        candidates.select(*KEYS, "_record_sha256"), on=list(KEYS), how="left"
+    )
+    conflicted = exact.filter(pl.col("_record_sha256").n_unique().over(keys) > 1)
     return conflicted.select(
         "_shard",
         "_shard_line",

@@ -59,7 +59,7 @@ class Dedupe:
         columns = _available(ctx, kind, wanted)
         if columns:
             back = {column: member for member, column in apart.items() if column in columns}
-            payload = ctx.scan(kind, columns).select(*KEYS, *columns).rename(back)
+            payload = pl.concat(ctx.evaluate(kind, {c: pl.col(c) for c in columns})).rename(back)
             accepted = accepted.join(payload, on=list(KEYS), how="left", maintain_order="left")
         split_of = {shard.input.index: shard.input.split for shard in ctx.shards}
         frame = accepted.with_columns(
