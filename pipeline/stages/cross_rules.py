@@ -87,19 +87,16 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     keys = _key_columns(kind)
     if not keys:
         return None
-    # The parent holds 20 bytes per row here (a key hash and the row's place), not the
-    # keys: rows are grouped on the hash, and only groups holding different bodies are
-    # re-read and grouped on the exact keys, so a collision can never invent a conflict.
+    # Only keys that occur more than once can conflict. They are found on a 64-bit hash
+    # of the key (12 bytes per row in the parent instead of the keys and 64-character
+    # digests); only those rows (retries, duplicates, conflicts: a few percent) are
+    # re-read and decided on the exact keys and digests, so a collision of key hashes
+    # can never invent a conflict, nor hide one.
     hashed = pl.concat(ctx.evaluate(kind, {"_h_key": _key_hash(keys)}))
-    bodies = rows.select(*KEYS, "_record_sha256").join(
-        hashed, on=list(KEYS), how="left", maintain_order="left"
-    )
-    candidates = bodies.filter(pl.col("_record_sha256").n_unique().over("_h_key") > 1)
+    candidates = hashed.filter(pl.len().over("_h_key") > 1)
     if candidates.height == 0:
         return None
-    exact = ctx.fetch(kind, candidates.select(KEYS), keys).join(
-        candidates.select(*KEYS, "_record_sha256"), on=list(KEYS), how="left"
-    )
+    exact = ctx.fetch(kind, candidates.select(KEYS), [*keys, "_record_sha256"])
     conflicted = exact.filter(pl.col("_record_sha256").n_unique().over(keys) > 1)
     return conflicted.select(
         "_shard",
