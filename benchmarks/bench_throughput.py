@@ -111,6 +111,7 @@ def peers(path: Path, tmp: Path) -> list[Measurement]:
     if results[1].returncode != 0:
         # polars aborts on some defective lines even with ignore_errors; time it on the
         # lines it can read instead, and say so.
+        print(f"polars failed on the export ({results[1].error}); timing its parseable lines")
         clean = tmp / "clean.jsonl"
         fields = set(json.loads((SCHEMA_DIR / "pairwise-v2.schema.json").read_text())["properties"])
         with open(path, "rb") as src, open(clean, "wb") as dst:
@@ -200,7 +201,7 @@ def main() -> None:
                 f"{lines / m.seconds:,.0f}",
                 f"{size / 1e6 / m.seconds:.1f}",
                 f"{m.peak_rss / 1e6:,.0f}",
-                "ok" if m.returncode == 0 else f"exit {m.returncode}",
+                "ok" if m.returncode == 0 else f"exit {m.returncode}: {m.error}",
             )
             for m in results
         ]

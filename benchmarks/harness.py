@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -92,28 +93,37 @@ class Measurement:
     seconds: float
     peak_rss: int
     returncode: int
+    #: the last line the command wrote to stderr when it failed (its error message)
+    error: str = ""
 
 
 def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = None) -> Measurement:
-    """Run ``command``; wall time and peak RSS of its process tree."""
-    started = time.perf_counter()
-    process = subprocess.Popen(list(command), env=env, stdout=subprocess.DEVNULL)
-    peak = 0
-    done = threading.Event()
+    """Run ``command``; wall time and peak RSS of its process tree. Its stderr is kept
+    out of the report: a failure is summarised by its last line instead."""
+    with tempfile.TemporaryFile() as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(list(command), env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        peak = 0
+        done = threading.Event()
 
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _tree_rss(process.pid))
-            time.sleep(0.02)
+        def sample() -> None:
+            nonlocal peak
+            while not done.is_set():
+                peak = max(peak, _tree_rss(process.pid))
+                time.sleep(0.02)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    returncode = process.wait()
-    seconds = time.perf_counter() - started
-    done.set()
-    sampler.join()
-    return Measurement(name, seconds, peak, returncode)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        returncode = process.wait()
+        seconds = time.perf_counter() - started
+        done.set()
+        sampler.join()
+        error = ""
+        if returncode != 0:
+            stderr.seek(0)
+            lines = stderr.read().decode("utf-8", "replace").strip().splitlines()
+            error = lines[-1] if lines else ""
+    return Measurement(name, seconds, peak, returncode, error)
 
 
 def python(code: str) -> list[str]:
