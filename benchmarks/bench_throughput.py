@@ -245,10 +245,13 @@ def scaling(tmp: Path, args: argparse.Namespace) -> None:
     for _ in range(args.repeat):
         for path, out in ((small, tmp / "out1"), (large, tmp / "out4")):
             runs[path].append(run_rowgate(path, out, args.workers)[0])
-    one, four = (
-        dataclasses.replace(
-            min(found, key=lambda m: m.seconds), peak_rss=max(m.peak_rss for m in found)
+    failed = [m for found in runs.values() for m in found if m.returncode != 0]
+    if failed:  # a failed run is quick and small: its ratios would mean nothing
+        raise SystemExit(
+            "rowgate run failed: " + "; ".join(f"exit {m.returncode}: {m.error}" for m in failed)
         )
+    one, four = (
+        dataclasses.replace(min(found, key=fastest_key), peak_rss=max(m.peak_rss for m in found))
         for found in (runs[small], runs[large])
     )
     rows = [

@@ -60,6 +60,10 @@ def _codes(frame: pl.DataFrame) -> list[tuple[str, list[str]]]:
     ]
 
 
+def _details(frame: pl.DataFrame) -> list[list[str]]:
+    return [sorted(r["detail"] for r in reasons) for reasons in frame["_reasons"]]
+
+
 def _pairwise(i: int, **changes: Any) -> dict[str, Any]:
     record = make_record("pairwise-v2", random.Random(i), i)
     record.update(
@@ -99,19 +103,23 @@ def test_idempotency_conflict_survives_key_hash_collisions(
 ) -> None:
     """Rows are grouped on a 64-bit key hash first: when every key collides, the exact
     keys still decide, so distinct submissions are never called a conflict."""
-    first = _pairwise(1)
+    first, second = _pairwise(1), _pairwise(2)
     edited = {**first, "rationale": first["rationale"] + " Also clearer."}
-    files = {"a.jsonl": [first, _pairwise(2), _pairwise(3)], "b.jsonl": [edited, first]}
-    expected = _codes(_run(tmp_path, files, name="hashed"))
-    assert expected == [
-        ("rejected", ["cross.idempotency_conflict"]),
-        ("accepted", []),
-        ("accepted", []),
-        ("rejected", ["cross.idempotency_conflict"]),
-        ("rejected", ["cross.idempotency_conflict"]),
-    ]
+    second_edited = {**second, "rationale": second["rationale"] + " Also shorter."}
+    files = {
+        "a.jsonl": [first, second, _pairwise(3)],
+        "b.jsonl": [edited, first, second_edited],
+    }
+    hashed = _run(tmp_path, files, name="hashed")
+    conflict = ("rejected", ["cross.idempotency_conflict"])
+    assert _codes(hashed) == [conflict, conflict, ("accepted", [])] + [conflict] * 3
+    three, two = (f"{n} rows share this submission key with different bodies" for n in (3, 2))
+    details = _details(hashed)
+    assert details == [[three], [two], [], [three], [three], [two]]
     monkeypatch.setattr(cross_rules, "_key_hash", lambda keys: pl.lit(0, pl.UInt64))
-    assert _codes(_run(tmp_path, files, name="colliding")) == expected
+    colliding = _run(tmp_path, files, name="colliding")
+    assert _codes(colliding) == _codes(hashed)
+    assert _details(colliding) == details  # counted per exact key, not per hash
 
 
 def test_contradictory_preference_is_quarantined(tmp_path: Path) -> None:

@@ -110,7 +110,10 @@ def _fragment(state: None, task: int, progress: Progress) -> int:
 def test_memory_a_task_freed_is_handed_back() -> None:
     """Idle workers kept what gating had freed (~140 MB each) through the global phase;
     the engine releases it after every task."""
-    with LocalEngine(1) as engine:
+    with LocalEngine(1) as engine:  # the inline path
         [left] = engine.map(Step(_init_nothing, (), _fragment), [0])
+    assert left - _rss_anon() > 30_000_000
+    # what a worker process runs for each task, called here to see its memory
+    left = local._worker_run(Step(_init_nothing, (), _fragment), 0)
     assert left - _rss_anon() > 30_000_000
     _KEPT.clear()

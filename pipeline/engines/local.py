@@ -64,9 +64,13 @@ def _glibc() -> Any:
         return None
     try:
         libc = ctypes.CDLL(None)
-        return libc if hasattr(libc, "malloc_trim") else None
     except OSError:  # pragma: no cover - no dynamic loader
         return None
+    if not hasattr(libc, "malloc_trim"):
+        return None
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    libc.malloc_trim.restype = ctypes.c_int
+    return libc
 
 
 _LIBC: Final = _glibc()

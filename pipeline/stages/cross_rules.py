@@ -88,15 +88,16 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     if not keys:
         return None
     # Only keys that occur more than once can conflict. They are found on a 64-bit hash
-    # of the key (12 bytes per row in the parent instead of the keys and 64-character
-    # digests); only those rows (retries, duplicates, conflicts: a few percent) are
-    # re-read and decided on the exact keys and digests, so a collision of key hashes
-    # can never invent a conflict, nor hide one.
+    # of the key (20 bytes per row in the parent with the row's place, instead of the
+    # keys and 64-character digests); only those rows (retries, duplicates, conflicts: a
+    # few percent) are re-read and decided on the exact keys and digests, so a collision
+    # of key hashes can never invent a conflict, nor hide one.
     hashed = pl.concat(ctx.evaluate(kind, {"_h_key": _key_hash(keys)}))
-    candidates = hashed.filter(pl.len().over("_h_key") > 1)
+    candidates = hashed.filter(pl.len().over("_h_key") > 1).select(KEYS)
+    del hashed
     if candidates.height == 0:
         return None
-    exact = ctx.fetch(kind, candidates.select(KEYS), [*keys, "_record_sha256"])
+    exact = ctx.fetch(kind, candidates, [*keys, "_record_sha256"])
     conflicted = exact.filter(pl.col("_record_sha256").n_unique().over(keys) > 1)
     return conflicted.select(
         "_shard",
