@@ -11,6 +11,7 @@ temporary directory and is deleted before the output is renamed into place.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -114,6 +115,14 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
 def gate_step(config: CampaignConfig) -> Step[Gate, GateTask, ShardSummary]:
     """The gate phase as an engine step."""
     return Step(_init_gate, (config,), _gate_shard)
+
+
+def staged_batches(root: Path, shard_index: int, stem: str) -> Iterator[pa.Table]:
+    """A staged table one record batch at a time, each read into memory and freed after
+    use (a memory map would keep every page it has read resident to the end)."""
+    with ipc.open_file(pa.OSFile(str(staged_path(root, shard_index, stem)))) as reader:
+        for i in range(reader.num_record_batches):
+            yield pa.Table.from_batches([reader.get_batch(i)])
 
 
 def read_staged(

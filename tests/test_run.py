@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 import zstandard
 
@@ -53,6 +54,26 @@ def test_worker_counts_give_byte_identical_output(inputs: CampaignConfig, tmp_pa
     assert len(files) > 4
     assert files == _parquet_bytes(tmp_path / "w2")
     assert one.manifest["outputs"] == two.manifest["outputs"]
+
+
+def test_parts_are_written_a_staged_batch_at_a_time(inputs: CampaignConfig, tmp_path: Path) -> None:
+    """The write phase streams each shard's staged batches into its parts (one row group
+    per batch): the rows are those of a whole-shard write, whatever the batch size, with
+    duplicates and rejections landing in every batch."""
+    whole = run(inputs.override(**{"engine.workers": 1}), tmp_path / "whole")
+    small = run(inputs.override(**{"engine.workers": 1, "engine.batch_lines": 7}), tmp_path / "b7")
+    expected, found = (
+        _rows_by_disposition(tmp_path / "whole"),
+        _rows_by_disposition(tmp_path / "b7"),
+    )
+    assert set(found) == set(expected) >= {"accepted", "duplicates", "rejected"}
+    for disposition, rows in expected.items():
+        assert found[disposition].equals(rows), disposition
+    assert small.manifest["counts"] == whole.manifest["counts"]
+    for path in sorted((tmp_path / "b7" / "accepted").rglob("*.parquet")):
+        meta = pq.ParquetFile(path).metadata
+        assert meta.num_rows > 7
+        assert meta.num_row_groups >= -(-meta.num_rows // 7)  # at most a batch each
 
 
 def _rows_by_disposition(out: Path) -> dict[str, pl.DataFrame]:
