@@ -93,7 +93,7 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     # few percent) are re-read and decided on the exact keys and digests, so a collision
     # of key hashes can never invent a conflict, nor hide one.
     hashed = pl.concat(ctx.evaluate(kind, {"_h_key": _key_hash(keys)}))
-    candidates = hashed.filter(pl.len().over("_h_key") > 1).select(KEYS)
+    candidates = hashed.filter(pl.col("_h_key").is_duplicated()).select(KEYS)
     del hashed
     if candidates.height == 0:
         return None
