@@ -86,8 +86,8 @@ class EngineSettings:
     shard_bytes: int = 64 * MiB
     #: Decompress each compressed input once into spill shards in the run's staging
     #: directory, so that all workers gate it (needs temporary disk space equal to its
-    #: decompressed size); ``false``: one worker reads the whole stream, and the write
-    #: phase's memory then grows with that stream (it holds one shard at a time).
+    #: decompressed size); ``false``: one worker reads the whole stream, and the global
+    #: phase's per-shard working sets then grow with that stream (one shard at a time).
     spill_compressed: bool = True
     #: Lines gated and converted to Arrow at a time inside a worker.
     batch_lines: int = 4096
