@@ -14,6 +14,7 @@ Part names depend on the shard, and shards depend only on the inputs and
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,7 +249,15 @@ class _Parts:
         for code, count in zip(*_value_counts(codes), strict=True):
             self.summary.reasons[(disposition, code)] += count
 
+    def abort(self) -> None:
+        """Close the writers after a failure (the run's output is discarded anyway)."""
+        for writer, *_ in self.open.values():
+            with contextlib.suppress(Exception):
+                writer.close()
+        self.open.clear()
+
     def close(self) -> None:
+        """Finish every part and list it, with its size and digest, in the summary."""
         for relative, (writer, disposition, kind, rows) in self.open.items():
             writer.close()
             path = self.root / relative
@@ -277,34 +286,41 @@ def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) ->
     rejected_parts = [gate_rejected]
     try:
         for kind in task.kinds:
-            columns = task.columns.get(kind, [])
             for staged in staged_batches(task.root, task.shard.index, kind):
-                staged = _apply_decisions(staged, task.decisions.get(kind), columns)
-                disposition = staged["_disposition"]
-                for outcome in (
-                    Disposition.ACCEPTED,
-                    Disposition.QUARANTINED,
-                    Disposition.DUPLICATE,
-                ):
-                    rows = staged.filter(pc.equal(disposition, outcome.value))
-                    if not rows.num_rows:
-                        continue
-                    unused = [c.name for c in columns if outcome not in c.dispositions]
-                    table = _with_lineage(rows, task, kind).drop_columns([*_INTERNAL, *unused])
-                    relative = f"{DISPOSITION_DIRS[outcome]}/{kind}/{part}"
-                    parts.write(relative, outcome.value, kind, table)
-                late = staged.filter(pc.equal(disposition, Disposition.REJECTED.value))
-                if late.num_rows:
-                    late = late.append_column("_kind", _constant(kind, late.num_rows))
+                late = _write_batch(parts, staged, task, kind, part)
+                if late is not None:
                     rejected_parts.append(_to_rejected(late, task, config))
         rejected = pa.concat_tables(rejected_parts).sort_by("_shard_line")
         if rejected.num_rows:
             table = _with_lineage(rejected, task, None).drop_columns(["_shard_line"])
             parts.write(f"rejected/{part}", Disposition.REJECTED.value, None, table)
-    finally:
-        parts.close()
+    except BaseException:
+        parts.abort()
+        raise
+    parts.close()
     progress(0, sum(summary.rows.values()))
     return summary
+
+
+def _write_batch(
+    parts: _Parts, staged: pa.Table, task: WriteTask, kind: str, part: str
+) -> pa.Table | None:
+    """Write one staged batch's kept rows to their parts; return the rows the global
+    phase rejected (they go to ``rejected/`` with the gate's, in line order)."""
+    columns = task.columns.get(kind, [])
+    staged = _apply_decisions(staged, task.decisions.get(kind), columns)
+    disposition = staged["_disposition"]
+    for outcome in (Disposition.ACCEPTED, Disposition.QUARANTINED, Disposition.DUPLICATE):
+        rows = staged.filter(pc.equal(disposition, outcome.value))
+        if not rows.num_rows:
+            continue
+        unused = [c.name for c in columns if outcome not in c.dispositions]
+        table = _with_lineage(rows, task, kind).drop_columns([*_INTERNAL, *unused])
+        parts.write(f"{DISPOSITION_DIRS[outcome]}/{kind}/{part}", outcome.value, kind, table)
+    late = staged.filter(pc.equal(disposition, Disposition.REJECTED.value))
+    if not late.num_rows:
+        return None
+    return late.append_column("_kind", _constant(kind, late.num_rows))
 
 
 def _init_writer(config: CampaignConfig) -> CampaignConfig:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import polars as pl
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from pipeline import writer
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.manifest import load_manifest
 from pipeline.outdir import OutputExistsError
@@ -74,6 +76,27 @@ def test_parts_are_written_a_staged_batch_at_a_time(inputs: CampaignConfig, tmp_
         meta = pq.ParquetFile(path).metadata
         assert meta.num_rows > 7
         assert meta.num_row_groups >= -(-meta.num_rows // 7)  # at most a batch each
+
+
+def test_a_failing_write_raises_its_own_error_and_leaves_no_output(
+    inputs: CampaignConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure after some of a shard's parts are open (streamed writes) surfaces as
+    itself, and OUT never appears."""
+    original, calls = writer._write_batch, []
+
+    def failing(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("No space left on device")
+        return original(*args)
+
+    monkeypatch.setattr(writer, "_write_batch", failing)
+    config = inputs.override(**{"engine.workers": 1, "engine.batch_lines": 7})
+    with pytest.raises(OSError, match="No space left"):
+        run(config, tmp_path / "out")
+    assert len(calls) == 3
+    assert not (tmp_path / "out").exists()
 
 
 def _rows_by_disposition(out: Path) -> dict[str, pl.DataFrame]:
