@@ -43,10 +43,12 @@ __all__ = [
 ]
 
 KEYS: Final = ("_shard", "_shard_line")
-#: Columns every stage finds in the frame it is given.
+#: Columns every stage finds in the frame it is given. The parent holds them for every
+#: staged row through the whole phase, so they are the compact ones: a stage that needs
+#: the digests (two 64-character strings, 3/4 of this state when it held them) or
+#: payload columns reads them itself (:meth:`GlobalContext.evaluate`, ``fetch``, ``scan``).
 STATE_COLUMNS: Final = (
-    "_shard", "_shard_line", "_input", "_source", "_line", "_offset",
-    "_record_sha256", "_content_sha256", "_disposition", "_reason_codes",
+    "_shard", "_shard_line", "_input", "_source", "_line", "_disposition", "_reason_codes",
 )  # fmt: skip
 
 
@@ -129,14 +131,7 @@ class GlobalContext:
         """Staged columns of every row of ``kind`` in the stable order key, with the
         state columns (``_shard``, ``_line``, ``_source``, ``_disposition``, ...)."""
         frames = []
-        staged = [
-            "_shard_line",
-            "_offset",
-            "_record_sha256",
-            "_content_sha256",
-            "_disposition",
-            "_reasons",
-        ]
+        staged = ["_shard_line", "_disposition", "_reasons"]
         for summary in self.summaries:
             if kind not in summary.kinds:
                 continue

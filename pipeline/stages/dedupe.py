@@ -28,6 +28,8 @@ from pipeline.writer import OutputColumn
 __all__ = ["Dedupe"]
 
 _ON_DUPLICATES: Final = frozenset({Disposition.DUPLICATE})
+#: staged lineage the stage reads for its rows: exact groups, and what pointers name
+_DIGESTS: Final = ("_content_sha256", "_record_sha256")
 
 
 @register_stage
@@ -56,11 +58,11 @@ class Dedupe:
         # (pw-decide-row's ``meta`` is the ``_meta`` column).
         apart = get_kind(kind).apart
         wanted = [apart.get(c, c) for c in required_columns(key, settings, kind)]
-        columns = _available(ctx, kind, wanted)
-        if columns:
-            back = {column: member for member, column in apart.items() if column in columns}
-            payload = pl.concat(ctx.evaluate(kind, {c: pl.col(c) for c in columns})).rename(back)
-            accepted = accepted.join(payload, on=list(KEYS), how="left", maintain_order="left")
+        # the digests (exact groups; the kept row a pointer names) are not state columns
+        columns = [*_available(ctx, kind, wanted), *_DIGESTS]
+        back = {column: member for member, column in apart.items() if column in columns}
+        payload = pl.concat(ctx.evaluate(kind, {c: pl.col(c) for c in columns})).rename(back)
+        accepted = accepted.join(payload, on=list(KEYS), how="left", maintain_order="left")
         split_of = {shard.input.index: shard.input.split for shard in ctx.shards}
         frame = accepted.with_columns(
             _split=pl.col("_input").replace_strict(split_of, return_dtype=pl.String)
