@@ -16,8 +16,10 @@ Python, with a native engine already at hand, on the same file and in the same r
   CPU has it), each over the whole file, so the projection can swap one for the other.
 
 Projection: contract work − 3 × DuckDB's hashing + 3 × OpenSSL's hashing over the cores.
-It is an estimate of what a native gate could do, not a measurement of one. Needs the
-``bench`` extra (duckdb).
+It is an estimate of what a native gate could do, not a measurement of one, and a
+slightly optimistic one: DuckDB skips the lines it cannot read or that are not JSON (a
+few percent here; rowgate hashes every line), and OpenSSL is timed on one large buffer
+and assumed to scale perfectly over the cores. Needs the ``bench`` extra (duckdb).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import random
 from collections import Counter
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline import writer
 from pipeline.config import CampaignConfig, InputSpec
 from pipeline.lineage import record_sha256
 from pipeline.run import run
@@ -120,6 +122,36 @@ def test_idempotency_conflict_survives_key_hash_collisions(
     colliding = _run(tmp_path, files, name="colliding")
     assert _codes(colliding) == _codes(hashed)
     assert _details(colliding) == details  # counted per exact key, not per hash
+
+
+def test_late_rejections_reread_raw_lines_once_per_shard_and_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows the global phase rejects get their raw bytes re-read from the input. With
+    them spread over many staged batches, that is one read per shard and kind: for an
+    unspilled compressed input every read decompresses the stream from its start."""
+    records = [_pairwise(i) for i in range(6)]
+    conflicts = [{**r, "rationale": r["rationale"] + " Revised."} for r in records[:3]]
+    path = tmp_path / "a.jsonl.gz"
+    path.write_bytes(gzip.compress(_lines([*records, *conflicts])))
+    reads = []
+    original = writer.fetch_lines
+
+    def counted(*args: Any) -> Any:
+        reads.append(args[1])
+        return original(*args)
+
+    monkeypatch.setattr(writer, "fetch_lines", counted)
+    config = CampaignConfig(inputs=(InputSpec(str(path)),)).override(
+        **{"engine.workers": 1, "engine.batch_lines": 2, "engine.spill_compressed": False}
+    )
+    run(config, tmp_path / "out")
+    assert len(reads) == 1
+    assert len(reads[0]) == 6  # every conflicting row, from three batches
+    rejected = pl.read_parquet(tmp_path / "out" / "rejected")
+    assert sorted(rejected["_raw"].to_list()) == sorted(
+        _lines([*records[:3], *conflicts]).splitlines()
+    )
 
 
 def test_contradictory_preference_is_quarantined(tmp_path: Path) -> None:

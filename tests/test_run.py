@@ -58,24 +58,28 @@ def test_worker_counts_give_byte_identical_output(inputs: CampaignConfig, tmp_pa
     assert one.manifest["outputs"] == two.manifest["outputs"]
 
 
-def test_parts_are_written_a_staged_batch_at_a_time(inputs: CampaignConfig, tmp_path: Path) -> None:
-    """The write phase streams each shard's staged batches into its parts (one row group
-    per batch): the rows are those of a whole-shard write, whatever the batch size, with
-    duplicates and rejections landing in every batch."""
-    whole = run(inputs.override(**{"engine.workers": 1}), tmp_path / "whole")
-    small = run(inputs.override(**{"engine.workers": 1, "engine.batch_lines": 7}), tmp_path / "b7")
-    expected, found = (
-        _rows_by_disposition(tmp_path / "whole"),
-        _rows_by_disposition(tmp_path / "b7"),
-    )
-    assert set(found) == set(expected) >= {"accepted", "duplicates", "rejected"}
-    for disposition, rows in expected.items():
-        assert found[disposition].equals(rows), disposition
-    assert small.manifest["counts"] == whole.manifest["counts"]
+@pytest.mark.parametrize("group_rows", [5, 4096])
+def test_parts_do_not_depend_on_the_batch_size(
+    inputs: CampaignConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group_rows: int
+) -> None:
+    """The write phase streams staged batches into its parts, cut into row groups by row
+    count alone: the files are byte-identical whatever ``engine.batch_lines`` is, with
+    duplicates and rejections landing in every batch, and only the last row group of a
+    part is short."""
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", group_rows)
+    outputs = []
+    for batch in (4096, 7, 3):
+        config = inputs.override(**{"engine.workers": 1, "engine.batch_lines": batch})
+        outputs.append(run(config, tmp_path / f"b{batch}").manifest["outputs"])
+    files = _parquet_bytes(tmp_path / "b4096")
+    assert {p.split("/")[0] for p in files} >= {"accepted", "duplicates", "rejected"}
+    assert files == _parquet_bytes(tmp_path / "b7") == _parquet_bytes(tmp_path / "b3")
+    assert outputs[0] == outputs[1] == outputs[2]
     for path in sorted((tmp_path / "b7" / "accepted").rglob("*.parquet")):
         meta = pq.ParquetFile(path).metadata
-        assert meta.num_rows > 7
-        assert meta.num_row_groups >= -(-meta.num_rows // 7)  # at most a batch each
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert sizes[:-1] == [group_rows] * (len(sizes) - 1)
+        assert 0 < sizes[-1] <= group_rows
 
 
 def test_a_failing_write_raises_its_own_error_and_leaves_no_output(
