@@ -125,7 +125,10 @@ def release_memory() -> None:
     keeps ~200 MB resident although it holds ~60 MB: glibc keeps the freed 3 KB row
     strings and Arrow's allocator its freed pages. Idle workers keeping that through the
     parent's global phase made the run's peak grow with the input (the parent's share is
-    the part that does grow). Releasing costs ~10 ms per task.
+    the part that does grow). Releasing costs ~10 ms per task, mostly ``malloc_trim``
+    (which, since glibc 2.8, returns whole free pages from every arena, not only the top
+    of the heap). pyarrow's documentation warns that ``release_unused`` "could be
+    expensive": here it takes ~1 ms, and interleaved A/B runs showed no change in wall time.
     """
     pyarrow = sys.modules.get("pyarrow")
     if pyarrow is not None:
