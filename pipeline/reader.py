@@ -4,14 +4,16 @@ A line is the bytes between two ``\\n`` (the ``\\n`` excluded); a final line wit
 ``\\n`` is still a line; a file ending in ``\\n`` has no empty last line (DESIGN §3.1).
 Plain files are cut into byte-range shards on line boundaries. A compressed file (gzip,
 zstd, recognised by its magic bytes) cannot be entered in the middle: when a run gives a
-spill directory, its decompressed stream is cut on line boundaries into plain spill files,
-one per shard, so that several workers gate it (otherwise it is one shard). Offsets are
-positions in the decompressed stream either way. Memory stays bounded whatever the line length:
-a line longer than the limit is streamed through SHA-256 and never held whole.
+spill directory, its decompressed stream is cut on line boundaries into plain spill
+files, one per shard, so that several workers gate it (otherwise it is one shard).
+Offsets are positions in the decompressed stream either way. Memory stays bounded
+whatever the line length: a line longer than the limit is streamed through SHA-256 and
+never held whole.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -268,7 +270,7 @@ def _spill(
         out, start = None, position
 
     try:
-        with open_stream(input_file) as stream:
+        with _decoding(input_file), open_stream(input_file) as stream:
             while chunk := stream.read(CHUNK_BYTES):
                 base, at = position, 0  # stream position of chunk[0]; next byte to copy
                 while at < len(chunk):
@@ -284,10 +286,6 @@ def _spill(
                         finish()
             if out is not None:
                 finish()
-    except (EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile) as exc:
-        raise InputError(
-            f"{input_file.path}: corrupt {input_file.compression} stream ({exc})"
-        ) from None
     finally:
         if out is not None:
             out.close()
@@ -307,16 +305,23 @@ def read_batches(shard: Shard, max_line_bytes: int, batch_lines: int) -> Iterato
                 spilled, shard.start, shard.end - shard.start, max_line_bytes, batch_lines
             )
         return
-    with open_stream(shard.input) as stream:
+    with _decoding(shard.input), open_stream(shard.input) as stream:
         if shard.start:
             stream.seek(shard.start)
         remaining = None if shard.end is None else shard.end - shard.start
-        try:
-            yield from _split_lines(stream, shard.start, remaining, max_line_bytes, batch_lines)
-        except (EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile) as exc:
-            raise InputError(
-                f"{shard.input.path}: corrupt {shard.input.compression} stream ({exc})"
-            ) from None
+        yield from _split_lines(stream, shard.start, remaining, max_line_bytes, batch_lines)
+
+
+@contextlib.contextmanager
+def _decoding(input_file: InputFile) -> Iterator[None]:
+    """Report a corrupt compressed stream (bad data, a truncated member or frame) as an
+    :class:`InputError` naming the input."""
+    try:
+        yield
+    except (EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile) as exc:
+        raise InputError(
+            f"{input_file.path}: corrupt {input_file.compression} stream ({exc})"
+        ) from None
 
 
 def _split_lines(
