@@ -78,6 +78,14 @@ class WrittenFile:
     bytes: int
     sha256: str
 
+    @classmethod
+    def of(
+        cls, out: Path, relative: str, disposition: str, kind: str | None, rows: int
+    ) -> WrittenFile:
+        """The manifest entry of a finished file: its size and SHA-256 as written."""
+        path = out / relative
+        return cls(relative, disposition, kind, rows, path.stat().st_size, file_sha256(path))
+
 
 @dataclass
 class WriteSummary:
@@ -215,9 +223,7 @@ def write_table(
     path = out / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, str(path), **_writer_options(config))
-    return WrittenFile(
-        relative, disposition, kind, table.num_rows, path.stat().st_size, file_sha256(path)
-    )
+    return WrittenFile.of(out, relative, disposition, kind, table.num_rows)
 
 
 #: Rows per Parquet row group. Parts are cut into row groups by row count alone, so the
@@ -233,7 +239,6 @@ class _Part:
     rows: int = 0
     #: rows not yet written: fewer than a row group
     pending: list[pa.Table] = field(default_factory=list)
-    pending_rows: int = 0
 
 
 class _Parts:
@@ -263,8 +268,7 @@ class _Parts:
             writer = pq.ParquetWriter(str(path), table.schema, **self.options)
             part = self.open[relative] = _Part(writer, disposition, kind)
         part.pending.append(table)
-        part.pending_rows += table.num_rows
-        if part.pending_rows >= ROW_GROUP_ROWS:
+        if sum(t.num_rows for t in part.pending) >= ROW_GROUP_ROWS:
             self._flush(part, final=False)
         self.summary.rows[disposition] += table.num_rows
         codes = pc.struct_field(pc.list_flatten(table["_reasons"]), "code")
@@ -280,7 +284,7 @@ class _Parts:
             part.writer.write_table(pending.slice(0, whole), row_group_size=ROW_GROUP_ROWS)
             part.rows += whole
         rest = pending.slice(whole)
-        part.pending, part.pending_rows = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
+        part.pending = [rest] if rest.num_rows else []
 
     def abort(self) -> None:
         """Close the writers after a failure (the run's output is discarded anyway)."""
@@ -295,16 +299,8 @@ class _Parts:
             if part.pending:
                 self._flush(part, final=True)
             part.writer.close()
-            path = self.root / relative
             self.summary.files.append(
-                WrittenFile(
-                    relative,
-                    part.disposition,
-                    part.kind,
-                    part.rows,
-                    path.stat().st_size,
-                    file_sha256(path),
-                )
+                WrittenFile.of(self.root, relative, part.disposition, part.kind, part.rows)
             )
         self.open.clear()
 
