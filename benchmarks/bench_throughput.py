@@ -70,6 +70,15 @@ def reference_path_seconds(path: Path, lines: int, sample: int) -> float:
     return (time.perf_counter() - started) / len(batch) * lines
 
 
+def generate(path: Path, megabytes: float) -> None:
+    """Write the benchmark export and say how big it is."""
+    started = time.perf_counter()
+    size, lines = write_export(path, megabytes)
+    print(
+        f"generated {size / 1e6:.0f} MB, {lines:,} lines in {time.perf_counter() - started:.0f} s"
+    )
+
+
 def fastest_key(m: Measurement) -> tuple[bool, float]:
     """Successful runs first (a failed run is usually the quickest), then by wall time."""
     return (m.returncode != 0, m.seconds)
@@ -164,11 +173,7 @@ def main() -> None:
             return
         path = args.keep or tmp / "export.jsonl"
         if not path.exists():
-            t0 = time.perf_counter()
-            size, lines = write_export(path, args.size_mb)
-            print(
-                f"generated {size / 1e6:.0f} MB, {lines:,} lines in {time.perf_counter() - t0:.0f} s"
-            )
+            generate(path, args.size_mb)
         size = path.stat().st_size
         with open(path, "rb") as fh:
             lines = sum(1 for _ in fh)
@@ -238,9 +243,7 @@ def scaling(tmp: Path, args: argparse.Namespace) -> None:
     its fastest time and its highest peak memory."""
     small, large = tmp / "1x.jsonl", tmp / "4x.jsonl"
     for path, megabytes in ((small, args.size_mb), (large, 4 * args.size_mb)):
-        t0 = time.perf_counter()
-        size, lines = write_export(path, megabytes)
-        print(f"generated {size / 1e6:.0f} MB, {lines:,} lines in {time.perf_counter() - t0:.0f} s")
+        generate(path, megabytes)
     runs: dict[Path, list[Measurement]] = {small: [], large: []}
     for _ in range(args.repeat):
         for path, out in ((small, tmp / "out1"), (large, tmp / "out4")):

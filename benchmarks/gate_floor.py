@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
-from harness import table, write_export
+from harness import fastest, table, write_export
 
 from pipeline.config import CampaignConfig
 from pipeline.gate import Gate
@@ -38,12 +37,7 @@ KIND = "pairwise-v2"
 
 def best_of(fn: Callable[[], object], rows: int, repeat: int = 5) -> float:
     """Best wall time per row in µs over ``repeat`` runs (the least disturbed one)."""
-    best = float("inf")
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - started)
-    return best / rows * 1e6
+    return fastest(fn, repeat) / rows * 1e6
 
 
 def main() -> None:

@@ -126,6 +126,17 @@ def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = N
     return Measurement(name, seconds, peak, returncode, error)
 
 
+def fastest(fn: Callable[[], object], repeat: int) -> float:
+    """The fastest wall time of ``repeat`` calls of ``fn``, in seconds (a shared or
+    virtual machine's noise only ever adds time)."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 

@@ -28,12 +28,10 @@ import argparse
 import hashlib
 import os
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
-from harness import table, write_export
+from harness import fastest, table, write_export
 
 #: pairwise-v2 as a DuckDB struct (what ``json_transform`` parses each line into)
 STRUCT = (
@@ -43,16 +41,6 @@ STRUCT = (
     '"rubric_version":"VARCHAR","ratings":{"factuality":"BIGINT","reasoning":"BIGINT",'
     '"instruction_adherence":"BIGINT","style":"BIGINT"}}'
 )
-
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    """Fastest wall time of ``repeat`` runs (a shared machine's noise only adds time)."""
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def main() -> None:
@@ -86,15 +74,15 @@ def main() -> None:
             f"COPY (SELECT * FROM read_json('{path}', ignore_errors=true)) "
             f"TO '{tmp / 'bare.parquet'}' (FORMAT parquet)"
         )
-        t_bare = best(lambda: con.execute(bare), args.repeat)
-        t_contract = best(lambda: con.execute(contract), args.repeat)
-        t_read = best(lambda: con.execute(f"SELECT sum(length(line)) FROM {lines}"), args.repeat)
-        t_sha = best(
+        t_bare = fastest(lambda: con.execute(bare), args.repeat)
+        t_contract = fastest(lambda: con.execute(contract), args.repeat)
+        t_read = fastest(lambda: con.execute(f"SELECT sum(length(line)) FROM {lines}"), args.repeat)
+        t_sha = fastest(
             lambda: con.execute(f"SELECT sum(length(sha256(line))) FROM {lines}"), args.repeat
         )
         duck_hash = max(t_sha - t_read, 0.0)  # one SHA-256 pass over every line, all cores
         data = path.read_bytes()
-        openssl_hash = best(lambda: hashlib.sha256(data).digest(), args.repeat) / cores
+        openssl_hash = fastest(lambda: hashlib.sha256(data).digest(), args.repeat) / cores
         projected = t_contract - 3 * duck_hash + 3 * openssl_hash
 
     rows = [
