@@ -478,9 +478,8 @@ def _anchored(config: CampaignConfig, base_dir: Path) -> CampaignConfig:
     def table(found: ReferenceTable | None) -> ReferenceTable | None:
         return None if found is None else dataclasses.replace(found, path=anchor(found.path))
 
-    references = config.references
-
-    schemas, rubrics, sanitize = config.schemas, config.rubrics, config.sanitize
+    references, schemas = config.references, config.schemas
+    rubrics, sanitize = config.rubrics, config.sanitize
     return dataclasses.replace(
         config,
         schemas=dataclasses.replace(

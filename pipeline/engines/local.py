@@ -5,10 +5,12 @@ One pool serves every phase of a run (``with LocalEngine(n) as engine``): starti
 worker builds each step's state once (``init``) and keeps it for later tasks of that
 step. :meth:`LocalEngine.start` spawns the workers early and builds the states of the
 steps it is given in each of them, so that cost overlaps the caller's own start-up work
-(the run's preflight) instead of following it. Workers are started with ``spawn`` so nothing the parent holds (polars' thread
-pool, open files) leaks into them. Progress travels on a queue as (bytes, lines)
-increments; results come back through futures and are returned in task order. A crashed
-worker fails the whole run (DESIGN §3.6): operational failures never become rejections.
+(the run's preflight) instead of following it. Workers are started with ``spawn`` so
+nothing the parent holds (polars' thread pool, open files) leaks into them. After every
+task a worker hands freed memory back (:func:`release_memory`). Progress travels on a
+queue as (bytes, lines) increments; results come back through futures and are returned
+in task order. A crashed worker fails the whole run (DESIGN §3.6): operational failures
+never become rejections.
 """
 
 from __future__ import annotations
