@@ -81,6 +81,14 @@ class Shard:
     end: int | None = None
     spill: str | None = None
 
+    @property
+    def expected_bytes(self) -> int:
+        """Bytes of lines the shard holds: exact, but for a whole compressed stream, whose
+        decompressed size is unknown until read (then 4× the file: a typical JSONL ratio).
+        For progress totals and for giving the largest shards to workers first."""
+        end = self.end if self.end is not None else self.input.size * 4
+        return end - self.start
+
 
 @dataclass
 class LineBatch:

@@ -180,16 +180,14 @@ def run(
             spill = spill_dir(tmp) if config.engine.spill_compressed else None
             shards = plan_shards(inputs, config.engine.shard_bytes, spill)
             timings["plan_s"] = time.perf_counter() - t0
-            # bytes the workers will read: decompressed, where a compressed input was spilled
-            total = sum((s.end if s.end is not None else s.input.size) - s.start for s in shards)
-            observer.on_start(total, len(shards))
+            observer.on_start(sum(s.expected_bytes for s in shards), len(shards))
             observer.on_phase("gate")
             t0 = time.perf_counter()
             summaries = engine.map(
                 gate_step(config),
                 [GateTask(s, tmp) for s in shards],
                 observer.on_progress,
-                cost=lambda task: (task.shard.end or task.shard.input.size * 4) - task.shard.start,
+                cost=lambda task: task.shard.expected_bytes,
             )
             timings["gate_s"] = time.perf_counter() - t0
 

@@ -244,6 +244,22 @@ def test_fetch_lines_reads_a_spilled_shard(tmp_path: Path) -> None:
     assert fetch_lines(shard, [first], 100) == {first: data[first : data.index(b"\n", first)]}
 
 
+def test_expected_bytes_are_the_lines_a_shard_holds(tmp_path: Path) -> None:
+    """Exact for plain and spilled shards (progress totals and the largest-first order);
+    a whole compressed stream is estimated at 4x its file, since it is not read yet."""
+    data = b"".join(b'{"n":%d}\n' % i for i in range(1000))
+    plain = tmp_path / "in.jsonl"
+    plain.write_bytes(data)
+    packed = _compress(data, tmp_path / "in.jsonl.zst")
+    for shards in (
+        plan_shards([_input(plain)], 1000),
+        plan_shards([_input(packed)], 1000, tmp_path / "spill"),
+    ):
+        assert sum(s.expected_bytes for s in shards) == len(data)
+    [whole] = plan_shards([_input(packed)], 1000)
+    assert whole.expected_bytes == 4 * packed.stat().st_size
+
+
 def test_a_corrupt_stream_fails_the_plan(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl.gz"
     path.write_bytes(gzip.compress(b'{"a":1}\n' * 100)[:-12] + b"garbage-tail")
