@@ -29,8 +29,9 @@ __all__ = [
     "REJECTED_STEM",
     "ShardSummary",
     "gate_step",
-    "read_staged",
+    "read_rejected",
     "spill_dir",
+    "staged_batches",
     "staged_path",
 ]
 
@@ -125,15 +126,10 @@ def staged_batches(root: Path, shard_index: int, stem: str) -> Iterator[pa.Table
             yield pa.Table.from_batches([reader.get_batch(i)])
 
 
-def read_staged(
-    root: Path, shard_index: int, stem: str, columns: list[str] | None = None
-) -> pa.Table:
-    """Read a staged table (memory-mapped); an absent file is an empty result."""
-    path = staged_path(root, shard_index, stem)
+def read_rejected(root: Path, shard_index: int) -> pa.Table:
+    """A shard's lines the gate rejected (memory-mapped); none staged: an empty table."""
+    path = staged_path(root, shard_index, REJECTED_STEM)
     if not path.exists():
-        if stem == REJECTED_STEM:
-            return REJECTED_SCHEMA.empty_table()
-        raise FileNotFoundError(path)
+        return REJECTED_SCHEMA.empty_table()
     # No `with`: the returned buffers point into the mapping, which must outlive them.
-    table = ipc.open_file(pa.memory_map(str(path))).read_all()
-    return table.select(columns) if columns is not None else table
+    return ipc.open_file(pa.memory_map(str(path))).read_all()

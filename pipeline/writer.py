@@ -31,7 +31,7 @@ from pipeline.gate import REJECTED_FIELDS
 from pipeline.lineage import LINEAGE_FIELDS, LINEAGE_NAMES, file_sha256
 from pipeline.reader import Shard, fetch_lines
 from pipeline.reasons import REASONS_TYPE, Disposition
-from pipeline.staging import REJECTED_STEM, read_staged, staged_batches
+from pipeline.staging import read_rejected, staged_batches
 
 __all__ = [
     "DISPOSITION_DIRS",
@@ -314,7 +314,7 @@ def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) ->
     summary = WriteSummary(task.shard.index)
     part = f"part-{task.shard.index:05d}.parquet"
     parts = _Parts(task.root, config, summary)
-    gate_rejected = read_staged(task.root, task.shard.index, REJECTED_STEM)
+    gate_rejected = read_rejected(task.root, task.shard.index)
     for c in task.rejected_columns:
         gate_rejected = gate_rejected.append_column(
             pa.field(c.name, c.type), pa.nulls(gate_rejected.num_rows, c.type)
