@@ -268,3 +268,45 @@ def test_outputs_do_not_depend_on_workers_or_input_order(
     assert any(name.startswith("duplicates/") for name in files)
     baseline = _BASELINE.setdefault(str(root), files)
     assert files == baseline
+
+
+def _exact_only(config: CampaignConfig) -> CampaignConfig:
+    return config.override(**{"dedupe.normalised": False, "dedupe.near": False})
+
+
+@pytest.mark.parametrize("campaign", ["one split", "protected eval split", "survivor last"])
+def test_fingerprint_hashing_decides_like_every_row_taking_part(
+    corpus: list[LabelledRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, campaign: str
+) -> None:
+    """With exact duplicates only, only rows whose fingerprint hash repeats are read and
+    matched. Outputs, tables and manifest notes are those of matching every accepted row,
+    and stay so when every fingerprint hash collides."""
+    from pipeline.stages import dedupe
+
+    if campaign == "protected eval split":
+        config = _exact_only(_split_inputs(tmp_path, corpus))
+    else:
+        source = write_lines(tmp_path / "c.jsonl", corpus[:600])
+        config = _exact_only(CampaignConfig(inputs=(InputSpec(str(source)),)))
+        if campaign == "survivor last":
+            config = config.override(**{"dedupe.survivor": "last"})
+
+    def outcome(name: str) -> tuple[dict[str, bytes], dict]:
+        result = run(config, tmp_path / name)
+        return _outputs(tmp_path / name), result.manifest["global"]["dedupe"]
+
+    hashed, hashed_notes = outcome("hashed")
+    assert hashed_notes[KIND]["removed"] > 0
+    if campaign == "protected eval split":
+        assert hashed_notes[KIND]["straddling_groups"] > 0
+        assert hashed_notes[KIND]["by_rule"]["contamination"] > 0
+    with monkeypatch.context() as patched:
+        patched.setattr(dedupe, "_exact_only", lambda settings: False)
+        every, every_notes = outcome("every")
+    with monkeypatch.context() as patched:
+        patched.setattr(dedupe, "_fingerprint_hash", lambda: pl.lit(0, pl.UInt64))
+        colliding, colliding_notes = outcome("colliding")
+    assert hashed_notes == every_notes == colliding_notes
+    assert hashed.keys() == every.keys() == colliding.keys()
+    for name in hashed:
+        assert hashed[name] == every[name] == colliding[name], name

@@ -9,6 +9,7 @@ when known). Positions in that frame are the row identities throughout.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -26,7 +27,9 @@ from pipeline.dedupe.splits import field_expr, straddling_groups
 __all__ = [
     "REASON_PREFIX",
     "DedupeOutcome",
+    "Matches",
     "dedupe_table",
+    "match_duplicates",
     "required_columns",
 ]
 
@@ -108,6 +111,44 @@ def dedupe_table(
     kind: str,
 ) -> DedupeOutcome:
     """Decide the duplicates among ``frame``'s rows (see the module docstring)."""
+    matches = match_duplicates(frame, key, settings, kind)
+    split = pl.col("_split") if "_split" in frame.columns else pl.lit(None, pl.String)
+    kept = frame.with_columns(_row=pl.int_range(frame.height, dtype=pl.Int64), _split=split).filter(
+        pl.Series(~matches.found.removed)
+    )
+    return matches.complete(kept, group_fields(key, settings, kind), frame.height)
+
+
+@dataclass
+class Matches:
+    """The duplicates :func:`match_duplicates` found, before split groups and stats.
+    ``removed`` is :attr:`DedupeOutcome.removed`; ``found`` is indexed like the frame."""
+
+    found: Duplicates
+    near: NearPairs | None
+    removed: pl.DataFrame
+    clusters: pl.DataFrame
+    key: DedupeKey | None
+    settings: DedupeSettings
+
+    def complete(self, kept: pl.DataFrame, fields: Sequence[str], rows: int) -> DedupeOutcome:
+        """The outcome, given the rows kept (``_row``, ``_split`` and the group ``fields``:
+        the frame's, or more when the matching saw only some rows) and how many rows took
+        part in all."""
+        groups = straddling_groups(kept, fields)
+        normalisation = Normalisation.from_settings(self.settings)
+        params = LshParams.from_settings(self.settings)
+        stats = _stats(self.found, self.near, params, normalisation, self.key, groups, rows)
+        return DedupeOutcome(self.removed, _flagged_frame(groups), self.clusters, groups, stats)
+
+
+def match_duplicates(
+    frame: pl.DataFrame,
+    key: DedupeKey | None,
+    settings: DedupeSettings,
+    kind: str,
+) -> Matches:
+    """Exact, normalised and near duplicates and contamination among ``frame``'s rows."""
     n = frame.height
     normalisation = Normalisation.from_settings(settings)
     params = LshParams.from_settings(settings)
@@ -145,13 +186,7 @@ def dedupe_table(
     found = find_duplicates(rank, exact, normalised, partition.astype(np.int64), near)
     removed = _removed_frame(frame, found, splits, key, normalisation, params)
     clusters = _clusters_frame(frame, found, splits, kind)
-    kept_rows = frame.with_columns(_row=pl.Series(positions), _split=splits).filter(
-        pl.Series(~found.removed)
-    )
-    groups = straddling_groups(kept_rows, group_fields(key, settings, kind))
-    flagged = _flagged_frame(groups)
-    stats = _stats(found, near, params, normalisation, key, groups, n)
-    return DedupeOutcome(removed, flagged, clusters, groups, stats)
+    return Matches(found, near, removed, clusters, key, settings)
 
 
 def _removed_frame(

@@ -28,6 +28,7 @@ from pipeline.config import CampaignConfig
 from pipeline.global_phase import KEYS, GlobalContext, register_stage
 from pipeline.kinds import KINDS
 from pipeline.reasons import Disposition
+from pipeline.repeats import repeated, varying
 from pipeline.writer import OutputColumn
 
 __all__ = ["CROSS_RULES", "CrossRules"]
@@ -89,11 +90,11 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
         return None
     # Only keys that occur more than once can conflict. They are found on a 64-bit hash
     # of the key (20 bytes per row in the parent with the row's place, instead of the
-    # keys and 64-character digests); only those rows (retries, duplicates, conflicts: a
+    # keys and 64-character digests; see pipeline.repeats); only those rows (retries, duplicates, conflicts: a
     # few percent) are re-read and decided on the exact keys and digests, so a collision
     # of key hashes can never invent a conflict, nor hide one.
     hashed = pl.concat(ctx.evaluate(kind, {"_h_key": _key_hash(keys)}))
-    candidates = hashed.filter(pl.col("_h_key").is_duplicated()).select(KEYS)
+    candidates = hashed.filter(repeated(hashed["_h_key"])).select(KEYS)
     del hashed
     if candidates.height == 0:
         return None
@@ -139,18 +140,19 @@ def contradictory_preference(
     decisive = pl.col("preference").is_in(["A", "B"])
     preferred = pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b")
     rejected = pl.when(pl.col("preference") == "A").then("response_b").otherwise("response_a")
+    comparison = pl.struct(_conversation_key().hash(1), preferred.hash(2) ^ rejected.hash(2))
     hashes = pl.concat(
-        ctx.evaluate(
+        shard.filter("_decisive").drop("_decisive")
+        for shard in ctx.evaluate(
             kind,
             {
                 "_decisive": decisive,
-                "_h_conv": _conversation_key().hash(1),
-                "_h_pair": preferred.hash(2) ^ rejected.hash(2),
+                "_h_comparison": comparison.hash(4),
                 "_h_pref": preferred.hash(3),
             },
         )
-    ).filter("_decisive")
-    candidates = hashes.filter(pl.col("_h_pref").n_unique().over("_h_conv", "_h_pair") > 1)
+    )
+    candidates = hashes.filter(varying(hashes["_h_comparison"], hashes["_h_pref"]))
     if candidates.height == 0:
         return None
     texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])
