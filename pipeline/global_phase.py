@@ -230,7 +230,7 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
             continue
         current = ctx.scan(kind)
         decided_frames = []
-        for stage in stages:
+        for i, stage in enumerate(stages):
             started = time.perf_counter()
             decided = stage.decide(ctx, kind, current)
             result.timings[stage.name] = (
@@ -239,7 +239,9 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
             if decided is None or decided.height == 0:
                 continue
             decided_frames.append(decided)
-            current = _advance(current, decided)
+            if i + 1 < len(stages):  # the state only matters to the stages after this one
+                current = _advance(current, decided)
+        del current
         if decided_frames:
             result.decisions[kind] = _by_shard(_merge(decided_frames), columns)
     _check_rejected_columns(result.columns)

@@ -117,3 +117,29 @@ def test_memory_a_task_freed_is_handed_back() -> None:
     left = local._worker_run(Step(_init_nothing, (), _fragment), 0)
     assert left - _rss_anon() > 30_000_000
     _KEPT.clear()
+
+
+def _arrow_pool(state: None, task: int, progress: Progress) -> tuple[str, str | None]:
+    import pyarrow
+
+    return pyarrow.default_memory_pool().backend_name, os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
+
+
+def test_workers_allocate_from_a_pool_that_returns_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers get Arrow's jemalloc pool (it returns freed pages at once; pyarrow's
+    default here, mimalloc, kept ~100 MB per writing worker), this process's environment
+    is left as it was, and a pool the user chose is kept."""
+    import pyarrow
+
+    if "jemalloc" not in pyarrow.supported_memory_backends():
+        pytest.skip("this pyarrow has no jemalloc")
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    with LocalEngine(2) as engine:
+        pools = engine.map(Step(_init_nothing, (), _arrow_pool), [0, 1])
+    assert pools == [("jemalloc", "jemalloc")] * 2
+    assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
+    with LocalEngine(2) as engine:
+        pools = engine.map(Step(_init_nothing, (), _arrow_pool), [0, 1])
+    assert pools == [("system", "system")] * 2
+    assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import multiprocessing
+import os
 import queue
 import sys
 import threading
@@ -139,6 +140,29 @@ def release_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
+#: Arrow's allocator for the workers, unless the user chose one
+#: (``ARROW_DEFAULT_MEMORY_POOL``, read when a process first allocates).
+#:
+#: Profile-guided: pyarrow's default on Linux is mimalloc, which keeps the pages a task
+#: freed. A worker writing a 64 MB shard's Parquet peaked 136 MB above its baseline with
+#: it, 39 MB with jemalloc, which Arrow configures to release dirty pages right away
+#: (``pyarrow.jemalloc_set_decay_ms``: "A value of 0 (the default)", since ARROW-6910).
+#: The run's peak on a 500 MB export fell from 749–765 to 616–620 MB (the workers' from
+#: 240 to 202 MB); wall time stayed within the machine's noise in interleaved A/B runs.
+_WORKER_ARROW_POOL: Final = "jemalloc"
+
+
+def _worker_environment() -> dict[str, str]:
+    """Environment variables the workers need set when they start."""
+    import pyarrow
+
+    if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
+        return {}
+    if _WORKER_ARROW_POOL not in pyarrow.supported_memory_backends():
+        return {}
+    return {"ARROW_DEFAULT_MEMORY_POOL": _WORKER_ARROW_POOL}
+
+
 class LocalEngine:
     """Runs steps over tasks; use as a context manager so the worker pool is reused."""
 
@@ -152,6 +176,8 @@ class LocalEngine:
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
         self._warm: tuple[Step[Any, Any, Any], ...] = ()
+        #: this process's values of the variables the workers' environment overrides
+        self._saved_environment: dict[str, str | None] = {}
 
     def __enter__(self) -> LocalEngine:
         return self
@@ -176,6 +202,12 @@ class LocalEngine:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        for name, value in self._saved_environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_environment = {}
         if self._drainer is not None:
             self._stop.set()
             self._drainer.join()
@@ -225,6 +257,10 @@ class LocalEngine:
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            # Workers are spawned as tasks arrive and inherit this process's environment:
+            # it carries theirs while the pool lives (restored by close()).
+            self._saved_environment = {k: os.environ.get(k) for k in _worker_environment()}
+            os.environ.update(_worker_environment())
             context = multiprocessing.get_context("spawn")
             self._queue = context.Queue()
             self._stop.clear()
