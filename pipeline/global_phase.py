@@ -122,8 +122,10 @@ class GlobalContext:
         """Staged ``columns`` of the rows named by ``keys`` (``_shard``, ``_shard_line``),
         read shard by shard: for the few rows a hash-first check needs in full."""
 
+        wanted = list(dict.fromkeys(["_shard_line", *columns]))
+
         def read(shard: int, lines: pl.Series | None) -> pl.DataFrame:
-            frame = pl.scan_ipc(staged_path(self.root, shard, kind)).select("_shard_line", *columns)
+            frame = pl.scan_ipc(staged_path(self.root, shard, kind)).select(wanted)
             if lines is None:
                 frame = frame.head(0)  # no keys: the columns, typed, and no rows
             else:

@@ -274,7 +274,10 @@ def _exact_only(config: CampaignConfig) -> CampaignConfig:
     return config.override(**{"dedupe.normalised": False, "dedupe.near": False})
 
 
-@pytest.mark.parametrize("campaign", ["one split", "protected eval split", "survivor last"])
+@pytest.mark.parametrize(
+    "campaign",
+    ["one split", "protected eval split", "survivor last", "survivor and groups on digests"],
+)
 def test_fingerprint_hashing_decides_like_every_row_taking_part(
     corpus: list[LabelledRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, campaign: str
 ) -> None:
@@ -290,6 +293,13 @@ def test_fingerprint_hashing_decides_like_every_row_taking_part(
         config = _exact_only(CampaignConfig(inputs=(InputSpec(str(source)),)))
         if campaign == "survivor last":
             config = config.override(**{"dedupe.survivor": "last"})
+        if campaign == "survivor and groups on digests":  # columns the stage reads anyway
+            config = config.override(
+                **{
+                    "dedupe.survivor": "min:_record_sha256",
+                    "dedupe.split_groups": {KIND: ("_content_sha256",)},
+                }
+            )
 
     def outcome(name: str) -> tuple[dict[str, bytes], dict]:
         result = run(config, tmp_path / name)

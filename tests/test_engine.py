@@ -125,6 +125,10 @@ def _arrow_pool(state: None, task: int, progress: Progress) -> tuple[str, str | 
     return pyarrow.default_memory_pool().backend_name, os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
 
 
+def _die(state: None, task: int, progress: Progress) -> None:
+    os._exit(3)
+
+
 def test_workers_allocate_from_a_pool_that_returns_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers get Arrow's jemalloc pool (it returns freed pages at once; pyarrow's
     default here, mimalloc, kept ~100 MB per writing worker), this process's environment
@@ -135,6 +139,14 @@ def test_workers_allocate_from_a_pool_that_returns_memory(monkeypatch: pytest.Mo
         pytest.skip("this pyarrow has no jemalloc")
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
     with LocalEngine(2) as engine:
+        pools = engine.map(Step(_init_nothing, (), _arrow_pool), [0, 1])
+    assert pools == [("jemalloc", "jemalloc")] * 2
+    assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ
+    # a worker that dies breaks the pool; the engine's next map replaces it, and close()
+    # still restores this process's environment
+    with LocalEngine(2) as engine:
+        with pytest.raises(local.EngineError, match="died"):
+            engine.map(Step(_init_nothing, (), _die), [0, 1])
         pools = engine.map(Step(_init_nothing, (), _arrow_pool), [0, 1])
     assert pools == [("jemalloc", "jemalloc")] * 2
     assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ

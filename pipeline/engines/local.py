@@ -141,7 +141,8 @@ def release_memory() -> None:
 
 
 #: Arrow's allocator for the workers, unless the user chose one
-#: (``ARROW_DEFAULT_MEMORY_POOL``, read when a process first allocates).
+#: (``ARROW_DEFAULT_MEMORY_POOL``, which pyarrow reads when it is imported). Steps run
+#: inline (one worker) use the calling process's pool.
 #:
 #: Profile-guided: pyarrow's default on Linux is mimalloc, which keeps the pages a task
 #: freed. A worker writing a 64 MB shard's Parquet peaked 136 MB above its baseline with
@@ -176,8 +177,9 @@ class LocalEngine:
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
         self._warm: tuple[Step[Any, Any, Any], ...] = ()
-        #: this process's values of the variables the workers' environment overrides
-        self._saved_environment: dict[str, str | None] = {}
+        #: this process's values of the variables the workers' environment overrides,
+        #: while it carries theirs (from the first pool until close())
+        self._saved_environment: dict[str, str | None] | None = None
 
     def __enter__(self) -> LocalEngine:
         return self
@@ -202,12 +204,12 @@ class LocalEngine:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        for name, value in self._saved_environment.items():
+        for name, value in (self._saved_environment or {}).items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        self._saved_environment = {}
+        self._saved_environment = None
         if self._drainer is not None:
             self._stop.set()
             self._drainer.join()
@@ -258,9 +260,11 @@ class LocalEngine:
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             # Workers are spawned as tasks arrive and inherit this process's environment:
-            # it carries theirs while the pool lives (restored by close()).
-            self._saved_environment = {k: os.environ.get(k) for k in _worker_environment()}
-            os.environ.update(_worker_environment())
+            # it carries theirs until close(), also across a pool replaced after a crash.
+            if self._saved_environment is None:
+                overrides = _worker_environment()
+                self._saved_environment = {k: os.environ.get(k) for k in overrides}
+                os.environ.update(overrides)
             context = multiprocessing.get_context("spawn")
             self._queue = context.Queue()
             self._stop.clear()
