@@ -79,7 +79,8 @@ class InputSpec:
 @dataclass(frozen=True)
 class EngineSettings:
     name: str = "local"
-    #: Worker processes; ``None`` means one per available core.
+    #: Worker processes; ``None`` means one per available core, but no more than the
+    #: shards of uncompressed inputs (a one-shard export is gated in the calling process).
     workers: int | None = None
     #: Inputs are cut into shards of about this many bytes, on line boundaries.
     #: Shards, not workers, fix the output files, so output is worker-count independent.

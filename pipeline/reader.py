@@ -217,6 +217,11 @@ def _next_boundary(fh: IO[bytes], target: int, size: int) -> int:
         position += len(window)
 
 
+def plain_shard_count(input_file: InputFile, shard_bytes: int) -> int:
+    """How many shards :func:`plan_shards` cuts an uncompressed input into."""
+    return -(-input_file.size // shard_bytes)
+
+
 def plan_shards(
     inputs: list[InputFile], shard_bytes: int, spill_dir: Path | None = None
 ) -> list[Shard]:
@@ -240,9 +245,9 @@ def plan_shards(
             else:
                 shards += _spill(input_file, shard_bytes, spill_dir, len(shards))
             continue
-        if input_file.size == 0:
+        count = plain_shard_count(input_file, shard_bytes)
+        if count == 0:
             continue
-        count = -(-input_file.size // shard_bytes)
         start = 0
         with open(input_file.resolved, "rb") as fh:
             for i in range(1, count + 1):

@@ -309,3 +309,27 @@ def test_killed_run_leaves_no_output(tmp_path: Path) -> None:
     assert -signal.SIGKILL in outcomes  # at least one kill landed mid-run
     run(CampaignConfig(inputs=(InputSpec(str(big)),)).override(**{"engine.workers": 1}), out)
     assert not list(tmp_path.glob(".out.rowgate-tmp-*"))
+
+
+def test_default_workers_never_outnumber_the_shards(tmp_path: Path) -> None:
+    """By default one worker per core, but no more than uncompressed inputs have shards:
+    a one-shard export is gated in this process instead of starting idle workers. A
+    configured count is kept, and a compressed input (shards known only once spilled)
+    gets every core."""
+    from pipeline.run import _workers, expand_inputs
+
+    plain = tmp_path / "a.jsonl"
+    plain.write_bytes(b"".join(line + b"\n" for line in export_lines("pairwise-v2", 40, seed=3)))
+    packed = tmp_path / "b.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    cores = CampaignConfig().engine.resolved_workers()
+
+    def workers(path: Path, **settings: Any) -> int:
+        config = CampaignConfig(inputs=(InputSpec(str(path)),)).override(**settings)
+        return _workers(config, expand_inputs(config.inputs, config))
+
+    assert workers(plain) == 1
+    third = plain.stat().st_size // 3 + 1
+    assert workers(plain, **{"engine.shard_bytes": third}) == min(cores, 3)
+    assert workers(plain, **{"engine.workers": 2}) == 2
+    assert workers(packed) == cores
