@@ -112,11 +112,8 @@ def dedupe_table(
 ) -> DedupeOutcome:
     """Decide the duplicates among ``frame``'s rows (see the module docstring)."""
     matches = match_duplicates(frame, key, settings, kind)
-    split = pl.col("_split") if "_split" in frame.columns else pl.lit(None, pl.String)
-    kept = frame.with_columns(_row=pl.int_range(frame.height, dtype=pl.Int64), _split=split).filter(
-        pl.Series(~matches.found.removed)
-    )
-    return matches.complete(kept, group_fields(key, settings, kind), frame.height)
+    rows = frame.with_columns(_split=_splits(frame))
+    return matches.complete(rows, group_fields(key, settings, kind), frame.height)
 
 
 @dataclass
@@ -131,15 +128,27 @@ class Matches:
     key: DedupeKey | None
     settings: DedupeSettings
 
-    def complete(self, kept: pl.DataFrame, fields: Sequence[str], rows: int) -> DedupeOutcome:
-        """The outcome, given the rows kept (``_row``, ``_split`` and the group ``fields``:
-        the frame's, or more when the matching saw only some rows) and how many rows took
-        part in all."""
+    def complete(self, rows: pl.DataFrame, fields: Sequence[str], count: int) -> DedupeOutcome:
+        """The outcome, given the rows split groups are found among (``_split`` and the
+        group ``fields``, row ids in order: the frame's, or every row when the matching saw
+        only some; none when no group can straddle splits) and how many rows took part."""
+        kept = (
+            rows.with_row_index("_row")
+            .with_columns(pl.col("_row").cast(pl.Int64))
+            .filter(~pl.col("_row").is_in(self.removed["_row"].implode()))
+        )
         groups = straddling_groups(kept, fields)
         normalisation = Normalisation.from_settings(self.settings)
         params = LshParams.from_settings(self.settings)
-        stats = _stats(self.found, self.near, params, normalisation, self.key, groups, rows)
+        stats = _stats(self.found, self.near, params, normalisation, self.key, groups, count)
         return DedupeOutcome(self.removed, _flagged_frame(groups), self.clusters, groups, stats)
+
+
+def _splits(frame: pl.DataFrame) -> pl.Series:
+    """Each row's split (null throughout when the frame has none)."""
+    if "_split" in frame.columns:
+        return frame["_split"]
+    return pl.Series("_split", [None] * frame.height, dtype=pl.String)
 
 
 def match_duplicates(
@@ -178,9 +187,7 @@ def match_duplicates(
         )
         texts = frame[firsts["row"].to_numpy()].select(text_columns(key, normalisation))
         near = near_pairs(texts.to_series(), firsts["rank"].to_numpy().astype(np.int64), params)
-    splits = (
-        frame["_split"] if "_split" in frame.columns else pl.Series([None] * n, dtype=pl.String)
-    )
+    splits = _splits(frame)
     protected = {name: i + 1 for i, name in enumerate(settings.protected_splits)}
     partition = splits.replace_strict(protected, default=0, return_dtype=pl.Int64).to_numpy()
     found = find_duplicates(rank, exact, normalised, partition.astype(np.int64), near)

@@ -90,9 +90,9 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
         return None
     # Only keys that occur more than once can conflict. They are found on a 64-bit hash
     # of the key (20 bytes per row in the parent with the row's place, instead of the
-    # keys and 64-character digests; see pipeline.repeats); only those rows (retries, duplicates, conflicts: a
-    # few percent) are re-read and decided on the exact keys and digests, so a collision
-    # of key hashes can never invent a conflict, nor hide one.
+    # keys and 64-character digests; see pipeline.repeats); only those rows (retries,
+    # duplicates, conflicts: a few percent) are re-read and decided on the exact keys and
+    # digests, so a collision of key hashes can never invent a conflict, nor hide one.
     hashed = pl.concat(ctx.evaluate(kind, {"_h_key": _key_hash(keys)}))
     candidates = hashed.filter(repeated(hashed["_h_key"])).select(KEYS)
     del hashed

@@ -74,7 +74,6 @@ class Dedupe:
         # the digests (exact groups; the kept row a pointer names) are not state columns
         columns = [*_available(ctx, kind, wanted), *_DIGESTS]
         fields = group_fields(key, settings, kind)
-        grouped = [c for c in columns if c in {apart.get(f, f) for f in map(_root, fields)}]
         participants = (
             _repeated_fingerprints(ctx, kind, rows, is_accepted, accepted)
             if _exact_only(settings)
@@ -93,18 +92,17 @@ class Dedupe:
             place = frame["_place"].cast(pl.Int64).gather(matches.removed["_row"])
             matches.removed = matches.removed.with_columns(_row=place)
             if len(splits) > 1:  # a task (or group) of rows matched or not may straddle
-                grouping = _payload(ctx, kind, rows, is_accepted, grouped).rename(
-                    back, strict=False
+                roots = {apart.get(f, f) for f in map(_root, fields)}
+                grouping = _payload(
+                    ctx, kind, rows, is_accepted, [c for c in columns if c in roots]
                 )
-                everyone = pl.concat([accepted.select(split), grouping], how="horizontal")
+                everyone = pl.concat(
+                    [accepted.select(split), grouping.rename(back, strict=False)],
+                    how="horizontal",
+                )
             else:  # no group can straddle splits
                 everyone = pl.DataFrame(schema={"_split": pl.String})
-        kept = (
-            everyone.with_row_index("_row")
-            .with_columns(pl.col("_row").cast(pl.Int64))
-            .filter(~pl.col("_row").is_in(matches.removed["_row"].implode()))
-        )
-        outcome = matches.complete(kept, fields, accepted.height)
+        outcome = matches.complete(everyone, fields, accepted.height)
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", outcome.clusters.to_arrow(), kind)
         ctx.write_artifact(
             f"dedupe/split_groups/{kind}.parquet",
