@@ -103,13 +103,16 @@ class EngineSettings:
         if self.batch_lines < 1:
             raise ConfigError(f"{path}.batch_lines: must be at least 1")
 
-    def resolved_workers(self) -> int:
+    def resolved_workers(self, shards: int | None = None) -> int:
+        """The configured count; by default one per available core, but no more than
+        ``shards`` when the run knows how many it will have."""
         if self.workers is not None:
             return self.workers
         try:
-            return max(1, len(os.sched_getaffinity(0)))
+            cores = max(1, len(os.sched_getaffinity(0)))
         except AttributeError:  # pragma: no cover - not Linux
-            return max(1, os.cpu_count() or 1)
+            cores = max(1, os.cpu_count() or 1)
+        return cores if shards is None else max(1, min(cores, shards))
 
 
 @dataclass(frozen=True)

@@ -316,7 +316,7 @@ def test_default_workers_never_outnumber_the_shards(tmp_path: Path) -> None:
     a one-shard export is gated in this process instead of starting idle workers. A
     configured count is kept, and a compressed input (shards known only once spilled)
     gets every core."""
-    from pipeline.run import _workers, expand_inputs
+    from pipeline.run import _known_shards, expand_inputs
 
     plain = tmp_path / "a.jsonl"
     plain.write_bytes(b"".join(line + b"\n" for line in export_lines("pairwise-v2", 40, seed=3)))
@@ -326,7 +326,9 @@ def test_default_workers_never_outnumber_the_shards(tmp_path: Path) -> None:
 
     def workers(path: Path, **settings: Any) -> int:
         config = CampaignConfig(inputs=(InputSpec(str(path)),)).override(**settings)
-        return _workers(config, expand_inputs(config.inputs, config))
+        return config.engine.resolved_workers(
+            _known_shards(config, expand_inputs(config.inputs, config))
+        )
 
     assert workers(plain) == 1
     third = plain.stat().st_size // 3 + 1
