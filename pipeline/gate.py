@@ -12,7 +12,9 @@ Two implementations share every building block:
 
 * :meth:`Gate.gate_line` is the per-line reference path, written for clarity.
 * :meth:`Gate.gate_batch` is the hot path used by runs. It differs only where profiling
-  showed a cost that can be skipped *provably*: when a kind's schema bounds depth and
+  showed a cost that can be skipped *provably*: orjson parses a line when it can be
+  proved to read what the strict parser reads (:func:`~pipeline.strict_json.parse_fast`);
+  when a kind's schema bounds depth and
   fan-out within the limits, the limits walk runs only for lines that fail later
   (a failing line re-runs the reference order, so reasons are identical); and canonical
   JSON goes through orjson when the parser saw no float and the schema admits no key
@@ -62,7 +64,7 @@ from pipeline.strict_json import (
     StrictParser,
     check_limits,
     has_float,
-    parse_if_canonical,
+    parse_fast,
     require_object,
 )
 
@@ -350,7 +352,7 @@ class Gate:
         max_line, max_depth, max_items = limits.max_line_bytes, limits.max_depth, limits.max_items
         parser = self._parser
         parse = parser.parse
-        fast_parse = parse_if_canonical
+        fast_parse = parse_fast
         long_digits = LONG_DIGITS.search
         sha256 = hashlib.sha256
         rows: dict[str, _KindRows] = {}

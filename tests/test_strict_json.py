@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.reasons import RejectLine
@@ -16,11 +16,11 @@ from pipeline.strict_json import (
     check_limits,
     has_float,
     measure,
-    parse_if_canonical,
+    parse_fast,
     parse_object,
     parse_value,
 )
-from tests.strategies import JSON_VALUES
+from tests.strategies import INT64, JSON_VALUES, KEYS, TEXT
 
 # RFC 8259 allows repeated keys (these are y_ files); rowgate's contract rejects them
 # (DESIGN §3.2, seed 000 "Reject duplicate JSON keys before validation"). They must
@@ -200,21 +200,88 @@ def test_duplicate_key_at_any_depth(obj: dict[str, int], data: st.DataObject) ->
     assert caught.value.reason.code == "json.duplicate_key"
 
 
-def test_fast_parser_only_takes_its_own_canonical_form() -> None:
-    value = {"b": [1, "\u00e9", {"c": None}], "a": True}
-    assert parse_if_canonical(orjson.dumps(value)) == value
-    assert parse_if_canonical(b'{"a":1,"a":2}') is None  # duplicate: re-serialises shorter
-    assert parse_if_canonical(b'{"a": 1}') is None  # not compact: the strict parser decides
-    assert parse_if_canonical(b'{"a":"\\ud800"}') is None
-    assert parse_if_canonical(b'{"a":1e400}') is None
-    assert parse_if_canonical(b'{"a":1e-400}') is None  # underflow re-serialises as 0.0
+def test_fast_parser_takes_its_own_compact_form() -> None:
+    value = {"b": [1, "\u00e9", {"c": None}], "a": True, "f": 1.5}
+    assert parse_fast(orjson.dumps(value)) == value
+    assert parse_fast(b'{"a":1,"a":2}') is None  # duplicate: re-serialises shorter
+    assert parse_fast(b'{"a":"\\ud800"}') is None
+    assert parse_fast(b'{"a":1e400}') is None
+    assert parse_fast(b'{"a":1e-400}') is None  # underflow re-serialises as 0.0
     assert has_float({"a": [1, {"b": 2.0}]})
     assert not has_float({"a": [1, {"b": "2.0"}], "c": None})
+
+
+def test_fast_parser_counts_members_in_other_layouts() -> None:
+    """json.dumps' default layout takes the fast path; what the count cannot prove
+    (a repeated key, an escaped colon, a float, an integer beyond int64) does not."""
+    value = {"a:b": [1, "x: y", {"c": None}], "d": "\u00e9:"}
+    for line in (json.dumps(value).encode(), json.dumps(value, indent=None).encode()):
+        assert orjson.dumps(value) != line
+        assert parse_fast(line) == value
+    assert parse_fast(b'{"a": 1, "a": 2}') is None
+    assert parse_fast(b'{"a": "x:y", "a": "z"}') is None  # the lost string's colon counts
+    assert parse_fast(b'{"\\u0061": {"b": 1}, "a": 2}') is None  # a repeat spelled otherwise
+    assert parse_fast(b'{"a": "\\u003a", "b": 1}') is None  # escaped colon: not counted
+    assert parse_fast(b'{"a": 1, "a": 2, "b": "\\u003a"}') is None  # ...which would hide this
+    assert parse_fast(b'{"a": 1.5}') is None
+    assert parse_fast(b'{"a": 1e-400}') is None
+    assert parse_fast(b'{"a": 18446744073709551615}') is None
+    assert parse_fast(b'{"a": 100000000000000000000}') is None  # orjson: a float
+    assert parse_fast(b'{"a": 9223372036854775807, "b": -0}') == {"a": 2**63 - 1, "b": 0}
+
+
+def _layout(value: object, data: st.DataObject) -> str:
+    """``value`` as JSON text with drawn whitespace, escapes and repeated keys."""
+    space = st.sampled_from(["", " ", "  ", "\t", "\r"])
+    if isinstance(value, dict):
+        members = [(k, _layout(v, data)) for k, v in value.items()]
+        if members and data.draw(st.integers(0, 3)) == 0:  # a repeated key, anywhere
+            key = data.draw(st.sampled_from([k for k, _ in members]))
+            at = data.draw(st.integers(0, len(members)))
+            members.insert(at, (key, _layout(data.draw(JSON_VALUES), data)))
+        body = ",".join(
+            data.draw(space) + _layout(k, data) + data.draw(space) + ":" + data.draw(space) + v
+            for k, v in members
+        )
+        return "{" + body + data.draw(space) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(data.draw(space) + _layout(v, data) for v in value) + "]"
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=data.draw(st.booleans()))
+        if data.draw(st.integers(0, 4)) == 0:
+            text = text.replace(":", "\\u003a")
+        return text
+    return json.dumps(value)
+
+
+# Objects whose strings and keys are rich in colons, quotes and backslashes, floats rarer.
+_PUNCTUATED = st.text(st.sampled_from(':"\\ /aé\U0001f600\x1f'), max_size=6)
+_LAYOUT_VALUES = st.recursive(
+    st.none() | st.booleans() | INT64 | _PUNCTUATED | TEXT | st.just(0.5),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(_PUNCTUATED | KEYS, children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400)
+@given(st.dictionaries(_PUNCTUATED | KEYS, _LAYOUT_VALUES, min_size=1, max_size=5), st.data())
+def test_fast_parser_agrees_with_the_strict_parser_in_any_layout(
+    value: object, data: st.DataObject
+) -> None:
+    """Whatever the layout, a value the fast parser returns is the strict parser's, to
+    the type (``1`` is not ``1.0``); a line it cannot prove is left to the strict one."""
+    line = (_layout(value, data) + data.draw(st.sampled_from(["", " "]))).encode()
+    fast = parse_fast(line)
+    if fast is None:
+        return
+    assert orjson.dumps(fast) == orjson.dumps(parse_value(line)), line
 
 
 @given(JSON_VALUES)
 def test_fast_parser_agrees_with_the_strict_parser(value: object) -> None:
     line = orjson.dumps(value)
-    fast = parse_if_canonical(line)
+    fast = parse_fast(line)
     if fast is not None:
         assert fast == parse_value(line)
