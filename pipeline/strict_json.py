@@ -205,7 +205,11 @@ def parse_fast(line: bytes) -> Any | None:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if orjson.dumps(value) == line:
+    # Which proof to try first: a space after the first key says the line is not in
+    # orjson's compact form, which then need not be built (~3 µs). A wrong guess costs
+    # time, never correctness: either proof alone is sound.
+    colon = line.find(b'":', 1, 256)
+    if (colon < 0 or line[colon + 2 : colon + 3] != b" ") and orjson.dumps(value) == line:
         return value
     if _ESCAPED_COLON.search(line):
         return None
