@@ -5,6 +5,7 @@
     python benchmarks/bench_throughput.py --scaling       # 500 MB and 2 GB: growth of time, memory
     python benchmarks/bench_throughput.py --repeat 3      # best of 3 per tool (noisy machines)
     python benchmarks/bench_throughput.py --zstd          # also one .zst of the export
+    python benchmarks/bench_throughput.py --layout json   # lines as json.dumps writes them
 
 Measured (wall time, rows/s, MB/s, peak RSS of the whole process tree):
 
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import orjson
 import zstandard
-from harness import Measurement, measure, python, table, write_export
+from harness import LAYOUTS, Measurement, measure, python, relayout, table, write_export
 
 from pipeline.schemas import SCHEMA_DIR
 
@@ -70,10 +71,10 @@ def reference_path_seconds(path: Path, lines: int, sample: int) -> float:
     return (time.perf_counter() - started) / len(batch) * lines
 
 
-def generate(path: Path, megabytes: float) -> None:
+def generate(path: Path, megabytes: float, layout: str) -> None:
     """Write the benchmark export and say how big it is."""
     started = time.perf_counter()
-    size, lines = write_export(path, megabytes)
+    size, lines = write_export(path, megabytes, transform=relayout if layout == "json" else None)
     print(
         f"generated {size / 1e6:.0f} MB, {lines:,} lines in {time.perf_counter() - started:.0f} s"
     )
@@ -162,6 +163,12 @@ def main() -> None:
     parser.add_argument(
         "--keep", type=Path, default=None, help="reuse/keep the export at this path"
     )
+    parser.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="orjson",
+        help="the export's line layout: orjson's compact form, or json.dumps' defaults",
+    )
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -173,7 +180,7 @@ def main() -> None:
             return
         path = args.keep or tmp / "export.jsonl"
         if not path.exists():
-            generate(path, args.size_mb)
+            generate(path, args.size_mb, args.layout)
         size = path.stat().st_size
         with open(path, "rb") as fh:
             lines = sum(1 for _ in fh)
@@ -243,7 +250,7 @@ def scaling(tmp: Path, args: argparse.Namespace) -> None:
     its fastest time and its highest peak memory."""
     small, large = tmp / "1x.jsonl", tmp / "4x.jsonl"
     for path, megabytes in ((small, args.size_mb), (large, 4 * args.size_mb)):
-        generate(path, megabytes)
+        generate(path, megabytes, args.layout)
     runs: dict[Path, list[Measurement]] = {small: [], large: []}
     for _ in range(args.repeat):
         for path, out in ((small, tmp / "out1"), (large, tmp / "out4")):

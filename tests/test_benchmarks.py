@@ -20,3 +20,30 @@ def test_gate_floor_runs_on_a_small_export() -> None:
     assert done.returncode == 0, done.stderr
     assert "sum of the required pieces (the floor)" in done.stdout
     assert "gate_batch today" in done.stdout
+
+
+def test_gate_floor_runs_on_the_json_dumps_layout() -> None:
+    script = str(ROOT / "benchmarks" / "gate_floor.py")
+    done = subprocess.run(
+        [sys.executable, script, "--lines", "300", "--layout", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "gate_batch today" in done.stdout
+
+
+def test_relayout_keeps_what_makes_a_line_defective() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from harness import relayout
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert relayout(b'{"a":[1,{"b":"\xc3\xa9"}]}') == b'{"a": [1, {"b": "\\u00e9"}]}'
+    assert relayout(b'{"a":1,"a":NaN}') == b'{"a": 1, "a": NaN}'
+    assert relayout(b'{"a":"\\ud800","b":100000000000000000000}') == (
+        b'{"a": "\\ud800", "b": 100000000000000000000}'
+    )
+    assert relayout(b'{"a":1,}') == b'{"a":1,}'  # unreadable: left as it is
