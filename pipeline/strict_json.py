@@ -209,7 +209,7 @@ def parse_fast(line: bytes) -> Any | None:
     # orjson's compact form, which then need not be built (~3 µs). A wrong guess costs
     # time, never correctness: either proof alone is sound.
     colon = line.find(b'":', 1, 256)
-    if (colon < 0 or line[colon + 2 : colon + 3] != b" ") and orjson.dumps(value) == line:
+    if (colon < 0 or not line.startswith(b" ", colon + 2)) and orjson.dumps(value) == line:
         return value
     if _ESCAPED_COLON.search(line):
         return None
