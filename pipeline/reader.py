@@ -34,6 +34,7 @@ __all__ = [
     "Shard",
     "detect_compression",
     "fetch_lines",
+    "iter_shards",
     "open_stream",
     "plan_shards",
     "read_batches",
@@ -225,29 +226,39 @@ def plain_shard_count(input_file: InputFile, shard_bytes: int) -> int:
 def plan_shards(
     inputs: list[InputFile], shard_bytes: int, spill_dir: Path | None = None
 ) -> list[Shard]:
-    """Cut inputs into shards. The plan depends only on file contents, ``shard_bytes``
-    and whether there is a ``spill_dir``.
+    """Every shard of the inputs (:func:`iter_shards`), once all are cut."""
+    return list(iter_shards(inputs, shard_bytes, spill_dir))
+
+
+def iter_shards(
+    inputs: list[InputFile], shard_bytes: int, spill_dir: Path | None = None
+) -> Iterator[Shard]:
+    """Cut inputs into shards, yielding each as soon as it is cut. The shards depend only
+    on file contents, ``shard_bytes`` and whether there is a ``spill_dir``.
 
     With ``spill_dir``, a compressed input is decompressed once, here, into spill files of
     about ``shard_bytes`` each (:func:`_spill`; a corrupt stream raises
-    :class:`InputError`); without, it is one shard, read by one worker.
+    :class:`InputError`), each yielded when written, so that workers gate the first
+    pieces while the rest of the stream is decompressed; without, it is one shard, read
+    by one worker.
 
     A plain file is cut into the fewest shards of at most about ``shard_bytes``, all of
     about the same size: 500 MB at 64 MiB is 8 shards of 62.5 MB, not 7 full ones and a
     small eighth. Workers then finish together: a small last shard left one of two
     cores idle for half a shard's time at the end of the gate and of the write phase.
     """
-    shards: list[Shard] = []
+    index = 0
     for input_file in inputs:
         if input_file.compression != "none":
             if spill_dir is None:
-                shards.append(Shard(len(shards), input_file))
+                yield Shard(index, input_file)
+                index += 1
             else:
-                shards += _spill(input_file, shard_bytes, spill_dir, len(shards))
+                for shard in _spill(input_file, shard_bytes, spill_dir, index):
+                    yield shard
+                    index += 1
             continue
         count = plain_shard_count(input_file, shard_bytes)
-        if count == 0:
-            continue
         start = 0
         with open(input_file.resolved, "rb") as fh:
             for i in range(1, count + 1):
@@ -257,52 +268,48 @@ def plan_shards(
                 if target <= start:
                     continue
                 end = _next_boundary(fh, target, input_file.size)
-                shards.append(Shard(len(shards), input_file, start, end))
+                yield Shard(index, input_file, start, end)
+                index += 1
                 start = end
-    return shards
 
 
 def _spill(
     input_file: InputFile, shard_bytes: int, directory: Path, first_index: int
-) -> list[Shard]:
+) -> Iterator[Shard]:
     """Shards of a compressed input: its decompressed stream cut at the first line start
     at or after every ``shard_bytes`` since the last cut, each piece copied (in chunks:
-    memory stays bounded) to a plain file in ``directory``. Workers, and the writer's
-    re-reads of late rejections, then seek in plain files instead of decompressing.
+    memory stays bounded) to a plain file in ``directory`` and yielded once complete.
+    Workers, and the writer's re-reads of late rejections, then seek in plain files
+    instead of decompressing.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    shards: list[Shard] = []
+    pieces = 0
     start = position = 0  # the open piece's first byte; the stream bytes copied so far
     out: IO[bytes] | None = None
-
-    def finish() -> None:
-        nonlocal out, start
-        assert out is not None
-        out.close()
-        shards.append(Shard(first_index + len(shards), input_file, start, position, out.name))
-        out, start = None, position
-
     try:
         with _decoding(input_file), open_stream(input_file) as stream:
             while chunk := stream.read(CHUNK_BYTES):
                 base, at = position, 0  # stream position of chunk[0]; next byte to copy
                 while at < len(chunk):
                     if out is None:
-                        name = f"{input_file.index:05d}-{len(shards):05d}.jsonl"
-                        out = open(directory / name, "wb")  # noqa: SIM115 - closed by finish()
+                        name = f"{input_file.index:05d}-{pieces:05d}.jsonl"
+                        out = open(directory / name, "wb")  # noqa: SIM115 - closed below
                     # the piece ends after the first "\n" at or after start + shard_bytes - 1
                     cut = chunk.find(b"\n", max(at, start + shard_bytes - 1 - base))
                     stop = len(chunk) if cut < 0 else cut + 1
                     out.write(memoryview(chunk)[at:stop])
                     position, at = base + stop, stop
                     if cut >= 0:
-                        finish()
+                        out.close()
+                        yield Shard(first_index + pieces, input_file, start, position, out.name)
+                        out, start, pieces = None, position, pieces + 1
             if out is not None:
-                finish()
+                out.close()
+                yield Shard(first_index + pieces, input_file, start, position, out.name)
+                out = None
     finally:
         if out is not None:
             out.close()
-    return shards
 
 
 def read_batches(shard: Shard, max_line_bytes: int, batch_lines: int) -> Iterator[LineBatch]:

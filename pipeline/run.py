@@ -10,7 +10,7 @@ import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +30,8 @@ from pipeline.reader import (
     InputFile,
     Shard,
     detect_compression,
+    iter_shards,
     plain_shard_count,
-    plan_shards,
 )
 from pipeline.reports.run_report import write_run_report
 from pipeline.rubrics.campaign import load_campaign_rubrics
@@ -51,7 +51,9 @@ class RunError(RuntimeError):
 class RunObserver:
     """Hooks for a front end (the CLI's progress bar); all optional."""
 
-    on_start: Callable[[int, int], None] = lambda total_bytes, shards: None
+    #: called once before gating with the bytes of lines expected (estimated for
+    #: compressed inputs: their shards are cut while they are gated)
+    on_start: Callable[[int], None] = lambda total_bytes: None
     on_progress: Callable[[int, int], None] = lambda nbytes, nlines: None
     on_phase: Callable[[str], None] = lambda name: None
 
@@ -174,22 +176,12 @@ def run(
         gate = _preflight(config)
         with atomic_directory(out, force=force) as tmp:
             digests = _hash_inputs(inputs)
-            # Compressed inputs are decompressed into spill files here, so that several
-            # workers can gate one (staging, spills included, goes before OUT is published).
-            observer.on_phase("plan")
-            t0 = time.perf_counter()
-            spill = spill_dir(tmp) if config.engine.spill_compressed else None
-            shards = plan_shards(inputs, config.engine.shard_bytes, spill)
-            timings["plan_s"] = time.perf_counter() - t0
-            observer.on_start(sum(s.expected_bytes for s in shards), len(shards))
+            observer.on_start(_expected_bytes(inputs))
             observer.on_phase("gate")
             t0 = time.perf_counter()
-            summaries = engine.map(
-                gate_step(config),
-                [GateTask(s, tmp) for s in shards],
-                observer.on_progress,
-                cost=lambda task: task.shard.expected_bytes,
-            )
+            shards: list[Shard] = []
+            gate_tasks, cost = _gate_tasks(config, inputs, tmp, shards)
+            summaries = engine.map(gate_step(config), gate_tasks, observer.on_progress, cost)
             timings["gate_s"] = time.perf_counter() - t0
 
             line_bases = _line_bases(shards, summaries)
@@ -234,6 +226,37 @@ def run(
             manifest["reports"] = [write_run_report(tmp, manifest)]
             write_manifest(tmp, manifest)
     return RunResult(out, manifest, summaries)
+
+
+def _gate_tasks(
+    config: CampaignConfig, inputs: list[InputFile], root: Path, shards: list[Shard]
+) -> tuple[Iterable[GateTask], Callable[[GateTask], int] | None]:
+    """The gate phase's tasks, one per shard (each appended to ``shards`` when cut), and
+    the cost that orders them, if any (:meth:`LocalEngine.map`).
+
+    Compressed inputs are decompressed into spill files of ``engine.shard_bytes`` (so
+    that several workers gate one; staging, spills included, goes before OUT is
+    published), and each shard is handed to the workers as soon as its spill file is
+    written: on a 500 MB export as one .zst, spilling took 0.9-1.5 s during which the
+    workers had nothing to do. Plain inputs are cut at once, so their tasks are given
+    largest-first (``cost``): a small shard last leaves less idle time at the end.
+    """
+    spill = spill_dir(root) if config.engine.spill_compressed else None
+
+    def tasks() -> Iterator[GateTask]:
+        for shard in iter_shards(inputs, config.engine.shard_bytes, spill):
+            shards.append(shard)
+            yield GateTask(shard, root)
+
+    if spill is not None and any(f.compression != "none" for f in inputs):
+        return tasks(), None
+    return list(tasks()), lambda task: task.shard.expected_bytes
+
+
+def _expected_bytes(inputs: list[InputFile]) -> int:
+    """Bytes of lines the inputs hold, for progress: exact for plain inputs, estimated
+    for compressed ones (:attr:`Shard.expected_bytes`)."""
+    return sum(Shard(0, f).expected_bytes for f in inputs)
 
 
 def _known_shards(config: CampaignConfig, inputs: list[InputFile]) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,52 @@ def test_workers_allocate_from_a_pool_that_returns_memory(monkeypatch: pytest.Mo
         pools = engine.map(Step(_init_nothing, (), _arrow_pool), [0, 1])
     assert pools == [("system", "system")] * 2
     assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system"
+
+
+def _run_marking(state: str, task: tuple[str, int], progress: Progress) -> int:
+    """Leave ``<dir>/started-<n>``, take a moment, then leave ``<dir>/done-<n>``."""
+    directory, n = task
+    Path(directory, f"started-{n}").touch()
+    time.sleep(0.3)
+    Path(directory, f"done-{n}").touch()
+    return n
+
+
+def _wait_for(path: Path, seconds: float = 20) -> bool:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return path.exists()
+
+
+def test_tasks_are_submitted_as_a_producer_yields_them(tmp_path: Path) -> None:
+    """Without ``cost``, a task runs while the producer is still working on the next
+    (a compressed input being cut into shards): map does not read the producer first."""
+    seen_running = []
+
+    def produce() -> Iterator[tuple[str, int]]:
+        for n in range(3):
+            yield str(tmp_path), n
+            seen_running.append(_wait_for(tmp_path / f"started-{n}"))
+
+    step = Step(_init_logged, (str(tmp_path / "log"), False), _run_marking)
+    with LocalEngine(2) as engine:
+        assert engine.map(step, produce()) == [0, 1, 2]
+    assert seen_running == [True, True, True]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failing_producer_lets_running_tasks_finish_first(tmp_path: Path, workers: int) -> None:
+    """The error is raised only once no task runs: a step writing into the caller's
+    directory must not outlive map (the run then removes that directory)."""
+
+    def produce() -> Iterator[tuple[str, int]]:
+        yield str(tmp_path), 0
+        assert _wait_for(tmp_path / "started-0")
+        raise ValueError("corrupt stream")
+
+    step = Step(_init_logged, (str(tmp_path / "log"), False), _run_marking)
+    with LocalEngine(workers) as engine:
+        with pytest.raises(ValueError, match="corrupt stream"):
+            engine.map(step, produce())
+        assert (tmp_path / "done-0").exists()  # before the pool is shut down

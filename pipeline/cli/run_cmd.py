@@ -121,7 +121,7 @@ class _progress:
         self.progress.start()
         self.task = self.progress.add_task("gate", total=None, lines=0, rate=0.0)
 
-        def on_start(total_bytes: int, shards: int) -> None:
+        def on_start(total_bytes: int) -> None:
             self.progress.update(self.task, total=total_bytes)
 
         def on_progress(nbytes: int, nlines: int) -> None:

@@ -22,7 +22,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
@@ -219,14 +219,18 @@ class LocalEngine:
     def map(
         self,
         step: Step[S, T, R],
-        tasks: Sequence[T],
+        tasks: Iterable[T],
         progress: Progress | None = None,
         cost: Callable[[T], int] | None = None,
     ) -> list[R]:
         """Run ``step`` over ``tasks``; results in task order.
 
-        ``cost`` orders submission largest-first (fewer idle workers at the end); it
-        never changes results, which are keyed by task position.
+        ``cost`` orders submission largest-first (fewer idle workers at the end), after
+        reading every task. Without it each task is submitted as ``tasks`` yields it, so
+        the workers start while a slow producer (a compressed input being decompressed
+        into shards) still works. Neither changes results, which are keyed by task
+        position. When a task or the producer fails, the tasks already running finish
+        before the error is raised: nothing the step writes outlives the call.
         """
         self._report = progress or (lambda nbytes, nlines: None)
         if self.workers == 1:
@@ -237,24 +241,32 @@ class LocalEngine:
                 release_memory()
             return inline
         pool = self._ensure_pool()
-        order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i]) if cost else i)
-        results: list[Any] = [None] * len(tasks)
+        if cost is None:
+            submissions: Iterable[tuple[int, T]] = enumerate(tasks)
+        else:
+            listed = list(tasks)
+            order = sorted(range(len(listed)), key=lambda i: -cost(listed[i]))
+            submissions = ((i, listed[i]) for i in order)
+        futures: dict[Future[Any], int] = {}
         try:
-            futures: dict[Future[Any], int] = {
-                pool.submit(_worker_run, step, tasks[i]): i for i in order
-            }
+            for i, task in submissions:
+                futures[pool.submit(_worker_run, step, task)] = i
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             for future in done:
                 error = future.exception()
                 if error is not None:
-                    for other in futures:
-                        other.cancel()
                     raise error
-            for future, i in futures.items():
-                results[i] = future.result()
-        except BrokenProcessPool as exc:
-            self._pool = None
-            raise EngineError("a worker process died (killed or out of memory)") from exc
+        except BaseException as exc:
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            if isinstance(exc, BrokenProcessPool):
+                self._pool = None
+                raise EngineError("a worker process died (killed or out of memory)") from exc
+            raise
+        results: list[Any] = [None] * len(futures)
+        for future, i in futures.items():
+            results[i] = future.result()
         return results
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
