@@ -238,7 +238,7 @@ def main() -> None:
         if timings:
             gate, glob = timings.get("gate_s", 0.0), timings.get("global_s", 0.0)
             print(
-                f"rowgate phases     = plan {timings.get('plan_s', 0):.2f} s, gate {gate:.2f} s, "
+                f"rowgate phases     = gate {gate:.2f} s, "
                 f"global {glob:.2f} s, write {timings.get('write_s', 0):.2f} s"
             )
             print(f"global / gate      = {glob / gate:.1%}   (target < 15 %)")

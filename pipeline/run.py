@@ -1,4 +1,6 @@
-"""A run, end to end: plan → gate (parallel) → global → write (parallel) → manifest.
+"""A run, end to end: shards → gate (parallel) → global → write (parallel) → manifest.
+
+Shards are gated as they are cut (a compressed input is cut while it is decompressed).
 
 The output directory appears atomically (:mod:`pipeline.outdir`): a crashed or killed run
 never leaves a partial ``OUT``.
