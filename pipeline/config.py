@@ -42,6 +42,12 @@ class ConfigError(ValueError):
     """An invalid campaign config or flag, with the path of the offending key."""
 
 
+#: The deepest ``limits.max_depth``: orjson, which writes canonical JSON for the hashes,
+#: raises on values nested deeper than 254 levels (and the gate's recursive walks stay far
+#: from Python's recursion limit below it).
+MAX_DEPTH: Final = 254
+
+
 @dataclass(frozen=True)
 class Limits:
     """Bounds checked before and during parsing (DESIGN §3.2)."""
@@ -57,6 +63,11 @@ class Limits:
         for name in ("max_line_bytes", "max_depth", "max_items"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{path}.{name}: must be at least 1")
+        if self.max_depth > MAX_DEPTH:
+            raise ConfigError(
+                f"{path}.max_depth: at most {MAX_DEPTH} (records are hashed through orjson, "
+                f"which writes no deeper)"
+            )
 
 
 @dataclass(frozen=True)

@@ -209,8 +209,12 @@ def parse_fast(line: bytes) -> Any | None:
     # orjson's compact form, which then need not be built (~3 µs). A wrong guess costs
     # time, never correctness: either proof alone is sound.
     colon = line.find(b'":', 1, 256)
-    if (colon < 0 or not line.startswith(b" ", colon + 2)) and orjson.dumps(value) == line:
-        return value
+    if colon < 0 or not line.startswith(b" ", colon + 2):
+        try:
+            if orjson.dumps(value) == line:
+                return value
+        except orjson.JSONEncodeError:  # nesting beyond what orjson writes (254 levels)
+            return None
     if _ESCAPED_COLON.search(line):
         return None
     counted = _members_and_colons(value)

@@ -41,6 +41,7 @@ def test_sample_campaign_loads() -> None:
         ("[limits]\nmax_depth = 'deep'", "limits.max_depth: expected int, got str"),
         ("[limits]\nmax_depth = true", "limits.max_depth: expected int, got bool"),
         ("[limits]\nmax_depth = 0", "limits.max_depth: must be at least 1"),
+        ("[limits]\nmax_depth = 255", "limits.max_depth: at most 254"),
         ("[[inputs]]\nkind = 'pairwise-v2'", "inputs[0]"),
         ("[[inputs]]\npath = 'a'\n[[inputs]]\npath = 'a'", "inputs[1].path: 'a' is listed twice"),
         ("[engine]\nname = 'spark'", "engine.name: unknown engine"),

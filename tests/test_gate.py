@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.config import CampaignConfig, Limits
+from pipeline.config import MAX_DEPTH, CampaignConfig, Limits
 from pipeline.gate import Gate
 from pipeline.reader import LineBatch
 from pipeline.reasons import Disposition
@@ -164,14 +164,47 @@ def _corpus() -> list[tuple[bytes, str | None]]:
 
 def test_fast_path_matches_reference_path() -> None:
     """Dispositions, reasons and every hash agree line by line (issue 3 acceptance)."""
-    corpus = _corpus()
-    by_declared: dict[str | None, list[bytes]] = {}
-    for line, declared in corpus:
-        by_declared.setdefault(declared, []).append(line)
+    _assert_paths_agree(GATE, _corpus())
+
+
+def _nested(depth: int) -> list[Any]:
+    """A value of ``depth`` nested arrays (``[]`` has depth 1)."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_deep_lines_gate_alike_on_both_paths() -> None:
+    """Nesting beyond what orjson writes (254 levels) once crashed the fast path (its
+    compact-form proof raised) where the reference path said json.too_deep; at the
+    deepest configurable limit, records at and past it gate alike on both paths."""
+    deep = [b'{"a":' + b"[" * n + b"]" * n + b"}" for n in (254, 300, 1500)]
+    _assert_paths_agree(GATE, [(line, None) for line in [*deep, _spaced(deep[1]) or b""]])
+    decide = make_record("pw-decide-row-1", random.Random(3), 1)
+    lines = []
+    for depth in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, 400):
+        record = {**decide, "meta": {**decide["meta"], "x": _nested(depth - 2)}}
+        lines.append((json.dumps(record).encode(), None))
+        lines.append((json.dumps(record, separators=(",", ":")).encode(), None))
+    deepest = Gate(CampaignConfig(limits=Limits(max_line_bytes=64 * 1024, max_depth=MAX_DEPTH)))
+    codes = _assert_paths_agree(deepest, lines)
+    assert codes == [[]] * 4 + [["json.too_deep"]] * 4  # accepted up to the limit
+
+
+def _assert_paths_agree(gate: Gate, corpus: list[tuple[bytes, str | None]]) -> list[list[str]]:
+    """Gate ``corpus`` on the batch path and line by line on the reference path; both
+    must give every line the same disposition, kind, reasons and hashes. Returns the
+    reason codes, in corpus order."""
+    by_declared: dict[str | None, list[tuple[int, bytes]]] = {}
+    for position, (line, declared) in enumerate(corpus):
+        by_declared.setdefault(declared, []).append((position, line))
+    codes: list[list[str]] = [[] for _ in corpus]
     compared = 0
-    for declared, lines in by_declared.items():
+    for declared, numbered in by_declared.items():
+        lines = [line for _, line in numbered]
         batch = LineBatch(first_line=1, offsets=list(range(len(lines))), lines=lines)
-        gated = GATE.gate_batch(batch, declared)
+        gated = gate.gate_batch(batch, declared)
         fast: dict[int, tuple[Any, ...]] = {}
         for kind_id, table in gated.kinds.items():
             for row in table.to_pylist():
@@ -186,15 +219,17 @@ def test_fast_path_matches_reference_path() -> None:
                     row["_raw_sha256"], row["_record_sha256"], row["_content_sha256"], row["_schema_sha256"],
                 )  # fmt: skip
         assert sorted(fast) == list(range(1, len(lines) + 1))
-        for n, line in enumerate(lines, 1):
-            ref = GATE.gate_line(line, declared)
+        for n, (position, line) in enumerate(numbered, 1):
+            ref = gate.gate_line(line, declared)
             expected = (
                 ref.disposition.value, ref.kind, [r.code for r in ref.reasons],
                 ref.raw_sha256, ref.record_sha256, ref.content_sha256, ref.schema_sha256,
             )  # fmt: skip
             assert fast[n] == expected, (declared, n, line[:80])
+            codes[position] = expected[2]
             compared += 1
     assert compared == len(corpus)
+    return codes
 
 
 def test_corpus_covers_every_defect_class() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.reasons import RejectLine
 from pipeline.strict_json import (
+    LONG_DIGITS,
     StrictParser,
     check_limits,
     has_float,
@@ -285,3 +287,38 @@ def test_fast_parser_agrees_with_the_strict_parser(value: object) -> None:
     fast = parse_fast(line)
     if fast is not None:
         assert fast == parse_value(line)
+
+
+def test_fast_parser_never_disagrees_with_the_strict_one_on_the_suite(conformance: Path) -> None:
+    """Every JSONTestSuite file, in its own layout and in json.dumps' (repeats kept): the
+    fast parser returns the strict parser's value, to the type, or leaves the file to it.
+    Integers beyond int64 in orjson's compact form are the caller's check (LONG_DIGITS),
+    as in the gate."""
+    taken = 0
+    for path in sorted((conformance / "json-parsing").glob("*.json")):
+        data = path.read_bytes()
+        layouts = [data]
+        with contextlib.suppress(ValueError, RecursionError):  # unreadable: one layout
+            layouts.append(_dumps_layout(json.loads(data, object_pairs_hook=_Members)))
+        for line in layouts:
+            fast = parse_fast(line)
+            if fast is None or LONG_DIGITS.search(line):
+                continue
+            taken += 1
+            assert orjson.dumps(fast) == orjson.dumps(parse_value(line)), path.name
+    assert taken > 100  # the fast path was exercised, in both layouts
+
+
+class _Members(list[tuple[str, object]]):
+    """An object's members in line order, repeats kept."""
+
+
+def _dumps_layout(value: object) -> bytes:
+    def text(node: object) -> str:
+        if isinstance(node, _Members):
+            return "{" + ", ".join(f"{json.dumps(k)}: {text(v)}" for k, v in node) + "}"
+        if isinstance(node, list):
+            return "[" + ", ".join(text(v) for v in node) + "]"
+        return json.dumps(node)
+
+    return text(value).encode()
