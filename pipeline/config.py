@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, Union
 
+from pipeline.strict_json import MAX_NESTING
+
 __all__ = [
     "CampaignConfig",
     "ConfigError",
@@ -42,10 +44,9 @@ class ConfigError(ValueError):
     """An invalid campaign config or flag, with the path of the offending key."""
 
 
-#: The deepest ``limits.max_depth``: orjson, which writes canonical JSON for the hashes,
-#: raises on values nested deeper than 254 levels (and the gate's recursive walks stay far
-#: from Python's recursion limit below it).
-MAX_DEPTH: Final = 254
+#: The deepest ``limits.max_depth``: the deepest value the gate can hash (orjson, which
+#: writes its canonical JSON, raises beyond it).
+MAX_DEPTH: Final = MAX_NESTING
 
 
 @dataclass(frozen=True)

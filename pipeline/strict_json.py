@@ -46,6 +46,7 @@ from pipeline.reasons import (
 )
 
 __all__ = [
+    "MAX_NESTING",
     "StrictParser",
     "check_limits",
     "has_float",
@@ -55,6 +56,11 @@ __all__ = [
     "parse_value",
 ]
 
+#: The deepest value orjson writes (it raises beyond 254 levels of containers), and so the
+#: deepest the gate hashes: ``limits.max_depth`` may not exceed it. orjson reads up to
+#: 1024 levels, deeper than the standard library's scanner can before Python's recursion
+#: limit: the fast parser leaves anything deeper than this to the strict one.
+MAX_NESTING: Final = 254
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
 _SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
@@ -196,8 +202,8 @@ def parse_fast(line: bytes) -> Any | None:
       are still in the line, so the counts are equal only when no key repeats. The walk
       that counts (~6 µs) sends a line to the strict parser when a colon is escaped
       (``\\u003a``: the line's count cannot see it), when a float is present (underflow;
-      the standard library's float reading is the reference) or an integer lies outside
-      int64.
+      the standard library's float reading is the reference), when an integer lies
+      outside int64, or when the value nests deeper than :data:`MAX_NESTING`.
 
     A test proves both paths give identical dispositions, reasons and hashes.
     """
@@ -226,11 +232,12 @@ def parse_fast(line: bytes) -> Any | None:
 
 def _members_and_colons(value: Any) -> tuple[int, int] | None:
     """(object members, colons inside keys and strings) of a parsed value; ``None`` when
-    it holds a float or an integer outside int64 (the strict parser decides those)."""
+    it holds a float, an integer outside int64, or nests deeper than :data:`MAX_NESTING`
+    (the strict parser decides those)."""
     members = colons = 0
-    stack = [value]
+    stack = [(value, 1)]
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         if type(node) is dict:
             members += len(node)
             colons += "".join(node).count(":")
@@ -245,7 +252,9 @@ def _members_and_colons(value: Any) -> tuple[int, int] | None:
                 if ":" in item:
                     colons += item.count(":")
             elif kind is dict or kind is list:
-                stack.append(item)
+                if depth == MAX_NESTING:
+                    return None
+                stack.append((item, depth + 1))
             elif kind is int:
                 if not INT64_MIN <= item <= INT64_MAX:
                     return None
@@ -283,24 +292,26 @@ def parse_value(line: bytes) -> Any:
     return _DEFAULT_PARSER.parse(line)
 
 
-def measure(value: Any, depth: int = 1) -> tuple[int, int]:
+def measure(value: Any) -> tuple[int, int]:
     """Return (nesting depth, largest container size); a scalar has depth 0.
 
-    ``{}`` and ``[]`` have depth 1, ``{"a": [1]}`` depth 2.
+    ``{}`` and ``[]`` have depth 1, ``{"a": [1]}`` depth 2. Iterative: a value nested as
+    deep as a parser allows must not exhaust Python's recursion limit here.
     """
-    kind = type(value)
-    if kind is dict:
-        children: Any = value.values()
-    elif kind is list:
-        children = value
-    else:
-        return 0, 0
-    max_depth, max_items = depth, len(value)
-    for child in children:
-        if type(child) is dict or type(child) is list:
-            child_depth, child_items = measure(child, depth + 1)
-            max_depth = max(max_depth, child_depth)
-            max_items = max(max_items, child_items)
+    max_depth = max_items = 0
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        kind = type(node)
+        if kind is dict:
+            children: Any = node.values()
+        elif kind is list:
+            children = node
+        else:
+            continue
+        max_depth = max(max_depth, depth)
+        max_items = max(max_items, len(node))
+        stack.extend((c, depth + 1) for c in children if type(c) is dict or type(c) is list)
     return max_depth, max_items
 
 

@@ -22,10 +22,11 @@ def test_gate_floor_runs_on_a_small_export() -> None:
     assert "gate_batch today" in done.stdout
 
 
-def test_gate_floor_runs_on_the_json_dumps_layout() -> None:
+def test_gate_floor_runs_on_the_json_dumps_layout(tmp_path: Path) -> None:
     script = str(ROOT / "benchmarks" / "gate_floor.py")
+    export = tmp_path / "export.jsonl"
     done = subprocess.run(
-        [sys.executable, script, "--lines", "300", "--layout", "json"],
+        [sys.executable, script, "--lines", "300", "--layout", "json", "--keep", str(export)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -33,6 +34,8 @@ def test_gate_floor_runs_on_the_json_dumps_layout() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "gate_batch today" in done.stdout
+    first = export.read_bytes().split(b"\n", 1)[0]
+    assert b'": ' in first  # json.dumps' separator after a key
 
 
 def test_relayout_keeps_what_makes_a_line_defective() -> None:

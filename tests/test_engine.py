@@ -183,6 +183,8 @@ def test_tasks_are_submitted_as_a_producer_yields_them(tmp_path: Path) -> None:
         for n in range(3):
             yield str(tmp_path), n
             seen_running.append(_wait_for(tmp_path / f"started-{n}"))
+            if not seen_running[-1]:
+                return  # map waits for the producer: stop, so the test fails at once
 
     step = Step(_init_logged, (str(tmp_path / "log"), False), _run_marking)
     with LocalEngine(2) as engine:
@@ -193,7 +195,8 @@ def test_tasks_are_submitted_as_a_producer_yields_them(tmp_path: Path) -> None:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_failing_producer_lets_running_tasks_finish_first(tmp_path: Path, workers: int) -> None:
     """The error is raised only once no task runs: a step writing into the caller's
-    directory must not outlive map (the run then removes that directory)."""
+    directory must not outlive map (the run then removes that directory). With one
+    worker the task runs inline, so this checks only that the error comes through."""
 
     def produce() -> Iterator[tuple[str, int]]:
         yield str(tmp_path), 0
@@ -205,3 +208,32 @@ def test_a_failing_producer_lets_running_tasks_finish_first(tmp_path: Path, work
         with pytest.raises(ValueError, match="corrupt stream"):
             engine.map(step, produce())
         assert (tmp_path / "done-0").exists()  # before the pool is shut down
+
+
+def _run_failing_first(state: str, task: tuple[str, int], progress: Progress) -> int:
+    if task[1] == 0:
+        raise ValueError("task 0 fails")
+    return task[1]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failed_task_stops_and_closes_the_producer(tmp_path: Path, workers: int) -> None:
+    """After a task fails, map reads no more tasks (the producer may be decompressing a
+    large stream for nothing) and closes it, so that it releases its files."""
+    drawn = []
+    closed = []
+
+    def produce() -> Iterator[tuple[str, int]]:
+        try:
+            for n in range(200):
+                drawn.append(n)
+                yield str(tmp_path), n
+                time.sleep(0.05)
+        finally:
+            closed.append(True)
+
+    step = Step(_init_logged, (str(tmp_path / "log"), False), _run_failing_first)
+    with LocalEngine(workers) as engine, pytest.raises(ValueError, match="task 0 fails"):
+        engine.map(step, produce())
+    assert len(drawn) < 200
+    assert closed == [True]

@@ -167,29 +167,29 @@ def test_fast_path_matches_reference_path() -> None:
     _assert_paths_agree(GATE, _corpus())
 
 
-def _nested(depth: int) -> list[Any]:
-    """A value of ``depth`` nested arrays (``[]`` has depth 1)."""
-    value: list[Any] = []
-    for _ in range(depth - 1):
-        value = [value]
-    return value
-
-
 def test_deep_lines_gate_alike_on_both_paths() -> None:
-    """Nesting beyond what orjson writes (254 levels) once crashed the fast path (its
-    compact-form proof raised) where the reference path said json.too_deep; at the
-    deepest configurable limit, records at and past it gate alike on both paths."""
-    deep = [b'{"a":' + b"[" * n + b"]" * n + b"}" for n in (254, 300, 1500)]
-    _assert_paths_agree(GATE, [(line, None) for line in [*deep, _spaced(deep[1]) or b""]])
+    """Nesting beyond what orjson writes (254 levels) crashed the fast path, once in its
+    compact-form proof, then, in json.dumps' layout at ~995-1023 levels (orjson reads up
+    to 1024, the standard library's scanner less), in the limits walk, where the
+    reference path said json.too_deep. At the deepest configurable limit, records at and
+    past it gate alike on both paths too."""
+    depths = (254, 300, 995, 1010, 1023, 1500)
+    deep = [b'{"a":' + b"[" * n + b"]" * n + b"}" for n in depths]
+    spaced = [b'{"a": ' + b"[" * n + b"]" * n + b"}" for n in depths]
+    _assert_paths_agree(GATE, [(line, None) for line in deep + spaced])
     decide = make_record("pw-decide-row-1", random.Random(3), 1)
     lines = []
-    for depth in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, 400):
-        record = {**decide, "meta": {**decide["meta"], "x": _nested(depth - 2)}}
-        lines.append((json.dumps(record).encode(), None))
-        lines.append((json.dumps(record, separators=(",", ":")).encode(), None))
+    for depth in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, 400, 995, 1010, 1023):
+        record = {**decide, "meta": {**decide["meta"], "x": "X"}}
+        for layout in (json.dumps(record), json.dumps(record, separators=(",", ":"))):
+            nested = "[" * (depth - 2) + "]" * (depth - 2)
+            lines.append((layout.replace('"X"', nested).encode(), None))
     deepest = Gate(CampaignConfig(limits=Limits(max_line_bytes=64 * 1024, max_depth=MAX_DEPTH)))
-    codes = _assert_paths_agree(deepest, lines)
-    assert codes == [[]] * 4 + [["json.too_deep"]] * 4  # accepted up to the limit
+    for gate in (GATE, deepest):
+        codes = _assert_paths_agree(gate, lines)
+        limit = gate.config.limits.max_depth
+        assert codes[:4] == [[] if limit == MAX_DEPTH else ["json.too_deep"]] * 4
+        assert codes[4:] == [["json.too_deep"]] * (len(lines) - 4)
 
 
 _TOKENS = (

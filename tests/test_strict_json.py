@@ -172,6 +172,10 @@ def test_measure_convention() -> None:
     assert measure({}) == (1, 0)
     assert measure({"a": [1, 2, 3]}) == (2, 3)
     assert measure([[], {"a": {"b": 1}}]) == (3, 2)
+    deep: list[object] = []
+    for _ in range(4999):
+        deep = [deep, 1]
+    assert measure({"a": deep}) == (5001, 2)  # iterative: no recursion limit
 
 
 def test_float_flag_tracks_number_literals() -> None:

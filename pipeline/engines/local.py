@@ -22,7 +22,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
@@ -228,18 +228,29 @@ class LocalEngine:
         ``cost`` orders submission largest-first (fewer idle workers at the end), after
         reading every task. Without it each task is submitted as ``tasks`` yields it, so
         the workers start while a slow producer (a compressed input being decompressed
-        into shards) still works. Neither changes results, which are keyed by task
-        position. When a task or the producer fails, the tasks already running finish
-        before the error is raised: nothing the step writes outlives the call.
+        into shards) still works, and a failed task stops the producer early. Neither
+        changes results, which are keyed by task position. When a task or the producer
+        fails, the tasks already running finish before the error is raised, and a
+        producer that is a generator is closed: nothing the step or the producer writes
+        outlives the call.
         """
         self._report = progress or (lambda nbytes, nlines: None)
-        if self.workers == 1:
-            state = step.init(*step.init_args)
-            inline: list[R] = []
-            for task in tasks:
-                inline.append(step.run(state, task, self._report))
-                release_memory()
-            return inline
+        try:
+            if self.workers == 1:
+                state = step.init(*step.init_args)
+                inline: list[R] = []
+                for task in tasks:
+                    inline.append(step.run(state, task, self._report))
+                    release_memory()
+                return inline
+            return self._map_pool(step, tasks, cost)
+        finally:
+            if isinstance(tasks, Generator):
+                tasks.close()  # a no-op once it is exhausted
+
+    def _map_pool(
+        self, step: Step[S, T, R], tasks: Iterable[T], cost: Callable[[T], int] | None
+    ) -> list[R]:
         pool = self._ensure_pool()
         if cost is None:
             submissions: Iterable[tuple[int, T]] = enumerate(tasks)
@@ -247,10 +258,20 @@ class LocalEngine:
             listed = list(tasks)
             order = sorted(range(len(listed)), key=lambda i: -cost(listed[i]))
             submissions = ((i, listed[i]) for i in order)
+        failed = threading.Event()
+
+        def note(future: Future[Any]) -> None:
+            if not future.cancelled() and future.exception() is not None:
+                failed.set()
+
         futures: dict[Future[Any], int] = {}
         try:
             for i, task in submissions:
-                futures[pool.submit(_worker_run, step, task)] = i
+                future = pool.submit(_worker_run, step, task)
+                future.add_done_callback(note)
+                futures[future] = i
+                if failed.is_set():
+                    break  # read no further: the producer may be decompressing a stream
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             for future in done:
                 error = future.exception()
