@@ -25,7 +25,7 @@ from pathlib import Path
 
 import orjson
 import pyarrow as pa
-from harness import LAYOUTS, fastest, relayout, table, write_export
+from harness import LAYOUTS, fastest, table, write_export
 
 from pipeline.config import CampaignConfig
 from pipeline.gate import Gate
@@ -33,6 +33,7 @@ from pipeline.kinds import KINDS
 from pipeline.reader import LineBatch
 from pipeline.rules import check_record
 from pipeline.strict_json import parse_fast
+from pipeline.synthetic import json_dumps_layout
 
 KIND = "pairwise-v2"
 
@@ -54,7 +55,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rowgate-floor-") as tmp:
         path = args.keep or Path(tmp) / "export.jsonl"
         if not path.exists():
-            transform = relayout if args.layout == "json" else None
+            transform = json_dumps_layout if args.layout == "json" else None
             write_export(path, args.lines * 3400 / 1e6 + 1, transform=transform)
         with open(path, "rb") as fh:
             lines = [line.rstrip(b"\n") for _, line in zip(range(args.lines), fh, strict=False)]

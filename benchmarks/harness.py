@@ -8,7 +8,6 @@ only under-estimate a spike shorter than the interval.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,7 +17,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pipeline.synthetic import export_lines
 
@@ -26,30 +24,8 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 #: How the export's lines are laid out: orjson's compact form (what the generator
-#: writes), or ``json.dumps``' defaults (", " and ": ", non-ASCII as \\u escapes), which
-#: is how most Python code writes JSONL.
+#: writes), or ``json.dumps``' defaults (:func:`~pipeline.synthetic.json_dumps_layout`).
 LAYOUTS = ("orjson", "json")
-
-
-class _Members(list[tuple[str, Any]]):
-    """An object's members in line order, repeats kept."""
-
-
-def relayout(line: bytes, number: int = 0) -> bytes:
-    """``line`` in ``json.dumps``' default layout, defects kept (repeated keys, NaN, huge
-    numbers, lone surrogates); a line the standard library cannot read is left as is."""
-
-    def text(value: Any) -> str:
-        if isinstance(value, _Members):
-            return "{" + ", ".join(f"{json.dumps(k)}: {text(v)}" for k, v in value) + "}"
-        if isinstance(value, list):
-            return "[" + ", ".join(text(v) for v in value) + "]"
-        return json.dumps(value)
-
-    try:
-        return text(json.loads(line, object_pairs_hook=_Members)).encode()
-    except (ValueError, RecursionError):
-        return line
 
 
 def write_export(

@@ -20,6 +20,7 @@ __all__ = [
     "GENERATORS",
     "defect_line",
     "export_lines",
+    "json_dumps_layout",
     "make_record",
     "plant_pii",
     "planted_secrets",
@@ -435,6 +436,30 @@ DEFECTS: Final[dict[str, Callable[[bytes, dict[str, Any]], bytes]]] = {
 
 def defect_line(defect: str, record: dict[str, Any]) -> bytes:
     return DEFECTS[defect](_dump(record), record)
+
+
+class _Members(list[tuple[str, Any]]):
+    """An object's members in line order, repeats kept."""
+
+
+def json_dumps_layout(line: bytes, number: int = 0) -> bytes:
+    """``line`` laid out as ``json.dumps`` writes by default (``", "`` and ``": "``,
+    non-ASCII as ``\\u`` escapes): how most Python code writes JSONL. What makes a line
+    defective is kept (repeated keys, NaN, huge or underflowing numbers, lone
+    surrogates); a line the standard library cannot read is returned as it is.
+    (``number`` makes it an ``export_lines`` transform for the benchmarks.)"""
+
+    def text(value: Any) -> str:
+        if isinstance(value, _Members):
+            return "{" + ", ".join(f"{json.dumps(k)}: {text(v)}" for k, v in value) + "}"
+        if isinstance(value, list):
+            return "[" + ", ".join(text(v) for v in value) + "]"
+        return json.dumps(value)
+
+    try:
+        return text(json.loads(line, object_pairs_hook=_Members)).encode()
+    except (ValueError, RecursionError):
+        return line
 
 
 def export_lines(

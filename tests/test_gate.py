@@ -14,7 +14,13 @@ from pipeline.config import MAX_DEPTH, CampaignConfig, Limits
 from pipeline.gate import Gate
 from pipeline.reader import LineBatch
 from pipeline.reasons import Disposition
-from pipeline.synthetic import DEFECTS, GENERATORS, defect_line, make_record
+from pipeline.synthetic import (
+    DEFECTS,
+    GENERATORS,
+    defect_line,
+    json_dumps_layout,
+    make_record,
+)
 
 EXAMPLE = json.loads(
     (Path(__file__).parent / "fixtures" / "seed000_annotation.json").read_text("utf-8")
@@ -89,26 +95,14 @@ def test_schema_rejection_lists_every_violation() -> None:
     assert sorted(_codes(orjson.dumps(bad))) == ["schema.enum", "schema.type"]
 
 
-class _Members(list[tuple[str, Any]]):
-    """An object's members in line order, repeats kept."""
-
-
-def _spaced(line: bytes) -> bytes | None:
-    """``line`` laid out as ``json.dumps`` writes by default (", " and ": ", \\u escapes),
-    keeping what makes it defective (repeated keys, huge or underflowing numbers, lone
-    surrogates); ``None`` when the standard library cannot read it at all."""
-
-    def text(value: Any) -> str:
-        if isinstance(value, _Members):
-            return "{" + ", ".join(f"{json.dumps(k)}: {text(v)}" for k, v in value) + "}"
-        if isinstance(value, list):
-            return "[" + ", ".join(text(v) for v in value) + "]"
-        return json.dumps(value)
-
-    try:
-        return text(json.loads(line, object_pairs_hook=_Members)).encode()
-    except (ValueError, RecursionError):
-        return None
+def test_json_dumps_layout_keeps_what_makes_a_line_defective() -> None:
+    """The corpus's second layout (pipeline.synthetic) must keep each defect."""
+    assert json_dumps_layout(b'{"a":[1,{"b":"\xc3\xa9"}]}') == b'{"a": [1, {"b": "\\u00e9"}]}'
+    assert json_dumps_layout(b'{"a":1,"a":NaN}') == b'{"a": 1, "a": NaN}'
+    assert json_dumps_layout(b'{"a":"\\ud800","b":100000000000000000000}') == (
+        b'{"a": "\\ud800", "b": 100000000000000000000}'
+    )
+    assert json_dumps_layout(b'{"a":1,}') == b'{"a":1,}'  # unreadable: left as it is
 
 
 def _corpus() -> list[tuple[bytes, str | None]]:
@@ -126,7 +120,7 @@ def _corpus() -> list[tuple[bytes, str | None]]:
             )
         defects = [defect_line(d, make_record(kind, rng, 999)) for d in sorted(DEFECTS)]
         lines += [(line, declared) for line in defects]
-        lines += [(line, declared) for line in map(_spaced, defects) if line is not None]
+        lines += [(spaced, declared) for spaced in map(json_dumps_layout, defects)]
     with_float = {**EXAMPLE, "ratings": {**EXAMPLE["ratings"], "style": 4.0}}
     math_float = {**make_record("math-reasoning-v1", rng, 6), "reasoning_score": 3.0}
     decide = make_record("pw-decide-row-1", rng, 5)
@@ -146,18 +140,22 @@ def _corpus() -> list[tuple[bytes, str | None]]:
         (orjson.dumps({**decide, "receipt": -(2**63)}), None),
         (b'{"a":1,"a":1}', None),  # a duplicate whose value orjson would happily keep
         # other layouts (the fast parser's member count) with its blind spots:
-        (_spaced(orjson.dumps({**decide, "receipt": huge})) or b"", None),
-        (_spaced(orjson.dumps({**decide, "meta": {"f": 1.5e-7, "g": -0.0}})) or b"", None),
-        (_spaced(orjson.dumps({**decide, "meta": {"a": "x:y"}}))[:-1] + b', "meta": 1}', None),
+        (json_dumps_layout(orjson.dumps({**decide, "receipt": huge})), None),
+        (json_dumps_layout(orjson.dumps({**decide, "meta": {"f": 1.5e-7, "g": -0.0}})), None),
+        (
+            json_dumps_layout(orjson.dumps({**decide, "meta": {"a": "x:y"}}))[:-1]
+            + b', "meta": 1}',
+            None,
+        ),
         (  # a valid record behind a repeat, and escaped colons that would hide it
             b'{"meta": {"task": "t-5", "group": "g-0"}, '
-            + (_spaced(orjson.dumps({**decide, "project": "p:::"})) or b"")[1:].replace(
+            + (json_dumps_layout(orjson.dumps({**decide, "project": "p:::"})))[1:].replace(
                 b'"p:::"', b'"p\\u003a\\u003a\\u003a"'
             ),
             None,
         ),
-        (_spaced(orjson.dumps({**decide, "meta": {"a": 1}}))[:-2] + b', "a": 2}}', None),
-        (_spaced(orjson.dumps({**decide, "meta": {"k": 1}}))[:-2] + b"e-400}}", None),
+        (json_dumps_layout(orjson.dumps({**decide, "meta": {"a": 1}}))[:-2] + b', "a": 2}}', None),
+        (json_dumps_layout(orjson.dumps({**decide, "meta": {"k": 1}}))[:-2] + b"e-400}}", None),
     ]
     return lines
 
