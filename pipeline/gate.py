@@ -12,14 +12,14 @@ Two implementations share every building block:
 
 * :meth:`Gate.gate_line` is the per-line reference path, written for clarity.
 * :meth:`Gate.gate_batch` is the hot path used by runs. It differs only where profiling
-  showed a cost that can be skipped *provably*: orjson parses a line when it can be
-  proved to read what the strict parser reads (:func:`~pipeline.strict_json.parse_fast`);
-  when a kind's schema bounds depth and
-  fan-out within the limits, the limits walk runs only for lines that fail later
-  (a failing line re-runs the reference order, so reasons are identical); and canonical
-  JSON goes through orjson when the parser saw no float and the schema admits no key
-  where orjson's and JCS's key orders differ. A test proves both paths give identical
-  dispositions, reasons and hashes on a corpus holding every defect class.
+  showed a cost that can be skipped *provably*: orjson parses a line when it provably
+  reads what the strict parser reads (:func:`~pipeline.strict_json.parse_fast`); when a
+  kind's schema bounds depth and fan-out within the limits, the limits walk runs only
+  for lines that fail later (a failing line re-runs the reference order, so reasons are
+  identical); and canonical JSON goes through orjson when the parser saw no float and
+  the schema admits no key where orjson's and JCS's key orders differ. Tests prove both
+  paths give identical dispositions, reasons and hashes on a corpus holding every defect
+  class in two layouts, and on a seeded fuzz of mutated records.
 
 The gate is a pure function of (line bytes, declared kind, config): no global state.
 """

@@ -67,6 +67,12 @@ class InputFile:
     kind: str | None = None
     split: str | None = None
 
+    @property
+    def expected_bytes(self) -> int:
+        """Bytes of lines the input holds: its size, but for a compressed stream, whose
+        decompressed size is unknown until read, 4× the file (a typical JSONL ratio)."""
+        return self.size if self.compression == "none" else 4 * self.size
+
 
 @dataclass(frozen=True)
 class Shard:
@@ -84,11 +90,11 @@ class Shard:
 
     @property
     def expected_bytes(self) -> int:
-        """Bytes of lines the shard holds: exact, but for a whole compressed stream, whose
-        decompressed size is unknown until read (then 4× the file: a typical JSONL ratio).
-        For progress totals and for giving the largest shards to workers first."""
-        end = self.end if self.end is not None else self.input.size * 4
-        return end - self.start
+        """Bytes of lines the shard holds: exact, but for a whole compressed stream
+        (:attr:`InputFile.expected_bytes`). For giving the largest shards to workers first."""
+        if self.end is None:
+            return self.input.expected_bytes - self.start
+        return self.end - self.start
 
 
 @dataclass

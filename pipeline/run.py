@@ -178,7 +178,7 @@ def run(
         gate = _preflight(config)
         with atomic_directory(out, force=force) as tmp:
             digests = _hash_inputs(inputs)
-            observer.on_start(_expected_bytes(inputs))
+            observer.on_start(sum(f.expected_bytes for f in inputs))
             observer.on_phase("gate")
             t0 = time.perf_counter()
             shards: list[Shard] = []
@@ -253,12 +253,6 @@ def _gate_tasks(
     if spill is not None and any(f.compression != "none" for f in inputs):
         return tasks(), None
     return list(tasks()), lambda task: task.shard.expected_bytes
-
-
-def _expected_bytes(inputs: list[InputFile]) -> int:
-    """Bytes of lines the inputs hold, for progress: exact for plain inputs, estimated
-    for compressed ones (:attr:`Shard.expected_bytes`)."""
-    return sum(Shard(0, f).expected_bytes for f in inputs)
 
 
 def _known_shards(config: CampaignConfig, inputs: list[InputFile]) -> int | None:

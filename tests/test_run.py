@@ -22,7 +22,7 @@ from pipeline import writer
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.manifest import load_manifest
 from pipeline.outdir import OutputExistsError
-from pipeline.run import InputError, run
+from pipeline.run import InputError, RunObserver, run
 from pipeline.synthetic import export_lines
 from pipeline.verify import verify_run
 from tests.conftest import DATA
@@ -335,3 +335,27 @@ def test_default_workers_never_outnumber_the_shards(tmp_path: Path) -> None:
     assert workers(plain, **{"engine.shard_bytes": third}) == min(cores, 3)
     assert workers(plain, **{"engine.workers": 2}) == 2
     assert workers(packed) == cores
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_progress_totals_and_advances_by_the_bytes_of_lines(
+    inputs: CampaignConfig, tmp_path: Path, compressed: bool
+) -> None:
+    """The observer's total is the inputs' bytes (estimated at 4× a compressed file), and
+    the gate's progress adds up to exactly the bytes of lines read, newlines included."""
+    given = [Path(spec.path) for spec in inputs.inputs]
+    paths = given
+    if compressed:
+        paths = [tmp_path / f"{p.name}.gz" for p in given]
+        for src, dst in zip(given, paths, strict=True):
+            dst.write_bytes(gzip.compress(src.read_bytes()))
+    totals: list[int] = []
+    advanced: list[int] = []
+    observer = RunObserver(
+        on_start=totals.append, on_progress=lambda nbytes, nlines: advanced.append(nbytes)
+    )
+    config = inputs.override(inputs=tuple(InputSpec(str(p)) for p in paths))
+    run(config, tmp_path / "out", observer=observer)
+    size = sum(p.stat().st_size for p in paths)
+    assert totals == [4 * size if compressed else size]
+    assert sum(advanced) == sum(p.stat().st_size for p in given)
