@@ -196,8 +196,8 @@ def parse_fast(line: bytes) -> Any | None:
     * **a member count**, for any other layout (``json.dumps``' default ``", "`` and
       ``": "`` separators and ``\\u`` escapes, which most exports use: without it they
       took ~33 µs more per 3.3 KB row than the same rows written by orjson). Each object
-      member has exactly one colon outside strings, so the line holds
-      ``line.count(b":")`` minus the colons inside its strings members. A repeated key
+      member has exactly one colon outside strings, so a line holds as many members as
+      ``line.count(b":")`` minus the colons inside its keys and strings. A repeated key
       loses at least one member from the value, and the colons in the strings it loses
       are still in the line, so the counts are equal only when no key repeats. The walk
       that counts (~6 µs) sends a line to the strict parser when a colon is escaped
