@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, Union
 
+from pipeline.reader import BATCH_BYTES
 from pipeline.strict_json import MAX_NESTING
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 MiB: Final = 1 << 20
+GiB: Final = 1 << 30
 _SHA256: Final = re.compile(r"[0-9a-f]{64}")
 
 
@@ -64,6 +66,9 @@ class Limits:
         for name in ("max_line_bytes", "max_depth", "max_items"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{path}.{name}: must be at least 1")
+        if self.max_line_bytes > GiB:
+            # a line is held whole, and stored whole in an Arrow column (at most 2 GiB)
+            raise ConfigError(f"{path}.max_line_bytes: at most {GiB}")
         if self.max_depth > MAX_DEPTH:
             raise ConfigError(
                 f"{path}.max_depth: at most {MAX_DEPTH} (records are hashed through orjson, "
@@ -102,8 +107,11 @@ class EngineSettings:
     #: decompressed size); ``false``: one worker reads the whole stream, and the global
     #: phase's per-shard working sets then grow with that stream (one shard at a time).
     spill_compressed: bool = True
-    #: Lines gated and converted to Arrow at a time inside a worker.
+    #: Lines gated and converted to Arrow at a time inside a worker...
     batch_lines: int = 4096
+    #: ...or fewer: a batch ends once it holds this many bytes of lines, so that a
+    #: worker's memory does not grow with the lines' length.
+    batch_bytes: int = BATCH_BYTES
 
     def validate(self, path: str) -> None:
         if self.name not in ("local",):
@@ -114,6 +122,9 @@ class EngineSettings:
             raise ConfigError(f"{path}.shard_bytes: must be at least 4096")
         if self.batch_lines < 1:
             raise ConfigError(f"{path}.batch_lines: must be at least 1")
+        if not 1 <= self.batch_bytes <= GiB:
+            # a batch becomes Arrow columns, and one column holds at most 2 GiB
+            raise ConfigError(f"{path}.batch_bytes: must be between 1 and {GiB}")
 
     def resolved_workers(self, shards: int | None = None) -> int:
         """The configured count; by default one per available core, but no more than

@@ -41,6 +41,10 @@ __all__ = [
 ]
 
 CHUNK_BYTES: Final = 4 << 20
+#: A batch ends at ``engine.batch_lines`` lines or once it holds ``engine.batch_bytes``
+#: bytes of lines (by default this), whichever comes first: 4096 lines of 3 KB are 13 MB,
+#: but 4096 of the 8 MiB the line limit allows would be 32 GiB in one worker.
+BATCH_BYTES: Final = 16 << 20
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 _SUFFIXES: Final = ((".gz", "gzip"), (".zst", "zstd"), (".zstd", "zstd"))
@@ -115,22 +119,6 @@ class LineBatch:
         self.oversized[len(self.lines)] = (length, sha256)
         self.offsets.append(offset)
         self.lines.append(b"")
-
-    def split(self, size: int) -> tuple[LineBatch, LineBatch]:
-        """The first ``size`` lines, and the rest."""
-        head = LineBatch(
-            self.first_line,
-            self.offsets[:size],
-            self.lines[:size],
-            {i: v for i, v in self.oversized.items() if i < size},
-        )
-        tail = LineBatch(
-            self.first_line + size,
-            self.offsets[size:],
-            self.lines[size:],
-            {i - size: v for i, v in self.oversized.items() if i >= size},
-        )
-        return head, tail
 
 
 class InputError(ValueError):
@@ -318,24 +306,26 @@ def _spill(
             out.close()
 
 
-def read_batches(shard: Shard, max_line_bytes: int, batch_lines: int) -> Iterator[LineBatch]:
-    """Yield the shard's lines in batches of at most ``batch_lines``.
+def read_batches(
+    shard: Shard, max_line_bytes: int, batch_lines: int, batch_bytes: int = BATCH_BYTES
+) -> Iterator[LineBatch]:
+    """Yield the shard's lines in batches of at most ``batch_lines`` lines, each ending
+    once it holds ``batch_bytes`` bytes of lines (so at most that plus one line).
 
     A corrupt compressed stream raises :class:`InputError`: an operational failure of the
     run, not a row rejection.
     """
+    limits = (max_line_bytes, batch_lines, batch_bytes)
     if shard.spill is not None:
         assert shard.end is not None
         with open(shard.spill, "rb") as spilled:
-            yield from _split_lines(
-                spilled, shard.start, shard.end - shard.start, max_line_bytes, batch_lines
-            )
+            yield from _split_lines(spilled, shard.start, shard.end - shard.start, *limits)
         return
     with _decoding(shard.input), open_stream(shard.input) as stream:
         if shard.start:
             stream.seek(shard.start)
         remaining = None if shard.end is None else shard.end - shard.start
-        yield from _split_lines(stream, shard.start, remaining, max_line_bytes, batch_lines)
+        yield from _split_lines(stream, shard.start, remaining, *limits)
 
 
 @contextlib.contextmanager
@@ -351,9 +341,15 @@ def _decoding(input_file: InputFile) -> Iterator[None]:
 
 
 def _split_lines(
-    stream: IO[bytes], position: int, remaining: int | None, max_line_bytes: int, batch_lines: int
+    stream: IO[bytes],
+    position: int,
+    remaining: int | None,
+    max_line_bytes: int,
+    batch_lines: int,
+    batch_bytes: int,
 ) -> Iterator[LineBatch]:
     batch = LineBatch(first_line=1)
+    held = 0  # bytes of the lines the batch holds (an oversized line is not held)
     pending = b""
     # While inside an over-long line: (hasher, bytes so far, its start offset).
     streaming: tuple[hashlib._Hash, int, int] | None = None
@@ -374,6 +370,9 @@ def _split_lines(
                 continue
             hasher.update(chunk[:cut])
             length += cut
+            if len(batch) >= batch_lines or held >= batch_bytes:
+                yield batch
+                batch, held = LineBatch(first_line=batch.first_line + len(batch)), 0
             batch.add_oversized(start, length, hasher.hexdigest())
             position = start + length + 1
             chunk = chunk[cut + 1 :]
@@ -382,27 +381,29 @@ def _split_lines(
         parts = data.split(b"\n")
         pending = parts.pop()
         for line in parts:
+            if len(batch) >= batch_lines or held >= batch_bytes:
+                yield batch
+                batch, held = LineBatch(first_line=batch.first_line + len(batch)), 0
             if len(line) > max_line_bytes:
                 batch.add_oversized(position, len(line), hashlib.sha256(line).hexdigest())
             else:
                 batch.offsets.append(position)
                 batch.lines.append(line)
+                held += len(line)
             position += len(line) + 1
         if len(pending) > max_line_bytes:
             streaming = (hashlib.sha256(pending), len(pending), position)
             pending = b""
-        while len(batch) >= batch_lines:
-            head, batch = batch.split(batch_lines)
-            yield head
-    if streaming is not None:
-        hasher, length, start = streaming
-        batch.add_oversized(start, length, hasher.hexdigest())
-    elif pending:
-        batch.offsets.append(position)
-        batch.lines.append(pending)
-    while len(batch) > batch_lines:
-        head, batch = batch.split(batch_lines)
-        yield head
+    if streaming is not None or pending:
+        if len(batch) >= batch_lines or held >= batch_bytes:
+            yield batch
+            batch = LineBatch(first_line=batch.first_line + len(batch))
+        if streaming is not None:
+            hasher, length, start = streaming
+            batch.add_oversized(start, length, hasher.hexdigest())
+        else:
+            batch.offsets.append(position)
+            batch.lines.append(pending)
     if batch.lines:
         yield batch
 

@@ -92,7 +92,10 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
 
     try:
         for batch in read_batches(
-            task.shard, limits.max_line_bytes, gate.config.engine.batch_lines
+            task.shard,
+            limits.max_line_bytes,
+            gate.config.engine.batch_lines,
+            gate.config.engine.batch_bytes,
         ):
             gated = gate.gate_batch(batch, task.shard.input.kind)
             for kind_id, record_batch in gated.kinds.items():

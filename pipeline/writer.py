@@ -10,7 +10,7 @@ disposition (DESIGN §3.7)::
 
 Part names depend on the shard, shards depend only on the inputs and
 ``engine.shard_bytes``, and row groups only on row counts, so the files are
-byte-identical for any worker count and any ``engine.batch_lines``.
+byte-identical for any worker count, ``engine.batch_lines`` and ``engine.batch_bytes``.
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def write_table(
 
 
 #: Rows per Parquet row group. Parts are cut into row groups by row count alone, so the
-#: files depend on the shards, never on ``engine.batch_lines`` or the worker count.
+#: files depend on the shards, never on the batch size or the worker count.
 ROW_GROUP_ROWS: Final = 4096
 
 

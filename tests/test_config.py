@@ -42,6 +42,8 @@ def test_sample_campaign_loads() -> None:
         ("[limits]\nmax_depth = true", "limits.max_depth: expected int, got bool"),
         ("[limits]\nmax_depth = 0", "limits.max_depth: must be at least 1"),
         ("[limits]\nmax_depth = 255", "limits.max_depth: at most 254"),
+        ("[limits]\nmax_line_bytes = 2147483648", "limits.max_line_bytes: at most 1073741824"),
+        ("[engine]\nbatch_bytes = 0", "engine.batch_bytes: must be between 1 and 1073741824"),
         ("[[inputs]]\nkind = 'pairwise-v2'", "inputs[0]"),
         ("[[inputs]]\npath = 'a'\n[[inputs]]\npath = 'a'", "inputs[1].path: 'a' is listed twice"),
         ("[engine]\nname = 'spark'", "engine.name: unknown engine"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import random
 from pathlib import Path
 
 import pytest
@@ -289,3 +290,29 @@ def test_truncated_stream_is_an_input_error(tmp_path: Path) -> None:
     path.write_bytes(gzip.compress(b'{"a":1}\n' * 1000)[:-20])
     with pytest.raises(InputError, match="corrupt gzip stream"):
         list(read_batches(Shard(0, _input(path)), 100, 10))
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 25, 60, 10_000])
+def test_batches_end_at_batch_lines_or_batch_bytes(tmp_path: Path, batch_bytes: int) -> None:
+    """A batch ends at ``batch_lines`` lines or once it holds ``batch_bytes`` bytes of
+    lines (an over-long line, not held, counts as a line only); together the batches are
+    every line, in order, with its offset and shard line number."""
+    rng = random.Random(batch_bytes)
+    lines = [b"x" * rng.choice([0, 3, 9, 40, 150]) for _ in range(300)]
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    batches = list(read_batches(Shard(0, _input(path)), 100, 7, batch_bytes))
+    first, offsets, got = 1, [], []
+    for batch in batches:
+        assert batch.first_line == first
+        first += len(batch)
+        held = [len(line) for line in batch.lines]
+        assert len(batch) <= 7
+        assert sum(held[:-1]) < batch_bytes  # it ended at the first line reaching the bound
+        offsets += batch.offsets
+        got += [b"x" * batch.oversized[i][0] if i in batch.oversized else line
+                for i, line in enumerate(batch.lines)]  # fmt: skip
+    assert got == lines
+    assert offsets == [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
+    if batch_bytes <= 60:
+        assert any(len(b) < 7 for b in batches[:-1])  # the byte bound, not the count, ended some

@@ -63,19 +63,23 @@ def test_parts_do_not_depend_on_the_batch_size(
     inputs: CampaignConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group_rows: int
 ) -> None:
     """The write phase streams staged batches into its parts, cut into row groups by row
-    count alone: the files are byte-identical whatever ``engine.batch_lines`` is, with
+    count alone: the files are byte-identical whatever ``engine.batch_lines`` and
+    ``engine.batch_bytes`` are, with
     duplicates and rejections landing in every batch, and only the last row group of a
     part is short."""
     monkeypatch.setattr(writer, "ROW_GROUP_ROWS", group_rows)
     outputs = []
-    for batch in (4096, 7, 3):
-        config = inputs.override(**{"engine.workers": 1, "engine.batch_lines": batch})
-        outputs.append(run(config, tmp_path / f"b{batch}").manifest["outputs"])
-    files = _parquet_bytes(tmp_path / "b4096")
+    for batch, batch_bytes in ((4096, 1 << 24), (7, 1 << 24), (3, 1 << 24), (4096, 5000)):
+        config = inputs.override(
+            **{"engine.workers": 1, "engine.batch_lines": batch, "engine.batch_bytes": batch_bytes}
+        )
+        outputs.append(run(config, tmp_path / f"b{batch}-{batch_bytes}").manifest["outputs"])
+    files = _parquet_bytes(tmp_path / f"b4096-{1 << 24}")
     assert {p.split("/")[0] for p in files} >= {"accepted", "duplicates", "rejected"}
-    assert files == _parquet_bytes(tmp_path / "b7") == _parquet_bytes(tmp_path / "b3")
-    assert outputs[0] == outputs[1] == outputs[2]
-    for path in sorted((tmp_path / "b7" / "accepted").rglob("*.parquet")):
+    for other in (f"b7-{1 << 24}", f"b3-{1 << 24}", "b4096-5000"):  # 5000 B: ~2 lines a batch
+        assert _parquet_bytes(tmp_path / other) == files
+    assert outputs[0] == outputs[1] == outputs[2] == outputs[3]
+    for path in sorted((tmp_path / f"b7-{1 << 24}" / "accepted").rglob("*.parquet")):
         meta = pq.ParquetFile(path).metadata
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         assert sizes[:-1] == [group_rows] * (len(sizes) - 1)

@@ -79,7 +79,10 @@ def scan_inputs(config: CampaignConfig) -> ScanReport:
     limits = config.limits
     for input_file in expand_inputs(config.inputs, config):
         for batch in read_batches(
-            Shard(0, input_file), limits.max_line_bytes, config.engine.batch_lines
+            Shard(0, input_file),
+            limits.max_line_bytes,
+            config.engine.batch_lines,
+            config.engine.batch_bytes,
         ):
             for i, line in enumerate(batch.lines):
                 report.lines += 1
