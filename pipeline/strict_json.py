@@ -99,17 +99,22 @@ def _int(text: str) -> int:
 
 
 def _has_lone_surrogate(value: Any) -> bool:
-    kind = type(value)
-    if kind is str:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if kind is dict:
-        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
-    if kind is list:
-        return any(_has_lone_surrogate(v) for v in value)
+    """Whether a key or string anywhere in ``value`` holds an unpaired surrogate.
+    Iterative: the value may be nested as deep as the parser allows."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is str:
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif kind is dict:
+            stack.extend(node)
+            stack.extend(node.values())
+        elif kind is list:
+            stack.extend(node)
     return False
 
 

@@ -166,15 +166,23 @@ def test_fast_path_matches_reference_path() -> None:
 
 
 def test_deep_lines_gate_alike_on_both_paths() -> None:
-    """Nesting beyond what orjson writes (254 levels) crashed the fast path, once in its
-    compact-form proof, then, in json.dumps' layout at ~995-1023 levels (orjson reads up
-    to 1024, the standard library's scanner less), in the limits walk, where the
-    reference path said json.too_deep. At the deepest configurable limit, records at and
-    past it gate alike on both paths too."""
-    depths = (254, 300, 995, 1010, 1023, 1500)
+    """Deep nesting crashed the gate: the fast path beyond what orjson writes (254
+    levels) in its compact-form proof, then, in json.dumps' layout at ~995-1023 levels
+    (orjson reads up to 1024, the standard library's scanner less), in the limits walk;
+    both paths from ~450 levels when the line held a surrogate escape. All now say
+    json.too_deep (or json.invalid_surrogate), alike. At the deepest configurable
+    limit, records at and past it gate alike on both paths too."""
+    depths = (254, 300, 600, 995, 1010, 1023, 1500)
     deep = [b'{"a":' + b"[" * n + b"]" * n + b"}" for n in depths]
     spaced = [b'{"a": ' + b"[" * n + b"]" * n + b"}" for n in depths]
-    _assert_paths_agree(GATE, [(line, None) for line in deep + spaced])
+    # a surrogate escape sends the strict parser looking for lone ones (it recursed, and
+    # crashed both paths from ~450 levels)
+    escaped = [b'{"s":"\\ud83d\\ude00","a":' + b"[" * n + b"]" * n + b"}" for n in depths]
+    lone = [b'{"s":"\\ud800","a":' + b"[" * n + b"]" * n + b"}" for n in depths]
+    codes = _assert_paths_agree(GATE, [(line, None) for line in deep + spaced + escaped + lone])
+    lone_codes = codes[-len(depths) :]
+    assert lone_codes[:3] == [["json.invalid_surrogate"]] * 3  # 254, 300, 600 levels
+    assert lone_codes[-3:] == [["json.too_deep"]] * 3  # beyond the scanner's recursion
     decide = make_record("pw-decide-row-1", random.Random(3), 1)
     lines = []
     for depth in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, 400, 995, 1010, 1023):
