@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.config import MAX_DEPTH, CampaignConfig, Limits
+from pipeline.config import MAX_DEPTH, CampaignConfig, Limits, SanitizeSettings
 from pipeline.gate import Gate
 from pipeline.reader import LineBatch
 from pipeline.reasons import Disposition
@@ -183,6 +183,12 @@ def test_deep_lines_gate_alike_on_both_paths() -> None:
     lone_codes = codes[-len(depths) :]
     assert lone_codes[:3] == [["json.invalid_surrogate"]] * 3  # 254, 300, 600 levels
     assert lone_codes[-3:] == [["json.too_deep"]] * 3  # beyond the scanner's recursion
+    # With sanitization on, a rejected line's raw bytes are screened for secrets, which
+    # walked orjson's value recursively (crashing at ~1000 levels); a deep secret counts.
+    sanitizing = Gate(CampaignConfig(sanitize=SanitizeSettings(enabled=True)))
+    secret = b'{"a":' + b"[" * 1000 + b'{"api_key":"Zx81kQ7vLp02mNa9Bc4Hd6Ty"}' + b"]" * 1000
+    screened = _assert_paths_agree(sanitizing, [(line, None) for line in [*deep, secret + b"}"]])
+    assert screened[-1] == ["json.too_deep", "pii.raw_withheld"]
     decide = make_record("pw-decide-row-1", random.Random(3), 1)
     lines = []
     for depth in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, 400, 995, 1010, 1023):

@@ -48,16 +48,21 @@ def _unescape(text: str) -> str:
     return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def _secret_values(value: Any, names: SecretNames, secret: bool = False) -> Iterator[str]:
-    if isinstance(value, str):
-        if secret:
-            yield value
-    elif isinstance(value, dict):
-        for key, member in value.items():
-            yield from _secret_values(member, names, secret or names.is_secret(str(key)))
-    elif isinstance(value, list):
-        for member in value:
-            yield from _secret_values(member, names, secret)
+def _secret_values(value: Any, names: SecretNames) -> Iterator[str]:
+    """The strings held under a secret-named key, at any depth (iterative: a rejected
+    line may nest as deep as orjson reads, 1024 levels)."""
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        node, secret = stack.pop()
+        if isinstance(node, str):
+            if secret:
+                yield node
+        elif isinstance(node, dict):
+            stack.extend(
+                (member, secret or names.is_secret(str(key))) for key, member in node.items()
+            )
+        elif isinstance(node, list):
+            stack.extend((member, secret) for member in node)
 
 
 class RawScreen:
