@@ -9,30 +9,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_gate_floor_runs_on_a_small_export() -> None:
+def _gate_floor(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """benchmarks/gate_floor.py on 300 lines, with ``arguments``; it must succeed."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gate_floor.py"), "--lines", "300"],
+        [sys.executable, str(ROOT / "benchmarks" / "gate_floor.py"), "--lines", "300", *arguments],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_gate_floor_runs_on_a_small_export() -> None:
+    done = _gate_floor()
     assert "sum of the required pieces (the floor)" in done.stdout
     assert "gate_batch today" in done.stdout
 
 
 def test_gate_floor_runs_on_the_json_dumps_layout(tmp_path: Path) -> None:
-    script = str(ROOT / "benchmarks" / "gate_floor.py")
     export = tmp_path / "export.jsonl"
-    done = subprocess.run(
-        [sys.executable, script, "--lines", "300", "--layout", "json", "--keep", str(export)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _gate_floor("--layout", "json", "--keep", str(export))
     assert "gate_batch today" in done.stdout
     first = export.read_bytes().split(b"\n", 1)[0]
     assert b'": ' in first  # json.dumps' separator after a key
