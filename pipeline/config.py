@@ -46,11 +46,6 @@ class ConfigError(ValueError):
     """An invalid campaign config or flag, with the path of the offending key."""
 
 
-#: The deepest ``limits.max_depth``: the deepest value the gate can hash (orjson, which
-#: writes its canonical JSON, raises beyond it).
-MAX_DEPTH: Final = MAX_NESTING
-
-
 @dataclass(frozen=True)
 class Limits:
     """Bounds checked before and during parsing (DESIGN §3.2)."""
@@ -69,9 +64,9 @@ class Limits:
         if self.max_line_bytes > GiB:
             # a line is held whole, and stored whole in an Arrow column (at most 2 GiB)
             raise ConfigError(f"{path}.max_line_bytes: at most {GiB}")
-        if self.max_depth > MAX_DEPTH:
+        if self.max_depth > MAX_NESTING:
             raise ConfigError(
-                f"{path}.max_depth: at most {MAX_DEPTH} (records are hashed through orjson, "
+                f"{path}.max_depth: at most {MAX_NESTING} (records are hashed through orjson, "
                 f"which writes no deeper)"
             )
 

@@ -10,10 +10,11 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.config import MAX_DEPTH, CampaignConfig, Limits, SanitizeSettings
+from pipeline.config import CampaignConfig, Limits, SanitizeSettings
 from pipeline.gate import Gate
 from pipeline.reader import LineBatch
 from pipeline.reasons import Disposition
+from pipeline.strict_json import MAX_NESTING
 from pipeline.synthetic import (
     DEFECTS,
     GENERATORS,
@@ -191,16 +192,16 @@ def test_deep_lines_gate_alike_on_both_paths() -> None:
     assert screened[-1] == ["json.too_deep", "pii.raw_withheld"]
     decide = make_record("pw-decide-row-1", random.Random(3), 1)
     lines = []
-    for depth in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, 400, 995, 1010, 1023):
+    for depth in (MAX_NESTING - 1, MAX_NESTING, MAX_NESTING + 1, 400, 995, 1010, 1023):
         record = {**decide, "meta": {**decide["meta"], "x": "X"}}
         for layout in (json.dumps(record), json.dumps(record, separators=(",", ":"))):
             nested = "[" * (depth - 2) + "]" * (depth - 2)
             lines.append((layout.replace('"X"', nested).encode(), None))
-    deepest = Gate(CampaignConfig(limits=Limits(max_line_bytes=64 * 1024, max_depth=MAX_DEPTH)))
+    deepest = Gate(CampaignConfig(limits=Limits(max_line_bytes=64 * 1024, max_depth=MAX_NESTING)))
     for gate in (GATE, deepest):
         codes = _assert_paths_agree(gate, lines)
         limit = gate.config.limits.max_depth
-        assert codes[:4] == [[] if limit == MAX_DEPTH else ["json.too_deep"]] * 4
+        assert codes[:4] == [[] if limit == MAX_NESTING else ["json.too_deep"]] * 4
         assert codes[4:] == [["json.too_deep"]] * (len(lines) - 4)
 
 
