@@ -92,7 +92,8 @@ class InputSpec:
 class EngineSettings:
     name: str = "local"
     #: Worker processes; ``None`` means one per available core, but no more than the
-    #: shards of uncompressed inputs (a one-shard export is gated in the calling process).
+    #: run's shards when they are known before gating (not while a compressed input is
+    #: spilled); a one-shard export is gated in the calling process.
     workers: int | None = None
     #: Inputs are cut into shards of about this many bytes, on line boundaries.
     #: Shards, not workers, fix the output files, so output is worker-count independent.

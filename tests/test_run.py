@@ -318,8 +318,8 @@ def test_killed_run_leaves_no_output(tmp_path: Path) -> None:
 def test_default_workers_never_outnumber_the_shards(tmp_path: Path) -> None:
     """By default one worker per core, but no more than uncompressed inputs have shards:
     a one-shard export is gated in this process instead of starting idle workers. A
-    configured count is kept, and a compressed input (shards known only once spilled)
-    gets every core."""
+    configured count is kept; a compressed input gets every core when it is spilled
+    (shards known only as it is decompressed), and one worker when it is not."""
     from pipeline.run import _known_shards, expand_inputs
 
     plain = tmp_path / "a.jsonl"
@@ -339,6 +339,7 @@ def test_default_workers_never_outnumber_the_shards(tmp_path: Path) -> None:
     assert workers(plain, **{"engine.shard_bytes": third}) == min(cores, 3)
     assert workers(plain, **{"engine.workers": 2}) == 2
     assert workers(packed) == cores
+    assert workers(packed, **{"engine.spill_compressed": False}) == 1
 
 
 @pytest.mark.parametrize("compressed", [False, True])
