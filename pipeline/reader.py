@@ -315,17 +315,39 @@ def read_batches(
     A corrupt compressed stream raises :class:`InputError`: an operational failure of the
     run, not a row rejection.
     """
-    limits = (max_line_bytes, batch_lines, batch_bytes)
+    batch = LineBatch(first_line=1)
+    held = 0  # bytes of the lines the batch holds (an over-long line is not held)
+    for offset, line, oversized in _lines(shard, max_line_bytes):
+        if len(batch) >= batch_lines or held >= batch_bytes:
+            yield batch
+            batch, held = LineBatch(first_line=batch.first_line + len(batch)), 0
+        if oversized is None:
+            batch.offsets.append(offset)
+            batch.lines.append(line)
+            held += len(line)
+        else:
+            batch.add_oversized(offset, *oversized)
+    if batch.lines:
+        yield batch
+
+
+#: One line: its offset, its bytes (``b""`` when over the limit), and for a line over
+#: the limit its (length, SHA-256).
+_Line = tuple[int, bytes, tuple[int, str] | None]
+
+
+def _lines(shard: Shard, max_line_bytes: int) -> Iterator[_Line]:
+    """The shard's lines, read from its spill file or its input's stream."""
     if shard.spill is not None:
         assert shard.end is not None
         with open(shard.spill, "rb") as spilled:
-            yield from _split_lines(spilled, shard.start, shard.end - shard.start, *limits)
+            yield from _split_lines(spilled, shard.start, shard.end - shard.start, max_line_bytes)
         return
     with _decoding(shard.input), open_stream(shard.input) as stream:
         if shard.start:
             stream.seek(shard.start)
         remaining = None if shard.end is None else shard.end - shard.start
-        yield from _split_lines(stream, shard.start, remaining, *limits)
+        yield from _split_lines(stream, shard.start, remaining, max_line_bytes)
 
 
 @contextlib.contextmanager
@@ -341,15 +363,8 @@ def _decoding(input_file: InputFile) -> Iterator[None]:
 
 
 def _split_lines(
-    stream: IO[bytes],
-    position: int,
-    remaining: int | None,
-    max_line_bytes: int,
-    batch_lines: int,
-    batch_bytes: int,
-) -> Iterator[LineBatch]:
-    batch = LineBatch(first_line=1)
-    held = 0  # bytes of the lines the batch holds (an oversized line is not held)
+    stream: IO[bytes], position: int, remaining: int | None, max_line_bytes: int
+) -> Iterator[_Line]:
     pending = b""
     # While inside an over-long line: (hasher, bytes so far, its start offset).
     streaming: tuple[hashlib._Hash, int, int] | None = None
@@ -370,10 +385,7 @@ def _split_lines(
                 continue
             hasher.update(chunk[:cut])
             length += cut
-            if len(batch) >= batch_lines or held >= batch_bytes:
-                yield batch
-                batch, held = LineBatch(first_line=batch.first_line + len(batch)), 0
-            batch.add_oversized(start, length, hasher.hexdigest())
+            yield start, b"", (length, hasher.hexdigest())
             position = start + length + 1
             chunk = chunk[cut + 1 :]
             streaming = None
@@ -381,31 +393,19 @@ def _split_lines(
         parts = data.split(b"\n")
         pending = parts.pop()
         for line in parts:
-            if len(batch) >= batch_lines or held >= batch_bytes:
-                yield batch
-                batch, held = LineBatch(first_line=batch.first_line + len(batch)), 0
             if len(line) > max_line_bytes:
-                batch.add_oversized(position, len(line), hashlib.sha256(line).hexdigest())
+                yield position, b"", (len(line), hashlib.sha256(line).hexdigest())
             else:
-                batch.offsets.append(position)
-                batch.lines.append(line)
-                held += len(line)
+                yield position, line, None
             position += len(line) + 1
         if len(pending) > max_line_bytes:
             streaming = (hashlib.sha256(pending), len(pending), position)
             pending = b""
-    if streaming is not None or pending:
-        if len(batch) >= batch_lines or held >= batch_bytes:
-            yield batch
-            batch = LineBatch(first_line=batch.first_line + len(batch))
-        if streaming is not None:
-            hasher, length, start = streaming
-            batch.add_oversized(start, length, hasher.hexdigest())
-        else:
-            batch.offsets.append(position)
-            batch.lines.append(pending)
-    if batch.lines:
-        yield batch
+    if streaming is not None:
+        hasher, length, start = streaming
+        yield start, b"", (length, hasher.hexdigest())
+    elif pending:
+        yield position, pending, None
 
 
 def fetch_lines(shard: Shard, offsets: list[int], max_line_bytes: int) -> dict[int, bytes | None]:
