@@ -35,7 +35,6 @@ import zstandard
 from harness import LAYOUTS, Measurement, measure, python, table, write_export
 
 from pipeline.schemas import SCHEMA_DIR
-from pipeline.synthetic import json_dumps_layout
 
 
 def reference_path_seconds(path: Path, lines: int, sample: int) -> float:
@@ -75,9 +74,7 @@ def reference_path_seconds(path: Path, lines: int, sample: int) -> float:
 def generate(path: Path, megabytes: float, layout: str) -> None:
     """Write the benchmark export and say how big it is."""
     started = time.perf_counter()
-    size, lines = write_export(
-        path, megabytes, transform=json_dumps_layout if layout == "json" else None
-    )
+    size, lines = write_export(path, megabytes, layout=layout)
     print(
         f"generated {size / 1e6:.0f} MB, {lines:,} lines in {time.perf_counter() - started:.0f} s"
     )

@@ -33,7 +33,6 @@ from pipeline.kinds import KINDS
 from pipeline.reader import LineBatch
 from pipeline.rules import check_record
 from pipeline.strict_json import parse_fast
-from pipeline.synthetic import json_dumps_layout
 
 KIND = "pairwise-v2"
 
@@ -55,8 +54,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rowgate-floor-") as tmp:
         path = args.keep or Path(tmp) / "export.jsonl"
         if not path.exists():
-            transform = json_dumps_layout if args.layout == "json" else None
-            write_export(path, args.lines * 3400 / 1e6 + 1, transform=transform)
+            write_export(path, args.lines * 3400 / 1e6 + 1, layout=args.layout)
         with open(path, "rb") as fh:
             lines = [line.rstrip(b"\n") for _, line in zip(range(args.lines), fh, strict=False)]
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.synthetic import export_lines
+from pipeline.synthetic import export_lines, json_dumps_layout
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -37,9 +37,13 @@ def write_export(
     defect_rate: float = 0.03,
     duplicate_rate: float = 0.03,
     transform: Callable[[bytes, int], bytes] | None = None,
+    layout: str = "orjson",
 ) -> tuple[int, int]:
     """Write a pairwise-v2 export of about ``megabytes`` MB; return (bytes, lines).
-    ``transform(line, number)`` may rewrite each line (e.g. plant PII in it)."""
+    ``transform(line, number)`` may rewrite each line (e.g. plant PII in it); ``layout``
+    (:data:`LAYOUTS`) says how the lines are then written."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
     target = int(megabytes * 1_000_000)
     written = lines = 0
     with open(path, "wb", buffering=1 << 22) as fh:
@@ -55,6 +59,8 @@ def write_export(
             ):
                 if transform is not None:
                     line = transform(line, lines)
+                if layout == "json":
+                    line = json_dumps_layout(line)
                 fh.write(line + b"\n")
                 written += len(line) + 1
                 lines += 1

@@ -442,12 +442,11 @@ class _Members(list[tuple[str, Any]]):
     """An object's members in line order, repeats kept."""
 
 
-def json_dumps_layout(line: bytes, number: int = 0) -> bytes:
+def json_dumps_layout(line: bytes) -> bytes:
     """``line`` laid out as ``json.dumps`` writes by default (``", "`` and ``": "``,
     non-ASCII as ``\\u`` escapes): how most Python code writes JSONL. What makes a line
     defective is kept (repeated keys, NaN, huge or underflowing numbers, lone
-    surrogates); a line the standard library cannot read is returned as it is.
-    (``number`` makes it an ``export_lines`` transform for the benchmarks.)"""
+    surrogates); a line the standard library cannot read is returned as it is."""
 
     def text(value: Any) -> str:
         if isinstance(value, _Members):
