@@ -111,6 +111,47 @@ def test_bad_expressions_and_values_are_explained(
         _evaluate(_synthetic(50), bootstrap=0, **settings)
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"confidence": "pp", "correct": "ok"},
+            "--confidence 'pp': the table has no column 'pp'; did you mean 'p'",
+        ),
+        (
+            {"confidence": "p", "correct": "okk = true"},
+            "--correct 'okk = true': the table has no column 'okk'; did you mean 'ok'",
+        ),
+        (
+            {"confidence": "p", "correct": "ok", "by": ("modle",)},
+            "--by 'modle': the table has no column 'modle'; did you mean 'model'",
+        ),
+        (
+            {"confidence": "p", "correct": "ok", "where": "nope > 1"},
+            "--where 'nope > 1': the table has no column 'nope'",
+        ),
+    ],
+)
+def test_a_mistyped_column_is_named_with_a_suggestion(
+    settings: dict[str, object], message: str
+) -> None:
+    """One line naming the flag, the missing column and close names; never polars' plan."""
+    with pytest.raises(ConfigError) as caught:
+        _evaluate(_synthetic(50), bootstrap=0, **settings)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+    assert "RESOLVING" not in str(caught.value)
+
+
+def test_an_evaluation_failure_quotes_no_value() -> None:
+    """A cast that fails on the data: polars quotes the failing values; rowgate does not."""
+    table = _table(p=["0.5", "s3cr3t-value"], ok=[True, False])
+    with pytest.raises(InputError) as caught:
+        _evaluate(table, confidence="CAST(p AS DOUBLE)", correct="ok", bootstrap=0)
+    assert "s3cr3t" not in str(caught.value)
+    assert "check the types" in str(caught.value)
+
+
 def test_any_score_ranks_for_selective_only() -> None:
     report = _evaluate(
         _synthetic(400), confidence="pct", correct="ok", calibration=False, bootstrap=0

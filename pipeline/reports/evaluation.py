@@ -10,7 +10,9 @@ plain tables (polars) and dictionaries; writing them is
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -215,15 +217,40 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
     return EvaluationReport(settings, preset, data, slices)
 
 
-def _expression(text: str, setting: str, columns: set[str]) -> pl.Expr:
+def _expression(text: str, setting: str, columns: pl.Schema) -> pl.Expr:
+    """``text`` as a column or a polars SQL expression, resolved against the table's columns."""
     if text in columns:
         return pl.col(text)
     try:
-        return pl.sql_expr(text)
+        expression = pl.sql_expr(text)
     except Exception as exc:  # polars raises several SQL error types; all mean "bad text"
         raise ConfigError(
-            f"{setting}: cannot parse {text!r} as a column or SQL expression: {exc}"
+            f"--{setting}: cannot parse {text!r} as a column or SQL expression: {_first_line(exc)}"
         ) from None
+    try:  # resolves names and types on the schema alone, reading no row
+        pl.LazyFrame(schema=columns).select(expression).collect_schema()
+    except pl.exceptions.ColumnNotFoundError as exc:
+        missing = _MISSING_COLUMN.search(str(exc))
+        name = missing.group(1) if missing else text
+        close = difflib.get_close_matches(name, list(columns), n=3)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ConfigError(
+            f"--{setting} {text!r}: the table has no column {name!r}{hint} "
+            f"(columns: {', '.join(columns)})"
+        ) from None
+    except pl.exceptions.PolarsError as exc:
+        raise ConfigError(
+            f"--{setting} {text!r} does not fit the table: {_first_line(exc)}"
+        ) from None
+    return expression
+
+
+_MISSING_COLUMN: Final = re.compile(r'unable to find column "([^"]*)"')
+
+
+def _first_line(exc: Exception) -> str:
+    """polars appends its query plan to messages; the first line says what went wrong."""
+    return str(exc).strip().split("\n", 1)[0]
 
 
 def _collect(
@@ -231,9 +258,9 @@ def _collect(
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Resolve expressions, collect only the columns needed, drop and count null rows."""
     try:
-        columns = set(table.frame.collect_schema().names())
+        columns = table.frame.collect_schema()
     except pl.exceptions.PolarsError as exc:
-        raise InputError(f"cannot read the table: {exc}") from None
+        raise InputError(f"cannot read the table: {_first_line(exc)}") from None
     frame = table.frame
     selections: list[pl.Expr] = [
         _expression(text, "by", columns).alias(f"{_BY}{i}") for i, text in enumerate(settings.by)
@@ -254,10 +281,12 @@ def _collect(
         if settings.where:
             frame = frame.filter(_expression(settings.where, "where", columns))
         rows = frame.select(selections).collect()
-    except (pl.exceptions.ColumnNotFoundError, pl.exceptions.SQLInterfaceError) as exc:
-        raise ConfigError(f"an expression does not fit the table: {exc}") from None
     except pl.exceptions.PolarsError as exc:
-        raise InputError(f"cannot evaluate the expressions over the table: {exc}") from None
+        # the class only: polars' messages can quote the table's values
+        raise InputError(
+            f"cannot evaluate the expressions over the table ({type(exc).__name__}); "
+            "check the types of the columns they use"
+        ) from None
     after_where = rows.height
     rows = _typed(rows, settings)
     if _SELECTED in rows.columns:
