@@ -72,12 +72,12 @@ def test_missing_config_file(tmp_path: Path) -> None:
         load_campaign(tmp_path / "absent.toml")
 
 
-def test_the_readme_campaign_example_loads(tmp_path: Path) -> None:
-    """The documented config must stay a valid config (digests stand in for the "…")."""
+def test_the_documented_campaign_example_loads(tmp_path: Path) -> None:
+    """The config page's example must stay a valid config (digests stand in for the "…")."""
     import re
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
-    section = readme[readme.index("## Campaign config") :]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "config.md").read_text("utf-8")
+    section = page[page.index("## A complete example") :]
     match = re.search(r"```toml\n(.*?)```", section, re.S)
     assert match is not None
     path = _write(tmp_path, match.group(1).replace('"…"', '"' + "0" * 64 + '"'))
