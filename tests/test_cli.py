@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -181,3 +182,26 @@ def test_console_script_module_imports_nothing_heavy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]"
+
+
+def _commands(group: typer.Typer, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = [(*prefix, c.name or c.callback.__name__) for c in group.registered_commands]  # type: ignore[union-attr]
+    for sub in group.registered_groups:
+        assert sub.typer_instance is not None and sub.name is not None
+        found += _commands(sub.typer_instance, (*prefix, sub.name))
+    return found
+
+
+def test_help_of_every_command_shows_no_type_on_flags() -> None:
+    """A flag takes no value: help never shows one (typer 0.29 printed ``--force <bool>``),
+    and no help text loses words to markup (``max:<column>`` printed as ``max:``)."""
+    commands = _commands(app)
+    assert ("run",) in commands
+    assert ("report", "calibration") in commands
+    for command in commands:
+        shown = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, command
+        assert "<bool>" not in shown.output, command
+    dedupe = runner.invoke(app, ["dedupe", "--help"], env={"COLUMNS": "200"}).output
+    assert "max:COLUMN" in dedupe
+    assert "default: 0.8" in dedupe

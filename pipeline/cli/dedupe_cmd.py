@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from pipeline.cli._common import library_errors, out
-from pipeline.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.config import CampaignConfig, DedupeSettings, InputSpec, load_campaign
 from pipeline.dedupe.dataset import DatasetInput, dedupe_dataset
 
 
@@ -43,10 +43,19 @@ def dedupe_command(
         Path | None, typer.Option("--config", "-c", help="Campaign config: its [dedupe] table.")
     ] = None,
     threshold: Annotated[
-        float | None, typer.Option(help="Near-duplicate Jaccard threshold.")
+        float | None,
+        typer.Option(
+            help="Near-duplicate Jaccard threshold in (0, 1] "
+            f"(default: {DedupeSettings.threshold}, or the config's [dedupe] threshold)."
+        ),
     ] = None,
     survivor: Annotated[
-        str | None, typer.Option(help="first, last, max:<column> or min:<column>.")
+        str | None,
+        typer.Option(
+            help="Which row of a duplicate group is kept: first or last (input order), "
+            "max:COLUMN or min:COLUMN "
+            f"(default: {DedupeSettings.survivor}, or the config's [dedupe] survivor)."
+        ),
     ] = None,
     normalised: Annotated[
         bool | None,
