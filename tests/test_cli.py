@@ -187,7 +187,8 @@ def test_console_script_module_imports_nothing_heavy() -> None:
 def _commands(group: typer.Typer, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = [(*prefix, c.name or c.callback.__name__) for c in group.registered_commands]  # type: ignore[union-attr]
     for sub in group.registered_groups:
-        assert sub.typer_instance is not None and sub.name is not None
+        assert sub.typer_instance is not None
+        assert sub.name is not None
         found += _commands(sub.typer_instance, (*prefix, sub.name))
     return found
 
