@@ -136,6 +136,18 @@ def test_report_selective_ranks_any_score_from_jsonl(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     summary = pl.read_parquet(out / "summary.parquet")
     assert summary["aurc"][0] == pytest.approx(float(summary["aurc_optimal"][0]))
+    # the terminal summary shows the metrics a raw score has, and no column of dashes
+    shown = runner.invoke(
+        app,
+        ["report", "selective", str(data), "--confidence", "score", "--correct", "ok"]
+        + ["--out", str(tmp_path / "again")],
+        env={"COLUMNS": "200"},
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "aurc" in shown.output
+    assert "ece_equal_width" not in shown.output
+    assert "brier" not in shown.output
+    assert "–" not in shown.output
 
 
 @pytest.mark.parametrize(

@@ -196,6 +196,8 @@ def _summary(report: EvaluationReport) -> None:
         names = ["n", "accuracy", "ece_equal_width", "brier", "aurc", "e_aurc"]
     else:
         names = ["n", "selected", "coverage", "risk", "risk_low", "risk_high"]
+    # a metric the report does not compute (calibration of a raw score) is no column of dashes
+    names = [n for n in names if any(s.summary.get(n) is not None for s in report.slices)]
     table = Table("slice", *names, box=None)
     for s in report.slices:
         cells = []
