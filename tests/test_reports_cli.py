@@ -139,8 +139,17 @@ def test_report_selective_ranks_any_score_from_jsonl(tmp_path: Path) -> None:
     # the terminal summary shows the metrics a raw score has, and no column of dashes
     shown = runner.invoke(
         app,
-        ["report", "selective", str(data), "--confidence", "score", "--correct", "ok"]
-        + ["--out", str(tmp_path / "again")],
+        [
+            "report",
+            "selective",
+            str(data),
+            "--confidence",
+            "score",
+            "--correct",
+            "ok",
+            "--out",
+            str(tmp_path / "again"),
+        ],
         env={"COLUMNS": "200"},
     )
     assert shown.exit_code == 0, shown.output
