@@ -73,6 +73,32 @@ def test_dedupe_a_runs_accepted_output_again(split_run: Path, tmp_path: Path) ->
     assert kept.select("_source", "_line").equals(accepted.select("_source", "_line"))
 
 
+def test_dedupe_a_run_directory_reads_its_accepted_rows(split_run: Path, tmp_path: Path) -> None:
+    """A run's OUT stands for its accepted/ rows: its rejected, duplicates and dedupe
+    tables are no data (they were deduped as rows before)."""
+    whole, accepted = tmp_path / "whole", tmp_path / "accepted"
+    for source, out in ((split_run, whole), (split_run / "accepted", accepted)):
+        result = runner.invoke(app, ["dedupe", str(source), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+    assert (whole / "kept.parquet").read_bytes() == (accepted / "kept.parquet").read_bytes()
+    listed = json.loads((whole / "summary.json").read_text())["inputs"]
+    assert listed
+    assert all("/accepted/" in item["path"] for item in listed)
+
+
+def test_dedupe_of_jsonl_says_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "sft.jsonl"
+    path.write_text('{"question": "a"}\n')
+    result = runner.invoke(
+        app, ["dedupe", str(path), "--text", "question", "--out", str(tmp_path / "d")]
+    )
+    assert result.exit_code == 3, result.output
+    assert "reads Parquet" in result.output
+    assert "rowgate run" in result.output
+    assert "out of specification" not in result.output
+    assert not (tmp_path / "d").exists()
+
+
 def test_dedupe_reproduces_the_run_on_its_inputs(split_run: Path, tmp_path: Path) -> None:
     # everything the run wrote as typed rows, deduped again with the same settings
     out = tmp_path / "d"

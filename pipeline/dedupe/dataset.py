@@ -33,7 +33,7 @@ from pipeline.dedupe.table import dedupe_table
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.lineage import file_sha256
 from pipeline.outdir import OutputExistsError, atomic_directory
-from pipeline.reader import InputError
+from pipeline.reader import JSONL_SUFFIXES, InputError
 
 __all__ = ["DatasetInput", "DatasetResult", "dedupe_dataset"]
 
@@ -65,11 +65,9 @@ def _expand(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
     for given in inputs:
         path = Path(given.path)
         if path.is_dir():
-            members = sorted(path.rglob("*.parquet"))
-            if not members:
-                raise InputError(f"{given.path}: directory holds no .parquet files")
-            found = [DatasetInput(str(p), given.split) for p in members]
+            found = [DatasetInput(str(p), given.split) for p in _dataset_files(path)]
         elif path.is_file():
+            _refuse_jsonl(path)
             found = [given]
         else:
             raise InputError(f"{given.path}: no such file or directory")
@@ -78,6 +76,26 @@ def _expand(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
                 raise InputError(f"{item.path}: given more than once")
             files[item.path] = item
     return [files[p] for p in sorted(files)]
+
+
+def _dataset_files(directory: Path) -> list[Path]:
+    """The Parquet files a directory stands for. A run's output directory stands for its
+    ``accepted/`` rows: its other tables (rejected, duplicates, dedupe clusters) are no data."""
+    if (directory / "manifest.json").is_file() and (directory / "accepted").is_dir():
+        directory = directory / "accepted"
+    members = sorted(directory.rglob("*.parquet"))
+    if not members:
+        raise InputError(f"{directory}: directory holds no .parquet files")
+    return members
+
+
+def _refuse_jsonl(path: Path) -> None:
+    if path.name.endswith(JSONL_SUFFIXES):
+        raise InputError(
+            f"{path}: rowgate dedupe reads Parquet; gate JSONL first with "
+            f"`rowgate run {path} --kind KIND --out OUT` (a run dedupes its rows as it goes), "
+            "then `rowgate dedupe OUT` for a further pass"
+        )
 
 
 def _column_key(text: Sequence[str], keys: Sequence[str]) -> DedupeKey:
