@@ -25,7 +25,7 @@ from pipeline.global_phase import GlobalContext, rejected_columns, run_global
 from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.lineage import file_sha256
 from pipeline.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
-from pipeline.outdir import OutputExistsError, atomic_directory
+from pipeline.outdir import claim_output
 from pipeline.reader import (
     JSONL_SUFFIXES,
     InputError,
@@ -168,15 +168,16 @@ def run(
     started = time.perf_counter()
     if not config.inputs:
         raise ConfigError("no inputs: give input paths or [[inputs]] in the campaign config")
-    if out.exists() and not force:
-        raise OutputExistsError(f"{out} exists; pass --force to replace it")
     inputs = expand_inputs(config.inputs, config)
     timings: dict[str, float] = {}
-    with LocalEngine(config.engine.resolved_workers(_known_shards(config, inputs))) as engine:
+    with (
+        claim_output(out, force=force, protect=_read_paths(config, inputs)) as claim,
+        LocalEngine(config.engine.resolved_workers(_known_shards(config, inputs))) as engine,
+    ):
         # Workers start (imports, the gate, declared kinds' schemas) during the preflight.
         engine.start(gate_step(config))
         gate = _preflight(config)
-        with atomic_directory(out, force=force) as tmp:
+        with claim.staging() as tmp:
             digests = _hash_inputs(inputs)
             observer.on_start(sum(f.expected_bytes for f in inputs))
             observer.on_phase("gate")
@@ -228,6 +229,19 @@ def run(
             manifest["reports"] = [write_run_report(tmp, manifest)]
             write_manifest(tmp, manifest)
     return RunResult(out, manifest, summaries)
+
+
+def _read_paths(config: CampaignConfig, inputs: list[InputFile]) -> list[Path]:
+    """Every path a run reads: OUT may not be, contain or lie inside one of them
+    (:func:`pipeline.outdir.claim_output`)."""
+    named = [config.source, config.schemas.directory, config.rubrics.directory]
+    named += [config.sanitize.policy, *(p.file for p in config.policy.values())]
+    named += [t.path for t in (config.references.documents, config.references.authorised_documents) if t]
+    return [
+        *(config.resolve(spec) for spec in config.inputs),
+        *(Path(f.resolved) for f in inputs),
+        *(config.resolve_path(p) for p in named if p),
+    ]
 
 
 def _gate_tasks(
