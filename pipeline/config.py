@@ -414,13 +414,15 @@ def _replace(obj: Any, keys: list[str], value: Any, dotted: str) -> Any:
 
 
 T = TypeVar("T")
+#: set when a config file is loaded, never written in one
+_NOT_IN_FILE: Final = ("base_dir", "source_sha256", "source")
 
 
 def _build(cls: type[T], table: Any, path: str) -> T:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: expected a table")
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls) if f.name not in ("base_dir", "source_sha256", "source")}  # type: ignore[arg-type]
+    known = {f.name for f in dataclasses.fields(cls) if f.name not in _NOT_IN_FILE}  # type: ignore[arg-type]
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{path + '.' if path else ''}{unknown[0]}: unknown key")

@@ -53,6 +53,7 @@ _LOCK: Final = ".rowgate-lock"
 _PROOFS: Final = ("manifest.json", "report.json", "summary.json")
 _PROOF_MAX_BYTES: Final = 256 << 20
 
+
 #: Called with the name of each step of a publish (``complete``, ``exchanged``,
 #: ``moved-aside``, ``published``): tests kill the process there to prove that every
 #: point is recoverable.
@@ -99,7 +100,13 @@ def _load_renameat2() -> Callable[[str, str, int], int] | None:
         function = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):  # not glibc ≥ 2.28 / not Linux
         return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
     function.restype = ctypes.c_int
 
     def call(src: str, dst: str, flags: int) -> int:
@@ -330,9 +337,7 @@ class OutputClaim:
 
 
 @contextmanager
-def claim_output(
-    out: Path, *, force: bool, protect: Iterable[Path] = ()
-) -> Iterator[OutputClaim]:
+def claim_output(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iterator[OutputClaim]:
     """Lock and check ``out`` for the whole command (see the module docstring).
 
     Raises, before any work: :class:`UnsafeOutputError` (OUT is, contains or lies inside

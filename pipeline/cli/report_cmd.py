@@ -173,7 +173,11 @@ def _report(data: str, given: dict[str, Any], out_dir: Path, force: bool, quiet:
     from pipeline.reports.sources import load_table
 
     started = time.perf_counter()
-    read = [Path(data)] if os.path.lexists(data) else [Path(p) for p in glob.glob(data, recursive=True)]
+    read = (
+        [Path(data)]
+        if os.path.lexists(data)
+        else [Path(p) for p in glob.glob(data, recursive=True)]
+    )
     with library_errors(), claim_output(out_dir, force=force, protect=read) as claim:
         # unset flags keep the library's defaults: they are defined once, in ReportSettings
         settings = ReportSettings(**{k: v for k, v in given.items() if v is not None}).validate()
