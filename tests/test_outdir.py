@@ -354,6 +354,29 @@ def test_a_kill_at_any_step_of_a_replace_loses_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def _reaped() -> int:
+    """The pid of a process that has exited (and been waited for)."""
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_old_out_moved_aside_by_a_dead_command_is_restored(tmp_path: Path) -> None:
+    """What a kill between the two renames of --force leaves (any version): the old OUT
+    under ``.out.rowgate-tmp-PID-old``, the complete new one under ``...-PID``, no OUT.
+    The next command used to delete both; it now puts the old OUT back."""
+    pid = _reaped()
+    old = _rowgate_out(tmp_path / f".out.rowgate-tmp-{pid}-old", "old")
+    _rowgate_out(tmp_path / f".out.rowgate-tmp-{pid}", "new")
+    out = tmp_path / "out"
+    with pytest.raises(OutputExistsError):
+        with atomic_directory(out, force=False) as tmp:
+            (tmp / "data.txt").write_text("third")
+    assert (out / "data.txt").read_text() == "old"
+    assert not old.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_a_live_process_leftovers_are_never_touched(tmp_path: Path) -> None:
     out = tmp_path / "out"
     live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
