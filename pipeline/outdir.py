@@ -43,6 +43,7 @@ __all__ = [
     "UnsafeOutputError",
     "atomic_directory",
     "claim_output",
+    "written_by_rowgate",
 ]
 
 _MARKER: Final = ".rowgate-tmp-"
@@ -157,8 +158,12 @@ def written_by_rowgate(directory: Path) -> bool:
     """Whether ``directory`` is a real directory that rowgate wrote, or empty."""
     if directory.is_symlink() or not directory.is_dir():
         return False
-    if not any(directory.iterdir()):
-        return True
+    return not any(directory.iterdir()) or _has_proof(directory)
+
+
+def _has_proof(directory: Path) -> bool:
+    if directory.is_symlink() or not directory.is_dir():
+        return False
     for name in _PROOFS:
         proof = directory / name
         try:
@@ -287,6 +292,8 @@ def _recover(out: Path) -> None:
     )
     if olds and not os.path.lexists(out):
         _rename_new(olds.pop(0), out)
+    if not _has_proof(out):  # not rowgate's new OUT: an old one may be the only copy
+        olds = []
     for path in olds + [path for path, _, old in leftovers if not old]:
         shutil.rmtree(path)
 
@@ -324,16 +331,23 @@ class OutputClaim:
             _step("published")
             return
         _check_replaceable(out, self.force)  # OUT may have appeared during the command
+        # Once the new OUT is in place the command has succeeded: removing the old one is
+        # best effort (what is left is a dead process's leftover for the next command).
         if _exchange(tmp, out):
             _step("exchanged")
-            shutil.rmtree(tmp)  # the old OUT, now under the temporary name
+            shutil.rmtree(tmp, ignore_errors=True)  # the old OUT, now under the temporary name
             return
         old = out.parent / f"{_prefix(out)}{os.getpid()}{_OLD}"
         out.rename(old)
-        _step("moved-aside")
-        _rename_new(tmp, out)
+        try:
+            _step("moved-aside")
+            _rename_new(tmp, out)
+        except BaseException:
+            if not os.path.lexists(out):
+                old.rename(out)  # put the old OUT back
+            raise
         _step("published")
-        shutil.rmtree(old)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager

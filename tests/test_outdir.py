@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -73,8 +72,16 @@ def test_force_never_deletes_the_inputs_directory(folder: Path) -> None:
     before = _snapshot(folder)
     result = runner.invoke(
         app,
-        ["run", str(folder / "m.jsonl"), "--kind", "math-reasoning-v1"]
-        + ["--out", str(folder), "--force", "--quiet"],
+        [
+            "run",
+            str(folder / "m.jsonl"),
+            "--kind",
+            "math-reasoning-v1",
+            "--out",
+            str(folder),
+            "--force",
+            "--quiet",
+        ],
     )
     assert result.exit_code == 2, result.output
     assert "which this command reads" in result.output
@@ -126,7 +133,8 @@ def test_out_holding_the_config_or_what_it_names_is_refused(tmp_path: Path) -> N
     for out in (campaign, tmp_path, campaign / "tables"):
         with pytest.raises(UnsafeOutputError, match="which this command reads"):
             run(config, out, force=True)
-    assert config_file.exists() and (campaign / "tables" / "documents.jsonl").exists()
+    assert config_file.exists()
+    assert (campaign / "tables" / "documents.jsonl").exists()
     assert run(config.override(**{"engine.workers": 1}), campaign / "out").manifest
 
 
@@ -136,8 +144,18 @@ def test_dedupe_and_report_refuse_their_input_as_out(tmp_path: Path) -> None:
     before = _snapshot(tmp_path / "r")
     commands = [
         ["dedupe", str(accepted), "--out", str(accepted), "--force"],
-        ["report", "calibration", str(tmp_path / "r"), "--confidence", "0.5"]
-        + ["--correct", "true", "--out", str(tmp_path / "r" / "cal"), "--force"],
+        [
+            "report",
+            "calibration",
+            str(tmp_path / "r"),
+            "--confidence",
+            "0.5",
+            "--correct",
+            "true",
+            "--out",
+            str(tmp_path / "r" / "cal"),
+            "--force",
+        ],
     ]
     for args in commands:
         result = runner.invoke(app, args)
@@ -160,13 +178,22 @@ def test_force_refuses_a_file_or_a_link_and_leaves_no_trace(tmp_path: Path) -> N
     for name, message in (("f", "is a file"), ("link", "symbolic link")):
         result = runner.invoke(
             app,
-            ["run", str(MATH), "--kind", "math-reasoning-v1", "--out", str(tmp_path / name)]
-            + ["--force", "--quiet"],
+            [
+                "run",
+                str(MATH),
+                "--kind",
+                "math-reasoning-v1",
+                "--out",
+                str(tmp_path / name),
+                "--force",
+                "--quiet",
+            ],
         )
         assert result.exit_code == 2, result.output
         assert message in result.output
     assert _snapshot(tmp_path) == before
-    assert (tmp_path / "f").is_file() and (tmp_path / "link").is_symlink()
+    assert (tmp_path / "f").is_file()
+    assert (tmp_path / "link").is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "link", "target"]
 
 
@@ -178,13 +205,14 @@ def test_force_refuses_a_directory_rowgate_did_not_write(tmp_path: Path) -> None
     fake.mkdir()
     (fake / "manifest.json").write_text('{"format": "someone-else/1"}')
     for out in (mine, fake):
-        with pytest.raises(UnsafeOutputError, match="rowgate did not write"):
-            with atomic_directory(out, force=True) as tmp:
-                (tmp / "x").write_text("new")
+        with (
+            pytest.raises(UnsafeOutputError, match="rowgate did not write"),
+            atomic_directory(out, force=True) as tmp,
+        ):
+            (tmp / "x").write_text("new")
     assert (mine / "thesis.tex").read_text() == "years of work"
-    with pytest.raises(OutputExistsError, match="--force"):
-        with atomic_directory(mine, force=False):
-            pass
+    with pytest.raises(OutputExistsError, match="--force"), atomic_directory(mine, force=False):
+        pass
     empty = tmp_path / "empty"
     empty.mkdir()
     with atomic_directory(empty, force=True) as tmp:  # nothing to lose
@@ -200,8 +228,17 @@ def test_every_command_can_replace_its_own_output(tmp_path: Path) -> None:
     assert verify_run(tmp_path / "r").ok
     commands = {
         "d": ["dedupe", str(tmp_path / "r" / "accepted")],
-        "c": ["report", "calibration", str(tmp_path / "r"), "--confidence", "0.5"]
-        + ["--correct", "true", "--bootstrap", "0"],
+        "c": [
+            "report",
+            "calibration",
+            str(tmp_path / "r"),
+            "--confidence",
+            "0.5",
+            "--correct",
+            "true",
+            "--bootstrap",
+            "0",
+        ],
     }
     for name, args in commands.items():
         for _ in range(2):
@@ -284,7 +321,8 @@ def test_the_lock_holds_across_processes(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == b"held\n"
         result = runner.invoke(
             app, ["run", str(MATH), "--kind", "math-reasoning-v1", "--out", str(out), "-q"]
         )
@@ -369,11 +407,29 @@ def test_the_old_out_moved_aside_by_a_dead_command_is_restored(tmp_path: Path) -
     old = _rowgate_out(tmp_path / f".out.rowgate-tmp-{pid}-old", "old")
     _rowgate_out(tmp_path / f".out.rowgate-tmp-{pid}", "new")
     out = tmp_path / "out"
-    with pytest.raises(OutputExistsError):
-        with atomic_directory(out, force=False) as tmp:
-            (tmp / "data.txt").write_text("third")
+    with pytest.raises(OutputExistsError), atomic_directory(out, force=False) as tmp:
+        (tmp / "data.txt").write_text("third")
     assert (out / "data.txt").read_text() == "old"
     assert not old.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_an_error_between_the_renames_puts_the_old_out_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception (Ctrl-C, a failed rename) after the fallback moved the old OUT aside:
+    the command fails and the old OUT is back in place at once."""
+    out = _rowgate_out(tmp_path / "out", "old")
+
+    def interrupt(name: str) -> None:
+        if name == "moved-aside":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(outdir, "_renameat2", None)
+    monkeypatch.setattr(outdir, "_step", interrupt)
+    with pytest.raises(KeyboardInterrupt), atomic_directory(out, force=True) as tmp:
+        (tmp / "data.txt").write_text("new")
+    assert (out / "data.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
@@ -386,7 +442,8 @@ def test_a_live_process_leftovers_are_never_touched(tmp_path: Path) -> None:
         building.mkdir()
         with atomic_directory(out, force=False) as tmp:
             (tmp / "manifest.json").write_text('{"format": "rowgate-run/1"}')
-        assert building.is_dir() and (moved / "data.txt").read_text() == "old"
+        assert building.is_dir()
+        assert (moved / "data.txt").read_text() == "old"
     finally:
         live.communicate(b"")
 
@@ -407,8 +464,21 @@ def test_a_killed_run_between_the_renames_is_restored(tmp_path: Path) -> None:
         "main()\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", script, "run", str(MATH), "--kind", "math-reasoning-v1"]
-        + ["--out", str(out), "--force", "--quiet", "--workers", "1"],
+        [
+            sys.executable,
+            "-c",
+            script,
+            "run",
+            str(MATH),
+            "--kind",
+            "math-reasoning-v1",
+            "--out",
+            str(out),
+            "--force",
+            "--quiet",
+            "--workers",
+            "1",
+        ],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=False,
     )
@@ -419,11 +489,3 @@ def test_a_killed_run_between_the_renames_is_restored(tmp_path: Path) -> None:
         run(_config(MATH), out)
     assert verify_run(out).ok
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-
-
-@pytest.fixture(autouse=True)
-def _no_stray_hooks() -> Iterator[None]:
-    """These tests patch outdir in subprocesses only; this process keeps the real steps."""
-    renameat2, step = outdir._renameat2, outdir._step
-    yield
-    assert (outdir._renameat2, outdir._step) == (renameat2, step)
