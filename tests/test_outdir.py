@@ -45,6 +45,21 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
+def _report(data: Path) -> list[str]:
+    """A calibration report's arguments (a constant confidence: only OUT matters here)."""
+    return [
+        "report",
+        "calibration",
+        str(data),
+        "--confidence",
+        "0.5",
+        "--correct",
+        "true",
+        "--bootstrap",
+        "0",
+    ]
+
+
 def _rowgate_out(path: Path, content: str) -> Path:
     """A directory as rowgate writes it (its proof of ownership) holding ``content``."""
     path.mkdir()
@@ -144,18 +159,7 @@ def test_dedupe_and_report_refuse_their_input_as_out(tmp_path: Path) -> None:
     before = _snapshot(tmp_path / "r")
     commands = [
         ["dedupe", str(accepted), "--out", str(accepted), "--force"],
-        [
-            "report",
-            "calibration",
-            str(tmp_path / "r"),
-            "--confidence",
-            "0.5",
-            "--correct",
-            "true",
-            "--out",
-            str(tmp_path / "r" / "cal"),
-            "--force",
-        ],
+        [*_report(tmp_path / "r"), "--out", str(tmp_path / "r" / "cal"), "--force"],
     ]
     for args in commands:
         result = runner.invoke(app, args)
@@ -228,17 +232,7 @@ def test_every_command_can_replace_its_own_output(tmp_path: Path) -> None:
     assert verify_run(tmp_path / "r").ok
     commands = {
         "d": ["dedupe", str(tmp_path / "r" / "accepted")],
-        "c": [
-            "report",
-            "calibration",
-            str(tmp_path / "r"),
-            "--confidence",
-            "0.5",
-            "--correct",
-            "true",
-            "--bootstrap",
-            "0",
-        ],
+        "c": _report(tmp_path / "r"),
     }
     for name, args in commands.items():
         for _ in range(2):
