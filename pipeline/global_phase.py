@@ -35,7 +35,7 @@ from pipeline.config import CampaignConfig
 from pipeline.engines import Engine
 from pipeline.reader import Shard
 from pipeline.reasons import REASONS_TYPE, Disposition
-from pipeline.staging import ShardSummary, staged_path
+from pipeline.staging import ShardSummary, scan_staged
 from pipeline.writer import OutputColumn, WrittenFile, write_table
 
 __all__ = [
@@ -109,7 +109,7 @@ class GlobalContext:
             if kind not in summary.kinds:
                 continue
             yield (
-                pl.scan_ipc(staged_path(self.root, summary.shard, kind))
+                scan_staged(self.root, summary.shard, kind)
                 .select(
                     pl.lit(summary.shard, pl.Int32).alias("_shard"),
                     pl.col("_shard_line"),
@@ -125,7 +125,7 @@ class GlobalContext:
         wanted = list(dict.fromkeys(["_shard_line", *columns]))
 
         def read(shard: int, lines: pl.Series | None) -> pl.DataFrame:
-            frame = pl.scan_ipc(staged_path(self.root, shard, kind)).select(wanted)
+            frame = scan_staged(self.root, shard, kind).select(wanted)
             if lines is None:
                 frame = frame.head(0)  # no keys: the columns, typed, and no rows
             else:
@@ -151,7 +151,7 @@ class GlobalContext:
                 continue
             shard = self.shards[summary.shard]
             wanted = list(dict.fromkeys([*staged, *columns]))
-            frame = pl.scan_ipc(staged_path(self.root, summary.shard, kind)).select(wanted)
+            frame = scan_staged(self.root, summary.shard, kind).select(wanted)
             frames.append(
                 frame.with_columns(
                     _shard=pl.lit(summary.shard, pl.Int32),

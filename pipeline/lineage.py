@@ -11,6 +11,7 @@ Three different commitments, never substituted for one another:
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ __all__ = [
     "file_sha256",
     "raw_sha256",
     "record_sha256",
+    "source_name",
 ]
 
 #: Lineage columns, in output order, after the payload columns.
@@ -46,6 +48,15 @@ LINEAGE_NAMES: Final = tuple(f.name for f in LINEAGE_FIELDS)
 
 def raw_sha256(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
+
+
+def source_name(path: str) -> str:
+    """An input path as lineage records it (``_source``, the manifest, reports): the path
+    itself when it is valid UTF-8; otherwise each byte that is not UTF-8 is written as
+    ``\\xNN`` (Python's ``backslashreplace``), because Parquet and JSON strings must be
+    UTF-8. A run refuses two inputs whose names would then be equal, and its manifest keeps
+    the exact bytes of such an input's resolved path (``resolved_hex``)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def file_sha256(path: str | Path) -> str:

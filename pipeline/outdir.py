@@ -1,26 +1,78 @@
-"""Atomic output directories: everything is written into a hidden sibling and renamed
-into place only when complete, so a crashed or killed command never leaves a partial
-output (DESIGN §3.7). A later command removes a dead process's leftover sibling.
+"""Output directories that never lose a byte (DESIGN §3.7, §3.14).
 
-Used by every command that writes a directory: ``run``, ``dedupe``, ``report``.
+A command that writes a directory ``OUT`` first *claims* it (:func:`claim_output`), for
+the whole command:
+
+- it takes a lock beside OUT (``.NAME.rowgate-lock``, ``flock``): a second command on
+  the same OUT fails at once with :class:`OutputBusyError`;
+- it recovers what a killed command left beside OUT (below);
+- it refuses, before any work, an OUT that is, contains or lies inside a path the
+  command reads (:class:`UnsafeOutputError`), an OUT that exists without ``force``
+  (:class:`OutputExistsError`) and, even with ``force``, an OUT that is a file, a
+  symbolic link or a directory rowgate did not write (its ``manifest.json``,
+  ``report.json`` or ``summary.json`` names a ``rowgate-*`` format; an empty directory
+  holds nothing to lose).
+
+Everything is then written into a hidden sibling ``.NAME.rowgate-tmp-PID`` that becomes
+OUT only when complete (:meth:`OutputClaim.staging`). Replacing an old OUT is crash-safe
+at every point: on Linux the two directories are swapped in one atomic
+``renameat2(RENAME_EXCHANGE)``; elsewhere the old OUT is first renamed to
+``.NAME.rowgate-tmp-PID-old``, and a later command that finds it with no OUT beside it
+(the publisher died between the two renames) renames it back. A leftover is recovered
+only when the process that made it is dead; a live one's is never touched.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
+import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["OutputExistsError", "atomic_directory"]
+__all__ = [
+    "OutputBusyError",
+    "OutputClaim",
+    "OutputExistsError",
+    "UnsafeOutputError",
+    "atomic_directory",
+    "claim_output",
+    "written_by_rowgate",
+]
 
 _MARKER: Final = ".rowgate-tmp-"
+_OLD: Final = "-old"
+_LOCK: Final = ".rowgate-lock"
+#: files whose ``format`` (``rowgate-run/1``, ``rowgate-report/1``, ``rowgate-dedupe/1``)
+#: proves that rowgate wrote the directory holding them
+_PROOFS: Final = ("manifest.json", "report.json", "summary.json")
+_PROOF_MAX_BYTES: Final = 256 << 20
+
+
+#: Called with the name of each step of a publish (``complete``, ``exchanged``,
+#: ``moved-aside``, ``published``): tests kill the process there to prove that every
+#: point is recoverable.
+def _step(name: str) -> None:
+    pass
 
 
 class OutputExistsError(RuntimeError):
     """The output directory exists and the caller did not ask to replace it."""
+
+
+class UnsafeOutputError(ValueError):
+    """OUT cannot be written without risking a user's data: it is, contains or lies inside
+    a path the command reads, or ``--force`` would replace something rowgate did not write."""
+
+
+class OutputBusyError(RuntimeError):
+    """Another command holds the lock on this output directory."""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -33,47 +85,291 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _siblings(out: Path) -> str:
+def _prefix(out: Path) -> str:
     return f".{out.name}{_MARKER}"
 
 
-def _prepare(out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    prefix = _siblings(out)
-    for stale in out.parent.glob(prefix + "*"):
-        pid = stale.name.removeprefix(prefix).removesuffix("-old")
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    tmp = out.parent / f"{prefix}{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    return tmp
+# --- atomic renames ----------------------------------------------------------------
+
+_AT_FDCWD: Final = -100
+_RENAME_NOREPLACE: Final = 1
+_RENAME_EXCHANGE: Final = 2
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    if out.exists():
-        old = out.parent / f"{_siblings(out)}{os.getpid()}-old"
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(out)
+def _load_renameat2() -> Callable[[str, str, int], int] | None:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # not glibc ≥ 2.28 / not Linux
+        return None
+    function.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    function.restype = ctypes.c_int
+
+    def call(src: str, dst: str, flags: int) -> int:
+        if function(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+            return 0
+        return ctypes.get_errno()
+
+    return call
+
+
+#: ``renameat2`` when the C library has it; tests set it to None to prove the fallback
+_renameat2 = _load_renameat2()
+_UNSUPPORTED: Final = frozenset({errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories atomically; False when this system or file system cannot."""
+    if _renameat2 is None:
+        return False
+    code = _renameat2(str(a), str(b), _RENAME_EXCHANGE)
+    if code in _UNSUPPORTED:
+        return False
+    if code:
+        raise OSError(code, os.strerror(code), str(b))
+    return True
+
+
+def _rename_new(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst`` only if nothing is at ``dst`` (a plain rename would
+    silently replace an empty directory someone created meanwhile)."""
+    code = _renameat2(str(src), str(dst), _RENAME_NOREPLACE) if _renameat2 else errno.ENOSYS
+    if code in _UNSUPPORTED:
+        if os.path.lexists(dst):
+            code = errno.EEXIST
+        else:
+            src.rename(dst)
+            return
+    if code == errno.EEXIST:
+        raise OutputExistsError(f"{dst} appeared while the command ran; nothing was replaced")
+    if code:
+        raise OSError(code, os.strerror(code), str(dst))
+
+
+# --- what OUT may be ---------------------------------------------------------------
+
+
+def written_by_rowgate(directory: Path) -> bool:
+    """Whether ``directory`` is a real directory that rowgate wrote, or empty."""
+    if directory.is_symlink() or not directory.is_dir():
+        return False
+    return not any(directory.iterdir()) or _has_proof(directory)
+
+
+def _has_proof(directory: Path) -> bool:
+    if directory.is_symlink() or not directory.is_dir():
+        return False
+    for name in _PROOFS:
+        proof = directory / name
+        try:
+            if proof.is_symlink() or proof.stat().st_size > _PROOF_MAX_BYTES:
+                continue
+            document = json.loads(proof.read_bytes())
+        except (OSError, ValueError):
+            continue
+        if isinstance(document, dict) and str(document.get("format", "")).startswith("rowgate-"):
+            return True
+    return False
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _check_overlap(out: Path, protected: Iterable[Path]) -> None:
+    """Refuse an OUT that is, contains or lies inside a path the command reads."""
+    where = {os.path.join(os.path.realpath(out.parent), out.name), os.path.realpath(out)}
+    for given in protected:
+        if not os.path.lexists(given):
+            continue
+        path = os.path.realpath(given)
+        for target in where:
+            if target == path:
+                relation = "is"
+            elif _inside(path, target):
+                relation = "contains"
+            elif os.path.isdir(path) and _inside(target, path):
+                relation = "lies inside"
+            else:
+                continue
+            raise UnsafeOutputError(
+                f"--out {out} {relation} {given}, which this command reads; choose an "
+                "output directory outside every input (and not holding the config file "
+                "or what it names)"
+            )
+
+
+def _check_replaceable(out: Path, force: bool) -> None:
+    if not os.path.lexists(out):
+        return
+    if not force:
+        raise OutputExistsError(f"{out} exists; pass --force to replace it")
+    if out.is_symlink():
+        raise UnsafeOutputError(
+            f"--out {out} is a symbolic link; --force replaces only a directory rowgate "
+            "wrote: give the directory itself, or remove the link"
+        )
+    if not out.is_dir():
+        raise UnsafeOutputError(
+            f"--out {out} is a file, not an output directory; --force does not replace it"
+        )
+    if not written_by_rowgate(out):
+        raise UnsafeOutputError(
+            f"--out {out} is a directory rowgate did not write (no rowgate manifest in it); "
+            "--force replaces only rowgate's own output: choose another directory"
+        )
+
+
+# --- the lock and the recovery of dead commands' leftovers -------------------------
 
 
 @contextmanager
-def atomic_directory(out: Path, *, force: bool) -> Iterator[Path]:
-    """Yield a temporary directory that becomes ``out`` when the block completes.
-
-    Raises :class:`OutputExistsError` before any work when ``out`` exists and ``force``
-    is false; on any exception the temporary directory is removed and ``out`` untouched.
-    """
-    if out.exists() and not force:
-        raise OutputExistsError(f"{out} exists; pass --force to replace it")
-    tmp = _prepare(out)
+def _locked(out: Path) -> Iterator[None]:
+    """Hold ``.NAME.rowgate-lock`` beside ``out``; removed on release (a killed
+    holder's lock file is released by the kernel and taken again by the next command)."""
+    path = out.parent / f".{out.name}{_LOCK}"
+    for _ in range(20):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise OutputBusyError(
+                f"{out} is being written by another rowgate command"
+                + (f" (process {holder})" if holder.isdigit() else "")
+                + f"; wait for it to finish, or choose another output directory ({path})"
+            ) from None
+        try:
+            current = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            current = None
+        mine = os.fstat(fd)
+        if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+            break
+        os.close(fd)  # the previous holder removed this file as we opened it: take the new one
+    else:
+        raise OutputBusyError(f"{out}: could not take the lock {path}")
     try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        try:
+            path.unlink()
+        finally:
+            os.close(fd)
+
+
+def _leftovers(out: Path) -> list[tuple[Path, int, bool]]:
+    """Dead processes' hidden siblings of ``out``: (path, pid, is an old OUT)."""
+    prefix = _prefix(out)
+    found = []
+    for entry in out.parent.iterdir():
+        if not entry.name.startswith(prefix):
+            continue
+        rest = entry.name.removeprefix(prefix)
+        old = rest.endswith(_OLD)
+        pid = rest.removesuffix(_OLD)
+        # this process has no sibling of OUT yet when it recovers: one with its pid is a
+        # dead process's whose pid was reused
+        if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
+            found.append((entry, int(pid), old))
+    return found
+
+
+def _recover(out: Path) -> None:
+    """Finish what killed commands left: put back an old OUT that was moved aside when no
+    new one was published, and remove every other leftover (under the lock)."""
+    leftovers = _leftovers(out)
+    olds = sorted(
+        (path for path, _, old in leftovers if old), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    if olds and not os.path.lexists(out):
+        _rename_new(olds.pop(0), out)
+    if not _has_proof(out):  # not rowgate's new OUT: an old one may be the only copy
+        olds = []
+    for path in olds + [path for path, _, old in leftovers if not old]:
+        shutil.rmtree(path)
+
+
+# --- claiming and publishing --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputClaim:
+    """A locked, checked output directory (:func:`claim_output`)."""
+
+    out: Path
+    force: bool
+
+    @contextmanager
+    def staging(self) -> Iterator[Path]:
+        """Yield an empty hidden sibling that replaces OUT when the block completes; on
+        any exception it is removed and OUT is left as it was."""
+        tmp = self.out.parent / f"{_prefix(self.out)}{os.getpid()}"
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        try:
+            yield tmp
+            self._publish(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _publish(self, tmp: Path) -> None:
+        out = self.out
+        _step("complete")
+        if not os.path.lexists(out):
+            _rename_new(tmp, out)
+            _step("published")
+            return
+        _check_replaceable(out, self.force)  # OUT may have appeared during the command
+        # Once the new OUT is in place the command has succeeded: removing the old one is
+        # best effort (what is left is a dead process's leftover for the next command).
+        if _exchange(tmp, out):
+            _step("exchanged")
+            shutil.rmtree(tmp, ignore_errors=True)  # the old OUT, now under the temporary name
+            return
+        old = out.parent / f"{_prefix(out)}{os.getpid()}{_OLD}"
+        out.rename(old)
+        try:
+            _step("moved-aside")
+            _rename_new(tmp, out)
+        except BaseException:
+            if not os.path.lexists(out):
+                old.rename(out)  # put the old OUT back
+            raise
+        _step("published")
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def claim_output(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iterator[OutputClaim]:
+    """Lock and check ``out`` for the whole command (see the module docstring).
+
+    Raises, before any work: :class:`UnsafeOutputError` (OUT is, contains or lies inside
+    a path in ``protect``; or ``force`` would replace a file, a link or a directory
+    rowgate did not write), :class:`OutputExistsError` (OUT exists, no ``force``),
+    :class:`OutputBusyError` (another command holds OUT).
+    """
+    _check_overlap(out, protect)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(out):
+        _recover(out)
+        _check_replaceable(out, force)
+        yield OutputClaim(out, force)
+
+
+@contextmanager
+def atomic_directory(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iterator[Path]:
+    """:func:`claim_output` and :meth:`OutputClaim.staging` in one: a temporary directory
+    that becomes ``out`` when the block completes."""
+    with claim_output(out, force=force, protect=protect) as claim, claim.staging() as tmp:
         yield tmp
-        _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

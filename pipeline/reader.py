@@ -64,7 +64,7 @@ class InputFile:
     """One input of a run. ``index`` is its place in the stable order key."""
 
     index: int
-    path: str  # as given by the user: the ``_source`` column
+    path: str  # as given by the user, in its lineage form: the ``_source`` column
     resolved: str
     size: int
     compression: str  # "none", "gzip" or "zstd"

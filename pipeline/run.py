@@ -8,6 +8,7 @@ never leaves a partial ``OUT``.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -16,16 +17,16 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pipeline.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.engines import LocalEngine
 from pipeline.gate import Gate
 from pipeline.global_phase import GlobalContext, rejected_columns, run_global
 from pipeline.kinds import KINDS, UnknownKindError
-from pipeline.lineage import file_sha256
+from pipeline.lineage import file_sha256, source_name
 from pipeline.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
-from pipeline.outdir import OutputExistsError, atomic_directory
+from pipeline.outdir import claim_output
 from pipeline.reader import (
     JSONL_SUFFIXES,
     InputError,
@@ -43,6 +44,9 @@ from pipeline.staging import STAGING_DIR, GateTask, ShardSummary, gate_step, spi
 from pipeline.writer import WriteSummary, WriteTask, write_step
 
 __all__ = ["InputError", "RunError", "RunObserver", "RunResult", "expand_inputs", "run"]
+
+
+T = TypeVar("T")
 
 
 class RunError(RuntimeError):
@@ -105,13 +109,18 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
         inputs.append(
             InputFile(
                 index=index,
-                path=spec.path,
+                path=source_name(spec.path),
                 resolved=str(resolved.resolve()),
                 size=resolved.stat().st_size,
                 compression=detect_compression(resolved),
                 kind=spec.kind,
                 split=spec.split,
             )
+        )
+    if len({f.path for f in inputs}) < len(inputs):
+        raise InputError(
+            "two inputs have the same name once bytes that are not UTF-8 are written as "
+            "\\xNN (their lineage would be ambiguous); rename one"
         )
     return inputs
 
@@ -168,15 +177,16 @@ def run(
     started = time.perf_counter()
     if not config.inputs:
         raise ConfigError("no inputs: give input paths or [[inputs]] in the campaign config")
-    if out.exists() and not force:
-        raise OutputExistsError(f"{out} exists; pass --force to replace it")
     inputs = expand_inputs(config.inputs, config)
     timings: dict[str, float] = {}
-    with LocalEngine(config.engine.resolved_workers(_known_shards(config, inputs))) as engine:
+    with (
+        claim_output(out, force=force, protect=_read_paths(config, inputs)) as claim,
+        LocalEngine(config.engine.resolved_workers(_known_shards(config, inputs))) as engine,
+    ):
         # Workers start (imports, the gate, declared kinds' schemas) during the preflight.
         engine.start(gate_step(config))
         gate = _preflight(config)
-        with atomic_directory(out, force=force) as tmp:
+        with claim.staging() as tmp:
             digests = _hash_inputs(inputs)
             observer.on_start(sum(f.expected_bytes for f in inputs))
             observer.on_phase("gate")
@@ -214,8 +224,10 @@ def run(
             shutil.rmtree(tmp / STAGING_DIR, ignore_errors=True)
 
             input_digests = digests.result()
-            manifest = _manifest(
-                config, inputs, shards, summaries, line_bases, writes, input_digests, gate
+            manifest = _lineage_form(
+                _manifest(
+                    config, inputs, shards, summaries, line_bases, writes, input_digests, gate
+                )
             )
             timings["total_s"] = time.perf_counter() - started
             manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
@@ -228,6 +240,28 @@ def run(
             manifest["reports"] = [write_run_report(tmp, manifest)]
             write_manifest(tmp, manifest)
     return RunResult(out, manifest, summaries)
+
+
+def _read_paths(config: CampaignConfig, inputs: list[InputFile]) -> list[Path]:
+    """Every path a run reads: OUT may not be, contain or lie inside one of them
+    (:func:`pipeline.outdir.claim_output`)."""
+    named = [config.source, config.schemas.directory, config.rubrics.directory]
+    named += [config.sanitize.policy, *(p.file for p in config.policy.values())]
+    named += [
+        t.path for t in (config.references.documents, config.references.authorised_documents) if t
+    ]
+    return [
+        *(config.resolve(spec) for spec in config.inputs),
+        *(Path(f.resolved) for f in inputs),
+        *(config.resolve_path(p) for p in named if p),
+    ]
+
+
+def _exact_bytes(resolved: str) -> dict[str, str]:
+    """The exact bytes of a resolved input path that is not UTF-8 (:func:`source_name`)."""
+    if source_name(resolved) == resolved:
+        return {}
+    return {"resolved_hex": os.fsencode(resolved).hex()}
 
 
 def _gate_tasks(
@@ -316,7 +350,8 @@ def _manifest(
             {
                 "index": f.index,
                 "path": f.path,
-                "resolved": f.resolved,
+                "resolved": source_name(f.resolved),
+                **_exact_bytes(f.resolved),
                 "bytes": f.size,
                 "sha256": input_digests[f.index],
                 "compression": f.compression,
@@ -362,3 +397,15 @@ def _manifest(
         },
         "outputs": sorted(files, key=lambda f: f["path"]),
     }
+
+
+def _lineage_form(value: T) -> T:
+    """``value`` with every string in its lineage form (:func:`source_name`): a path that
+    is not UTF-8 (an input's, the config's) cannot be written as JSON otherwise."""
+    if isinstance(value, str):
+        return cast(T, source_name(value))
+    if isinstance(value, dict):
+        return cast(T, {_lineage_form(k): _lineage_form(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return cast(T, [_lineage_form(v) for v in value])
+    return value

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -25,11 +25,15 @@ from pipeline.gate import REJECTED_SCHEMA, Gate
 from pipeline.kinds import KINDS
 from pipeline.reader import Shard, read_batches
 
+if TYPE_CHECKING:
+    import polars as pl
+
 __all__ = [
     "REJECTED_STEM",
     "ShardSummary",
     "gate_step",
     "read_rejected",
+    "scan_staged",
     "spill_dir",
     "staged_batches",
     "staged_path",
@@ -47,6 +51,14 @@ def spill_dir(root: Path) -> Path:
 def staged_path(root: Path, shard_index: int, stem: str) -> Path:
     """Where a shard's staged rows of one kind (or ``rejected``) live."""
     return root / STAGING_DIR / f"{shard_index:05d}" / f"{stem.replace('/', '_')}.arrow"
+
+
+def scan_staged(root: Path, shard_index: int, stem: str) -> pl.LazyFrame:
+    """A shard's staged rows of one kind as a polars scan. The path is never a pattern:
+    OUT's name may hold ``[``, ``*`` or ``?`` (polars globs paths by default)."""
+    import polars as pl  # here: the gate's workers, which import this module, never need it
+
+    return pl.scan_ipc(staged_path(root, shard_index, stem), glob=False)
 
 
 @dataclass

@@ -20,6 +20,7 @@ Checks, each reported with what it found (never with record values):
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,9 @@ def _check_reports(out: Path, manifest: dict[str, Any], report: VerifyReport) ->
 def _source_path(entry: dict[str, Any], sources: Path | None) -> Path:
     if sources is not None:
         return sources / str(entry["path"])
-    resolved = Path(str(entry["resolved"]))
+    # a path that is not UTF-8 is recorded in its lineage form, and exactly in hex
+    exact = entry.get("resolved_hex")
+    resolved = Path(os.fsdecode(bytes.fromhex(exact)) if exact else str(entry["resolved"]))
     return resolved if resolved.exists() else Path(str(entry["path"]))
 
 
@@ -125,7 +128,7 @@ def _check_inputs(
 def _lineage(out: Path, files: list[dict[str, Any]]) -> pl.DataFrame:
     frames = [
         pl.read_parquet(
-            out / f["path"], columns=["_source", "_line", "_offset", "_raw_sha256"]
+            out / f["path"], columns=["_source", "_line", "_offset", "_raw_sha256"], glob=False
         ).with_columns(_file=pl.lit(f["path"]))
         for f in files
     ]

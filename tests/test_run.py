@@ -21,7 +21,7 @@ import zstandard
 from pipeline import writer
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.manifest import load_manifest
-from pipeline.outdir import OutputExistsError
+from pipeline.outdir import OutputExistsError, UnsafeOutputError
 from pipeline.run import InputError, RunObserver, run
 from pipeline.synthetic import export_lines
 from pipeline.verify import verify_run
@@ -267,8 +267,14 @@ def test_existing_output_needs_force(inputs: CampaignConfig, tmp_path: Path) -> 
     with pytest.raises(OutputExistsError, match="exists"):
         run(inputs, out)
     assert (out / "keep.txt").exists()
+    # --force replaces only what rowgate wrote: a user's directory is never deleted
+    with pytest.raises(UnsafeOutputError, match="rowgate did not write"):
+        run(inputs, out, force=True)
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()  # an empty directory holds nothing to lose
     run(inputs.override(**{"engine.workers": 1}), out, force=True)
-    assert not (out / "keep.txt").exists()
+    assert load_manifest(out)["conservation"]["ok"]
+    run(inputs.override(**{"engine.workers": 1}), out, force=True)  # its own output
     assert load_manifest(out)["conservation"]["ok"]
 
 

@@ -14,7 +14,7 @@ from rich.markup import escape
 from pipeline.config import ConfigError
 from pipeline.engines import EngineError
 from pipeline.manifest import ManifestError
-from pipeline.outdir import OutputExistsError
+from pipeline.outdir import OutputBusyError, OutputExistsError, UnsafeOutputError
 from pipeline.rubrics.model import RubricError
 from pipeline.run import InputError, RunError
 from pipeline.schemas import SchemaError
@@ -39,11 +39,13 @@ def library_errors() -> Iterator[None]:
     """Map library exceptions to messages and documented exit codes."""
     try:
         yield
-    except ConfigError as exc:
+    except (ConfigError, UnsafeOutputError) as exc:
+        # an OUT that would put a user's files at risk is a wrong --out, refused before
+        # any work; its content is not the problem (that would be an input error, 3)
         fail(str(exc), EXIT_USAGE)
     except (InputError, SchemaError, ManifestError, RubricError) as exc:
         fail(str(exc), EXIT_INPUT)
-    except (RunError, EngineError, OutputExistsError) as exc:
+    except (RunError, EngineError, OutputExistsError, OutputBusyError) as exc:
         fail(str(exc), EXIT_FAILED)
     except OSError as exc:
         fail(f"{exc.filename or ''}: {exc.strerror or exc}", EXIT_FAILED)

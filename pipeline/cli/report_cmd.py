@@ -7,6 +7,8 @@ e.g. ``--preset pw-decide-row``) and writes selective prediction only.
 
 from __future__ import annotations
 
+import glob
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline.cli._common import err, library_errors, out
+from pipeline.outdir import claim_output
 from pipeline.reports.presets import PRESETS
 from pipeline.reports.settings import ReportSettings
 
@@ -170,11 +173,16 @@ def _report(data: str, given: dict[str, Any], out_dir: Path, force: bool, quiet:
     from pipeline.reports.sources import load_table
 
     started = time.perf_counter()
-    with library_errors():
+    read = (
+        [Path(data)]
+        if os.path.lexists(data)
+        else [Path(p) for p in glob.glob(data, recursive=True)]
+    )
+    with library_errors(), claim_output(out_dir, force=force, protect=read) as claim:
         # unset flags keep the library's defaults: they are defined once, in ReportSettings
         settings = ReportSettings(**{k: v for k, v in given.items() if v is not None}).validate()
         report = evaluate(load_table(data, kind=settings.source_kind), settings)
-        write_evaluation(report, out_dir, force=force)
+        write_evaluation(report, claim)
     for warning in report.warnings:
         err.print(
             "[yellow]warning:[/] "

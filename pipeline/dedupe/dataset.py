@@ -8,7 +8,7 @@ a record kind's key or with explicit text/key columns, and written as::
                               _similarity_estimated, _similarity_verified, _dedupe_reason
     OUT/clusters.parquet      one row per kept row that has duplicates
     OUT/split_groups.parquet  task / meta groups found in more than one split
-    OUT/summary.json          inputs (path, bytes, SHA-256, rows), settings, counts
+    OUT/summary.json          format, inputs (path, bytes, SHA-256, rows), settings, counts
 
 The order key is (input path as given, sorted; row); rows keep ``_source``/``_line`` when
 the dataset is rowgate output, else they get the file path and 1-based row number.
@@ -32,10 +32,13 @@ from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.dedupe.table import dedupe_table
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.lineage import file_sha256
-from pipeline.outdir import OutputExistsError, atomic_directory
+from pipeline.outdir import OutputClaim, claim_output
 from pipeline.reader import JSONL_SUFFIXES, InputError
 
-__all__ = ["DatasetInput", "DatasetResult", "dedupe_dataset"]
+__all__ = ["DEDUPE_FORMAT", "DatasetInput", "DatasetResult", "dedupe_dataset"]
+
+#: ``summary.json``'s format: it also proves that rowgate wrote OUT (:mod:`pipeline.outdir`)
+DEDUPE_FORMAT: Final = "rowgate-dedupe/1"
 
 _OUTPUT_COLUMNS: Final = (
     "_duplicate_of",
@@ -134,7 +137,7 @@ def _read(files: list[DatasetInput]) -> tuple[pl.DataFrame, list[dict[str, Any]]
     frames, listed = [], []
     for item in files:
         try:
-            frame = pl.read_parquet(item.path)
+            frame = pl.read_parquet(item.path, glob=False)  # a file: its name is no pattern
         except (pl.exceptions.PolarsError, OSError) as exc:
             raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
         lineage = {}
@@ -182,8 +185,19 @@ def dedupe_dataset(
     settings.validate("dedupe")
     if not inputs:
         raise ConfigError("dedupe: no inputs")
-    if out.exists() and not force:  # before any work; atomic_directory checks again
-        raise OutputExistsError(f"{out} exists; pass --force to replace it")
+    protect = [Path(given.path) for given in inputs]
+    with claim_output(out, force=force, protect=protect) as claim:
+        return _dedupe(claim, inputs, settings, kind, text_columns, key_columns)
+
+
+def _dedupe(
+    claim: OutputClaim,
+    inputs: Sequence[DatasetInput],
+    settings: DedupeSettings,
+    kind: str | None,
+    text_columns: Sequence[str],
+    key_columns: Sequence[str],
+) -> DatasetResult:
     files = _expand(inputs)
     frame, listed = _read(files)
     labelled = {f.split for f in files}
@@ -216,13 +230,14 @@ def dedupe_dataset(
     if kept.height + duplicates.height != frame.height:
         raise AssertionError("dedupe lost rows")  # conservation; never expected
     summary = {
+        "format": DEDUPE_FORMAT,
         "inputs": listed,
         "kind": name,
         "settings": dataclasses.asdict(settings),
         "counts": {"rows": frame.height, "kept": kept.height, "duplicates": duplicates.height},
         "dedupe": outcome.stats,
     }
-    with atomic_directory(out, force=force) as tmp:
+    with claim.staging() as tmp:
         kept.write_parquet(tmp / "kept.parquet")
         duplicates.write_parquet(tmp / "duplicates.parquet")
         outcome.clusters.write_parquet(tmp / "clusters.parquet")
@@ -230,4 +245,4 @@ def dedupe_dataset(
             tmp / "split_groups.parquet"
         )
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    return DatasetResult(out, summary)
+    return DatasetResult(claim.out, summary)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pipeline.manifest import dependency_versions
-from pipeline.outdir import atomic_directory
+from pipeline.outdir import OutputClaim, atomic_directory
 from pipeline.reports import html, plots
 from pipeline.reports.conventions import evaluation_conventions
 from pipeline.reports.evaluation import EvaluationReport, SliceResult
@@ -32,15 +32,24 @@ __all__ = ["REPORT_FORMAT", "render_evaluation_html", "report_document", "write_
 REPORT_FORMAT: Final = "rowgate-report/1"
 
 
-def write_evaluation(report: EvaluationReport, out: Path, *, force: bool = False) -> list[Path]:
+def write_evaluation(
+    report: EvaluationReport, out: Path | OutputClaim, *, force: bool = False
+) -> list[Path]:
     """Write every file of ``report`` into ``out`` atomically; return the paths written.
+
+    ``out`` may be an output directory the command has already claimed
+    (:func:`pipeline.outdir.claim_output`, which then decides on replacing it).
 
     Raises
     ------
     OutputExistsError
         ``out`` exists and ``force`` is false.
     """
-    with atomic_directory(out, force=force) as tmp:
+    if isinstance(out, OutputClaim):
+        staging, out = out.staging(), out.out
+    else:
+        staging = atomic_directory(out, force=force)
+    with staging as tmp:
         tables = {"summary": report.summary_table()}
         if report.settings.mode == "scored":
             if report.settings.calibration:

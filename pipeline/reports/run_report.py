@@ -100,7 +100,9 @@ def _dispositions(out: Path, manifest: dict[str, Any]) -> str:
     rejected = [e for e in _files(out, manifest["outputs"]) if e["disposition"] == "rejected"]
     if rejected:
         rejected_kinds = (
-            pl.concat([pl.read_parquet(out / e["path"], columns=["_kind"]) for e in rejected])
+            pl.concat(
+                [pl.read_parquet(out / e["path"], columns=["_kind"], glob=False) for e in rejected]
+            )
             .group_by("_kind")
             .len()
         )
@@ -130,7 +132,7 @@ def _reason_rows(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
     frames = []
     for entry in _files(out, manifest["outputs"]):
         frame = (
-            pl.scan_parquet(out / entry["path"])
+            pl.scan_parquet(out / entry["path"], glob=False)
             .select("_source", "_line", "_reasons")
             .filter(pl.col("_reasons").list.len() > 0)
             .with_columns(disposition=pl.lit(entry["disposition"]))
@@ -222,7 +224,7 @@ def _duplicates(out: Path, manifest: dict[str, Any]) -> str:
         )
     parts = [f"<p>{duplicate_rows:,} rows were removed as duplicates.</p>"]
     for artifact in artifacts:
-        frame = pl.scan_parquet(out / artifact["path"])
+        frame = pl.scan_parquet(out / artifact["path"], glob=False)
         schema = frame.collect_schema()
         columns, hidden = _safe_columns(schema)
         size = next((n for n, t in schema.items() if "size" in n.lower() and t.is_integer()), None)
@@ -266,7 +268,7 @@ def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
     for entry in _files(out, outputs):
         if entry["disposition"] == "rejected":
             continue
-        frame = pl.scan_parquet(out / entry["path"])
+        frame = pl.scan_parquet(out / entry["path"], glob=False)
         columns = _score_columns(frame.collect_schema())
         if not columns:
             continue

@@ -92,7 +92,7 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
         raise InputError(f"{data}: mixes Parquet and JSONL files; give one format")
     names = [str(p) for p in files]
     if formats == {"parquet"}:
-        return LoadedTable(pl.scan_parquet(names), names, "parquet", run_kind)
+        return LoadedTable(pl.scan_parquet(names, glob=False), names, "parquet", run_kind)
     return LoadedTable(_read_jsonl(files, limits).lazy(), names, "jsonl", run_kind)
 
 

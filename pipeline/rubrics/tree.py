@@ -231,7 +231,7 @@ def load_grades(path: Path) -> pl.DataFrame:
     """
     if path.name.endswith(".parquet"):
         try:
-            frame = pl.read_parquet(path, columns=list(_GRADES_SCHEMA))
+            frame = pl.read_parquet(path, columns=list(_GRADES_SCHEMA), glob=False)
         except (OSError, pl.exceptions.PolarsError) as exc:
             raise TreeError(f"{path}: cannot read grades: {exc}") from None
         for name, dtype in _GRADES_SCHEMA.items():

@@ -29,7 +29,7 @@ from pipeline.global_phase import DUPLICATE_OF, KEYS, GlobalContext, register_st
 from pipeline.kinds import get_kind
 from pipeline.reasons import Disposition
 from pipeline.repeats import repeated
-from pipeline.staging import staged_path
+from pipeline.staging import scan_staged
 from pipeline.writer import OutputColumn
 
 __all__ = ["Dedupe"]
@@ -201,7 +201,7 @@ def _root(path: str) -> str:
 def _available(ctx: GlobalContext, kind: str, wanted: list[str]) -> list[str]:
     """The wanted payload columns the kind stages; a configured one it lacks is an error."""
     summary = next(s for s in ctx.summaries if kind in s.kinds)
-    staged = set(pl.scan_ipc(staged_path(ctx.root, summary.shard, kind)).collect_schema().names())
+    staged = set(scan_staged(ctx.root, summary.shard, kind).collect_schema().names())
     settings = ctx.config.dedupe
     configured = {settings.survivor_rule(kind).partition(":")[2].split(".")[0]}
     configured |= {path.split(".")[0] for path in settings.split_groups.get(kind, ())}

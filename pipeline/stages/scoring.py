@@ -43,7 +43,7 @@ from pipeline.rubrics.scoring import (
     output_names,
     score_frame,
 )
-from pipeline.staging import staged_path
+from pipeline.staging import scan_staged
 
 __all__ = ["SCORED_DISPOSITIONS", "RubricScoring"]
 
@@ -154,7 +154,7 @@ def _shard_code_evidence(
     were parsed: each distinct text once, whatever the number of rows proposing it."""
     settings, code = state
     frame = (
-        pl.scan_ipc(staged_path(settings.root, shard, settings.kind))
+        scan_staged(settings.root, shard, settings.kind)
         .select(pl.col("_shard_line"), code.alias("code"))
         .collect()
     )

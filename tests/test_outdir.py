@@ -1,0 +1,485 @@
+"""Output safety (DESIGN §3.14): OUT never holds or lies inside what a command reads,
+``--force`` replaces only rowgate's own output, one command at a time holds OUT, and a
+kill at any step of a replace leaves the old or the new OUT, never neither."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from pipeline import outdir
+from pipeline.cli import app
+from pipeline.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.manifest import load_manifest
+from pipeline.outdir import (
+    OutputBusyError,
+    OutputExistsError,
+    UnsafeOutputError,
+    atomic_directory,
+    claim_output,
+    written_by_rowgate,
+)
+from pipeline.run import RunObserver, run
+from pipeline.verify import verify_run
+from tests.conftest import DATA, ROOT
+
+MATH = DATA / "math-reasoning-v1.jsonl"
+runner = CliRunner()
+
+
+def _config(*paths: Path) -> CampaignConfig:
+    specs = tuple(InputSpec(str(p), "math-reasoning-v1") for p in paths)
+    return CampaignConfig(inputs=specs).override(**{"engine.workers": 1})
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _report(data: Path) -> list[str]:
+    """A calibration report's arguments (a constant confidence: only OUT matters here)."""
+    return [
+        "report",
+        "calibration",
+        str(data),
+        "--confidence",
+        "0.5",
+        "--correct",
+        "true",
+        "--bootstrap",
+        "0",
+    ]
+
+
+def _rowgate_out(path: Path, content: str) -> Path:
+    """A directory as rowgate writes it (its proof of ownership) holding ``content``."""
+    path.mkdir()
+    (path / "manifest.json").write_text(json.dumps({"format": "rowgate-run/1"}))
+    (path / "data.txt").write_text(content)
+    return path
+
+
+# --- 1. OUT that is, contains or lies inside what the command reads -------------------
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """The issue's reproduction: an input and a user's note in one directory."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "m.jsonl").write_bytes(MATH.read_bytes())
+    (folder / "notes.txt").write_text("x\n")
+    return folder
+
+
+def test_force_never_deletes_the_inputs_directory(folder: Path) -> None:
+    """Issue 15 item 1: ``run d/m.jsonl --out d --force`` deleted d/m.jsonl and d/notes.txt
+    and exited 0; it is refused before any work (exit 2) and d is untouched."""
+    before = _snapshot(folder)
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            str(folder / "m.jsonl"),
+            "--kind",
+            "math-reasoning-v1",
+            "--out",
+            str(folder),
+            "--force",
+            "--quiet",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert "which this command reads" in result.output
+    assert _snapshot(folder) == before
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["d"]  # no sibling, no lock
+
+
+@pytest.mark.parametrize(
+    ("out", "relation"),
+    [
+        (".", "contains"),  # the parent of the input's directory
+        ("d", "is"),  # the input directory itself
+        ("d/out", "lies inside"),  # inside an input directory
+        ("d/m.jsonl", "is"),  # the input file
+    ],
+)
+def test_out_overlapping_an_input_is_refused(
+    folder: Path, out: str, relation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(folder.parent)
+    config = CampaignConfig(inputs=(InputSpec("d", "math-reasoning-v1"),))
+    before = _snapshot(folder.parent)
+    with pytest.raises(UnsafeOutputError, match=relation):
+        run(config, Path(out), force=True)
+    assert _snapshot(folder.parent) == before
+
+
+def test_out_holding_the_config_or_what_it_names_is_refused(tmp_path: Path) -> None:
+    """OUT may not be or contain the config file's directory, nor hold a file the config
+    names (here a reference table outside the inputs); OUT may lie inside the config's
+    directory when it holds none of them."""
+    campaign = tmp_path / "campaign"
+    (campaign / "tables").mkdir(parents=True)
+    (campaign / "tables" / "documents.jsonl").write_text("")
+    source = tmp_path / "inputs"
+    source.mkdir()
+    (source / "m.jsonl").write_bytes(MATH.read_bytes())
+    config_file = campaign / "campaign.toml"
+    config_file.write_text(
+        textwrap.dedent(f"""\
+        [[inputs]]
+        path = "{source / "m.jsonl"}"
+        kind = "math-reasoning-v1"
+        [references.documents]
+        path = "tables/documents.jsonl"
+        """)
+    )
+    config = load_campaign(config_file)
+    for out in (campaign, tmp_path, campaign / "tables"):
+        with pytest.raises(UnsafeOutputError, match="which this command reads"):
+            run(config, out, force=True)
+    assert config_file.exists()
+    assert (campaign / "tables" / "documents.jsonl").exists()
+    assert run(config.override(**{"engine.workers": 1}), campaign / "out").manifest
+
+
+def test_dedupe_and_report_refuse_their_input_as_out(tmp_path: Path) -> None:
+    run(_config(MATH), tmp_path / "r")
+    accepted = tmp_path / "r" / "accepted"
+    before = _snapshot(tmp_path / "r")
+    commands = [
+        ["dedupe", str(accepted), "--out", str(accepted), "--force"],
+        [*_report(tmp_path / "r"), "--out", str(tmp_path / "r" / "cal"), "--force"],
+    ]
+    for args in commands:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert "which this command reads" in result.output
+    assert _snapshot(tmp_path / "r") == before
+
+
+# --- 9. --force replaces only a directory rowgate wrote -------------------------------
+
+
+def test_force_refuses_a_file_or_a_link_and_leaves_no_trace(tmp_path: Path) -> None:
+    """Issue 15 item 9: a file or a symlink as OUT with --force exited 4 *and* published
+    the output, leaving the original as ``.NAME.rowgate-tmp-PID-old``; it is refused
+    before any work (exit 2), the original untouched, nothing beside it."""
+    (tmp_path / "f").write_text("mine\n")
+    target = _rowgate_out(tmp_path / "target", "old")
+    (tmp_path / "link").symlink_to(target)
+    before = _snapshot(tmp_path)
+    for name, message in (("f", "is a file"), ("link", "symbolic link")):
+        result = runner.invoke(
+            app,
+            [
+                "run",
+                str(MATH),
+                "--kind",
+                "math-reasoning-v1",
+                "--out",
+                str(tmp_path / name),
+                "--force",
+                "--quiet",
+            ],
+        )
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+    assert _snapshot(tmp_path) == before
+    assert (tmp_path / "f").is_file()
+    assert (tmp_path / "link").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "link", "target"]
+
+
+def test_force_refuses_a_directory_rowgate_did_not_write(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "manifest.json").write_text('{"format": "someone-else/1"}')
+    for out in (mine, fake):
+        with (
+            pytest.raises(UnsafeOutputError, match="rowgate did not write"),
+            atomic_directory(out, force=True) as tmp,
+        ):
+            (tmp / "x").write_text("new")
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    with pytest.raises(OutputExistsError, match="--force"), atomic_directory(mine, force=False):
+        pass
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with atomic_directory(empty, force=True) as tmp:  # nothing to lose
+        (tmp / "x").write_text("new")
+    assert (empty / "x").read_text() == "new"
+
+
+def test_every_command_can_replace_its_own_output(tmp_path: Path) -> None:
+    """run, dedupe and report outputs each prove they are rowgate's (manifest.json,
+    summary.json, report.json name a rowgate format): --force replaces them."""
+    run(_config(MATH), tmp_path / "r")
+    run(_config(MATH), tmp_path / "r", force=True)
+    assert verify_run(tmp_path / "r").ok
+    commands = {
+        "d": ["dedupe", str(tmp_path / "r" / "accepted")],
+        "c": _report(tmp_path / "r"),
+    }
+    for name, args in commands.items():
+        for _ in range(2):
+            result = runner.invoke(app, [*args, "--out", str(tmp_path / name), "--force"])
+            assert result.exit_code == 0, result.output
+        assert written_by_rowgate(tmp_path / name)
+    assert json.loads((tmp_path / "d" / "summary.json").read_text())["format"] == (
+        "rowgate-dedupe/1"
+    )
+
+
+# --- 4, 5. names that polars or UTF-8 cannot take as they are -------------------------
+
+
+def test_out_name_with_glob_characters(tmp_path: Path) -> None:
+    """Issue 15 item 4: ``--out 'o[1]'`` crashed after the whole gate (polars read the
+    staging path as a glob); every staged and output path is now read as a file."""
+    out = tmp_path / "o[1]*?"
+    result = run(_config(MATH), out)
+    assert result.manifest["conservation"]["ok"]
+    assert verify_run(out).ok
+    assert (out / "report.html").is_file()
+
+
+def test_non_utf8_input_name(tmp_path: Path) -> None:
+    """Issue 15 item 5: an input named with a byte that is not UTF-8 crashed the write
+    phase (UnicodeEncodeError). ``_source`` and the manifest write the byte as ``\\xff``;
+    the manifest keeps the exact resolved path in hex, and verify finds the input."""
+    name = os.fsdecode(b"bad\xff.jsonl")
+    source = tmp_path / name
+    source.write_bytes(MATH.read_bytes())
+    out = tmp_path / "out"
+    run(_config(source), out)
+    manifest = load_manifest(out)
+    (entry,) = manifest["inputs"]
+    assert entry["path"].endswith("bad\\xff.jsonl")
+    assert os.fsdecode(bytes.fromhex(entry["resolved_hex"])) == str(source.resolve())
+    files = [out / f["path"] for f in manifest["outputs"]]
+    sources = pl.concat([pl.read_parquet(f, columns=["_source"]) for f in files]).unique()
+    assert sources["_source"].to_list() == [entry["path"]]
+    assert verify_run(out).ok
+
+
+# --- 10. one command at a time on one OUT ---------------------------------------------
+
+
+def test_a_second_run_on_the_same_out_fails_at_once(tmp_path: Path) -> None:
+    """Issue 15 item 10: two runs to one OUT both exited 0 and one output silently
+    replaced the other. A run started while another holds OUT fails before any work."""
+    out = tmp_path / "out"
+    raised: list[BaseException] = []
+
+    def second(phase: str) -> None:
+        if phase == "gate":
+            try:
+                run(_config(MATH), out)
+            except OutputBusyError as exc:
+                raised.append(exc)
+
+    run(_config(MATH), out, observer=RunObserver(on_phase=second))
+    assert len(raised) == 1
+    assert "being written by another rowgate command" in str(raised[0])
+    assert verify_run(out).ok
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # lock file removed
+
+
+def test_the_lock_holds_across_processes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from pipeline.outdir import claim_output\n"
+            "with claim_output(Path(sys.argv[1]), force=False):\n"
+            "    print('held', flush=True); sys.stdin.read()",
+            str(out),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == b"held\n"
+        result = runner.invoke(
+            app, ["run", str(MATH), "--kind", "math-reasoning-v1", "--out", str(out), "-q"]
+        )
+        assert result.exit_code == 4, result.output
+        assert f"process {holder.pid}" in result.output
+        assert not out.exists()
+    finally:
+        holder.communicate(b"")
+    with claim_output(out, force=False):  # released with its holder
+        pass
+
+
+# --- 11. a kill at every step of a replace --------------------------------------------
+
+_KILLED_PUBLISH = """
+import os, signal, sys
+from pathlib import Path
+from pipeline import outdir
+step, fallback, out = sys.argv[1], sys.argv[2] == "fallback", Path(sys.argv[3])
+if fallback:
+    outdir._renameat2 = None
+def kill_at(name):
+    if name == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+outdir._step = kill_at
+with outdir.atomic_directory(out, force=True) as tmp:
+    (tmp / "manifest.json").write_text('{"format": "rowgate-run/1"}')
+    (tmp / "data.txt").write_text("new")
+    kill_at("writing")
+"""
+
+
+def _killed_publish(out: Path, step: str, mode: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_PUBLISH, step, mode, str(out)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(
+    ("mode", "step", "survivor"),
+    [
+        ("exchange", "writing", "old"),
+        ("exchange", "complete", "old"),
+        ("exchange", "exchanged", "new"),
+        ("fallback", "writing", "old"),
+        ("fallback", "complete", "old"),
+        ("fallback", "moved-aside", "old"),  # neither at OUT: the next command restores
+        ("fallback", "published", "new"),
+    ],
+)
+def test_a_kill_at_any_step_of_a_replace_loses_nothing(
+    tmp_path: Path, mode: str, step: str, survivor: str
+) -> None:
+    """Issue 15 item 11: a kill between the two renames of --force lost both the old and
+    the new OUT (the next run deleted both). Now the next command that claims OUT finds
+    the old one or the new one, whole, and no leftover."""
+    if mode == "exchange" and outdir._renameat2 is None:
+        pytest.skip("renameat2 is not available here: the fallback is tested instead")
+    out = _rowgate_out(tmp_path / "out", "old")
+    _killed_publish(out, step, mode)
+    with claim_output(out, force=True):
+        assert (out / "data.txt").read_text() == survivor
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".out.rowgate-lock", "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def _reaped() -> int:
+    """The pid of a process that has exited (and been waited for)."""
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_old_out_moved_aside_by_a_dead_command_is_restored(tmp_path: Path) -> None:
+    """What a kill between the two renames of --force leaves (any version): the old OUT
+    under ``.out.rowgate-tmp-PID-old``, the complete new one under ``...-PID``, no OUT.
+    The next command used to delete both; it now puts the old OUT back."""
+    pid = _reaped()
+    old = _rowgate_out(tmp_path / f".out.rowgate-tmp-{pid}-old", "old")
+    _rowgate_out(tmp_path / f".out.rowgate-tmp-{pid}", "new")
+    out = tmp_path / "out"
+    with pytest.raises(OutputExistsError), atomic_directory(out, force=False) as tmp:
+        (tmp / "data.txt").write_text("third")
+    assert (out / "data.txt").read_text() == "old"
+    assert not old.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_an_error_between_the_renames_puts_the_old_out_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception (Ctrl-C, a failed rename) after the fallback moved the old OUT aside:
+    the command fails and the old OUT is back in place at once."""
+    out = _rowgate_out(tmp_path / "out", "old")
+
+    def interrupt(name: str) -> None:
+        if name == "moved-aside":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(outdir, "_renameat2", None)
+    monkeypatch.setattr(outdir, "_step", interrupt)
+    with pytest.raises(KeyboardInterrupt), atomic_directory(out, force=True) as tmp:
+        (tmp / "data.txt").write_text("new")
+    assert (out / "data.txt").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_live_process_leftovers_are_never_touched(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    try:
+        building = tmp_path / f".out.rowgate-tmp-{live.pid}"
+        moved = _rowgate_out(tmp_path / f".out.rowgate-tmp-{live.pid}-old", "old")
+        building.mkdir()
+        with atomic_directory(out, force=False) as tmp:
+            (tmp / "manifest.json").write_text('{"format": "rowgate-run/1"}')
+        assert building.is_dir()
+        assert (moved / "data.txt").read_text() == "old"
+    finally:
+        live.communicate(b"")
+
+
+def test_a_killed_run_between_the_renames_is_restored(tmp_path: Path) -> None:
+    """End to end: ``rowgate run --force`` killed after moving the old OUT aside (the
+    fallback's first rename). OUT is gone until the next command, which puts the old
+    run back: it verifies, and a run without --force is refused."""
+    out = tmp_path / "out"
+    run(_config(MATH), out)
+    script = (
+        "import os, signal, sys\n"
+        "from pipeline import outdir\n"
+        "from pipeline.cli import main\n"
+        "outdir._renameat2 = None\n"
+        "outdir._step = lambda n: n == 'moved-aside' and os.kill(os.getpid(), signal.SIGKILL)\n"
+        "sys.argv = ['rowgate', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "run",
+            str(MATH),
+            "--kind",
+            "math-reasoning-v1",
+            "--out",
+            str(out),
+            "--force",
+            "--quiet",
+            "--workers",
+            "1",
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists()
+    assert [p.name for p in tmp_path.glob(".out.rowgate-tmp-*-old")]
+    with pytest.raises(OutputExistsError):
+        run(_config(MATH), out)
+    assert verify_run(out).ok
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
