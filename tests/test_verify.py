@@ -154,7 +154,7 @@ def test_an_edited_config_with_its_digest_recomputed_fails_on_the_outputs(out: P
         m["config_effective_sha256"] = effective_config_sha256(m["config"])
 
     _edit(out, change)
-    _fails(out, "the config says SNAPPY")
+    _fails(out, "compressed with ZSTD, the config says snappy")
 
 
 @pytest.mark.parametrize(
@@ -279,3 +279,16 @@ def test_a_resealed_output_with_a_row_dropped_or_doubled_fails(
     pq.write_table(rewrite(table), out / relative, compression="zstd")
     _reseal(out, relative)
     _fails(out, expected)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "snappy", "gzip", "none"])
+def test_every_codec_verifies(tmp_path: Path, codec: str) -> None:
+    """The compression check knows each codec's names in Parquet metadata."""
+    from pipeline.config import CampaignConfig, InputSpec
+
+    config = CampaignConfig(
+        inputs=(InputSpec(str(DATA / "math-reasoning-v1.jsonl"), "math-reasoning-v1"),)
+    ).override(**{"engine.workers": 1, "output.compression": codec})
+    run(config, tmp_path / "out")
+    report = verify_run(tmp_path / "out")
+    assert report.ok, report.problems
