@@ -70,8 +70,9 @@ _MAX_LISTED: Final = 20
 _LINEAGE: Final = ["_source", "_line", "_offset", "_raw_sha256"]
 #: rows per batch read from a Parquet file (the writer's row groups hold 4096)
 _BATCH_ROWS: Final = 4096
-#: lines per window when an input is missing and only the line numbers can be checked
-_WINDOW_LINES: Final = 1 << 16
+#: lines of an input compared at a time with the rows naming them (at most
+#: ``BATCH_BYTES`` of line bytes too: :func:`read_batches`)
+_WINDOW_LINES: Final = 1 << 14
 _PART: Final = re.compile(
     r"(?:(?P<dir>accepted|quarantined|duplicates)/(?P<kind>[^/]+)|rejected)/part-\d{5,}\.parquet"
 )
@@ -508,7 +509,7 @@ class _Window:
 def _source_windows(
     source: InputFile, max_line_bytes: int, report: VerifyReport
 ) -> Iterator[_Window]:
-    for batch in read_batches(Shard(0, source), max_line_bytes, 1 << 14):
+    for batch in read_batches(Shard(0, source), max_line_bytes, _WINDOW_LINES):
         if not len(batch):
             continue
         shas = [

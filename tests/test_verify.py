@@ -292,3 +292,40 @@ def test_every_codec_verifies(tmp_path: Path, codec: str) -> None:
     run(config, tmp_path / "out")
     report = verify_run(tmp_path / "out")
     assert report.ok, report.problems
+
+
+def test_lineage_holds_only_the_files_of_the_current_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bounded memory on large outputs: the lineage walk opens a file when the input's
+    lines reach its first row and drops it when it is read, so it never holds more than
+    about one shard's files, however many the run wrote."""
+    import pipeline.verify as verify
+    from pipeline.config import CampaignConfig, InputSpec
+
+    config = CampaignConfig(
+        inputs=(InputSpec(str(DATA / "pairwise-v2.jsonl"), "pairwise-v2"),)
+    ).override(**{"engine.workers": 1, "engine.shard_bytes": 4096})
+    run(config, tmp_path / "out")
+    alive, most = 0, 0
+
+    class Counted(verify._FileRows):
+        def __init__(self, path: Path, source: str) -> None:
+            nonlocal alive, most
+            super().__init__(path, source)
+            alive += 1
+            most = max(most, alive)
+
+        def _next(self) -> pa.Table | None:
+            nonlocal alive
+            table = super()._next()
+            alive -= table is None
+            return table
+
+    monkeypatch.setattr(verify, "_FileRows", Counted)
+    monkeypatch.setattr(verify, "_WINDOW_LINES", 4)  # windows far smaller than a shard
+    report = verify_run(tmp_path / "out")
+    assert report.ok, report.problems
+    files = len(list((tmp_path / "out").rglob("part-*.parquet")))
+    assert files > 40
+    assert most <= 8, (most, files)
