@@ -370,7 +370,10 @@ def _schemas(
 
 
 def _batches(path: Path, columns: list[str] | None = None) -> Iterator[pa.Table]:
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS, columns=columns):
+    # with pre_buffer (pyarrow's default) reading a 1M-row part raised peak memory by
+    # ~120 MB, and more on larger parts; without it by ~45 MB on 1M rows and on 2M rows
+    parquet = pq.ParquetFile(path, pre_buffer=False)
+    for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
         yield pa.Table.from_batches([batch])
 
 
