@@ -353,8 +353,8 @@ class CampaignConfig:
     base_dir: str = "."
     #: SHA-256 of the config file's bytes, when there is one.
     source_sha256: str | None = None
-    #: The config file, when there is one (an output directory may not hold it).
-    source: str | None = None
+    #: The config file (absolute), when there is one: ``rowgate verify`` re-hashes it.
+    source_path: str | None = None
 
     def validate(self) -> CampaignConfig:
         self.limits.validate("limits")
@@ -414,15 +414,16 @@ def _replace(obj: Any, keys: list[str], value: Any, dotted: str) -> Any:
 
 
 T = TypeVar("T")
-#: set when a config file is loaded, never written in one
-_NOT_IN_FILE: Final = ("base_dir", "source_sha256", "source")
+
+#: Fields set from where the config came from, never written in a TOML file.
+_NOT_IN_TOML: Final = ("base_dir", "source_sha256", "source_path")
 
 
 def _build(cls: type[T], table: Any, path: str) -> T:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: expected a table")
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls) if f.name not in _NOT_IN_FILE}  # type: ignore[arg-type]
+    known = {f.name for f in dataclasses.fields(cls) if f.name not in _NOT_IN_TOML}  # type: ignore[arg-type]
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{path + '.' if path else ''}{unknown[0]}: unknown key")
@@ -485,7 +486,7 @@ def load_campaign(path: str | Path) -> CampaignConfig:
         _anchored(config, base_dir),
         base_dir=str(base_dir),
         source_sha256=hashlib.sha256(data).hexdigest(),
-        source=str(path.resolve()),
+        source_path=str(path.resolve()),
     ).validate()
 
 

@@ -245,7 +245,7 @@ def run(
 def _read_paths(config: CampaignConfig, inputs: list[InputFile]) -> list[Path]:
     """Every path a run reads: OUT may not be, contain or lie inside one of them
     (:func:`pipeline.outdir.claim_output`)."""
-    named = [config.source, config.schemas.directory, config.rubrics.directory]
+    named = [config.source_path, config.schemas.directory, config.rubrics.directory]
     named += [config.sanitize.policy, *(p.file for p in config.policy.values())]
     named += [
         t.path for t in (config.references.documents, config.references.authorised_documents) if t

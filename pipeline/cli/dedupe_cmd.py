@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pipeline.cli._common import library_errors, out
+from pipeline.cli._common import library_errors, out, writing_directory
 from pipeline.config import CampaignConfig, DedupeSettings, InputSpec, load_campaign
 from pipeline.dedupe.dataset import DatasetInput, dedupe_dataset
 
@@ -76,7 +76,7 @@ def dedupe_command(
     """Remove exact, normalised and near duplicates and split contamination from Parquet
     datasets; write kept.parquet, duplicates.parquet (each removal explained),
     clusters.parquet and summary.json."""
-    with library_errors():
+    with library_errors(writing_directory(out_dir)):
         config = load_campaign(config_file) if config_file else CampaignConfig()
         changes: dict[str, object] = {}
         # This command exists to dedupe: without a config, every rule is on (a run keeps

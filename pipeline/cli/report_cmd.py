@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cli._common import err, library_errors, out
+from pipeline.cli._common import err, library_errors, out, styled, writing_directory
 from pipeline.outdir import claim_output
 from pipeline.reports.presets import PRESETS
 from pipeline.reports.settings import ReportSettings
@@ -178,24 +177,24 @@ def _report(data: str, given: dict[str, Any], out_dir: Path, force: bool, quiet:
         if os.path.lexists(data)
         else [Path(p) for p in glob.glob(data, recursive=True)]
     )
-    with library_errors(), claim_output(out_dir, force=force, protect=read) as claim:
+    with (
+        library_errors(writing_directory(out_dir)),
+        claim_output(out_dir, force=force, protect=read) as claim,
+    ):
         # unset flags keep the library's defaults: they are defined once, in ReportSettings
         settings = ReportSettings(**{k: v for k, v in given.items() if v is not None}).validate()
         report = evaluate(load_table(data, kind=settings.source_kind), settings)
         write_evaluation(report, claim)
     for warning in report.warnings:
         err.print(
-            "[yellow]warning:[/] "
-            + escape(f"{warning['slice']}: {warning['code']} ({warning['message']})"),
-            highlight=False,
+            styled("warning:", "yellow"),
+            f"{warning['slice']}: {warning['code']} ({warning['message']})",
         )
     if not quiet:
         _summary(report)
     out.print(
         f"wrote {out_dir}/report.html, report.json and tables for "
         f"{report.data['rows_evaluated']:,} rows in {time.perf_counter() - started:.2f} s",
-        highlight=False,
-        markup=False,
     )
 
 
@@ -217,5 +216,5 @@ def _summary(report: EvaluationReport) -> None:
                 cells.append(f"{value:,}")
             else:
                 cells.append(f"{value:.4f}")
-        table.add_row(escape(s.label), *cells)
+        table.add_row(s.label, *cells)
     out.print(table)

@@ -10,7 +10,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
-from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out
+from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled
 from pipeline.config import CampaignConfig, load_campaign
 from pipeline.envelope import check_envelope
 from pipeline.reasons import Disposition
@@ -83,9 +83,9 @@ def score_command(
     out.print(table)
     if result.missing.height:
         err.print(
-            f"[yellow]{result.missing.height} leaf grade(s) missing[/]; nodes above them have "
-            "no score (missing is never 0):",
-            highlight=False,
+            styled(f"{result.missing.height} leaf grade(s) missing", "yellow"),
+            "nodes above them have no score (missing is never 0):",
+            sep="; ",
         )
         for row in result.missing.head(_LISTED).iter_rows(named=True):
             chain = row["chain"] or []

@@ -17,7 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pipeline.cli._common import err, library_errors, out
+from pipeline.cli._common import err, library_errors, out, styled, writing_directory
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.run import RunObserver, run
 
@@ -74,7 +74,7 @@ def run_command(
     """Gate every line of the inputs: accepted rows become typed Parquet with SHA-256
     lineage; every other line lands in rejected/ (or quarantined/, duplicates/) with its
     reasons. Writes OUT/manifest.json; `rowgate verify OUT` re-checks it all."""
-    with library_errors():
+    with library_errors(writing_directory(out_dir)):
         config = load_campaign(config_file) if config_file else CampaignConfig()
         if inputs or split:
             specs = tuple(InputSpec(path, kind) for path in inputs or [])
@@ -160,6 +160,6 @@ def _summary(manifest: dict[str, Any], out_dir: Path) -> None:
     timings = manifest.get("timings", {})
     out.print(
         f"{counts['lines']:,} lines from {len(manifest['inputs'])} input(s) in "
-        f"{timings.get('total_s', 0):.2f} s; conservation "
-        + ("[green]ok[/]" if manifest["conservation"]["ok"] else "[red]FAILED[/]")
+        f"{timings.get('total_s', 0):.2f} s; conservation",
+        styled("ok", "green") if manifest["conservation"]["ok"] else styled("FAILED", "red"),
     )

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out
+from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled
 from pipeline.verify import verify_run
 
 
@@ -18,15 +18,19 @@ def verify_command(
         typer.Option(help="Look inputs up under this directory instead of their recorded paths."),
     ] = None,
 ) -> None:
-    """Re-read the sources named in the manifest and check every lineage hash, offset,
-    output digest and the conservation of lines. Exits 1 on any mismatch."""
+    """Recompute everything the manifest claims: input and output digests, every lineage
+    hash and offset, conservation of lines, counts per disposition and reason, the config
+    digest, every pinned file the run read; report files OUT should not hold. Exits 1 on
+    any mismatch."""
     with library_errors():
         report = verify_run(directory, sources)
     checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
+    for note in report.notes:
+        err.print(styled("note:", "yellow"), note)
     if report.ok:
-        out.print(f"[green]verified[/] {directory}: {checked}")
+        out.print(styled("verified", "green"), f"{directory}: {checked}")
         return
     for problem in report.problems:
-        err.print(f"[red]mismatch:[/] {problem}", highlight=False)
-    err.print(f"[bold red]verification failed[/] ({checked})")
+        err.print(styled("mismatch:", "red"), problem)
+    err.print(styled("verification failed", "bold red"), f"({checked})")
     raise typer.Exit(EXIT_MISMATCH)

@@ -1,0 +1,213 @@
+"""What every command prints is what happened: paths are never read as rich markup
+(``[/x]``) or emoji codes (``file.zst:100:`` is a line number, not 💯), and an
+operating-system error that names no file says what was being written."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+import pipeline.run
+from pipeline.cli import app, run_cmd
+from pipeline.cli._common import os_error_message
+from pipeline.run import RunResult
+from tests.conftest import DATA
+
+runner = CliRunner()
+
+#: a directory name and its child that together read ``[/x]`` and ``:100:``
+HOSTILE = ("in[", "x]:100:")
+
+
+def _hostile(tmp_path: Path, stem: str) -> Path:
+    path = tmp_path / f"{stem}{HOSTILE[0]}" / HOSTILE[1]
+    path.mkdir(parents=True)
+    return path
+
+
+def _flat(text: str) -> str:
+    """The output without the whitespace a table may wrap a long title at."""
+    return "".join(text.split())
+
+
+def _assert_printed(output: str, *texts: str) -> None:
+    assert "💯" not in output
+    for text in texts:
+        assert _flat(text) in _flat(output), output
+
+
+def _math_input(tmp_path: Path) -> Path:
+    source = _hostile(tmp_path, "data") / "m.jsonl"
+    shutil.copy(DATA / "math-reasoning-v1.jsonl", source)
+    return source
+
+
+def test_run_and_verify_print_hostile_paths_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = _math_input(tmp_path)
+    ran = tmp_path / "ran:100:"
+    result = runner.invoke(
+        app,
+        ["run", str(source), "--kind", "math-reasoning-v1", "--out", str(ran), "--workers", "1"],
+    )
+    assert result.exit_code == 0, result.output
+    _assert_printed(result.stdout, f"rowgate run → {ran}", "conservation ok")
+    # An OUT named with a bracket: the run's summary (the run itself is another matter:
+    # polars reads its staging paths as globs) and verify, which reads it with pyarrow.
+    out = _hostile(tmp_path, "out") / "run"
+    ran.rename(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    monkeypatch.setattr(run_cmd, "run", lambda config, out_dir, **_: RunResult(out_dir, manifest))
+    summary = runner.invoke(
+        app, ["run", str(source), "--kind", "math-reasoning-v1", "--out", str(out), "--force"]
+    )
+    assert summary.exit_code == 0, summary.output
+    _assert_printed(summary.stdout, f"rowgate run → {out}", "conservation ok")
+
+    verified = runner.invoke(app, ["verify", str(out)])
+    assert verified.exit_code == 0, verified.output
+    _assert_printed(verified.stdout, f"verified {out}:")
+
+    # line 100 changed in place: verify names it as file:100:
+    lines = source.read_bytes().split(b"\n")
+    lines[99] = lines[99].replace(b"a", b"b", 1)
+    source.write_bytes(b"\n".join(lines))
+    mismatch = runner.invoke(app, ["verify", str(out)])
+    assert mismatch.exit_code == 1, mismatch.output
+    _assert_printed(
+        mismatch.stderr, f"mismatch: {source}:100: offset or raw SHA-256", "verification failed"
+    )
+
+
+# polars reads a path with a bracket as a glob: the Parquet inputs are named plainly here
+
+
+def _dedupe_input(tmp_path: Path) -> Path:
+    path = tmp_path / "f:100:.parquet"
+    pl.DataFrame({"question": ["a", "a", "b"]}).write_parquet(path)
+    return path
+
+
+def _scores(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(3)
+    path = tmp_path / "s:100:.parquet"
+    p = rng.random(200).round(3)
+    pl.DataFrame({"prob": p, "label": (rng.random(200) < p).astype(np.int64)}).write_parquet(path)
+    return path
+
+
+def _envelope(tmp_path: Path) -> Path:
+    path = _hostile(tmp_path, "data") / "e.jsonl"
+    path.write_bytes((DATA / "ari-replication-rubric-3.jsonl").read_bytes().split(b"\n")[0])
+    return path
+
+
+@pytest.mark.parametrize(
+    ("command", "make", "expected"),
+    [
+        (["dedupe", "{in}", "--text", "question", "--out", "{out}"], _dedupe_input,
+         "rowgate dedupe → {out}"),
+        (["report", "calibration", "{in}", "--confidence", "prob", "--correct", "label",
+          "--out", "{out}"], _scores, "wrote {out}/report.html"),
+        (["rubrics", "check", "{in}"], _envelope, "{in}: "),
+        (["scan", "{in}", "--kind", "math-reasoning-v1"], _math_input, "lines;"),
+    ],
+    ids=["dedupe", "report", "rubrics-check", "scan"],
+)  # fmt: skip
+def test_summaries_print_hostile_paths_as_text(
+    tmp_path: Path, command: list[str], make: object, expected: str
+) -> None:
+    given = make(tmp_path)  # type: ignore[operator]
+    out = _hostile(tmp_path, "out") / "o"
+    args = [a.replace("{in}", str(given)).replace("{out}", str(out)) for a in command]
+    result = runner.invoke(app, args)
+    assert result.exit_code in (0, 1), result.output  # rubrics check: 1 for an invalid file
+    _assert_printed(result.stdout, expected.replace("{in}", str(given)).replace("{out}", str(out)))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "{missing}", "--out", "{out}"],
+        ["verify", "{missing}"],
+        ["dedupe", "{missing}", "--text", "q", "--out", "{out}"],
+        ["scan", "{missing}"],
+        [
+            "report",
+            "calibration",
+            "{missing}",
+            "--confidence",
+            "p",
+            "--correct",
+            "y",
+            "--out",
+            "{out}",
+        ],
+        ["rubrics", "check", "{missing}"],
+        ["rubrics", "score", "{missing}", "{missing}"],
+        ["run", "--config", "{missing}", "--out", "{out}"],
+    ],
+    ids=["run", "verify", "dedupe", "scan", "report", "rubrics-check", "rubrics-score", "config"],
+)
+def test_errors_print_hostile_paths_as_text(tmp_path: Path, command: list[str]) -> None:
+    missing = _hostile(tmp_path, "data") / "absent:100:.jsonl"
+    out = _hostile(tmp_path, "out") / "o"
+    args = [a.replace("{missing}", str(missing)).replace("{out}", str(out)) for a in command]
+    result = runner.invoke(app, args)
+    assert result.exit_code in (2, 3, 4), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    _assert_printed(result.stderr, "error:", str(missing))
+
+
+def test_a_full_disk_says_what_was_being_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC raised by a write that names no file (a Parquet part, the manifest)."""
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pipeline.run, "write_manifest", full)
+    out = tmp_path / "out:100:"
+    source = _math_input(tmp_path)
+    result = runner.invoke(
+        app, ["run", str(source), "--kind", "math-reasoning-v1", "--out", str(out), "-q"]
+    )
+    assert result.exit_code == 4, result.output
+    assert not result.stderr.startswith("error: :")
+    _assert_printed(
+        result.stderr,
+        f"error: No space left on device while writing {out}'s temporary directory "
+        f"(beside it, in {out.parent})",
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), "No space left on device while writing X"),
+        (OSError(errno.ENOENT, "No such file or directory", "/a[/x]"), "/a[/x]: No such file or directory"),
+        (OSError("Error writing bytes to file"), "Error writing bytes to file while writing X"),
+    ],
+    ids=["errno", "filename", "arrow"],
+)  # fmt: skip
+def test_os_error_messages_never_start_with_an_empty_name(error: OSError, message: str) -> None:
+    assert os_error_message(error, "X") == message
+
+
+def test_scan_json_is_untouched(tmp_path: Path) -> None:
+    """scan --json prints JSON as JSON: no markup or emoji applied to record-free data."""
+    source = _math_input(tmp_path)
+    result = runner.invoke(app, ["scan", str(source), "--kind", "math-reasoning-v1", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["lines"] > 0

@@ -1,0 +1,331 @@
+"""``rowgate verify`` trusts nothing: every claim of the manifest is recomputed.
+
+One run of a campaign that reads every kind of pinned file (a reference table, a rubric
+and its format schema, a decision policy, a sanitization policy, its config file), all
+copied beside the test so they can be changed; each test tampers with a copy of its
+output (or with one of those files, restored afterwards) and expects a mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import load_campaign
+from pipeline.lineage import file_sha256
+from pipeline.manifest import ManifestError
+from pipeline.run import run
+from pipeline.sanitize.sanitizer import DEFAULT_POLICY
+from pipeline.verify import verify_run
+from tests.conftest import DATA, ROOT
+
+Manifest = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A campaign directory whose every file the run reads is a copy the tests may change."""
+    here = tmp_path_factory.mktemp("campaign")
+    for name in ("pairwise-v2.jsonl", "grounded-qa-v1.jsonl", "documents.jsonl"):
+        shutil.copy(DATA / name, here / name)
+    shutil.copytree(ROOT / "rubrics", here / "rubrics")
+    shutil.copy(DEFAULT_POLICY, here / "sanitize.toml")
+    scoring = (DATA / "campaign-pairwise-rubric.toml").read_text()
+    scoring = scoring[scoring.index("[scoring.") :].replace(
+        "../rubrics/code-review-v1.policy.toml", "rubrics/code-review-v1.policy.toml"
+    )
+    (here / "campaign.toml").write_text(
+        'name = "verify"\n'
+        '[[inputs]]\npath = "pairwise-v2.jsonl"\nkind = "pairwise-v2"\n'
+        '[[inputs]]\npath = "grounded-qa-v1.jsonl"\nkind = "grounded-qa-v1"\n'
+        '[references.documents]\npath = "documents.jsonl"\n'  # unpinned: verify still re-hashes it
+        '[rubrics]\ndirectory = "rubrics"\n'
+        '[sanitize]\nenabled = true\npolicy = "sanitize.toml"\n' + scoring
+    )
+    return here
+
+
+@pytest.fixture(scope="module")
+def pristine(campaign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "out"
+    config = load_campaign(campaign / "campaign.toml").override(**{"engine.workers": 1})
+    run(config, out)
+    report = verify_run(out)
+    assert report.ok, report.problems
+    return out
+
+
+@pytest.fixture
+def out(pristine: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "out"
+    shutil.copytree(pristine, copy, symlinks=True)
+    return copy
+
+
+def _edit(out: Path, change: Callable[[Manifest], None]) -> None:
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest, indent=2))
+
+
+def _fails(out: Path, *expected: str) -> list[str]:
+    report = verify_run(out)
+    assert not report.ok
+    for text in expected:
+        assert any(text in p for p in report.problems), report.problems
+    return report.problems
+
+
+@contextmanager
+def _changed(path: Path) -> Iterator[None]:
+    original = path.read_bytes()
+    try:
+        path.write_bytes(original + b"\n")
+        yield
+    finally:
+        path.write_bytes(original)
+
+
+def _relabel_a_file(m: Manifest) -> None:
+    """Call an accepted file's rows rejected, every count kept consistent with the lie."""
+    entry = next(e for e in m["outputs"] if e["disposition"] == "accepted")
+    entry["disposition"] = "rejected"
+    m["counts"]["by_disposition"]["accepted"] -= entry["rows"]
+    m["counts"]["by_disposition"]["rejected"] += entry["rows"]
+
+
+def _more_lines(m: Manifest) -> None:
+    m["counts"]["lines"] += 1
+    m["conservation"]["lines_read"] += 1
+    m["conservation"]["rows_written"] += 1
+
+
+def _one_reason_more(m: Manifest) -> None:
+    codes = m["counts"]["by_reason"]["rejected"]
+    codes[next(iter(codes))] += 1
+
+
+def _set(*keys: str, value: Any) -> Callable[[Manifest], None]:
+    def change(m: Manifest) -> None:
+        target = m
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (_one_reason_more, "counts per reason"),
+        (_more_lines, "conservation record"),
+        (_relabel_a_file, "the path says"),
+        (_set("conservation", "ok", value=False), "conservation record"),
+        (_set("config", "limits", "max_depth", value=3), "effective config"),
+        (_set("config", "dedupe", "near", value=True), "effective config"),
+        (_set("config_sha256", value="0" * 64), "config_sha256"),
+    ],
+    ids=["reason", "lines", "disposition", "conservation", "limit", "dedupe", "config-digest"],
+)
+def test_an_edited_manifest_fails(
+    out: Path, change: Callable[[Manifest], None], expected: str
+) -> None:
+    _edit(out, change)
+    _fails(out, expected)
+
+
+def test_an_edited_config_with_its_digest_recomputed_fails_on_the_outputs(out: Path) -> None:
+    """A forger who also recomputes the effective config's digest is caught where the
+    config shows in the files: their compression."""
+    from pipeline.manifest import effective_config_sha256
+
+    def change(m: Manifest) -> None:
+        m["config"]["output"]["compression"] = "snappy"
+        m["config_effective_sha256"] = effective_config_sha256(m["config"])
+
+    _edit(out, change)
+    _fails(out, "compressed with ZSTD, the config says snappy")
+
+
+@pytest.mark.parametrize(
+    "stray",
+    [
+        "notes.txt",
+        "accepted/x/_metadata",
+        "accepted/empty/",
+        ".hidden",
+        "rejected/part-99999.parquet",
+    ],
+)
+def test_a_file_or_directory_the_manifest_does_not_list_fails(out: Path, stray: str) -> None:
+    target = out / stray
+    if stray.endswith("/"):
+        target.mkdir(parents=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"x")
+    first = stray.split("/x/")[0] if "/x/" in stray else stray.rstrip("/")
+    _fails(out, first)
+
+
+def test_a_symbolic_link_in_out_fails(out: Path) -> None:
+    part = next(out.rglob("accepted/*/*.parquet"))
+    moved = out.parent / "elsewhere.parquet"
+    part.rename(moved)
+    part.symlink_to(moved)
+    _fails(out, "symbolic link")
+
+
+def test_a_listed_path_outside_out_is_refused(out: Path) -> None:
+    (out.parent / "outside.html").write_text("x")
+
+    def change(m: Manifest) -> None:
+        m["reports"].append({"path": "../outside.html", "bytes": 1, "sha256": "0" * 64})
+
+    _edit(out, change)
+    _fails(out, "not a path inside OUT")
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        "documents.jsonl",
+        "rubrics/code-review-v1.json",
+        "rubrics/rubric.schema.json",
+        "rubrics/code-review-v1.policy.toml",
+        "sanitize.toml",
+        "campaign.toml",
+    ],
+)
+def test_a_changed_pinned_file_fails(pristine: Path, campaign: Path, changed: str) -> None:
+    with _changed(campaign / changed):
+        _fails(pristine, "changed since the run")
+    assert verify_run(pristine).ok
+
+
+def test_a_config_file_gone_is_a_note_not_a_mismatch(pristine: Path, campaign: Path) -> None:
+    config = campaign / "campaign.toml"
+    hidden = campaign / "moved.toml"
+    config.rename(hidden)
+    try:
+        report = verify_run(pristine)
+    finally:
+        hidden.rename(config)
+    assert report.ok, report.problems
+    assert any("no longer there" in n for n in report.notes)
+
+
+def test_a_dropped_pinned_digest_fails(out: Path) -> None:
+    """The files to re-hash come from the config, so deleting one from the list hides nothing."""
+    _edit(out, lambda m: m["pinned"].pop(0))
+    _fails(out, "records no digest")
+
+
+def test_a_manifest_from_before_verify_recomputed_everything_says_so(out: Path) -> None:
+    def change(m: Manifest) -> None:
+        del m["pinned"], m["config_effective_sha256"]
+
+    _edit(out, change)
+    _fails(out, "older rowgate")
+
+
+def test_a_manifest_without_a_needed_field_is_a_clear_error(out: Path) -> None:
+    _edit(out, lambda m: m.pop("counts"))
+    with pytest.raises(ManifestError, match="'counts'"):
+        verify_run(out)
+
+
+def _reseal(out: Path, relative: str) -> None:
+    """Rewrite the manifest's entry for ``relative`` (digest, size, rows) and its counts
+    so that they agree with the file as it now is: a forger's careful edit."""
+    path = out / relative
+    rows = pq.ParquetFile(path).metadata.num_rows
+
+    def change(m: Manifest) -> None:
+        entry = next(e for e in m["outputs"] if e["path"] == relative)
+        delta = rows - entry["rows"]
+        entry.update(rows=rows, bytes=path.stat().st_size, sha256=file_sha256(path))
+        m["counts"]["by_disposition"][entry["disposition"]] += delta
+        m["conservation"]["rows_written"] += delta
+        m["conservation"]["ok"] = m["conservation"]["rows_written"] == m["counts"]["lines"]
+
+    _edit(out, change)
+
+
+def _twice(table: pa.Table) -> pa.Table:
+    return pa.concat_tables([table.slice(0, 1), table])
+
+
+@pytest.mark.parametrize(
+    ("rewrite", "expected"),
+    [(lambda t: t.slice(1), "in no output row"), (_twice, "more than one output row")],
+    ids=["dropped", "twice"],
+)
+def test_a_resealed_output_with_a_row_dropped_or_doubled_fails(
+    out: Path, rewrite: Callable[[pa.Table], pa.Table], expected: str
+) -> None:
+    relative = sorted(out.rglob("rejected/*.parquet"))[0].relative_to(out).as_posix()
+    table = pq.read_table(out / relative)
+    pq.write_table(rewrite(table), out / relative, compression="zstd")
+    _reseal(out, relative)
+    _fails(out, expected)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "snappy", "gzip", "none"])
+def test_every_codec_verifies(tmp_path: Path, codec: str) -> None:
+    """The compression check knows each codec's names in Parquet metadata."""
+    from pipeline.config import CampaignConfig, InputSpec
+
+    config = CampaignConfig(
+        inputs=(InputSpec(str(DATA / "math-reasoning-v1.jsonl"), "math-reasoning-v1"),)
+    ).override(**{"engine.workers": 1, "output.compression": codec})
+    run(config, tmp_path / "out")
+    report = verify_run(tmp_path / "out")
+    assert report.ok, report.problems
+
+
+def test_lineage_holds_only_the_files_of_the_current_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bounded memory on large outputs: the lineage walk opens a file when the input's
+    lines reach its first row and drops it when it is read, so it never holds more than
+    about one shard's files, however many the run wrote."""
+    import pipeline.verify as verify
+    from pipeline.config import CampaignConfig, InputSpec
+
+    config = CampaignConfig(
+        inputs=(InputSpec(str(DATA / "pairwise-v2.jsonl"), "pairwise-v2"),)
+    ).override(**{"engine.workers": 1, "engine.shard_bytes": 4096})
+    run(config, tmp_path / "out")
+    alive, most = 0, 0
+
+    class Counted(verify._FileRows):
+        def __init__(self, path: Path, source: str) -> None:
+            nonlocal alive, most
+            super().__init__(path, source)
+            alive += 1
+            most = max(most, alive)
+
+        def _next(self) -> pa.Table | None:
+            nonlocal alive
+            table = super()._next()
+            alive -= table is None
+            return table
+
+    monkeypatch.setattr(verify, "_FileRows", Counted)
+    monkeypatch.setattr(verify, "_WINDOW_LINES", 4)  # windows far smaller than a shard
+    report = verify_run(tmp_path / "out")
+    assert report.ok, report.problems
+    files = len(list((tmp_path / "out").rglob("part-*.parquet")))
+    assert files > 40
+    assert most <= 8, (most, files)
