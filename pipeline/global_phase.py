@@ -39,6 +39,7 @@ from pipeline.staging import ShardSummary, staged_path
 from pipeline.writer import OutputColumn, WrittenFile, write_table
 
 __all__ = [
+    "DEDUPE_RULE",
     "DUPLICATE_OF",
     "GLOBAL_STAGES",
     "GlobalContext",
@@ -72,6 +73,9 @@ DUPLICATE_OF: Final = OutputColumn(
     ),
     frozenset({Disposition.DUPLICATE}),
 )
+#: The rule that made a row a duplicate (``exact``, ``near``, ... ; ``retry`` for a
+#: replayed submission), shared like :data:`DUPLICATE_OF`.
+DEDUPE_RULE: Final = OutputColumn("_dedupe_rule", pa.string(), frozenset({Disposition.DUPLICATE}))
 
 
 @dataclass(frozen=True)
