@@ -179,12 +179,35 @@ def neither_needs_patch(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fi
 
 @record_rule("pairwise-v2", "rubric_version")
 def rubric_version(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
-    """Seed 000: ratings "require an adapter from the existing A/B interface" and DESIGN
-    §3.8 "ratings bound to rubric criteria by the campaign": when the campaign lists its
-    rubric versions (``rules.rubric_versions``), a row must name one of them."""
+    """Seed 000: "preserve their versions with every accepted artifact" and DESIGN §3.8
+    "ratings bound to rubric criteria by the campaign": a row scored with a rubric
+    (``[scoring.pairwise-v2]``) must name that rubric, or its ratings were given under
+    another one; a campaign that does not score the kind but lists its rubric versions
+    (``rules.rubric_versions``) gets rows naming one of them."""
+    scored_with = ctx.scored_with.get("pairwise-v2")
+    if scored_with is not None:
+        if record["rubric_version"] != scored_with:
+            yield Finding(
+                "$.rubric_version", f"not the rubric the row is scored with ({scored_with})"
+            )
+        return
     allowed = ctx.settings.rubric_versions
     if allowed and record["rubric_version"] not in allowed:
         yield Finding("$.rubric_version", "not a rubric version of this campaign")
+
+
+@record_rule("pairwise-v2", "aggregate_size")
+def aggregate_size(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Bound aggregate conversation size as well as individual fields. Sixty-four
+    individually valid long messages may exceed a campaign's intended model context or
+    storage budget." Every message, both responses, the rationale and the golden patch
+    together stay within ``rules.max_conversation_chars`` characters."""
+    limit = ctx.settings.max_conversation_chars
+    total = sum(len(m["content"]) for m in record["messages"])
+    total += len(record["response_a"]) + len(record["response_b"]) + len(record["rationale"])
+    total += len(record["golden_patch"] or "")
+    if total > limit:
+        yield Finding("$", f"conversation text totals {total} characters, the bound is {limit}")
 
 
 @record_rule("pairwise-v2", "rationale_consistency", Severity.QUARANTINE)
