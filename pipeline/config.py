@@ -38,6 +38,8 @@ __all__ = [
 ]
 
 MiB: Final = 1 << 20
+#: values of ``[scoring.<kind>] review_policy``
+REVIEW_POLICY_MODES: Final = ("apply", "record")
 #: upper bound of ``rules.max_conversation_chars``: a pairwise row's 64 messages, two
 #: responses, rationale and patch at their schema maxima hold fewer characters
 MAX_CONVERSATION_CHARS: Final = 64 * 32_000 + 3 * 64_000 + 4_000
@@ -232,6 +234,10 @@ class KindScoring:
     allowed_imports: tuple[str, ...] = ()
     #: Whether the running interpreter's standard library counts as approved.
     allow_stdlib: bool = True
+    #: The rubric's ``review_policy``: ``"apply"`` it across the kind's rows (default:
+    #: reviews of one item counted, voted, collapsed or adjudicated), or only ``"record"``
+    #: it in the manifest (an export holding one review per item).
+    review_policy: str = "apply"
 
 
 @dataclass(frozen=True)
@@ -378,6 +384,12 @@ class CampaignConfig:
             seen.add(spec.path)
             if spec.split is not None and not spec.split.strip():
                 raise ConfigError(f"inputs[{i}].split: must not be empty")
+        for kind, scoring in self.scoring.items():
+            if scoring.review_policy not in REVIEW_POLICY_MODES:
+                raise ConfigError(
+                    f"scoring.{kind}.review_policy: {scoring.review_policy!r} is not one of "
+                    + ", ".join(REVIEW_POLICY_MODES)
+                )
         pins = [(f"rubrics.pins.{k}", v) for k, v in self.rubrics.pins.items()]
         pins += [(f"policy.{k}.sha256", p.sha256) for k, p in self.policy.items() if p.sha256]
         for path, digest in pins:

@@ -174,7 +174,8 @@ class GlobalContext:
 class GlobalStage(Protocol):
     """A whole-run decision step, registered with :func:`register_stage`.
 
-    Stages run in ascending ``order`` (rules 100, dedupe 200, scoring 300, policy 400).
+    Stages run in ascending ``order`` (rules 100, review 150, dedupe 200, scoring 300,
+    policy 400).
     """
 
     name: str

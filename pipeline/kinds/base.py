@@ -32,9 +32,9 @@ class RecordKind:
     id: ClassVar[str]
     version_field: ClassVar[str | None] = None
     version_value: ClassVar[str | None] = None
-    #: fields naming one logical submission: the same key with a different body is an
-    #: idempotency conflict (cross-record rules); with the same body a retry, which dedupe
-    #: removes as an exact duplicate
+    #: fields naming one logical submission: the first row of a key is the original; a
+    #: later row with the same body is its retry (a duplicate), with another body an
+    #: idempotency conflict (cross-record rules)
     idempotency_key: ClassVar[tuple[str, ...]] = ("task_id",)
     #: top-level fields stored apart from the training features, renamed (e.g. ``_meta``)
     apart: ClassVar[dict[str, str]] = {}
@@ -50,6 +50,12 @@ class RecordKind:
     def dedupe_key(self) -> DedupeKey | None:
         """What makes two rows of this kind the same item beyond their content
         fingerprint (normalised and near duplicates); ``None``: exact duplicates only."""
+        return None
+
+    def review_subject(self) -> DedupeKey | None:
+        """The item a row reviews, compared exactly: rows with equal subjects are reviews
+        of one item, counted and voted by a rubric's review policy
+        (:mod:`pipeline.stages.review`). ``None``: a row is no review of a shared item."""
         return None
 
 

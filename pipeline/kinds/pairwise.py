@@ -11,6 +11,8 @@ from pipeline.lineage import PAIRWISE_CONTENT_V1, ContentFingerprint
 from pipeline.rules import Finding, RuleContext, Severity, is_blank, record_rule, same_text
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from pipeline.dedupe.keys import DedupeKey
 
 #: Multi-turn decisive rows commit to the whole conversation, not one prompt string.
@@ -46,6 +48,24 @@ class Pairwise(RecordKind):
         context = ContentFingerprint.json_field(messages)
         return UNRANKED.digest((preference, context, first, second, patch))
 
+    def review_subject(self) -> DedupeKey:
+        """Seed 000's review policy counts "independent reviews" of one item: a pairwise
+        row reviews a conversation and its two candidates, in either A/B order (the
+        content fingerprint's task and candidates without the verdict). Compared exactly:
+        every message length-prefixed, no normalisation."""
+        import polars as pl  # global phase only: gate workers never import polars
+
+        from pipeline.dedupe.keys import DedupeKey, KeyField
+
+        return DedupeKey(
+            "conversation + unordered pair of responses, exactly",
+            ("messages", "response_a", "response_b"),
+            (
+                KeyField("conversation", conversation_key()),
+                KeyField("responses", pl.concat_list("response_a", "response_b"), unordered=True),
+            ),
+        )
+
     def dedupe_key(self) -> DedupeKey:
         """The same conversation and the same *unordered* pair of responses: a row with A
         and B swapped is the same comparison whatever its preference says."""
@@ -64,6 +84,25 @@ class Pairwise(RecordKind):
                 KeyField("responses", pl.concat_list("response_a", "response_b"), unordered=True),
             ),
         )
+
+
+def conversation_key() -> pl.Expr:
+    """Length-prefixed role:len:content of every message: an exact, unambiguous key."""
+    import polars as pl  # global phase only: gate workers never import polars
+
+    element = pl.element().struct
+    return (
+        pl.col("messages")
+        .list.eval(
+            pl.format(
+                "{}:{}:{}",
+                element.field("role"),
+                element.field("content").str.len_bytes(),
+                element.field("content"),
+            )
+        )
+        .list.join("")
+    )
 
 
 # -- semantic rules (seed 000, "Apply semantic checks for turn ordering, final user intent,

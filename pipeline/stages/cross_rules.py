@@ -31,6 +31,7 @@ import polars as pl
 from pipeline.config import CampaignConfig
 from pipeline.global_phase import DEDUPE_RULE, DUPLICATE_OF, KEYS, GlobalContext, register_stage
 from pipeline.kinds import KINDS
+from pipeline.kinds.pairwise import conversation_key
 from pipeline.reasons import Disposition
 from pipeline.repeats import repeated, varying
 from pipeline.writer import OutputColumn
@@ -159,23 +160,6 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     )
 
 
-def _conversation_key() -> pl.Expr:
-    """Length-prefixed role:len:content of every message: an exact, unambiguous key."""
-    element = pl.element().struct
-    return (
-        pl.col("messages")
-        .list.eval(
-            pl.format(
-                "{}:{}:{}",
-                element.field("role"),
-                element.field("content").str.len_bytes(),
-                element.field("content"),
-            )
-        )
-        .list.join("")
-    )
-
-
 @cross_rule("cross.contradictory_preference", Disposition.QUARANTINED, ["pairwise-v2"])
 def contradictory_preference(
     ctx: GlobalContext, kind: str, rows: pl.DataFrame
@@ -190,7 +174,7 @@ def contradictory_preference(
     decisive = pl.col("preference").is_in(["A", "B"])
     preferred = pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b")
     rejected = pl.when(pl.col("preference") == "A").then("response_b").otherwise("response_a")
-    comparison = pl.struct(_conversation_key().hash(1), preferred.hash(2) ^ rejected.hash(2))
+    comparison = pl.struct(conversation_key().hash(1), preferred.hash(2) ^ rejected.hash(2))
     hashes = pl.concat(
         shard.filter("_decisive").drop("_decisive")
         for shard in ctx.evaluate(
@@ -208,7 +192,7 @@ def contradictory_preference(
     texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])
     group = ["_conversation", "_low", "_high"]
     exact = texts.with_columns(
-        _conversation=_conversation_key(),
+        _conversation=conversation_key(),
         _preferred=preferred,
         _low=pl.min_horizontal("response_a", "response_b"),
         _high=pl.max_horizontal("response_a", "response_b"),
