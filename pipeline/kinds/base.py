@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 from pipeline.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
 
 if TYPE_CHECKING:  # polars stays out of the gate workers, which import every kind
     from pipeline.dedupe.keys import DedupeKey
+    from pipeline.lineage import ContentFingerprint
 
 __all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind", "route"]
 
@@ -43,9 +45,20 @@ class RecordKind:
     def schema_id(self) -> str:
         return self.id
 
+    def content(self, record: dict[str, Any]) -> tuple[ContentFingerprint, Sequence[str]]:
+        """The content-hash profile for ``record`` and the fields it commits to, in order
+        (a kind may choose among profiles per record, e.g. single- or multi-turn)."""
+        raise NotImplementedError
+
     def fingerprint(self, record: dict[str, Any]) -> str:
         """``_content_sha256``: SHA-256 over the kind's declared content fields."""
-        raise NotImplementedError
+        profile, fields = self.content(record)
+        return profile.digest(fields)
+
+    def fingerprint_and_profile(self, record: dict[str, Any]) -> tuple[str, str]:
+        """``_content_sha256`` and ``_content_profile`` (the profile's name) of ``record``."""
+        profile, fields = self.content(record)
+        return profile.digest(fields), profile.profile
 
     def dedupe_key(self) -> DedupeKey | None:
         """What makes two rows of this kind the same item beyond their content

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
@@ -27,7 +27,7 @@ class Pairwise(RecordKind):
     version_field = "schema_version"
     version_value = "pairwise-v2"
 
-    def fingerprint(self, record: dict[str, Any]) -> str:
+    def content(self, record: dict[str, Any]) -> tuple[ContentFingerprint, Sequence[str]]:
         """Seed 002's profile for a decisive single-user-turn row; separate domains else.
 
         Seed 002: "Multi-turn tasks need a separate profile committing to the complete
@@ -41,12 +41,12 @@ class Pairwise(RecordKind):
         if preference in ("A", "B"):
             chosen, rejected = (a, b) if preference == "A" else (b, a)
             if len(messages) == 1 and messages[0]["role"] == "user":
-                return PAIRWISE_CONTENT_V1.digest((messages[0]["content"], chosen, rejected, patch))
+                return PAIRWISE_CONTENT_V1, (messages[0]["content"], chosen, rejected, patch)
             context = ContentFingerprint.json_field(messages)
-            return MULTI_TURN.digest((context, chosen, rejected, patch))
+            return MULTI_TURN, (context, chosen, rejected, patch)
         first, second = sorted((a, b), key=lambda s: s.encode("utf-8"))
         context = ContentFingerprint.json_field(messages)
-        return UNRANKED.digest((preference, context, first, second, patch))
+        return UNRANKED, (preference, context, first, second, patch)
 
     def review_subject(self) -> DedupeKey:
         """Seed 000's review policy counts "independent reviews" of one item: a pairwise
