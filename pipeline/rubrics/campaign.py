@@ -10,15 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import polars as pl
+
 from pipeline.config import CampaignConfig, ConfigError
 from pipeline.gate import Gate
 from pipeline.kinds import KINDS, get_kind
 from pipeline.policy import Policy, load_policy, validate_policy
 from pipeline.rubrics.bindings import ScoringPlan, compile_scoring
 from pipeline.rubrics.model import RUBRIC_DIR, ReviewPolicy, RubricRegistry
+from pipeline.rubrics.scoring import APPLIES, CRITERION
 
 __all__ = [
     "CampaignRubrics",
+    "criteria_inputs",
     "kind_policy",
     "load_campaign_rubrics",
     "review_policy_of",
@@ -54,6 +58,21 @@ def scoring_plan(config: CampaignConfig, kind: str, gate: Gate | None = None) ->
     rubric = rubric_registry(config).get(settings.rubric)
     fields = (gate or Gate(config)).kind_gate(KINDS[kind]).layout.fields
     return compile_scoring(kind, settings, rubric, fields)
+
+
+def criteria_inputs(plan: ScoringPlan) -> dict[str, pl.Expr]:
+    """The criteria inputs of :func:`~pipeline.rubrics.scoring.score_frame` from a plan's
+    bindings: each criterion's score (null when unbound) and its applicability."""
+    exprs: dict[str, pl.Expr] = {}
+    for binding in plan.criteria:
+        exprs[CRITERION + binding.criterion.id] = (
+            binding.score if binding.score is not None else pl.lit(None, pl.Float64)
+        )
+        if binding.not_applicable:
+            exprs[APPLIES + binding.criterion.id] = pl.lit(False)
+        elif binding.applies is not None:
+            exprs[APPLIES + binding.criterion.id] = binding.applies
+    return exprs
 
 
 def review_policy_of(

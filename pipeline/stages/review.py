@@ -46,9 +46,9 @@ from pipeline.kinds import get_kind
 from pipeline.reasons import REVIEW_ACTIONS, REVIEW_AGREEING, REVIEW_OUTVOTED, Disposition
 from pipeline.repeats import repeated
 from pipeline.rubrics.bindings import ScoringPlan
-from pipeline.rubrics.campaign import review_policy_of, scoring_plan
+from pipeline.rubrics.campaign import criteria_inputs, review_policy_of, scoring_plan
 from pipeline.rubrics.model import ReviewPolicy, State
-from pipeline.rubrics.scoring import APPLIES, CRITERION, WEIGHTED_STATE, score_frame
+from pipeline.rubrics.scoring import WEIGHTED_STATE, score_frame
 from pipeline.writer import OutputColumn
 
 __all__ = ["ReviewStage"]
@@ -137,15 +137,7 @@ def _votes(
 ) -> pl.DataFrame:
     """The accepted rows with their order key, subject hash and ``_vote``: whether their
     own criteria scores meet every minimum and the weighted acceptance score."""
-    exprs: dict[str, pl.Expr] = {"_h_subject": subject}
-    for binding in plan.criteria:
-        exprs[CRITERION + binding.criterion.id] = (
-            binding.score if binding.score is not None else pl.lit(None, pl.Float64)
-        )
-        if binding.not_applicable:
-            exprs[APPLIES + binding.criterion.id] = pl.lit(False)
-        elif binding.applies is not None:
-            exprs[APPLIES + binding.criterion.id] = binding.applies
+    exprs = {"_h_subject": subject, **criteria_inputs(plan)}
     observed = pl.concat(ctx.evaluate(kind, exprs))
     if not observed.select(KEYS).equals(rows.select(KEYS)):
         raise AssertionError("staged rows and the global state are out of step")
