@@ -38,6 +38,11 @@ __all__ = [
 ]
 
 MiB: Final = 1 << 20
+#: values of ``[scoring.<kind>] review_policy``
+REVIEW_POLICY_MODES: Final = ("apply", "record")
+#: upper bound of ``rules.max_conversation_chars``: a pairwise row's 64 messages, two
+#: responses, rationale and patch at their schema maxima hold fewer characters
+MAX_CONVERSATION_CHARS: Final = 64 * 32_000 + 3 * 64_000 + 4_000
 GiB: Final = 1 << 30
 _SHA256: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -179,6 +184,9 @@ class RuleSettings:
     rubric_versions: tuple[str, ...] = ()
     #: bound on an agent trace's total text (prompt, queries, answer), in characters
     max_trace_chars: int = 65_536
+    #: bound on a pairwise row's total text (messages, responses, rationale, patch), in
+    #: characters: every field at its schema maximum once, plus a 64k conversation
+    max_conversation_chars: int = 262_144
     #: a rationale needs at least this many distinct words of two or more letters
     min_rationale_words: int = 4
 
@@ -188,6 +196,10 @@ class RuleSettings:
                 raise ConfigError(f"{path}.disabled: {code!r} is not a rule code")
         if self.max_trace_chars < 1 or self.min_rationale_words < 0:
             raise ConfigError(f"{path}: bounds must be positive")
+        if not 1 <= self.max_conversation_chars <= MAX_CONVERSATION_CHARS:
+            raise ConfigError(
+                f"{path}.max_conversation_chars: must be between 1 and {MAX_CONVERSATION_CHARS}"
+            )
 
 
 @dataclass(frozen=True)
@@ -222,6 +234,10 @@ class KindScoring:
     allowed_imports: tuple[str, ...] = ()
     #: Whether the running interpreter's standard library counts as approved.
     allow_stdlib: bool = True
+    #: The rubric's ``review_policy``: ``"apply"`` it across the kind's rows (default:
+    #: reviews of one item counted, voted, collapsed or adjudicated), or only ``"record"``
+    #: it in the manifest (an export holding one review per item).
+    review_policy: str = "apply"
 
 
 @dataclass(frozen=True)
@@ -370,6 +386,12 @@ class CampaignConfig:
             seen.add(spec.path)
             if spec.split is not None and not spec.split.strip():
                 raise ConfigError(f"inputs[{i}].split: must not be empty")
+        for kind, scoring in self.scoring.items():
+            if scoring.review_policy not in REVIEW_POLICY_MODES:
+                raise ConfigError(
+                    f"scoring.{kind}.review_policy: {scoring.review_policy!r} is not one of "
+                    + ", ".join(REVIEW_POLICY_MODES)
+                )
         pins = [(f"rubrics.pins.{k}", v) for k, v in self.rubrics.pins.items()]
         pins += [(f"policy.{k}.sha256", p.sha256) for k, p in self.policy.items() if p.sha256]
         for path, digest in pins:

@@ -81,6 +81,7 @@ GATE_FIELDS: Final = (
     pa.field("_raw_sha256", pa.string(), nullable=False),
     pa.field("_record_sha256", pa.string()),
     pa.field("_content_sha256", pa.string()),
+    pa.field("_content_profile", pa.string()),
     pa.field("_schema_sha256", pa.string()),
     pa.field("_reasons", REASONS_TYPE, nullable=False),
     pa.field("_disposition", pa.string(), nullable=False),
@@ -92,6 +93,7 @@ REJECTED_FIELDS: Final = (
     pa.field("_raw_sha256", pa.string(), nullable=False),
     pa.field("_record_sha256", pa.string()),
     pa.field("_content_sha256", pa.string()),
+    pa.field("_content_profile", pa.string()),
     pa.field("_kind", pa.string()),
     pa.field("_schema_sha256", pa.string()),
     pa.field("_reasons", REASONS_TYPE, nullable=False),
@@ -112,6 +114,8 @@ class GateOutcome:
     record: dict[str, Any] | None = None
     record_sha256: str | None = None
     content_sha256: str | None = None
+    #: the content-hash profile that produced ``content_sha256`` (its domain's name)
+    content_profile: str | None = None
     #: the line's raw bytes must not be stored (sanitization found PII in them)
     raw_withheld: bool = False
 
@@ -159,6 +163,7 @@ class _KindRows:
     raw: list[str] = field(default_factory=list)
     record: list[str | None] = field(default_factory=list)
     content: list[str | None] = field(default_factory=list)
+    profile: list[str | None] = field(default_factory=list)
     reasons: list[list[dict[str, str]]] = field(default_factory=list)
     disposition: list[str] = field(default_factory=list)
 
@@ -170,6 +175,7 @@ class _RejectedRows:
     raw_sha: list[str] = field(default_factory=list)
     record: list[str | None] = field(default_factory=list)
     content: list[str | None] = field(default_factory=list)
+    profile: list[str | None] = field(default_factory=list)
     kinds: list[str | None] = field(default_factory=list)
     schema: list[str | None] = field(default_factory=list)
     reasons: list[list[dict[str, str]]] = field(default_factory=list)
@@ -290,6 +296,7 @@ class Gate:
             canonical = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
         else:
             canonical = canonical_json_fast(record)
+        content, profile = kind_gate.kind.fingerprint_and_profile(record)
         return GateOutcome(
             disposition,
             reasons,
@@ -298,7 +305,8 @@ class Gate:
             kind_gate.entry.sha256,
             record,
             hashlib.sha256(canonical).hexdigest(),
-            kind_gate.kind.fingerprint(record),
+            content,
+            content_profile=profile,
         )
 
     # -- sanitization (pipeline.sanitize); only reached when it is enabled --------------
@@ -420,6 +428,7 @@ class Gate:
             kind_rows.raw.append(raw_sha)
             kind_rows.record.append(outcome.record_sha256)
             kind_rows.content.append(outcome.content_sha256)
+            kind_rows.profile.append(outcome.content_profile)
             kind_rows.reasons.append([r.as_row() for r in outcome.reasons])
             kind_rows.disposition.append(outcome.disposition.value)
             counts[
@@ -446,6 +455,7 @@ class Gate:
         rows.raw_sha.append(outcome.raw_sha256)
         rows.record.append(outcome.record_sha256)
         rows.content.append(outcome.content_sha256)
+        rows.profile.append(outcome.content_profile)
         rows.kinds.append(outcome.kind)
         rows.schema.append(outcome.schema_sha256)
         rows.reasons.append([r.as_row() for r in outcome.reasons])
@@ -466,6 +476,7 @@ class Gate:
             pa.array(rows.raw, pa.string()),
             pa.array(rows.record, pa.string()),
             pa.array(rows.content, pa.string()),
+            pa.array(rows.profile, pa.string()),
             pa.array([schema_sha] * len(rows.raw), pa.string()),
             pa.array(rows.reasons, REASONS_TYPE),
             pa.array(rows.disposition, pa.string()),
@@ -481,6 +492,7 @@ class Gate:
                 pa.array(rows.raw_sha, pa.string()),
                 pa.array(rows.record, pa.string()),
                 pa.array(rows.content, pa.string()),
+                pa.array(rows.profile, pa.string()),
                 pa.array(rows.kinds, pa.string()),
                 pa.array(rows.schema, pa.string()),
                 pa.array(rows.reasons, REASONS_TYPE),

@@ -39,6 +39,7 @@ from pipeline.staging import ShardSummary, scan_staged
 from pipeline.writer import OutputColumn, WrittenFile, write_table
 
 __all__ = [
+    "DEDUPE_RULE",
     "DUPLICATE_OF",
     "GLOBAL_STAGES",
     "GlobalContext",
@@ -72,6 +73,9 @@ DUPLICATE_OF: Final = OutputColumn(
     ),
     frozenset({Disposition.DUPLICATE}),
 )
+#: The rule that made a row a duplicate (``exact``, ``near``, ... ; ``retry`` for a
+#: replayed submission), shared like :data:`DUPLICATE_OF`.
+DEDUPE_RULE: Final = OutputColumn("_dedupe_rule", pa.string(), frozenset({Disposition.DUPLICATE}))
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,8 @@ class GlobalContext:
 class GlobalStage(Protocol):
     """A whole-run decision step, registered with :func:`register_stage`.
 
-    Stages run in ascending ``order`` (rules 100, dedupe 200, scoring 300, policy 400).
+    Stages run in ascending ``order`` (rules 100, review 150, dedupe 200, scoring 300,
+    policy 400).
     """
 
     name: str

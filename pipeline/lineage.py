@@ -5,7 +5,8 @@ Three different commitments, never substituted for one another:
 * ``_raw_sha256``: SHA-256 of the line's exact bytes (``\\n`` excluded);
 * ``_record_sha256``: SHA-256 of the record's RFC 8785 canonical JSON, as stored;
 * ``_content_sha256``: a record kind's :class:`ContentFingerprint`, a length-prefixed,
-  domain-separated encoding of its declared content fields (seed 002).
+  domain-separated encoding of its declared content fields (seed 002), with
+  ``_content_profile`` naming the profile (its domain) that produced it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ LINEAGE_FIELDS: Final = (
     pa.field("_raw_sha256", pa.string(), nullable=False),
     pa.field("_record_sha256", pa.string()),
     pa.field("_content_sha256", pa.string()),
+    pa.field("_content_profile", pa.string()),
     pa.field("_kind", pa.string()),
     pa.field("_schema_sha256", pa.string()),
     pa.field("_reasons", REASONS_TYPE, nullable=False),
@@ -98,6 +100,12 @@ class ContentFingerprint:
     """
 
     domain: bytes
+
+    @property
+    def profile(self) -> str:
+        """The profile's name: its domain without the terminating NUL, e.g.
+        ``ARCV:pairwise-content:v1`` (the ``_content_profile`` column)."""
+        return self.domain.rstrip(b"\x00").decode("ascii")
 
     def digest(self, fields: Iterable[str]) -> str:
         # One buffer and one hash call: per-field update() calls cost twice as much on

@@ -93,6 +93,21 @@ PII_QUARANTINE_CODES: Final = frozenset(
 )
 
 
+# The rubric's review policy across records (seed 000 "review_policy", global stage 150,
+# pipeline/stages/review.py). The item's reviews that are not enough, not accepting enough
+# or not agreeing get ``review.<disagreement_action>``; when they agree, the first
+# accepting review is kept and the others are its duplicates.
+REVIEW_PREFIX: Final = "review."
+REVIEW_AGREEING: Final = "review.agreeing"  # duplicate: an accepting review that agrees
+REVIEW_OUTVOTED: Final = "review.outvoted"  # duplicate: a review that did not vote accept
+#: ``disagreement_action`` -> (reason code, disposition)
+REVIEW_ACTIONS: Final = {
+    "adjudicate": ("review.adjudicate", "quarantined"),
+    "escalate": ("review.escalate", "quarantined"),
+    "reject": ("review.reject", "rejected"),
+}
+
+
 # Gate-level codes in the order the gate checks them; a rejected line gets the first that
 # applies (the scanner reports syntax, duplicate-key and number errors in text order).
 GATE_CODES: Final = (

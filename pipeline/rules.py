@@ -164,6 +164,8 @@ class RuleContext:
     authorised_documents: frozenset[str] | None = None
     settings: RuleSettings = field(default_factory=RuleSettings)
     disabled: frozenset[str] = field(default_factory=frozenset)
+    #: kind -> id of the rubric the campaign scores it with (``[scoring.<kind>]``)
+    scored_with: dict[str, str] = field(default_factory=dict)
     _active: dict[str, tuple[RecordRule, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -228,7 +230,10 @@ def load_rule_context(config: CampaignConfig) -> RuleContext:
                 raise ReferenceError("references.authorised_documents: every row needs a string id")
             ids.append(row["id"])
         authorised = frozenset(ids)
-    return RuleContext(documents, authorised, config.rules, frozenset(config.rules.disabled))
+    scored_with = {kind: scoring.rubric for kind, scoring in config.scoring.items()}
+    return RuleContext(
+        documents, authorised, config.rules, frozenset(config.rules.disabled), scored_with
+    )
 
 
 def check_record(

@@ -605,6 +605,17 @@ RULE_VIOLATIONS: Final[dict[str, Callable[[int], dict[str, Any]]]] = {
     "semantic.pairwise-v2.rubric_version": _mutate(
         "pairwise-v2", _set("rubric_version", "legacy-rubric"), **_DECISIVE
     ),
+    "semantic.pairwise-v2.aggregate_size": _mutate(
+        "pairwise-v2",
+        _set(
+            "messages",
+            [
+                {"role": "user" if n % 2 == 0 else "assistant", "content": "m" * 32_000}
+                for n in range(9)
+            ],
+        ),
+        **_DECISIVE,
+    ),
     "semantic.pairwise-v2.rationale_consistency": _mutate(
         "pairwise-v2",
         _set("rationale", "Response B is better: it is shorter and avoids the extra copy."),

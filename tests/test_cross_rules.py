@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import hashlib
 import random
 from collections import Counter
 from pathlib import Path
@@ -75,29 +76,89 @@ def _pairwise(i: int, **changes: Any) -> dict[str, Any]:
     return record
 
 
-def test_retry_is_a_duplicate_of_the_first(tmp_path: Path) -> None:
-    """The same key with the same body is no conflict; dedupe removes the retry."""
+@pytest.mark.parametrize("dedupe", [True, False])
+def test_retry_is_a_duplicate_of_the_first(tmp_path: Path, dedupe: bool) -> None:
+    """Seed 002: "identical authenticated retry -> return original receipt/status": the
+    same key with the same body is one admission whether or not dedupe runs; the retry
+    points at the first row (the original)."""
     first = _pairwise(1)
-    rows = _run(tmp_path, {"a.jsonl": [first, _pairwise(2), first]})
-    assert _codes(rows) == [("accepted", []), ("accepted", []), ("duplicates", ["dedupe.exact"])]
-    assert rows["_duplicate_of"][2] == {
+    # the same record written with other key order and spacing is the same body
+    reordered = orjson.dumps(dict(reversed(list(first.items())))).replace(b",", b", ")
+    (tmp_path / "a.jsonl").write_bytes(_lines([first, _pairwise(2)]) + reordered + b"\n")
+    config = CampaignConfig(inputs=(InputSpec(str(tmp_path / "a.jsonl")),)).override(
+        **{"dedupe.enabled": dedupe}
+    )
+    run(config, tmp_path / "out")
+    accepted = pl.read_parquet(tmp_path / "out" / "accepted")
+    assert accepted["_line"].to_list() == [1, 2]
+    retry = pl.read_parquet(tmp_path / "out" / "duplicates")
+    assert retry["_line"].to_list() == [3]
+    assert [r["code"] for r in retry["_reasons"][0]] == ["cross.retry"]
+    assert retry["_dedupe_rule"].to_list() == ["retry"]
+    assert retry["_duplicate_of"][0] == {
         "_source": str(tmp_path / "a.jsonl"),
         "_line": 1,
         "_record_sha256": record_sha256(first),
     }
 
 
-def test_idempotency_conflict_rejects_every_row(tmp_path: Path) -> None:
-    first = _pairwise(1)
-    edited = {**first, "rationale": first["rationale"] + " Also clearer."}
-    rows = _run(tmp_path, {"a.jsonl": [first, _pairwise(2)], "b.jsonl": [edited]})
+def test_replay_admits_the_original_counts_a_retry_once_and_rejects_a_conflict(
+    tmp_path: Path,
+) -> None:
+    """Seed 002's replay control on its own example: the original, an identical retry, and
+    the same ``task_id`` with another rationale. Before: all three rejected as
+    ``cross.idempotency_conflict``. Now the first (in input order) is admitted, the retry
+    is its duplicate and only the conflicting later body is rejected."""
+    original = {
+        "task_id": "order-001",
+        "messages": [
+            {
+                "role": "user",
+                "content": "Remove duplicate hashable list values while preserving first "
+                "occurrence order in Python.",
+            }
+        ],
+        "response_a": "def unique_values(values):\n    return list(dict.fromkeys(values))",
+        "response_b": "def unique_values(values):\n    return list(set(values))",
+        "preference": "A",
+        "rationale": "Response A preserves insertion order. Response B removes duplicates "
+        "but does not guarantee the requested order.",
+        "golden_patch": None,
+        "schema_version": "pairwise-v2",
+        "rubric_version": "code-review-v1",
+        "ratings": {"factuality": 5, "reasoning": 4, "instruction_adherence": 5, "style": 4},
+    }
+    conflicting = {**original, "rationale": "Response A keeps the order the task asks for."}
+    rows = _run(tmp_path, {"a.jsonl": [original, original, conflicting]}, kind="pairwise-v2")
     assert _codes(rows) == [
-        ("rejected", ["cross.idempotency_conflict"]),
         ("accepted", []),
+        ("duplicates", ["cross.retry"]),
         ("rejected", ["cross.idempotency_conflict"]),
     ]
-    raw = pl.read_parquet(tmp_path / "out" / "rejected").sort("_source")["_raw"].to_list()
-    assert raw == [orjson.dumps(first), orjson.dumps(edited)]  # re-read from the sources
+    assert rows["_duplicate_of"][1]["_line"] == 1
+    raw = pl.read_parquet(tmp_path / "out" / "rejected")["_raw"].to_list()
+    assert raw == [orjson.dumps(conflicting)]  # re-read from the source
+
+
+def test_the_original_is_first_in_input_order_whatever_the_shards(tmp_path: Path) -> None:
+    """The original is the first row of the key in the order key (inputs sorted by path,
+    then line), not the first a worker finishes: ``b.jsonl``, given first, holds the later
+    body after many shards' worth of rows."""
+    first = _pairwise(1)
+    edited = {**first, "rationale": first["rationale"] + " Also clearer."}
+    filler = [_pairwise(i) for i in range(10, 40)]
+    files = {"b.jsonl": [edited, *filler], "a.jsonl": [first]}
+    for workers in (1, 2):
+        rows = _run(tmp_path, files, workers=workers, name=f"w{workers}")
+        by_file = {
+            (Path(s).name, d, tuple(c))
+            for s, (d, c) in zip(rows["_source"], _codes(rows), strict=True)
+            if s.endswith("a.jsonl") or d != "accepted"
+        }
+        assert by_file == {
+            ("a.jsonl", "accepted", ()),
+            ("b.jsonl", "rejected", ("cross.idempotency_conflict",)),
+        }
 
 
 def test_idempotency_conflict_survives_key_hash_collisions(
@@ -114,10 +175,17 @@ def test_idempotency_conflict_survives_key_hash_collisions(
     }
     hashed = _run(tmp_path, files, name="hashed")
     conflict = ("rejected", ["cross.idempotency_conflict"])
-    assert _codes(hashed) == [conflict, conflict, ("accepted", [])] + [conflict] * 3
-    three, two = (f"{n} rows share this submission key with different bodies" for n in (3, 2))
+    accepted = ("accepted", [])
+    assert _codes(hashed) == [accepted] * 3 + [conflict, ("duplicates", ["cross.retry"]), conflict]
     details = _details(hashed)
-    assert details == [[three], [two], [], [three], [three], [two]]
+    assert details[3] == [
+        "this body differs from the first of 3 rows with this submission key "
+        "(the first stays; 1 later bodies differ)"
+    ]
+    assert details[5] == [
+        "this body differs from the first of 2 rows with this submission key "
+        "(the first stays; 1 later bodies differ)"
+    ]
     monkeypatch.setattr(cross_rules, "_key_hash", lambda keys: pl.lit(0, pl.UInt64))
     colliding = _run(tmp_path, files, name="colliding")
     assert _codes(colliding) == _codes(hashed)
@@ -147,11 +215,9 @@ def test_late_rejections_reread_raw_lines_once_per_shard_and_kind(
     )
     run(config, tmp_path / "out")
     assert len(reads) == 1
-    assert len(reads[0]) == 6  # every conflicting row, from three batches
+    assert len(reads[0]) == 3  # every conflicting row, from two batches
     rejected = pl.read_parquet(tmp_path / "out" / "rejected")
-    assert sorted(rejected["_raw"].to_list()) == sorted(
-        _lines([*records[:3], *conflicts]).splitlines()
-    )
+    assert sorted(rejected["_raw"].to_list()) == sorted(_lines(conflicts).splitlines())
 
 
 def test_contradictory_preference_is_quarantined(tmp_path: Path) -> None:
@@ -218,11 +284,18 @@ def test_session_receipt_is_the_submission_key(tmp_path: Path) -> None:
             ]
         },
     )
+    # the first body stays; the third row, another receipt with the first's content, is
+    # an exact duplicate of it (dedupe's content fingerprint leaves the receipt out)
     assert _codes(rows) == [
-        ("rejected", ["cross.idempotency_conflict"]),
-        ("rejected", ["cross.idempotency_conflict"]),
         ("accepted", []),
+        ("rejected", ["cross.idempotency_conflict"]),
+        ("duplicates", ["dedupe.exact"]),
     ]
+
+
+def _conflicting(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The two bodies of the corpus's one conflicting submission key."""
+    return [r for r in records if r["task_id"] == _pairwise(5)["task_id"]]
 
 
 def _corpus() -> list[dict[str, Any]]:
@@ -270,9 +343,20 @@ def test_same_result_for_any_file_split_order_and_workers(
             split[names[target]].append(record)
         split = {k: v for k, v in split.items() if v}
         rows = _run(tmp, split, workers=1 + attempt)
+        # Which of two bodies of one key is the original follows the input order (the
+        # order key), so it is checked on its own; everything else is a multiset.
+        bodies = {hashlib.sha256(orjson.dumps(r)).hexdigest() for r in _conflicting(records)}
+        ordered = rows.sort(pl.col("_source"), "_line")
+        replay = [
+            d
+            for sha, (d, _) in zip(ordered["_raw_sha256"], _codes(ordered), strict=True)
+            if sha in bodies
+        ]
+        assert replay == ["accepted", "rejected"]
         outcome = Counter(
             (sha, d, tuple(c))
             for sha, (d, c) in zip(rows["_raw_sha256"], _codes(rows), strict=True)
+            if sha not in bodies
         )
         if expected is None:
             expected = outcome

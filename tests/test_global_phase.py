@@ -85,6 +85,10 @@ class RejectFirst:
 
 @pytest.fixture
 def stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stage plug-ins register themselves on first import (the run's preflight imports
+    # them): import them now, so they cannot register into the replaced list.
+    import pipeline.stages  # noqa: F401
+
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [FlagEveryThird, RejectFirst])
 
 

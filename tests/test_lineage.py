@@ -104,3 +104,59 @@ def test_hashes_are_different_commitments() -> None:
         == record_sha256(json.loads(line))
         == record_sha256(EXAMPLE, reference=True)
     )
+
+
+def test_every_row_names_the_profile_that_hashed_it(tmp_path: Path) -> None:
+    """Seed 002 defines a single-turn profile and asks for separate ones for multi-turn
+    tasks and for ties; DESIGN §3.5. Before, ``_content_sha256`` did not say which profile
+    produced it, so two equal-looking digests could not be told apart by their encoding."""
+    import random
+
+    import orjson
+    import polars as pl
+
+    from pipeline.config import CampaignConfig, InputSpec
+    from pipeline.run import run
+    from pipeline.synthetic import make_record
+
+    system = {"role": "system", "content": "be brief"}
+    rows = {
+        "ARCV:pairwise-content:v1": EXAMPLE,
+        "rowgate:pairwise-content-multiturn:v1": {
+            **EXAMPLE,
+            "task_id": "multi",
+            "messages": [system, *EXAMPLE["messages"]],
+        },
+        "rowgate:pairwise-content-unranked:v1": {
+            **EXAMPLE,
+            "task_id": "tie",
+            "preference": "tie",
+            "rationale": "Both responses remove the duplicates well.",
+        },
+    }
+    kind = KINDS["pairwise-v2"]
+    for profile, row in rows.items():
+        assert kind.fingerprint_and_profile(row) == (kind.fingerprint(row), profile)
+    # a row a semantic rule rejects keeps its lineage too
+    rejected = {**EXAMPLE, "task_id": "bad", "response_b": EXAMPLE["response_a"]}
+    (tmp_path / "p.jsonl").write_bytes(
+        b"".join(orjson.dumps(r) + b"\n" for r in [*rows.values(), rejected])
+    )
+    trace = make_record("agent-trace-v1", random.Random(1), 1)
+    (tmp_path / "t.jsonl").write_bytes(orjson.dumps(trace) + b"\n")
+    config = CampaignConfig(
+        inputs=(
+            InputSpec(str(tmp_path / "p.jsonl"), "pairwise-v2"),
+            InputSpec(str(tmp_path / "t.jsonl"), "agent-trace-v1"),
+        )
+    )
+    run(config, tmp_path / "out")
+    accepted = pl.read_parquet(tmp_path / "out" / "accepted" / "pairwise-v2")
+    columns = accepted.columns
+    assert columns.index("_content_profile") == columns.index("_content_sha256") + 1
+    assert accepted["_content_profile"].to_list() == list(rows)
+    (trace_part,) = (tmp_path / "out").glob("*/agent-trace-v1/*.parquet")
+    traces = pl.read_parquet(trace_part)
+    assert traces["_content_profile"].to_list() == ["rowgate:agent-trace-content:v1"]
+    bad = pl.read_parquet(tmp_path / "out" / "rejected")
+    assert bad["_content_profile"].to_list() == ["ARCV:pairwise-content:v1"]

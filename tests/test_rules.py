@@ -13,7 +13,13 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.config import CampaignConfig, References, ReferenceTable, load_campaign
+from pipeline.config import (
+    CampaignConfig,
+    ConfigError,
+    References,
+    ReferenceTable,
+    load_campaign,
+)
 from pipeline.gate import Gate
 from pipeline.reasons import Disposition
 from pipeline.rules import RULES, ReferenceError, Severity, load_rule_context
@@ -81,6 +87,20 @@ def _at_size_bound() -> dict[str, Any]:
     record = _trace([("call-1", [], True)], "f" * 31_536)
     record["prompt"] = "p" * 32_000
     record["steps"][0]["arguments"]["query"] = "q" * 2_000
+    return record
+
+
+def _conversation_at_bound() -> dict[str, Any]:
+    """Messages + responses + rationale exactly at the default bound of 262,144 characters."""
+    record = _pairwise(
+        messages=[
+            {"role": "user" if n % 2 == 0 else "assistant", "content": "m" * 32_000}
+            for n in range(7)
+        ],
+        response_b="b" * 18_000,
+    )
+    rest = 7 * 32_000 + 18_000 + len(record["rationale"])
+    record["response_a"] = "a" * (262_144 - rest)
     return record
 
 
@@ -158,6 +178,7 @@ BOUNDARIES: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "semantic.pairwise-v2.rubric_version": [
         ("pairwise-v2", _pairwise(rubric_version="code-review-v1"))
     ],
+    "semantic.pairwise-v2.aggregate_size": [("pairwise-v2", _conversation_at_bound())],
     "semantic.pairwise-v2.rationale_consistency": [
         (
             "pairwise-v2",
@@ -312,6 +333,60 @@ def _first_leaf_span(record: dict[str, Any]) -> dict[str, Any]:
 
 
 _ari_boundaries()
+
+
+def test_pairwise_conversation_size_is_bounded() -> None:
+    """Seed 000: "Bound aggregate conversation size as well as individual fields". Before,
+    63 messages of 32,000 characters (2 MB, each field valid) were accepted."""
+    long = _pairwise(
+        messages=[
+            {"role": "user" if n % 2 == 0 else "assistant", "content": "m" * 32_000}
+            for n in range(63)
+        ]
+    )
+    roomy = Gate(CONFIG.override(**{"limits.max_line_bytes": 4 << 20}))
+    assert _gate(long, "pairwise-v2", roomy) == (
+        Disposition.REJECTED,
+        ["semantic.pairwise-v2.aggregate_size"],
+    )
+    at_bound = _conversation_at_bound()
+    assert _gate(at_bound, "pairwise-v2") == (Disposition.ACCEPTED, [])
+    at_bound["response_a"] += "a"
+    assert _gate(at_bound, "pairwise-v2") == (
+        Disposition.REJECTED,
+        ["semantic.pairwise-v2.aggregate_size"],
+    )
+    # the campaign sets the bound, within its own bounds
+    wider = Gate(CONFIG.override(**{"rules.max_conversation_chars": 262_145}))
+    assert _gate(at_bound, "pairwise-v2", wider) == (Disposition.ACCEPTED, [])
+    for bad in (0, 10**9):
+        with pytest.raises(ConfigError, match="max_conversation_chars"):
+            CONFIG.override(**{"rules.max_conversation_chars": bad})
+
+
+def test_rubric_version_must_name_the_rubric_the_row_is_scored_with() -> None:
+    """Seed 000: versions are preserved "with every accepted artifact". Before, a row
+    naming ``other-v9`` was scored under ``code-review-v1`` and accepted unless the
+    campaign also listed ``rules.rubric_versions``."""
+    scored = load_campaign(DATA / "campaign-pairwise-rubric.toml")
+    assert not scored.rules.rubric_versions
+    gate = Gate(scored)
+    assert _gate(_pairwise(rubric_version="code-review-v1"), "pairwise-v2", gate) == (
+        Disposition.ACCEPTED,
+        [],
+    )
+    outcome = gate.gate_line(orjson.dumps(_pairwise(rubric_version="other-v9")), "pairwise-v2")
+    assert outcome.disposition is Disposition.REJECTED
+    assert [(r.code, r.path) for r in outcome.reasons] == [
+        ("semantic.pairwise-v2.rubric_version", "$.rubric_version")
+    ]
+    assert "other-v9" not in outcome.reasons[0].detail  # never the row's value
+    # the check is on by default and off only when the campaign disables the rule
+    off = scored.override(**{"rules.disabled": ("semantic.pairwise-v2.rubric_version",)})
+    assert _gate(_pairwise(rubric_version="other-v9"), "pairwise-v2", Gate(off)) == (
+        Disposition.ACCEPTED,
+        [],
+    )
 
 
 @pytest.mark.parametrize("code", sorted(ALL_RULES))

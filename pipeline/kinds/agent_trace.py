@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
@@ -20,14 +20,14 @@ CONTENT: Final = ContentFingerprint(b"rowgate:agent-trace-content:v1\x00")
 class AgentTrace(RecordKind):
     id = "agent-trace-v1"
 
-    def fingerprint(self, record: dict[str, Any]) -> str:
+    def content(self, record: dict[str, Any]) -> tuple[ContentFingerprint, Sequence[str]]:
         """Prompt, the ordered calls (tool, arguments, result) and the final answer.
 
         Identity and transport fields (task id, call ids, reported latency) are left out:
         they do not change what the trace says.
         """
         calls = [[s["tool"], s["arguments"], s["result"]] for s in record["steps"]]
-        return CONTENT.digest(
+        return CONTENT, (
             (record["prompt"], ContentFingerprint.json_field(calls), record["final_answer"])
         )
 

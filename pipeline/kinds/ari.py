@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
@@ -79,9 +79,9 @@ class _AriRubric(RecordKind):
     uuid_version: ClassVar[str | None]
     idempotency_key = ()  # envelopes have no submission identity of their own
 
-    def fingerprint(self, record: dict[str, Any]) -> str:
+    def content(self, record: dict[str, Any]) -> tuple[ContentFingerprint, Sequence[str]]:
         """The paper, the rubric tree and the reproduce contract; not generator provenance."""
-        return CONTENT.digest(
+        return CONTENT, (
             (
                 record["paper_sha256"],
                 ContentFingerprint.json_field(record["rubric"]),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 from pipeline.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
 
 if TYPE_CHECKING:  # polars stays out of the gate workers, which import every kind
     from pipeline.dedupe.keys import DedupeKey
+    from pipeline.lineage import ContentFingerprint
 
 __all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind", "route"]
 
@@ -32,9 +34,9 @@ class RecordKind:
     id: ClassVar[str]
     version_field: ClassVar[str | None] = None
     version_value: ClassVar[str | None] = None
-    #: fields naming one logical submission: the same key with a different body is an
-    #: idempotency conflict (cross-record rules); with the same body a retry, which dedupe
-    #: removes as an exact duplicate
+    #: fields naming one logical submission: the first row of a key is the original; a
+    #: later row with the same body is its retry (a duplicate), with another body an
+    #: idempotency conflict (cross-record rules)
     idempotency_key: ClassVar[tuple[str, ...]] = ("task_id",)
     #: top-level fields stored apart from the training features, renamed (e.g. ``_meta``)
     apart: ClassVar[dict[str, str]] = {}
@@ -43,13 +45,30 @@ class RecordKind:
     def schema_id(self) -> str:
         return self.id
 
+    def content(self, record: dict[str, Any]) -> tuple[ContentFingerprint, Sequence[str]]:
+        """The content-hash profile for ``record`` and the fields it commits to, in order
+        (a kind may choose among profiles per record, e.g. single- or multi-turn)."""
+        raise NotImplementedError
+
     def fingerprint(self, record: dict[str, Any]) -> str:
         """``_content_sha256``: SHA-256 over the kind's declared content fields."""
-        raise NotImplementedError
+        profile, fields = self.content(record)
+        return profile.digest(fields)
+
+    def fingerprint_and_profile(self, record: dict[str, Any]) -> tuple[str, str]:
+        """``_content_sha256`` and ``_content_profile`` (the profile's name) of ``record``."""
+        profile, fields = self.content(record)
+        return profile.digest(fields), profile.profile
 
     def dedupe_key(self) -> DedupeKey | None:
         """What makes two rows of this kind the same item beyond their content
         fingerprint (normalised and near duplicates); ``None``: exact duplicates only."""
+        return None
+
+    def review_subject(self) -> DedupeKey | None:
+        """The item a row reviews, compared exactly: rows with equal subjects are reviews
+        of one item, counted and voted by a rubric's review policy
+        (:mod:`pipeline.stages.review`). ``None``: a row is no review of a shared item."""
         return None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
@@ -19,9 +19,9 @@ CONTENT: Final = ContentFingerprint(b"rowgate:grounded-qa-content:v1\x00")
 class GroundedQA(RecordKind):
     id = "grounded-qa-v1"
 
-    def fingerprint(self, record: dict[str, Any]) -> str:
+    def content(self, record: dict[str, Any]) -> tuple[ContentFingerprint, Sequence[str]]:
         """Domain, question, answer, abstention and the ordered citations; not the task id."""
-        return CONTENT.digest(
+        return CONTENT, (
             (
                 record["domain"],
                 record["question"],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
@@ -11,6 +11,8 @@ from pipeline.lineage import PAIRWISE_CONTENT_V1, ContentFingerprint
 from pipeline.rules import Finding, RuleContext, Severity, is_blank, record_rule, same_text
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from pipeline.dedupe.keys import DedupeKey
 
 #: Multi-turn decisive rows commit to the whole conversation, not one prompt string.
@@ -25,7 +27,7 @@ class Pairwise(RecordKind):
     version_field = "schema_version"
     version_value = "pairwise-v2"
 
-    def fingerprint(self, record: dict[str, Any]) -> str:
+    def content(self, record: dict[str, Any]) -> tuple[ContentFingerprint, Sequence[str]]:
         """Seed 002's profile for a decisive single-user-turn row; separate domains else.
 
         Seed 002: "Multi-turn tasks need a separate profile committing to the complete
@@ -39,12 +41,30 @@ class Pairwise(RecordKind):
         if preference in ("A", "B"):
             chosen, rejected = (a, b) if preference == "A" else (b, a)
             if len(messages) == 1 and messages[0]["role"] == "user":
-                return PAIRWISE_CONTENT_V1.digest((messages[0]["content"], chosen, rejected, patch))
+                return PAIRWISE_CONTENT_V1, (messages[0]["content"], chosen, rejected, patch)
             context = ContentFingerprint.json_field(messages)
-            return MULTI_TURN.digest((context, chosen, rejected, patch))
+            return MULTI_TURN, (context, chosen, rejected, patch)
         first, second = sorted((a, b), key=lambda s: s.encode("utf-8"))
         context = ContentFingerprint.json_field(messages)
-        return UNRANKED.digest((preference, context, first, second, patch))
+        return UNRANKED, (preference, context, first, second, patch)
+
+    def review_subject(self) -> DedupeKey:
+        """Seed 000's review policy counts "independent reviews" of one item: a pairwise
+        row reviews a conversation and its two candidates, in either A/B order (the
+        content fingerprint's task and candidates without the verdict). Compared exactly:
+        every message length-prefixed, no normalisation."""
+        import polars as pl  # global phase only: gate workers never import polars
+
+        from pipeline.dedupe.keys import DedupeKey, KeyField
+
+        return DedupeKey(
+            "conversation + unordered pair of responses, exactly",
+            ("messages", "response_a", "response_b"),
+            (
+                KeyField("conversation", conversation_key()),
+                KeyField("responses", pl.concat_list("response_a", "response_b"), unordered=True),
+            ),
+        )
 
     def dedupe_key(self) -> DedupeKey:
         """The same conversation and the same *unordered* pair of responses: a row with A
@@ -64,6 +84,25 @@ class Pairwise(RecordKind):
                 KeyField("responses", pl.concat_list("response_a", "response_b"), unordered=True),
             ),
         )
+
+
+def conversation_key() -> pl.Expr:
+    """Length-prefixed role:len:content of every message: an exact, unambiguous key."""
+    import polars as pl  # global phase only: gate workers never import polars
+
+    element = pl.element().struct
+    return (
+        pl.col("messages")
+        .list.eval(
+            pl.format(
+                "{}:{}:{}",
+                element.field("role"),
+                element.field("content").str.len_bytes(),
+                element.field("content"),
+            )
+        )
+        .list.join("")
+    )
 
 
 # -- semantic rules (seed 000, "Apply semantic checks for turn ordering, final user intent,
@@ -179,12 +218,35 @@ def neither_needs_patch(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fi
 
 @record_rule("pairwise-v2", "rubric_version")
 def rubric_version(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
-    """Seed 000: ratings "require an adapter from the existing A/B interface" and DESIGN
-    §3.8 "ratings bound to rubric criteria by the campaign": when the campaign lists its
-    rubric versions (``rules.rubric_versions``), a row must name one of them."""
+    """Seed 000: "preserve their versions with every accepted artifact" and DESIGN §3.8
+    "ratings bound to rubric criteria by the campaign": a row scored with a rubric
+    (``[scoring.pairwise-v2]``) must name that rubric, or its ratings were given under
+    another one; a campaign that does not score the kind but lists its rubric versions
+    (``rules.rubric_versions``) gets rows naming one of them."""
+    scored_with = ctx.scored_with.get("pairwise-v2")
+    if scored_with is not None:
+        if record["rubric_version"] != scored_with:
+            yield Finding(
+                "$.rubric_version", f"not the rubric the row is scored with ({scored_with})"
+            )
+        return
     allowed = ctx.settings.rubric_versions
     if allowed and record["rubric_version"] not in allowed:
         yield Finding("$.rubric_version", "not a rubric version of this campaign")
+
+
+@record_rule("pairwise-v2", "aggregate_size")
+def aggregate_size(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    """Seed 000: "Bound aggregate conversation size as well as individual fields. Sixty-four
+    individually valid long messages may exceed a campaign's intended model context or
+    storage budget." Every message, both responses, the rationale and the golden patch
+    together stay within ``rules.max_conversation_chars`` characters."""
+    limit = ctx.settings.max_conversation_chars
+    total = sum(len(m["content"]) for m in record["messages"])
+    total += len(record["response_a"]) + len(record["response_b"]) + len(record["rationale"])
+    total += len(record["golden_patch"] or "")
+    if total > limit:
+        yield Finding("$", f"conversation text totals {total} characters, the bound is {limit}")
 
 
 @record_rule("pairwise-v2", "rationale_consistency", Severity.QUARANTINE)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
@@ -25,13 +25,13 @@ class PwDecideRow(RecordKind):
     #: from the training features, after the lineage columns, as ``_meta``.
     apart: ClassVar[dict[str, str]] = {"meta": "_meta"}
 
-    def fingerprint(self, record: dict[str, Any]) -> str:
+    def content(self, record: dict[str, Any]) -> tuple[ContentFingerprint, Sequence[str]]:
         """The decision itself: state read, options offered, engine answer, labels.
 
         Receipt, session ids, ``judge`` and ``meta`` are provenance, not content; ``meta``
         is never a training feature (seed 004).
         """
-        return CONTENT.digest(
+        return CONTENT, (
             tuple(
                 ContentFingerprint.json_field(record[name])
                 for name in ("state", "offered", "engine", "labels")

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import polars as pl
+
 from pipeline.config import CampaignConfig, ConfigError
 from pipeline.gate import Gate
-from pipeline.kinds import KINDS
+from pipeline.kinds import KINDS, get_kind
 from pipeline.policy import Policy, load_policy, validate_policy
 from pipeline.rubrics.bindings import ScoringPlan, compile_scoring
-from pipeline.rubrics.model import RUBRIC_DIR, RubricRegistry
+from pipeline.rubrics.model import RUBRIC_DIR, ReviewPolicy, RubricRegistry
+from pipeline.rubrics.scoring import APPLIES, CRITERION
 
 __all__ = [
     "CampaignRubrics",
+    "criteria_inputs",
     "kind_policy",
     "load_campaign_rubrics",
+    "review_policy_of",
     "rubric_registry",
     "scoring_plan",
 ]
@@ -55,6 +60,39 @@ def scoring_plan(config: CampaignConfig, kind: str, gate: Gate | None = None) ->
     return compile_scoring(kind, settings, rubric, fields)
 
 
+def criteria_inputs(plan: ScoringPlan) -> dict[str, pl.Expr]:
+    """The criteria inputs of :func:`~pipeline.rubrics.scoring.score_frame` from a plan's
+    bindings: each criterion's score (null when unbound) and its applicability."""
+    exprs: dict[str, pl.Expr] = {}
+    for binding in plan.criteria:
+        exprs[CRITERION + binding.criterion.id] = (
+            binding.score if binding.score is not None else pl.lit(None, pl.Float64)
+        )
+        if binding.not_applicable:
+            exprs[APPLIES + binding.criterion.id] = pl.lit(False)
+        elif binding.applies is not None:
+            exprs[APPLIES + binding.criterion.id] = binding.applies
+    return exprs
+
+
+def review_policy_of(
+    config: CampaignConfig, kind: str, plan: ScoringPlan | None
+) -> ReviewPolicy | None:
+    """The rubric's review policy when the campaign applies it to ``kind``
+    (``[scoring.<kind>] review_policy = "apply"``, the default), else None. A kind whose
+    rows review no shared item cannot have one applied: a ConfigError says so."""
+    if plan is None or plan.rubric.review_policy is None:
+        return None
+    if config.scoring[kind].review_policy != "apply":
+        return None
+    if get_kind(kind).review_subject() is None:
+        raise ConfigError(
+            f"scoring.{kind}: rubric {plan.rubric.id!r} has a review_policy, but {kind} "
+            f'rows review no shared item; set review_policy = "record" to only record it'
+        )
+    return plan.rubric.review_policy
+
+
 def kind_policy(config: CampaignConfig, kind: str, plan: ScoringPlan | None) -> Policy | None:
     """The kind's checked decision policy, or None when the campaign has none for it."""
     settings = config.policy.get(kind)
@@ -82,6 +120,7 @@ def load_campaign_rubrics(config: CampaignConfig, gate: Gate | None = None) -> C
     for kind in sorted(config.scoring):
         plan = scoring_plan(config, kind, gate)
         assert plan is not None
+        review_policy_of(config, kind, plan)
         plans[kind] = plan
     policies: dict[str, Policy] = {}
     for kind in sorted(config.policy):

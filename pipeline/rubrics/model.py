@@ -31,6 +31,7 @@ __all__ = [
     "Criterion",
     "Gate",
     "GateKind",
+    "ReviewPolicy",
     "Rubric",
     "RubricError",
     "RubricRegistry",
@@ -95,6 +96,25 @@ def _number(value: float) -> str:
 
 
 @dataclass(frozen=True)
+class ReviewPolicy:
+    """Seed 000's ``review_policy``: how many independent reviews an item needs, how many
+    of them must vote to accept, and what happens otherwise. Applied across the rows of
+    a kind by the review stage (:mod:`pipeline.stages.review`)."""
+
+    independent_reviews: int
+    minimum_accept_votes: int
+    #: ``adjudicate`` / ``escalate`` (quarantined: a person decides) or ``reject``
+    disagreement_action: str
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "independent_reviews": self.independent_reviews,
+            "minimum_accept_votes": self.minimum_accept_votes,
+            "disagreement_action": self.disagreement_action,
+        }
+
+
+@dataclass(frozen=True)
 class Rubric:
     id: str
     path: Path
@@ -104,8 +124,8 @@ class Rubric:
     criteria: tuple[Criterion, ...]
     weighted_acceptance_score: float
     gates: tuple[Gate, ...]
-    #: recorded in the manifest, not enforced: a row carries one review
-    review_policy: dict[str, Any] | None
+    #: applied across rows by the review stage unless the campaign only records it
+    review_policy: ReviewPolicy | None
 
     def criterion(self, criterion_id: str) -> Criterion:
         for c in self.criteria:
@@ -129,7 +149,7 @@ class Rubric:
             "criteria": {c.id: [c.weight, c.minimum_score] for c in self.criteria},
             "weighted_acceptance_score": self.weighted_acceptance_score,
             "hard_gates": {g.name: g.value for g in self.gates},
-            "review_policy": self.review_policy,
+            "review_policy": self.review_policy.describe() if self.review_policy else None,
         }
 
 
@@ -200,6 +220,12 @@ def load_rubric(path: Path, format_schema: SchemaEntry | None = None) -> Rubric:
             f"$.rubric_version: {document['rubric_version']!r} does not match the file name "
             f"{path.name!r} (expected {path.stem!r})"
         )
+    review = document.get("review_policy")
+    if review is not None and review["minimum_accept_votes"] > review["independent_reviews"]:
+        problems.append(
+            f"$.review_policy.minimum_accept_votes: {review['minimum_accept_votes']} is more "
+            f"than the {review['independent_reviews']} independent reviews"
+        )
     if problems:
         raise RubricError(f"{path}: not a valid rubric:\n  " + "\n  ".join(problems))
     return Rubric(
@@ -211,7 +237,7 @@ def load_rubric(path: Path, format_schema: SchemaEntry | None = None) -> Rubric:
         criteria=criteria,
         weighted_acceptance_score=acceptance,
         gates=tuple(_gate(name, value) for name, value in document["hard_gates"].items()),
-        review_policy=document.get("review_policy"),
+        review_policy=ReviewPolicy(**review) if review is not None else None,
     )
 
 

@@ -2,7 +2,7 @@
 
 A stage module defines a class implementing :class:`pipeline.global_phase.GlobalStage`
 and registers it with :func:`pipeline.global_phase.register_stage`. Conventional
-orders: cross-record rules 100, dedupe 200, rubric scoring 300, decision policy 400.
+orders: cross-record rules 100, review policy 150, dedupe 200, rubric scoring 300, decision policy 400.
 """
 
 from __future__ import annotations

@@ -4,12 +4,16 @@ They run first in the global phase (order 100), over every staged row of a kind 
 every shard, so their result cannot depend on how the run was sharded or on the order
 of input files (the order key sorts inputs by path). Each rule returns findings (row
 keys, code, detail, disposition); the stage folds them per row, worst disposition wins
-(rejected > quarantined > duplicate) and every code is kept.
+(rejected > quarantined > duplicate) and every code is kept. A rule may give a finding
+another code and disposition of its own family (``cross.retry``, a duplicate pointing at
+the row it repeats in ``_duplicate_of``); disabling the rule disables both.
 
 =============================== ======================= =====================================
 code                            kinds                   finding
 =============================== ======================= =====================================
-``cross.idempotency_conflict``  every kind with a key   one submission key, different bodies: all rejected
+``cross.idempotency_conflict``  every kind with a key   a later body of a submission key differs from the
+                                                        first's (input order): that later row rejected
+``cross.retry``                 every kind with a key   a later row repeats the first's body: a duplicate of it
 ``cross.contradictory_preference`` pairwise-v2          one comparison, opposite preferences: quarantined
 ``cross.worker_root_missing``   pw-decide-row-1         a worker's root_session is no coordinator session
 ``cross.session_model_conflict`` pw-decide-row-1        rows of one session name different models
@@ -25,18 +29,27 @@ from typing import Final
 import polars as pl
 
 from pipeline.config import CampaignConfig
-from pipeline.global_phase import KEYS, GlobalContext, register_stage
+from pipeline.global_phase import DEDUPE_RULE, DUPLICATE_OF, KEYS, GlobalContext, register_stage
 from pipeline.kinds import KINDS
+from pipeline.kinds.pairwise import conversation_key
 from pipeline.reasons import Disposition
 from pipeline.repeats import repeated, varying
 from pipeline.writer import OutputColumn
 
-__all__ = ["CROSS_RULES", "CrossRules"]
+__all__ = ["CONFLICT", "CROSS_RULES", "RETRY", "CrossRules"]
+
+#: Seed 002's IDEMPOTENCY_CONFLICT: a later, different body of one submission key.
+CONFLICT: Final = "cross.idempotency_conflict"
+#: Seed 002's "identical authenticated retry": removed as a duplicate of the first row.
+RETRY: Final = "cross.retry"
+#: the disposition of a finding with a code its rule gives it (see :func:`cross_rule`)
+_OWN_CODES: Final = {RETRY: Disposition.DUPLICATE}
 
 #: worst first: the disposition a row ends with when several rules fire
 _SEVERITY: Final = {
     Disposition.REJECTED.value: 3,
     Disposition.QUARANTINED.value: 2,
+    Disposition.DUPLICATE.value: 1,
 }
 
 Finder = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame | None]
@@ -59,7 +72,9 @@ def cross_rule(
     code: str, disposition: Disposition, kinds: Sequence[str] | None = None
 ) -> Callable[[Finder], Finder]:
     """Register a finder returning the rows it finds (``_shard``, ``_shard_line``) with a
-    ``_detail``; its docstring cites the seed it enforces."""
+    ``_detail``; its docstring cites the seed it enforces. A finder may also return a
+    ``_code`` per row (one of :data:`_OWN_CODES`, which fixes its disposition; null: the
+    rule's) and a ``_duplicate_of`` (the kept row, for duplicates)."""
 
     def register(finder: Finder) -> Finder:
         if not (finder.__doc__ or "").strip():
@@ -80,11 +95,15 @@ def _key_hash(keys: Sequence[str]) -> pl.Expr:
     return pl.struct(keys).hash(4)
 
 
-@cross_rule("cross.idempotency_conflict", Disposition.REJECTED)
+@cross_rule(CONFLICT, Disposition.REJECTED)
 def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
-    """Seed 002: "same operation, conflicting body -> IDEMPOTENCY_CONFLICT". Rows sharing a
-    submission key (``task_id``; ``(session, receipt)`` for pw-decide-row) with different
-    record bodies are all rejected: none of them can be trusted to be the submission."""
+    """Seed 002: "identical authenticated retry -> return original receipt/status; same
+    operation, conflicting body -> IDEMPOTENCY_CONFLICT". Among the rows sharing a
+    submission key (``task_id``; ``(session, receipt)`` for pw-decide-row) the first in
+    the order key (input, line) is the original and keeps whatever it has; a later row
+    with the same body (``_record_sha256``: the canonical JSON of the record as stored, so
+    key order and insignificant whitespace do not make a body differ) is its retry, a
+    duplicate of it (``cross.retry``); a later row with another body is rejected."""
     keys = _key_columns(kind)
     if not keys:
         return None
@@ -98,31 +117,46 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     del hashed
     if candidates.height == 0:
         return None
-    exact = ctx.fetch(kind, candidates, [*keys, "_record_sha256"])
-    conflicted = exact.filter(pl.col("_record_sha256").n_unique().over(keys) > 1)
-    return conflicted.select(
-        "_shard",
-        "_shard_line",
-        _detail=pl.format(
-            "{} rows share this submission key with different bodies", pl.len().over(keys)
-        ),
-    )
-
-
-def _conversation_key() -> pl.Expr:
-    """Length-prefixed role:len:content of every message: an exact, unambiguous key."""
-    element = pl.element().struct
-    return (
-        pl.col("messages")
-        .list.eval(
-            pl.format(
-                "{}:{}:{}",
-                element.field("role"),
-                element.field("content").str.len_bytes(),
-                element.field("content"),
-            )
+    exact = (
+        ctx.fetch(kind, candidates, [*keys, "_record_sha256"])
+        .join(
+            rows.select(*KEYS, "_input", "_source", "_line"),
+            on=list(KEYS),
+            how="left",
         )
-        .list.join("")
+        .sort("_input", "_line")
+    )
+    first = pl.col("_record_sha256").first().over(keys)
+    later = pl.int_range(pl.len()).over(keys) > 0
+    replays = exact.filter(later)
+    if replays.height == 0:
+        return None
+    differs = pl.col("_record_sha256") != first
+    original = pl.struct(
+        _source=pl.col("_source").first().over(keys),
+        _line=pl.col("_line").first().over(keys),
+        _record_sha256=first,
+    )
+    return (
+        exact.with_columns(_differs=differs, _original=original, _rows=pl.len().over(keys))
+        .with_columns(_conflicts=pl.col("_differs").sum().over(keys))
+        .filter(later)
+        .select(
+            "_shard",
+            "_shard_line",
+            _code=pl.when("_differs").then(pl.lit(CONFLICT)).otherwise(pl.lit(RETRY)),
+            _detail=pl.when("_differs")
+            .then(
+                pl.format(
+                    "this body differs from the first of {} rows with this submission key "
+                    "(the first stays; {} later bodies differ)",
+                    "_rows",
+                    "_conflicts",
+                )
+            )
+            .otherwise(pl.lit("an identical retry of the first row with this submission key")),
+            _duplicate_of=pl.when("_differs").then(None).otherwise("_original"),
+        )
     )
 
 
@@ -140,7 +174,7 @@ def contradictory_preference(
     decisive = pl.col("preference").is_in(["A", "B"])
     preferred = pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b")
     rejected = pl.when(pl.col("preference") == "A").then("response_b").otherwise("response_a")
-    comparison = pl.struct(_conversation_key().hash(1), preferred.hash(2) ^ rejected.hash(2))
+    comparison = pl.struct(conversation_key().hash(1), preferred.hash(2) ^ rejected.hash(2))
     hashes = pl.concat(
         shard.filter("_decisive").drop("_decisive")
         for shard in ctx.evaluate(
@@ -158,7 +192,7 @@ def contradictory_preference(
     texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])
     group = ["_conversation", "_low", "_high"]
     exact = texts.with_columns(
-        _conversation=_conversation_key(),
+        _conversation=conversation_key(),
         _preferred=preferred,
         _low=pl.min_horizontal("response_a", "response_b"),
         _high=pl.max_horizontal("response_a", "response_b"),
@@ -220,7 +254,9 @@ class CrossRules:
         return True
 
     def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
-        return []
+        if not _key_columns(kind) or CONFLICT in ctx.config.rules.disabled:
+            return []
+        return [DUPLICATE_OF, DEDUPE_RULE]  # retries, as the dedupe stage writes its own
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         disabled = set(ctx.config.rules.disabled)
@@ -230,23 +266,39 @@ class CrossRules:
                 continue
             hits = rule.find(ctx, kind, rows)
             if hits is not None and hits.height:
+                code = pl.col("_code") if "_code" in hits.columns else pl.lit(None, pl.String)
                 found.append(
-                    hits.with_columns(
-                        _code=pl.lit(rule.code), _disposition=pl.lit(rule.disposition.value)
+                    hits.with_columns(_code=code.fill_null(pl.lit(rule.code))).with_columns(
+                        _disposition=pl.col("_code").replace_strict(
+                            _OWN_CODES, default=rule.disposition.value, return_dtype=pl.String
+                        )
                     )
                 )
         if not found:
             return None
-        hits = pl.concat(found, how="vertical_relaxed").with_columns(
+        hits = pl.concat(found, how="diagonal_relaxed").with_columns(
             _severity=pl.col("_disposition").replace_strict(_SEVERITY, return_dtype=pl.Int8)
+        )
+        pointers = (
+            [
+                pl.col("_duplicate_of").drop_nulls().first(),
+                pl.when(pl.col("_duplicate_of").is_not_null())
+                .then(pl.lit("retry"))
+                .drop_nulls()
+                .first()
+                .alias(DEDUPE_RULE.name),
+            ]
+            if "_duplicate_of" in hits.columns
+            else []
         )
         return (
             hits.sort(["_shard", "_shard_line", "_code"])
             .group_by(["_shard", "_shard_line"], maintain_order=True)
             .agg(
-                _disposition=pl.col("_disposition").sort_by("_severity").last(),
-                _reasons_add=pl.struct(
-                    code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail")
+                pl.col("_disposition").sort_by("_severity").last(),
+                pl.struct(code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail")).alias(
+                    "_reasons_add"
                 ),
+                *pointers,
             )
         )

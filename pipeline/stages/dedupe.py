@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from pipeline.config import CampaignConfig, ConfigError, DedupeSettings
 from pipeline.dedupe.table import group_fields, match_duplicates, required_columns
-from pipeline.global_phase import DUPLICATE_OF, KEYS, GlobalContext, register_stage
+from pipeline.global_phase import DEDUPE_RULE, DUPLICATE_OF, KEYS, GlobalContext, register_stage
 from pipeline.kinds import get_kind
 from pipeline.reasons import Disposition
 from pipeline.repeats import repeated
@@ -50,7 +50,7 @@ class Dedupe:
     def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
         return [
             DUPLICATE_OF,  # shared with the cross-record rules' retries
-            OutputColumn("_dedupe_rule", pa.string(), _ON_DUPLICATES),
+            DEDUPE_RULE,
             OutputColumn("_dedupe_cluster", pa.int64(), _ON_DUPLICATES),
             OutputColumn("_similarity_estimated", pa.float64(), _ON_DUPLICATES),
             OutputColumn("_similarity_verified", pa.float64(), _ON_DUPLICATES),

@@ -112,6 +112,8 @@ kind = "pairwise-v2"
 rubric = "code-review-v1"
 code = "COALESCE(golden_patch, CASE preference WHEN 'A' THEN response_a WHEN 'B' THEN response_b END)"
 allowed_imports = ["numpy"]
+# The crafted rows review one item on purpose (only ratings differ): score each alone.
+review_policy = "record"
 
 [scoring."pairwise-v2".criteria]
 correctness = "ratings.factuality"
@@ -405,11 +407,12 @@ def test_two_scored_kinds_give_the_same_output_for_any_worker_count(tmp_path: Pa
         '[[inputs]]\npath = "pairwise-v2.jsonl"\nkind = "pairwise-v2"\n'
         '[[inputs]]\npath = "math-reasoning-v1.jsonl"\nkind = "math-reasoning-v1"\n'
         "[engine]\nshard_bytes = 20000\n"
-        '[scoring."pairwise-v2"]\nrubric = "code-review-v1"\n'
+        '[scoring."pairwise-v2"]\nrubric = "code-review-v1"\nreview_policy = "record"\n'
         "code = \"COALESCE(golden_patch, CASE preference WHEN 'A' THEN response_a "
         "WHEN 'B' THEN response_b END)\"\n"
         '[scoring."pairwise-v2".gates]\nsyntax_valid = "builtin"\n'
         '[scoring."math-reasoning-v1"]\nrubric = "code-review-v1"\ncode = "final_answer"\n'
+        'review_policy = "record"\n'
         '[scoring."math-reasoning-v1".gates]\nsyntax_valid = "builtin"\n'
     )
     config = load_campaign(campaign)

@@ -1,0 +1,236 @@
+"""The review stage (150): a rubric's review_policy applied across the reviews of one item."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+import pytest
+
+from pipeline.config import CampaignConfig, ConfigError, load_campaign
+from pipeline.rubrics.model import RUBRIC_DIR, RubricError, load_rubric
+from pipeline.run import run
+from pipeline.stages import review
+from tests.stages.test_rubric_stages import record
+
+LOW = {"factuality": 2, "reasoning": 5, "instruction_adherence": 5, "style": 5}
+OTHER = "def unique_values(values):\n    return sorted(set(values))\n"
+
+CAMPAIGN = """
+[[inputs]]
+path = "reviews.jsonl"
+kind = "pairwise-v2"
+
+[scoring."pairwise-v2"]
+rubric = "code-review-v1"
+code = "COALESCE(golden_patch, CASE preference WHEN 'A' THEN response_a WHEN 'B' THEN response_b END)"
+
+[scoring."pairwise-v2".criteria]
+correctness = "ratings.factuality"
+instruction_adherence = "ratings.instruction_adherence"
+reasoning_evidence = "ratings.reasoning"
+readability = "ratings.style"
+
+[scoring."pairwise-v2".gates]
+syntax_valid = "builtin"
+"""
+
+
+def _item(n: int) -> dict[str, Any]:
+    """What one item's reviews share: its conversation and candidates."""
+    return {"messages": [{"role": "user", "content": f"Remove duplicates, keep order ({n})."}]}
+
+
+def _swapped(row: dict[str, Any]) -> dict[str, Any]:
+    """The same review with A and B exchanged: the same item, the same verdict."""
+    flipped = {"A": "B", "B": "A"}
+    return {
+        **row,
+        "response_a": row["response_b"],
+        "response_b": row["response_a"],
+        "preference": flipped.get(row["preference"], row["preference"]),
+        "rationale": "Response B preserves insertion order; A does not.",
+    }
+
+
+# (review, expected outcome: directory and review.* codes)
+REVIEWS: list[tuple[dict[str, Any], tuple[str, list[str]]]] = [
+    # three agreeing accept votes, one in the other A/B order: one kept, two duplicates
+    (record("x-1", **_item(1)), ("accepted", [])),
+    (_swapped(record("x-2", **_item(1))), ("duplicates", ["review.agreeing"])),
+    (record("x-3", **_item(1)), ("duplicates", ["review.agreeing"])),
+    # two accept votes and one review whose ratings fall below a minimum: outvoted
+    (record("y-1", LOW, **_item(2)), ("duplicates", ["review.outvoted"])),
+    (record("y-2", **_item(2)), ("accepted", [])),
+    (record("y-3", **_item(2)), ("duplicates", ["review.agreeing"])),
+    # two reviews where three are asked for
+    (record("z-1", **_item(3)), ("quarantined", ["review.adjudicate"])),
+    (record("z-2", **_item(3)), ("quarantined", ["review.adjudicate"])),
+    # three accept votes that disagree: A, A, and a tie
+    (record("w-1", **_item(4)), ("quarantined", ["review.adjudicate"])),
+    (record("w-2", **_item(4)), ("quarantined", ["review.adjudicate"])),
+    (
+        record("w-3", preference="tie", rationale="Both keep the order.", **_item(4)),
+        ("quarantined", ["review.adjudicate"]),
+    ),
+    # three reviews, one accept vote
+    (record("v-1", **_item(5)), ("quarantined", ["review.adjudicate"])),
+    (record("v-2", LOW, **_item(5)), ("quarantined", ["review.adjudicate"])),
+    (record("v-3", LOW, **_item(5)), ("quarantined", ["review.adjudicate"])),
+    # one review alone
+    (record("u-1", **_item(6)), ("quarantined", ["review.adjudicate"])),
+    # the same conversation with another pair of candidates is another item
+    (record("t-1", response_b=OTHER, **_item(1)), ("quarantined", ["review.adjudicate"])),
+]
+
+
+def _campaign(tmp_path: Path, reviews: list[dict[str, Any]], extra: str = "") -> CampaignConfig:
+    (tmp_path / "reviews.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in reviews))
+    (tmp_path / "campaign.toml").write_text(CAMPAIGN + extra)
+    return load_campaign(tmp_path / "campaign.toml")
+
+
+def _outcomes(out: Path) -> pl.DataFrame:
+    frames = []
+    for entry in json.loads((out / "manifest.json").read_text())["outputs"]:
+        directory = entry["path"].split("/")[0]
+        if directory in ("accepted", "rejected", "quarantined", "duplicates"):
+            frame = pl.read_parquet(out / entry["path"])
+            pointer = ["_duplicate_of", "_dedupe_rule"] if directory == "duplicates" else []
+            frames.append(
+                frame.select("_line", "_reasons", *pointer).with_columns(_dir=pl.lit(directory))
+            )
+    return pl.concat(frames, how="diagonal_relaxed").sort("_line")
+
+
+def _review_codes(frame: pl.DataFrame) -> list[tuple[str, list[str]]]:
+    return [
+        (d, [r["code"] for r in reasons if r["code"].startswith("review.")])
+        for d, reasons in zip(frame["_dir"], frame["_reasons"], strict=True)
+    ]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_reviews_of_one_item_are_counted_voted_and_collapsed(tmp_path: Path, workers: int) -> None:
+    """Seed 000's review_policy (3 independent reviews, 2 accept votes, adjudicate) on the
+    reviews of one pair. Before, it was parsed and never applied: every row stood alone."""
+    config = _campaign(tmp_path, [r for r, _ in REVIEWS]).override(
+        **{"engine.workers": workers, "engine.shard_bytes": 4096}
+    )
+    out = tmp_path / "out"
+    run(config, out)
+    rows = _outcomes(out)
+    assert _review_codes(rows) == [expected for _, expected in REVIEWS]
+    duplicates = rows.filter(pl.col("_dir") == "duplicates")
+    # every duplicate points at its item's kept row: the first accept vote in input order
+    pointers = zip(duplicates["_line"], duplicates["_duplicate_of"], strict=True)
+    assert {line: kept["_line"] for line, kept in pointers} == {2: 1, 3: 1, 4: 5, 6: 5}
+    assert set(duplicates["_dedupe_rule"]) == {"review"}
+    adjudicated = rows.filter(pl.col("_dir") == "quarantined")["_reasons"][0]
+    detail = next(r["detail"] for r in adjudicated if r["code"] == "review.adjudicate")
+    assert detail.startswith("2 reviews of this item, 2 accept votes, 1 verdicts among them")
+
+
+def test_the_kept_row_is_scored_and_the_duplicates_are_not(tmp_path: Path) -> None:
+    """The review stage runs before dedupe (agreeing reviews share a content fingerprint
+    and would be removed as exact duplicates before being counted) and before scoring."""
+    config = _campaign(tmp_path, [r for r, _ in REVIEWS[:3]])
+    run(config, tmp_path / "out")
+    accepted = pl.read_parquet(tmp_path / "out" / "accepted")
+    assert accepted.select("_line", "_rubric", "_gate_syntax_valid").rows() == [
+        (1, "code-review-v1", "met")
+    ]
+    duplicates = pl.read_parquet(tmp_path / "out" / "duplicates")
+    assert "_rubric" not in duplicates.columns
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["by_reason"]["duplicate"] == {"review.agreeing": 2}
+    assert manifest["global"]["review"]["pairwise-v2"] == {
+        "independent_reviews": 3,
+        "minimum_accept_votes": 2,
+        "disagreement_action": "adjudicate",
+        "applied": True,
+        "reviews": 3,
+        "accept_votes": 3,
+        "decided": {"review.agreeing": 2},
+    }
+
+
+def test_reject_action_and_record_mode(tmp_path: Path) -> None:
+    rubric = json.loads((RUBRIC_DIR / "code-review-v1.json").read_text())
+    rubric["review_policy"]["disagreement_action"] = "reject"
+    rubrics = tmp_path / "rubrics"
+    rubrics.mkdir()
+    (rubrics / "code-review-v1.json").write_text(json.dumps(rubric))
+    reviews = [r for r, _ in REVIEWS[6:8]]  # two reviews: too few
+    config = _campaign(tmp_path, reviews, '\n[rubrics]\ndirectory = "rubrics"\n')
+    run(config, tmp_path / "out")
+    rows = _outcomes(tmp_path / "out")
+    assert _review_codes(rows) == [("rejected", ["review.reject"])] * 2
+    recorded = config.override(scoring={"pairwise-v2": _with(config, review_policy="record")})
+    run(recorded, tmp_path / "recorded")
+    # recorded, not applied: each row stands alone, and dedupe removes the second as before
+    recorded_rows = _outcomes(tmp_path / "recorded")
+    assert [[r["code"] for r in reasons] for reasons in recorded_rows["_reasons"]][1] == [
+        "dedupe.exact"
+    ]
+    assert _review_codes(recorded_rows) == [("accepted", []), ("duplicates", [])]
+
+
+def _with(config: CampaignConfig, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(config.scoring["pairwise-v2"], **changes)
+
+
+def test_a_review_policy_on_a_kind_without_shared_items_fails_before_any_work(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "m.jsonl").write_bytes(b"{}\n")
+    (tmp_path / "campaign.toml").write_text(
+        '[[inputs]]\npath = "m.jsonl"\nkind = "math-reasoning-v1"\n'
+        '[scoring."math-reasoning-v1"]\nrubric = "code-review-v1"\ncode = "final_answer"\n'
+    )
+    config = load_campaign(tmp_path / "campaign.toml")
+    with pytest.raises(ConfigError, match='review no shared item; set review_policy = "record"'):
+        run(config, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="review_policy: 'sometimes' is not one of"):
+        config.override(scoring={"math-reasoning-v1": _with_kind(config, "sometimes")})
+
+
+def _with_kind(config: CampaignConfig, mode: str) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(config.scoring["math-reasoning-v1"], review_policy=mode)
+
+
+def test_rubric_refuses_more_accept_votes_than_reviews(tmp_path: Path) -> None:
+    rubric = json.loads((RUBRIC_DIR / "code-review-v1.json").read_text())
+    rubric["review_policy"]["minimum_accept_votes"] = 4
+    path = tmp_path / "code-review-v1.json"
+    path.write_text(json.dumps(rubric))
+    with pytest.raises(RubricError, match="minimum_accept_votes: 4 is more than the 3"):
+        load_rubric(path)
+    described = load_rubric(RUBRIC_DIR / "code-review-v1.json").describe()["review_policy"]
+    assert described == {
+        "independent_reviews": 3,
+        "minimum_accept_votes": 2,
+        "disagreement_action": "adjudicate",
+    }
+
+
+def test_subject_hash_collisions_never_merge_items(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Items are grouped on a 64-bit hash first; when every subject collides, the exact
+    subjects still decide."""
+    reviews = [r for r, _ in REVIEWS]
+    run(_campaign(tmp_path, reviews), tmp_path / "hashed")
+    monkeypatch.setattr(review, "_subject_hash", lambda subject: pl.lit(0, pl.UInt64))
+    run(_campaign(tmp_path, reviews), tmp_path / "colliding")
+    colliding = _review_codes(_outcomes(tmp_path / "colliding"))
+    assert colliding == _review_codes(_outcomes(tmp_path / "hashed"))
+    assert colliding == [expected for _, expected in REVIEWS]
