@@ -47,6 +47,15 @@ def require_shared(what: str) -> Path:
     return path
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test taking the conformance fixture is marked like any other (skipped from one
+    place, so its reason is grouped; deselected by ``-m "not needs_shared"``)."""
+    for item in items:
+        if "conformance" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.needs_shared("conformance"))
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for marker in item.iter_markers("needs_shared"):
         require_shared(*marker.args)

@@ -26,7 +26,8 @@ def test_a(n):
 def test_b():
     pass
 
-def test_suites(conformance):
+@pytest.mark.parametrize("n", range(2))
+def test_suites(conformance, n):
     assert conformance.name == "conformance"
 
 def test_plain():
@@ -45,14 +46,14 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
 
 def test_missing_shared_files_skip_with_one_line_each(inner: pytest.Pytester) -> None:
     result = inner.runpytest("-ra", plugins=[conftest])
-    result.assert_outcomes(passed=1, skipped=5)
+    result.assert_outcomes(passed=1, skipped=6)
     skipped = [line for line in result.outlines if line.startswith("SKIPPED")]
     assert len(skipped) == 3, skipped
     result.stdout.fnmatch_lines_random(
         [
             "SKIPPED [[]3[]] *: ../shared/specs/a.txt not found beside the checkout",
             "SKIPPED [[]1[]] *: ../shared/specs/b.txt not found beside the checkout",
-            "SKIPPED [[]1[]] *: ../shared/conformance not found beside the checkout",
+            "SKIPPED [[]2[]] *: ../shared/conformance not found beside the checkout",
         ]
     )
 
@@ -62,7 +63,7 @@ def test_ci_turns_the_skips_into_failures(
 ) -> None:
     monkeypatch.setenv(conftest.REQUIRE_SHARED, "1")
     result = inner.runpytest("-ra", plugins=[conftest])
-    result.assert_outcomes(passed=1, errors=5)
+    result.assert_outcomes(passed=1, errors=6)
     result.stdout.fnmatch_lines(["*../shared/specs/b.txt not found beside the checkout*"])
 
 
@@ -70,7 +71,13 @@ def test_present_shared_files_run(inner: pytest.Pytester) -> None:
     for what in ("specs/a.txt", "specs/b.txt", "conformance/x"):
         (inner.path / "shared" / what).parent.mkdir(parents=True, exist_ok=True)
         (inner.path / "shared" / what).write_text("")
-    inner.runpytest(plugins=[conftest]).assert_outcomes(passed=6)
+    inner.runpytest(plugins=[conftest]).assert_outcomes(passed=7)
+
+
+def test_they_can_be_deselected(inner: pytest.Pytester) -> None:
+    inner.runpytest("-m", "not needs_shared", plugins=[conftest]).assert_outcomes(
+        passed=1, deselected=6
+    )
 
 
 def test_a_slow_example_is_not_a_failure() -> None:
