@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import fastjsonschema
 
+from pipeline._bundled import bundled_dir
 from pipeline.lineage import check_pin
 from pipeline.reasons import SCHEMA_PREFIX, Reason, RejectLine
 from pipeline.strict_json import parse_object
@@ -41,7 +42,7 @@ __all__ = [
     "static_bounds",
 ]
 
-SCHEMA_DIR: Final = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMA_DIR: Final = bundled_dir("schemas")
 DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 
 # Keywords fastjsonschema enforces with their 2020-12 meaning, plus pure annotations.

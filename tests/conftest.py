@@ -1,22 +1,67 @@
-"""Shared fixtures: locations of the conformance suites beside the checkout."""
+"""Shared settings, markers and fixtures of the suite.
+
+* ``../shared`` beside the checkout holds the public conformance suites, the source specs
+  and upstream reference files; a fresh clone does not have it. A test that reads from it
+  says what it needs, ``@pytest.mark.needs_shared("reference/ari/…")`` or the
+  :func:`conformance` fixture, and is skipped without it, with one reason per missing
+  thing (``pytest -ra`` prints each once). CI sets ``ROWGATE_REQUIRE_SHARED=1``, which
+  turns those skips into failures.
+* Hypothesis runs under the ``ci`` profile: no wall-clock deadline and no "too slow"
+  health check, so a busy machine never fails a test (``HYPOTHESIS_PROFILE`` picks
+  another registered profile).
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
-CONFORMANCE = SHARED / "conformance"
 DATA = ROOT / "data"
+REQUIRE_SHARED = "ROWGATE_REQUIRE_SHARED"
+
+settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs_shared(what): reads ../shared/<what> beside the checkout; skipped without it "
+        f"({REQUIRE_SHARED}=1 makes that a failure)",
+    )
+
+
+def require_shared(what: str) -> Path:
+    """``../shared/<what>``; a skip naming it when it is missing, or a failure in CI."""
+    path = SHARED / what
+    if not path.exists():
+        reason = f"../shared/{what} not found beside the checkout"
+        if os.environ.get(REQUIRE_SHARED) == "1":
+            pytest.fail(f"{reason} ({REQUIRE_SHARED}=1)", pytrace=False)
+        pytest.skip(reason)
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test taking the conformance fixture is marked like any other (skipped from one
+    place, so its reason is grouped; deselected by ``-m "not needs_shared"``)."""
+    for item in items:
+        if "conformance" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.needs_shared("conformance"))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker in item.iter_markers("needs_shared"):
+        require_shared(*marker.args)
 
 
 @pytest.fixture(scope="session")
 def conformance() -> Path:
-    """The public conformance suites; their absence is an error, never a skip."""
-    if not CONFORMANCE.is_dir():
-        pytest.fail(
-            f"conformance suites not found at {CONFORMANCE}: check out ../shared beside the repo"
-        )
-    return CONFORMANCE
+    """The public conformance suites (JSONTestSuite, JSON-Schema-Test-Suite, RFC 8785)."""
+    return require_shared("conformance")

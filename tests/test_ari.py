@@ -7,7 +7,6 @@ import hashlib
 import json
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -20,14 +19,10 @@ from pipeline.kinds.ari import rubric_sha256
 from pipeline.reasons import Disposition
 from pipeline.schemas import SchemaRegistry
 from pipeline.synthetic import ari_rubric_3, ari_rubric_v2
+from tests.conftest import SHARED
 
-REFERENCE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "reference"
-    / "ari"
-    / "replication_rubric.v2.schema.json"
-)
+REFERENCE_FILE = "reference/ari/replication_rubric.v2.schema.json"
+REFERENCE = SHARED / REFERENCE_FILE
 GATE = Gate(CampaignConfig())
 
 
@@ -161,6 +156,7 @@ V2_FIXTURES: dict[str, Mutation] = {
 }
 
 
+@pytest.mark.needs_shared(REFERENCE_FILE)
 @pytest.mark.parametrize("name", sorted(V2_FIXTURES))
 def test_v2_schema_agrees_with_the_upstream_reference(name: str) -> None:
     """rowgate's v2 schema under fastjsonschema and the upstream file under the reference
@@ -174,6 +170,7 @@ def test_v2_schema_agrees_with_the_upstream_reference(name: str) -> None:
     assert (name == "valid") <= ours
 
 
+@pytest.mark.needs_shared(REFERENCE_FILE)
 def test_fixtures_cover_both_verdicts() -> None:
     reference = json.loads(REFERENCE.read_text("utf-8"))
     verdicts = set()

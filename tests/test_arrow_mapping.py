@@ -24,6 +24,7 @@ def _round_trip(schema_id: str, records: list[dict[str, object]]) -> list[dict[s
     return [layout.decode_row(row) for row in table.to_pylist()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schema_id", REGISTRY.ids())
 @settings(
     max_examples=40, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]

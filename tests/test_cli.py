@@ -30,6 +30,7 @@ def test_schemas_list_prints_ids_digests_titles() -> None:
         assert entry.title in result.stdout
 
 
+@pytest.mark.slow
 def test_run_and_verify_the_samples(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = runner.invoke(

@@ -319,6 +319,7 @@ def _corpus() -> list[dict[str, Any]]:
     return records
 
 
+@pytest.mark.slow
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

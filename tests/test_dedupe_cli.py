@@ -38,6 +38,7 @@ def split_run(corpus: list[LabelledRow], tmp_path_factory: pytest.TempPathFactor
     return out
 
 
+@pytest.mark.slow
 def test_run_labels_splits_and_protects_one(split_run: Path) -> None:
     manifest = json.loads((split_run / "manifest.json").read_text())
     assert {i["split"] for i in manifest["inputs"]} == {"train", "eval"}

@@ -48,6 +48,7 @@ def _duplicates(out: Path) -> pl.DataFrame:
     )
 
 
+@pytest.mark.slow
 def test_exact_and_normalised_detection_is_exact(
     corpus: list[LabelledRow], corpus_run: tuple[Path, dict]
 ) -> None:
@@ -179,6 +180,7 @@ def _split_inputs(tmp_path: Path, corpus: list[LabelledRow]) -> CampaignConfig:
     ).validate()
 
 
+@pytest.mark.slow
 def test_contamination_removes_train_copies_of_eval_rows(
     corpus: list[LabelledRow], tmp_path: Path
 ) -> None:
@@ -207,6 +209,7 @@ def test_contamination_removes_train_copies_of_eval_rows(
     assert result.manifest["global"]["dedupe"][KIND]["straddling_groups"] == groups.height
 
 
+@pytest.mark.slow
 def test_pw_decide_meta_groups_straddling_splits_are_reported(tmp_path: Path) -> None:
     from pipeline.synthetic import export_lines
 
@@ -237,6 +240,7 @@ def _outputs(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
 
 
+@pytest.mark.slow
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -274,6 +278,7 @@ def _exact_only(config: CampaignConfig) -> CampaignConfig:
     return config.override(**{"dedupe.normalised": False, "dedupe.near": False})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "campaign",
     ["one split", "protected eval split", "survivor last", "survivor and groups on digests"],

@@ -130,6 +130,7 @@ def _die(state: None, task: int, progress: Progress) -> None:
     os._exit(3)
 
 
+@pytest.mark.slow
 def test_workers_allocate_from_a_pool_that_returns_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers get Arrow's jemalloc pool (it returns freed pages at once; pyarrow's
     default here, mimalloc, kept ~100 MB per writing worker), this process's environment

@@ -161,6 +161,7 @@ def _corpus() -> list[tuple[bytes, str | None]]:
     return lines
 
 
+@pytest.mark.slow
 def test_fast_path_matches_reference_path() -> None:
     """Dispositions, reasons and every hash agree line by line (issue 3 acceptance)."""
     _assert_paths_agree(GATE, _corpus())
@@ -248,6 +249,7 @@ def _mutated(rng: random.Random, record: dict[str, Any]) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow
 def test_mutated_lines_gate_alike_on_both_paths() -> None:
     """A seeded differential fuzz: valid records of every kind, changed structurally and
     byte by byte, gate alike on the batch path and the reference path, with the default

@@ -92,6 +92,7 @@ def stages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [FlagEveryThird, RejectFirst])
 
 
+@pytest.mark.slow
 def test_decisions_reach_outputs(stages: None, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_bytes(

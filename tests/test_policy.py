@@ -339,6 +339,7 @@ matches = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     match_list=st.lists(matches, min_size=0, max_size=6),

@@ -171,6 +171,7 @@ def _reference_cuts(data: bytes, shard_bytes: int) -> list[tuple[int, int]]:
     return pieces
 
 
+@pytest.mark.slow
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.lists(

@@ -138,6 +138,7 @@ def scored(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
     return confidence, correct
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(scored(), st.integers(1, 20))
 def test_errors_are_bounded_and_ordered(data: tuple[np.ndarray, np.ndarray], bins: int) -> None:

@@ -32,6 +32,7 @@ def scores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_report_calibration_writes_every_output(scores: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     result = runner.invoke(
@@ -66,6 +67,7 @@ def test_report_calibration_writes_every_output(scores: Path, tmp_path: Path) ->
     assert "<script" not in page
 
 
+@pytest.mark.slow
 def test_report_selective_with_the_preset_on_a_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = runner.invoke(
@@ -179,6 +181,7 @@ def test_report_exit_codes(
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_report_missing_data_and_existing_output(scores: Path, tmp_path: Path) -> None:
     result = runner.invoke(
         app,

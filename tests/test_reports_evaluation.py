@@ -246,6 +246,7 @@ def test_slice_intervals_do_not_move_when_slices_are_added() -> None:
     assert sliced.row(0, named=True)["aurc_low"] == alone["aurc_low"]
 
 
+@pytest.mark.slow
 def test_written_report_is_strict_json_with_conventions(tmp_path: Path) -> None:
     report = _evaluate(_synthetic(500), confidence="p", correct="ok", by=("model",), bootstrap=50)
     paths = write_evaluation(report, tmp_path / "r")
@@ -278,6 +279,7 @@ def _reject(constant: str) -> None:
     raise AssertionError(f"report.json holds {constant}")
 
 
+@pytest.mark.slow
 def test_pw_decide_row_preset_against_a_per_row_reference(sample_run: Path) -> None:
     settings = ReportSettings(
         preset="pw-decide-row", calibration=False, by=("host",), bootstrap=100
@@ -351,6 +353,7 @@ def test_sources_globs_directories_and_formats(tmp_path: Path) -> None:
         load_table(str(tmp_path / "notes.txt"))
 
 
+@pytest.mark.slow
 def test_many_slices_draw_only_the_largest(tmp_path: Path) -> None:
     rng = np.random.default_rng(9)
     n = 900

@@ -98,6 +98,7 @@ def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_run_writes_a_verified_report(sample_run: Path) -> None:
     manifest = json.loads((sample_run / "manifest.json").read_text())
     (entry,) = manifest["reports"]
@@ -137,6 +138,7 @@ def test_report_shows_dispositions_reasons_and_examples(sample_run: Path) -> Non
     assert "data:image/png" not in page
 
 
+@pytest.mark.slow
 def test_run_never_imports_matplotlib(tmp_path: Path) -> None:
     """`rowgate run` draws its report without matplotlib (it cost ~1 s per run)."""
     code = (
@@ -179,6 +181,7 @@ def test_report_degrades_and_never_shows_values(
     assert verify_run(tmp_path / "staged").ok
 
 
+@pytest.mark.slow
 def test_report_is_deterministic_across_workers(tmp_path: Path) -> None:
     config = _campaign(tmp_path)
     one = run(config, tmp_path / "one")

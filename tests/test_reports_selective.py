@@ -126,6 +126,7 @@ def ranked(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
     return confidence, wrong
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(ranked())
 def test_aurc_is_at_least_its_optimum_and_at_most_one(data: tuple[np.ndarray, np.ndarray]) -> None:
@@ -135,6 +136,7 @@ def test_aurc_is_at_least_its_optimum_and_at_most_one(data: tuple[np.ndarray, np
     assert float(m.e_aurc[0]) >= -1e-12
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(ranked(), st.randoms(use_true_random=False))
 def test_metrics_do_not_depend_on_row_order(data: tuple[np.ndarray, np.ndarray], random) -> None:  # type: ignore[no-untyped-def]

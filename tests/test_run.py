@@ -49,6 +49,7 @@ def _parquet_bytes(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
 
 
+@pytest.mark.slow
 def test_worker_counts_give_byte_identical_output(inputs: CampaignConfig, tmp_path: Path) -> None:
     one = run(inputs.override(**{"engine.workers": 1}), tmp_path / "w1")
     two = run(inputs.override(**{"engine.workers": 2}), tmp_path / "w2")
@@ -58,6 +59,7 @@ def test_worker_counts_give_byte_identical_output(inputs: CampaignConfig, tmp_pa
     assert one.manifest["outputs"] == two.manifest["outputs"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group_rows", [5, 4096])
 def test_parts_do_not_depend_on_the_batch_size(
     inputs: CampaignConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group_rows: int
@@ -125,6 +127,7 @@ def _rows_by_disposition(out: Path) -> dict[str, pl.DataFrame]:
     return rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["gzip", "zstd"])
 def test_a_compressed_input_is_spilled_and_gated_like_its_plain_file(
     inputs: CampaignConfig, tmp_path: Path, codec: str
@@ -169,6 +172,7 @@ def test_a_compressed_input_is_spilled_and_gated_like_its_plain_file(
         assert got[disposition].equals(rows), disposition
 
 
+@pytest.mark.slow
 def test_a_corrupt_compressed_input_fails_before_any_output(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl.gz"
     path.write_bytes(gzip.compress(b'{"a":1}\n' * 20_000)[:-12] + b"garbage-tail")
@@ -178,6 +182,7 @@ def test_a_corrupt_compressed_input_fails_before_any_output(tmp_path: Path) -> N
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl.gz"]
 
 
+@pytest.mark.slow
 def test_input_order_does_not_change_output(inputs: CampaignConfig, tmp_path: Path) -> None:
     reordered = inputs.override(inputs=tuple(reversed(inputs.inputs)))
     run(inputs.override(**{"engine.workers": 1}), tmp_path / "a")
@@ -185,6 +190,7 @@ def test_input_order_does_not_change_output(inputs: CampaignConfig, tmp_path: Pa
     assert _parquet_bytes(tmp_path / "a") == _parquet_bytes(tmp_path / "b")
 
 
+@pytest.mark.slow
 def test_every_line_lands_in_exactly_one_output(inputs: CampaignConfig, tmp_path: Path) -> None:
     result = run(inputs.override(**{"engine.workers": 2}), tmp_path / "out")
     manifest = result.manifest
@@ -202,6 +208,7 @@ def test_every_line_lands_in_exactly_one_output(inputs: CampaignConfig, tmp_path
     assert sum(manifest["counts"]["by_disposition"].values()) == rows.height
 
 
+@pytest.mark.slow
 def test_sample_data_conservation(tmp_path: Path) -> None:
     config = load_campaign(DATA / "campaign.toml").override(**{"engine.workers": 1})
     result = run(config, tmp_path / "samples")
@@ -260,6 +267,7 @@ def test_verify_passes_then_catches_changed_bytes(inputs: CampaignConfig, tmp_pa
     assert verify_run(out).ok
 
 
+@pytest.mark.slow
 def test_existing_output_needs_force(inputs: CampaignConfig, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -278,6 +286,7 @@ def test_existing_output_needs_force(inputs: CampaignConfig, tmp_path: Path) -> 
     assert load_manifest(out)["conservation"]["ok"]
 
 
+@pytest.mark.slow
 def test_killed_run_leaves_no_output(tmp_path: Path) -> None:
     """SIGKILL at several moments: OUT never exists half-written; the next run cleans up."""
     big = _export(tmp_path / "big.jsonl", "pairwise-v2", 12_000, 3)
@@ -348,6 +357,7 @@ def test_default_workers_never_outnumber_the_shards(tmp_path: Path) -> None:
     assert workers(packed, **{"engine.spill_compressed": False}) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compressed", [False, True])
 def test_progress_totals_and_advances_by_the_bytes_of_lines(
     inputs: CampaignConfig, tmp_path: Path, compressed: bool

@@ -325,6 +325,7 @@ ADVERSARIAL = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 def test_adversarial_inputs_finish_quickly(name: str) -> None:
     """Inputs of ~300 KB shaped to trigger backtracking; a quadratic or exponential

@@ -183,6 +183,7 @@ def _assert_no_secret(out: Path, secrets: list[str], printed: str) -> int:
     return decoded
 
 
+@pytest.mark.slow
 def test_no_planted_secret_reaches_any_output(
     sample: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -234,6 +235,7 @@ def test_no_planted_secret_reaches_any_output(
     assert report.ok, report.problems
 
 
+@pytest.mark.slow
 def test_uncompressed_output_bytes_are_clean(
     sample: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -296,6 +298,7 @@ def test_scan_errors_have_documented_exit_codes(tmp_path: Path) -> None:
     assert "cannot read" in result.output
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=80))
 def test_sanitizer_never_raises(text: str) -> None:

@@ -184,6 +184,7 @@ def test_map_keys_in_paths_are_masked() -> None:
     assert (reason.code, reason.path) == ("schema.maximum", "$.labels.requests[0].scores.*")
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(st.data())
 def test_static_bounds_hold_for_valid_records(data: st.DataObject) -> None:
@@ -223,6 +224,7 @@ def _numbers_at(value: object, path: tuple[str, ...] = ()) -> set[tuple[str, ...
     return set()
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(st.data())
 def test_number_paths_hold_every_number_of_valid_records(data: st.DataObject) -> None:

@@ -271,6 +271,7 @@ _LAYOUT_VALUES = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(st.dictionaries(_PUNCTUATED | KEYS, _LAYOUT_VALUES, min_size=1, max_size=5), st.data())
 def test_fast_parser_agrees_with_the_strict_parser_in_any_layout(

@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+from pipeline._bundled import bundled_dir
 from pipeline.lineage import check_pin
 from pipeline.reasons import RejectLine
 from pipeline.schemas import SchemaEntry, SchemaError, load_schema
@@ -39,7 +40,7 @@ __all__ = [
     "load_rubric",
 ]
 
-RUBRIC_DIR: Final = Path(__file__).resolve().parent.parent.parent / "rubrics"
+RUBRIC_DIR: Final = bundled_dir("rubrics")
 FORMAT_SCHEMA: Final = "rubric.schema.json"
 #: Seed 000: "validate that weights sum to one"; within this absolute tolerance.
 WEIGHT_TOLERANCE: Final = 1e-9

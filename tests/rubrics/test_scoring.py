@@ -245,6 +245,7 @@ def observations(draw: st.DrawFn, rubric: Rubric) -> tuple[list[dict[str, Any]],
     return rows, schema
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_vectorised_score_equals_the_reference(data: st.DataObject) -> None:

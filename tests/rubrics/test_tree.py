@@ -215,6 +215,7 @@ def _reference(tree: dict[str, Any], grade: dict[str, float]) -> dict[str, float
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_vectorised_tree_equals_the_recursive_definition(data: st.DataObject) -> None:

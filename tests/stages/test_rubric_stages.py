@@ -288,6 +288,7 @@ def test_policy_reads_earlier_reasons_and_never_rescues(
     assert (rejected["_decision"], rejected["dir"]) == ("escalate", "rejected")
 
 
+@pytest.mark.slow
 def test_bundled_campaign(tmp_path: Path) -> None:
     config = load_campaign(DATA / "campaign-pairwise-rubric.toml").override(
         **{"engine.shard_bytes": 8192}
@@ -356,6 +357,7 @@ def test_pin_mismatch_fails_before_any_work(tmp_path: Path) -> None:
     assert not any(p.name.startswith(".out") or p.name == "out" for p in tmp_path.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
@@ -397,6 +399,7 @@ def test_output_columns_are_typed_for_rejected(tmp_path: Path) -> None:
     assert schema["_gate_max_cyclomatic_complexity_per_function_value"] == pl.Float64
 
 
+@pytest.mark.slow
 def test_two_scored_kinds_give_the_same_output_for_any_worker_count(tmp_path: Path) -> None:
     """Each kind's built-in gates run as their own step in the run's one pool: a worker
     that served one kind must not reuse its settings for the next."""
