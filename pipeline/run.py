@@ -172,9 +172,11 @@ def run(
         raise OutputExistsError(f"{out} exists; pass --force to replace it")
     inputs = expand_inputs(config.inputs, config)
     timings: dict[str, float] = {}
-    with LocalEngine(config.engine.resolved_workers(_known_shards(config, inputs))) as engine:
-        # Workers start (imports, the gate, declared kinds' schemas) during the preflight.
-        engine.start(gate_step(config))
+    known_shards = _known_shards(config, inputs)
+    with LocalEngine(config.engine.resolved_workers(known_shards)) as engine:
+        # Workers start (imports, the gate, declared kinds' schemas) during the preflight,
+        # no more of them than there are shards to gate.
+        engine.start(gate_step(config), tasks=known_shards)
         gate = _preflight(config)
         with atomic_directory(out, force=force) as tmp:
             digests = _hash_inputs(inputs)
