@@ -1,6 +1,6 @@
 """``python -m pipeline`` is the ``rowgate`` command."""
 
-from pipeline.cli import main
+from pipeline.entry import main
 
 if __name__ == "__main__":
     main()

@@ -4,12 +4,66 @@ Worker processes are started with ``spawn``, which re-imports the parent's main 
 in every worker: for the console script, that is the module named here. Importing the
 command line (typer, rich, polars, every command) there cost each worker ~0.35 s of CPU
 and ~100 MB before it gated a line, so this module defers it to the call.
+
+SIGTERM (``kill``, a container or job scheduler stopping the command) unwinds the command
+like Ctrl-C does: the workers are killed, the temporary output directory (staging, spill
+files) is removed, and nothing is published. The command exits with 143 (128 + SIGTERM,
+what shells and schedulers expect of a terminated process), after Ctrl-C with 130.
+
+An exception no command turns into a message is a defect of rowgate: it is reported by
+its class and where it was raised, exit 4, without its message or a traceback's, since
+polars and pyarrow quote the values they failed on (a record value may be a secret).
 """
 
 from __future__ import annotations
 
+import signal
+import sys
+from types import FrameType
+from typing import Final
+
+#: 128 + SIGTERM
+EXIT_TERMINATED: Final = 143
+#: the run failed (:data:`pipeline.cli._common.EXIT_FAILED`, not imported: see above)
+EXIT_FAILED: Final = 4
+#: innermost frames printed for a defect
+_DEFECT_FRAMES: Final = 8
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived. Not an ``Exception``: like ``KeyboardInterrupt``, it passes every
+    handler of operational errors and runs every clean-up on its way out."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    # A second SIGTERM must not interrupt the clean-up the first one started.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated
+
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     from pipeline.cli import main as cli_main
 
-    cli_main()
+    try:
+        cli_main()
+    except Terminated:
+        print("error: terminated (SIGTERM)", file=sys.stderr)
+        sys.exit(EXIT_TERMINATED)
+    except Exception as error:
+        _report_defect(error)
+        sys.exit(EXIT_FAILED)
+
+
+def _report_defect(error: Exception) -> None:
+    """Where an unexpected exception was raised, by file, line and function only."""
+    import traceback
+
+    kind = type(error)
+    print(
+        f"error: internal error {kind.__module__}.{kind.__qualname__} (its message is "
+        "withheld: it may quote record values); please report it with these lines:",
+        file=sys.stderr,
+    )
+    for frame in traceback.extract_tb(error.__traceback__)[-_DEFECT_FRAMES:]:
+        print(f"  {frame.filename}:{frame.lineno} in {frame.name}", file=sys.stderr)

@@ -179,12 +179,14 @@ def run(
         raise ConfigError("no inputs: give input paths or [[inputs]] in the campaign config")
     inputs = expand_inputs(config.inputs, config)
     timings: dict[str, float] = {}
+    known_shards = _known_shards(config, inputs)
     with (
         claim_output(out, force=force, protect=_read_paths(config, inputs)) as claim,
-        LocalEngine(config.engine.resolved_workers(_known_shards(config, inputs))) as engine,
+        LocalEngine(config.engine.resolved_workers(known_shards)) as engine,
     ):
-        # Workers start (imports, the gate, declared kinds' schemas) during the preflight.
-        engine.start(gate_step(config))
+        # Workers start (imports, the gate, declared kinds' schemas) during the preflight,
+        # no more of them than there are shards to gate.
+        engine.start(gate_step(config), tasks=known_shards)
         gate = _preflight(config)
         with claim.staging() as tmp:
             digests = _hash_inputs(inputs)

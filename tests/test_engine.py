@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,7 +48,7 @@ def test_start_builds_warm_states_before_any_task(tmp_path: Path) -> None:
     log = tmp_path / "log"
     step = Step(_init_logged, (str(log), False), _run_square)
     with LocalEngine(2) as engine:
-        engine.start(step)
+        engine.start(step, tasks=6)
         deadline = time.monotonic() + 60
         while len(_builds(log)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -238,3 +243,126 @@ def test_a_failed_task_stops_and_closes_the_producer(tmp_path: Path, workers: in
         engine.map(step, produce())
     assert len(drawn) < 600
     assert closed == [True]
+
+
+def test_no_more_workers_start_than_there_are_tasks(tmp_path: Path) -> None:
+    """``--workers 30`` on a one-shard export started 30 processes (1.95 GB) for one
+    task: start() starts as many workers as the caller says tasks will come (one when it
+    cannot say), and a map starts no more than it was given tasks."""
+    for start in ({"tasks": 1}, {}):
+        log = tmp_path / f"log-{len(start)}"
+        step = Step(_init_logged, (str(log), False), _run_square)
+        with LocalEngine(4) as engine:
+            engine.start(step, **start)
+            assert engine.map(step, [3]) == [(9, f"state-of-{_builds(log)[0]}")]
+        # close() waits for every started worker, and each built the warm state first
+        assert len(_builds(log)) == 1
+    log = tmp_path / "log-map"
+    with LocalEngine(6) as engine:
+        engine.map(Step(_init_logged, (str(log), False), _run_square), [1, 2])
+    assert len(_builds(log)) <= 2
+
+
+def _run_until_killed(state: str, task: tuple[str, int], progress: Progress) -> int:
+    """Leave ``<dir>/started-<n>`` holding this worker's pid, then work for a long while."""
+    directory, n = task
+    Path(directory, f"started-{n}").write_text(str(os.getpid()))
+    time.sleep(30)
+    Path(directory, f"done-{n}").touch()
+    return n
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie not yet reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_an_interruption_kills_the_running_tasks(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM (anything not an ``Exception``) must not wait for running tasks:
+    the run removes its temporary directory next, and a task still writing there would
+    leave it behind. The workers are gone when the interruption leaves map."""
+
+    def produce() -> Iterator[tuple[str, int]]:
+        yield str(tmp_path), 0
+        assert _wait_for(tmp_path / "started-0", 60)
+        raise KeyboardInterrupt
+
+    step = Step(_init_logged, (str(tmp_path / "log"), False), _run_until_killed)
+    with LocalEngine(2) as engine, pytest.raises(KeyboardInterrupt):
+        engine.map(step, produce())
+    assert _gone(int((tmp_path / "started-0").read_text()))
+    assert not (tmp_path / "done-0").exists()
+
+
+def _pid(state: None, task: int, progress: Progress) -> int:
+    time.sleep(0.2)  # long enough for the other worker to take the next task
+    return os.getpid()
+
+
+def test_workers_outlive_the_thread_that_started_them() -> None:
+    """Linux's parent-death signal fires when the *thread* that forked a process ends; the
+    pool forks workers in whichever thread submits. Workers a short-lived thread started
+    must keep serving the engine after that thread has ended."""
+    with LocalEngine(2) as engine:
+        first: list[int] = []
+        thread = threading.Thread(
+            target=lambda: first.extend(engine.map(Step(_init_nothing, (), _pid), [0, 1]))
+        )
+        thread.start()
+        thread.join()
+        time.sleep(0.5)  # a signal sent at the thread's end would have landed by now
+        again = engine.map(Step(_init_nothing, (), _pid), [0, 1, 2, 3])
+    assert len(set(first)) == 2
+    assert set(again) == set(first)
+
+
+_ORPHAN_SCRIPT = """
+import sys, threading, time
+from pipeline.engines import LocalEngine, Step
+from tests.test_engine import _init_nothing, _pid_then_sleep
+
+engine = LocalEngine(2)
+if sys.argv[1] == "thread":  # forked by a thread: no parent-death signal, the watchdog
+    threading.Thread(target=engine.start, args=(Step(_init_nothing, (), _pid_then_sleep),),
+                     kwargs={"tasks": 2}).start()
+engine.map(Step(_init_nothing, (), _pid_then_sleep), [0, 1])
+"""
+
+
+def _pid_then_sleep(state: None, task: int, progress: Progress) -> int:
+    print(os.getpid(), flush=True)
+    time.sleep(60)
+    return task
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+@pytest.mark.parametrize("forked_by", ["main", "thread"])
+def test_workers_die_with_a_killed_parent(tmp_path: Path, forked_by: str) -> None:
+    """kill -9 of the parent: its workers kept gating, then blocked forever on a pipe.
+    Now each dies with it (Linux's parent-death signal; a watchdog thread everywhere,
+    the only guard of a worker a thread other than the main one started)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_SCRIPT, forked_by],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert proc.stdout is not None
+    try:
+        workers = {int(proc.stdout.readline()) for _ in range(2)}
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_gone(pid) for pid in workers)
+    finally:
+        proc.stdout.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the orphans of a failed test

@@ -11,6 +11,12 @@ task a worker hands freed memory back (:func:`release_memory`). Progress travels
 queue as (bytes, lines) increments; results come back through futures and are returned
 in task order. A crashed worker fails the whole run (DESIGN §3.6): operational failures
 never become rejections.
+
+Workers never outlive the parent (DESIGN §3.12): each dies as soon as the parent does,
+however it died (:func:`_die_with_parent`). An interruption of the caller (Ctrl-C, or the
+CLI's SIGTERM, anything that is not an ``Exception``) kills the running workers and waits
+for them to be gone before it propagates, so nothing a task writes outlives the call.
+The engine starts no more workers than it has tasks (:meth:`LocalEngine.start`).
 """
 
 from __future__ import annotations
@@ -18,13 +24,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import multiprocessing
+import multiprocessing.connection
 import os
 import queue
+import signal
 import sys
 import threading
 from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.context import SpawnContext, SpawnProcess
 from types import TracebackType
 from typing import Any, Final, Generic, TypeVar
 
@@ -86,8 +95,73 @@ def _step_key(step: Step[Any, Any, Any]) -> tuple[str, str]:
     )
 
 
+#: Linux ``prctl`` option: the signal the kernel sends this process when its parent dies
+_PR_SET_PDEATHSIG: Final = 1
+#: How often a worker's watchdog also compares its parent pid (its main wait, on the
+#: parent's sentinel, returns as soon as the parent dies)
+_WATCH_SECONDS: Final = 1.0
+
+
+class _WorkerProcess(SpawnProcess):
+    """A pool worker. It records whether the main thread starts it: Linux's parent-death
+    signal fires when the *thread* that forked a process ends, not its process, so only a
+    worker forked by the main thread (which lives as long as the process) may ask for it.
+    The pool forks a worker in the thread that submits a task when no worker is idle.
+    The attribute travels to the worker with the pickled process object."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.forked_by_main_thread = threading.current_thread() is threading.main_thread()
+
+
+class _WorkerContext(SpawnContext):
+    """``spawn``, with :class:`_WorkerProcess` as the process class."""
+
+    Process = _WorkerProcess
+
+
+def _set_parent_death_signal() -> None:
+    """Ask Linux to SIGKILL this process when the thread that forked it ends."""
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - no prctl: the watchdog remains
+        return
+
+
+def _watch_parent(parent: multiprocessing.process.BaseProcess) -> None:
+    """Exit this worker once its parent is gone: the parent's sentinel (a pipe only the
+    parent holds open) becomes readable when it dies; the parent pid is compared too."""
+    sentinel = parent.sentinel
+    while not multiprocessing.connection.wait([sentinel], timeout=_WATCH_SECONDS):
+        if os.getppid() != parent.pid:
+            break
+    os._exit(1)
+
+
+def _die_with_parent() -> None:
+    """Bind this worker's life to its parent's: a kernel parent-death signal where the
+    platform has one (Linux), and a watchdog thread everywhere, so that a parent killed
+    with SIGKILL leaves no worker gating into its temporary directory."""
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not a spawned worker
+        return
+    if getattr(multiprocessing.current_process(), "forked_by_main_thread", False):
+        _set_parent_death_signal()
+    if os.getppid() != parent.pid:  # the parent died before the signal was set
+        os._exit(1)
+    threading.Thread(
+        target=_watch_parent, args=(parent,), name="rowgate-parent-watch", daemon=True
+    ).start()
+
+
 def _worker_init(progress_queue: Any, warm: tuple[Step[Any, Any, Any], ...]) -> None:
     global _QUEUE
+    _die_with_parent()
+    # Ctrl-C reaches the whole process group; the parent handles it and stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _QUEUE = progress_queue
     for step in warm:
         # A failure here is left to the step's first task, which runs init again and
@@ -177,6 +251,8 @@ class LocalEngine:
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
         self._warm: tuple[Step[Any, Any, Any], ...] = ()
+        #: the most workers the current pool may run (:meth:`_allow`)
+        self._allowed = 0
         #: this process's values of the variables the workers' environment overrides,
         #: while it carries theirs (from the first pool until close())
         self._saved_environment: dict[str, str | None] | None = None
@@ -187,17 +263,29 @@ class LocalEngine:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if exc is not None and not isinstance(exc, Exception):
+            self._kill_workers()  # interrupted: no task may outlive the caller's clean-up
         self.close()
 
-    def start(self, *warm: Step[Any, Any, Any]) -> None:
-        """Start the workers now, without waiting for them, each building the state of
-        every ``warm`` step as it starts. Optional: :meth:`map` starts them when needed.
-        A ``warm`` init that fails is retried (and raises) by the step's first task."""
+    def start(self, *warm: Step[Any, Any, Any], tasks: int | None = None) -> None:
+        """Start workers now, without waiting for them, each building the state of every
+        ``warm`` step as it starts. Optional: :meth:`map` starts them when needed.
+        A ``warm`` init that fails is retried (and raises) by the step's first task.
+
+        ``tasks`` is how many tasks the first :meth:`map` will have, when the caller
+        knows: no more workers than that start (``--workers 30`` on a one-shard export
+        started 30 processes, 1.95 GB, for one task). Unknown (``None``), one starts now
+        and the others as tasks arrive: a map never starts more workers than it was
+        given tasks."""
         if self.workers == 1 or self._pool is not None:
+            return
+        count = min(self.workers, 1 if tasks is None else tasks)
+        if count < 1:
             return
         self._warm = warm
         pool = self._ensure_pool()
-        for _ in range(self.workers):
+        self._allow(count)
+        for _ in range(count):
             pool.submit(_spawned)
 
     def close(self) -> None:
@@ -258,6 +346,7 @@ class LocalEngine:
             listed = list(tasks)
             order = sorted(range(len(listed)), key=lambda i: -cost(listed[i]))
             submissions = ((i, listed[i]) for i in order)
+            self._allow(len(listed))
         failed = threading.Event()
 
         def note(future: Future[Any]) -> None:
@@ -267,6 +356,7 @@ class LocalEngine:
         futures: dict[Future[Any], int] = {}
         try:
             for i, task in submissions:
+                self._allow(len(futures) + 1)
                 future = pool.submit(_worker_run, step, task)
                 future.add_done_callback(note)
                 futures[future] = i
@@ -278,6 +368,9 @@ class LocalEngine:
                 if error is not None:
                     raise error
         except BaseException as exc:
+            if not isinstance(exc, Exception):
+                self._kill_workers()  # interrupted: stop now rather than after the tasks
+                raise
             for future in futures:
                 future.cancel()
             wait(futures)
@@ -290,6 +383,39 @@ class LocalEngine:
             results[i] = future.result()
         return results
 
+    def _allow(self, count: int) -> None:
+        """Let the pool run up to ``count`` workers (at most ``workers``), never fewer
+        than it was allowed before.
+
+        The pool starts a worker whenever a task is submitted while none is idle, up to
+        its maximum: a worker still starting, or one whose last result is not yet
+        counted, is not idle, so a one-task map after :meth:`start` started a second
+        worker. Only a maximum that grows with the tasks bounds the workers by them.
+        """
+        allowed = min(self.workers, count)
+        if self._pool is not None and allowed > self._allowed:
+            self._allowed = allowed
+            # No public way to grow a pool's maximum; the attribute is its only bound.
+            self._pool._max_workers = allowed  # type: ignore[attr-defined]
+
+    def _kill_workers(self) -> None:
+        """Kill every worker and wait until each is gone (their tasks with them).
+
+        The pool then fails its pending futures as broken. None of them may have been
+        cancelled first: Python 3.11's pool raises ``InvalidStateError`` in its manager
+        thread when it fails a cancelled future.
+        """
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # No public way to stop running tasks before Python 3.14's kill_workers().
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.join()
+        pool.shutdown(wait=True)
+
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             # Workers are spawned as tasks arrive and inherit this process's environment:
@@ -298,7 +424,7 @@ class LocalEngine:
                 overrides = _worker_environment()
                 self._saved_environment = {k: os.environ.get(k) for k in overrides}
                 os.environ.update(overrides)
-            context = multiprocessing.get_context("spawn")
+            context = _WorkerContext()
             self._queue = context.Queue()
             self._stop.clear()
             self._drainer = threading.Thread(
@@ -306,11 +432,13 @@ class LocalEngine:
             )
             self._drainer.start()
             self._pool = ProcessPoolExecutor(
-                max_workers=self.workers,
+                max_workers=self.workers,  # sizes its queue of calls
                 mp_context=context,
                 initializer=_worker_init,
                 initargs=(self._queue, self._warm),
             )
+            self._allowed = 0
+            self._pool._max_workers = 0  # type: ignore[attr-defined]  # see _allow()
         return self._pool
 
     def _drain(self) -> None:

@@ -23,12 +23,22 @@ binding                meaning                                      type
 
 Unbound criteria and gates are ``unknown`` on every row (never a pass); they are listed
 in the manifest.
+
+A binding that can fail on a row's value is refused before any line is read where its
+type says so: a strict ``CAST`` (or ``::``) of text to anything else, of a float to an
+integer, or of an integer to a narrower one, is a config error that asks for ``TRY_CAST``
+(a value that does not convert is then null: the criterion or gate is unknown, never a
+pass). Any other failure while the bindings are evaluated is a :class:`BindingError`
+naming the campaign key, the rubric, the expression and the kind of failure; never the
+value, which polars' own message quotes (a record value may be a secret).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -38,11 +48,13 @@ import pyarrow as pa
 
 from pipeline.config import ConfigError, KindScoring
 from pipeline.rubrics.builtin_gates import BUILTIN_GATES
-from pipeline.rubrics.model import Criterion, Gate, GateKind, Rubric
+from pipeline.rubrics.model import Criterion, Gate, GateKind, Rubric, RubricError
 
 __all__ = [
     "BUILTIN",
+    "EVALUATION_ERRORS",
     "NOT_APPLICABLE",
+    "BindingError",
     "CriterionBinding",
     "GateBinding",
     "GateMode",
@@ -55,6 +67,52 @@ __all__ = [
 BUILTIN: Final = "builtin"
 NOT_APPLICABLE: Final = "not_applicable"
 _FIELD_PATH: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+#: What evaluating an expression over rows can raise. A polars panic is not an Exception.
+EVALUATION_ERRORS: Final = (
+    pl.exceptions.PolarsError,
+    pl.exceptions.PanicException,
+    pa.ArrowException,
+)
+
+
+class BindingError(RubricError):
+    """A scoring binding failed while it was evaluated over the staged rows; the run
+    stops and nothing is written (CLI exit 3, like every rubric the run refuses). The
+    message names the binding and the kind of failure, never a value."""
+
+    @classmethod
+    def evaluating(cls, key: str, rubric: str, source: str, error: BaseException) -> BindingError:
+        return cls(
+            f"{key}: the binding {source!r} (rubric {rubric}) failed on the staged rows: "
+            f"{failure_kind(error)}; nothing was written"
+        )
+
+
+#: Parts of polars' messages that name only types, never values
+_SAFE_FAILURES: Final = (
+    (
+        re.compile(r"conversion from `([^`]{1,40})` to `([^`]{1,40})` failed"),
+        "a value does not convert from {0} to {1} (TRY_CAST gives null instead)",
+    ),
+    (
+        re.compile(r"casting from (\w{1,40}) to (\w{1,40}) (?:is )?not supported"),
+        "polars cannot cast {0} to {1}",
+    ),
+    (re.compile(r"^regex error"), "a value is not a valid regular expression"),
+)
+
+
+def failure_kind(error: BaseException) -> str:
+    """The class of an evaluation failure and what the types involved say about it; the
+    rest of polars' message is withheld: it quotes the values that failed."""
+    text = str(error)
+    for pattern, explanation in _SAFE_FAILURES:
+        found = pattern.search(text)
+        if found:
+            return f"{type(error).__name__}, {explanation.format(*found.groups())}"
+    return f"{type(error).__name__} (its message is withheld: it may quote record values)"
 
 
 class GateMode(StrEnum):
@@ -163,6 +221,13 @@ def compile_expression(source: str, fields: Sequence[pa.Field], wanted: str, whe
         raise ConfigError(
             f"{where}: {source!r} is not a usable expression ({type(exc).__name__}: {first})"
         ) from None
+    conversion = _fallible_conversion(expr, _empty_frame(fields))
+    if conversion is not None:
+        raise ConfigError(
+            f"{where}: {source!r} casts {conversion} with CAST, which stops the run at the "
+            "first value that does not convert; use TRY_CAST (such a value becomes null: "
+            "unknown, never a pass)"
+        )
     ok = {
         "numeric": dtype.is_numeric() or dtype == pl.Null,
         "boolean": dtype in (pl.Boolean, pl.Null),
@@ -173,6 +238,77 @@ def compile_expression(source: str, fields: Sequence[pa.Field], wanted: str, whe
     if wanted == "numeric":
         return expr.cast(pl.Float64)
     return expr.cast(pl.Boolean if wanted == "boolean" else pl.String)
+
+
+#: integer types by (signed, bits)
+_INTEGERS: Final[dict[type[pl.DataType], tuple[bool, int]]] = {
+    pl.Int8: (True, 8),
+    pl.Int16: (True, 16),
+    pl.Int32: (True, 32),
+    pl.Int64: (True, 64),
+    pl.Int128: (True, 128),
+    pl.UInt8: (False, 8),
+    pl.UInt16: (False, 16),
+    pl.UInt32: (False, 32),
+    pl.UInt64: (False, 64),
+    pl.UInt128: (False, 128),
+}
+
+
+def _cast_can_fail(source: pl.DataType, target: pl.DataType) -> bool:
+    """Whether a strict cast from ``source`` to ``target`` fails on some value."""
+    if source == target or target == pl.String or source == pl.Null:
+        return False
+    if source == pl.String:
+        return True
+    if source.is_float() and target.is_integer():
+        return True
+    if source.is_integer() and target.is_integer():
+        signed, bits = _INTEGERS.get(type(source), (True, 128))
+        target_signed, target_bits = _INTEGERS.get(type(target), (False, 0))
+        if signed and not target_signed:
+            return True  # negative values
+        return target_bits < (bits + 1 if target_signed and not signed else bits)
+    return False
+
+
+def _subtrees(tree: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(tree, dict):
+        yield tree
+        for value in tree.values():
+            yield from _subtrees(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from _subtrees(value)
+
+
+def _dtype(tree: Any, frame: pl.DataFrame) -> pl.DataType | None:
+    try:
+        expr = pl.Expr.deserialize(io.StringIO(json.dumps(tree)), format="json")
+        return frame.select(expr.alias("v")).schema["v"]
+    except Exception:  # an expression tree this polars does not round-trip: not checked
+        return None
+
+
+def _fallible_conversion(expr: pl.Expr, frame: pl.DataFrame) -> str | None:
+    """``"<from> to <to>"`` for the first strict cast in ``expr`` that can fail on a value
+    of its operand's type in the layout (an empty frame), else ``None``.
+
+    Read from polars' serialized expression tree; a tree it cannot serialize is not
+    checked here (the run still stops with a :class:`BindingError`, naming the binding).
+    """
+    try:
+        tree = json.loads(expr.meta.serialize(format="json"))
+    except Exception:
+        return None
+    for node in _subtrees(tree):
+        cast = node.get("Cast")
+        if not isinstance(cast, dict) or cast.get("options") != "Strict":
+            continue
+        source, target = _dtype(cast.get("expr"), frame), _dtype(node, frame)
+        if source is not None and target is not None and _cast_can_fail(source, target):
+            return f"{source} to {target}"
+    return None
 
 
 def _unknown_keys(given: dict[str, str], known: Sequence[str], where: str, what: str) -> None:

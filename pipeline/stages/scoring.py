@@ -7,7 +7,8 @@ in the engine's worker processes, one task per shard, each reading only the code
 from staging, and scores every row that is not a duplicate with
 :func:`pipeline.rubrics.scoring.score_frame`.
 It never changes a disposition: it adds score/state columns and ``rubric.*`` reasons, and
-the decision policy (order 400) decides. The rubric and its digest go on every scored row
+the decision policy (order 400) decides. A binding that fails on a row's value stops the
+run with a :class:`~pipeline.rubrics.bindings.BindingError` naming it, never the value. The rubric and its digest go on every scored row
 and into the manifest.
 """
 
@@ -26,7 +27,7 @@ from pipeline.config import CampaignConfig
 from pipeline.engines import Progress, Step
 from pipeline.global_phase import GlobalContext, OutputColumn, register_stage
 from pipeline.reasons import Disposition
-from pipeline.rubrics.bindings import GateMode, ScoringPlan
+from pipeline.rubrics.bindings import EVALUATION_ERRORS, BindingError, GateMode, ScoringPlan
 from pipeline.rubrics.builtin_gates import (
     COMPLEXITY_CONVENTION,
     MAX_COMPLEXITY,
@@ -85,18 +86,25 @@ class RubricScoring:
         if plan is None:
             return None
         exprs: dict[str, pl.Expr] = {}
+        #: output column -> (campaign key, expression as written), for failures
+        sources: dict[str, tuple[str, str]] = {}
         for binding in plan.criteria:
-            exprs[CRITERION + binding.criterion.id] = (
+            criterion = binding.criterion.id
+            exprs[CRITERION + criterion] = (
                 binding.score if binding.score is not None else pl.lit(None, pl.Float64)
             )
+            if binding.source is not None:
+                sources[CRITERION + criterion] = (f"criteria.{criterion}", binding.source)
             if binding.not_applicable:
-                exprs[APPLIES + binding.criterion.id] = pl.lit(False)
-            elif binding.applies is not None:
-                exprs[APPLIES + binding.criterion.id] = binding.applies
+                exprs[APPLIES + criterion] = pl.lit(False)
+            elif binding.applies is not None and binding.applies_source is not None:
+                exprs[APPLIES + criterion] = binding.applies
+                sources[APPLIES + criterion] = (f"applies.{criterion}", binding.applies_source)
         for gate in plan.gates:
             if gate.mode is GateMode.EVIDENCE and gate.evidence is not None:
                 exprs[GATE + gate.gate.name] = gate.evidence
-        frames = list(ctx.evaluate(kind, exprs))
+                sources[GATE + gate.gate.name] = (f"gates.{gate.gate.name}", gate.source or "")
+        frames = _evaluate(ctx, kind, plan, exprs, sources)
         observed = pl.concat(frames, how="vertical") if frames else pl.DataFrame()
         if observed.is_empty():
             return None
@@ -132,9 +140,37 @@ class RubricScoring:
         return scored
 
 
+def _evaluate(
+    ctx: GlobalContext,
+    kind: str,
+    plan: ScoringPlan,
+    exprs: dict[str, pl.Expr],
+    sources: dict[str, tuple[str, str]],
+) -> list[pl.DataFrame]:
+    """The bindings' values, shard by shard. When one fails on a row's value, each is
+    evaluated alone to name it (only then: it reads the shards again)."""
+    try:
+        return list(ctx.evaluate(kind, exprs))
+    except EVALUATION_ERRORS as error:
+        failure = error
+    for name, expr in exprs.items():
+        key, source = sources.get(name, ("", ""))
+        try:
+            for _ in ctx.evaluate(kind, {name: expr}):
+                pass
+        except EVALUATION_ERRORS as alone:
+            raise BindingError.evaluating(
+                f"scoring.{kind}.{key}", plan.rubric.id, source, alone
+            ) from None
+    # each binding evaluates alone: only their combination fails
+    bindings = "; ".join(source for _, source in sources.values())
+    raise BindingError.evaluating(f"scoring.{kind}", plan.rubric.id, bindings, failure) from None
+
+
 @dataclass(frozen=True)
 class _CodeSettings:
     kind: str
+    rubric: str
     root: Path
     code: str
     gates: tuple[str, ...]
@@ -153,11 +189,16 @@ def _shard_code_evidence(
     """The built-in gates' evidence for one shard's rows, and how many distinct sources
     were parsed: each distinct text once, whatever the number of rows proposing it."""
     settings, code = state
-    frame = (
-        scan_staged(settings.root, shard, settings.kind)
-        .select(pl.col("_shard_line"), code.alias("code"))
-        .collect()
-    )
+    try:
+        frame = (
+            scan_staged(settings.root, shard, settings.kind)
+            .select(pl.col("_shard_line"), code.alias("code"))
+            .collect()
+        )
+    except EVALUATION_ERRORS as error:
+        raise BindingError.evaluating(
+            f"scoring.{settings.kind}.code", settings.rubric, settings.code, error
+        ) from None
     facts: dict[str | None, CodeFacts] = {}
     sources = frame["code"].to_list()
     for source in sources:
@@ -189,7 +230,13 @@ def _code_evidence(
     """Run the built-in gates over every shard of ``kind`` in the engine's workers."""
     assert plan.code_source is not None  # compile_scoring requires it for built-ins
     settings = _CodeSettings(
-        kind, ctx.root, plan.code_source, tuple(gates), plan.allowed_imports, plan.allow_stdlib
+        kind,
+        plan.rubric.id,
+        ctx.root,
+        plan.code_source,
+        tuple(gates),
+        plan.allowed_imports,
+        plan.allow_stdlib,
     )
     shards = [s.shard for s in ctx.summaries if kind in s.kinds]
     return ctx.engine.map(Step(_init_code_gates, (settings,), _shard_code_evidence), shards)
