@@ -43,9 +43,6 @@ _DPI: Final = 100
 FloatArray = npt.NDArray[np.float64]
 Numbers = Sequence[float | None] | FloatArray
 
-#: Text is text: no mathtext between ``$`` signs, no TeX.
-_LITERAL: Final = {"text.parse_math": False, "text.usetex": False}
-
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -55,7 +52,8 @@ def literal_text(function: Callable[_P, _R]) -> Callable[_P, _R]:
 
     @functools.wraps(function)
     def literal(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with matplotlib.rc_context(_LITERAL):
+        # text is text: no mathtext between "$" signs, no TeX
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
             return function(*args, **kwargs)
 
     return literal
