@@ -7,14 +7,23 @@ encoding, runs the CLI, and greps every output for them.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pipeline.config import CampaignConfig, SanitizeSettings
+from pipeline.gate import Gate
+from pipeline.reader import LineBatch
+from pipeline.reasons import Disposition
 from pipeline.schemas import SchemaRegistry, instance_parts
+from tests.conftest import DATA
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SANITIZING = Gate(CampaignConfig(sanitize=SanitizeSettings(enabled=True)))
+EMAIL = "john.smith@corp-mail.io"
+KEY = "84736251"
 
 
 def _decide_row() -> dict[str, Any]:
@@ -59,12 +68,14 @@ def _figures(labels: list[str]) -> list[Any]:
 
     n = len(labels)
     return [
-        plots.reliability_figure(labels[1], [0, 0.5], [0.5, 1], [2, 3], [0.25, 0.7], [0, 1],
-                                 [0, 0.4], [0.6, 1]),  # fmt: skip
+        plots.reliability_figure(
+            labels[1], [0, 0.5], [0.5, 1], [2, 3], [0.25, 0.7], [0, 1], [0, 0.4], [0.6, 1]
+        ),
         plots.risk_coverage_figure(labels[0], [(s, [0.5, 1], [0, 0.5]) for s in labels]),
         plots.forest_figure(labels, [(labels[2], [0.1] * n, [0.05] * n, [0.2] * n)]),
-        plots.operating_points_figure(labels, [0.5] * n, [0.1] * n, ([0.4] * n, [0.6] * n),
-                                      ([0.05] * n, [0.2] * n)),  # fmt: skip
+        plots.operating_points_figure(
+            labels, [0.5] * n, [0.1] * n, ([0.4] * n, [0.6] * n), ([0.05] * n, [0.2] * n)
+        ),
         plots.bar_figure(labels[3], labels, [1.0] * n, labels[0]),
     ]
 
@@ -116,8 +127,131 @@ def test_a_report_sliced_by_values_with_dollar_signs(tmp_path: Path) -> None:
         out = tmp_path / command
         result = CliRunner().invoke(
             app,
-            ["report", command, str(data), "--confidence", "prob", "--correct", "label",
-             "--by", "plan", "--out", str(out), "--bootstrap", "0", "-q"],
-        )  # fmt: skip
+            [
+                "report",
+                command,
+                str(data),
+                "--confidence",
+                "prob",
+                "--correct",
+                "label",
+                "--by",
+                "plan",
+                "--out",
+                str(out),
+                "--bootstrap",
+                "0",
+                "-q",
+            ],
+        )
         assert result.exit_code == 0, result.output
         assert "$5-$10 plan" in (out / "report.html").read_text()
+
+
+# -- raw bytes of rejected lines: every reading is screened ------------------------------
+
+MATH = (
+    '{"task_id":"math-000000","problem":"Compute %s","assumptions":[],"derivation":["a"],'
+    '"final_answer":"2464","reasoning_score":2}'
+)
+_UTF16 = (MATH % f"and mail {EMAIL}").encode("utf-16-le")
+
+
+def _raw_kept(line: bytes, kind: str | None = "math-reasoning-v1") -> tuple[list[str], bool]:
+    """Both gate paths: the reasons of the per-line path, and whether the batch path
+    stores ``_raw`` (they must agree on withholding)."""
+    outcome = SANITIZING.gate_line(line, kind)
+    gated = SANITIZING.gate_batch(LineBatch(1, [0], [line]), kind)
+    assert outcome.disposition is Disposition.REJECTED
+    assert gated.rejected is not None
+    kept = gated.rejected.column("_raw")[0].as_py() is not None
+    assert kept == (not outcome.raw_withheld)
+    return [r.code for r in outcome.reasons], kept
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # an invalid byte, or a raw NUL, inside an address (json.invalid_utf8 / json.syntax)
+        (MATH % "mail john.smith@corp-\xffmail.io").encode("latin-1"),
+        (MATH % "mail john.sm\xffith@corp-mail.io").encode("latin-1"),
+        (MATH % "mail john.smith@corp-\x00mail.io").encode(),
+        # UTF-16 (both orders, with a byte-order mark, and cut one byte off as splitting a
+        # UTF-16LE stream on b"\n" leaves every line after the first) and UTF-32
+        _UTF16,
+        (MATH % f"and mail {EMAIL}").encode("utf-16-be"),
+        (MATH % f"and mail {EMAIL}").encode("utf-16"),
+        b"\x00" + _UTF16,
+        (MATH % f"and mail {EMAIL}").encode("utf-32"),
+        # non-ASCII text in UTF-16: only a real UTF-16 decoding reads the address
+        (MATH % "γράψε στο δοκιμή@corp-mail.io").encode("utf-16-le"),
+        # a number under a secret-named member, in a line that parses and one that does not
+        b'{"task_id":"m-1","password": 84736251}',
+        b'{"task_id":"m-1","password": 84736251,,}',
+        b'{"task_id":"m-1","db":{"password": 84736251.5}}',
+        b'{"task_id":"m-1","credentials":[84736251]}',
+        # a secret name spelled with an escape or split by an invalid byte
+        b'{"task_id":"m-1","pass\\u0077ord": 84736251}',
+        b'{"task_id":"m-1","pass\xffword": 84736251}',
+        b'{"task_id":"m-1","api_key": hunter2hunter2}',
+    ],
+)
+def test_a_rejected_line_holding_a_secret_loses_its_raw_bytes(line: bytes) -> None:
+    # Issue 15 item 13: with sanitization on, these rejected lines kept their secret in _raw.
+    codes, kept = _raw_kept(line)
+    assert "pii.raw_withheld" in codes
+    assert not kept
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"task_id":"m-1","max_tokens": 100, "token_type": "bearer",,}',
+        b'{"task_id":"m-1","password": "", "token": null, "secret": true, "auth": "***"}',
+        (MATH % "nothing personal here").encode("utf-16"),
+        (MATH % "nothing \xff personal").encode("latin-1"),
+    ],
+)
+def test_a_rejected_line_without_a_secret_keeps_its_raw_bytes(line: bytes) -> None:
+    codes, kept = _raw_kept(line)
+    assert "pii.raw_withheld" not in codes
+    assert kept
+
+
+def _decide_line() -> dict[str, Any]:
+    first = subprocess.run(
+        ["zstd", "-dc", str(DATA / "pw-decide-row-1.jsonl.zst")], capture_output=True, check=True
+    ).stdout.split(b"\n", 1)[0]
+    record: dict[str, Any] = json.loads(first)
+    return record
+
+
+def test_a_number_under_a_secret_named_member_is_redacted() -> None:
+    # Issue 15 item 13 ("password": 84736251): only strings were secrets whole; a number
+    # under a secret-named member of an accepted record was stored as it was.
+    record = _decide_line()
+    assert SANITIZING.gate_line(json.dumps(record).encode()).disposition is Disposition.ACCEPTED
+    record["meta"]["password"] = 84736251
+    record["meta"]["db"] = {"api_key": [1234567.5, True, None]}
+    outcome = SANITIZING.gate_line(json.dumps(record).encode())
+    assert outcome.disposition is Disposition.ACCEPTED
+    assert outcome.record is not None
+    meta = outcome.record["meta"]
+    assert meta["password"] == "[REDACTED_PII:API_KEY]"
+    assert meta["db"] == {"api_key": ["[REDACTED_PII:API_KEY]", True, None]}  # no secret in a bool
+    assert {(r.code, r.path) for r in outcome.reasons} == {
+        ("pii.redacted", "$.meta.*"),
+        ("pii.redacted", "$.meta.*.*.*"),
+    }
+
+
+def test_a_secret_number_the_schema_allows_no_tag_for_rejects_the_record() -> None:
+    # A score map keyed by a secret-looking name: the tag cannot stand in for the number,
+    # and a quarantined record is stored whole, so the record is rejected, raw withheld.
+    record = _decide_line()
+    record["labels"]["requests"][0]["scores"] = {"password": 3}
+    line = json.dumps(record).encode()
+    codes, kept = _raw_kept(line, None)
+    assert codes[0] == "pii.unredactable"
+    assert "pii.raw_withheld" in codes
+    assert not kept
