@@ -7,17 +7,26 @@ encoding, runs the CLI, and greps every output for them.
 from __future__ import annotations
 
 import json
+import os
+import random
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import CampaignConfig, SanitizeSettings
 from pipeline.gate import Gate
 from pipeline.reader import LineBatch
 from pipeline.reasons import Disposition
+from pipeline.sanitize.raw import readings
 from pipeline.schemas import SchemaRegistry, instance_parts
+from pipeline.synthetic import DEFECTS, defect_line, make_record, plant_pii, planted_secrets
 from tests.conftest import DATA
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -255,3 +264,223 @@ def test_a_secret_number_the_schema_allows_no_tag_for_rejects_the_record() -> No
     assert codes[0] == "pii.unredactable"
     assert "pii.raw_withheld" in codes
     assert not kept
+
+
+# -- end to end: secrets planted in every field type and encoding ------------------------
+
+_RUBRIC_CAMPAIGN = (DATA / "campaign-pairwise-rubric.toml").read_text("utf-8")
+
+
+def _planted_export(root: Path) -> tuple[dict[str, str], list[str]]:
+    """Inputs of three kinds with secrets in string fields, member names, numbers under
+    secret-named members, nested maps, map keys with dots, and rejected lines of every
+    defect class and encoding. Returns the inputs (path → kind) and every planted value."""
+    rng = random.Random(15)
+    planted: list[str] = []
+    pairwise: list[bytes] = []
+    for i in range(40):
+        record = make_record("pairwise-v2", rng, i)
+        if i % 2 == 0:
+            record, values = plant_pii(record, rng, i)
+            planted += values
+        pairwise.append(orjson.dumps(record))
+    pairwise.append(pairwise[0])  # an exact duplicate of a row holding secrets
+    conflict = orjson.loads(pairwise[2])  # same task id, another body: cross.idempotency_conflict
+    conflict["rationale"] += " Also ask ines.conflict.qwxz@mail-7.corp-example.de."
+    planted.append("ines.conflict.qwxz@mail-7.corp-example.de")
+    pairwise.append(orjson.dumps(conflict))
+    for n, defect in enumerate(sorted(DEFECTS)):  # every defect class, secrets inside
+        record, values = plant_pii(make_record("pairwise-v2", rng, 500 + n), rng, 500 + n)
+        planted += values
+        pairwise.append(defect_line(defect, record))
+    wide = planted_secrets(rng, 900)
+    planted += [wide["email"], wide["github"], wide["openai"], KEY, EMAIL]
+    base = make_record("pairwise-v2", rng, 900)
+    text = orjson.dumps({**base, "rationale": f"Write to {wide['email']} or {EMAIL}."}).decode()
+    pairwise += [
+        text.encode("utf-16-le"),
+        text.encode("utf-16"),
+        text.encode("utf-16-be"),
+        text.encode("utf-32"),
+        text.replace(EMAIL, "john.smith@corp-\xffmail.io").encode("latin-1", "ignore"),
+        text.replace(EMAIL, "john.smith@corp-\x00mail.io").encode(),
+        orjson.dumps({**base, "password": int(KEY)})[:-1] + b",}",  # a number, unparseable
+        orjson.dumps({**base, "api_key": int(KEY), "token": wide["github"]}),  # schema-invalid
+        # an address behind JSON escapes, in a line that does not parse
+        b'{"rationale": "' + wide["email"].replace("@", "\\u0040").encode() + b'",,}',
+    ]
+    math = []
+    math_secret = planted_secrets(rng, 901)
+    planted += [math_secret["email"], math_secret["aws"]]
+    record = make_record("math-reasoning-v1", rng, 901)
+    math.append(orjson.dumps({**record, "problem": f"Mail {math_secret['email']} the answer"}))
+    # rejected by a semantic rule (a blank step), a secret in another field
+    math.append(orjson.dumps({**record, "task_id": "math-777777", "derivation": [" "],
+                              "final_answer": f"key {math_secret['aws']}"}))  # fmt: skip
+    decide_secret = planted_secrets(rng, 902)
+    decide = make_record("pw-decide-row-1", rng, 902)
+    decide["meta"] = {
+        **decide["meta"],
+        "password": int(KEY) + 1,  # a number under a secret-named member
+        "db": {"credentials": {"token": decide_secret["github"], "port": 5432}},  # nested
+        decide_secret["email"]: "owner",  # a member name
+    }
+    planted += [str(int(KEY) + 1), decide_secret["github"], decide_secret["email"]]
+    guides = make_record("pw-decide-row-1", rng, 903)
+    # a map key with dots (an address), its value of the wrong type: schema.type
+    guides["labels"] = {**guides["labels"], "guides": {decide_secret["email"]: 7}}
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pairwise.jsonl").write_bytes(b"\n".join(pairwise) + b"\n")
+    (root / "math.jsonl").write_bytes(b"\n".join(math) + b"\n")
+    (root / "decide.jsonl").write_bytes(orjson.dumps(decide) + b"\n" + orjson.dumps(guides))
+    inputs = {"pairwise.jsonl": "pairwise-v2", "math.jsonl": "math-reasoning-v1",
+              "decide.jsonl": "pw-decide-row-1"}  # fmt: skip
+    return inputs, sorted(set(planted))
+
+
+def _campaign(root: Path, inputs: dict[str, str], sanitize: bool) -> Path:
+    """The pairwise rubric campaign (rubric.* and policy.* reasons) over the planted inputs."""
+    scoring = _RUBRIC_CAMPAIGN.partition("[rubrics.pins]")[2]
+    scoring = scoring.replace('"../rubrics/', f'"{(DATA.parent / "rubrics").as_posix()}/')
+    text = 'name = "planted"\n' + "".join(
+        f'[[inputs]]\npath = "{path}"\nkind = "{kind}"\n' for path, kind in inputs.items()
+    )
+    text += f"[sanitize]\nenabled = {str(sanitize).lower()}\n[rubrics.pins]{scoring}"
+    path = root / f"campaign-{sanitize}.toml"
+    path.write_text(text, "utf-8")
+    return path
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    """The real command line, so stdout and stderr are seen apart, as a user sees them."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        capture_output=True,
+        env={**os.environ, "COLUMNS": "250", "PYTHONPATH": str(Path(__file__).parents[1])},
+        check=False,
+    )
+    return (
+        done.returncode,
+        done.stdout.decode("utf-8", "replace"),
+        done.stderr.decode("utf-8", "replace"),
+    )
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """Every string in a decoded Parquet value; bytes (``_raw``) in every reading."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, bytes):
+        yield from readings(value)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from _texts(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _texts(v)
+    elif value is not None:
+        yield str(value)
+
+
+def _leaks(text: str, secrets: list[str]) -> list[str]:
+    return [s for s in secrets if s in text]
+
+
+@pytest.fixture(scope="module")
+def planted_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("planted-inputs")
+    inputs, planted = _planted_export(root)
+    runs: dict[str, Any] = {"planted": planted}
+    for sanitize in (False, True):
+        out = tmp_path_factory.mktemp(f"planted-out-{sanitize}") / "out"
+        config = _campaign(root, inputs, sanitize)
+        printed = [_cli("run", "--config", str(config), "--out", str(out))]
+        assert printed[0][0] == 0, printed[0]
+        printed.append(_cli("verify", str(out)))
+        assert printed[-1][0] == 0, printed[-1]
+        if sanitize:  # scan reads the policy whether sanitization is on or not
+            for path, kind in inputs.items():
+                printed.append(_cli("scan", str(root / path), "--kind", kind, "-c", str(config)))
+                assert printed[-1][0] == 0, printed[-1]
+            printed.append(_cli("scan", str(root / "pairwise.jsonl"), "--kind", "pairwise-v2",
+                                "-c", str(config), "--json"))  # fmt: skip
+            assert printed[-1][0] == 0, printed[-1]
+        runs[str(sanitize)] = (out, printed)
+    return runs
+
+
+def _reason_rows(out: Path) -> list[dict[str, str]]:
+    rows = []
+    for path in out.rglob("*.parquet"):
+        table = pq.read_table(path)
+        if "_reasons" in table.column_names:
+            rows += [r for reasons in table.column("_reasons").to_pylist() for r in reasons or []]
+    return rows
+
+
+@pytest.mark.parametrize("sanitize", [False, True])
+def test_reasons_manifest_report_and_terminal_never_carry_record_values(
+    planted_runs: dict[str, Any], sanitize: bool
+) -> None:
+    """Whether sanitization is on or off: no planted value in any reason (code, path,
+    detail) of any Parquet file, in manifest.json, in report.html, or in what `run`,
+    `verify` and `scan` print on stdout or stderr."""
+    out, printed = planted_runs[str(sanitize)]
+    planted = planted_runs["planted"]
+    reasons = _reason_rows(out)
+    codes = {r["code"] for r in reasons}
+    # the run exercised every family of reasons the promise covers
+    assert {"json.invalid_utf8", "json.syntax", "schema.type", "cross.idempotency_conflict",
+            "dedupe.exact", "semantic.math-reasoning-v1.non_blank_steps"} <= codes  # fmt: skip
+    assert any(c.startswith("rubric.") for c in codes)
+    assert any(c.startswith("policy.") for c in codes)
+    for reason in reasons:
+        text = f"{reason['code']} {reason['path']} {reason['detail']}"
+        assert not _leaks(text, planted), reason
+        assert " scored " not in text, reason  # rubric details quoted the row's score
+        assert ": found " not in text, reason  # and the gate's evidence
+    guide_paths = {r["path"] for r in reasons if r["path"].startswith("$.labels.guides")}
+    assert guide_paths == {"$.labels.guides.*"}  # a key with dots is one '*'
+    for name in ("manifest.json", "report.html"):
+        assert not _leaks((out / name).read_text("utf-8"), planted), name
+    for _, stdout, stderr in printed:
+        assert not _leaks(stdout, planted), stdout
+        assert not _leaks(stderr, planted), stderr
+
+
+def test_with_sanitization_on_no_output_carries_a_planted_secret(
+    planted_runs: dict[str, Any],
+) -> None:
+    """Sanitization on: every file's bytes, every decoded Parquet value of every column
+    (``_raw`` read in every encoding), the manifest, the report and the terminal."""
+    out, printed = planted_runs["True"]
+    secrets = planted_runs["planted"]
+    files = [p for p in out.rglob("*") if p.is_file()]
+    for path in files:
+        data = path.read_bytes()
+        assert not [s for s in secrets if s.encode() in data], path
+    rows = 0
+    for path in out.rglob("*.parquet"):
+        table = pq.read_table(path)
+        rows += table.num_rows
+        text = "\n".join(_texts(table.to_pylist()))
+        text += str(pq.ParquetFile(path).metadata.to_dict())
+        assert not _leaks(text, secrets), path
+    assert rows
+    rejected = pl.read_parquet(out / "rejected")
+    withheld = rejected.filter(pl.col("_raw").is_null())
+    assert withheld.height >= len(DEFECTS) + 8  # every defect class and every encoding
+    for _, stdout, stderr in printed:
+        assert not _leaks(stdout + stderr, secrets)
+
+
+def test_with_sanitization_off_rows_keep_their_values(planted_runs: dict[str, Any]) -> None:
+    """The promise is exact: without sanitization, accepted rows and rejected lines' raw
+    bytes carry what the input held (the run keeps data; only reasons, manifest, report
+    and terminal are value-free)."""
+    out, _ = planted_runs["False"]
+    accepted = "\n".join(_texts(pq.read_table(out / "accepted").to_pylist()))
+    raw = "\n".join(_texts(pl.read_parquet(out / "rejected")["_raw"].to_list()))
+    assert EMAIL in raw
+    assert _leaks(accepted, planted_runs["planted"])
