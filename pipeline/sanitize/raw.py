@@ -11,12 +11,14 @@ policy's ``rejected_raw`` rule decides:
 
   - the bytes decoded as UTF-8 with invalid bytes replaced (U+FFFD);
   - when the line holds an invalid byte or a NUL: the bytes with every NUL and every
-    invalid byte removed (an address split by ``\xff`` or ``\x00`` is whole again; so
+    invalid byte removed (an address split by ``\\xff`` or ``\\x00`` is whole again; so
     is ASCII text in UTF-16 or UTF-32, whose other bytes are NULs);
-  - when the line holds a NUL or starts with a UTF-16/UTF-32 byte-order mark: the bytes
-    decoded as UTF-16 and UTF-32 (both byte orders, every alignment, since splitting
-    on ``\n`` cuts a UTF-16 line one byte off), NULs dropped;
-  - each reading once more with JSON escapes decoded (``\u0040`` is '@').
+  - when the line holds a NUL or starts with a UTF-16 byte-order mark: the bytes
+    decoded as UTF-16, and when it holds two NULs in a row as UTF-32, each in the byte
+    order and alignment that reads the most ASCII (splitting on ``\\n`` starts every
+    UTF-16 line after the first one byte off; JSON punctuation is ASCII whatever the
+    text holds, so the right reading is the one with the most), NULs dropped;
+  - each reading once more with JSON escapes decoded (``\\u0040`` is '@').
 
   In each reading the text detectors run, and so does a member rule: every scalar
   (string or number, quoted or not) written after a secret-named member name
@@ -85,15 +87,28 @@ def _secret_values(value: Any, names: SecretNames) -> Iterator[str]:
             stack.extend((member, secret) for member in node)
 
 
-# A member name in quotes, a colon, and the scalar after it: a JSON string (escapes
+# After a member name (its closing quote): a colon and the scalar, a JSON string (escapes
 # allowed) or a bare run (a number, or an unquoted token in a line that is not JSON).
-_MEMBER: Final = re.compile(
-    r'"((?:[^"\\\n]|\\.){1,256}+)"[ \t\r\n]{0,64}+:[ \t\r\n]{0,64}+'
-    r'(?:"((?:[^"\\\n]|\\.){0,4096}+)"|([^\s,:{}\[\]"]{1,4096}+))'
+_VALUE: Final = re.compile(
+    rb'"[ \t\r\n]{0,64}+:[ \t\r\n]{0,64}+'
+    rb'(?:"((?:[^"\\\n]|\\.){0,4096}+)"|([^\s,:{}\[\]"]{1,4096}+))'
 )
 _NOT_SECRET: Final = frozenset({"true", "false", "null"})
-_BOMS: Final = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
-_WIDE: Final = (("utf-16-le", 2), ("utf-16-be", 2), ("utf-32-le", 4), ("utf-32-be", 4))
+_UTF16: Final = ("utf-16-le", "utf-16-be")
+_UTF32: Final = ("utf-32-le", "utf-32-be")
+
+
+def _widest(line: bytes, codecs: tuple[str, str], unit: int) -> str:
+    """``line`` decoded with the byte order and alignment (a UTF-16 line split on b"\\n"
+    starts one byte off) that reads the most ASCII: the JSON punctuation of a wide line
+    is ASCII whatever its text holds, the other readings are noise."""
+    best = ""
+    for codec in codecs:
+        for shift in range(unit):
+            text = line[shift:].decode(codec, "ignore").replace("\x00", "")
+            if len(text.encode("ascii", "ignore")) > len(best.encode("ascii", "ignore")):
+                best = text
+    return best.removeprefix("\ufeff")
 
 
 def readings(line: bytes) -> list[str]:
@@ -102,11 +117,10 @@ def readings(line: bytes) -> list[str]:
     nul = b"\x00" in line
     if nul or "\ufffd" in found[0]:
         found.append(line.replace(b"\x00", b"").decode("utf-8", "ignore"))
-    if nul or line.startswith(_BOMS):
-        for codec, unit in _WIDE:
-            for shift in range(unit):
-                text = line[shift:].decode(codec, "ignore").replace("\x00", "")
-                found.append(text.removeprefix("\ufeff"))
+    if nul or line.startswith((b"\xff\xfe", b"\xfe\xff")):
+        found.append(_widest(line, _UTF16, 2))
+    if b"\x00\x00" in line:  # UTF-32 (a BOM of its own holds two NULs)
+        found.append(_widest(line, _UTF32, 4))
     views = dict.fromkeys(found)
     for text in list(views):
         if "\\" in text:
@@ -115,14 +129,31 @@ def readings(line: bytes) -> list[str]:
 
 
 def _member_secrets(text: str, names: SecretNames) -> int:
-    """Scalars written after a secret-named member name, parsed or not."""
+    """Scalars written after a secret-named member name, parsed or not. A member name
+    can only be secret if it ends with the last word of a secret name (as in
+    :class:`~pipeline.sanitize.detectors.SecretNames`), so those words are found first,
+    in the UTF-8 bytes lower-cased (``bytes.lower`` keeps offsets), and the rest is
+    checked only there."""
+    data = text.encode("utf-8", "replace")
+    lower = data.lower()
     count = 0
-    for match in _MEMBER.finditer(text):
-        if not names.is_secret(match.group(1)):
-            continue
-        value = match.group(2) if match.group(2) is not None else match.group(3)
-        if value and value not in _NOT_SECRET and not is_placeholder(value):
-            count += 1
+    for trigger in names.triggers:
+        word = trigger + b'"'
+        end = lower.find(word)
+        while end >= 0:
+            end += len(trigger)
+            match = _VALUE.match(data, end)
+            opening = data.rfind(b'"', max(0, end - 256), end - len(trigger))
+            if (
+                match is not None
+                and opening >= 0
+                and names.is_secret(data[opening + 1 : end].decode("utf-8", "replace"))
+            ):
+                raw = match.group(1) if match.group(1) is not None else match.group(2)
+                value = raw.decode("utf-8", "replace")
+                if value and value not in _NOT_SECRET and not is_placeholder(value):
+                    count += 1
+            end = lower.find(word, end)
     return count
 
 
