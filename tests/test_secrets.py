@@ -11,7 +11,6 @@ import os
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,10 @@ from pipeline.config import CampaignConfig, SanitizeSettings
 from pipeline.gate import Gate
 from pipeline.reader import LineBatch
 from pipeline.reasons import Disposition
-from pipeline.sanitize.raw import readings
 from pipeline.schemas import SchemaRegistry, instance_parts
-from pipeline.synthetic import DEFECTS, defect_line, make_record, plant_pii, planted_secrets
+from pipeline.synthetic import DEFECTS, make_record, planted_secrets
 from tests.conftest import DATA
+from tests.secret_helpers import decoded_texts, planted_pairwise
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SANITIZING = Gate(CampaignConfig(sanitize=SanitizeSettings(enabled=True)))
@@ -276,23 +275,12 @@ def _planted_export(root: Path) -> tuple[dict[str, str], list[str]]:
     secret-named members, nested maps, map keys with dots, and rejected lines of every
     defect class and encoding. Returns the inputs (path → kind) and every planted value."""
     rng = random.Random(15)
-    planted: list[str] = []
-    pairwise: list[bytes] = []
-    for i in range(40):
-        record = make_record("pairwise-v2", rng, i)
-        if i % 2 == 0:
-            record, values = plant_pii(record, rng, i)
-            planted += values
-        pairwise.append(orjson.dumps(record))
+    pairwise, planted = planted_pairwise(rng, 40)  # and a line of every defect class
     pairwise.append(pairwise[0])  # an exact duplicate of a row holding secrets
     conflict = orjson.loads(pairwise[2])  # same task id, another body: cross.idempotency_conflict
     conflict["rationale"] += " Also ask ines.conflict.qwxz@mail-7.corp-example.de."
     planted.append("ines.conflict.qwxz@mail-7.corp-example.de")
     pairwise.append(orjson.dumps(conflict))
-    for n, defect in enumerate(sorted(DEFECTS)):  # every defect class, secrets inside
-        record, values = plant_pii(make_record("pairwise-v2", rng, 500 + n), rng, 500 + n)
-        planted += values
-        pairwise.append(defect_line(defect, record))
     wide = planted_secrets(rng, 900)
     planted += [wide["email"], wide["github"], wide["openai"], KEY, EMAIL]
     base = make_record("pairwise-v2", rng, 900)
@@ -364,23 +352,6 @@ def _cli(*args: str) -> tuple[int, str, str]:
         done.stdout.decode("utf-8", "replace"),
         done.stderr.decode("utf-8", "replace"),
     )
-
-
-def _texts(value: Any) -> Iterator[str]:
-    """Every string in a decoded Parquet value; bytes (``_raw``) in every reading."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, bytes):
-        yield from readings(value)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield str(k)
-            yield from _texts(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _texts(v)
-    elif value is not None:
-        yield str(value)
 
 
 def _leaks(text: str, secrets: list[str]) -> list[str]:
@@ -464,7 +435,7 @@ def test_with_sanitization_on_no_output_carries_a_planted_secret(
     for path in out.rglob("*.parquet"):
         table = pq.read_table(path)
         rows += table.num_rows
-        text = "\n".join(_texts(table.to_pylist()))
+        text = "\n".join(decoded_texts(table.to_pylist()))
         text += str(pq.ParquetFile(path).metadata.to_dict())
         assert not _leaks(text, secrets), path
     assert rows
@@ -480,7 +451,7 @@ def test_with_sanitization_off_rows_keep_their_values(planted_runs: dict[str, An
     bytes carry what the input held (the run keeps data; only reasons, manifest, report
     and terminal are value-free)."""
     out, _ = planted_runs["False"]
-    accepted = "\n".join(_texts(pq.read_table(out / "accepted").to_pylist()))
-    raw = "\n".join(_texts(pl.read_parquet(out / "rejected")["_raw"].to_list()))
+    accepted = "\n".join(decoded_texts(pq.read_table(out / "accepted").to_pylist()))
+    raw = "\n".join(decoded_texts(pl.read_parquet(out / "rejected")["_raw"].to_list()))
     assert EMAIL in raw
     assert _leaks(accepted, planted_runs["planted"])
