@@ -455,3 +455,35 @@ def test_with_sanitization_off_rows_keep_their_values(planted_runs: dict[str, An
     raw = "\n".join(decoded_texts(pl.read_parquet(out / "rejected")["_raw"].to_list()))
     assert EMAIL in raw
     assert _leaks(accepted, planted_runs["planted"])
+
+
+def test_only_a_refused_number_rejects_a_record(tmp_path: Path) -> None:
+    """A schema failure elsewhere (a redacted string under its minLength) stays a
+    quarantine; only a failure where a number became the tag rejects the record."""
+    from pipeline.sanitize import RecordSanitizer, load_policy
+    from pipeline.sanitize.policy import DEFAULT_POLICY
+    from pipeline.schemas import load_schema
+
+    path = tmp_path / "probe.schema.json"
+    path.write_text(
+        json.dumps(
+            {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "properties": {
+                    "owner": {"type": "string", "minLength": 21},
+                    "meta": {"type": "object"},
+                    "pins": {"type": "object", "additionalProperties": {"type": "integer"}},
+                },
+            }
+        )
+    )
+    sanitizer = RecordSanitizer(load_policy(DEFAULT_POLICY), "probe", load_schema(path, "probe"))
+    free = sanitizer.inspect({"owner": EMAIL, "meta": {"password": 84736251}})
+    assert free.record["meta"] == {"password": "[REDACTED_PII:API_KEY]"}
+    assert {(p.code, p.path) for p in free.problems} == {("pii.schema_invalid", "$.owner")}
+    assert free.quarantined
+    assert not free.rejected
+    typed = sanitizer.inspect({"pins": {"db_password": 84736251}})
+    assert {(p.code, p.path) for p in typed.problems} == {("pii.unredactable", "$.pins.*")}
+    assert typed.rejected

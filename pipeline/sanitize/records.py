@@ -344,9 +344,9 @@ class RecordSanitizer:
                     "redacted member names collide; later members dropped",
                 )
             )
-        numbers = any(segment.is_number for segment, _ in outcomes)
+        numbers = [safe_path(schema, list(s.parts)) for s, _ in outcomes if s.is_number]
         for error in self.entry.errors(record):
-            if numbers:
+            if any(_within(number, error.path) for number in numbers):
                 detail = "a secret-named member holds a number; the schema refuses the tag"
                 problems.add(Reason(PII_UNREDACTABLE, error.path, detail))
             else:
@@ -364,6 +364,11 @@ def _declared_names(schema: Any) -> Iterator[str]:
     elif isinstance(schema, list):
         for value in schema:
             yield from _declared_names(value)
+
+
+def _within(path: str, container: str) -> bool:
+    """Whether safe path ``path`` is ``container`` or lies inside it."""
+    return path == container or path.startswith((container + ".", container + "["))
 
 
 def _covered(selectors: tuple[FieldSelector, ...], parts: Path) -> bool:
