@@ -117,6 +117,7 @@ def test_plots_draw_dollar_signs_literally(monkeypatch: pytest.MonkeyPatch) -> N
         assert label in drawn, (label, drawn)
 
 
+@pytest.mark.slow
 def test_a_report_sliced_by_values_with_dollar_signs(tmp_path: Path) -> None:
     import polars as pl
     from typer.testing import CliRunner
@@ -390,6 +391,7 @@ def _reason_rows(out: Path) -> list[dict[str, str]]:
     return rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sanitize", [False, True])
 def test_reasons_manifest_report_and_terminal_never_carry_record_values(
     planted_runs: dict[str, Any], sanitize: bool
@@ -420,6 +422,7 @@ def test_reasons_manifest_report_and_terminal_never_carry_record_values(
         assert not _leaks(stderr, planted), stderr
 
 
+@pytest.mark.slow
 def test_with_sanitization_on_no_output_carries_a_planted_secret(
     planted_runs: dict[str, Any],
 ) -> None:
@@ -446,6 +449,7 @@ def test_with_sanitization_on_no_output_carries_a_planted_secret(
         assert not _leaks(stdout + stderr, secrets)
 
 
+@pytest.mark.slow
 def test_with_sanitization_off_rows_keep_their_values(planted_runs: dict[str, Any]) -> None:
     """The promise is exact: without sanitization, accepted rows and rejected lines' raw
     bytes carry what the input held (the run keeps data; only reasons, manifest, report
