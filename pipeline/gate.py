@@ -330,6 +330,9 @@ class Gate:
         if cleaned is None:
             return record, disposition, reasons
         reasons = (*reasons, *cleaned.reasons())
+        if cleaned.rejected:
+            # a secret the record cannot be stored without: rejected, raw bytes screened
+            return cleaned.record, Disposition.REJECTED, reasons
         if cleaned.quarantined and disposition is Disposition.ACCEPTED:
             disposition = Disposition.QUARANTINED
         if cleaned.record is not record:

@@ -79,6 +79,9 @@ PII_KEY_COLLISION: Final = "pii.key_collision"  # two redacted member names coll
 PII_UNSTABLE: Final = "pii.unstable"  # redaction did not reach a fixpoint
 PII_RAW_WITHHELD: Final = "pii.raw_withheld"  # a rejected line's raw bytes were not kept
 PII_RULES_BROKEN: Final = "pii.rules_broken"  # a semantic rule fails only after redaction
+#: a secret-named member holds a number and the schema refuses the redaction tag in its
+#: place: the record cannot be stored without the secret, so it is rejected (raw withheld)
+PII_UNREDACTABLE: Final = "pii.unredactable"
 #: Codes that send a record to quarantine (a person looks at it).
 PII_QUARANTINE_CODES: Final = frozenset(
     {

@@ -356,15 +356,14 @@ class SchemaEntry:
             errors = [exc]
         else:
             return []
-        reasons = {_safe_reason(self.schema, err) for err in errors}
+        reasons = {_safe_reason(self.schema, record, err) for err in errors}
         return sorted(reasons, key=lambda r: (r.path, r.code, r.detail))
 
 
-def _safe_reason(schema: dict[str, Any], error: Any) -> Reason:
+def _safe_reason(schema: dict[str, Any], record: Any, error: Any) -> Reason:
     """Path + keyword + a schema-derived detail; never the offending value or its keys."""
     keyword = str(error.rule or "invalid")
-    parts = list(error.path)[1:]  # drop the leading "data"
-    path = _safe_path(schema, parts)
+    path = _safe_path(schema, instance_parts(record, str(error.name or "data")))
     definition = error.rule_definition
     if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                    "minLength", "maxLength", "minItems", "maxItems", "multipleOf",
@@ -383,6 +382,54 @@ def _short(value: Any, limit: int = 120) -> str:
 
     text = orjson.dumps(value).decode() if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_INDEX: Final = re.compile(r"\[(\d+)\]")
+
+
+def instance_parts(record: Any, name: str) -> list[str | int]:
+    """The members and indices of ``record`` that fastjsonschema's error ``name`` names.
+
+    fastjsonschema writes a path as text (``data.labels.guides.a.b[0]``) and splits it on
+    ``.``, ``[`` and ``]``, so a map key holding those characters became several parts and
+    ``$.labels.guides.*.*.*`` revealed the key's shape. The text is read back against the
+    record instead: at an object, the member is a key of that object the text continues
+    with (the key up to the next delimiter first, then longer ones); at an array, an
+    index. Where no reading reaches the end (it always should), the path stops at the
+    deepest container that was resolved.
+    """
+    rest = name[4:] if name.startswith("data") else name
+    failed: set[tuple[int, int]] = set()
+    best: list[str | int] = []
+
+    def walk(node: Any, at: int, parts: list[str | int]) -> list[str | int] | None:
+        nonlocal best
+        if at == len(rest):
+            return parts
+        if len(parts) > len(best):
+            best = list(parts)
+        if (id(node), at) in failed:
+            return None
+        found: list[str | int] | None = None
+        if rest[at] == "[" and isinstance(node, list):
+            index = _INDEX.match(rest, at)
+            if index is not None and int(index.group(1)) < len(node):
+                i = int(index.group(1))
+                found = walk(node[i], index.end(), [*parts, i])
+        elif rest[at] == "." and isinstance(node, dict):
+            start = at + 1
+            ends = [i for i in range(start, len(rest)) if rest[i] in ".["] + [len(rest)]
+            for end in ends:
+                key = rest[start:end]
+                if key in node:
+                    found = walk(node[key], end, [*parts, key])
+                    if found is not None:
+                        break
+        if found is None:
+            failed.add((id(node), at))
+        return found
+
+    return walk(record, 0, []) or best
 
 
 def _safe_path(schema: Any, parts: list[Any]) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,11 @@ from pipeline.sanitize.policy import DEFAULT_POLICY
 from pipeline.schemas import SchemaRegistry
 from pipeline.synthetic import (
     DEFECTS,
-    defect_line,
     make_record,
-    plant_pii,
     planted_secrets,
 )
 from pipeline.verify import verify_run
+from tests.secret_helpers import decoded_texts, planted_pairwise
 
 runner = CliRunner()
 
@@ -45,18 +43,7 @@ def _sample(root: Path) -> tuple[Path, list[str]]:
     them: free text, code, evidence quotes, free-form maps, member names, schema-invalid
     and unparseable lines (also hidden behind JSON escapes)."""
     rng = random.Random(2024)
-    secrets: list[str] = []
-    pairwise: list[bytes] = []
-    for i in range(120):
-        record = make_record("pairwise-v2", rng, i)
-        if i % 2 == 0:
-            record, planted = plant_pii(record, rng, i)
-            secrets += planted
-        pairwise.append(orjson.dumps(record))
-    for n, defect in enumerate(sorted(DEFECTS)):  # every rejection class, with secrets in
-        record, planted = plant_pii(make_record("pairwise-v2", rng, 500 + n), rng, 500 + n)
-        secrets += planted
-        pairwise.append(defect_line(defect, record))
+    pairwise, secrets = planted_pairwise(rng, 120)  # and every rejection class, secrets in
     extra = planted_secrets(rng, 900)
     secrets += [extra["email"], extra["phone"].replace("+1 ", "").replace("-", ""), extra["aws"]]
     example = make_record("pairwise-v2", rng, 901)
@@ -149,20 +136,6 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return _sample(tmp_path_factory.mktemp("pii"))
 
 
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, bytes):
-        yield value.decode("utf-8", "replace")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield str(k)
-            yield from _strings(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _strings(v)
-
-
 def _assert_no_secret(out: Path, secrets: list[str], printed: str) -> int:
     files = [p for p in out.rglob("*") if p.is_file()]
     assert files
@@ -173,7 +146,7 @@ def _assert_no_secret(out: Path, secrets: list[str], printed: str) -> int:
     decoded = 0
     for path in out.rglob("*.parquet"):
         table = pq.read_table(path)
-        text = "\n".join(_strings(table.to_pylist()))
+        text = "\n".join(decoded_texts(table.to_pylist()))
         text += str(pq.ParquetFile(path).metadata.to_dict())  # statistics, key-value meta
         for secret in secrets:
             assert secret not in text, (path.name, "decoded values")

@@ -4,14 +4,22 @@ Figures are built without pyplot (no global figure registry, nothing to close, s
 worker threads) and rendered by the Agg canvas. PNGs carry no ``Software`` metadata,
 so the same numbers give the same bytes. Inputs are plain arrays and lists: the plots
 know nothing of how the numbers were computed.
+
+Every string is drawn as written: titles, labels and legends hold user data (``--by``
+slice values such as ``$5-$10 plan``), and matplotlib would otherwise read text between
+two ``$`` as a mathtext formula (``$\\frac{`` even raises). Each function here builds and
+renders under :func:`literal_text`, which turns mathtext and TeX off; tick labels are
+created lazily at draw time, so rendering needs it as much as building.
 """
 
 from __future__ import annotations
 
+import functools
 import io
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Final, ParamSpec, TypeVar
 
+import matplotlib
 import numpy as np
 import numpy.typing as npt
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -22,6 +30,7 @@ __all__ = [
     "bar_figure",
     "figure_png",
     "forest_figure",
+    "literal_text",
     "operating_points_figure",
     "reliability_figure",
     "risk_coverage_figure",
@@ -34,7 +43,23 @@ _DPI: Final = 100
 FloatArray = npt.NDArray[np.float64]
 Numbers = Sequence[float | None] | FloatArray
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
+
+def literal_text(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run ``function`` with every string drawn literally (see the module docstring)."""
+
+    @functools.wraps(function)
+    def literal(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        # text is text: no mathtext between "$" signs, no TeX
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+            return function(*args, **kwargs)
+
+    return literal
+
+
+@literal_text
 def figure_png(figure: Figure) -> bytes:
     """Render ``figure`` to PNG bytes with the Agg backend.
 
@@ -53,6 +78,7 @@ def _array(values: Numbers) -> FloatArray:
     return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
+@literal_text
 def reliability_figure(
     title: str,
     lower: Numbers,
@@ -114,6 +140,7 @@ def _thin(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
     return x[keep], y[keep]
 
 
+@literal_text
 def risk_coverage_figure(
     title: str,
     curves: Sequence[tuple[str, Numbers, Numbers]],
@@ -155,6 +182,7 @@ def risk_coverage_figure(
     return figure
 
 
+@literal_text
 def forest_figure(
     labels: Sequence[str],
     panels: Sequence[tuple[str, Numbers, Numbers, Numbers]],
@@ -188,6 +216,7 @@ def forest_figure(
     return figure
 
 
+@literal_text
 def operating_points_figure(
     labels: Sequence[str],
     coverage: Numbers,
@@ -232,6 +261,7 @@ def operating_points_figure(
     return figure
 
 
+@literal_text
 def bar_figure(title: str, labels: Sequence[str], values: Sequence[float], xlabel: str) -> Figure:
     """Horizontal bars, the first label on top.
 

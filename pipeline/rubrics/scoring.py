@@ -21,7 +21,10 @@ failure". Per row, all in polars expressions:
   ``not_met`` below it, ``unknown`` when there is no score.
 
 Each failing or unknown verdict adds a ``rubric.*`` reason; whether that keeps the row out
-is the decision policy's call (:mod:`pipeline.policy`).
+is the decision policy's call (:mod:`pipeline.policy`). A reason's detail names the
+criterion or gate and the rubric's bound, never the row's score or evidence (a record's
+values may be secrets, and details reach ``report.html``): the numbers are in the
+``_criterion_*_score``, ``_gate_*_value`` and ``_weighted_score`` columns.
 """
 
 from __future__ import annotations
@@ -118,9 +121,12 @@ class _Reason:
     detail: pl.Expr
 
 
-def _reason(when: pl.Expr, code: str, path: str, detail: pl.Expr | str) -> _Reason:
-    text = detail if isinstance(detail, pl.Expr) else pl.lit(detail)
-    return _Reason(code, path, pl.when(when).then(text).otherwise(pl.lit(None, pl.String)))
+def _reason(when: pl.Expr, code: str, path: str, detail: str) -> _Reason:
+    """A reason firing where ``when`` holds. The detail is a constant of the rubric, never
+    an expression over the row: no record value can reach it."""
+    return _Reason(
+        code, path, pl.when(when).then(pl.lit(detail, pl.String)).otherwise(pl.lit(None, pl.String))
+    )
 
 
 def _reason_lists(frame: pl.DataFrame, reasons: list[_Reason]) -> pl.Series:
@@ -199,13 +205,12 @@ def score_frame(
             value.alias(gate_value_column(gate.name)),
         ]
         path = paths.get(gate.name, "")
-        found = pl.lit(gate.name + ": found ") + value.cast(pl.String)
         reasons += [
             _reason(
                 state == State.NOT_MET.value,
                 GATE_NOT_MET,
                 path,
-                pl.concat_str(found, pl.lit("; " + gate.describe())),
+                f"{gate.name}: not met; {gate.describe()}",
             ),
             _reason(
                 state == State.UNKNOWN.value,
@@ -261,12 +266,7 @@ def score_frame(
                 state == State.NOT_MET.value,
                 BELOW_MINIMUM,
                 path,
-                pl.format(
-                    "{}: scored {} below the minimum {}",
-                    pl.lit(criterion.id),
-                    score,
-                    pl.lit(_number(criterion.minimum_score)),
-                ),
+                f"{criterion.id}: below the minimum {_number(criterion.minimum_score)}",
             ),
             _reason(
                 applies.is_null(), CRITERION_UNKNOWN, path, f"{criterion.id}: applicability unknown"
@@ -307,11 +307,7 @@ def score_frame(
             weighted_state == State.NOT_MET.value,
             BELOW_ACCEPTANCE,
             "",
-            pl.format(
-                "weighted score {} below the acceptance score {}",
-                weighted.round(4),
-                pl.lit(_number(acceptance)),
-            ),
+            f"weighted score below the acceptance score {_number(acceptance)}",
         )
     )
     columns += [weighted.alias(WEIGHTED_SCORE), weighted_state.alias(WEIGHTED_STATE)]

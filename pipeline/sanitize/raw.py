@@ -5,9 +5,27 @@ Those bytes never went through field-aware redaction (the line may not even be J
 so with sanitization on they would carry every secret straight into the output. The
 policy's ``rejected_raw`` rule decides:
 
-* ``withhold_if_found`` (default): the line's text is scanned as text, once as written
-  and once with JSON escapes decoded (``\\u0040`` is '@'), plus, when it parses as
-  JSON at all, the values of secret-named members. If anything is found (authorised
+* ``withhold_if_found`` (default): the line is screened as text in every reading a
+  person or a tool could recover a secret from, since a rejected line is often not
+  valid UTF-8, or not JSON at all:
+
+  - the bytes decoded as UTF-8 with invalid bytes replaced (U+FFFD);
+  - when the line holds an invalid byte or a NUL: the bytes with every NUL and every
+    invalid byte removed (an address split by ``\\xff`` or ``\\x00`` is whole again; so
+    is ASCII text in UTF-16 or UTF-32, whose other bytes are NULs);
+  - when the line holds a NUL or starts with a UTF-16 byte-order mark: the bytes
+    decoded as UTF-16, and when it holds two NULs in a row as UTF-32, each in the byte
+    order and alignment that reads the most ASCII (splitting on ``\\n`` starts every
+    UTF-16 line after the first one byte off; JSON punctuation is ASCII whatever the
+    text holds, so the right reading is the one with the most), NULs dropped;
+  - each reading once more with JSON escapes decoded (``\\u0040`` is '@').
+
+  In each reading the text detectors run, and so does a member rule: every scalar
+  (string or number, quoted or not) written after a secret-named member name
+  (``"password": 84736251``) is a secret, whether or not the line parses. A reading
+  that parses as JSON also gives every string and number at any depth under a
+  secret-named member. Booleans and nulls hold no secret; placeholders (``***``,
+  ``${TOKEN}``, a redaction tag) are none either. If anything is found (authorised
   exceptions that hold everywhere still apply), ``_raw`` is null and the row gets
   ``pii.raw_withheld`` with category counts; otherwise ``_raw`` is kept.
 * ``withhold``: ``_raw`` is null for every rejected line.
@@ -31,7 +49,7 @@ from pipeline.sanitize.categories import Category, count_detail
 from pipeline.sanitize.detectors import SecretNames, TextScanner, is_placeholder
 from pipeline.sanitize.policy import AuthorisedException, SanitizePolicy
 
-__all__ = ["RawScreen"]
+__all__ = ["RawScreen", "readings"]
 
 _ESCAPE: Final = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([\"\\/bfnrt]))")
 _SIMPLE: Final = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -49,20 +67,94 @@ def _unescape(text: str) -> str:
 
 
 def _secret_values(value: Any, names: SecretNames) -> Iterator[str]:
-    """The strings held under a secret-named key, at any depth (iterative: a rejected
-    line may nest as deep as orjson reads, 1024 levels)."""
+    """The strings and numbers held under a secret-named key, at any depth (iterative: a
+    rejected line may nest as deep as orjson reads, 1024 levels)."""
     stack: list[tuple[Any, bool]] = [(value, False)]
     while stack:
         node, secret = stack.pop()
-        if isinstance(node, str):
+        kind = type(node)
+        if kind is str:
             if secret:
                 yield node
-        elif isinstance(node, dict):
+        elif kind is int or kind is float:
+            if secret:
+                yield repr(node)
+        elif kind is dict:
             stack.extend(
                 (member, secret or names.is_secret(str(key))) for key, member in node.items()
             )
-        elif isinstance(node, list):
+        elif kind is list:
             stack.extend((member, secret) for member in node)
+
+
+# After a member name (its closing quote): a colon and the scalar, a JSON string (escapes
+# allowed) or a bare run (a number, or an unquoted token in a line that is not JSON).
+_VALUE: Final = re.compile(
+    rb'"[ \t\r\n]{0,64}+:[ \t\r\n]{0,64}+'
+    rb'(?:"((?:[^"\\\n]|\\.){0,4096}+)"|([^\s,:{}\[\]"]{1,4096}+))'
+)
+_NOT_SECRET: Final = frozenset({"true", "false", "null"})
+_UTF16: Final = ("utf-16-le", "utf-16-be")
+_UTF32: Final = ("utf-32-le", "utf-32-be")
+
+
+def _widest(line: bytes, codecs: tuple[str, str], unit: int) -> str:
+    """``line`` decoded with the byte order and alignment (a UTF-16 line split on b"\\n"
+    starts one byte off) that reads the most ASCII: the JSON punctuation of a wide line
+    is ASCII whatever its text holds, the other readings are noise."""
+    best = ""
+    for codec in codecs:
+        for shift in range(unit):
+            text = line[shift:].decode(codec, "ignore").replace("\x00", "")
+            if len(text.encode("ascii", "ignore")) > len(best.encode("ascii", "ignore")):
+                best = text
+    return best.removeprefix("\ufeff")
+
+
+def readings(line: bytes) -> list[str]:
+    """Every text a secret in ``line`` could be read from (see the module docstring)."""
+    found = [line.decode("utf-8", "replace")]
+    nul = b"\x00" in line
+    if nul or "\ufffd" in found[0]:
+        found.append(line.replace(b"\x00", b"").decode("utf-8", "ignore"))
+    if nul or line.startswith((b"\xff\xfe", b"\xfe\xff")):
+        found.append(_widest(line, _UTF16, 2))
+    if b"\x00\x00" in line:  # UTF-32 (a BOM of its own holds two NULs)
+        found.append(_widest(line, _UTF32, 4))
+    views = dict.fromkeys(found)
+    for text in list(views):
+        if "\\" in text:
+            views.setdefault(_unescape(text))
+    return list(views)
+
+
+def _member_secrets(text: str, names: SecretNames) -> int:
+    """Scalars written after a secret-named member name, parsed or not. A member name
+    can only be secret if it ends with the last word of a secret name (as in
+    :class:`~pipeline.sanitize.detectors.SecretNames`), so those words are found first,
+    in the UTF-8 bytes lower-cased (``bytes.lower`` keeps offsets), and the rest is
+    checked only there."""
+    data = text.encode("utf-8", "replace")
+    lower = data.lower()
+    count = 0
+    for trigger in names.triggers:
+        word = trigger + b'"'
+        end = lower.find(word)
+        while end >= 0:
+            end += len(trigger)
+            match = _VALUE.match(data, end)
+            opening = data.rfind(b'"', max(0, end - 256), end - len(trigger))
+            if (
+                match is not None
+                and opening >= 0
+                and names.is_secret(data[opening + 1 : end].decode("utf-8", "replace"))
+            ):
+                raw = match.group(1) if match.group(1) is not None else match.group(2)
+                value = raw.decode("utf-8", "replace")
+                if value and value not in _NOT_SECRET and not is_placeholder(value):
+                    count += 1
+            end = lower.find(word, end)
+    return count
 
 
 class RawScreen:
@@ -80,27 +172,28 @@ class RawScreen:
         )
 
     def findings(self, line: bytes) -> Counter[Category]:
-        """Categories found anywhere in the line (the larger count of the two views)."""
-        text = line.decode("utf-8", "replace")
-        views = [text, _unescape(text)] if "\\" in text else [text]
+        """Categories found anywhere in the line (per category, the largest count any
+        one reading gives)."""
         found: Counter[Category] = Counter()
-        for view in views:
+        secrets = Category.API_KEY in self.scanner.categories
+        for view in readings(line):
             counts = Counter(
                 d.category
                 for d in self.scanner.scan(view)
                 if not any(e.allows(d.category, view[d.start : d.end]) for e in self.exceptions)
             )
-            found |= counts
-        if Category.API_KEY in self.scanner.categories:
-            try:
-                parsed = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                parsed = None
-            secrets = sum(
-                1 for v in _secret_values(parsed, self.names) if v and not is_placeholder(v)
-            )
             if secrets:
-                found[Category.API_KEY] = max(found[Category.API_KEY], secrets)
+                members = _member_secrets(view, self.names)
+                try:
+                    parsed = orjson.loads(view)
+                except orjson.JSONDecodeError:
+                    parsed = None
+                nested = sum(
+                    1 for v in _secret_values(parsed, self.names) if v and not is_placeholder(v)
+                )
+                if members or nested:
+                    counts[Category.API_KEY] = max(counts[Category.API_KEY], members, nested)
+            found |= counts
         return found
 
     def reason(self, line: bytes) -> Reason | None:

@@ -8,12 +8,17 @@ scanned strings of a record are joined and scanned in one pass (see
 :mod:`pipeline.sanitize.detectors`), and only strings with a detection are redacted,
 each to its fixpoint (:mod:`pipeline.sanitize.redaction`).
 
-Redaction preserves the record's shape and JSON types: only string values and member
-names change, so the record still maps onto the kind's Arrow layout. Afterwards:
-code fields must still parse, evidence fields must be untouched, and the schema is
-re-run on the redacted record; any failure, an uncertain detection, a member-name
-collision or an unstable string sends the record to quarantine with ``pii.*``
-reasons. Outputs carry safe paths and category counts only.
+A number under a secret-named member (``"password": 84736251``) is a secret too: it
+becomes the category tag, a string. Every other redaction preserves the record's shape
+and JSON types: only string values and member names change, so the record still maps
+onto the kind's Arrow layout. Afterwards: code fields must still parse, evidence fields
+must be untouched, and the schema is re-run on the redacted record; any failure, an
+uncertain detection, a member-name collision or an unstable string sends the record to
+quarantine with ``pii.*`` reasons. A redacted number the schema refuses as a tag cannot
+be stored without the secret (a quarantined record is stored whole): the record is
+rejected with ``pii.unredactable`` instead, and its raw bytes are withheld like any
+rejected line's holding a secret. Booleans and nulls hold no secret and stay. Outputs
+carry safe paths and category counts only.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pipeline.reasons import (
     PII_REDACTED,
     PII_SCHEMA_INVALID,
     PII_UNCERTAIN,
+    PII_UNREDACTABLE,
     PII_UNSTABLE,
     Reason,
 )
@@ -74,6 +80,11 @@ class SanitizedRecord:
     def quarantined(self) -> bool:
         return any(p.code in PII_QUARANTINE_CODES for p in self.problems)
 
+    @property
+    def rejected(self) -> bool:
+        """The record cannot be stored without a secret (``pii.unredactable``)."""
+        return any(p.code == PII_UNREDACTABLE for p in self.problems)
+
     def reasons(self) -> tuple[Reason, ...]:
         """Quarantine reasons first, then one ``pii.redacted`` per field path."""
         by_path: dict[str, Counter[Category]] = {}
@@ -89,6 +100,7 @@ class _Segment:
     text: str
     is_key: bool
     secret: Category | None  # the whole value is a secret of this category
+    is_number: bool = False  # a number under a secret-named member (text: its JSON form)
 
 
 _AUTHORIZATION: Final = ("authorization", "_authorization")
@@ -149,6 +161,8 @@ class RecordSanitizer:
                         out.append(_Segment(path, value, False, inner))
                 elif value_kind is dict or value_kind is list:
                     self._collect_whole(value, path, inner, out)
+                elif inner is not None and (value_kind is int or value_kind is float):
+                    out.append(_Segment(path, repr(value), False, inner, True))
         elif kind is list:
             for i, value in enumerate(node):
                 value_kind = type(value)
@@ -157,6 +171,10 @@ class RecordSanitizer:
                         out.append(_Segment((*parts, i), value, False, secret))
                 elif value_kind is dict or value_kind is list:
                     self._collect_whole(value, (*parts, i), secret, out)
+                elif secret is not None and (value_kind is int or value_kind is float):
+                    out.append(_Segment((*parts, i), repr(value), False, secret, True))
+        elif secret is not None and (kind is int or kind is float):
+            out.append(_Segment(parts, repr(node), False, secret, True))
 
     def _collect(
         self,
@@ -326,8 +344,13 @@ class RecordSanitizer:
                     "redacted member names collide; later members dropped",
                 )
             )
+        numbers = [safe_path(schema, list(s.parts)) for s, _ in outcomes if s.is_number]
         for error in self.entry.errors(record):
-            problems.add(Reason(PII_SCHEMA_INVALID, error.path, error.detail or error.code))
+            if any(_within(number, error.path) for number in numbers):
+                detail = "a secret-named member holds a number; the schema refuses the tag"
+                problems.add(Reason(PII_UNREDACTABLE, error.path, detail))
+            else:
+                problems.add(Reason(PII_SCHEMA_INVALID, error.path, error.detail or error.code))
         return sorted(problems, key=lambda r: (r.code, r.path, r.detail))
 
 
@@ -341,6 +364,11 @@ def _declared_names(schema: Any) -> Iterator[str]:
     elif isinstance(schema, list):
         for value in schema:
             yield from _declared_names(value)
+
+
+def _within(path: str, container: str) -> bool:
+    """Whether safe path ``path`` is ``container`` or lies inside it."""
+    return path == container or path.startswith((container + ".", container + "["))
 
 
 def _covered(selectors: tuple[FieldSelector, ...], parts: Path) -> bool:

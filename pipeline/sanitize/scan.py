@@ -44,6 +44,9 @@ class ScanReport:
     quarantined: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: rejected lines whose raw bytes would be withheld
     raw_withheld: int = 0
+    #: kind → records that would be rejected (``pii.unredactable``: a secret number the
+    #: schema allows no tag in place of)
+    unredactable: Counter[str] = field(default_factory=Counter)
     policy: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -64,6 +67,7 @@ class ScanReport:
                 for (k, c), n in sorted(self.quarantined.items())
             ],
             "rejected_raw_withheld": self.raw_withheld,
+            "rejected_unredactable": dict(sorted(self.unredactable.items())),
             "policy": self.policy,
         }
 
@@ -102,6 +106,9 @@ def scan_inputs(config: CampaignConfig) -> ScanReport:
                     report.allowed[(outcome.kind, _INDEX.sub("[*]", path), category.value)] += n
                 if result.redacted:
                     report.records[outcome.kind] += 1
+                if result.rejected:
+                    report.unredactable[outcome.kind] += 1
+                    continue
                 for code in sorted({p.code for p in result.problems}):
                     report.quarantined[(outcome.kind, code)] += 1
     return report

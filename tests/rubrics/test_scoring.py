@@ -28,7 +28,7 @@ ALL_GATES_PASS = {
 }
 
 
-def _row(ratings: dict[str, int], gates: dict[str, Any]) -> dict[str, Any]:
+def _row(ratings: dict[str, float], gates: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {f"criterion:{k}": float(v) for k, v in ratings.items()}
     row.update({f"gate:{k}": v for k, v in gates.items()})
     return row
@@ -83,7 +83,7 @@ def test_a_row_failing_a_minimum_with_a_high_weighted_score() -> None:
     assert row["_criterion_readability_state"] == "not_met"
     assert row["_criterion_correctness_state"] == "met"
     assert [r["code"] for r in row["_reasons_add"]] == ["rubric.below_minimum"]
-    assert row["_reasons_add"][0]["detail"] == "readability: scored 2.0 below the minimum 3"
+    assert row["_reasons_add"][0]["detail"] == "readability: below the minimum 3"
     assert (row["_decision"], row["_policy_trace"]) == ("rework", ["criterion-below-minimum"])
 
 
@@ -101,10 +101,30 @@ def test_a_row_failing_a_gate_with_perfect_ratings() -> None:
     row = _scored(_row(PERFECT, too_complex)).row(0, named=True)
     assert row["_gate_max_cyclomatic_complexity_per_function"] == "not_met"
     assert row["_reasons_add"][0]["detail"] == (
-        "max_cyclomatic_complexity_per_function: found 11.0; "
+        "max_cyclomatic_complexity_per_function: not met; "
         "max_cyclomatic_complexity_per_function must be at most 10"
     )
     assert row["_decision"] == "reject"
+
+
+def test_reason_details_never_quote_a_rows_scores_or_evidence() -> None:
+    # Issue 15 item 17: details reach report.html; a row's numbers (possibly record values)
+    # stay in the score columns. 0.45·1.37 + … is below the minimum, the gate evidence
+    # 12.75 fails, and a second row's weighted score 3.8125 is below the acceptance score.
+    failing = _row({**PERFECT, "correctness": 1.37}, ALL_GATES_PASS)
+    complex_ = _row(PERFECT, {**ALL_GATES_PASS, "max_cyclomatic_complexity_per_function": 12.75})
+    weak = _row({"correctness": 4, "instruction_adherence": 4, "reasoning_evidence": 3,
+                 "readability": 3.125}, ALL_GATES_PASS)  # fmt: skip
+    frame = _scored(failing, complex_, weak)
+    details = [r["detail"] for reasons in frame["_reasons_add"] for r in reasons]
+    codes = [r["code"] for reasons in frame["_reasons_add"] for r in reasons]
+    assert "rubric.below_minimum" in codes
+    assert "rubric.gate_not_met" in codes
+    assert "rubric.below_acceptance" in codes
+    assert frame["_weighted_score"][2] < 4.0
+    quoted = ("1.37", "12.75", "3.125", str(round(frame["_weighted_score"][2], 4))[:4])
+    assert not [d for d in details for q in quoted if q in d], details
+    assert "correctness: below the minimum 4" in details
 
 
 def test_a_row_with_an_unknown_gate() -> None:
