@@ -6,10 +6,14 @@ Exit codes (also in the README):
 == =================================================================
 0  success (``run``: the run completed, whatever the dispositions)
 1  ``verify`` found a mismatch; ``rubrics check`` found an invalid file
-2  usage or config error (bad flag, unknown config key, bad value)
-3  input error: missing input, unknown kind, refused or mismatched schema, rubric
-   or policy; a malformed rubric tree or grades file
-4  the run failed (a worker died, disk error); nothing was written
+2  usage or config error (bad flag, unknown config key, bad value); an OUT that is,
+   holds or lies inside an input or the config; ``--force`` on a path rowgate did not write
+3  input error: missing input, unknown kind, corrupt or over-expanding compressed
+   stream, refused or mismatched schema, rubric or policy; a malformed rubric tree or
+   grades file; a scoring binding that fails on a row's value
+4  the command failed (a worker died, OUT exists without ``--force`` or is held by
+   another command, disk error, an internal error); nothing was written
+130  interrupted by Ctrl-C; 143 by SIGTERM (workers stopped, temporary files removed)
 == =================================================================
 """
 
