@@ -11,11 +11,13 @@ phase. After every fault:
 * the input files are unchanged.
 
 Faults land at a known moment, not after a guessed delay: this module, run as a script
-(``python -m tests.test_fault_injection drive ...``), runs the campaign through the library
-with a :class:`~pipeline.run.RunObserver` whose hooks fire the fault: at the gate, on the
-first progress report (workers are gating); at the global and write phases, when the phase
-starts. Every process the run starts inherits a marker in its environment, which is how
-leftovers are found after the parent is gone.
+(``python -m tests.test_fault_injection drive ...``), runs the real ``rowgate run --force``
+with hooks added to the :class:`~pipeline.run.RunObserver` it gives the run, which fire
+the fault: at the gate, on the first progress report (workers are gating); at the global
+and write phases, when the phase starts; inside the replace, right before each change the
+publish makes beside OUT (seen through ``sys.addaudithook``). Every process the run starts
+inherits a marker in its environment, which is how leftovers are found after the parent
+is gone. A fault that found no worker to kill, or never fired, fails the test.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ For every input the target asserts:
 
 Run it (atheris, coverage-guided; libFuzzer flags pass through)::
 
-    python -m tests.fuzz.gate_target CORPUS_DIR SEED_DIR -max_len=65536
-    python -m tests.fuzz.gate_target path/to/crash-<sha1>   # replay one finding
+    python -m tests.fuzz.gate_target CORPUS_DIR SEED_DIR -dict=tests/fuzz/json.dict \\
+        -max_len=65536 -timeout=60 -max_total_time=3600 -artifact_prefix=FINDINGS_DIR/
+    python -m tests.fuzz.gate_target FINDINGS_DIR/crash-<sha1>   # replay one finding
 
 ``python -m tests.fuzz.seeds SEED_DIR`` writes the seed corpus.
 """

@@ -17,7 +17,7 @@ from typing import Final
 
 import zstandard
 
-from tests.fuzz.gate_target import CAMPAIGNS, encode
+from tests.fuzz.gate_target import CAMPAIGNS, declared_kinds, encode
 
 ROOT: Final = Path(__file__).resolve().parent.parent.parent
 DATA: Final = ROOT / "data"
@@ -40,8 +40,6 @@ def _export_lines(path: Path) -> list[bytes]:
 
 def _declared(path: Path) -> str | None:
     """The kind an export of data/ is declared as (its file is named after it), if any."""
-    from tests.fuzz.gate_target import declared_kinds
-
     stem = path.name.split(".")[0]
     for kind in declared_kinds():
         if kind is not None and stem.replace("-", "") == kind.replace("-", ""):
