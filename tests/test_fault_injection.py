@@ -42,6 +42,9 @@ from typing import Any, Final
 
 import pytest
 
+#: each test runs the command two or three times (seconds each)
+pytestmark = pytest.mark.slow
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 PHASES: Final = ("gate", "global", "write")
 #: The environment variable every process of a faulty run carries (set by the test).

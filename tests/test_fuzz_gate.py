@@ -22,7 +22,7 @@ import pytest
 
 from tests.fuzz import gate_target
 from tests.fuzz.gate_target import check, encode
-from tests.fuzz.seeds import JSON_PARSING, MAX_SEED_BYTES, write_seeds
+from tests.fuzz.seeds import MAX_SEED_BYTES, write_seeds
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 #: Runs of the bounded fuzz run in CI: ~20-40 s on one free core (fewer runs per second
@@ -39,6 +39,7 @@ def seed_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+@pytest.mark.slow
 def test_every_seed_gates_alike_on_both_paths(seed_dir: Path) -> None:
     """The target's assertions hold on the whole seed corpus, in this process."""
     seeds = sorted(seed_dir.iterdir())
@@ -47,12 +48,12 @@ def test_every_seed_gates_alike_on_both_paths(seed_dir: Path) -> None:
         check(path.read_bytes())
 
 
-def test_seeds_hold_the_json_test_suite(seed_dir: Path) -> None:
-    """Every JSONTestSuite file short enough is a seed (a fresh clone has no ../shared)."""
-    if not JSON_PARSING.is_dir():
-        pytest.skip(f"JSONTestSuite not found at {JSON_PARSING}: fuzz seeds from data/ only")
+def test_seeds_hold_the_json_test_suite(seed_dir: Path, conformance: Path) -> None:
+    """Every JSONTestSuite file short enough is a seed."""
     lines = {p.read_bytes()[1:] for p in seed_dir.iterdir()}
-    for path in sorted(JSON_PARSING.glob("*.json")):
+    suite = sorted((conformance / "json-parsing").glob("*.json"))
+    assert suite
+    for path in suite:
         data = path.read_bytes()
         assert len(data) >= MAX_SEED_BYTES or data in lines, path.name
 
@@ -90,6 +91,7 @@ def test_an_integer_beyond_the_conversion_limit_is_a_rejection() -> None:
             check(encode(b'{"a":[-' + b"7" * digits + b"]}", declared, "tight"))
 
 
+@pytest.mark.slow
 @pytest.mark.fuzz
 def test_bounded_fuzz_run_finds_nothing(seed_dir: Path, tmp_path: Path) -> None:
     """A fixed number of coverage-guided runs from the seed corpus, seeded, so CI runs
