@@ -3,7 +3,7 @@
 Each delegates to the module that owns the work (:mod:`pipeline.config`, :mod:`pipeline.run`,
 :mod:`pipeline.verify`, :mod:`pipeline.reports`); this module only gives them stable names,
 docstrings, and figures that render as PNG wherever they are displayed. ``import pipeline``
-does not load it: :mod:`pipeline` resolves its names on first use.
+does not load it: :mod:`pipeline` lists the public names and resolves them on first use.
 """
 
 from __future__ import annotations
@@ -27,20 +27,6 @@ from pipeline.reports.evaluation import EvaluationReport, SliceResult
 from pipeline.reports.evaluation import evaluate as _evaluate
 from pipeline.reports.settings import ReportSettings
 from pipeline.reports.sources import LoadedTable, load_table
-
-__all__ = [
-    "ReportFigure",
-    "bar_figure",
-    "evaluate",
-    "load_campaign",
-    "operating_points_figure",
-    "read_manifest",
-    "reliability_figure",
-    "risk_coverage_figure",
-    "run_campaign",
-    "scan_outputs",
-    "verify_run",
-]
 
 
 def load_campaign(path: str | Path) -> _config.CampaignConfig:
