@@ -1,17 +1,76 @@
 """rowgate: gate JSONL exports into typed Parquet with lineage (DESIGN §1-§2).
 
-The packages follow a line's flow. The gate: :mod:`~pipeline.reader`,
-:mod:`~pipeline.strict_json`, :mod:`~pipeline.schemas`, :mod:`~pipeline.gate`,
-:mod:`~pipeline.kinds` (one plug-in per record kind). The global phase:
-:mod:`~pipeline.global_phase` and its :mod:`~pipeline.stages` (cross-record rules,
+The public API, for running a campaign and reading what it wrote from Python (a notebook,
+a script); documented in ``docs/api.md``:
+
+* :func:`load_campaign`, :func:`run_campaign`, :func:`verify_run`: a run, as
+  ``rowgate run`` and ``rowgate verify``;
+* :func:`read_manifest`, :func:`scan_outputs`: a run's manifest and its rows per
+  disposition, as polars frames;
+* :func:`evaluate` and the figures :func:`reliability_figure`,
+  :func:`risk_coverage_figure`, :func:`operating_points_figure`, :func:`bar_figure`
+  (each a :class:`ReportFigure`, shown as PNG in Jupyter): calibration and risk-coverage
+  numbers, as ``rowgate report``.
+
+Everything else is internal and may change. The packages follow a line's flow. The gate:
+:mod:`~pipeline.reader`, :mod:`~pipeline.strict_json`, :mod:`~pipeline.schemas`,
+:mod:`~pipeline.gate`, :mod:`~pipeline.kinds` (one plug-in per record kind). The global
+phase: :mod:`~pipeline.global_phase` and its :mod:`~pipeline.stages` (cross-record rules,
 :mod:`~pipeline.dedupe`, :mod:`~pipeline.rubrics` scoring, the decision policy). The output:
 :mod:`~pipeline.writer`, :mod:`~pipeline.manifest`, :mod:`~pipeline.verify`. Where steps run:
-:mod:`~pipeline.engines`. A whole run: :func:`pipeline.run.run`; the command line:
-:mod:`~pipeline.cli`.
+:mod:`~pipeline.engines`. The command line: :mod:`~pipeline.cli`.
 
 A regular package, not a namespace: another distribution's ``pipeline`` on the path cannot
-merge into or shadow this one. Import the modules themselves: this package re-exports
-nothing, so that a worker importing the gate never loads the command line or polars.
+merge into or shadow this one. The public names load on first use (module ``__getattr__``):
+a worker process importing the gate never loads polars, pyarrow or the command line. No
+public name equals a submodule's (``run_campaign``, not ``run``: ``pipeline.run`` is the
+module).
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline._api import (
+        ReportFigure,
+        bar_figure,
+        evaluate,
+        load_campaign,
+        operating_points_figure,
+        read_manifest,
+        reliability_figure,
+        risk_coverage_figure,
+        run_campaign,
+        scan_outputs,
+        verify_run,
+    )
+
+__all__ = [
+    "ReportFigure",
+    "bar_figure",
+    "evaluate",
+    "load_campaign",
+    "operating_points_figure",
+    "read_manifest",
+    "reliability_figure",
+    "risk_coverage_figure",
+    "run_campaign",
+    "scan_outputs",
+    "verify_run",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Only the public names: a submodule (pipeline.run, ...) is found by the import system
+    # before this is asked, and anything else must stay an AttributeError.
+    if name in __all__:
+        value = getattr(importlib.import_module("pipeline._api"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

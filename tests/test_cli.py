@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -174,15 +175,23 @@ def test_console_script_module_imports_nothing_heavy() -> None:
 
     (script,) = [e for e in entry_points(group="console_scripts") if e.name == "rowgate"]
     assert script.value == "pipeline.entry:main"
-    code = (
-        "import sys, pipeline.entry\n"
-        "print(sorted(m for m in ('typer', 'polars', 'pyarrow', 'pipeline.cli') "
-        "if m in sys.modules))"
-    )
+    assert _heavy_modules_after("import pipeline.entry") == []
+
+
+def test_import_pipeline_imports_nothing_heavy() -> None:
+    """Worker processes import ``pipeline`` itself: its public names (``pipeline.__all__``)
+    load on first use, never at import."""
+    assert _heavy_modules_after("import pipeline") == []
+
+
+def _heavy_modules_after(statement: str) -> list[str]:
+    """The heavy modules a fresh interpreter holds after running ``statement``."""
+    heavy = ("typer", "polars", "pyarrow", "matplotlib", "pipeline.cli", "pipeline._api")
+    code = f"import sys\n{statement}\nprint([m for m in {heavy!r} if m in sys.modules])"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert done.stdout.strip() == "[]"
+    return list(ast.literal_eval(done.stdout.strip()))
 
 
 def _commands(group: typer.Typer, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
