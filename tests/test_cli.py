@@ -79,7 +79,7 @@ def test_verify_mismatch_exits_1(tmp_path: Path) -> None:
         (
             ["run", str(DATA / "math-reasoning-v1.jsonl"), "--workers", "0", "--out", "{tmp}/o"],
             2,
-            "at least 1",
+            "engine.workers: must be in [1, 256] (got 0)",
         ),
         (["verify", "{tmp}/nothing"], 3, "cannot read"),
     ],
