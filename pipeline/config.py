@@ -41,6 +41,7 @@ __all__ = [
     "build_section",
     "check_bounds",
     "load_campaign",
+    "parse_toml",
 ]
 
 MiB: Final = 1 << 20
@@ -562,6 +563,22 @@ def build_section(cls: type[T], table: Any, path: str) -> T:
     return section
 
 
+def parse_toml(data: bytes, where: str) -> dict[str, Any]:
+    """A TOML document of the config's family, or :class:`ConfigError` naming ``where``.
+
+    tomllib converts integers with ``int()``: one of 4301 digits or more raised Python's
+    int-conversion limit (a ``ValueError`` that is not a ``TOMLDecodeError``) as a
+    traceback."""
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    except ValueError:
+        raise ConfigError(
+            f"{where}: not valid TOML: an integer has more than 4300 digits"
+        ) from None
+
+
 def load_campaign(path: str | Path) -> CampaignConfig:
     """Load and validate a campaign TOML file."""
     path = Path(path)
@@ -569,11 +586,7 @@ def load_campaign(path: str | Path) -> CampaignConfig:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    try:
-        table = tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    config = _build(CampaignConfig, table, "")
+    config = _build(CampaignConfig, parse_toml(data, str(path)), "")
     base_dir = path.resolve().parent
     return dataclasses.replace(
         _anchored(config, base_dir),

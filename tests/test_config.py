@@ -69,6 +69,8 @@ def test_sample_campaign_loads() -> None:
         ("[output]\ncompression = 'brotli2'", "output.compression: unknown codec"),
         ("[schemas.pins]\npairwise-v2 = 3", "schemas.pins.pairwise-v2: expected str"),
         ("this is not toml", "not valid TOML"),
+        # tomllib's int() raised Python's int-conversion limit as a traceback
+        ("[limits]\nmax_depth = " + "9" * 4301, "not valid TOML: an integer has more than 4300"),
     ],
 )
 def test_invalid_configs_name_the_key(tmp_path: Path, text: str, message: str) -> None:
