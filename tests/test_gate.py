@@ -210,12 +210,12 @@ def test_huge_integers_gate_alike_on_both_paths() -> None:
     limit); on both paths it is now json.number_range, at the top level or nested, in
     either layout."""
     decide = make_record("pw-decide-row-1", random.Random(4), 1)
-    lines = []
-    for digits in (4300, 4301, 50_000):
-        for number in ("9" * digits, "-" + "1" * digits):
-            for record in ({**decide, "receipt": "X"}, {**decide, "meta": {"n": ["X"]}}):
-                for layout in (json.dumps(record), json.dumps(record, separators=(",", ":"))):
-                    lines.append((layout.replace('"X"', number).encode(), None))
+    numbers = [
+        sign + digit * n for n in (4300, 4301, 50_000) for sign, digit in (("", "9"), ("-", "1"))
+    ]
+    records = ({**decide, "receipt": "X"}, {**decide, "meta": {"n": ["X"]}})
+    layouts = [json.dumps(r, separators=s) for r in records for s in ((", ", ": "), (",", ":"))]
+    lines = [(layout.replace('"X"', n).encode(), None) for layout in layouts for n in numbers]
     codes = _assert_paths_agree(GATE, lines)
     assert codes == [["json.number_range"]] * len(lines)
 
