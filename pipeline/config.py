@@ -2,7 +2,10 @@
 
 Every capability reads its settings from :class:`CampaignConfig`; CLI flags override
 single values through :meth:`CampaignConfig.override`. Unknown keys are errors that name
-their path, so a typo never silently falls back to a default.
+their path, so a typo never silently falls back to a default. Every numeric setting is
+declared with its :class:`Bounds` (:func:`bounded`), checked on load and on every
+override: a value that would hang the run or exhaust the machine is an error naming its
+key, never a surprise after the gate.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, Union
 
-from pipeline.reader import BATCH_BYTES
+from pipeline.reader import BATCH_BYTES, MAX_DECOMPRESSED_BYTES, MAX_EXPANSION_RATIO
 from pipeline.strict_json import MAX_NESTING
 
 __all__ = [
+    "Bounds",
     "CampaignConfig",
     "ConfigError",
     "DedupeSettings",
@@ -33,8 +37,11 @@ __all__ = [
     "OutputSettings",
     "RubricSettings",
     "SanitizeSettings",
+    "bounded",
     "build_section",
+    "check_bounds",
     "load_campaign",
+    "parse_toml",
 ]
 
 MiB: Final = 1 << 20
@@ -52,28 +59,82 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """The range a numeric setting must lie in (ends included unless ``*_open``), and
+    why its upper end is where it is."""
+
+    low: float
+    high: float
+    why: str
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below  # NaN is neither
+
+    def __str__(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low}, {self.high}{')' if self.high_open else ']'}"
+
+
+def bounded(
+    default: Any,
+    low: float,
+    high: float,
+    why: str,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Any:
+    """A numeric setting's field: its default and its :class:`Bounds`."""
+    return field(default=default, metadata={"bounds": Bounds(low, high, why, low_open, high_open)})
+
+
+def check_bounds(section: Any, path: str = "") -> None:
+    """Raise :class:`ConfigError` for the first setting of ``section`` (a config
+    dataclass, walked into its nested sections) outside its :class:`Bounds`."""
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        where = f"{path}.{f.name}" if path else f.name
+        bounds = f.metadata.get("bounds")
+        if bounds is not None and value is not None and value not in bounds:
+            raise ConfigError(f"{where}: must be in {bounds} (got {value}): {bounds.why}")
+        children = value.items() if isinstance(value, dict) else [(None, value)]
+        for key, child in children:
+            if dataclasses.is_dataclass(child) and not isinstance(child, type):
+                check_bounds(child, where if key is None else f"{where}.{key}")
+
+
+@dataclass(frozen=True)
 class Limits:
     """Bounds checked before and during parsing (DESIGN §3.2)."""
 
     #: Longest line accepted, in bytes; longer lines are rejected unparsed (line.too_large).
-    max_line_bytes: int = 8 * MiB
+    max_line_bytes: int = bounded(
+        8 * MiB, 1, GiB, "a line is held whole, and stored whole in an Arrow column (2 GiB at most)"
+    )
     #: Deepest nesting accepted; ``{}`` has depth 1 (json.too_deep).
-    max_depth: int = 64
+    max_depth: int = bounded(
+        64, 1, MAX_NESTING, "records are hashed through orjson, which writes no deeper"
+    )
     #: Most members of one object or elements of one array (json.too_many_items).
-    max_items: int = 10_000
+    max_items: int = bounded(
+        10_000, 1, GiB, "a line of at most 1 GiB holds fewer items (each takes 2 bytes or more)"
+    )
+    #: Most bytes one compressed input may decompress to (the spill copies them to disk);
+    #: more is an input error (exit 3), never a filled disk.
+    max_decompressed_bytes: int = bounded(
+        MAX_DECOMPRESSED_BYTES, MiB, 1 << 50, "1 PiB: beyond any one input file"
+    )
+    #: Most bytes one compressed input may decompress to per byte of its file (checked
+    #: once its stream passes 64 MiB): exports compress 5-10x, bombs 1000x and more.
+    max_expansion_ratio: int = bounded(
+        MAX_EXPANSION_RATIO, 1, 100_000, "zstd's own ceiling is ~32000x: higher bounds nothing"
+    )
 
     def validate(self, path: str) -> None:
-        for name in ("max_line_bytes", "max_depth", "max_items"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{path}.{name}: must be at least 1")
-        if self.max_line_bytes > GiB:
-            # a line is held whole, and stored whole in an Arrow column (at most 2 GiB)
-            raise ConfigError(f"{path}.max_line_bytes: at most {GiB}")
-        if self.max_depth > MAX_NESTING:
-            raise ConfigError(
-                f"{path}.max_depth: at most {MAX_NESTING} (records are hashed through orjson, "
-                f"which writes no deeper)"
-            )
+        check_bounds(self, path)
 
 
 @dataclass(frozen=True)
@@ -99,33 +160,37 @@ class EngineSettings:
     #: Worker processes; ``None`` means one per available core, but no more than the
     #: run's shards when they are known before gating (not while a compressed input is
     #: spilled); a one-shard export is gated in the calling process.
-    workers: int | None = None
+    workers: int | None = bounded(
+        None,
+        1,
+        256,
+        "the local engine's workers share one machine, each costing 0.1-0.3 GB and 0.5 s "
+        "to start, and the gate is CPU-bound: more workers than cores only cost memory",
+    )
     #: Inputs are cut into shards of about this many bytes, on line boundaries.
     #: Shards, not workers, fix the output files, so output is worker-count independent.
-    shard_bytes: int = 64 * MiB
+    shard_bytes: int = bounded(
+        64 * MiB, 4096, 1 << 40, "1 TiB: beyond it every input is one shard anyway"
+    )
     #: Decompress each compressed input once into spill shards in the run's staging
     #: directory, so that all workers gate it (needs temporary disk space equal to its
     #: decompressed size); ``false``: one worker reads the whole stream, and the global
     #: phase's per-shard working sets then grow with that stream (one shard at a time).
     spill_compressed: bool = True
     #: Lines gated and converted to Arrow at a time inside a worker...
-    batch_lines: int = 4096
+    batch_lines: int = bounded(
+        4096, 1, 1 << 20, "a batch holds Python objects per line: ~0.1 GB per million lines"
+    )
     #: ...or fewer: a batch ends once it holds this many bytes of lines, so that a
     #: worker's memory does not grow with the lines' length.
-    batch_bytes: int = BATCH_BYTES
+    batch_bytes: int = bounded(
+        BATCH_BYTES, 1, GiB, "a batch becomes Arrow columns, and one column holds 2 GiB at most"
+    )
 
     def validate(self, path: str) -> None:
+        check_bounds(self, path)
         if self.name not in ("local",):
             raise ConfigError(f"{path}.name: unknown engine {self.name!r} (known: local)")
-        if self.workers is not None and self.workers < 1:
-            raise ConfigError(f"{path}.workers: must be at least 1")
-        if self.shard_bytes < 4096:
-            raise ConfigError(f"{path}.shard_bytes: must be at least 4096")
-        if self.batch_lines < 1:
-            raise ConfigError(f"{path}.batch_lines: must be at least 1")
-        if not 1 <= self.batch_bytes <= GiB:
-            # a batch becomes Arrow columns, and one column holds at most 2 GiB
-            raise ConfigError(f"{path}.batch_bytes: must be between 1 and {GiB}")
 
     def resolved_workers(self, shards: int | None = None) -> int:
         """The configured count; by default one per available core, but no more than
@@ -139,14 +204,41 @@ class EngineSettings:
         return cores if shards is None else max(1, min(cores, shards))
 
 
+#: Parquet codecs, and the compression levels each accepts (None: it takes no level).
+#: zstd's negative "fast" levels are left out; gzip and lz4 as Arrow bounds them.
+CODEC_LEVELS: Final[dict[str, tuple[int, int] | None]] = {
+    "zstd": (1, 22),
+    "gzip": (1, 9),
+    "lz4": (1, 12),
+    "snappy": None,
+    "none": None,
+}
+
+
 @dataclass(frozen=True)
 class OutputSettings:
     compression: str = "zstd"
-    compression_level: int | None = None
+    #: ``None``: the codec's default. Arrow accepted any zstd level (1000 too) and
+    #: failed on an out-of-range gzip one only when the first file was written.
+    compression_level: int | None = bounded(
+        None, 1, 22, "the highest level of any codec (zstd); each codec bounds it further"
+    )
 
     def validate(self, path: str) -> None:
-        if self.compression not in ("zstd", "snappy", "gzip", "lz4", "none"):
+        check_bounds(self, path)
+        if self.compression not in CODEC_LEVELS:
             raise ConfigError(f"{path}.compression: unknown codec {self.compression!r}")
+        levels = CODEC_LEVELS[self.compression]
+        level = self.compression_level
+        if level is not None and levels is None:
+            raise ConfigError(
+                f"{path}.compression_level: {self.compression!r} takes no compression level"
+            )
+        if level is not None and levels is not None and not levels[0] <= level <= levels[1]:
+            raise ConfigError(
+                f"{path}.compression_level: must be in [{levels[0]}, {levels[1]}] for "
+                f"{self.compression} (got {level})"
+            )
 
 
 @dataclass(frozen=True)
@@ -183,23 +275,22 @@ class RuleSettings:
     #: rubric versions pairwise rows may name; empty: any (rule not applied)
     rubric_versions: tuple[str, ...] = ()
     #: bound on an agent trace's total text (prompt, queries, answer), in characters
-    max_trace_chars: int = 65_536
+    max_trace_chars: int = bounded(65_536, 1, GiB, "a line of at most 1 GiB holds fewer characters")
     #: bound on a pairwise row's total text (messages, responses, rationale, patch), in
     #: characters: every field at its schema maximum once, plus a 64k conversation
-    max_conversation_chars: int = 262_144
+    max_conversation_chars: int = bounded(
+        262_144, 1, MAX_CONVERSATION_CHARS, "every field of a pairwise row at its schema maximum"
+    )
     #: a rationale needs at least this many distinct words of two or more letters
-    min_rationale_words: int = 4
+    min_rationale_words: int = bounded(
+        4, 0, 10_000, "a rationale is a paragraph, not a book: more would reject every row"
+    )
 
     def validate(self, path: str) -> None:
+        check_bounds(self, path)
         for code in self.disabled:
             if not code.startswith(("semantic.", "cross.")):
                 raise ConfigError(f"{path}.disabled: {code!r} is not a rule code")
-        if self.max_trace_chars < 1 or self.min_rationale_words < 0:
-            raise ConfigError(f"{path}: bounds must be positive")
-        if not 1 <= self.max_conversation_chars <= MAX_CONVERSATION_CHARS:
-            raise ConfigError(
-                f"{path}.max_conversation_chars: must be between 1 and {MAX_CONVERSATION_CHARS}"
-            )
 
 
 @dataclass(frozen=True)
@@ -271,20 +362,28 @@ class DedupeSettings:
     fold_whitespace: bool = True
     fold_case: bool = True
     #: Jaccard similarity of word-shingle sets at or above which rows are near duplicates.
-    threshold: float = 0.8
+    threshold: float = bounded(0.8, 0, 1, "a similarity", low_open=True)
     #: Words per shingle.
-    shingle_size: int = 5
+    shingle_size: int = bounded(
+        5, 1, 64, "each word of a shingle costs a pass over every text (2**63-1 hung the run)"
+    )
     #: MinHash permutations (signature length).
-    permutations: int = 128
+    permutations: int = bounded(
+        128, 1, 1024, "a signature costs 4 bytes per permutation per row, held per partition"
+    )
     #: LSH bands; rows per band = permutations // bands. ``None``: the fewest bands that
     #: make a pair at ``threshold`` a candidate with probability ≥ ``target_recall``.
-    bands: int | None = None
-    target_recall: float = 0.99
+    bands: int | None = bounded(None, 1, 1024, "at most one band per permutation")
+    target_recall: float = bounded(
+        0.99, 0, 1, "a probability; 1 would need every band", low_open=True, high_open=True
+    )
     #: Seed of the MinHash permutations and shingle hashing (fixed: same input, same output).
-    seed: int = 1
+    seed: int = bounded(1, 0, 2**32 - 1, "the seed of 32-bit hash permutations")
     #: An LSH bucket with more rows than this is compared star-wise: each row only with the
     #: bucket's first ``max_bucket`` rows by survivor rank (bounded work on templated data).
-    max_bucket: int = 200
+    max_bucket: int = bounded(
+        200, 2, 1000, "a bucket of n rows yields up to n x max_bucket candidate pairs per band"
+    )
     #: Which row of a duplicate group is kept: ``first``, ``last``, ``max:<column>``,
     #: ``min:<column>`` (a payload column, dotted for struct fields); ties go to the first.
     survivor: str = "first"
@@ -298,20 +397,9 @@ class DedupeSettings:
     split_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def validate(self, path: str) -> None:
-        if not 0.0 < self.threshold <= 1.0:
-            raise ConfigError(f"{path}.threshold: must be in (0, 1]")
-        if not 0.0 < self.target_recall < 1.0:
-            raise ConfigError(f"{path}.target_recall: must be in (0, 1)")
-        if self.shingle_size < 1:
-            raise ConfigError(f"{path}.shingle_size: must be at least 1")
-        if not 1 <= self.permutations <= 1024:
-            raise ConfigError(f"{path}.permutations: must be between 1 and 1024")
-        if self.bands is not None and not 1 <= self.bands <= self.permutations:
+        check_bounds(self, path)
+        if self.bands is not None and self.bands > self.permutations:
             raise ConfigError(f"{path}.bands: must be between 1 and permutations")
-        if self.max_bucket < 2:
-            raise ConfigError(f"{path}.max_bucket: must be at least 2")
-        if not 0 <= self.seed < 2**32:
-            raise ConfigError(f"{path}.seed: must be in [0, 2**32)")
         rules = {"survivor": self.survivor} | {
             f"survivor_by_kind.{k}": v for k, v in self.survivor_by_kind.items()
         }
@@ -341,6 +429,7 @@ class SanitizeSettings:
     policy_sha256: str | None = None
 
     def validate(self, path: str) -> None:
+        check_bounds(self, path)
         pin = self.policy_sha256
         if pin is not None and (len(pin) != 64 or any(c not in "0123456789abcdef" for c in pin)):
             raise ConfigError(f"{path}.policy_sha256: expected 64 lower-case hex digits")
@@ -373,6 +462,8 @@ class CampaignConfig:
     source_path: str | None = None
 
     def validate(self) -> CampaignConfig:
+        """Check every section (each its settings' :class:`Bounds`, then the rest) and
+        what spans sections; return ``self``."""
         self.limits.validate("limits")
         self.engine.validate("engine")
         self.output.validate("output")
@@ -381,6 +472,9 @@ class CampaignConfig:
         self.sanitize.validate("sanitize")
         seen = set()
         for i, spec in enumerate(self.inputs):
+            if not spec.path:
+                # Path("") is ".": it read every JSONL file in the config's directory
+                raise ConfigError(f"inputs[{i}].path: must not be empty")
             if spec.path in seen:
                 raise ConfigError(f"inputs[{i}].path: {spec.path!r} is listed twice")
             seen.add(spec.path)
@@ -486,9 +580,28 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
 
 def build_section(cls: type[T], table: Any, path: str) -> T:
     """Build a frozen dataclass from a parsed TOML table with this module's strict rules
-    (unknown keys and wrong types are errors naming their path). Other files in the
-    config's family, such as decision policies, are read with it."""
-    return _build(cls, table, path)
+    (unknown keys, wrong types and values outside their :class:`Bounds` are errors naming
+    their path). Other files in the config's family, such as decision policies, are read
+    with it."""
+    section = _build(cls, table, path)
+    check_bounds(section, path)
+    return section
+
+
+def parse_toml(data: bytes, where: str) -> dict[str, Any]:
+    """A TOML document of the config's family, or :class:`ConfigError` naming ``where``.
+
+    tomllib converts integers with ``int()``: one of 4301 digits or more raised Python's
+    int-conversion limit (a ``ValueError`` that is not a ``TOMLDecodeError``) as a
+    traceback."""
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    except ValueError:
+        raise ConfigError(
+            f"{where}: not valid TOML: an integer has more than 4300 digits"
+        ) from None
 
 
 def load_campaign(path: str | Path) -> CampaignConfig:
@@ -498,11 +611,7 @@ def load_campaign(path: str | Path) -> CampaignConfig:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    try:
-        table = tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    config = _build(CampaignConfig, table, "")
+    config = _build(CampaignConfig, parse_toml(data, str(path)), "")
     base_dir = path.resolve().parent
     return dataclasses.replace(
         _anchored(config, base_dir),

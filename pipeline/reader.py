@@ -8,7 +8,11 @@ spill directory, its decompressed stream is cut on line boundaries into plain sp
 files, one per shard, so that several workers gate it (otherwise it is one shard).
 Offsets are positions in the decompressed stream either way. Memory stays bounded
 whatever the line length: a line longer than the limit is streamed through SHA-256 and
-never held whole.
+never held whole. It stays bounded whatever the stream too: every read of a compressed
+input decompresses at most :data:`CHUNK_BYTES`, and a stream may produce at most
+:meth:`InputFile.max_stream_bytes` bytes in all (``limits.max_decompressed_bytes`` and
+``limits.max_expansion_ratio``), so a decompression bomb is an :class:`InputError`, not
+an exhausted machine or disk.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import contextlib
 import gzip
 import hashlib
 import io
+import sys
 import typing
 import zlib
 from collections.abc import Iterator
@@ -24,10 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
-import zstandard
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:  # the standard library's API, backported
+    from backports import zstd
 
 __all__ = [
     "JSONL_SUFFIXES",
+    "DecompressionLimitError",
     "InputError",
     "InputFile",
     "LineBatch",
@@ -45,6 +54,15 @@ CHUNK_BYTES: Final = 4 << 20
 #: bytes of lines (by default this), whichever comes first: 4096 lines of 3 KB are 13 MB,
 #: but 4096 of the 8 MiB the line limit allows would be 32 GiB in one worker.
 BATCH_BYTES: Final = 16 << 20
+#: Default bounds of a compressed input's decompressed stream (``limits.*`` in the config).
+#: Exports of JSONL compress 5-10x (the samples here: gzip -9 5-9x, zstd -19 5-10x), so a
+#: stream of more than 100x its file is a bomb, or data no export looks like; gzip cannot
+#: exceed ~1032x, zstd reaches ~32000x (2 GB of zeros at -19: 62 KB).
+MAX_DECOMPRESSED_BYTES: Final = 64 << 30
+MAX_EXPANSION_RATIO: Final = 100
+#: A stream is never refused for its ratio before it has produced this much: a small file
+#: of repetitive lines may compress far beyond any real export, harmlessly.
+RATIO_EXEMPT_BYTES: Final = 64 << 20
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 _SUFFIXES: Final = ((".gz", "gzip"), (".zst", "zstd"), (".zstd", "zstd"))
@@ -70,6 +88,18 @@ class InputFile:
     compression: str  # "none", "gzip" or "zstd"
     kind: str | None = None
     split: str | None = None
+    #: Bounds of a compressed input's decompressed stream (:meth:`max_stream_bytes`).
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+    max_expansion_ratio: int = MAX_EXPANSION_RATIO
+
+    def max_stream_bytes(self) -> tuple[int, str]:
+        """The most bytes this input's decompressed stream may hold, and the setting that
+        says so: ``limits.max_decompressed_bytes``, or ``limits.max_expansion_ratio``
+        times the file's size (not below :data:`RATIO_EXEMPT_BYTES`), whichever is lower."""
+        by_ratio = max(RATIO_EXEMPT_BYTES, self.max_expansion_ratio * self.size)
+        if by_ratio < self.max_decompressed_bytes:
+            return by_ratio, "max_expansion_ratio"
+        return self.max_decompressed_bytes, "max_decompressed_bytes"
 
     @property
     def expected_bytes(self) -> int:
@@ -142,58 +172,70 @@ def detect_compression(path: str | Path) -> str:
     return expected
 
 
-class _ZstdFrames(io.RawIOBase):
-    """The decompressed bytes of a zstd file, frame after frame.
+class DecompressionLimitError(InputError):
+    """A compressed input decompresses to more than its bound (a decompression bomb)."""
 
-    zstandard's own stream reader returns a truncated stream's partial data as if it
-    were complete; here a file that ends inside a frame raises ``ZstdError`` (an
-    :class:`InputError` for the reader's callers), as gzip does for a truncated member.
+
+class _BoundedStream(io.RawIOBase):
+    """A compressed input's decompressed bytes, at most :data:`CHUNK_BYTES` per read and
+    :meth:`InputFile.max_stream_bytes` in all (one byte more raises
+    :class:`DecompressionLimitError`).
+
+    The per-read bound is the decompressor's own (``max_length``: gzip's and zstd's
+    ``read(n)`` return at most ``n`` bytes), so memory holds one read whatever the
+    ratio: a whole compressed chunk was decompressed at once before (a 2 GB zstd bomb of
+    62 KB took 2.25 GB). Both decompressors read on across members or frames and raise
+    ``EOFError`` for a stream that ends inside one.
     """
 
-    def __init__(self, path: str) -> None:
-        self._raw = open(path, "rb")  # noqa: SIM115 - closed by close()
-        self._decompressor = zstandard.ZstdDecompressor()
-        self._frame = self._decompressor.decompressobj()
-        self._in_frame = False  # bytes of the current frame have been fed
-        self._out = memoryview(b"")
+    def __init__(self, input_file: InputFile) -> None:
+        self._input = input_file
+        self._limit, self._setting = input_file.max_stream_bytes()
+        self._produced = 0
+        self._inner: io.BufferedIOBase
+        if input_file.compression == "gzip":
+            self._inner = gzip.GzipFile(input_file.resolved, "rb")
+        else:
+            self._inner = zstd.ZstdFile(input_file.resolved, "rb")
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: typing.Any) -> int:
-        while not self._out:
-            data = self._raw.read(CHUNK_BYTES)
-            if not data:
-                if self._in_frame:
-                    raise zstandard.ZstdError("the stream ends inside a frame (truncated)")
-                return 0
-            parts = []
-            while data:
-                parts.append(self._frame.decompress(data))
-                self._in_frame = True
-                if not self._frame.eof:
-                    break
-                data = self._frame.unused_data
-                self._frame = self._decompressor.decompressobj()
-                self._in_frame = False
-            self._out = memoryview(b"".join(parts))
-        n = min(len(buffer), len(self._out))
-        buffer[:n] = self._out[:n]
-        self._out = self._out[n:]
+        # one byte past the bound, so that reaching it exactly is not an error
+        size = min(len(buffer), CHUNK_BYTES, self._limit - self._produced + 1)
+        n = self._inner.readinto(memoryview(buffer)[:size])
+        self._produced += n
+        if self._produced > self._limit:
+            raise self._refusal()
         return n
 
+    def _refusal(self) -> DecompressionLimitError:
+        source = self._input
+        setting = f"limits.{self._setting}"
+        if self._setting == "max_expansion_ratio":
+            why = (
+                f"over {source.max_expansion_ratio}x its {source.size:,} compressed bytes "
+                f"({setting} = {source.max_expansion_ratio})"
+            )
+        else:
+            why = f"{setting} = {self._limit:,}"
+        return DecompressionLimitError(
+            f"{source.path}: the {source.compression} stream decompresses to more than "
+            f"{self._limit:,} bytes, {why}: refused as a possible decompression bomb; "
+            f"if the input is trusted, raise {setting} in the campaign config's [limits]"
+        )
+
     def close(self) -> None:
-        self._raw.close()
+        self._inner.close()
         super().close()
 
 
 def open_stream(input_file: InputFile) -> IO[bytes]:
-    """The decompressed byte stream of an input."""
-    if input_file.compression == "gzip":
-        return typing.cast(IO[bytes], gzip.open(input_file.resolved, "rb"))
-    if input_file.compression == "zstd":
-        return io.BufferedReader(_ZstdFrames(input_file.resolved), buffer_size=CHUNK_BYTES)
-    return open(input_file.resolved, "rb")
+    """The decompressed byte stream of an input (bounded: :class:`_BoundedStream`)."""
+    if input_file.compression == "none":
+        return open(input_file.resolved, "rb")
+    return io.BufferedReader(_BoundedStream(input_file), buffer_size=CHUNK_BYTES)
 
 
 def _next_boundary(fh: IO[bytes], target: int, size: int) -> int:
@@ -356,7 +398,7 @@ def _decoding(input_file: InputFile) -> Iterator[None]:
     :class:`InputError` naming the input."""
     try:
         yield
-    except (EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile) as exc:
+    except (EOFError, zlib.error, zstd.ZstdError, gzip.BadGzipFile) as exc:
         raise InputError(
             f"{input_file.path}: corrupt {input_file.compression} stream ({exc})"
         ) from None

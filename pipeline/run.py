@@ -8,8 +8,10 @@ never leaves a partial ``OUT``.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import threading
 import time
 from collections import Counter
@@ -17,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from pipeline.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.engines import LocalEngine
@@ -75,15 +77,23 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
     """Resolve input specs (a directory stands for its JSONL files) into the order key.
 
     Inputs are ordered by the path as given, so the order key (input, line) and
-    everything that depends on it do not change with the order of arguments.
+    everything that depends on it do not change with the order of arguments. An input,
+    or a JSONL-named entry of an input directory, that is not a regular file is an
+    error saying what it is (:func:`_input_type`); it is never skipped, and never opened.
     """
     expanded: list[InputSpec] = []
     for spec in specs:
         path = config.resolve(spec)
-        if path.is_dir():
-            members = sorted(
-                p for p in path.iterdir() if p.is_file() and p.name.endswith(JSONL_SUFFIXES)
-            )
+        found = _input_type(path, spec.path)
+        if found == "directory":
+            members = sorted(p for p in path.iterdir() if p.name.endswith(JSONL_SUFFIXES))
+            for member in members:
+                given = str(Path(spec.path) / member.name)
+                if _input_type(member, given) == "directory":
+                    raise InputError(
+                        f"{given}: is a directory, not a file (input directories are not "
+                        "read recursively)"
+                    )
             if not members:
                 raise InputError(
                     f"{spec.path}: directory holds no {', '.join(JSONL_SUFFIXES)} files"
@@ -91,10 +101,8 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
             expanded += [
                 InputSpec(str(Path(spec.path) / p.name), spec.kind, spec.split) for p in members
             ]
-        elif path.is_file():
-            expanded.append(spec)
         else:
-            raise InputError(f"{spec.path}: no such file or directory")
+            expanded.append(spec)
     by_path: dict[str, InputSpec] = {}
     for spec in expanded:
         if spec.path in by_path:
@@ -102,6 +110,7 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
         if spec.kind is not None and spec.kind not in KINDS:
             raise InputError(str(UnknownKindError(spec.kind)))
         by_path[spec.path] = spec
+    limits = config.limits
     inputs = []
     for index, given in enumerate(sorted(by_path)):
         spec = by_path[given]
@@ -115,6 +124,8 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
                 compression=detect_compression(resolved),
                 kind=spec.kind,
                 split=spec.split,
+                max_decompressed_bytes=limits.max_decompressed_bytes,
+                max_expansion_ratio=limits.max_expansion_ratio,
             )
         )
     if len({f.path for f in inputs}) < len(inputs):
@@ -123,6 +134,48 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
             "\\xNN (their lineage would be ambiguous); rename one"
         )
     return inputs
+
+
+#: What an input that is not a regular file is, by its ``stat`` file type.
+_NOT_FILES: Final = {
+    stat.S_IFIFO: "FIFO (named pipe)",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
+
+
+def _input_type(path: Path, given: str) -> str:
+    """``"file"`` or ``"directory"`` (following symlinks); anything else is an
+    :class:`InputError` saying what the path is, found by ``stat`` alone: opening a FIFO
+    blocks until something writes to it.
+
+    A FIFO, socket or device is refused rather than read: a run reads each input more
+    than once (its SHA-256 while it is gated; the writer re-reads lines the global phase
+    rejects; ``verify`` re-reads all of it), and a pipe's bytes can be read only once,
+    so its lineage could never be checked. Copy the stream to a file first.
+    """
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(f"{given}: a symbolic link loop (it never reaches a file)") from None
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            raise InputError(
+                f"{given}: a broken symbolic link (its target does not exist)"
+            ) from None
+        if exc.errno == errno.ENOENT:
+            raise InputError(f"{given}: no such file or directory") from None
+        raise InputError(f"{given}: cannot read: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISREG(mode):
+        return "file"
+    kind = _NOT_FILES.get(stat.S_IFMT(mode), "special file")
+    raise InputError(
+        f"{given}: is a {kind}, not a regular file: rowgate reads every input more than "
+        "once (to hash it, to gate it, to verify it); copy it to a file first"
+    )
 
 
 def _hash_inputs(inputs: list[InputFile]) -> Future[dict[int, str]]:

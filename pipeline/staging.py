@@ -21,7 +21,7 @@ import pyarrow.ipc as ipc
 
 from pipeline.config import CampaignConfig
 from pipeline.engines import Progress, Step
-from pipeline.gate import REJECTED_SCHEMA, Gate
+from pipeline.gate import Gate
 from pipeline.kinds import KINDS
 from pipeline.reader import Shard, read_batches
 
@@ -32,7 +32,7 @@ __all__ = [
     "REJECTED_STEM",
     "ShardSummary",
     "gate_step",
-    "read_rejected",
+    "rejected_batches",
     "scan_staged",
     "spill_dir",
     "staged_batches",
@@ -141,10 +141,8 @@ def staged_batches(root: Path, shard_index: int, stem: str) -> Iterator[pa.Table
             yield pa.Table.from_batches([reader.get_batch(i)])
 
 
-def read_rejected(root: Path, shard_index: int) -> pa.Table:
-    """A shard's lines the gate rejected (memory-mapped); none staged: an empty table."""
-    path = staged_path(root, shard_index, REJECTED_STEM)
-    if not path.exists():
-        return REJECTED_SCHEMA.empty_table()
-    # No `with`: the returned buffers point into the mapping, which must outlive them.
-    return ipc.open_file(pa.memory_map(str(path))).read_all()
+def rejected_batches(root: Path, shard_index: int) -> Iterator[pa.Table]:
+    """A shard's lines the gate rejected, in line order, a staged batch at a time (none
+    staged: none). Never the whole shard at once: a shard of blank lines holds millions."""
+    if staged_path(root, shard_index, REJECTED_STEM).exists():
+        yield from staged_batches(root, shard_index, REJECTED_STEM)

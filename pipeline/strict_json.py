@@ -91,7 +91,15 @@ def _constant(name: str) -> Any:
     raise _NonFinite("NaN or Infinity literal")
 
 
+#: The most digits an int64 literal has (JSON forbids leading zeros): a longer one is out
+#: of range without converting it, which for 4301 digits or more Python refuses to do
+#: (``sys.get_int_max_str_digits``) and which costs time quadratic in the length below.
+_INT64_DIGITS: Final = len(str(INT64_MAX))
+
+
 def _int(text: str) -> int:
+    if len(text) - text.startswith("-") > _INT64_DIGITS:
+        raise _NumberRange("integer outside the int64 range")
     value = int(text)
     if not INT64_MIN <= value <= INT64_MAX:
         raise _NumberRange("integer outside the int64 range")

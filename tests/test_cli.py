@@ -82,7 +82,7 @@ def test_verify_mismatch_exits_1(tmp_path: Path) -> None:
         (
             ["run", str(DATA / "math-reasoning-v1.jsonl"), "--workers", "0", "--out", "{tmp}/o"],
             2,
-            "at least 1",
+            "engine.workers: must be in [1, 256] (got 0)",
         ),
         (["verify", "{tmp}/nothing"], 3, "cannot read"),
     ],
@@ -216,3 +216,31 @@ def test_help_of_every_command_shows_no_type_on_flags() -> None:
     dedupe = runner.invoke(app, ["dedupe", "--help"], env={"COLUMNS": "200"}).output
     assert "max:COLUMN" in dedupe
     assert "default: 0.8" in dedupe
+
+
+def test_a_huge_integer_is_rejected_by_run_scan_and_report(tmp_path: Path) -> None:
+    """An integer of 4301+ digits crashed run, scan and report with a traceback (exit 1):
+    Python's int-conversion limit. Now it is json.number_range like any out-of-range
+    integer: a rejected row in run and scan, a named input error in report."""
+    rows = (DATA / "math-reasoning-v1.jsonl").read_bytes().splitlines()[:3]
+    huge = b'{"problem_id": ' + b"7" * 5000 + b"}"
+    source = tmp_path / "m.jsonl"
+    source.write_bytes(b"\n".join([*rows, huge]) + b"\n")
+    out = tmp_path / "out"
+    ran = runner.invoke(
+        app, ["run", str(source), "--kind", "math-reasoning-v1", "--out", str(out), "-q"]
+    )
+    assert ran.exit_code == 0, ran.output
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert counts["by_reason"]["rejected"]["json.number_range"] == 1
+    scanned = runner.invoke(app, ["scan", str(source), "--kind", "math-reasoning-v1", "--json"])
+    assert scanned.exit_code == 0, scanned.output
+    scores = tmp_path / "scores.jsonl"
+    scores.write_bytes(b'{"p": 0.5, "y": 1}\n{"p": ' + b"1" * 5000 + b', "y": 0}\n')
+    reported = runner.invoke(
+        app,
+        ["report", "calibration", str(scores), "--confidence", "p", "--correct", "y = 1",
+         "--out", str(tmp_path / "r")],
+    )  # fmt: skip
+    assert reported.exit_code == 3, reported.output
+    assert f"{scores}:2: json.number_range" in reported.output

@@ -78,10 +78,6 @@ def test_the_target_catches_a_fast_path_that_disagrees(monkeypatch: pytest.Monke
         check(data)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15 item 2: an integer of 4301 digits or more raises ValueError in strict_json",
-)
 def test_an_integer_beyond_the_conversion_limit_is_a_rejection() -> None:
     """Python refuses int() of more than 4300 digits: a documented rejection
     (json.number_range) on both paths, never an exception."""

@@ -206,6 +206,21 @@ def test_deep_lines_gate_alike_on_both_paths() -> None:
         assert codes[4:] == [["json.too_deep"]] * (len(lines) - 4)
 
 
+def test_huge_integers_gate_alike_on_both_paths() -> None:
+    """An integer of 4301+ digits crashed the reference path (Python's int-conversion
+    limit); on both paths it is now json.number_range, at the top level or nested, in
+    either layout."""
+    decide = make_record("pw-decide-row-1", random.Random(4), 1)
+    numbers = [
+        sign + digit * n for n in (4300, 4301, 50_000) for sign, digit in (("", "9"), ("-", "1"))
+    ]
+    records = ({**decide, "receipt": "X"}, {**decide, "meta": {"n": ["X"]}})
+    layouts = [json.dumps(r, separators=s) for r in records for s in ((", ", ": "), (",", ":"))]
+    lines = [(layout.replace('"X"', n).encode(), None) for layout in layouts for n in numbers]
+    codes = _assert_paths_agree(GATE, lines)
+    assert codes == [["json.number_range"]] * len(lines)
+
+
 _TOKENS = (
     b'"', b"\\", b"{", b"}", b"[", b"]", b":", b",", b" ", b"\t", b"\r", b"\x00", b"\xff",
     b"\xc3\xa9", b"\\u003a", b"\\ud800", b"\\ud83d\\ude00", b'\\"', b"\\n", b"1e-400",

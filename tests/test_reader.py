@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import random
+import re
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from hypothesis import strategies as st
 
 from pipeline import reader
 from pipeline.reader import (
+    DecompressionLimitError,
     InputError,
     InputFile,
     Shard,
@@ -317,3 +321,83 @@ def test_batches_end_at_batch_lines_or_batch_bytes(tmp_path: Path, batch_bytes: 
     assert offsets == [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
     if batch_bytes <= 60:
         assert any(len(b) < 7 for b in batches[:-1])  # the byte bound, not the count, ended some
+
+
+def _pack(data: bytes, suffix: str) -> bytes:
+    return gzip.compress(data) if suffix == ".gz" else zstandard.ZstdCompressor().compress(data)
+
+
+def _bomb(path: Path, mib: int, **bounds: int) -> InputFile:
+    """A decompression bomb: ``mib`` MiB of zeros, one line without a newline, as gzip
+    members or zstd frames of 1 MiB each (quick to make; ~1 KB per MiB compressed)."""
+    path.write_bytes(_pack(bytes(1 << 20), path.suffix) * mib)
+    return dataclasses.replace(_input(path), **bounds)
+
+
+def _read_everything(source: InputFile, spill: Path | None) -> int:
+    """Lines of ``source``, read as a run reads it, with a spill directory or without."""
+    shards = plan_shards([source], 1 << 20, spill)
+    return len(_lines(shards, max_line=1000, batch=1000))
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+@pytest.mark.parametrize("spilled", [False, True])
+def test_decompressed_bytes_are_bounded(tmp_path: Path, suffix: str, spilled: bool) -> None:
+    """A compressed input decompressing to more than limits.max_decompressed_bytes is an
+    input error naming the file, the limit and how to raise it (the stream was read to
+    its end: a 2 GB zstd bomb of 66 KB took 2.25 GB of memory, or of disk when spilled);
+    a stream of exactly the limit is read."""
+    spill = tmp_path / "spill" if spilled else None
+    source = _bomb(tmp_path / f"b.jsonl{suffix}", 3, max_decompressed_bytes=3 << 20)
+    assert _read_everything(source, spill) == 1
+    bomb = dataclasses.replace(source, max_decompressed_bytes=(3 << 20) - 1)
+    message = (
+        f"{bomb.path}: the {bomb.compression} stream decompresses to more than 3,145,727 "
+        "bytes, limits.max_decompressed_bytes = 3,145,727: refused as a possible "
+        "decompression bomb; if the input is trusted, raise limits.max_decompressed_bytes "
+        "in the campaign config's [limits]"
+    )
+    with pytest.raises(DecompressionLimitError, match=re.escape(message)):
+        _read_everything(bomb, spill)
+    with pytest.raises(DecompressionLimitError):
+        fetch_lines(Shard(0, bomb), [0], 100)
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_expansion_ratio_is_bounded_past_the_exempt_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    """A stream may hold limits.max_expansion_ratio times its file's bytes, once it is
+    past RATIO_EXEMPT_BYTES (a small file of repetitive lines is harmless); 1 MiB of
+    zeros compresses ~1000x with gzip, ~20000x with zstd."""
+    monkeypatch.setattr(reader, "RATIO_EXEMPT_BYTES", 1 << 20)
+    source = _bomb(tmp_path / f"b.jsonl{suffix}", 3)
+    assert source.max_expansion_ratio == 100
+    with pytest.raises(DecompressionLimitError, match=r"over 100x its [0-9,]+ compressed bytes"):
+        _read_everything(source, tmp_path / "spill")
+    with pytest.raises(DecompressionLimitError, match=r"raise limits\.max_expansion_ratio"):
+        _read_everything(source, None)
+    assert _read_everything(dataclasses.replace(source, max_expansion_ratio=100_000), None) == 1
+    small = _bomb(tmp_path / f"small.jsonl{suffix}", 1)
+    assert _read_everything(small, None) == 1  # 1000x, but not past the exempt size
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_each_read_decompresses_at_most_a_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    """Memory holds a read, whatever the ratio and the line length: a 32 MiB line of
+    zeros in one zstd frame of ~1 KB was decompressed whole by one call (32 MiB at once);
+    the line, over the limit, is hashed as it streams, never held."""
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 256 << 10)
+    path = tmp_path / f"one.jsonl{suffix}"
+    path.write_bytes(_pack(bytes(32 << 20), suffix))
+    source = _input(path)
+    tracemalloc.start()
+    try:
+        [batch] = read_batches(Shard(0, source), 1 << 20, 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert batch.oversized == {0: (32 << 20, hashlib.sha256(bytes(32 << 20)).hexdigest())}
+    assert peak < 8 << 20

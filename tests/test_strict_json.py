@@ -143,6 +143,19 @@ def test_int64_bounds_are_inclusive() -> None:
     }
 
 
+@pytest.mark.parametrize("digits", [20, 4300, 4301, 5000, 100_000])
+@pytest.mark.parametrize("sign", ["", "-"])
+def test_huge_integers_are_out_of_range_not_a_crash(digits: int, sign: str) -> None:
+    """An integer of 4301+ digits crashed the run: Python refuses to convert it
+    (``sys.get_int_max_str_digits``) and the ValueError escaped as a traceback."""
+    number = (sign + "9" * digits).encode()
+    for line in (b'{"a":' + number + b"}", b'{"a": [1, {"b": ' + number + b"}]}"):
+        with pytest.raises(RejectLine) as caught:
+            parse_value(line)
+        assert caught.value.reason.code == "json.number_range"
+        assert parse_fast(line) is None  # orjson reads it as an infinite double: not proven
+
+
 def test_zero_literals_are_not_underflow() -> None:
     assert parse_value(b'{"a":0.0,"b":-0e10,"c":0E-400}') == {"a": 0.0, "b": -0.0, "c": 0.0}
 

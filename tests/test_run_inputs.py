@@ -1,0 +1,145 @@
+"""A run's inputs: what expand_inputs accepts, and hostile inputs refused as input errors.
+
+Every refusal here is an :class:`InputError` (exit 3) naming the input, raised before
+anything is published: a decompression bomb, a FIFO, a symbolic link loop, an empty
+input path.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import zstandard
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import CampaignConfig, ConfigError, InputSpec, load_campaign
+from pipeline.reader import DecompressionLimitError, InputError
+from pipeline.run import expand_inputs, run
+from tests.conftest import DATA
+
+runner = CliRunner()
+
+
+def _config(*paths: Path | str, **changes: object) -> CampaignConfig:
+    specs = tuple(InputSpec(str(p), "math-reasoning-v1") for p in paths)
+    return CampaignConfig(inputs=specs).override(**changes)
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+@pytest.mark.parametrize("spill", [True, False])
+def test_a_decompression_bomb_fails_the_run_before_any_output(
+    tmp_path: Path, suffix: str, spill: bool
+) -> None:
+    """run reads the config's limits: a stream past limits.max_decompressed_bytes fails
+    the run with an input error naming the file and the setting (spilled in the parent
+    or read whole by the gate), and publishes nothing."""
+    rows = (DATA / "math-reasoning-v1.jsonl").read_bytes()
+    data = rows + b"0" * (2 << 20)  # a last line of 2 MiB: past the limit
+    packed = gzip.compress(data) if suffix == ".gz" else zstandard.compress(data)
+    bomb = tmp_path / f"bomb.jsonl{suffix}"
+    bomb.write_bytes(packed)
+    config = _config(
+        bomb,
+        **{
+            "limits.max_decompressed_bytes": 1 << 20,
+            "engine.spill_compressed": spill,
+            "engine.workers": 1,
+        },
+    )
+    with pytest.raises(DecompressionLimitError, match=f"{bomb}: the .* limits.max_decompressed"):
+        run(config, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    roomy = config.override(**{"limits.max_decompressed_bytes": 4 << 20})
+    assert run(roomy, tmp_path / "out").manifest["conservation"]["ok"]
+
+
+def test_scan_and_run_refuse_a_bomb_with_exit_3(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.jsonl.zst"
+    bomb.write_bytes(zstandard.compress(bytes(3 << 20)))
+    config = tmp_path / "c.toml"
+    config.write_text("[limits]\nmax_decompressed_bytes = 2097152\n")
+    for args in (
+        [
+            "run",
+            str(bomb),
+            "--kind",
+            "math-reasoning-v1",
+            "-c",
+            str(config),
+            "--out",
+            "o",
+            "-q",
+            "--workers",
+            "1",
+        ],
+        ["scan", str(bomb), "--kind", "math-reasoning-v1", "-c", str(config)],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 3, result.output
+        assert "limits.max_decompressed_bytes" in result.output
+        assert str(bomb) in result.output.replace("\n", "")
+
+
+def test_a_fifo_input_is_refused_without_opening_it(tmp_path: Path) -> None:
+    """A FIFO was reported as "no such file or directory"; opening one blocks until
+    something writes to it. It is refused by its file type, and so is one in an input
+    directory (which was skipped silently)."""
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def expand(path: Path) -> None:
+        try:
+            expand_inputs(_config(path).inputs, _config(path))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    for given in (fifo, tmp_path):
+        worker = threading.Thread(target=expand, args=(given,), daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "opened the FIFO"
+        error = outcome.pop()
+        assert isinstance(error, InputError)
+        assert f"{fifo}: is a FIFO (named pipe), not a regular file" in str(error)
+        assert "copy it to a file first" in str(error)
+
+
+def test_symbolic_links_that_reach_no_file_are_named(tmp_path: Path) -> None:
+    """A symbolic link loop was "no such file or directory", and was skipped silently
+    inside an input directory, as was a broken link."""
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    with pytest.raises(InputError, match=f"{loop}: a symbolic link loop"):
+        expand_inputs(_config(loop).inputs, _config(loop))
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes((DATA / "math-reasoning-v1.jsonl").read_bytes())
+    (folder / "notes.txt").symlink_to(folder / "notes.txt")  # not an input: ignored
+    assert len(expand_inputs(_config(folder).inputs, _config(folder))) == 1
+    (folder / "b.jsonl").symlink_to(tmp_path / "absent.jsonl")
+    with pytest.raises(InputError, match=r"b\.jsonl: a broken symbolic link"):
+        expand_inputs(_config(folder).inputs, _config(folder))
+    (folder / "b.jsonl").unlink()
+    (folder / "c.jsonl").mkdir()
+    with pytest.raises(InputError, match=r"c\.jsonl: is a directory, not a file"):
+        expand_inputs(_config(folder).inputs, _config(folder))
+    with pytest.raises(InputError, match=f"{tmp_path / 'absent'}: no such file or directory"):
+        expand_inputs(_config(tmp_path / "absent").inputs, _config(tmp_path / "absent"))
+
+
+def test_an_empty_input_path_is_a_config_error(tmp_path: Path) -> None:
+    """``path = ""`` in [[inputs]] read every JSONL file in the config's directory."""
+    (tmp_path / "a.jsonl").write_bytes((DATA / "math-reasoning-v1.jsonl").read_bytes())
+    config = tmp_path / "c.toml"
+    config.write_text('[[inputs]]\npath = ""\nkind = "math-reasoning-v1"\n')
+    with pytest.raises(ConfigError, match=r"inputs\[0\]\.path: must not be empty"):
+        load_campaign(config)
+    result = runner.invoke(app, ["run", "", "--kind", "math-reasoning-v1", "--out", "o"])
+    assert result.exit_code == 2, result.output
+    assert "must not be empty" in result.output
