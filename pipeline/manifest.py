@@ -40,6 +40,7 @@ _DEPENDENCIES: Final = (
     "fastjsonschema",
     "xxhash",
     "zstandard",
+    "backports.zstd",
     "phonenumbers",
     "typer",
     "rich",

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -48,7 +47,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from pipeline.config import ConfigError, build_section
+from pipeline.config import ConfigError, build_section, parse_toml
 from pipeline.lineage import check_pin
 from pipeline.reasons import Disposition
 from pipeline.rubrics.model import Rubric, RubricError, State
@@ -383,12 +382,11 @@ def load_policy(path: Path, pinned: str | None = None) -> Policy:
     sha256 = hashlib.sha256(data).hexdigest()
     check_pin(f"policy {path}", sha256, pinned, RubricError)
     try:
-        table = tomllib.loads(data.decode("utf-8"))
-        document = build_section(PolicyFile, table, "")
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise RubricError(f"{path}: not valid TOML: {exc}") from None
+        document = build_section(PolicyFile, parse_toml(data, str(path)), "")
     except ConfigError as exc:
-        raise RubricError(f"{path}: {exc}") from None
+        raise RubricError(
+            str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
+        ) from None
     return Policy(
         id=document.policy,
         version=document.version,

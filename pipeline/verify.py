@@ -240,6 +240,15 @@ def _source_path(entry: dict[str, Any], sources: Path | None) -> Path:
     return resolved if resolved.exists() else Path(str(entry["path"]))
 
 
+def _stream_limits(manifest: dict[str, Any]) -> dict[str, int]:
+    limits = manifest["config"].get("limits", {})
+    return {
+        name: int(limits[name])
+        for name in ("max_decompressed_bytes", "max_expansion_ratio")
+        if isinstance(limits.get(name), int)
+    }
+
+
 def _check_inputs(
     manifest: dict[str, Any], sources: Path | None, report: VerifyReport
 ) -> dict[str, InputFile]:
@@ -259,6 +268,8 @@ def _check_inputs(
             entry["bytes"],
             entry["compression"],
             entry["kind"],
+            # the run's own decompression bounds: raised limits the run read under verify too
+            **_stream_limits(manifest),
         )
     return found
 

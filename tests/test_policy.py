@@ -215,6 +215,10 @@ def test_pins_and_unreadable_files(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("policy = ")
     with pytest.raises(RubricError, match="not valid TOML"):
         load_policy(tmp_path / "bad.toml")
+    # tomllib's int() of 4301+ digits raised a ValueError: a traceback, not a TOML error
+    (tmp_path / "huge.toml").write_text("version = " + "7" * 5000 + "\n")
+    with pytest.raises(RubricError, match="more than 4300 digits"):
+        load_policy(tmp_path / "huge.toml")
 
 
 def _states(**columns: Any) -> pl.DataFrame:

@@ -488,3 +488,17 @@ def test_every_finding_is_reported_not_just_the_first() -> None:
         "semantic.pairwise-v2.distinct_candidates",
         "semantic.pairwise-v2.substantive_rationale",
     }
+
+
+def test_call_order_compares_call_numbers_of_any_length() -> None:
+    """A schema without the shipped bound on call ids must not crash the rule: numbers past
+    Python's int-conversion limit are compared by length and digits, never int()."""
+    (rule,) = [r for r in RULES["agent-trace-v1"] if r.code.endswith(".call_order")]
+    huge = "9" * 5000
+
+    def steps(*numbers: str) -> dict[str, Any]:
+        return {"steps": [{"call_id": f"call-{n}"} for n in numbers]}
+
+    assert list(rule.check(steps("1", "02", huge), None)) == []  # type: ignore[arg-type]
+    found = list(rule.check(steps("1", huge, "3"), None))  # type: ignore[arg-type]
+    assert [f.path for f in found] == ["$.steps[2].call_id"]

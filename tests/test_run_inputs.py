@@ -20,6 +20,7 @@ from pipeline.cli import app
 from pipeline.config import CampaignConfig, ConfigError, InputSpec, load_campaign
 from pipeline.reader import DecompressionLimitError, InputError
 from pipeline.run import expand_inputs, run
+from pipeline.verify import verify_run
 from tests.conftest import DATA
 
 runner = CliRunner()
@@ -143,3 +144,19 @@ def test_an_empty_input_path_is_a_config_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "", "--kind", "math-reasoning-v1", "--out", "o"])
     assert result.exit_code == 2, result.output
     assert "must not be empty" in result.output
+
+
+def test_verify_reads_the_inputs_under_the_runs_own_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that raised limits.max_expansion_ratio read a highly compressed input; verify
+    re-reads it under the same bounds, never refusing what the run accepted."""
+    monkeypatch.setattr("pipeline.reader.RATIO_EXEMPT_BYTES", 1 << 10)
+    rows = (DATA / "math-reasoning-v1.jsonl").read_bytes()
+    packed = tmp_path / "dense.jsonl.zst"
+    packed.write_bytes(zstandard.compress(rows + b"0" * (4 << 20)))  # far past 100x
+    config = _config(packed, **{"limits.max_expansion_ratio": 100_000, "engine.workers": 1})
+    out = tmp_path / "out"
+    assert run(config, out).manifest["conservation"]["ok"]
+    report = verify_run(out)
+    assert report.ok, report.problems

@@ -385,3 +385,13 @@ def test_hashes_commit_to_the_sanitized_record_and_the_raw_bytes() -> None:
     assert outcome.raw_sha256 == hashlib.sha256(line).hexdigest()
     assert outcome.record_sha256 == hashlib.sha256(canonical_json(outcome.record)).hexdigest()
     assert outcome.record_sha256 != hashlib.sha256(canonical_json(record)).hexdigest()
+
+
+def test_a_policy_file_with_a_huge_integer_is_a_config_error(tmp_path: Path) -> None:
+    """tomllib's int() of 4301+ digits raised a ValueError: a traceback, not a named error."""
+    from pipeline.sanitize.policy import load_policy
+
+    policy = tmp_path / "p.toml"
+    policy.write_text("version = " + "7" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=f"sanitize policy {policy}: .*more than 4300 digits"):
+        load_policy(policy)

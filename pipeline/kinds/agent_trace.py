@@ -76,10 +76,13 @@ def call_order(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Validate that ... results do not precede their calls." Steps carry their
     results inline, so the recorded order must be the call order: call numbers never go
     down (a repeated number is ``unique_call_ids``'s finding)."""
-    previous = -1
+    previous: tuple[int, str] = (-1, "")
     for i, step in enumerate(record["steps"]):
         match = _CALL_NUMBER.match(step["call_id"])
-        number = int(match.group(1)) if match else -1
+        # compared as (length, digits), never int(): a schema without the shipped bound on
+        # call ids lets through numbers past Python's int-conversion limit
+        digits = match.group(1).lstrip("0") if match else ""
+        number = (len(digits), digits) if match else (-1, "")
         if number < previous:
             yield Finding(f"$.steps[{i}].call_id", "call recorded out of order")
             return

@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, parse_toml
 from pipeline.lineage import check_pin
 from pipeline.sanitize.categories import Category
 from pipeline.sanitize.paths import FieldSelector, SelectorError
@@ -186,11 +185,7 @@ def load_policy(path: Path, pin: str | None = None) -> SanitizePolicy:
         raise ConfigError(f"sanitize.policy: cannot read {path}: {exc.strerror}") from None
     digest = hashlib.sha256(data).hexdigest()
     check_pin(f"sanitize.policy_sha256: {path}", digest, pin, ConfigError)
-    try:
-        table = tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"sanitize policy {path}: not valid TOML: {exc}") from None
-    return _policy(table, str(path), digest)
+    return _policy(parse_toml(data, f"sanitize policy {path}"), str(path), digest)
 
 
 def _policy(table: dict[str, Any], source: str, digest: str) -> SanitizePolicy:
