@@ -70,6 +70,21 @@ class RunResult:
     manifest: dict[str, Any]
     summaries: list[ShardSummary] = field(default_factory=list)
 
+    @property
+    def rejected_share(self) -> float:
+        """The share of the run's lines that were rejected or quarantined."""
+        counts = self.manifest["counts"]
+        lines = counts["lines"]
+        by_disposition = counts["by_disposition"]
+        failed = by_disposition.get("rejected", 0) + by_disposition.get("quarantined", 0)
+        return failed / lines if lines else 0.0
+
+    @property
+    def over_rejected_share(self) -> bool:
+        """Whether :attr:`rejected_share` exceeds the config's ``run.max_rejected_share``."""
+        limit = self.manifest["config"]["run"]["max_rejected_share"]
+        return limit is not None and self.rejected_share > limit
+
 
 def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[InputFile]:
     """Resolve input specs (a directory stands for its JSONL files) into the order key.

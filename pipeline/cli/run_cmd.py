@@ -17,8 +17,16 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pipeline.cli._common import err, library_errors, out, styled, writing_directory
+from pipeline.cli._common import (
+    EXIT_REJECTED_SHARE,
+    err,
+    library_errors,
+    out,
+    styled,
+    writing_directory,
+)
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.hints import run_hints
 from pipeline.run import RunObserver, run
 
 
@@ -66,6 +74,20 @@ def run_command(
             help="Remove near duplicates (MinHash LSH, dedupe.threshold); default: the config's.",
         ),
     ] = None,
+    max_line_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help="Longest line accepted, in bytes (limits.max_line_bytes); longer lines "
+            "are rejected as line.too_large."
+        ),
+    ] = None,
+    max_rejected_share: Annotated[
+        float | None,
+        typer.Option(
+            help="Exit 5 (after writing OUT) when more than this share (0..1) of the lines "
+            "is rejected or quarantined (run.max_rejected_share)."
+        ),
+    ] = None,
     inputs: Annotated[
         list[str] | None,
         typer.Argument(help="JSONL files (.jsonl, .jsonl.gz, .jsonl.zst) or directories of them."),
@@ -88,14 +110,28 @@ def run_command(
             config = config.override(**{"dedupe.protected_splits": tuple(protect)})
         if workers is not None:
             config = config.override(**{"engine.workers": workers})
-        for name, flag in (("normalised", normalised), ("near", near)):
+        flags = {
+            "dedupe.normalised": normalised,
+            "dedupe.near": near,
+            "limits.max_line_bytes": max_line_bytes,
+            "run.max_rejected_share": max_rejected_share,
+        }
+        for key, flag in flags.items():
             if flag is not None:
-                config = config.override(**{f"dedupe.{name}": flag})
+                config = config.override(**{key: flag})
         config = config.validate()
         with _progress(quiet) as observer:
             result = run(config, out_dir, force=force, observer=observer)
     if not quiet:
         _summary(result.manifest, out_dir)
+    if result.over_rejected_share:
+        limit = result.manifest["config"]["run"]["max_rejected_share"]
+        err.print(
+            styled("error:", "bold red"),
+            f"{result.rejected_share:.1%} of the lines were rejected or quarantined, more "
+            f"than run.max_rejected_share {limit:g} ({out_dir} was written)",
+        )
+        raise typer.Exit(EXIT_REJECTED_SHARE)
 
 
 class _progress:
@@ -163,3 +199,7 @@ def _summary(manifest: dict[str, Any], out_dir: Path) -> None:
         f"{timings.get('total_s', 0):.2f} s; conservation",
         styled("ok", "green") if manifest["conservation"]["ok"] else styled("FAILED", "red"),
     )
+    for report in manifest.get("reports", []):
+        out.print(f"report: {out_dir / report['path']}")
+    for hint in run_hints(manifest):
+        out.print(styled("hint:", "bold yellow"), hint)
