@@ -213,8 +213,13 @@ class GlobalResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) -> GlobalResult:
-    """Run the enabled stages over every kind, in order."""
+def run_global(
+    ctx: GlobalContext,
+    stages: Sequence[GlobalStage] | None = None,
+    on_stage: Callable[[str], None] = lambda name: None,
+) -> GlobalResult:
+    """Run the enabled stages over every kind, in order. ``on_stage`` is told each step
+    as it begins (``KIND: read``, ``KIND: STAGE``, ``KIND: merge``), for a progress display."""
     import time
 
     if stages is None:
@@ -235,9 +240,11 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
         result.columns[kind] = columns
         if not stages:
             continue
+        on_stage(f"{kind}: read")
         current = ctx.scan(kind)
         decided_frames = []
         for i, stage in enumerate(stages):
+            on_stage(f"{kind}: {stage.name}")
             started = time.perf_counter()
             decided = stage.decide(ctx, kind, current)
             result.timings[stage.name] = (
@@ -250,6 +257,7 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
                 current = _advance(current, decided)
         del current
         if decided_frames:
+            on_stage(f"{kind}: merge")
             result.decisions[kind] = _by_shard(_merge(decided_frames), columns)
     _check_rejected_columns(result.columns)
     return result

@@ -60,8 +60,17 @@ class RunObserver:
     #: called once before gating with the bytes of lines expected (estimated for
     #: compressed inputs: their shards are cut while they are gated)
     on_start: Callable[[int], None] = lambda total_bytes: None
+    #: the gate's progress: bytes and lines gated since the last call
     on_progress: Callable[[int, int], None] = lambda nbytes, nlines: None
+    #: a phase begins: ``gate``, ``global``, ``write``, then ``report``
     on_phase: Callable[[str], None] = lambda name: None
+    #: a step of the global phase begins, e.g. ``pairwise-v2: dedupe``
+    #: (:func:`pipeline.global_phase.run_global`)
+    on_stage: Callable[[str], None] = lambda name: None
+    #: the write phase's shards to write, given once when it begins
+    on_write_start: Callable[[int], None] = lambda shards: None
+    #: a shard's output parts are written, with its rows
+    on_written: Callable[[int], None] = lambda rows: None
 
 
 @dataclass
@@ -217,7 +226,7 @@ def run(
             observer.on_phase("global")
             t0 = time.perf_counter()
             global_ctx = GlobalContext(config, tmp, shards, summaries, line_bases, engine)
-            outcome = run_global(global_ctx)
+            outcome = run_global(global_ctx, on_stage=observer.on_stage)
             timings["global_s"] = time.perf_counter() - t0
             timings.update({f"global.{name}_s": s for name, s in outcome.timings.items()})
             extra_rejected = rejected_columns(outcome.columns)
@@ -236,10 +245,15 @@ def run(
                 )
                 for s in summaries
             ]
-            writes = engine.map(write_step(config), tasks)
+            observer.on_write_start(len(tasks))
+            # the writer reports (0, rows) once per shard, when its parts are written
+            writes = engine.map(
+                write_step(config), tasks, lambda _, rows: observer.on_written(rows)
+            )
             timings["write_s"] = time.perf_counter() - t0
             shutil.rmtree(tmp / STAGING_DIR, ignore_errors=True)
 
+            observer.on_phase("report")
             input_digests = digests.result()
             manifest = _lineage_form(
                 _manifest(

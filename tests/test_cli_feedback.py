@@ -4,13 +4,15 @@ limit as a flag, and the closest known key for a mistyped config key."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
-from pipeline.cli import app
+from pipeline.cli import app, run_cmd
 from pipeline.cli._common import EXIT_REJECTED_SHARE, EXIT_USAGE
 from pipeline.config import ConfigError, load_campaign
 from tests.conftest import DATA
@@ -111,3 +113,25 @@ def test_an_unknown_config_key_suggests_the_closest(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_campaign(config)
     assert str(caught.value) == "limits.zzz: unknown key"
+
+
+def test_each_phase_shows_its_own_progress() -> None:
+    """The global phase shows the step it is in (not the gate's bar frozen at 100 %), the
+    write phase its shards and rows (not the gate's numbers again)."""
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=120, color_system=None)
+    with run_cmd._progress(quiet=False, console=console) as observer:
+        observer.on_start(1000)
+        observer.on_phase("gate")
+        observer.on_progress(1000, 10)
+        observer.on_phase("global")
+        observer.on_stage("pairwise-v2: read")
+        observer.on_stage("pairwise-v2: dedupe")
+        observer.on_phase("write")
+        observer.on_write_start(3)
+        for rows in (4, 3, 3):
+            observer.on_written(rows)
+    shown = screen.getvalue()
+    assert "pairwise-v2: dedupe" in shown
+    assert "3/3" in shown
+    assert "10 rows" in shown

@@ -7,10 +7,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
     TransferSpeedColumn,
@@ -135,45 +139,92 @@ def run_command(
 
 
 class _progress:
-    """A rich progress bar (bytes, bytes/s, lines/s) that stays quiet off a terminal."""
+    """Progress that stays quiet off a terminal, one display per phase: the gate's bar
+    (bytes, bytes/s, lines/s); the global phase's current step with a spinner and a
+    running clock (it has no byte count to show); the write phase's shards and rows."""
 
-    def __init__(self, quiet: bool) -> None:
-        self.enabled = not quiet and err.is_terminal
-        self.progress = Progress(
+    def __init__(self, quiet: bool, console: Console = err) -> None:
+        self.enabled = not quiet and console.is_terminal
+        self.console = console
+        self.current: Progress | None = None
+        self.task: Any = None
+        self.lines = 0
+        self.rows = 0
+
+    def _show(self, *columns: ProgressColumn, description: str, **task: Any) -> None:
+        """Stop the current display (its last state stays on screen), start the next."""
+        if self.current is not None:
+            self.current.stop()
+        self.current = Progress(
+            *columns, console=self.console, disable=not self.enabled, transient=False
+        )
+        self.current.start()
+        self.task = self.current.add_task(description, **task)
+
+    def __enter__(self) -> RunObserver:
+        self._show(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
             TextColumn("{task.fields[lines]:,} lines · {task.fields[rate]:,.0f} lines/s"),
             TimeElapsedColumn(),
-            console=err,
-            disable=not self.enabled,
-            transient=False,
+            description="gate",
+            total=None,
+            lines=0,
+            rate=0.0,
         )
-        self.task: Any = None
-        self.lines = 0
-
-    def __enter__(self) -> RunObserver:
-        self.progress.start()
-        self.task = self.progress.add_task("gate", total=None, lines=0, rate=0.0)
 
         def on_start(total_bytes: int) -> None:
-            self.progress.update(self.task, total=total_bytes)
+            self._update(total=total_bytes)
 
         def on_progress(nbytes: int, nlines: int) -> None:
             self.lines += nlines if nbytes else 0
-            elapsed = self.progress.tasks[0].elapsed or 1e-9
-            self.progress.update(
-                self.task, advance=nbytes, lines=self.lines, rate=self.lines / elapsed
-            )
+            assert self.current is not None
+            elapsed = self.current.tasks[0].elapsed or 1e-9
+            self._update(advance=nbytes, lines=self.lines, rate=self.lines / elapsed)
 
         def on_phase(name: str) -> None:
-            self.progress.update(self.task, description=name)
+            if name == "global":
+                self._show(
+                    TextColumn("[bold]global"),
+                    SpinnerColumn(),
+                    TextColumn("{task.description}", markup=False),
+                    TimeElapsedColumn(),
+                    description="starting",
+                    total=None,
+                )
+            elif name == "write":
+                self._show(
+                    TextColumn("[bold]write"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn("shards · {task.fields[rows]:,} rows"),
+                    TimeElapsedColumn(),
+                    description="write",
+                    total=None,
+                    rows=0,
+                )
 
-        return RunObserver(on_start, on_progress, on_phase)
+        def on_stage(name: str) -> None:
+            self._update(description=name)
+
+        def on_write_start(shards: int) -> None:
+            self._update(total=shards)
+
+        def on_written(rows: int) -> None:
+            self.rows += rows
+            self._update(advance=1, rows=self.rows)
+
+        return RunObserver(on_start, on_progress, on_phase, on_stage, on_write_start, on_written)
+
+    def _update(self, **changes: Any) -> None:
+        assert self.current is not None
+        self.current.update(self.task, **changes)
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.current is not None:
+            self.current.stop()
 
 
 def _summary(manifest: dict[str, Any], out_dir: Path) -> None:
