@@ -91,6 +91,10 @@ class GlobalContext:
     artifacts: list[WrittenFile] = field(default_factory=list)
     #: facts stages record for the manifest (e.g. rubric digests), by stage name
     notes: dict[str, Any] = field(default_factory=dict)
+    #: told each step as it begins, for a progress display: :func:`run_global` reports
+    #: ``KIND: read``, ``KIND: STAGE``, ``KIND: merge``; a long stage may report its own
+    #: steps (``KIND: dedupe: match``)
+    on_stage: Callable[[str], None] = lambda name: None
 
     def write_artifact(
         self, relative: str, table: pa.Table, kind: str | None = None
@@ -213,13 +217,8 @@ class GlobalResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def run_global(
-    ctx: GlobalContext,
-    stages: Sequence[GlobalStage] | None = None,
-    on_stage: Callable[[str], None] = lambda name: None,
-) -> GlobalResult:
-    """Run the enabled stages over every kind, in order. ``on_stage`` is told each step
-    as it begins (``KIND: read``, ``KIND: STAGE``, ``KIND: merge``), for a progress display."""
+def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) -> GlobalResult:
+    """Run the enabled stages over every kind, in order, telling ``ctx.on_stage`` each."""
     import time
 
     if stages is None:
@@ -240,11 +239,11 @@ def run_global(
         result.columns[kind] = columns
         if not stages:
             continue
-        on_stage(f"{kind}: read")
+        ctx.on_stage(f"{kind}: read")
         current = ctx.scan(kind)
         decided_frames = []
         for i, stage in enumerate(stages):
-            on_stage(f"{kind}: {stage.name}")
+            ctx.on_stage(f"{kind}: {stage.name}")
             started = time.perf_counter()
             decided = stage.decide(ctx, kind, current)
             result.timings[stage.name] = (
@@ -257,7 +256,7 @@ def run_global(
                 current = _advance(current, decided)
         del current
         if decided_frames:
-            on_stage(f"{kind}: merge")
+            ctx.on_stage(f"{kind}: merge")
             result.decisions[kind] = _by_shard(_merge(decided_frames), columns)
     _check_rejected_columns(result.columns)
     return result

@@ -65,7 +65,7 @@ class RunObserver:
     #: a phase begins: ``gate``, ``global``, ``write``, then ``report``
     on_phase: Callable[[str], None] = lambda name: None
     #: a step of the global phase begins, e.g. ``pairwise-v2: dedupe``
-    #: (:func:`pipeline.global_phase.run_global`)
+    #: (:attr:`pipeline.global_phase.GlobalContext.on_stage`)
     on_stage: Callable[[str], None] = lambda name: None
     #: the write phase's shards to write, given once when it begins
     on_write_start: Callable[[int], None] = lambda shards: None
@@ -225,8 +225,10 @@ def run(
             line_bases = _line_bases(shards, summaries)
             observer.on_phase("global")
             t0 = time.perf_counter()
-            global_ctx = GlobalContext(config, tmp, shards, summaries, line_bases, engine)
-            outcome = run_global(global_ctx, on_stage=observer.on_stage)
+            global_ctx = GlobalContext(
+                config, tmp, shards, summaries, line_bases, engine, on_stage=observer.on_stage
+            )
+            outcome = run_global(global_ctx)
             timings["global_s"] = time.perf_counter() - t0
             timings.update({f"global.{name}_s": s for name, s in outcome.timings.items()})
             extra_rejected = rejected_columns(outcome.columns)

@@ -406,7 +406,12 @@ def test_the_observer_sees_every_phase_and_global_stage_in_order(tmp_path: Path)
     stages = [name for event, name in between if event == "stage"]
     assert stages[0] == "pairwise-v2: read"
     assert "pairwise-v2: cross_rules" in stages
-    assert "pairwise-v2: dedupe" in stages
+    dedupe = stages.index("pairwise-v2: dedupe")
+    assert stages[dedupe + 1 : dedupe + 4] == [
+        "pairwise-v2: dedupe: read keys",
+        "pairwise-v2: dedupe: match",
+        "pairwise-v2: dedupe: clusters",
+    ]
     after_write = events[events.index(("phase", "write")) + 1 : events.index(("phase", "report"))]
     assert after_write[0] == ("write_start", 3)
     written = [rows for event, rows in after_write[1:] if event == "written"]
