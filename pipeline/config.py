@@ -36,6 +36,7 @@ __all__ = [
     "Limits",
     "OutputSettings",
     "RubricSettings",
+    "RunSettings",
     "SanitizeSettings",
     "bounded",
     "build_section",
@@ -239,6 +240,20 @@ class OutputSettings:
                 f"{path}.compression_level: must be in [{levels[0]}, {levels[1]}] for "
                 f"{self.compression} (got {level})"
             )
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a finished run is judged (the CLI's exit code; OUT is written either way)."""
+
+    #: A run whose rejected and quarantined lines exceed this share of its lines exits
+    #: with its own code (5) after writing OUT; ``None``: any share is a success.
+    max_rejected_share: float | None = None
+
+    def validate(self, path: str) -> None:
+        share = self.max_rejected_share
+        if share is not None and not 0.0 <= share <= 1.0:
+            raise ConfigError(f"{path}.max_rejected_share: must be between 0 and 1")
 
 
 @dataclass(frozen=True)
@@ -454,6 +469,7 @@ class CampaignConfig:
     policy: dict[str, KindPolicy] = field(default_factory=dict)
     dedupe: DedupeSettings = DedupeSettings()
     sanitize: SanitizeSettings = SanitizeSettings()
+    run: RunSettings = RunSettings()
     #: Directory relative input paths are resolved against (the config file's).
     base_dir: str = "."
     #: SHA-256 of the config file's bytes, when there is one.
@@ -470,6 +486,7 @@ class CampaignConfig:
         self.rules.validate("rules")
         self.dedupe.validate("dedupe")
         self.sanitize.validate("sanitize")
+        self.run.validate("run")
         seen = set()
         for i, spec in enumerate(self.inputs):
             if not spec.path:
@@ -542,7 +559,9 @@ def _build(cls: type[T], table: Any, path: str) -> T:
     known = {f.name for f in dataclasses.fields(cls) if f.name not in _NOT_IN_TOML}  # type: ignore[arg-type]
     unknown = sorted(set(table) - known)
     if unknown:
-        raise ConfigError(f"{path + '.' if path else ''}{unknown[0]}: unknown key")
+        raise ConfigError(
+            f"{path + '.' if path else ''}{unknown[0]}: unknown key{_did_you_mean(unknown[0], known)}"
+        )
     values = {
         name: _coerce(hints[name], value, f"{path}.{name}" if path else name)
         for name, value in table.items()
@@ -551,6 +570,14 @@ def _build(cls: type[T], table: Any, path: str) -> T:
         return cls(**values)
     except TypeError as exc:  # a required field is missing
         raise ConfigError(f"{path or 'config'}: {exc}") from None
+
+
+def _did_you_mean(key: Any, known: set[str]) -> str:
+    """``; did you mean 'max_line_bytes'?`` for the closest known key, if one is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(key), sorted(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _coerce(hint: Any, value: Any, path: str) -> Any:

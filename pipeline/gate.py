@@ -57,10 +57,12 @@ from pipeline.schemas import (
     SchemaRegistry,
     integers_bounded,
     number_paths,
+    safe_path,
     static_bounds,
 )
 from pipeline.strict_json import (
     LONG_DIGITS,
+    LocatedReject,
     StrictParser,
     check_limits,
     has_float,
@@ -246,6 +248,9 @@ class Gate:
             if errors:
                 return self._rejected(errors, raw_sha, kind_gate, record)
             kind_gate.layout.root.encode(record)
+        except LocatedReject as exc:
+            reason = dataclasses.replace(exc.reason, path=self._located_path(exc, declared))
+            return self._rejected([reason], raw_sha, kind_gate, record)
         except RejectLine as exc:
             return self._rejected([exc.reason], raw_sha, kind_gate, record)
         except MappingError as exc:
@@ -253,6 +258,19 @@ class Gate:
                 [Reason(JSON_NUMBER_RANGE, "", str(exc))], raw_sha, kind_gate, record
             )
         return self._judged(kind_gate, record, raw_sha, reference=True)
+
+    def _located_path(self, exc: LocatedReject, declared: str | None) -> str:
+        """The safe path of a repeated key or non-finite number: rendered with the schema
+        of the kind the line routes to (declared names and indices as they are), every
+        key ``*`` when it routes to none."""
+        if exc.location is None:
+            return ""
+        parts = list(exc.location.parts)
+        try:
+            schema = self.kind_gate(route(exc.location.top, declared)).entry.schema
+        except RejectLine:
+            return "$" + "".join(f"[{p}]" if isinstance(p, int) else ".*" for p in parts)
+        return safe_path(schema, parts)
 
     def _rejected(
         self,

@@ -91,6 +91,10 @@ class GlobalContext:
     artifacts: list[WrittenFile] = field(default_factory=list)
     #: facts stages record for the manifest (e.g. rubric digests), by stage name
     notes: dict[str, Any] = field(default_factory=dict)
+    #: told each step as it begins, for a progress display: :func:`run_global` reports
+    #: ``KIND: read``, ``KIND: STAGE``, ``KIND: merge``; a long stage may report its own
+    #: steps (``KIND: dedupe: match``)
+    on_stage: Callable[[str], None] = lambda name: None
 
     def write_artifact(
         self, relative: str, table: pa.Table, kind: str | None = None
@@ -214,7 +218,7 @@ class GlobalResult:
 
 
 def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) -> GlobalResult:
-    """Run the enabled stages over every kind, in order."""
+    """Run the enabled stages over every kind, in order, telling ``ctx.on_stage`` each."""
     import time
 
     if stages is None:
@@ -235,9 +239,11 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
         result.columns[kind] = columns
         if not stages:
             continue
+        ctx.on_stage(f"{kind}: read")
         current = ctx.scan(kind)
         decided_frames = []
         for i, stage in enumerate(stages):
+            ctx.on_stage(f"{kind}: {stage.name}")
             started = time.perf_counter()
             decided = stage.decide(ctx, kind, current)
             result.timings[stage.name] = (
@@ -250,6 +256,7 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
                 current = _advance(current, decided)
         del current
         if decided_frames:
+            ctx.on_stage(f"{kind}: merge")
             result.decisions[kind] = _by_shard(_merge(decided_frames), columns)
     _check_rejected_columns(result.columns)
     return result

@@ -62,8 +62,17 @@ class RunObserver:
     #: called once before gating with the bytes of lines expected (estimated for
     #: compressed inputs: their shards are cut while they are gated)
     on_start: Callable[[int], None] = lambda total_bytes: None
+    #: the gate's progress: bytes and lines gated since the last call
     on_progress: Callable[[int, int], None] = lambda nbytes, nlines: None
+    #: a phase begins: ``gate``, ``global``, ``write``, then ``report``
     on_phase: Callable[[str], None] = lambda name: None
+    #: a step of the global phase begins, e.g. ``pairwise-v2: dedupe``
+    #: (:attr:`pipeline.global_phase.GlobalContext.on_stage`)
+    on_stage: Callable[[str], None] = lambda name: None
+    #: the write phase's shards to write, given once when it begins
+    on_write_start: Callable[[int], None] = lambda shards: None
+    #: a shard's output parts are written, with its rows
+    on_written: Callable[[int], None] = lambda rows: None
 
 
 @dataclass
@@ -71,6 +80,21 @@ class RunResult:
     out: Path
     manifest: dict[str, Any]
     summaries: list[ShardSummary] = field(default_factory=list)
+
+    @property
+    def rejected_share(self) -> float:
+        """The share of the run's lines that were rejected or quarantined."""
+        counts = self.manifest["counts"]
+        lines = counts["lines"]
+        by_disposition = counts["by_disposition"]
+        failed = by_disposition.get("rejected", 0) + by_disposition.get("quarantined", 0)
+        return failed / lines if lines else 0.0
+
+    @property
+    def over_rejected_share(self) -> bool:
+        """Whether :attr:`rejected_share` exceeds the config's ``run.max_rejected_share``."""
+        limit = self.manifest["config"]["run"]["max_rejected_share"]
+        return limit is not None and self.rejected_share > limit
 
 
 def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[InputFile]:
@@ -254,7 +278,9 @@ def run(
             line_bases = _line_bases(shards, summaries)
             observer.on_phase("global")
             t0 = time.perf_counter()
-            global_ctx = GlobalContext(config, tmp, shards, summaries, line_bases, engine)
+            global_ctx = GlobalContext(
+                config, tmp, shards, summaries, line_bases, engine, on_stage=observer.on_stage
+            )
             outcome = run_global(global_ctx)
             timings["global_s"] = time.perf_counter() - t0
             timings.update({f"global.{name}_s": s for name, s in outcome.timings.items()})
@@ -274,10 +300,15 @@ def run(
                 )
                 for s in summaries
             ]
-            writes = engine.map(write_step(config), tasks)
+            observer.on_write_start(len(tasks))
+            # the writer reports (0, rows) once per shard, when its parts are written
+            writes = engine.map(
+                write_step(config), tasks, lambda _, rows: observer.on_written(rows)
+            )
             timings["write_s"] = time.perf_counter() - t0
             shutil.rmtree(tmp / STAGING_DIR, ignore_errors=True)
 
+            observer.on_phase("report")
             input_digests = digests.result()
             manifest = _lineage_form(
                 _manifest(

@@ -365,6 +365,11 @@ def _safe_reason(schema: dict[str, Any], record: Any, error: Any) -> Reason:
     keyword = str(error.rule or "invalid")
     path = _safe_path(schema, instance_parts(record, str(error.name or "data")))
     definition = error.rule_definition
+    if keyword == "required" and isinstance(error.value, dict) and isinstance(definition, list):
+        # the names come from the schema's list (its vocabulary), never from the record
+        missing = [name for name in definition if name not in error.value]
+        detail = "missing " + ", ".join(missing) if missing else f"required {_short(definition)}"
+        return Reason(SCHEMA_PREFIX + keyword, path, _short(detail))
     if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                    "minLength", "maxLength", "minItems", "maxItems", "multipleOf",
                    "minProperties", "maxProperties", "type", "enum", "const", "pattern",

@@ -16,6 +16,10 @@ strict JSON must not is closed off explicitly:
   ``json.too_many_items`` (:func:`check_limits`, separate so a caller can skip it when the
   schema already bounds them).
 
+A repeated key or a non-finite number is located by a second scan of the rejected line
+(:func:`locate`): :class:`LocatedReject` carries the raw path for the gate to render
+safely with the schema (the parser cannot tell a declared name from a map key).
+
 JSONTestSuite ``i_`` decisions, pinned by tests: numbers that overflow are rejected
 (non_finite), huge integers are rejected (number_range), underflow to zero is rejected
 (number_range), every invalid-UTF-8 or surrogate case is rejected, the 500-deep array is
@@ -27,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -47,6 +52,8 @@ from pipeline.reasons import (
 
 __all__ = [
     "MAX_NESTING",
+    "LocatedReject",
+    "Location",
     "StrictParser",
     "check_limits",
     "has_float",
@@ -167,9 +174,11 @@ class StrictParser:
         try:
             value = self._decoder.decode(text)
         except _Duplicate:
-            raise RejectLine(JSON_DUPLICATE_KEY, "an object repeats a key") from None
+            raise LocatedReject(
+                JSON_DUPLICATE_KEY, "an object repeats a key", locate(text)
+            ) from None
         except _NonFinite as exc:
-            raise RejectLine(JSON_NON_FINITE, str(exc)) from None
+            raise LocatedReject(JSON_NON_FINITE, str(exc), locate(text)) from None
         except _NumberRange as exc:
             raise RejectLine(JSON_NUMBER_RANGE, str(exc)) from None
         except RecursionError:
@@ -182,6 +191,95 @@ class StrictParser:
         if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
             raise RejectLine(JSON_INVALID_SURROGATE, "lone or unpaired surrogate escape")
         return value
+
+
+class LocatedReject(RejectLine):
+    """A rejection the parser can place in the value (a repeated key, a non-finite
+    number) though it has no record to give: ``location`` holds the raw path (keys and
+    indices, which may be record values) and the top-level members, so that the caller,
+    which knows the schema, renders the path safely (:func:`pipeline.schemas.safe_path`)."""
+
+    def __init__(self, code: str, detail: str, location: Location | None) -> None:
+        super().__init__(code, detail)
+        self.location = location
+
+
+@dataclass(frozen=True)
+class Location:
+    #: the member names and indices from the top-level value to the offending one
+    parts: tuple[str | int, ...]
+    #: the top-level object's members (the last of a repeated key), for routing
+    top: dict[str, Any]
+
+
+class _Members(list):  # type: ignore[type-arg]
+    """An object as its (key, value) pairs, repeats kept: the locator's object type."""
+
+    repeat: str | None = None
+    seq: int | None = None
+
+
+class _Event:
+    """Where a non-finite number was, in the locator's value."""
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+
+
+def locate(text: str) -> Location | None:
+    """Where the strict parser stopped on ``text`` with a repeated key or a non-finite
+    number: the first of them in the order its hooks fire (objects when they close,
+    numbers when read), as :class:`StrictParser` raises. ``None`` if it cannot tell.
+
+    Only rejected lines get here: a second scan that records instead of raising."""
+    counter = iter(range(1 << 62))
+
+    def pairs(found: list[tuple[str, Any]]) -> _Members:
+        members = _Members(found)
+        seen: set[str] = set()
+        for key, _ in found:
+            if key in seen:
+                members.repeat, members.seq = key, next(counter)
+                break
+            seen.add(key)
+        return members
+
+    def number(text: str) -> Any:
+        value = float(text)
+        return _Event(next(counter)) if math.isinf(value) else value
+
+    decoder = json.JSONDecoder(
+        object_pairs_hook=pairs,
+        parse_constant=lambda name: _Event(next(counter)),
+        parse_float=number,
+        strict=True,
+    )
+    try:
+        value = decoder.decode(text)
+    except (ValueError, RecursionError):
+        return None
+    best: tuple[int, tuple[str | int, ...]] | None = None
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        node, parts = stack.pop()
+        if isinstance(node, _Event):
+            found = (node.seq, parts)
+        elif isinstance(node, _Members):
+            stack.extend((v, (*parts, k)) for k, v in node)
+            if node.seq is None or node.repeat is None:
+                continue
+            found = (node.seq, (*parts, node.repeat))
+        elif isinstance(node, list):
+            stack.extend((v, (*parts, i)) for i, v in enumerate(node))
+            continue
+        else:
+            continue
+        if best is None or found[0] < best[0]:
+            best = found
+    if best is None:
+        return None
+    top = dict(value) if isinstance(value, _Members) else {}
+    return Location(best[1], top)
 
 
 #: A run of 19+ digits: a number that may lie outside int64 (or text that looks like one).

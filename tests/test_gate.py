@@ -339,3 +339,55 @@ def test_gate_codes_are_documented_in_check_order() -> None:
     assert _codes(b"[" * 70 + b"]" * 70) == ["json.not_object"]
     order = {code: i for i, code in enumerate(GATE_CODES)}
     assert order["json.invalid_surrogate"] < order["json.not_object"] < order["json.too_deep"]
+
+
+def test_a_missing_required_field_is_named() -> None:
+    """Issue 17: schema.required listed every required field, truncated with "…", and
+    never said which was missing. A field name is schema vocabulary: it is named."""
+    without = {k: v for k, v in EXAMPLE.items() if k not in ("preference", "rationale")}
+    ratings = {k: v for k, v in EXAMPLE["ratings"].items() if k != "style"}
+    reasons = GATE.gate_line(orjson.dumps({**without, "ratings": ratings})).reasons
+    required = [(r.path, r.detail) for r in reasons if r.code == "schema.required"]
+    assert required == [("$", "missing preference, rationale"), ("$.ratings", "missing style")]
+
+
+@pytest.mark.parametrize("declared", [None, "pairwise-v2"])
+@pytest.mark.parametrize(
+    ("edit", "code", "path"),
+    [
+        # a declared name as it is, a map key never (values may be secrets)
+        (lambda t: t[:-1] + ', "preference": "A"}', "json.duplicate_key", "$.preference"),
+        (
+            lambda t: t.replace('"ratings": {', '"ratings": {"style": 1, ', 1),
+            "json.duplicate_key",
+            "$.ratings.style",
+        ),
+        (
+            lambda t: t[:-1] + ', "sk-secret": {"k": 1, "k": 2}}',
+            "json.duplicate_key",
+            "$.*.*",
+        ),
+        (
+            lambda t: t.replace('"ratings": {', '"ratings": {"style": NaN, ', 1),
+            "json.non_finite",
+            "$.ratings.style",
+        ),
+        (lambda t: t[:-1] + ', "sk-secret": 1e999}', "json.non_finite", "$.*"),
+    ],
+)
+def test_repeated_keys_and_non_finite_numbers_get_a_safe_path(
+    edit: Any, code: str, path: str, declared: str | None
+) -> None:
+    """Issue 17: json.duplicate_key and json.non_finite gave no path. Both gate paths give
+    the schema-rendered path (undeclared keys as ``*``) and agree."""
+    line = edit(json.dumps(EXAMPLE)).encode()
+    reasons = GATE.gate_line(line, declared).reasons
+    assert [(r.code, r.path) for r in reasons] == [(code, path)]
+    assert "secret" not in reasons[0].detail
+    batch = GATE.gate_batch(LineBatch(first_line=1, offsets=[0], lines=[line]), declared)
+    assert batch.rejected is not None
+    assert batch.rejected.column("_reasons").to_pylist()[0][0]["path"] == path
+
+
+def test_a_line_routed_to_no_kind_gets_every_key_as_a_star() -> None:
+    assert GATE.gate_line(b'{"a":[1,{"b":NaN}]}').reasons[0].path == "$.*[1].*"

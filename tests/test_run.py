@@ -380,3 +380,40 @@ def test_progress_totals_and_advances_by_the_bytes_of_lines(
     size = sum(p.stat().st_size for p in paths)
     assert totals == [4 * size if compressed else size]
     assert sum(advanced) == sum(p.stat().st_size for p in given)
+
+
+def test_the_observer_sees_every_phase_and_global_stage_in_order(tmp_path: Path) -> None:
+    """Issue 17: with dedupe on, the bar sat at the gate's 100 % through the global phase
+    (timer frozen: it looked hung) and the write phase re-showed the gate's numbers. Each
+    phase now reports its own steps: the global phase each stage as it begins, the write
+    phase its shard count and then each shard's rows as its parts are written."""
+    path = _export(tmp_path / "pairwise.jsonl", "pairwise-v2", 60, seed=5)
+    config = CampaignConfig(inputs=(InputSpec(str(path)),)).override(
+        **{"engine.shard_bytes": path.stat().st_size // 3 + 1, "engine.workers": 2}
+        | {"dedupe.normalised": True, "dedupe.near": True}
+    )
+    events: list[tuple[str, Any]] = []
+    observer = RunObserver(
+        on_phase=lambda name: events.append(("phase", name)),
+        on_stage=lambda name: events.append(("stage", name)),
+        on_write_start=lambda shards: events.append(("write_start", shards)),
+        on_written=lambda rows: events.append(("written", rows)),
+    )
+    result = run(config, tmp_path / "out", observer=observer)
+    phases = [name for event, name in events if event == "phase"]
+    assert phases == ["gate", "global", "write", "report"]
+    between = events[events.index(("phase", "global")) : events.index(("phase", "write"))]
+    stages = [name for event, name in between if event == "stage"]
+    assert stages[0] == "pairwise-v2: read"
+    assert "pairwise-v2: cross_rules" in stages
+    dedupe = stages.index("pairwise-v2: dedupe")
+    assert stages[dedupe + 1 : dedupe + 4] == [
+        "pairwise-v2: dedupe: read keys",
+        "pairwise-v2: dedupe: match",
+        "pairwise-v2: dedupe: clusters",
+    ]
+    after_write = events[events.index(("phase", "write")) + 1 : events.index(("phase", "report"))]
+    assert after_write[0] == ("write_start", 3)
+    written = [rows for event, rows in after_write[1:] if event == "written"]
+    assert len(written) == len(after_write) - 1 == 3
+    assert sum(written) == result.manifest["counts"]["lines"]

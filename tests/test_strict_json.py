@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pipeline.reasons import RejectLine
 from pipeline.strict_json import (
     LONG_DIGITS,
+    LocatedReject,
     StrictParser,
     check_limits,
     has_float,
@@ -214,9 +215,11 @@ def test_duplicate_key_at_any_depth(obj: dict[str, int], data: st.DataObject) ->
     body = orjson.dumps(obj)[:-1] + b"," + orjson.dumps(key) + b":0}"
     depth = data.draw(st.integers(0, 4))
     line = b'{"w":' * depth + body + b"}" * depth
-    with pytest.raises(RejectLine) as caught:
+    with pytest.raises(LocatedReject) as caught:
         parse_value(line)
     assert caught.value.reason.code == "json.duplicate_key"
+    assert caught.value.location is not None  # issue 17: where, for the gate's safe path
+    assert caught.value.location.parts == ("w",) * depth + (key,)
 
 
 def test_fast_parser_takes_its_own_compact_form() -> None:
@@ -322,3 +325,30 @@ def test_fast_parser_never_disagrees_with_the_strict_one_on_the_suite(conformanc
             taken += 1
             assert orjson.dumps(fast) == orjson.dumps(parse_value(line)), path.name
     assert taken > 100  # the fast path was exercised, in both layouts
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "parts"),
+    [
+        (b'{"a":1,"a":1}', "json.duplicate_key", ("a",)),
+        (b'{"a":{"b":[{"c":1,"c":2}]}}', "json.duplicate_key", ("a", "b", 0, "c")),
+        # the inner object closes first: the strict parser stops there
+        (b'{"a":[7,{"b":1,"b":2}],"a":3}', "json.duplicate_key", ("a", 1, "b")),
+        (b'{"a":{"b":NaN}}', "json.non_finite", ("a", "b")),
+        (b"[1,[2,-Infinity]]", "json.non_finite", (1, 1)),
+        (b'{"a":[1e400]}', "json.non_finite", ("a", 0)),
+        # a non-finite number read before the object repeating its key closes
+        (b'{"a":NaN,"a":1}', "json.non_finite", ("a",)),
+        (b'{"a":1,"a":{"x":NaN}}', "json.non_finite", ("a", "x")),
+    ],
+)
+def test_repeated_keys_and_non_finite_numbers_are_located(
+    line: bytes, code: str, parts: tuple[str | int, ...]
+) -> None:
+    """Issue 17: json.duplicate_key and json.non_finite gave no path. The parser now
+    says where it stopped (raw parts, for the gate to render safely with the schema)."""
+    with pytest.raises(LocatedReject) as caught:
+        parse_value(line)
+    assert caught.value.reason.code == code
+    assert caught.value.location is not None
+    assert caught.value.location.parts == parts

@@ -13,6 +13,8 @@ Exit codes (also in the README):
    grades file; a scoring binding that fails on a row's value
 4  the command failed (a worker died, OUT exists without ``--force`` or is held by
    another command, disk error, an internal error); nothing was written
+5  ``run``: OUT was written, but the rejected and quarantined share of lines exceeds
+   ``--max-rejected-share`` (``run.max_rejected_share``)
 130  interrupted by Ctrl-C; 143 by SIGTERM (workers stopped, temporary files removed)
 == =================================================================
 """

@@ -29,6 +29,8 @@ EXIT_MISMATCH: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INPUT: Final = 3
 EXIT_FAILED: Final = 4
+#: ``run --max-rejected-share``: OUT was written, but too many lines failed the gate
+EXIT_REJECTED_SHARE: Final = 5
 
 
 def _console(*, stderr: bool) -> Console:

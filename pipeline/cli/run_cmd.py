@@ -7,18 +7,30 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
     TransferSpeedColumn,
 )
 from rich.table import Table
 
-from pipeline.cli._common import err, library_errors, out, styled, writing_directory
+from pipeline.cli._common import (
+    EXIT_REJECTED_SHARE,
+    err,
+    library_errors,
+    out,
+    styled,
+    writing_directory,
+)
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.hints import run_hints
 from pipeline.run import RunObserver, run
 
 
@@ -66,6 +78,20 @@ def run_command(
             help="Remove near duplicates (MinHash LSH, dedupe.threshold); default: the config's.",
         ),
     ] = None,
+    max_line_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help="Longest line accepted, in bytes (limits.max_line_bytes); longer lines "
+            "are rejected as line.too_large."
+        ),
+    ] = None,
+    max_rejected_share: Annotated[
+        float | None,
+        typer.Option(
+            help="Exit 5 (after writing OUT) when more than this share (0..1) of the lines "
+            "is rejected or quarantined (run.max_rejected_share)."
+        ),
+    ] = None,
     inputs: Annotated[
         list[str] | None,
         typer.Argument(help="JSONL files (.jsonl, .jsonl.gz, .jsonl.zst) or directories of them."),
@@ -88,56 +114,117 @@ def run_command(
             config = config.override(**{"dedupe.protected_splits": tuple(protect)})
         if workers is not None:
             config = config.override(**{"engine.workers": workers})
-        for name, flag in (("normalised", normalised), ("near", near)):
+        flags = {
+            "dedupe.normalised": normalised,
+            "dedupe.near": near,
+            "limits.max_line_bytes": max_line_bytes,
+            "run.max_rejected_share": max_rejected_share,
+        }
+        for key, flag in flags.items():
             if flag is not None:
-                config = config.override(**{f"dedupe.{name}": flag})
+                config = config.override(**{key: flag})
         config = config.validate()
         with _progress(quiet) as observer:
             result = run(config, out_dir, force=force, observer=observer)
     if not quiet:
         _summary(result.manifest, out_dir)
+    if result.over_rejected_share:
+        limit = result.manifest["config"]["run"]["max_rejected_share"]
+        err.print(
+            styled("error:", "bold red"),
+            f"{result.rejected_share:.1%} of the lines were rejected or quarantined, more "
+            f"than run.max_rejected_share {limit:g} ({out_dir} was written)",
+        )
+        raise typer.Exit(EXIT_REJECTED_SHARE)
 
 
 class _progress:
-    """A rich progress bar (bytes, bytes/s, lines/s) that stays quiet off a terminal."""
+    """Progress that stays quiet off a terminal, one display per phase: the gate's bar
+    (bytes, bytes/s, lines/s); the global phase's current step with a spinner and a
+    running clock (it has no byte count to show); the write phase's shards and rows."""
 
-    def __init__(self, quiet: bool) -> None:
-        self.enabled = not quiet and err.is_terminal
-        self.progress = Progress(
+    def __init__(self, quiet: bool, console: Console = err) -> None:
+        self.enabled = not quiet and console.is_terminal
+        self.console = console
+        self.current: Progress | None = None
+        self.task: Any = None
+        self.lines = 0
+        self.rows = 0
+
+    def _show(self, *columns: ProgressColumn, description: str, **task: Any) -> None:
+        """Stop the current display (its last state stays on screen), start the next."""
+        if self.current is not None:
+            self.current.stop()
+        self.current = Progress(
+            *columns, console=self.console, disable=not self.enabled, transient=False
+        )
+        self.current.start()
+        self.task = self.current.add_task(description, **task)
+
+    def __enter__(self) -> RunObserver:
+        self._show(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
             TextColumn("{task.fields[lines]:,} lines · {task.fields[rate]:,.0f} lines/s"),
             TimeElapsedColumn(),
-            console=err,
-            disable=not self.enabled,
-            transient=False,
+            description="gate",
+            total=None,
+            lines=0,
+            rate=0.0,
         )
-        self.task: Any = None
-        self.lines = 0
-
-    def __enter__(self) -> RunObserver:
-        self.progress.start()
-        self.task = self.progress.add_task("gate", total=None, lines=0, rate=0.0)
 
         def on_start(total_bytes: int) -> None:
-            self.progress.update(self.task, total=total_bytes)
+            self._update(total=total_bytes)
 
         def on_progress(nbytes: int, nlines: int) -> None:
             self.lines += nlines if nbytes else 0
-            elapsed = self.progress.tasks[0].elapsed or 1e-9
-            self.progress.update(
-                self.task, advance=nbytes, lines=self.lines, rate=self.lines / elapsed
-            )
+            assert self.current is not None
+            elapsed = self.current.tasks[0].elapsed or 1e-9
+            self._update(advance=nbytes, lines=self.lines, rate=self.lines / elapsed)
 
         def on_phase(name: str) -> None:
-            self.progress.update(self.task, description=name)
+            if name == "global":
+                self._show(
+                    TextColumn("[bold]global"),
+                    SpinnerColumn(),
+                    TextColumn("{task.description}", markup=False),
+                    TimeElapsedColumn(),
+                    description="starting",
+                    total=None,
+                )
+            elif name == "write":
+                self._show(
+                    TextColumn("[bold]write"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn("shards · {task.fields[rows]:,} rows"),
+                    TimeElapsedColumn(),
+                    description="write",
+                    total=None,
+                    rows=0,
+                )
 
-        return RunObserver(on_start, on_progress, on_phase)
+        def on_stage(name: str) -> None:
+            self._update(description=name)
+
+        def on_write_start(shards: int) -> None:
+            self._update(total=shards)
+
+        def on_written(rows: int) -> None:
+            self.rows += rows
+            self._update(advance=1, rows=self.rows)
+
+        return RunObserver(on_start, on_progress, on_phase, on_stage, on_write_start, on_written)
+
+    def _update(self, **changes: Any) -> None:
+        assert self.current is not None
+        self.current.update(self.task, **changes)
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.current is not None:
+            self.current.stop()
 
 
 def _summary(manifest: dict[str, Any], out_dir: Path) -> None:
@@ -163,3 +250,7 @@ def _summary(manifest: dict[str, Any], out_dir: Path) -> None:
         f"{timings.get('total_s', 0):.2f} s; conservation",
         styled("ok", "green") if manifest["conservation"]["ok"] else styled("FAILED", "red"),
     )
+    for report in manifest.get("reports", []):
+        out.print(f"report: {out_dir / report['path']}")
+    for hint in run_hints(manifest):
+        out.print(styled("hint:", "bold yellow"), hint)

@@ -26,6 +26,10 @@ def scan_command(
     kind: Annotated[
         str | None, typer.Option(help="Record kind of the inputs given on the command line.")
     ] = None,
+    max_line_bytes: Annotated[
+        int | None,
+        typer.Option(help="Longest line read, in bytes (limits.max_line_bytes)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Count what sanitization would redact, per record kind, field path and category,
@@ -37,6 +41,8 @@ def scan_command(
         config = load_campaign(config_file) if config_file else CampaignConfig()
         specs = tuple(InputSpec(path, kind) for path in inputs)
         config = dataclasses.replace(config, inputs=specs, base_dir=".").validate()
+        if max_line_bytes is not None:
+            config = config.override(**{"limits.max_line_bytes": max_line_bytes})
         report = scan_inputs(config)
     data = report.as_dict()
     if as_json:

@@ -74,6 +74,7 @@ class Dedupe:
         # the digests (exact groups; the kept row a pointer names) are not state columns
         columns = [*_available(ctx, kind, wanted), *_DIGESTS]
         fields = group_fields(key, settings, kind)
+        ctx.on_stage(f"{kind}: dedupe: read keys")
         participants = (
             _repeated_fingerprints(ctx, kind, rows, is_accepted, accepted)
             if _exact_only(settings)
@@ -84,7 +85,9 @@ class Dedupe:
         else:
             frame = _fetched(ctx, kind, participants, columns)
         frame = frame.with_columns(split).rename(back, strict=False)
+        ctx.on_stage(f"{kind}: dedupe: match")
         matches = match_duplicates(frame, key, settings, kind)
+        ctx.on_stage(f"{kind}: dedupe: clusters")
         if participants is None:
             everyone = frame
         else:
