@@ -248,12 +248,10 @@ class RunSettings:
 
     #: A run whose rejected and quarantined lines exceed this share of its lines exits
     #: with its own code (5) after writing OUT; ``None``: any share is a success.
-    max_rejected_share: float | None = None
+    max_rejected_share: float | None = bounded(None, 0.0, 1.0, "a share of the run's lines")
 
     def validate(self, path: str) -> None:
-        share = self.max_rejected_share
-        if share is not None and not 0.0 <= share <= 1.0:
-            raise ConfigError(f"{path}.max_rejected_share: must be between 0 and 1")
+        check_bounds(self, path)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ order, holding only the files whose line range is current.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -240,13 +241,17 @@ def _source_path(entry: dict[str, Any], sources: Path | None) -> Path:
     return resolved if resolved.exists() else Path(str(entry["path"]))
 
 
-def _stream_limits(manifest: dict[str, Any]) -> dict[str, int]:
+def _stream_limits(manifest: dict[str, Any], given: InputFile) -> InputFile:
+    """``given`` under the run's own decompression bounds: what the run read under raised
+    limits, verify reads too (an older manifest: the defaults)."""
     limits = manifest["config"].get("limits", {})
-    return {
-        name: int(limits[name])
-        for name in ("max_decompressed_bytes", "max_expansion_ratio")
-        if isinstance(limits.get(name), int)
-    }
+    return dataclasses.replace(
+        given,
+        max_decompressed_bytes=int(
+            limits.get("max_decompressed_bytes", given.max_decompressed_bytes)
+        ),
+        max_expansion_ratio=int(limits.get("max_expansion_ratio", given.max_expansion_ratio)),
+    )
 
 
 def _check_inputs(
@@ -261,16 +266,15 @@ def _check_inputs(
             continue
         if path.stat().st_size != entry["bytes"] or file_sha256(path) != entry["sha256"]:
             report.problem(f"input {entry['path']}: bytes differ from the manifest's SHA-256")
-        found[entry["path"]] = InputFile(
+        given = InputFile(
             entry["index"],
             entry["path"],
             str(path),
             entry["bytes"],
             entry["compression"],
             entry["kind"],
-            # the run's own decompression bounds: raised limits the run read under verify too
-            **_stream_limits(manifest),
         )
+        found[entry["path"]] = _stream_limits(manifest, given)
     return found
 
 
