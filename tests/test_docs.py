@@ -99,3 +99,25 @@ def test_specs_are_named_not_numbered(page: Path) -> None:
     """A reader cannot resolve "seed 002"; the spec's name says what it is."""
     found = re.findall(r"seed[ _-]?00\d", page.read_text("utf-8"), re.I)
     assert not found, f"{page.name} names a spec by number: {found}"
+
+
+def test_every_test_the_reliability_page_names_exists() -> None:
+    """Each guarantee names the test that proves it: a renamed or deleted test fails here.
+    ``::name`` alone refers to the last file named before it."""
+    import ast
+
+    text = (ROOT / "docs" / "reliability.md").read_text("utf-8")
+    named: list[tuple[str, str]] = []
+    current = ""
+    for match in re.finditer(r"`(tests/[\w/]+\.py)(?:::(\w+))?`|`::(\w+)`", text):
+        current = match.group(1) or current
+        test = match.group(2) or match.group(3)
+        if test:
+            named.append((current, test))
+    assert len(named) > 50
+    missing = []
+    for file, test in named:
+        tree = ast.parse((ROOT / file).read_text("utf-8"))
+        if test not in {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}:
+            missing.append(f"{file}::{test}")
+    assert missing == []
