@@ -63,9 +63,36 @@ MAX_EXPANSION_RATIO: Final = 100
 #: A stream is never refused for its ratio before it has produced this much: a small file
 #: of repetitive lines may compress far beyond any real export, harmlessly.
 RATIO_EXEMPT_BYTES: Final = 64 << 20
-_GZIP_MAGIC: Final = b"\x1f\x8b"
-_ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
-_SUFFIXES: Final = ((".gz", "gzip"), (".zst", "zstd"), (".zstd", "zstd"))
+#: magic bytes of the formats rowgate reads, and of those it names and refuses (gzip's
+#: third byte is its only method, deflate: ``1f 8b`` alone also starts garbage)
+_MAGICS: Final = (
+    (b"\x1f\x8b\x08", "gzip"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"PK\x03\x04", "zip"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+)
+#: after ``BZh`` and the block size digit: a block's magic (pi), or the end of an empty stream
+_BZIP2_BLOCKS: Final = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
+_SNIFF_BYTES: Final = 10
+#: the formats refused, with the command that decompresses each
+_UNREAD_FORMATS: Final = {
+    "bzip2": "bunzip2 -k",
+    "xz": "unxz -k",
+    "zip": "unzip",
+    "lz4": "unlz4",
+    "7z": "7z x",
+}
+_SUFFIXES: Final = (
+    (".gz", "gzip"),
+    (".zst", "zstd"),
+    (".zstd", "zstd"),
+    (".bz2", "bzip2"),
+    (".xz", "xz"),
+    (".zip", "zip"),
+    (".lz4", "lz4"),
+)
 #: File names read as JSONL when a directory is given as an input.
 JSONL_SUFFIXES: Final = (
     ".jsonl",
@@ -156,20 +183,38 @@ class InputError(ValueError):
 
 
 def detect_compression(path: str | Path) -> str:
-    """Compression by file suffix, confirmed by magic bytes; plain otherwise.
+    """``"gzip"``, ``"zstd"`` or ``"none"``, by the file's magic bytes whatever its name.
 
-    The suffix decides so that a plain file whose first bytes happen to look like a
-    gzip header is still read (and its lines rejected), never silently decompressed.
+    Any other compressed format (bzip2, xz, zip, lz4, 7z) is an :class:`InputError` naming
+    it: read as text, every line would be rejected as invalid UTF-8 and the run would
+    succeed. A suffix that promises compression the bytes do not have is an error too. The
+    magics cannot start a JSONL file (gzip's and zstd's are not UTF-8 text; the others
+    are followed by bytes no JSON line holds), so a plain export is never misread.
     """
     name = str(path)
-    expected = next((c for suffix, c in _SUFFIXES if name.endswith(suffix)), "none")
-    if expected == "none":
-        return "none"
     with open(path, "rb") as fh:
-        head = fh.read(4)
-    if not head.startswith(_GZIP_MAGIC if expected == "gzip" else _ZSTD_MAGIC):
-        raise InputError(f"{name}: named as {expected} but is not {expected}-compressed")
-    return expected
+        head = fh.read(_SNIFF_BYTES)
+    found = _sniff(head)
+    if found in _UNREAD_FORMATS:
+        raise InputError(
+            f"{name}: {found}-compressed; rowgate reads plain, gzip and zstd JSONL: "
+            f"decompress it first ({_UNREAD_FORMATS[found]}) or recompress it with zstd"
+        )
+    if found != "none":
+        return found
+    claimed = next((c for suffix, c in _SUFFIXES if name.endswith(suffix)), "none")
+    if claimed != "none":
+        raise InputError(f"{name}: named as {claimed} but is not {claimed}-compressed")
+    return "none"
+
+
+def _sniff(head: bytes) -> str:
+    for magic, found in _MAGICS:
+        if head.startswith(magic):
+            return found
+    if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] in _BZIP2_BLOCKS:
+        return "bzip2"
+    return "none"
 
 
 class DecompressionLimitError(InputError):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import bz2
 import dataclasses
 import gzip
 import hashlib
+import io
+import lzma
 import random
 import re
 import tracemalloc
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -75,7 +79,9 @@ def test_shards_cover_every_line_exactly_once(
         data += b"\n"
     path = tmp_path / "in.jsonl"
     path.write_bytes(data)
-    shards = plan_shards([_input(path)], shard_bytes)
+    # read as plain whatever the bytes (random bytes may start with a compression magic)
+    plain = InputFile(0, str(path), str(path), len(data), "none")
+    shards = plan_shards([plain], shard_bytes)
     assert [s.start for s in shards] == sorted({s.start for s in shards})
     assert _lines(shards) == _expected(data)
 
@@ -280,7 +286,7 @@ def test_batches_have_exactly_batch_lines(tmp_path: Path) -> None:
     assert sizes == [4, 4, 2]
 
 
-def test_compression_is_named_by_suffix_and_checked(tmp_path: Path) -> None:
+def test_compression_is_read_from_the_bytes_and_checked(tmp_path: Path) -> None:
     plain = tmp_path / "looks-gzip.jsonl"
     plain.write_bytes(b"\x1f\x8b not really\n")
     assert detect_compression(plain) == "none"
@@ -288,6 +294,43 @@ def test_compression_is_named_by_suffix_and_checked(tmp_path: Path) -> None:
     fake.write_bytes(b"{}\n")
     with pytest.raises(InputError, match="not gzip-compressed"):
         detect_compression(fake)
+    # the bytes decide, whatever the name
+    gzipped = tmp_path / "export.jsonl"
+    gzipped.write_bytes(gzip.compress(b'{"a":1}\n'))
+    assert detect_compression(gzipped) == "gzip"
+    misnamed = tmp_path / "export.jsonl.gz"
+    misnamed.write_bytes(zstandard.compress(b'{"a":1}\n'))
+    assert detect_compression(misnamed) == "zstd"
+
+
+def _zipped(data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("export.jsonl", data)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("packed", "name"),
+    [
+        (bz2.compress(b'{"a":1}\n'), "bzip2"),
+        (bz2.compress(b""), "bzip2"),
+        (lzma.compress(b'{"a":1}\n'), "xz"),
+        (_zipped(b'{"a":1}\n'), "zip"),
+        (b"\x04\x22\x4d\x18\x64\x40\xa7" + b"\x00" * 8, "lz4"),
+        (b"7z\xbc\xaf\x27\x1c\x00\x04" + b"\x00" * 24, "7z"),
+    ],
+    ids=["bzip2", "bzip2-empty", "xz", "zip", "lz4", "7z"],
+)
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.bz2"])
+def test_other_compressed_formats_are_refused_by_name(
+    tmp_path: Path, packed: bytes, name: str, suffix: str
+) -> None:
+    """Read as text, every line of a .jsonl.bz2 was json.invalid_utf8 and the run exited 0."""
+    path = tmp_path / f"export{suffix}"
+    path.write_bytes(packed)
+    with pytest.raises(InputError, match=f"{name}-compressed; rowgate reads plain, gzip and zstd"):
+        detect_compression(path)
 
 
 def test_truncated_stream_is_an_input_error(tmp_path: Path) -> None:

@@ -160,3 +160,27 @@ def test_verify_reads_the_inputs_under_the_runs_own_limits(
     assert run(config, out).manifest["conservation"]["ok"]
     report = verify_run(out)
     assert report.ok, report.problems
+
+
+def test_a_bzip2_export_is_refused_and_a_misnamed_gzip_is_read(tmp_path: Path) -> None:
+    """Compression is read from the bytes: a .jsonl.bz2 was read as text (every line
+    json.invalid_utf8, exit 0); a gzip export named .jsonl is gated like its plain bytes."""
+    import bz2
+
+    rows = (DATA / "math-reasoning-v1.jsonl").read_bytes()
+    packed = tmp_path / "export.jsonl.bz2"
+    packed.write_bytes(bz2.compress(rows))
+    refused = runner.invoke(
+        app, ["run", str(packed), "--kind", "math-reasoning-v1", "--out", str(tmp_path / "o")]
+    )
+    assert refused.exit_code == 3, refused.output
+    assert "bzip2-compressed" in refused.output
+    assert not (tmp_path / "o").exists()
+    plain, misnamed = tmp_path / "plain.jsonl", tmp_path / "gz.jsonl"
+    plain.write_bytes(rows)
+    misnamed.write_bytes(gzip.compress(rows))
+    counts = [
+        run(_config(path, **{"engine.workers": 1}), tmp_path / path.stem).manifest["counts"]
+        for path in (plain, misnamed)
+    ]
+    assert counts[0] == counts[1]
