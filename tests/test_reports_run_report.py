@@ -130,12 +130,29 @@ def test_report_shows_dispositions_reasons_and_examples(sample_run: Path) -> Non
         assert code in page
     assert "pairwise-v2.jsonl:" in page  # an example as file:line
     assert "No score columns" in page
-    # the dedupe stage ran: its cluster tables are shown (lineage columns only)
-    assert "dedupe/clusters/pairwise-v2.parquet" in page
-    # the charts are SVG: stacked dispositions, reason codes, one histogram per cluster table
-    clusters = [a for a in manifest["artifacts"] if a["path"].startswith("dedupe/clusters/")]
-    assert page.count('src="data:image/svg+xml;base64,') == 2 + len(clusters)
+    # the dedupe stage ran and found nothing: its 14 empty tables (7 kinds × clusters and
+    # split groups) are not drawn, one line says so
+    dedupe = [a for a in manifest["artifacts"] if a["path"].startswith("dedupe/")]
+    assert len(dedupe) == 14 and all(a["rows"] == 0 for a in dedupe)
+    assert "Nothing found in dedupe/clusters/ (7 empty table(s)) and " in page
+    assert "dedupe/split_groups/ (7 empty table(s))" in page
+    section = page[page.index("<h2>Duplicate clusters") : page.index("<h2>Score")]
+    assert "<table" not in section and "no values" not in page
+    # the charts are SVG: stacked dispositions and reason codes
+    assert page.count('src="data:image/svg+xml;base64,') == 2
     assert "data:image/png" not in page
+
+
+def test_reasons_table_is_complete_and_grouped_by_family(sample_run: Path) -> None:
+    page = (sample_run / "report.html").read_text()
+    manifest = json.loads((sample_run / "manifest.json").read_text())
+    by_reason = manifest["counts"]["by_reason"]
+    table = page[page.index("<h2>Reasons") : page.index("<h2>Duplicate")]
+    rows = table.count("<tr><td>")
+    assert rows == sum(len(codes) for codes in by_reason.values())  # one row per code
+    families = {c.rpartition(".")[0] for codes in by_reason.values() for c in codes}
+    assert table.count('<tr class="group">') == len(families)
+    assert "semantic.pairwise-v2 · 8 row(s), 8 code(s)" in table
 
 
 @pytest.mark.slow
