@@ -33,7 +33,7 @@ h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2.2rem; border-
 table { border-collapse: collapse; margin: .6rem 0; font-variant-numeric: tabular-nums; max-width: 100%; }
 th, td { border: 1px solid #d0d7de; padding: .25rem .55rem; text-align: left; vertical-align: top;
          overflow-wrap: break-word; }
-td:last-child:not(.num) { overflow-wrap: anywhere; }
+table.notes td:last-child:not(.num) { overflow-wrap: anywhere; }
 th { background: #f6f8fa; } td.num { text-align: right; white-space: nowrap; }
 tr.group th { background: #eaeef2; font-weight: 600; }
 table.stacked td { white-space: pre-line; }
@@ -83,9 +83,9 @@ def cell(value: object) -> str:
 def table(
     columns: Sequence[str], rows: Iterable[Sequence[object]], *, css_class: str | None = None
 ) -> str:
-    """An HTML table; numbers are right-aligned. The last column's text may break
-    anywhere (long examples, digests), so a table fits the page. With
-    ``css_class="stacked"`` a newline in a cell's text starts a new line.
+    """An HTML table; numbers are right-aligned. With ``css_class="notes"`` the last
+    column's text may break anywhere (long examples, digests), so the table fits the page;
+    with ``css_class="stacked"`` a newline in a cell's text starts a new line.
 
     Examples
     --------

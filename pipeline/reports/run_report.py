@@ -198,7 +198,9 @@ def _reason_table(
         heading = f"{family} · {total:,} row(s), {len(members)} code(s)"
         rows = [[code, d, n, "; ".join(examples.get((d, code), []))] for code, n, d in members]
         groups.append((heading, rows))
-    return html.grouped_table(["reason", "disposition", "rows", "examples"], groups)
+    return html.grouped_table(
+        ["reason", "disposition", "rows", "examples"], groups, css_class="notes"
+    )
 
 
 def _is_safe(label: str, dtype: PolarsDataType) -> bool:
@@ -358,11 +360,17 @@ def _inputs(manifest: dict[str, Any]) -> str:
         for a in manifest.get("artifacts", [])
     ]
     parts = [
-        html.table(["input", "kind", "split", "compression", "bytes", "lines", "sha256"], inputs),
-        html.table(["kind", "schema", "sha256"], schemas),
+        html.table(
+            ["input", "kind", "split", "compression", "bytes", "lines", "sha256"],
+            inputs,
+            css_class="notes",
+        ),
+        html.table(["kind", "schema", "sha256"], schemas, css_class="notes"),
     ]
     if artifacts:
-        parts.append(html.table(["artifact", "kind", "rows", "sha256"], artifacts))
+        parts.append(
+            html.table(["artifact", "kind", "rows", "sha256"], artifacts, css_class="notes")
+        )
     notes = manifest.get("global") or {}
     if notes:
         parts.append(
