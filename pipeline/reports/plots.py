@@ -155,7 +155,7 @@ def risk_coverage_figure(
     >>> fig.axes[0].get_xlabel()
     'coverage'
     """
-    figure = Figure(figsize=(6.0, 4.6), layout="constrained")
+    figure = Figure(figsize=(7.6, 4.6), layout="constrained")
     axes = figure.subplots()
     top = 0.0
     for label, coverage, risk in curves:
@@ -178,7 +178,8 @@ def risk_coverage_figure(
         title=title,
     )
     axes.grid(alpha=0.3)
-    axes.legend(fontsize="small", loc="upper left")
+    # outside the axes: inside, any corner covers some slice's curve
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
     return figure
 
 
