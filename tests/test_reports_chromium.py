@@ -81,7 +81,8 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 WIDTH = 1400
 
 
-def _check_page(page: Path, tmp_path: Path, expected_images: int) -> None:
+def _probe(page: Path, tmp_path: Path, width: int) -> str:
+    """The DOM of ``page`` after the probe ran, in a window ``width`` px wide."""
     text = page.read_text()
     probed = tmp_path / f"probe-{page.parent.name}.html"
     probed.write_text(
@@ -91,21 +92,31 @@ def _check_page(page: Path, tmp_path: Path, expected_images: int) -> None:
     )
     dom = _chromium(
         tmp_path,
-        f"--window-size={WIDTH},1000",
+        f"--window-size={width},1000",
         "--virtual-time-budget=10000",
         "--dump-dom",
         probed.as_uri(),
     )
-    found = re.search(r'data-images="(\d+)/(\d+)"', dom.stdout)
-    assert found, f"probe did not run: {dom.stderr[-2000:]}"
+    assert "data-images=" in dom.stdout, f"probe did not run: {dom.stderr[-2000:]}"
+    return dom.stdout
+
+
+def _assert_fits(dom: str, width: int) -> None:
+    found = re.search(r'data-width="(\d+)/(\d+)"', dom)
+    assert found, dom[-500:]
+    assert int(found[2]) == width
+    assert int(found[1]) <= width, f"the page is {found[1]} px wide in a {width} px window"
+
+
+def _check_page(page: Path, tmp_path: Path, expected_images: int) -> None:
+    dom = _probe(page, tmp_path, WIDTH)
+    found = re.search(r'data-images="(\d+)/(\d+)"', dom)
+    assert found
     decoded, total = int(found[1]), int(found[2])
     assert total >= expected_images
     assert decoded == total, f"{total - decoded} of {total} plots did not render"
-    assert 'data-control="0"' in dom.stdout  # the probe does see an image that fails
-    width = re.search(r'data-width="(\d+)/(\d+)"', dom.stdout)
-    assert width, dom.stdout[-500:]
-    assert int(width[2]) == WIDTH
-    assert int(width[1]) <= WIDTH, f"the page is {width[1]} px wide in a {WIDTH} px window"
+    assert 'data-control="0"' in dom  # the probe does see an image that fails
+    _assert_fits(dom, WIDTH)
 
     shot = tmp_path / f"shot-{page.parent.name}.png"
     _chromium(tmp_path, f"--window-size={WIDTH},4000", f"--screenshot={shot}", page.as_uri())
@@ -185,3 +196,6 @@ def test_run_report_renders_with_plots(tmp_path: Path) -> None:
     assert '<th>rows</th></tr></thead><tbody><tr><td class="num">0</td>' not in page
     assert page.count('src="data:image/svg+xml;base64,') == 2
     assert page.count("Nothing found in dedupe/clusters/") == 1
+    # the reasons table (57 codes, examples with long unbroken field lists) wraps inside
+    # its cells: it fitted 1400 px but ran past the margin of a 1000 px window
+    _assert_fits(_probe(out / "report.html", tmp_path, 1000), 1000)
