@@ -17,6 +17,7 @@ from pipeline import global_phase
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.global_phase import GlobalContext
 from pipeline.reasons import Disposition
+from pipeline.reports import run_report
 from pipeline.reports.run_report import render_run_report
 from pipeline.run import run
 from pipeline.verify import verify_run
@@ -207,3 +208,24 @@ def test_report_is_deterministic_across_workers(tmp_path: Path) -> None:
     two = run(config.override(**{"engine.workers": 2}), tmp_path / "two")
     assert (one.out / "report.html").read_bytes() == (two.out / "report.html").read_bytes()
     assert render_run_report(one.out, one.manifest) == (one.out / "report.html").read_text()
+
+
+def test_score_columns_without_values_draw_no_histogram(tmp_path: Path) -> None:
+    """A score column whose rows are all null gets one line, not a 'no values' chart."""
+    (tmp_path / "accepted").mkdir()
+    pl.DataFrame(
+        {"_source": ["a.jsonl"] * 2, "_line": [1, 2], "_score": [None, None]},
+        schema_overrides={"_score": pl.Float64},
+    ).write_parquet(tmp_path / "accepted" / "part-0.parquet")
+    pl.DataFrame({"_source": ["a.jsonl"], "_line": [3], "_score": [0.5]}).write_parquet(
+        tmp_path / "accepted" / "part-1.parquet"
+    )
+    entry = {"disposition": "accepted", "rows": 2}
+    outputs = [
+        entry | {"path": "accepted/part-0.parquet", "kind": "empty-kind"},
+        entry | {"path": "accepted/part-1.parquet", "kind": "scored-kind"},
+    ]
+    section = run_report._scores(tmp_path, outputs)
+    assert section.count("<figure>") == 1  # scored-kind only
+    assert "No score values in: empty-kind: _score." in section
+    assert "<td>empty-kind</td>" not in section
