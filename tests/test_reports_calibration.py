@@ -197,3 +197,14 @@ def test_risk_coverage_legend_covers_no_curve() -> None:
     legend = axes.get_legend()
     assert legend is not None
     assert not legend.get_window_extent().overlaps(axes.get_window_extent())
+
+
+def test_reliability_legend_covers_no_bin() -> None:
+    """The legend sits below both axes: inside, it hid the low-confidence bins."""
+    figure = plots.reliability_figure(
+        "all", [0, 0.5], [0.5, 1], [2, 3], [0.25, 0.68], [0, 1], [0, 0.44], [0.66, 1]
+    )
+    FigureCanvasAgg(figure).draw()
+    (legend,) = figure.legends
+    for axes in figure.axes:
+        assert not legend.get_window_extent().overlaps(axes.get_window_extent())
