@@ -20,7 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+from pipeline.reports import plots
 from pipeline.reports.calibration import (
     assign_bins,
     brier_score,
@@ -184,3 +186,25 @@ def test_resampled_calibration_matches_direct_computation(
         assert fast["brier"][r] == pytest.approx(
             brier_score(confidence[row], correct[row]), abs=1e-12
         )
+
+
+def test_risk_coverage_legend_covers_no_curve() -> None:
+    """The legend sits outside the axes: inside, its corner covered the first curve."""
+    curves = [(f"s{i}", [0.01, 0.5, 1.0], [0.4, 0.2, 0.3]) for i in range(5)]
+    figure = plots.risk_coverage_figure("rc", curves, ([0.5, 1.0], [0.0, 0.3]))
+    FigureCanvasAgg(figure).draw()  # lays the figure out as the report's PNG is
+    (axes,) = figure.axes
+    legend = axes.get_legend()
+    assert legend is not None
+    assert not legend.get_window_extent().overlaps(axes.get_window_extent())
+
+
+def test_reliability_legend_covers_no_bin() -> None:
+    """The legend sits below both axes: inside, it hid the low-confidence bins."""
+    figure = plots.reliability_figure(
+        "all", [0, 0.5], [0.5, 1], [2, 3], [0.25, 0.68], [0, 1], [0, 0.44], [0.66, 1]
+    )
+    FigureCanvasAgg(figure).draw()
+    (legend,) = figure.legends
+    for axes in figure.axes:
+        assert not legend.get_window_extent().overlaps(axes.get_window_extent())

@@ -18,6 +18,7 @@ from pipeline import global_phase
 from pipeline.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.global_phase import GlobalContext
 from pipeline.reasons import REASONS_TYPE, Disposition
+from pipeline.reports import run_report
 from pipeline.reports.run_report import render_run_report
 from pipeline.run import run
 from pipeline.verify import verify_run
@@ -131,12 +132,31 @@ def test_report_shows_dispositions_reasons_and_examples(sample_run: Path) -> Non
         assert code in page
     assert "pairwise-v2.jsonl:" in page  # an example as file:line
     assert "No score columns" in page
-    # the dedupe stage ran: its cluster tables are shown (lineage columns only)
-    assert "dedupe/clusters/pairwise-v2.parquet" in page
-    # the charts are SVG: stacked dispositions, reason codes, one histogram per cluster table
-    clusters = [a for a in manifest["artifacts"] if a["path"].startswith("dedupe/clusters/")]
-    assert page.count('src="data:image/svg+xml;base64,') == 2 + len(clusters)
+    # the dedupe stage ran and found nothing: its 14 empty tables (7 kinds × clusters and
+    # split groups) are not drawn, one line says so
+    dedupe = [a for a in manifest["artifacts"] if a["path"].startswith("dedupe/")]
+    assert len(dedupe) == 14
+    assert all(a["rows"] == 0 for a in dedupe)
+    assert "Nothing found in dedupe/clusters/ (7 empty table(s)) and " in page
+    assert "dedupe/split_groups/ (7 empty table(s))" in page
+    section = page[page.index("<h2>Duplicate clusters") : page.index("<h2>Score")]
+    assert "<table" not in section
+    assert "<figure" not in section
+    # the charts are SVG: stacked dispositions and reason codes
+    assert page.count('src="data:image/svg+xml;base64,') == 2
     assert "data:image/png" not in page
+
+
+def test_reasons_table_is_complete_and_grouped_by_family(sample_run: Path) -> None:
+    page = (sample_run / "report.html").read_text()
+    manifest = json.loads((sample_run / "manifest.json").read_text())
+    by_reason = manifest["counts"]["by_reason"]
+    table = page[page.index("<h2>Reasons") : page.index("<h2>Duplicate")]
+    rows = table.count("<tr><td>")
+    assert rows == sum(len(codes) for codes in by_reason.values())  # one row per code
+    families = {c.rpartition(".")[0] for codes in by_reason.values() for c in codes}
+    assert table.count('<tr class="group">') == len(families)
+    assert "semantic.pairwise-v2 · 8 row(s), 8 code(s)" in table
 
 
 @pytest.mark.slow
@@ -263,3 +283,24 @@ def test_report_memory_does_not_grow_with_the_rows(tmp_path: Path) -> None:
     assert growth < 48 << 20, f"{growth >> 20} MB more for 1M more rows"
     page = render_run_report(large, json.loads((large / "manifest.json").read_text()))
     assert "in.jsonl.gz:1 — empty or whitespace-only line; in.jsonl.gz:2" in page
+
+
+def test_score_columns_without_values_draw_no_histogram(tmp_path: Path) -> None:
+    """A score column whose rows are all null gets one line, not a 'no values' chart."""
+    (tmp_path / "accepted").mkdir()
+    pl.DataFrame(
+        {"_source": ["a.jsonl"] * 2, "_line": [1, 2], "_score": [None, None]},
+        schema_overrides={"_score": pl.Float64},
+    ).write_parquet(tmp_path / "accepted" / "part-0.parquet")
+    pl.DataFrame({"_source": ["a.jsonl"], "_line": [3], "_score": [0.5]}).write_parquet(
+        tmp_path / "accepted" / "part-1.parquet"
+    )
+    entry = {"disposition": "accepted", "rows": 2}
+    outputs = [
+        entry | {"path": "accepted/part-0.parquet", "kind": "empty-kind"},
+        entry | {"path": "accepted/part-1.parquet", "kind": "scored-kind"},
+    ]
+    section = run_report._scores(tmp_path, outputs)
+    assert section.count("<figure>") == 1  # scored-kind only
+    assert "No score values in: empty-kind: _score." in section
+    assert "<td>empty-kind</td>" not in section

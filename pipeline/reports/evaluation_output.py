@@ -132,10 +132,33 @@ def _jsonable(value: Any) -> Any:
 
 
 def _plotted(report: EvaluationReport) -> list[SliceResult]:
-    """The whole data first, then the largest slices (ties by label order)."""
+    """The slices drawn: the whole data and the largest others (ties by label order),
+    in the report's own order (the tables' order), so every plot lists them alike."""
     overall, *rest = report.slices
     largest = sorted(rest, key=lambda s: -int(s.summary["n"]))
-    return [overall, *largest[: report.settings.max_plotted_slices - 1]]
+    drawn = {id(s) for s in largest[: report.settings.max_plotted_slices - 1]}
+    return [overall, *(s for s in rest if id(s) in drawn)]
+
+
+def _subtitle(report: EvaluationReport) -> str:
+    """What was evaluated against what, in words, then the rows and slices."""
+    settings = report.settings
+    correct = report.preset.correct_definition if report.preset else settings.correct
+    if settings.mode == "scored":
+        what = "calibration and risk-coverage" if settings.calibration else "risk-coverage"
+        measured = f"{what} of {settings.confidence} against {correct}"
+    else:
+        selected = report.preset.selected_definition if report.preset else settings.selected
+        measured = f"coverage and risk of the rows where {selected}, against {correct}"
+    data = report.data
+    files = data.get("files") or []
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return (
+        measured
+        + f" · {data['rows_evaluated']:,} rows from {shown or 'a table'}"
+        + (f" · preset {report.preset.name}" if report.preset else "")
+        + f" · {len(report.slices)} slice(s)"
+    )
 
 
 def _interval(summary: dict[str, Any], name: str) -> str:
@@ -149,15 +172,7 @@ def render_evaluation_html(report: EvaluationReport, document: dict[str, Any]) -
     """The self-contained HTML page of an evaluation report."""
     settings = report.settings
     plotted = _plotted(report)
-    data = report.data
-    files = data.get("files") or []
-    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-    subtitle = (
-        f"{data['rows_evaluated']:,} rows evaluated from {shown or 'a table'}"
-        f" · mode {settings.mode}"
-        + (f" · preset {report.preset.name}" if report.preset else "")
-        + f" · {len(report.slices)} slice(s)"
-    )
+    subtitle = _subtitle(report)
     sections = []
     if report.preset is not None:
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.preset.notes)
@@ -187,28 +202,63 @@ def render_evaluation_html(report: EvaluationReport, document: dict[str, Any]) -
             f'<p class="meta">{hidden} smaller slice(s) are not drawn; every slice is in '
             "the tables and in report.json.</p>"
         )
-    sections.append(
-        html.section(
-            "Conventions and settings",
-            "<p>Every number above depends only on these; they are also in report.json.</p>",
-            "<pre>"
-            + html.escape(
-                json.dumps(
-                    {
-                        "expressions": document["expressions"],
-                        "settings": document["settings"],
-                        "data": document["data"],
-                        "conventions": document["conventions"],
-                        "versions": document["versions"],
-                    },
-                    indent=2,
-                    ensure_ascii=False,
-                )
-            )
-            + "</pre>",
-        )
-    )
+    sections.append(_conventions_section(document))
     return html.page("rowgate evaluation report", subtitle, sections)
+
+
+def _conventions_section(document: dict[str, Any]) -> str:
+    """Expressions and settings as a table; the conventions, data and versions (long JSON)
+    folded away and in ``report.json`` beside the page."""
+    rows = [
+        [name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)]
+        for group in ("expressions", "settings")
+        for name, value in document[group].items()
+        if value not in (None, [])
+    ]
+    raw = json.dumps(
+        {k: document[k] for k in ("data", "conventions", "versions")}, indent=2, ensure_ascii=False
+    )
+    return html.section(
+        "Conventions and settings",
+        '<p>Every number above depends only on these; all of them are in <a href="report.json">'
+        "report.json</a> beside this page.</p>",
+        html.table(["setting", "value"], rows),
+        "<details><summary>data, conventions and versions (JSON)</summary><pre>"
+        + html.escape(raw)
+        + "</pre></details>",
+    )
+
+
+def _targets_table(report: EvaluationReport, metric: str, label: str) -> str:
+    """One row per slice, one column per target: the value, its interval on a second line,
+    and the achieved coverage or the confidence threshold on a third."""
+    level = f"{report.settings.level:.0%}"
+    targets = sorted(
+        {t["target"] for s in report.slices for t in s.targets if t["metric"] == metric}
+    )
+    rows = []
+    for s in report.slices:
+        by_target = {t["target"]: t for t in s.targets if t["metric"] == metric}
+        row: list[object] = [s.label]
+        for target in targets:
+            t = by_target.get(target)
+            if t is None or t["value"] is None:
+                row.append("–")
+                continue
+            lines = [html.cell(t["value"])]
+            if t["low"] is not None:
+                lines.append(f"[{html.cell(t['low'])}, {html.cell(t['high'])}]")
+            if t["achieved_coverage"] is not None and metric == "risk_at_coverage":
+                lines.append(f"at {html.cell(t['achieved_coverage'])}")
+            elif t["threshold"] is not None:
+                lines.append(f"≥ {html.cell(t['threshold'])}")
+            row.append("\n".join(lines))
+        rows.append(row)
+    columns = ["slice", *(f"{label} {target:g}" for target in targets)]
+    caption = f"value, {level} interval, and " + (
+        "the coverage achieved" if metric == "risk_at_coverage" else "the confidence threshold"
+    )
+    return html.table(columns, rows, css_class="stacked") + f'<p class="meta">{caption}</p>'
 
 
 def _scored_sections(report: EvaluationReport, plotted: list[SliceResult]) -> list[str]:
@@ -246,34 +296,11 @@ def _scored_sections(report: EvaluationReport, plotted: list[SliceResult]) -> li
     columns = [c.replace("95 %", level) for c in columns]
     sections = [html.section("Summary", html.table(columns, rows))]
 
-    target_rows = [
-        [
-            t["slice"],
-            t["metric"].replace("_", " "),
-            t["target"],
-            t["value"],
-            "–" if t["low"] is None else f"[{html.cell(t['low'])}, {html.cell(t['high'])}]",
-            t["achieved_coverage"],
-            t["threshold"],
-        ]
-        for s in plotted
-        for t in s.targets
-    ]
     sections.append(
         html.section(
             "Selective prediction targets",
-            html.table(
-                [
-                    "slice",
-                    "metric",
-                    "target",
-                    "value",
-                    f"{level} CI",
-                    "achieved coverage",
-                    "threshold",
-                ],
-                target_rows,
-            ),
+            _targets_table(report, "risk_at_coverage", "risk at coverage"),
+            _targets_table(report, "coverage_at_risk", "coverage at risk"),
         )
     )
 

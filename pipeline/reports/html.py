@@ -14,16 +14,30 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-__all__ = ["cell", "escape", "image", "page", "section", "svg_image", "table"]
+__all__ = [
+    "cell",
+    "escape",
+    "grouped_table",
+    "image",
+    "page",
+    "section",
+    "svg_image",
+    "table",
+]
 
 _STYLE: Final = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
        max-width: 1180px; padding: 0 1rem; color: #1f2328; }
 h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #d0d7de; }
 .meta { color: #57606a; margin-top: 0; }
-table { border-collapse: collapse; margin: .6rem 0; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #d0d7de; padding: .25rem .55rem; text-align: left; vertical-align: top; }
-th { background: #f6f8fa; } td.num { text-align: right; }
+table { border-collapse: collapse; margin: .6rem 0; font-variant-numeric: tabular-nums; max-width: 100%; }
+th, td { border: 1px solid #d0d7de; padding: .25rem .55rem; text-align: left; vertical-align: top;
+         overflow-wrap: break-word; }
+table.notes td:last-child:not(.num) { overflow-wrap: anywhere; }
+th { background: #f6f8fa; } td.num { text-align: right; white-space: nowrap; }
+tr.group th { background: #eaeef2; font-weight: 600; }
+table.stacked td { white-space: pre-line; }
+details summary { cursor: pointer; color: #57606a; }
 .warn { background: #fff8c5; border: 1px solid #d4a72c; padding: .5rem .9rem; border-radius: 6px; }
 .ok { color: #1a7f37; font-weight: 600; } .bad { color: #cf222e; font-weight: 600; }
 .figures { display: flex; flex-wrap: wrap; gap: 1rem; }
@@ -66,24 +80,51 @@ def cell(value: object) -> str:
     return str(value)
 
 
-def table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """An HTML table; numbers are right-aligned.
+def table(
+    columns: Sequence[str], rows: Iterable[Sequence[object]], *, css_class: str | None = None
+) -> str:
+    """An HTML table; numbers are right-aligned. With ``css_class="notes"`` the last
+    column's text may break anywhere (long examples, digests), so the table fits the page;
+    with ``css_class="stacked"`` a newline in a cell's text starts a new line.
 
     Examples
     --------
     >>> table(["a"], [[1]])
     '<table><thead><tr><th>a</th></tr></thead><tbody><tr><td class="num">1</td></tr></tbody></table>'
     """
+    return grouped_table(columns, [(None, rows)], css_class=css_class)
+
+
+def grouped_table(
+    columns: Sequence[str],
+    groups: Iterable[tuple[str | None, Iterable[Sequence[object]]]],
+    *,
+    css_class: str | None = None,
+) -> str:
+    """An HTML table whose rows come in groups, each under a heading row spanning every
+    column (no heading row where the heading is ``None``).
+
+    Examples
+    --------
+    >>> grouped_table(["a"], [("g", [[1]])])[48:108]
+    '<tr class="group"><th colspan="1">g</th></tr><tr><td class="'
+    """
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = []
-    for row in rows:
-        cells = []
-        for value in row:
-            numeric = isinstance(value, int | float) and not isinstance(value, bool)
-            attribute = ' class="num"' if numeric or value is None else ""
-            cells.append(f"<td{attribute}>{escape(cell(value))}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    for heading, rows in groups:
+        if heading is not None:
+            body.append(
+                f'<tr class="group"><th colspan="{len(columns)}">{escape(heading)}</th></tr>'
+            )
+        for row in rows:
+            cells = []
+            for value in row:
+                numeric = isinstance(value, int | float) and not isinstance(value, bool)
+                attribute = ' class="num"' if numeric or value is None else ""
+                cells.append(f"<td{attribute}>{escape(cell(value))}</td>")
+            body.append(f"<tr>{''.join(cells)}</tr>")
+    attribute = f' class="{escape(css_class)}"' if css_class else ""
+    return f"<table{attribute}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def image(png: bytes, alt: str, caption: str | None = None) -> str:

@@ -101,7 +101,7 @@ def reliability_figure(
     lo, hi, n = _array(lower), _array(upper), _array(count)
     conf, acc = _array(mean_confidence), _array(accuracy)
     wl, wh = _array(wilson_low), _array(wilson_high)
-    figure = Figure(figsize=(5.2, 5.4), layout="constrained")
+    figure = Figure(figsize=(5.2, 5.7), layout="constrained")
     top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=(3, 1))
     centres, widths = (lo + hi) / 2, hi - lo
     top.plot([0, 1], [0, 1], linestyle="--", color="0.5", linewidth=1, label="perfect calibration")
@@ -127,9 +127,10 @@ def reliability_figure(
         label="at mean confidence (Wilson)",
     )
     top.set(xlim=(0, 1), ylim=(0, 1.02), ylabel="accuracy", title=title)
-    top.legend(loc="upper left", fontsize="small")
     bottom.bar(centres, n, width=widths, color="0.45", edgecolor="white")
     bottom.set(xlabel="confidence", ylabel="rows")
+    # below both axes: inside, the legend hid the low-confidence bins
+    figure.legend(loc="outside lower center", ncols=2, fontsize="small", frameon=False)
     return figure
 
 
@@ -155,7 +156,7 @@ def risk_coverage_figure(
     >>> fig.axes[0].get_xlabel()
     'coverage'
     """
-    figure = Figure(figsize=(6.0, 4.6), layout="constrained")
+    figure = Figure(figsize=(7.6, 4.6), layout="constrained")
     axes = figure.subplots()
     top = 0.0
     for label, coverage, risk in curves:
@@ -178,7 +179,8 @@ def risk_coverage_figure(
         title=title,
     )
     axes.grid(alpha=0.3)
-    axes.legend(fontsize="small", loc="upper left")
+    # outside the axes: inside, any corner covers some slice's curve
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
     return figure
 
 

@@ -186,7 +186,6 @@ def _reasons(out: Path, manifest: dict[str, Any]) -> str:
     ):
         where = f"{source}:{line}" + (f" {path}" if path else "")
         examples.setdefault((d, code), []).append(where + (f" — {detail}" if detail else ""))
-    rows = [[code, d, n, "; ".join(examples.get((d, code), []))] for code, n, d in ranked]
     top = ranked[:TOP_REASONS]
     chart = svg.bar_chart(
         f"top {len(top)} reason codes" if len(ranked) > len(top) else "reason codes",
@@ -199,8 +198,27 @@ def _reasons(out: Path, manifest: dict[str, Any]) -> str:
         "Reasons",
         "<p>Examples are the first rows in input order: file:line, the field path, and the "
         "rule's own explanation (never the value).</p>",
-        html.table(["reason", "disposition", "rows", "examples"], rows),
+        _reason_table(ranked, examples),
         html.svg_image(chart, "rows per reason code"),
+    )
+
+
+def _reason_table(
+    ranked: list[tuple[str, int, str]], examples: dict[tuple[str, str], list[str]]
+) -> str:
+    """Every reason code, under its family (``json``, ``schema``, ``semantic.<kind>`` …),
+    families by their rows and codes by theirs, so the table stays complete and short."""
+    families: dict[str, list[tuple[str, int, str]]] = {}
+    for code, n, d in ranked:
+        families.setdefault(code.rpartition(".")[0] or code, []).append((code, n, d))
+    groups = []
+    for family, members in sorted(families.items(), key=lambda f: -sum(n for _, n, _ in f[1])):
+        total = sum(n for _, n, _ in members)
+        heading = f"{family} · {total:,} row(s), {len(members)} code(s)"
+        rows = [[code, d, n, "; ".join(examples.get((d, code), []))] for code, n, d in members]
+        groups.append((heading, rows))
+    return html.grouped_table(
+        ["reason", "disposition", "rows", "examples"], groups, css_class="notes"
     )
 
 
@@ -242,7 +260,12 @@ def _duplicates(out: Path, manifest: dict[str, Any]) -> str:
             "<code>dedupe/</code> cluster table (deduplication did not run or keeps none).</p>",
         )
     parts = [f"<p>{duplicate_rows:,} rows were removed as duplicates.</p>"]
+    empty: dict[str, int] = {}
     for artifact in artifacts:
+        if artifact["rows"] == 0:
+            folder = artifact["path"].rpartition("/")[0]
+            empty[folder] = empty.get(folder, 0) + 1
+            continue
         frame = pl.scan_parquet(out / artifact["path"], glob=False)
         schema = frame.collect_schema()
         columns, hidden = _safe_columns(schema)
@@ -259,11 +282,15 @@ def _duplicates(out: Path, manifest: dict[str, Any]) -> str:
         )
         parts += [note, html.table(top.columns, top.rows())]
         if size is not None:
-            sizes = frame.select(size).collect()[size].to_numpy()
-            chart = svg.histogram_chart(
-                f"cluster sizes ({artifact['path']})", {"clusters": sizes}, size
-            )
-            parts.append(html.svg_image(chart, "cluster size distribution"))
+            sizes = frame.select(pl.col(size).drop_nulls()).collect()[size].to_numpy()
+            if sizes.size:
+                chart = svg.histogram_chart(
+                    f"cluster sizes ({artifact['path']})", {"clusters": sizes}, size
+                )
+                parts.append(html.svg_image(chart, "cluster size distribution"))
+    if empty:
+        listed = " and ".join(f"{folder}/ ({n} empty table(s))" for folder, n in empty.items())
+        parts.append(f'<p class="meta">Nothing found in {listed}; empty tables are not shown.</p>')
     return html.section("Duplicate clusters", *parts)
 
 
@@ -304,29 +331,31 @@ def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
         )
     parts = []
     rows = []
+    without: list[str] = []
     for (kind, label), by_disposition in sorted(values.items()):
         groups = {
-            d: pl.concat(series).drop_nulls().to_numpy() for d, series in by_disposition.items()
+            d: v
+            for d, series in by_disposition.items()
+            if (v := pl.concat(series).drop_nulls().to_numpy()).size
         }
+        if not groups:
+            without.append(f"{kind}: {label}")
+            continue
         for d, v in groups.items():
             rows.append(
-                [
-                    kind,
-                    label,
-                    d,
-                    int(v.size),
-                    float(v.mean()) if v.size else None,
-                    float(v.min()) if v.size else None,
-                    float(v.max()) if v.size else None,
-                ]
+                [kind, label, d, int(v.size), float(v.mean()), float(v.min()), float(v.max())]
             )
         chart = svg.histogram_chart(f"{kind}: {label}", groups, label, colours=_COLOURS)
         parts.append(html.svg_image(chart, f"distribution of {label} for {kind}"))
-    return html.section(
-        "Score distributions",
-        html.table(["kind", "column", "disposition", "rows", "mean", "min", "max"], rows),
-        f'<div class="figures">{"".join(parts)}</div>',
-    )
+    shown = []
+    if rows:
+        shown = [
+            html.table(["kind", "column", "disposition", "rows", "mean", "min", "max"], rows),
+            f'<div class="figures">{"".join(parts)}</div>',
+        ]
+    if without:
+        shown.append(f'<p class="meta">No score values in: {", ".join(without)}.</p>')
+    return html.section("Score distributions", *shown)
 
 
 def _inputs(manifest: dict[str, Any]) -> str:
@@ -350,11 +379,17 @@ def _inputs(manifest: dict[str, Any]) -> str:
         for a in manifest.get("artifacts", [])
     ]
     parts = [
-        html.table(["input", "kind", "split", "compression", "bytes", "lines", "sha256"], inputs),
-        html.table(["kind", "schema", "sha256"], schemas),
+        html.table(
+            ["input", "kind", "split", "compression", "bytes", "lines", "sha256"],
+            inputs,
+            css_class="notes",
+        ),
+        html.table(["kind", "schema", "sha256"], schemas, css_class="notes"),
     ]
     if artifacts:
-        parts.append(html.table(["artifact", "kind", "rows", "sha256"], artifacts))
+        parts.append(
+            html.table(["artifact", "kind", "rows", "sha256"], artifacts, css_class="notes")
+        )
     notes = manifest.get("global") or {}
     if notes:
         parts.append(
