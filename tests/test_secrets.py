@@ -277,7 +277,10 @@ def _planted_export(root: Path) -> tuple[dict[str, str], list[str]]:
     defect class and encoding. Returns the inputs (path → kind) and every planted value."""
     rng = random.Random(15)
     pairwise, planted = planted_pairwise(rng, 40)  # and a line of every defect class
-    pairwise.append(pairwise[0])  # an exact duplicate of a row holding secrets
+    pairwise.append(pairwise[0])  # a retry of a row holding secrets: cross.retry
+    copy = orjson.loads(pairwise[0])  # its content under another task id: dedupe.exact
+    copy["task_id"] = f"{copy['task_id']}-copy"
+    pairwise.append(orjson.dumps(copy))
     conflict = orjson.loads(pairwise[2])  # same task id, another body: cross.idempotency_conflict
     conflict["rationale"] += " Also ask ines.conflict.qwxz@mail-7.corp-example.de."
     planted.append("ines.conflict.qwxz@mail-7.corp-example.de")
@@ -405,7 +408,8 @@ def test_reasons_manifest_report_and_terminal_never_carry_record_values(
     codes = {r["code"] for r in reasons}
     # the run exercised every family of reasons the promise covers
     assert {"json.invalid_utf8", "json.syntax", "schema.type", "cross.idempotency_conflict",
-            "dedupe.exact", "semantic.math-reasoning-v1.non_blank_steps"} <= codes  # fmt: skip
+            "cross.retry", "dedupe.exact",
+            "semantic.math-reasoning-v1.non_blank_steps"} <= codes  # fmt: skip
     assert any(c.startswith("rubric.") for c in codes)
     assert any(c.startswith("policy.") for c in codes)
     for reason in reasons:
