@@ -120,39 +120,14 @@ def test_report_selective_ranks_any_score_from_jsonl(tmp_path: Path) -> None:
         "".join(f'{{"score": {s}, "ok": {str(s > 2).lower()}}}\n' for s in range(-3, 9))
     )
     out = tmp_path / "report"
-    result = runner.invoke(
-        app,
-        [
-            "report",
-            "selective",
-            str(data),
-            "--confidence",
-            "score",
-            "--correct",
-            "ok",
-            "--out",
-            str(out),
-            "-q",
-        ],
-    )
+    selective = ["report", "selective", str(data), "--confidence", "score", "--correct", "ok"]
+    result = runner.invoke(app, [*selective, "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
     summary = pl.read_parquet(out / "summary.parquet")
     assert summary["aurc"][0] == pytest.approx(float(summary["aurc_optimal"][0]))
     # the terminal summary shows the metrics a raw score has, and no column of dashes
     shown = runner.invoke(
-        app,
-        [
-            "report",
-            "selective",
-            str(data),
-            "--confidence",
-            "score",
-            "--correct",
-            "ok",
-            "--out",
-            str(tmp_path / "again"),
-        ],
-        env={"COLUMNS": "200"},
+        app, [*selective, "--out", str(tmp_path / "again")], env={"COLUMNS": "200"}
     )
     assert shown.exit_code == 0, shown.output
     assert "aurc" in shown.output
