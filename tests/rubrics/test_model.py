@@ -101,7 +101,7 @@ def _valid() -> dict[str, Any]:
         (lambda r: r["hard_gates"].update(syntax_valid=1), "hard_gates"),
         (lambda r: r.update(extra=1), "undeclared property"),
         (lambda r: r.update(rubric_version="other"), "does not match the file name"),
-        (lambda r: r.pop("criteria"), "required"),
+        (lambda r: r.pop("criteria"), r"\$: missing criteria"),
     ],
 )
 def test_invalid_rubrics_are_refused(tmp_path: Path, change: Any, message: str) -> None:
