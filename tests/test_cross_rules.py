@@ -102,6 +102,28 @@ def test_retry_is_a_duplicate_of_the_first(tmp_path: Path, dedupe: bool) -> None
     }
 
 
+def test_a_copy_in_a_protected_split_is_no_retry(tmp_path: Path) -> None:
+    """The same row in train (first in input order) and in a protected eval split is a
+    copy across splits, not a retry: the eval row stays and the train row goes as
+    dedupe.contamination. (Replay marked the eval row a retry and removed it.)"""
+    shared = _pairwise(1)
+    (tmp_path / "a-train.jsonl").write_bytes(_lines([shared, _pairwise(2)]))
+    (tmp_path / "b-eval.jsonl").write_bytes(_lines([shared, _pairwise(3)]))
+    config = CampaignConfig(
+        inputs=(
+            InputSpec(str(tmp_path / "a-train.jsonl"), split="train"),
+            InputSpec(str(tmp_path / "b-eval.jsonl"), split="eval"),
+        )
+    ).override(**{"dedupe.protected_splits": ("eval",)})
+    run(config, tmp_path / "out")
+    accepted = pl.read_parquet(tmp_path / "out" / "accepted")
+    kept = sorted(zip(accepted["_source"], accepted["_line"], strict=True))
+    assert (str(tmp_path / "b-eval.jsonl"), 1) in kept
+    removed = pl.read_parquet(tmp_path / "out" / "duplicates")
+    assert removed["_source"].to_list() == [str(tmp_path / "a-train.jsonl")]
+    assert removed["_dedupe_rule"].to_list() == ["contamination"]
+
+
 def test_replay_admits_the_original_counts_a_retry_once_and_rejects_a_conflict(
     tmp_path: Path,
 ) -> None:

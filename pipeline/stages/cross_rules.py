@@ -103,7 +103,9 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     the order key (input, line) is the original and keeps whatever it has; a later row
     with the same body (``_record_sha256``: the canonical JSON of the record as stored, so
     key order and insignificant whitespace do not make a body differ) is its retry, a
-    duplicate of it (``cross.retry``); a later row with another body is rejected."""
+    duplicate of it (``cross.retry``), when both are of one split (a copy in another split
+    is dedupe's: ``dedupe.contamination`` keeps a protected split's rows); a later row with
+    another body is rejected."""
     keys = _key_columns(kind)
     if not keys:
         return None
@@ -132,6 +134,11 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     if replays.height == 0:
         return None
     differs = pl.col("_record_sha256") != first
+    # The same body in another split than the original's is no retry but a copy across
+    # splits: dedupe's contamination rule decides it, and keeps a protected split's rows.
+    split_of = {shard.input.index: shard.input.split for shard in ctx.shards}
+    split = pl.col("_input").replace_strict(split_of, return_dtype=pl.String)
+    other_split = split.ne_missing(split.first().over(keys))
     original = pl.struct(
         _source=pl.col("_source").first().over(keys),
         _line=pl.col("_line").first().over(keys),
@@ -140,7 +147,7 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     return (
         exact.with_columns(_differs=differs, _original=original, _rows=pl.len().over(keys))
         .with_columns(_conflicts=pl.col("_differs").sum().over(keys))
-        .filter(later)
+        .filter(later & (pl.col("_differs") | ~other_split))
         .select(
             "_shard",
             "_shard_line",
