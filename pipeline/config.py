@@ -11,12 +11,14 @@ key, never a surprise after the gate.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import os
 import re
 import tomllib
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, Union
@@ -41,6 +43,7 @@ __all__ = [
     "bounded",
     "build_section",
     "check_bounds",
+    "did_you_mean",
     "load_campaign",
     "parse_toml",
 ]
@@ -558,7 +561,7 @@ def _build(cls: type[T], table: Any, path: str) -> T:
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(
-            f"{path + '.' if path else ''}{unknown[0]}: unknown key{_did_you_mean(unknown[0], known)}"
+            f"{path + '.' if path else ''}{unknown[0]}: unknown key{did_you_mean(unknown[0], known)}"
         )
     values = {
         name: _coerce(hints[name], value, f"{path}.{name}" if path else name)
@@ -570,12 +573,10 @@ def _build(cls: type[T], table: Any, path: str) -> T:
         raise ConfigError(f"{path or 'config'}: {exc}") from None
 
 
-def _did_you_mean(key: Any, known: set[str]) -> str:
-    """``; did you mean 'max_line_bytes'?`` for the closest known key, if one is close."""
-    import difflib
-
-    close = difflib.get_close_matches(str(key), sorted(known), n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
+def did_you_mean(name: Any, known: Iterable[str], n: int = 1) -> str:
+    """``; did you mean 'max_line_bytes'?`` for the closest known names, if any is close."""
+    close = difflib.get_close_matches(str(name), sorted(known), n=n)
+    return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
 
 
 def _coerce(hint: Any, value: Any, path: str) -> Any:

@@ -108,6 +108,14 @@ class GlobalContext:
     def kinds(self) -> list[str]:
         return sorted({k for s in self.summaries for k in s.kinds})
 
+    def split_of(self) -> dict[int, str | None]:
+        """Each input's split label (``--split``, ``[[inputs]] split``), by input index."""
+        return {shard.input.index: shard.input.split for shard in self.shards}
+
+    def split(self) -> pl.Expr:
+        """A row's split, from its ``_input`` column."""
+        return pl.col("_input").replace_strict(self.split_of(), return_dtype=pl.String)
+
     def evaluate(self, kind: str, exprs: Mapping[str, pl.Expr]) -> Iterator[pl.DataFrame]:
         """Evaluate expressions over the staged payload of ``kind`` one shard at a time,
         in the stable order key: frames of ``_shard``, ``_shard_line`` and one column per

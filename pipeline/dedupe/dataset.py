@@ -32,6 +32,7 @@ from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.dedupe.table import dedupe_table
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.lineage import file_sha256
+from pipeline.manifest import MANIFEST_NAME, load_manifest
 from pipeline.outdir import OutputClaim, claim_output
 from pipeline.reader import JSONL_SUFFIXES, InputError
 
@@ -82,11 +83,18 @@ def _expand(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
 
 
 def _dataset_files(directory: Path) -> list[Path]:
-    """The Parquet files a directory stands for. A run's output directory stands for its
-    ``accepted/`` rows: its other tables (rejected, duplicates, dedupe clusters) are no data."""
-    if (directory / "manifest.json").is_file() and (directory / "accepted").is_dir():
-        directory = directory / "accepted"
-    members = sorted(directory.rglob("*.parquet"))
+    """The Parquet files a directory stands for. A run's output directory stands for the
+    ``accepted`` parts its manifest lists: its other tables (rejected, duplicates, dedupe
+    clusters) are no data, and a file the manifest does not list is no part of the run."""
+    if (directory / MANIFEST_NAME).is_file():
+        manifest = load_manifest(directory)
+        members = sorted(
+            directory / entry["path"]
+            for entry in manifest["outputs"]
+            if entry["disposition"] == "accepted"
+        )
+    else:
+        members = sorted(directory.rglob("*.parquet"))
     if not members:
         raise InputError(f"{directory}: directory holds no .parquet files")
     return members

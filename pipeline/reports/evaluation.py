@@ -10,7 +10,6 @@ plain tables (polars) and dictionaries; writing them is
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from dataclasses import dataclass, field
@@ -20,7 +19,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, did_you_mean
+from pipeline.expression_errors import EVALUATION_ERRORS, failure_kind, first_line
 from pipeline.reader import InputError
 from pipeline.reports.bootstrap import (
     normal_quantile,
@@ -225,32 +225,26 @@ def _expression(text: str, setting: str, columns: pl.Schema) -> pl.Expr:
         expression = pl.sql_expr(text)
     except Exception as exc:  # polars raises several SQL error types; all mean "bad text"
         raise ConfigError(
-            f"--{setting}: cannot parse {text!r} as a column or SQL expression: {_first_line(exc)}"
+            f"--{setting}: cannot parse {text!r} as a column or SQL expression: {first_line(exc)}"
         ) from None
     try:  # resolves names and types on the schema alone, reading no row
         pl.LazyFrame(schema=columns).select(expression).collect_schema()
     except pl.exceptions.ColumnNotFoundError as exc:
         missing = _MISSING_COLUMN.search(str(exc))
         name = missing.group(1) if missing else text
-        close = difflib.get_close_matches(name, list(columns), n=3)
-        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        hint = did_you_mean(name, columns, n=3)
         raise ConfigError(
             f"--{setting} {text!r}: the table has no column {name!r}{hint} "
             f"(columns: {', '.join(columns)})"
         ) from None
     except pl.exceptions.PolarsError as exc:
         raise ConfigError(
-            f"--{setting} {text!r} does not fit the table: {_first_line(exc)}"
+            f"--{setting} {text!r} does not fit the table: {first_line(exc)}"
         ) from None
     return expression
 
 
 _MISSING_COLUMN: Final = re.compile(r'unable to find column "([^"]*)"')
-
-
-def _first_line(exc: Exception) -> str:
-    """polars appends its query plan to messages; the first line says what went wrong."""
-    return str(exc).strip().split("\n", 1)[0]
 
 
 def _collect(
@@ -260,7 +254,7 @@ def _collect(
     try:
         columns = table.frame.collect_schema()
     except pl.exceptions.PolarsError as exc:
-        raise InputError(f"cannot read the table: {_first_line(exc)}") from None
+        raise InputError(f"cannot read the table: {first_line(exc)}") from None
     frame = table.frame
     selections: list[pl.Expr] = [
         _expression(text, "by", columns).alias(f"{_BY}{i}") for i, text in enumerate(settings.by)
@@ -281,10 +275,9 @@ def _collect(
         if settings.where:
             frame = frame.filter(_expression(settings.where, "where", columns))
         rows = frame.select(selections).collect()
-    except pl.exceptions.PolarsError as exc:
-        # the class only: polars' messages can quote the table's values
+    except EVALUATION_ERRORS as exc:
         raise InputError(
-            f"cannot evaluate the expressions over the table ({type(exc).__name__}); "
+            f"cannot evaluate the expressions over the table: {failure_kind(exc)}; "
             "check the types of the columns they use"
         ) from None
     after_where = rows.height

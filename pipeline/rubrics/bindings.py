@@ -47,12 +47,12 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.config import ConfigError, KindScoring
+from pipeline.expression_errors import failure_kind, first_line
 from pipeline.rubrics.builtin_gates import BUILTIN_GATES
 from pipeline.rubrics.model import Criterion, Gate, GateKind, Rubric, RubricError
 
 __all__ = [
     "BUILTIN",
-    "EVALUATION_ERRORS",
     "NOT_APPLICABLE",
     "BindingError",
     "CriterionBinding",
@@ -69,14 +69,6 @@ NOT_APPLICABLE: Final = "not_applicable"
 _FIELD_PATH: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-#: What evaluating an expression over rows can raise. A polars panic is not an Exception.
-EVALUATION_ERRORS: Final = (
-    pl.exceptions.PolarsError,
-    pl.exceptions.PanicException,
-    pa.ArrowException,
-)
-
-
 class BindingError(RubricError):
     """A scoring binding failed while it was evaluated over the staged rows; the run
     stops and nothing is written (CLI exit 3, like every rubric the run refuses). The
@@ -88,31 +80,6 @@ class BindingError(RubricError):
             f"{key}: the binding {source!r} (rubric {rubric}) failed on the staged rows: "
             f"{failure_kind(error)}; nothing was written"
         )
-
-
-#: Parts of polars' messages that name only types, never values
-_SAFE_FAILURES: Final = (
-    (
-        re.compile(r"conversion from `([^`]{1,40})` to `([^`]{1,40})` failed"),
-        "a value does not convert from {0} to {1} (TRY_CAST gives null instead)",
-    ),
-    (
-        re.compile(r"casting from (\w{1,40}) to (\w{1,40}) (?:is )?not supported"),
-        "polars cannot cast {0} to {1}",
-    ),
-    (re.compile(r"^regex error"), "a value is not a valid regular expression"),
-)
-
-
-def failure_kind(error: BaseException) -> str:
-    """The class of an evaluation failure and what the types involved say about it; the
-    rest of polars' message is withheld: it quotes the values that failed."""
-    text = str(error)
-    for pattern, explanation in _SAFE_FAILURES:
-        found = pattern.search(text)
-        if found:
-            return f"{type(error).__name__}, {explanation.format(*found.groups())}"
-    return f"{type(error).__name__} (its message is withheld: it may quote record values)"
 
 
 class GateMode(StrEnum):
@@ -217,9 +184,9 @@ def compile_expression(source: str, fields: Sequence[pa.Field], wanted: str, whe
         expr = pl.sql_expr(source)
         dtype = _empty_frame(fields).select(expr.alias("v")).schema["v"]
     except pl.exceptions.PolarsError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
-            f"{where}: {source!r} is not a usable expression ({type(exc).__name__}: {first})"
+            f"{where}: {source!r} is not a usable expression "
+            f"({type(exc).__name__}: {first_line(exc)})"
         ) from None
     conversion = _fallible_conversion(expr, _empty_frame(fields))
     if conversion is not None:

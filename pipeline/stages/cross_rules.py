@@ -136,9 +136,7 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     differs = pl.col("_record_sha256") != first
     # The same body in another split than the original's is no retry but a copy across
     # splits: dedupe's contamination rule decides it, and keeps a protected split's rows.
-    split_of = {shard.input.index: shard.input.split for shard in ctx.shards}
-    split = pl.col("_input").replace_strict(split_of, return_dtype=pl.String)
-    other_split = split.ne_missing(split.first().over(keys))
+    other_split = ctx.split().ne_missing(ctx.split().first().over(keys))
     original = pl.struct(
         _source=pl.col("_source").first().over(keys),
         _line=pl.col("_line").first().over(keys),

@@ -63,8 +63,8 @@ class Dedupe:
         # are places among the accepted rows
         is_accepted = rows["_disposition"] == Disposition.ACCEPTED.value
         accepted = rows.select(*KEYS, "_input", "_source", "_line").filter(is_accepted)
-        split_of = {shard.input.index: shard.input.split for shard in ctx.shards}
-        split = pl.col("_input").replace_strict(split_of, return_dtype=pl.String).alias("_split")
+        split_of = ctx.split_of()
+        split = ctx.split().alias("_split")
         splits = {split_of[i] for i in accepted["_input"].unique()} - {None}
         # Keys name JSON members; a kind may store one apart under another column name
         # (pw-decide-row's ``meta`` is the ``_meta`` column).

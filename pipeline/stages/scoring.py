@@ -25,9 +25,10 @@ import pyarrow as pa
 
 from pipeline.config import CampaignConfig
 from pipeline.engines import Progress, Step
+from pipeline.expression_errors import EVALUATION_ERRORS
 from pipeline.global_phase import GlobalContext, OutputColumn, register_stage
 from pipeline.reasons import Disposition
-from pipeline.rubrics.bindings import EVALUATION_ERRORS, BindingError, GateMode, ScoringPlan
+from pipeline.rubrics.bindings import BindingError, GateMode, ScoringPlan
 from pipeline.rubrics.builtin_gates import (
     COMPLEXITY_CONVENTION,
     MAX_COMPLEXITY,

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from pipeline.config import ConfigError, load_campaign
-from pipeline.rubrics.bindings import failure_kind
+from pipeline.expression_errors import failure_kind
 from pipeline.run import run
 from tests.conftest import ROOT
 from tests.stages.test_rubric_stages import campaign, record
