@@ -11,6 +11,7 @@ Three different commitments, never substituted for one another:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterable
@@ -101,7 +102,7 @@ class ContentFingerprint:
 
     domain: bytes
 
-    @property
+    @functools.cached_property  # read for every accepted row; the dataclass has no slots
     def profile(self) -> str:
         """The profile's name: its domain without the terminating NUL, e.g.
         ``ARCV:pairwise-content:v1`` (the ``_content_profile`` column)."""

@@ -28,6 +28,7 @@ rejected by the default depth limit, a BOM is a syntax error.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -174,11 +175,9 @@ class StrictParser:
         try:
             value = self._decoder.decode(text)
         except _Duplicate:
-            raise LocatedReject(
-                JSON_DUPLICATE_KEY, "an object repeats a key", locate(text)
-            ) from None
+            raise LocatedReject(JSON_DUPLICATE_KEY, "an object repeats a key", text) from None
         except _NonFinite as exc:
-            raise LocatedReject(JSON_NON_FINITE, str(exc), locate(text)) from None
+            raise LocatedReject(JSON_NON_FINITE, str(exc), text) from None
         except _NumberRange as exc:
             raise RejectLine(JSON_NUMBER_RANGE, str(exc)) from None
         except RecursionError:
@@ -199,9 +198,15 @@ class LocatedReject(RejectLine):
     indices, which may be record values) and the top-level members, so that the caller,
     which knows the schema, renders the path safely (:func:`pipeline.schemas.safe_path`)."""
 
-    def __init__(self, code: str, detail: str, location: Location | None) -> None:
+    def __init__(self, code: str, detail: str, text: str) -> None:
         super().__init__(code, detail)
-        self.location = location
+        self.text = text
+
+    @functools.cached_property
+    def location(self) -> Location | None:
+        # a second, slower scan of the line: only for the caller that renders the path
+        # (the gate's fast path catches such a line and hands it to the reference path)
+        return locate(self.text)
 
 
 @dataclass(frozen=True)

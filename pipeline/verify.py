@@ -455,8 +455,13 @@ def _check_rows(
             entry.errors(record) and not _redaction_broke_schema(row, f.disposition)
         ):
             report.problem(f"{where}: record is not valid under the recorded schema")
-        elif kind.fingerprint(record) != row["_content_sha256"]:
-            report.problem(f"{where}: content fingerprint does not match _content_sha256")
+        elif kind.fingerprint_and_profile(record) != (
+            row["_content_sha256"],
+            row.get("_content_profile"),
+        ):
+            report.problem(
+                f"{where}: content fingerprint does not match _content_sha256 and _content_profile"
+            )
 
 
 def _redaction_broke_schema(row: dict[str, Any], disposition: str) -> bool:

@@ -281,6 +281,19 @@ def test_a_resealed_output_with_a_row_dropped_or_doubled_fails(
     _fails(out, expected)
 
 
+def test_a_resealed_output_naming_another_content_profile_fails(out: Path) -> None:
+    """``_content_profile`` is recomputed with the fingerprint, not trusted."""
+    relative = sorted(out.rglob("accepted/pairwise-v2/*.parquet"))[0].relative_to(out).as_posix()
+    table = pq.read_table(out / relative)
+    column = table.schema.get_field_index("_content_profile")
+    forged = pa.array(["rowgate:forged:v1"] * table.num_rows, table.schema.field(column).type)
+    pq.write_table(
+        table.set_column(column, "_content_profile", forged), out / relative, compression="zstd"
+    )
+    _reseal(out, relative)
+    _fails(out, "_content_profile")
+
+
 @pytest.mark.parametrize("codec", ["lz4", "snappy", "gzip", "none"])
 def test_every_codec_verifies(tmp_path: Path, codec: str) -> None:
     """The compression check knows each codec's names in Parquet metadata."""

@@ -52,8 +52,7 @@ class RecordKind:
 
     def fingerprint(self, record: dict[str, Any]) -> str:
         """``_content_sha256``: SHA-256 over the kind's declared content fields."""
-        profile, fields = self.content(record)
-        return profile.digest(fields)
+        return self.fingerprint_and_profile(record)[0]
 
     def fingerprint_and_profile(self, record: dict[str, Any]) -> tuple[str, str]:
         """``_content_sha256`` and ``_content_profile`` (the profile's name) of ``record``."""
