@@ -3,8 +3,8 @@
     python benchmarks/bench_sanitize.py --mb 64 [--plant 0.05] [--workers 2]
 
 Generates a synthetic pairwise-v2 export of about ``--mb`` megabytes in a temporary
-directory (``pipeline.synthetic.export_lines``); ``--plant`` is the share of rows that
-get one planted value of every category (``pipeline.synthetic.plant_pii``), so the "on"
+directory (``pipeline.testing.synthetic.export_lines``); ``--plant`` is the share of rows that
+get one planted value of every category (``pipeline.testing.synthetic.plant_pii``), so the "on"
 run does real redaction work, not only scanning. Each configuration runs ``--repeat``
 times; the best wall time is reported (the machine is shared).
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 import orjson
 from harness import write_export
 
-from pipeline.config import CampaignConfig, InputSpec, SanitizeSettings
-from pipeline.run import run
-from pipeline.synthetic import plant_pii
+from pipeline.core.config import CampaignConfig, InputSpec, SanitizeSettings
+from pipeline.jobs.run import run
+from pipeline.testing.synthetic import plant_pii
 
 
 def planting(share: float, seed: int = 0) -> Callable[[bytes, int], bytes]:

@@ -34,7 +34,7 @@ import orjson
 import zstandard
 from harness import LAYOUTS, Measurement, measure, python, table, write_export
 
-from pipeline.schemas import SCHEMA_DIR
+from pipeline.records.schemas import SCHEMA_DIR
 
 
 def reference_path_seconds(path: Path, lines: int, sample: int) -> float:

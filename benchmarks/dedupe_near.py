@@ -1,7 +1,7 @@
 """Near-duplicate detection: rowgate's MinHash LSH against datasketch's, in one run.
 
-Generates a labelled pairwise corpus (``pipeline.dedupe.corpus``: the synthetic export of
-``pipeline.synthetic.export_lines(..., size=3)`` with planted exact, reordered,
+Generates a labelled pairwise corpus (``pipeline.testing.corpus``: the synthetic export of
+``pipeline.testing.synthetic.export_lines(..., size=3)`` with planted exact, reordered,
 normalised, near and far duplicates) of about ``--size-mb`` MB in a temporary directory,
 builds the pairwise key texts once (the dedupe stage's own normalisation), then times
 each tool in its own process on the same texts with the same parameters (word 5-gram
@@ -36,12 +36,12 @@ import numpy as np
 import orjson
 import polars as pl
 
-from pipeline.config import DedupeSettings
-from pipeline.dedupe.corpus import duplicate_corpus, pairwise_text, shingle_jaccard
+from pipeline.core.config import DedupeSettings
 from pipeline.dedupe.keys import text_columns
 from pipeline.dedupe.minhash import LshParams, near_pairs
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.kinds import get_kind
+from pipeline.testing.corpus import duplicate_corpus, pairwise_text, shingle_jaccard
 
 WORD = re.compile(r"\w+")
 

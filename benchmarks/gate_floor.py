@@ -27,12 +27,12 @@ import orjson
 import pyarrow as pa
 from harness import LAYOUTS, fastest, table, write_export
 
-from pipeline.config import CampaignConfig
-from pipeline.gate import Gate
+from pipeline.core.config import CampaignConfig
+from pipeline.gate.gate import Gate
+from pipeline.gate.reader import LineBatch
 from pipeline.kinds import KINDS
-from pipeline.reader import LineBatch
-from pipeline.rules import check_record
-from pipeline.strict_json import parse_fast
+from pipeline.kinds.rules import check_record
+from pipeline.records.strict_json import parse_fast
 
 KIND = "pairwise-v2"
 

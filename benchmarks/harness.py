@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.synthetic import export_lines, json_dumps_layout
+from pipeline.testing.synthetic import export_lines, json_dumps_layout
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 #: How the export's lines are laid out: orjson's compact form (what the generator
-#: writes), or ``json.dumps``' defaults (:func:`~pipeline.synthetic.json_dumps_layout`).
+#: writes), or ``json.dumps``' defaults (:func:`~pipeline.testing.synthetic.json_dumps_layout`).
 LAYOUTS = ("orjson", "json")
 
 

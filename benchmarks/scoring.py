@@ -18,13 +18,13 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import InputSpec, load_campaign
-from pipeline.policy import decide_frame, load_policy
+from pipeline.core.config import InputSpec, load_campaign
+from pipeline.jobs.run import run
 from pipeline.rubrics.builtin_gates import analyse_source
+from pipeline.rubrics.decision_policy import decide_frame, load_policy
 from pipeline.rubrics.model import RUBRIC_DIR, RubricRegistry
 from pipeline.rubrics.scoring import score_frame
-from pipeline.run import run
-from pipeline.synthetic import export_lines
+from pipeline.testing.synthetic import export_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,7 @@ def core(rows: int) -> None:
 
 def builtins(sources: int) -> None:
     rng = random.Random(1)
-    from pipeline.synthetic import pairwise
+    from pipeline.testing.synthetic import pairwise
 
     texts = [pairwise(rng, i, 3)["response_a"] for i in range(sources)]
     started = time.perf_counter()

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import zstandard
 
-from pipeline.synthetic import (
+from pipeline.testing.synthetic import (
     DEFECTS,
     DOCUMENTS,
     RULE_VIOLATIONS,

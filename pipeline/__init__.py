@@ -13,17 +13,17 @@ a script); documented in ``docs/api.md``:
   numbers, as ``rowgate report``.
 
 Everything else is internal and may change. The packages follow a line's flow. The gate:
-:mod:`~pipeline.reader`, :mod:`~pipeline.strict_json`, :mod:`~pipeline.schemas`,
-:mod:`~pipeline.gate`, :mod:`~pipeline.kinds` (one plug-in per record kind). The global
-phase: :mod:`~pipeline.global_phase` and its :mod:`~pipeline.stages` (cross-record rules,
+:mod:`~pipeline.gate.reader`, :mod:`~pipeline.records.strict_json`, :mod:`~pipeline.records.schemas`,
+:mod:`~pipeline.gate.gate`, :mod:`~pipeline.kinds` (one plug-in per record kind). The global
+phase: :mod:`~pipeline.decide.context` and its :mod:`~pipeline.decide.stages` (cross-record rules,
 :mod:`~pipeline.dedupe`, :mod:`~pipeline.rubrics` scoring, the decision policy). The output:
-:mod:`~pipeline.writer`, :mod:`~pipeline.manifest`, :mod:`~pipeline.verify`. Where steps run:
+:mod:`~pipeline.output.writer`, :mod:`~pipeline.output.manifest`, :mod:`~pipeline.output.verify`. Where steps run:
 :mod:`~pipeline.engines`. The command line: :mod:`~pipeline.cli`.
 
 A regular package, not a namespace: another distribution's ``pipeline`` on the path cannot
 merge into or shadow this one. The public names load on first use (module ``__getattr__``):
 a worker process importing the gate never loads polars, pyarrow or the command line. No
-public name equals a submodule's (``run_campaign``, not ``run``: ``pipeline.run`` is the
+public name equals a submodule's (``run_campaign``, not ``run``: ``pipeline.jobs.run`` is the
 module).
 """
 
@@ -63,7 +63,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # Only the public names: a submodule (pipeline.run, ...) is found by the import system
+    # Only the public names: a submodule (pipeline.jobs.run, ...) is found by the import system
     # before this is asked, and anything else must stay an AttributeError.
     if name in __all__:
         value = getattr(importlib.import_module("pipeline._api"), name)

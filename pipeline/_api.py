@@ -1,7 +1,7 @@
 """The public API's functions (``pipeline.__all__``): thin, documented doors into the library.
 
-Each delegates to the module that owns the work (:mod:`pipeline.config`, :mod:`pipeline.run`,
-:mod:`pipeline.verify`, :mod:`pipeline.reports`); this module only gives them stable names,
+Each delegates to the module that owns the work (:mod:`pipeline.core.config`, :mod:`pipeline.jobs.run`,
+:mod:`pipeline.output.verify`, :mod:`pipeline.reports`); this module only gives them stable names,
 docstrings, and figures that render as PNG wherever they are displayed. ``import pipeline``
 does not load it: :mod:`pipeline` lists the public names and resolves them on first use.
 """
@@ -16,12 +16,12 @@ from typing import Any
 import polars as pl
 from matplotlib.figure import Figure
 
-from pipeline import config as _config
-from pipeline import manifest as _manifest
-from pipeline import run as _run
-from pipeline import verify as _verify
-from pipeline.reader import InputError
-from pipeline.reasons import Disposition
+from pipeline.core import config as _config
+from pipeline.core.reasons import Disposition
+from pipeline.gate.reader import InputError
+from pipeline.jobs import run as _run
+from pipeline.output import manifest as _manifest
+from pipeline.output import verify as _verify
 from pipeline.reports import plots
 from pipeline.reports.evaluation import EvaluationReport, SliceResult
 from pipeline.reports.evaluation import evaluate as _evaluate

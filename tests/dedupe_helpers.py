@@ -9,10 +9,10 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from pipeline.config import CampaignConfig
-from pipeline.dedupe.corpus import LabelledRow
-from pipeline.gate import Gate
+from pipeline.core.config import CampaignConfig
+from pipeline.gate.gate import Gate
 from pipeline.kinds import get_kind
+from pipeline.testing.corpus import LabelledRow
 
 
 def kind_frame(kind: str, records: Sequence[dict[str, Any]]) -> pl.DataFrame:

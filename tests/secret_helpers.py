@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.synthetic import DEFECTS, defect_line, make_record, plant_pii
+from pipeline.testing.synthetic import DEFECTS, defect_line, make_record, plant_pii
 
 _UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
 

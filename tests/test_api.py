@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 
 import pipeline
-from pipeline.config import ConfigError
-from pipeline.reader import InputError
+from pipeline.core.config import ConfigError
+from pipeline.gate.reader import InputError
 from pipeline.reports.settings import ReportSettings
 from tests.conftest import DATA, ROOT
 

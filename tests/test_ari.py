@@ -13,12 +13,12 @@ import jsonschema
 import orjson
 import pytest
 
-from pipeline.config import CampaignConfig
-from pipeline.gate import Gate
+from pipeline.core.config import CampaignConfig
+from pipeline.core.reasons import Disposition
+from pipeline.gate.gate import Gate
 from pipeline.kinds.ari import rubric_sha256
-from pipeline.reasons import Disposition
-from pipeline.schemas import SchemaRegistry
-from pipeline.synthetic import ari_rubric_3, ari_rubric_v2
+from pipeline.records.schemas import SchemaRegistry
+from pipeline.testing.synthetic import ari_rubric_3, ari_rubric_v2
 from tests.conftest import SHARED
 
 REFERENCE_FILE = "reference/ari/replication_rubric.v2.schema.json"

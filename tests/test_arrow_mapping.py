@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.arrow_mapping import EXTRA_FIELD, MappingError, derive_layout
-from pipeline.canonical import canonical_json
-from pipeline.schemas import SchemaRegistry
-from pipeline.synthetic import GENERATORS
+from pipeline.gate.arrow_mapping import EXTRA_FIELD, MappingError, derive_layout
+from pipeline.records.canonical import canonical_json
+from pipeline.records.schemas import SchemaRegistry
+from pipeline.testing.synthetic import GENERATORS
 from tests.strategies import from_schema
 
 REGISTRY = SchemaRegistry()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.canonical import CanonicalJSONError, canonical_json, canonical_json_fast
+from pipeline.records.canonical import CanonicalJSONError, canonical_json, canonical_json_fast
 from tests.strategies import JSON_VALUES
 
 

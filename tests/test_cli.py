@@ -14,7 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.schemas import SCHEMA_DIR, SchemaRegistry
+from pipeline.records.schemas import SCHEMA_DIR, SchemaRegistry
 from tests.conftest import DATA
 
 runner = CliRunner()
@@ -147,7 +147,7 @@ def test_rubrics_check_verdicts(tmp_path: Path) -> None:
     import json
     import random
 
-    from pipeline.synthetic import ari_rubric_3, ari_rubric_v2
+    from pipeline.testing.synthetic import ari_rubric_3, ari_rubric_v2
 
     for name, envelope in (
         ("seed", ari_rubric_3(random.Random(1), 1)),

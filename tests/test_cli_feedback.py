@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app, run_cmd
 from pipeline.cli._common import EXIT_REJECTED_SHARE, EXIT_USAGE
-from pipeline.config import ConfigError, load_campaign
+from pipeline.core.config import ConfigError, load_campaign
 from tests.conftest import DATA
 
 runner = CliRunner()

@@ -15,10 +15,10 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-import pipeline.run
+import pipeline.jobs.run
 from pipeline.cli import app, run_cmd
 from pipeline.cli._common import os_error_message
-from pipeline.run import RunResult
+from pipeline.jobs.run import RunResult
 from tests.conftest import DATA
 
 runner = CliRunner()
@@ -176,7 +176,7 @@ def test_a_full_disk_says_what_was_being_written(
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(pipeline.run, "write_manifest", full)
+    monkeypatch.setattr(pipeline.jobs.run, "write_manifest", full)
     out = tmp_path / "out:100:"
     source = _math_input(tmp_path)
     result = runner.invoke(

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import CODEC_LEVELS, Bounds, CampaignConfig, ConfigError, load_campaign
+from pipeline.core.config import CODEC_LEVELS, Bounds, CampaignConfig, ConfigError, load_campaign
 from tests.conftest import DATA
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ConfigError, load_campaign
+from pipeline.core.config import ConfigError, load_campaign
 from tests.conftest import DATA
 
 

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import writer
-from pipeline.config import CampaignConfig, InputSpec
-from pipeline.lineage import record_sha256
-from pipeline.run import run
-from pipeline.stages import cross_rules
-from pipeline.synthetic import make_record
+from pipeline.core.config import CampaignConfig, InputSpec
+from pipeline.decide.stages import cross_rules
+from pipeline.jobs.run import run
+from pipeline.output import writer
+from pipeline.records.lineage import record_sha256
+from pipeline.testing.synthetic import make_record
 
 
 def _lines(records: list[dict[str, Any]]) -> bytes:

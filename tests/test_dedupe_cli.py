@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.dedupe.corpus import LabelledRow, duplicate_corpus
+from pipeline.testing.corpus import LabelledRow, duplicate_corpus
 from tests.dedupe_helpers import write_lines
 
 runner = CliRunner()

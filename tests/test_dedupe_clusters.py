@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import ConfigError
+from pipeline.core.config import ConfigError
 from pipeline.dedupe.clusters import RULES, find_duplicates
 from pipeline.dedupe.minhash import NearPairs
 from pipeline.dedupe.table import survivor_rank
@@ -105,10 +105,10 @@ def test_survivor_rules() -> None:
 def test_tiny_tables(rows: int) -> None:
     import random
 
-    from pipeline.config import DedupeSettings
+    from pipeline.core.config import DedupeSettings
     from pipeline.dedupe.table import dedupe_table
     from pipeline.kinds import get_kind
-    from pipeline.synthetic import make_record
+    from pipeline.testing.synthetic import make_record
     from tests.dedupe_helpers import kind_frame
 
     records = [make_record("pairwise-v2", random.Random(i), i) for i in range(rows)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ConfigError, InputSpec, load_campaign
+from pipeline.core.config import ConfigError, InputSpec, load_campaign
 
 
 def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ import pytest
 from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.kinds import get_kind
-from pipeline.synthetic import make_record
+from pipeline.testing.synthetic import make_record
 from tests.dedupe_helpers import kind_frame
 
 

@@ -9,10 +9,10 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import DedupeSettings
+from pipeline.core.config import DedupeSettings
 from pipeline.dedupe import minhash
-from pipeline.dedupe.corpus import shingle_jaccard
 from pipeline.dedupe.minhash import LshParams, choose_bands, jaccard, near_pairs, shingle_hashes
+from pipeline.testing.corpus import shingle_jaccard
 
 WORDS = ["alpha", "beta", "gamma", "delta", "données", "straße", "数据", "x1", "y_2", "z"]
 PARAMS = LshParams.from_settings(DedupeSettings())

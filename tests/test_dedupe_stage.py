@@ -11,14 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import global_phase
-from pipeline.config import CampaignConfig, InputSpec
-from pipeline.dedupe.corpus import LabelledRow, duplicate_corpus
-from pipeline.global_phase import GlobalContext
-from pipeline.run import run
-from pipeline.stages.dedupe import Dedupe
-from pipeline.verify import verify_run
-from pipeline.writer import OutputColumn
+from pipeline.core.config import CampaignConfig, InputSpec
+from pipeline.decide import context as global_phase
+from pipeline.decide.context import GlobalContext, OutputColumn
+from pipeline.decide.stages.dedupe import Dedupe
+from pipeline.jobs.run import run
+from pipeline.output.verify import verify_run
+from pipeline.testing.corpus import LabelledRow, duplicate_corpus
 from tests.dedupe_helpers import write_lines
 
 KIND = "pairwise-v2"
@@ -211,7 +210,7 @@ def test_contamination_removes_train_copies_of_eval_rows(
 
 @pytest.mark.slow
 def test_pw_decide_meta_groups_straddling_splits_are_reported(tmp_path: Path) -> None:
-    from pipeline.synthetic import export_lines
+    from pipeline.testing.synthetic import export_lines
 
     lines = list(export_lines("pw-decide-row-1", 40, seed=3))
     (tmp_path / "a.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[:20]))
@@ -289,7 +288,7 @@ def test_fingerprint_hashing_decides_like_every_row_taking_part(
     """With exact duplicates only, only rows whose fingerprint hash repeats are read and
     matched. Outputs, tables and manifest notes are those of matching every accepted row,
     and stay so when every fingerprint hash collides."""
-    from pipeline.stages import dedupe
+    from pipeline.decide.stages import dedupe
 
     if campaign == "protected eval split":
         config = _exact_only(_split_inputs(tmp_path, corpus))

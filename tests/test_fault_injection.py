@@ -12,7 +12,7 @@ phase. After every fault:
 
 Faults land at a known moment, not after a guessed delay: this module, run as a script
 (``python -m tests.test_fault_injection drive ...``), runs the real ``rowgate run --force``
-with hooks added to the :class:`~pipeline.run.RunObserver` it gives the run, which fire
+with hooks added to the :class:`~pipeline.jobs.run.RunObserver` it gives the run, which fire
 the fault: at the gate, on the first progress report (workers are gating); at the global
 and write phases, when the phase starts; inside the replace, right before each change the
 publish makes beside OUT (seen through ``sys.addaudithook``). Every process the run starts
@@ -125,7 +125,7 @@ def drive(argv: list[str]) -> None:
     args = parser.parse_args(argv)
 
     from pipeline.cli import run_cmd
-    from pipeline.run import RunObserver
+    from pipeline.jobs.run import RunObserver
 
     phase = ""
     fired = False

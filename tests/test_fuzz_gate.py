@@ -63,7 +63,8 @@ def test_the_target_catches_a_fast_path_that_disagrees(monkeypatch: pytest.Monke
     accepts a record the reference path rejects: the target must fail on it."""
     import orjson
 
-    from pipeline import gate, strict_json
+    from pipeline.gate import gate
+    from pipeline.records import strict_json
 
     record = json.loads((ROOT / "tests" / "fixtures" / "seed000_annotation.json").read_bytes())
     line = b'{"schema_version":"pairwise-v2",' + orjson.dumps(record)[1:]

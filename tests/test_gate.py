@@ -10,12 +10,12 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.config import CampaignConfig, Limits, SanitizeSettings
-from pipeline.gate import Gate
-from pipeline.reader import LineBatch
-from pipeline.reasons import Disposition
-from pipeline.strict_json import MAX_NESTING
-from pipeline.synthetic import (
+from pipeline.core.config import CampaignConfig, Limits, SanitizeSettings
+from pipeline.core.reasons import Disposition
+from pipeline.gate.gate import Gate
+from pipeline.gate.reader import LineBatch
+from pipeline.records.strict_json import MAX_NESTING
+from pipeline.testing.synthetic import (
     DEFECTS,
     GENERATORS,
     defect_line,
@@ -97,7 +97,7 @@ def test_schema_rejection_lists_every_violation() -> None:
 
 
 def test_json_dumps_layout_keeps_what_makes_a_line_defective() -> None:
-    """The corpus's second layout (pipeline.synthetic) must keep each defect."""
+    """The corpus's second layout (pipeline.testing.synthetic) must keep each defect."""
     assert json_dumps_layout(b'{"a":[1,{"b":"\xc3\xa9"}]}') == b'{"a": [1, {"b": "\\u00e9"}]}'
     assert json_dumps_layout(b'{"a":1,"a":NaN}') == b'{"a": 1, "a": NaN}'
     assert json_dumps_layout(b'{"a":"\\ud800","b":100000000000000000000}') == (
@@ -330,7 +330,7 @@ def test_corpus_covers_every_defect_class() -> None:
 
 def test_gate_codes_are_documented_in_check_order() -> None:
     """A line with several defects gets the earliest code of GATE_CODES."""
-    from pipeline.reasons import GATE_CODES
+    from pipeline.core.reasons import GATE_CODES
 
     # invalid UTF-8 beats everything after it; a duplicate key beats not-an-object depth
     assert _codes(b'\xff{"a":1,"a":2}') == ["json.invalid_utf8"]

@@ -10,14 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import global_phase
-from pipeline.config import CampaignConfig, InputSpec
-from pipeline.global_phase import GlobalContext
-from pipeline.reasons import Disposition
-from pipeline.run import run
-from pipeline.synthetic import export_lines
-from pipeline.verify import verify_run
-from pipeline.writer import OutputColumn
+from pipeline.core.config import CampaignConfig, InputSpec
+from pipeline.core.reasons import Disposition
+from pipeline.decide import context as global_phase
+from pipeline.decide.context import GlobalContext, OutputColumn
+from pipeline.jobs.run import run
+from pipeline.output.verify import verify_run
+from pipeline.testing.synthetic import export_lines
 
 
 class FlagEveryThird:
@@ -87,7 +86,7 @@ class RejectFirst:
 def stages(monkeypatch: pytest.MonkeyPatch) -> None:
     # The stage plug-ins register themselves on first import (the run's preflight imports
     # them): import them now, so they cannot register into the replaced list.
-    import pipeline.stages  # noqa: F401
+    import pipeline.decide.stages  # noqa: F401
 
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [FlagEveryThird, RejectFirst])
 

@@ -10,13 +10,12 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from pipeline import global_phase
-from pipeline.config import CampaignConfig, InputSpec
-from pipeline.global_phase import GlobalContext
-from pipeline.reasons import Disposition
-from pipeline.run import run
-from pipeline.synthetic import export_lines
-from pipeline.writer import OutputColumn
+from pipeline.core.config import CampaignConfig, InputSpec
+from pipeline.core.reasons import Disposition
+from pipeline.decide import context as global_phase
+from pipeline.decide.context import GlobalContext, OutputColumn
+from pipeline.jobs.run import run
+from pipeline.testing.synthetic import export_lines
 
 BOTH = frozenset({Disposition.ACCEPTED, Disposition.REJECTED})
 

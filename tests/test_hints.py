@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.config import CampaignConfig
-from pipeline.hints import DOMINANT_SHARE, HINTS, run_hints
+from pipeline.cli.hints import DOMINANT_SHARE, HINTS, run_hints
+from pipeline.core.config import CampaignConfig
+from pipeline.core.reasons import GATE_CODES
 from pipeline.kinds import KINDS
-from pipeline.reasons import GATE_CODES
 
 
 def _manifest(
@@ -87,7 +87,7 @@ def test_one_line_per_cause_most_lines_first() -> None:
 
 def test_hints_are_keyed_by_known_codes() -> None:
     semantic = {c for c in HINTS if c.startswith("semantic.")}
-    from pipeline.rules import RULES
+    from pipeline.kinds.rules import RULES
 
     codes = {r.code for rules in RULES.values() for r in rules}
     assert semantic <= codes

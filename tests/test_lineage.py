@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.kinds import KINDS
-from pipeline.lineage import PAIRWISE_CONTENT_V1, raw_sha256, record_sha256
+from pipeline.records.lineage import PAIRWISE_CONTENT_V1, raw_sha256, record_sha256
 
 EXAMPLE = json.loads(
     (Path(__file__).parent / "fixtures" / "seed000_annotation.json").read_text("utf-8")
@@ -115,9 +115,9 @@ def test_every_row_names_the_profile_that_hashed_it(tmp_path: Path) -> None:
     import orjson
     import polars as pl
 
-    from pipeline.config import CampaignConfig, InputSpec
-    from pipeline.run import run
-    from pipeline.synthetic import make_record
+    from pipeline.core.config import CampaignConfig, InputSpec
+    from pipeline.jobs.run import run
+    from pipeline.testing.synthetic import make_record
 
     system = {"role": "system", "content": "be brief"}
     rows = {

@@ -16,11 +16,12 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from pipeline import outdir
 from pipeline.cli import app
-from pipeline.config import CampaignConfig, InputSpec, load_campaign
-from pipeline.manifest import load_manifest
-from pipeline.outdir import (
+from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.jobs.run import RunObserver, run
+from pipeline.output import outdir
+from pipeline.output.manifest import load_manifest
+from pipeline.output.outdir import (
     OutputBusyError,
     OutputExistsError,
     UnsafeOutputError,
@@ -28,8 +29,7 @@ from pipeline.outdir import (
     claim_output,
     written_by_rowgate,
 )
-from pipeline.run import RunObserver, run
-from pipeline.verify import verify_run
+from pipeline.output.verify import verify_run
 from tests.conftest import DATA, ROOT
 
 MATH = DATA / "math-reasoning-v1.jsonl"
@@ -305,7 +305,7 @@ def test_the_lock_holds_across_processes(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from pipeline.outdir import claim_output\n"
+            "import sys; from pathlib import Path; from pipeline.output.outdir import claim_output\n"
             "with claim_output(Path(sys.argv[1]), force=False):\n"
             "    print('held', flush=True); sys.stdin.read()",
             str(out),
@@ -334,7 +334,7 @@ def test_the_lock_holds_across_processes(tmp_path: Path) -> None:
 _KILLED_PUBLISH = """
 import os, signal, sys
 from pathlib import Path
-from pipeline import outdir
+from pipeline.output import outdir
 step, fallback, out = sys.argv[1], sys.argv[2] == "fallback", Path(sys.argv[3])
 if fallback:
     outdir._renameat2 = None
@@ -450,7 +450,7 @@ def test_a_killed_run_between_the_renames_is_restored(tmp_path: Path) -> None:
     run(_config(MATH), out)
     script = (
         "import os, signal, sys\n"
-        "from pipeline import outdir\n"
+        "from pipeline.output import outdir\n"
         "from pipeline.cli import main\n"
         "outdir._renameat2 = None\n"
         "outdir._step = lambda n: n == 'moved-aside' and os.kill(os.getpid(), signal.SIGKILL)\n"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline._bundled import bundled_dir
+from pipeline.core.bundled import bundled_dir
+from pipeline.records.schemas import SCHEMA_DIR
 from pipeline.rubrics.model import RUBRIC_DIR
-from pipeline.schemas import SCHEMA_DIR
 from tests.conftest import DATA, ROOT
 
 SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.policy import (
+from pipeline.rubrics.decision_policy import (
     Action,
     Policy,
     Rule,

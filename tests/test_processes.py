@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.synthetic import export_lines
+from pipeline.testing.synthetic import export_lines
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds workers in /proc")

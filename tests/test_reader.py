@@ -19,8 +19,8 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import reader
-from pipeline.reader import (
+from pipeline.gate import reader
+from pipeline.gate.reader import (
     DecompressionLimitError,
     InputError,
     InputFile,

@@ -1,4 +1,4 @@
-"""The sort-based grouping of :mod:`pipeline.repeats` against a plain reference."""
+"""The sort-based grouping of :mod:`pipeline.decide.repeats` against a plain reference."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.repeats import repeated, varying
+from pipeline.decide.repeats import repeated, varying
 
 # few distinct values, so that repeats are common; the extremes of the 64-bit range too
 _VALUES = st.lists(st.sampled_from([0, 1, 2, 7, 2**63, 2**64 - 1]), max_size=40)

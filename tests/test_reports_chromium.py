@@ -28,12 +28,12 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from pipeline.config import load_campaign
+from pipeline.core.config import load_campaign
+from pipeline.jobs.run import run
 from pipeline.reports.evaluation import evaluate
 from pipeline.reports.evaluation_output import write_evaluation
 from pipeline.reports.settings import ReportSettings
 from pipeline.reports.sources import LoadedTable
-from pipeline.run import run
 from tests.conftest import DATA
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -11,14 +11,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import ConfigError, load_campaign
-from pipeline.outdir import OutputExistsError
-from pipeline.reader import InputError
+from pipeline.core.config import ConfigError, load_campaign
+from pipeline.gate.reader import InputError
+from pipeline.jobs.run import run
+from pipeline.output.outdir import OutputExistsError
 from pipeline.reports.evaluation import EvaluationReport, evaluate
 from pipeline.reports.evaluation_output import write_evaluation
 from pipeline.reports.settings import ReportSettings
 from pipeline.reports.sources import LoadedTable, load_table
-from pipeline.run import run
 from tests.conftest import DATA
 
 

@@ -14,15 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import global_phase
-from pipeline.config import CampaignConfig, InputSpec, load_campaign
-from pipeline.global_phase import GlobalContext
-from pipeline.reasons import REASONS_TYPE, Disposition
+from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.core.reasons import REASONS_TYPE, Disposition
+from pipeline.decide import context as global_phase
+from pipeline.decide.context import GlobalContext, OutputColumn
+from pipeline.jobs.run import run
+from pipeline.output.verify import verify_run
 from pipeline.reports import run_report
 from pipeline.reports.run_report import render_run_report
-from pipeline.run import run
-from pipeline.verify import verify_run
-from pipeline.writer import OutputColumn
 from tests.conftest import DATA
 
 SECRET = "sk-live-7f3a9c1e5b2d4a6f8e0c"  # planted in record values; must never reach the page

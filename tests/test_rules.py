@@ -13,17 +13,17 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.config import (
+from pipeline.core.config import (
     CampaignConfig,
     ConfigError,
     References,
     ReferenceTable,
     load_campaign,
 )
-from pipeline.gate import Gate
-from pipeline.reasons import Disposition
-from pipeline.rules import RULES, ReferenceError, Severity, load_rule_context
-from pipeline.synthetic import DOCUMENTS, RULE_VIOLATIONS, make_record
+from pipeline.core.reasons import Disposition
+from pipeline.gate.gate import Gate
+from pipeline.kinds.rules import RULES, ReferenceError, Severity, load_rule_context
+from pipeline.testing.synthetic import DOCUMENTS, RULE_VIOLATIONS, make_record
 from tests.conftest import DATA
 
 CONFIG = load_campaign(DATA / "campaign.toml")
@@ -303,7 +303,7 @@ BOUNDARIES: dict[str, list[tuple[str, dict[str, Any]]]] = {
 
 
 def _ari_boundaries() -> None:
-    from pipeline.synthetic import _ari, _flag_leaves
+    from pipeline.testing.synthetic import _ari, _flag_leaves
 
     for kind in ("ari-replication-rubric-3", "ari-replication-rubric-v2"):
         plain = _ari(kind, lambda r: None)(3)

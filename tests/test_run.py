@@ -18,13 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pipeline import writer
-from pipeline.config import CampaignConfig, InputSpec, load_campaign
-from pipeline.manifest import load_manifest
-from pipeline.outdir import OutputExistsError, UnsafeOutputError
-from pipeline.run import InputError, RunObserver, run
-from pipeline.synthetic import export_lines
-from pipeline.verify import verify_run
+from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.jobs.run import InputError, RunObserver, run
+from pipeline.output import writer
+from pipeline.output.manifest import load_manifest
+from pipeline.output.outdir import OutputExistsError, UnsafeOutputError
+from pipeline.output.verify import verify_run
+from pipeline.testing.synthetic import export_lines
 from tests.conftest import DATA
 
 
@@ -335,7 +335,7 @@ def test_default_workers_never_outnumber_the_shards(tmp_path: Path) -> None:
     a one-shard export is gated in this process instead of starting idle workers. A
     configured count is kept; a compressed input gets every core when it is spilled
     (shards known only as it is decompressed), and one worker when it is not."""
-    from pipeline.run import _known_shards, expand_inputs
+    from pipeline.jobs.run import _known_shards, expand_inputs
 
     plain = tmp_path / "a.jsonl"
     plain.write_bytes(b"".join(line + b"\n" for line in export_lines("pairwise-v2", 40, seed=3)))

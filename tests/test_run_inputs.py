@@ -17,10 +17,10 @@ import zstandard
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.config import CampaignConfig, ConfigError, InputSpec, load_campaign
-from pipeline.reader import DecompressionLimitError, InputError
-from pipeline.run import expand_inputs, run
-from pipeline.verify import verify_run
+from pipeline.core.config import CampaignConfig, ConfigError, InputSpec, load_campaign
+from pipeline.gate.reader import DecompressionLimitError, InputError
+from pipeline.jobs.run import expand_inputs, run
+from pipeline.output.verify import verify_run
 from tests.conftest import DATA
 
 runner = CliRunner()
@@ -151,7 +151,7 @@ def test_verify_reads_the_inputs_under_the_runs_own_limits(
 ) -> None:
     """A run that raised limits.max_expansion_ratio read a highly compressed input; verify
     re-reads it under the same bounds, never refusing what the run accepted."""
-    monkeypatch.setattr("pipeline.reader.RATIO_EXEMPT_BYTES", 1 << 10)
+    monkeypatch.setattr("pipeline.gate.reader.RATIO_EXEMPT_BYTES", 1 << 10)
     rows = (DATA / "math-reasoning-v1.jsonl").read_bytes()
     packed = tmp_path / "dense.jsonl.zst"
     packed.write_bytes(zstandard.compress(rows + b"0" * (4 << 20)))  # far past 100x

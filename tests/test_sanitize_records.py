@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import CampaignConfig, ConfigError, SanitizeSettings, load_campaign
-from pipeline.gate import Gate
-from pipeline.reader import LineBatch
-from pipeline.reasons import Disposition
+from pipeline.core.config import CampaignConfig, ConfigError, SanitizeSettings, load_campaign
+from pipeline.core.reasons import Disposition
+from pipeline.gate.gate import Gate
+from pipeline.gate.reader import LineBatch
+from pipeline.records.schemas import SchemaRegistry
 from pipeline.sanitize import Category, Sanitizer, load_policy
 from pipeline.sanitize.policy import DEFAULT_POLICY
-from pipeline.schemas import SchemaRegistry
-from pipeline.synthetic import DEFECTS, GENERATORS, defect_line, make_record, plant_pii
+from pipeline.testing.synthetic import DEFECTS, GENERATORS, defect_line, make_record, plant_pii
 
 EXAMPLE = json.loads(
     (Path(__file__).parent / "fixtures" / "seed000_annotation.json").read_text("utf-8")
@@ -376,7 +376,7 @@ def test_fast_path_matches_reference_path_with_sanitization() -> None:
 def test_hashes_commit_to_the_sanitized_record_and_the_raw_bytes() -> None:
     import hashlib
 
-    from pipeline.canonical import canonical_json
+    from pipeline.records.canonical import canonical_json
 
     record, _ = plant_pii(dict(EXAMPLE), random.Random(1), 1)
     line = orjson.dumps(record)

@@ -13,7 +13,7 @@ from pipeline.sanitize.detectors import Detection, SecretNames, TextScanner
 from pipeline.sanitize.policy import load_policy
 from pipeline.sanitize.redaction import Redacted, merge, redact
 from pipeline.sanitize.sanitizer import DEFAULT_POLICY
-from pipeline.synthetic import planted_secrets
+from pipeline.testing.synthetic import planted_secrets
 
 SCANNER = TextScanner(
     frozenset(Category), ("US",), SecretNames(load_policy(DEFAULT_POLICY).secret_fields)

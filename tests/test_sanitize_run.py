@@ -18,21 +18,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import pipeline.global_phase as global_phase
+import pipeline.decide.context as global_phase
 from pipeline.cli import app
-from pipeline.config import load_campaign
-from pipeline.global_phase import GlobalContext, OutputColumn
-from pipeline.manifest import load_manifest
-from pipeline.run import run
+from pipeline.core.config import load_campaign
+from pipeline.decide.context import GlobalContext, OutputColumn
+from pipeline.jobs.run import run
+from pipeline.output.manifest import load_manifest
+from pipeline.output.verify import verify_run
+from pipeline.records.schemas import SchemaRegistry
 from pipeline.sanitize import Sanitizer, load_policy
 from pipeline.sanitize.policy import DEFAULT_POLICY
-from pipeline.schemas import SchemaRegistry
-from pipeline.synthetic import (
+from pipeline.testing.synthetic import (
     DEFECTS,
     make_record,
     planted_secrets,
 )
-from pipeline.verify import verify_run
 from tests.secret_helpers import decoded_texts, planted_pairwise
 
 runner = CliRunner()

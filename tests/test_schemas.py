@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.schemas import (
+from pipeline.records.schemas import (
     SchemaError,
     SchemaRegistry,
     compile_schema,
@@ -18,7 +18,7 @@ from pipeline.schemas import (
     number_paths,
     static_bounds,
 )
-from pipeline.strict_json import measure
+from pipeline.records.strict_json import measure
 from tests.strategies import from_schema
 
 SUITE_KEYWORDS_REFUSED = {

@@ -19,12 +19,12 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import CampaignConfig, SanitizeSettings
-from pipeline.gate import Gate
-from pipeline.reader import LineBatch
-from pipeline.reasons import Disposition
-from pipeline.schemas import SchemaRegistry, instance_parts
-from pipeline.synthetic import DEFECTS, make_record, planted_secrets
+from pipeline.core.config import CampaignConfig, SanitizeSettings
+from pipeline.core.reasons import Disposition
+from pipeline.gate.gate import Gate
+from pipeline.gate.reader import LineBatch
+from pipeline.records.schemas import SchemaRegistry, instance_parts
+from pipeline.testing.synthetic import DEFECTS, make_record, planted_secrets
 from tests.conftest import DATA
 from tests.secret_helpers import decoded_texts, planted_pairwise
 
@@ -468,9 +468,9 @@ def test_with_sanitization_off_rows_keep_their_values(planted_runs: dict[str, An
 def test_only_a_refused_number_rejects_a_record(tmp_path: Path) -> None:
     """A schema failure elsewhere (a redacted string under its minLength) stays a
     quarantine; only a failure where a number became the tag rejects the record."""
+    from pipeline.records.schemas import load_schema
     from pipeline.sanitize import RecordSanitizer, load_policy
     from pipeline.sanitize.policy import DEFAULT_POLICY
-    from pipeline.schemas import load_schema
 
     path = tmp_path / "probe.schema.json"
     path.write_text(

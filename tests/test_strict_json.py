@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.reasons import RejectLine
-from pipeline.strict_json import (
+from pipeline.core.reasons import RejectLine
+from pipeline.records.strict_json import (
     LONG_DIGITS,
     LocatedReject,
     StrictParser,
@@ -22,7 +22,7 @@ from pipeline.strict_json import (
     parse_object,
     parse_value,
 )
-from pipeline.synthetic import json_dumps_layout
+from pipeline.testing.synthetic import json_dumps_layout
 from tests.strategies import INT64, JSON_VALUES, KEYS, TEXT
 
 # RFC 8259 allows repeated keys (these are y_ files); rowgate's contract rejects them

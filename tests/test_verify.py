@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import load_campaign
-from pipeline.lineage import file_sha256
-from pipeline.manifest import ManifestError
-from pipeline.run import run
+from pipeline.core.config import load_campaign
+from pipeline.jobs.run import run
+from pipeline.output.manifest import ManifestError
+from pipeline.output.verify import verify_run
+from pipeline.records.lineage import file_sha256
 from pipeline.sanitize.sanitizer import DEFAULT_POLICY
-from pipeline.verify import verify_run
 from tests.conftest import DATA, ROOT
 
 Manifest = dict[str, Any]
@@ -147,7 +147,7 @@ def test_an_edited_manifest_fails(
 def test_an_edited_config_with_its_digest_recomputed_fails_on_the_outputs(out: Path) -> None:
     """A forger who also recomputes the effective config's digest is caught where the
     config shows in the files: their compression."""
-    from pipeline.manifest import effective_config_sha256
+    from pipeline.output.manifest import effective_config_sha256
 
     def change(m: Manifest) -> None:
         m["config"]["output"]["compression"] = "snappy"
@@ -297,7 +297,7 @@ def test_a_resealed_output_naming_another_content_profile_fails(out: Path) -> No
 @pytest.mark.parametrize("codec", ["lz4", "snappy", "gzip", "none"])
 def test_every_codec_verifies(tmp_path: Path, codec: str) -> None:
     """The compression check knows each codec's names in Parquet metadata."""
-    from pipeline.config import CampaignConfig, InputSpec
+    from pipeline.core.config import CampaignConfig, InputSpec
 
     config = CampaignConfig(
         inputs=(InputSpec(str(DATA / "math-reasoning-v1.jsonl"), "math-reasoning-v1"),)
@@ -313,8 +313,8 @@ def test_lineage_holds_only_the_files_of_the_current_lines(
     """Bounded memory on large outputs: the lineage walk opens a file when the input's
     lines reach its first row and drops it when it is read, so it never holds more than
     about one shard's files, however many the run wrote."""
-    import pipeline.verify as verify
-    from pipeline.config import CampaignConfig, InputSpec
+    import pipeline.output.verify as verify
+    from pipeline.core.config import CampaignConfig, InputSpec
 
     config = CampaignConfig(
         inputs=(InputSpec(str(DATA / "pairwise-v2.jsonl"), "pairwise-v2"),)

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import writer
-from pipeline.config import CampaignConfig, InputSpec
-from pipeline.run import run
+from pipeline.core.config import CampaignConfig, InputSpec
+from pipeline.jobs.run import run
+from pipeline.output import writer
 
 
 def test_rejected_rows_are_written_a_staged_batch_at_a_time(

@@ -17,13 +17,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from pipeline.config import ConfigError
+from pipeline.core.config import ConfigError
 from pipeline.engines import EngineError
-from pipeline.manifest import ManifestError
-from pipeline.outdir import OutputBusyError, OutputExistsError, UnsafeOutputError
+from pipeline.jobs.run import InputError, RunError
+from pipeline.output.manifest import ManifestError
+from pipeline.output.outdir import OutputBusyError, OutputExistsError, UnsafeOutputError
+from pipeline.records.schemas import SchemaError
 from pipeline.rubrics.model import RubricError
-from pipeline.run import InputError, RunError
-from pipeline.schemas import SchemaError
 
 EXIT_MISMATCH: Final = 1
 EXIT_USAGE: Final = 2

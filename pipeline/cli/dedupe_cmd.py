@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 
 from pipeline.cli._common import library_errors, out, writing_directory
-from pipeline.config import CampaignConfig, DedupeSettings, InputSpec, load_campaign
-from pipeline.dedupe.dataset import DatasetInput, dedupe_dataset
+from pipeline.core.config import CampaignConfig, DedupeSettings, InputSpec, load_campaign
+from pipeline.jobs.dedupe import DatasetInput, dedupe_dataset
 
 
 def dedupe_command(

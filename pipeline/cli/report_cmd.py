@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from pipeline.cli._common import err, library_errors, out, styled, writing_directory
-from pipeline.outdir import claim_output
+from pipeline.output.outdir import claim_output
 from pipeline.reports.presets import PRESETS
 from pipeline.reports.settings import ReportSettings
 

@@ -11,9 +11,9 @@ import typer
 from rich.table import Table
 
 from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled
-from pipeline.config import CampaignConfig, load_campaign
-from pipeline.envelope import check_envelope
-from pipeline.reasons import Disposition
+from pipeline.core.config import CampaignConfig, load_campaign
+from pipeline.core.reasons import Disposition
+from pipeline.gate.envelope import check_envelope
 from pipeline.rubrics.tree import TreeError, load_grades, read_envelope, score_tree
 
 app = typer.Typer(help="ARI rubric envelopes: validation and tree scoring.", no_args_is_help=True)

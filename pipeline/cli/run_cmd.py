@@ -29,9 +29,9 @@ from pipeline.cli._common import (
     styled,
     writing_directory,
 )
-from pipeline.config import CampaignConfig, InputSpec, load_campaign
-from pipeline.hints import run_hints
-from pipeline.run import RunObserver, run
+from pipeline.cli.hints import run_hints
+from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.jobs.run import RunObserver, run
 
 
 def run_command(

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from pipeline.cli._common import library_errors, out
-from pipeline.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
 
 
 def scan_command(
@@ -35,7 +35,7 @@ def scan_command(
     """Count what sanitization would redact, per record kind, field path and category,
     and what would be quarantined or lose its raw bytes. Uses the campaign's policy
     (enabled or not) or rowgate's built-in one; prints counts, never a matched value."""
-    from pipeline.sanitize.scan import scan_inputs
+    from pipeline.jobs.scan import scan_inputs
 
     with library_errors():
         config = load_campaign(config_file) if config_file else CampaignConfig()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from pipeline.cli._common import library_errors, out
-from pipeline.schemas import SchemaRegistry
+from pipeline.records.schemas import SchemaRegistry
 
 app = typer.Typer(help="Inspect the schema registry.", no_args_is_help=True)
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled
-from pipeline.verify import verify_run
+from pipeline.output.verify import verify_run
 
 
 def verify_command(

@@ -7,8 +7,8 @@
 * :mod:`~pipeline.dedupe.table` — all of it over one kind's rows (a run's or a dataset's);
 * :mod:`~pipeline.dedupe.splits` — groups (task, ``meta``) that straddle splits.
 
-The run's global stage is :mod:`pipeline.stages.dedupe`; ``rowgate dedupe`` runs the same
-code on existing Parquet datasets (:mod:`pipeline.dedupe.dataset`).
+The run's global stage is :mod:`pipeline.decide.stages.dedupe`; ``rowgate dedupe`` runs the same
+code on existing Parquet datasets (:mod:`pipeline.jobs.dedupe`).
 """
 
 from __future__ import annotations

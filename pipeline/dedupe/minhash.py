@@ -29,7 +29,7 @@ import numpy.typing as npt
 import polars as pl
 import xxhash
 
-from pipeline.config import DedupeSettings
+from pipeline.core.config import DedupeSettings
 
 __all__ = [
     "LshParams",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipeline.config import DedupeSettings
+from pipeline.core.config import DedupeSettings
 
 __all__ = ["Normalisation"]
 

@@ -1,7 +1,7 @@
 """Dedupe one kind's rows: keys → groups → near pairs → decisions, as polars frames.
 
-Used by the run's global stage (:mod:`pipeline.stages.dedupe`) and by ``rowgate dedupe``
-on existing Parquet (:mod:`pipeline.dedupe.dataset`). The input frame holds the rows that
+Used by the run's global stage (:mod:`pipeline.decide.stages.dedupe`) and by ``rowgate dedupe``
+on existing Parquet (:mod:`pipeline.jobs.dedupe`). The input frame holds the rows that
 take part, in the stable order key, with the key's payload columns, ``_split``, and the
 lineage a pointer names (``_source``, ``_line``, ``_record_sha256``; ``_content_sha256``
 when known). Positions in that frame are the row identities throughout.
@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.config import ConfigError, DedupeSettings
+from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.dedupe.clusters import CONTAMINATION, NEAR, RULES, Duplicates, find_duplicates
 from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, NearPairs, near_pairs

@@ -31,5 +31,5 @@ __all__ = [
 ]
 
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base":
+    if _module.name not in {"base", "rules"}:
         importlib.import_module(f"{__name__}.{_module.name}")

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
-from pipeline.lineage import ContentFingerprint
-from pipeline.rules import Finding, RuleContext, record_rule, unknown
+from pipeline.kinds.rules import Finding, RuleContext, record_rule, unknown
+from pipeline.records.lineage import ContentFingerprint
 
 if TYPE_CHECKING:
     from pipeline.dedupe.keys import DedupeKey

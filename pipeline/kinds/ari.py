@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
-from pipeline.lineage import ContentFingerprint
-from pipeline.rules import Check, Finding, RuleContext, Severity, record_rule
+from pipeline.kinds.rules import Check, Finding, RuleContext, Severity, record_rule
+from pipeline.records.lineage import ContentFingerprint
 
 __all__ = ["AriRubric3", "AriRubricV2", "leaves", "rubric_sha256", "walk_nodes"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
-from pipeline.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
+from pipeline.core.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
 
 if TYPE_CHECKING:  # polars stays out of the gate workers, which import every kind
     from pipeline.dedupe.keys import DedupeKey
-    from pipeline.lineage import ContentFingerprint
+    from pipeline.records.lineage import ContentFingerprint
 
 __all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind", "route"]
 
@@ -67,7 +67,7 @@ class RecordKind:
     def review_subject(self) -> DedupeKey | None:
         """The item a row reviews, compared exactly: rows with equal subjects are reviews
         of one item, counted and voted by a rubric's review policy
-        (:mod:`pipeline.stages.review`). ``None``: a row is no review of a shared item."""
+        (:mod:`pipeline.decide.stages.review`). ``None``: a row is no review of a shared item."""
         return None
 
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
-from pipeline.lineage import PAIRWISE_CONTENT_V1, ContentFingerprint
-from pipeline.rules import Finding, RuleContext, Severity, is_blank, record_rule, same_text
+from pipeline.kinds.rules import Finding, RuleContext, Severity, is_blank, record_rule, same_text
+from pipeline.records.lineage import PAIRWISE_CONTENT_V1, ContentFingerprint
 
 if TYPE_CHECKING:
     import polars as pl

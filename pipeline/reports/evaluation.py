@@ -19,9 +19,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.config import ConfigError, did_you_mean
-from pipeline.expression_errors import EVALUATION_ERRORS, failure_kind, first_line
-from pipeline.reader import InputError
+from pipeline.core.config import ConfigError, did_you_mean
+from pipeline.core.expression_errors import EVALUATION_ERRORS, failure_kind, first_line
+from pipeline.gate.reader import InputError
 from pipeline.reports.bootstrap import (
     normal_quantile,
     percentile_interval,

@@ -21,8 +21,8 @@ import math
 from pathlib import Path
 from typing import Any, Final
 
-from pipeline.manifest import dependency_versions
-from pipeline.outdir import OutputClaim, atomic_directory
+from pipeline.output.manifest import dependency_versions
+from pipeline.output.outdir import OutputClaim, atomic_directory
 from pipeline.reports import html, plots
 from pipeline.reports.conventions import evaluation_conventions
 from pipeline.reports.evaluation import EvaluationReport, SliceResult
@@ -38,7 +38,7 @@ def write_evaluation(
     """Write every file of ``report`` into ``out`` atomically; return the paths written.
 
     ``out`` may be an output directory the command has already claimed
-    (:func:`pipeline.outdir.claim_output`, which then decides on replacing it).
+    (:func:`pipeline.output.outdir.claim_output`, which then decides on replacing it).
 
     Raises
     ------

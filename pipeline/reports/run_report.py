@@ -9,7 +9,7 @@ has nothing to show, so it works with whatever stages a run had.
 
 Record values never reach the page: it reads only lineage columns (``_source``,
 ``_line``, ``_kind``), ``_reasons`` (codes, safe field paths and value-free details, by
-the :class:`~pipeline.reasons.Reason` contract), numeric score columns that rowgate
+the :class:`~pipeline.core.reasons.Reason` contract), numeric score columns that rowgate
 added (``_``-prefixed), and columns of ``dedupe/`` tables that are numeric or whose names
 say they hold lineage, rules or digests. Never ``_raw``, never a payload column.
 """

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from pipeline.config import ConfigError
+from pipeline.core.config import ConfigError
 from pipeline.reports.presets import PRESETS
 
 __all__ = ["DEFAULT_COVERAGES", "DEFAULT_TARGET_RISKS", "ReportMode", "ReportSettings"]

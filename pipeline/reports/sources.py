@@ -22,9 +22,9 @@ from typing import Final
 
 import polars as pl
 
-from pipeline.config import ConfigError, Limits
-from pipeline.manifest import MANIFEST_NAME, load_manifest
-from pipeline.reader import (
+from pipeline.core.config import ConfigError, Limits
+from pipeline.core.reasons import RejectLine
+from pipeline.gate.reader import (
     JSONL_SUFFIXES,
     InputError,
     InputFile,
@@ -32,8 +32,8 @@ from pipeline.reader import (
     detect_compression,
     read_batches,
 )
-from pipeline.reasons import RejectLine
-from pipeline.strict_json import parse_object
+from pipeline.output.manifest import MANIFEST_NAME, load_manifest
+from pipeline.records.strict_json import parse_object
 
 __all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "LoadedTable", "load_table"]
 

@@ -8,8 +8,8 @@ vectorised scoring, and ARI tree aggregation.
 * :mod:`~pipeline.rubrics.campaign` — what a campaign config asks for, checked up front;
 * :mod:`~pipeline.rubrics.tree` — ARI replication rubric trees: leaf grades → every node.
 
-The decision policy that turns states into actions is :mod:`pipeline.policy`; the
-global-phase stages are :mod:`pipeline.stages.scoring` and :mod:`pipeline.stages.policy`.
+The decision policy that turns states into actions is :mod:`pipeline.rubrics.decision_policy`; the
+global-phase stages are :mod:`pipeline.decide.stages.scoring` and :mod:`pipeline.decide.stages.decision`.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ from typing import Any, Final
 import polars as pl
 import pyarrow as pa
 
-from pipeline.config import ConfigError, KindScoring
-from pipeline.expression_errors import failure_kind, first_line
+from pipeline.core.config import ConfigError, KindScoring
+from pipeline.core.expression_errors import failure_kind, first_line
 from pipeline.rubrics.builtin_gates import BUILTIN_GATES
 from pipeline.rubrics.model import Criterion, Gate, GateKind, Rubric, RubricError
 

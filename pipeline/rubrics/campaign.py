@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipeline.config import CampaignConfig, ConfigError
-from pipeline.gate import Gate
+from pipeline.core.config import CampaignConfig, ConfigError
+from pipeline.gate.gate import Gate
 from pipeline.kinds import KINDS, get_kind
-from pipeline.policy import Policy, load_policy, validate_policy
 from pipeline.rubrics.bindings import ScoringPlan, compile_scoring
+from pipeline.rubrics.decision_policy import Policy, load_policy, validate_policy
 from pipeline.rubrics.model import RUBRIC_DIR, ReviewPolicy, RubricRegistry
 from pipeline.rubrics.scoring import APPLIES, CRITERION
 

@@ -19,11 +19,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
-from pipeline._bundled import bundled_dir
-from pipeline.lineage import check_pin
-from pipeline.reasons import RejectLine
-from pipeline.schemas import SchemaEntry, SchemaError, load_schema
-from pipeline.strict_json import parse_object
+from pipeline.core.bundled import bundled_dir
+from pipeline.core.reasons import RejectLine
+from pipeline.records.lineage import check_pin
+from pipeline.records.schemas import SchemaEntry, SchemaError, load_schema
+from pipeline.records.strict_json import parse_object
 
 __all__ = [
     "FORMAT_SCHEMA",
@@ -100,7 +100,7 @@ def _number(value: float) -> str:
 class ReviewPolicy:
     """Seed 000's ``review_policy``: how many independent reviews an item needs, how many
     of them must vote to accept, and what happens otherwise. Applied across the rows of
-    a kind by the review stage (:mod:`pipeline.stages.review`)."""
+    a kind by the review stage (:mod:`pipeline.decide.stages.review`)."""
 
     independent_reviews: int
     minimum_accept_votes: int

@@ -21,7 +21,7 @@ failure". Per row, all in polars expressions:
   ``not_met`` below it, ``unknown`` when there is no score.
 
 Each failing or unknown verdict adds a ``rubric.*`` reason; whether that keeps the row out
-is the decision policy's call (:mod:`pipeline.policy`). A reason's detail names the
+is the decision policy's call (:mod:`pipeline.rubrics.decision_policy`). A reason's detail names the
 criterion or gate and the rubric's bound, never the row's score or evidence (a record's
 values may be secrets, and details reach ``report.html``): the numbers are in the
 ``_criterion_*_score``, ``_gate_*_value`` and ``_weighted_score`` columns.

@@ -30,9 +30,9 @@ from typing import Any, Final
 
 import polars as pl
 
-from pipeline.reasons import RejectLine
+from pipeline.core.reasons import RejectLine
+from pipeline.records.strict_json import parse_object
 from pipeline.rubrics.model import RubricError
-from pipeline.strict_json import parse_object
 
 __all__ = [
     "RubricTree",

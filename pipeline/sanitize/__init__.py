@@ -10,7 +10,7 @@ sanitization"; DESIGN §1 "(optional) sanitization").
 * :mod:`~pipeline.sanitize.code` — does redacted code still parse;
 * :mod:`~pipeline.sanitize.raw` — the raw bytes of rejected lines;
 * :mod:`~pipeline.sanitize.sanitizer` — what the gate calls;
-* :mod:`~pipeline.sanitize.scan` — ``rowgate scan``: what would be redacted.
+* :mod:`~pipeline.jobs.scan` — ``rowgate scan``: what would be redacted.
 
 Nothing matched is ever written anywhere: reasons, counts and the manifest carry
 categories, counts and safe field paths only.

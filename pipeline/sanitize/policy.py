@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pipeline.config import ConfigError, parse_toml
-from pipeline.lineage import check_pin
+from pipeline.core.config import ConfigError, parse_toml
+from pipeline.records.lineage import check_pin
 from pipeline.sanitize.categories import Category
 from pipeline.sanitize.paths import FieldSelector, SelectorError
 

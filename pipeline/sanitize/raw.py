@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import orjson
 
-from pipeline.reasons import PII_RAW_WITHHELD, Reason
+from pipeline.core.reasons import PII_RAW_WITHHELD, Reason
 from pipeline.sanitize.categories import Category, count_detail
 from pipeline.sanitize.detectors import SecretNames, TextScanner, is_placeholder
 from pipeline.sanitize.policy import AuthorisedException, SanitizePolicy

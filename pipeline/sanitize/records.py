@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pipeline.reasons import (
+from pipeline.core.reasons import (
     PII_CODE_BROKEN,
     PII_EVIDENCE_CHANGED,
     PII_KEY_COLLISION,
@@ -41,6 +41,7 @@ from pipeline.reasons import (
     PII_UNSTABLE,
     Reason,
 )
+from pipeline.records.schemas import SchemaEntry, safe_path
 from pipeline.sanitize.categories import PRIORITY, Category, count_detail
 from pipeline.sanitize.code import redaction_breaks_code
 from pipeline.sanitize.detectors import (
@@ -57,7 +58,6 @@ from pipeline.sanitize.detectors import (
 from pipeline.sanitize.paths import FieldSelector, SelectorTrie
 from pipeline.sanitize.policy import AuthorisedException, KindPolicy, SanitizePolicy
 from pipeline.sanitize.redaction import Redacted, redact
-from pipeline.schemas import SchemaEntry, safe_path
 
 __all__ = ["RecordSanitizer", "SanitizedRecord"]
 

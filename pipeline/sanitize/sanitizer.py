@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import CampaignConfig, ConfigError
-from pipeline.reasons import Reason
+from pipeline.core.config import CampaignConfig, ConfigError
+from pipeline.core.reasons import Reason
+from pipeline.records.schemas import SchemaEntry
 from pipeline.sanitize.paths import SelectorError
 from pipeline.sanitize.policy import DEFAULT_POLICY, SanitizePolicy, load_policy
 from pipeline.sanitize.raw import RawScreen
 from pipeline.sanitize.records import RecordSanitizer, SanitizedRecord
-from pipeline.schemas import SchemaEntry
 
 __all__ = ["SANITIZER_VERSION", "Sanitizer", "policy_path"]
 

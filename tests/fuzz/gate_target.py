@@ -6,9 +6,9 @@ record routes itself) and the campaign (default limits, tight limits, sanitizati
 
 For every input the target asserts:
 
-* the parser: :func:`~pipeline.strict_json.parse_fast` returns the strict parser's value,
+* the parser: :func:`~pipeline.records.strict_json.parse_fast` returns the strict parser's value,
   to the type, or leaves the line to it (``None``); neither raises anything but the
-  documented rejection (:class:`~pipeline.reasons.RejectLine`);
+  documented rejection (:class:`~pipeline.core.reasons.RejectLine`);
 * the whole gate: :meth:`Gate.gate_batch` on a one-line batch and :meth:`Gate.gate_line`
   give the same disposition, kind, reason codes and hashes, and neither raises.
 
@@ -36,8 +36,8 @@ CAMPAIGNS: Final = ("default", "tight", "sanitize")
 
 @cache
 def _gates() -> tuple[object, ...]:
-    from pipeline.config import CampaignConfig, Limits, SanitizeSettings
-    from pipeline.gate import Gate
+    from pipeline.core.config import CampaignConfig, Limits, SanitizeSettings
+    from pipeline.gate.gate import Gate
 
     default = Limits(max_line_bytes=64 * 1024)
     return (
@@ -72,8 +72,8 @@ def decode(data: bytes) -> tuple[bytes, str | None, int]:
 
 def check_parser(line: bytes) -> None:
     """The fast parser agrees with the strict one, or leaves the line to it."""
-    from pipeline.reasons import RejectLine
-    from pipeline.strict_json import LONG_DIGITS, parse_fast, parse_value
+    from pipeline.core.reasons import RejectLine
+    from pipeline.records.strict_json import LONG_DIGITS, parse_fast, parse_value
 
     try:
         strict = parse_value(line)
@@ -91,7 +91,7 @@ def check_parser(line: bytes) -> None:
 
 def check(data: bytes) -> None:
     """The whole differential check for one fuzz input (the libFuzzer entry point)."""
-    from pipeline.gate import Gate
+    from pipeline.gate.gate import Gate
     from tests.test_gate import _assert_paths_agree
 
     line, declared, campaign = decode(data)
@@ -105,9 +105,9 @@ def main(argv: list[str]) -> None:
     import atheris
 
     with atheris.instrument_imports(include=["pipeline"]):
-        import pipeline.gate
+        import pipeline.gate.gate
         import pipeline.kinds
-        import pipeline.strict_json  # noqa: F401
+        import pipeline.records.strict_json  # noqa: F401
     _gates()  # schemas compile once, before the first input
     atheris.Setup(argv, check)
     atheris.Fuzz()

@@ -49,7 +49,7 @@ def _declared(path: Path) -> str | None:
 
 def seeds() -> Iterator[bytes]:
     """Every seed input (selector byte + line), duplicates possible."""
-    from pipeline.synthetic import DEFECTS, defect_line, json_dumps_layout
+    from pipeline.testing.synthetic import DEFECTS, defect_line, json_dumps_layout
 
     for n, path in enumerate(sorted(DATA.glob("*.jsonl*"))):
         declared = _declared(path)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.records.schemas import lint_schema
 from pipeline.rubrics.model import (
     RUBRIC_DIR,
     GateKind,
@@ -17,7 +18,6 @@ from pipeline.rubrics.model import (
     RubricRegistry,
     load_rubric,
 )
-from pipeline.schemas import lint_schema
 from tests.conftest import SHARED
 
 SEED_000_FILE = "seeds/000_63cee1e704e6a807.txt"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.policy import decide_frame, load_policy
+from pipeline.rubrics.decision_policy import decide_frame, load_policy
 from pipeline.rubrics.model import RUBRIC_DIR, Criterion, Gate, GateKind, Rubric, RubricRegistry
 from pipeline.rubrics.scoring import score_frame
 from tests.rubrics.reference import reference_score

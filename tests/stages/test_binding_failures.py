@@ -11,9 +11,9 @@ import orjson
 import polars as pl
 import pytest
 
-from pipeline.config import ConfigError, load_campaign
-from pipeline.expression_errors import failure_kind
-from pipeline.run import run
+from pipeline.core.config import ConfigError, load_campaign
+from pipeline.core.expression_errors import failure_kind
+from pipeline.jobs.run import run
 from tests.conftest import ROOT
 from tests.stages.test_rubric_stages import campaign, record
 

@@ -10,10 +10,10 @@ import orjson
 import polars as pl
 import pytest
 
-from pipeline.config import CampaignConfig, ConfigError, load_campaign
+from pipeline.core.config import CampaignConfig, ConfigError, load_campaign
+from pipeline.decide.stages import review
+from pipeline.jobs.run import run
 from pipeline.rubrics.model import RUBRIC_DIR, RubricError, load_rubric
-from pipeline.run import run
-from pipeline.stages import review
 from tests.stages.test_rubric_stages import record
 
 LOW = {"factuality": 2, "reasoning": 5, "instruction_adherence": 5, "style": 5}

@@ -13,15 +13,15 @@ import orjson
 import polars as pl
 import pytest
 
-from pipeline import global_phase
-from pipeline.config import CampaignConfig, ConfigError, load_campaign
-from pipeline.global_phase import GlobalContext, OutputColumn
-from pipeline.reasons import Disposition
+from pipeline.core.config import CampaignConfig, ConfigError, load_campaign
+from pipeline.core.reasons import Disposition
+from pipeline.decide import context as global_phase
+from pipeline.decide.context import GlobalContext, OutputColumn
+from pipeline.decide.stages.decision import DecisionPolicy
+from pipeline.decide.stages.scoring import RubricScoring
+from pipeline.jobs.run import InputError, run
+from pipeline.output.verify import verify_run
 from pipeline.rubrics.model import RUBRIC_DIR
-from pipeline.run import InputError, run
-from pipeline.stages.policy import DecisionPolicy
-from pipeline.stages.scoring import RubricScoring
-from pipeline.verify import verify_run
 from tests.conftest import DATA
 
 GOOD = "def unique_values(values):\n    return list(dict.fromkeys(values))\n"

@@ -1,0 +1,315 @@
+"""Cross-record rules (DESIGN §3.9): invariants between rows of the whole run, in polars.
+
+They run first in the global phase (order 100), over every staged row of a kind from
+every shard, so their result cannot depend on how the run was sharded or on the order
+of input files (the order key sorts inputs by path). Each rule returns findings (row
+keys, code, detail, disposition); the stage folds them per row, worst disposition wins
+(rejected > quarantined > duplicate) and every code is kept. A rule may give a finding
+another code and disposition of its own family (``cross.retry``, a duplicate pointing at
+the row it repeats in ``_duplicate_of``); disabling the rule disables both.
+
+=============================== ======================= =====================================
+code                            kinds                   finding
+=============================== ======================= =====================================
+``cross.idempotency_conflict``  every kind with a key   a later body of a submission key differs from the
+                                                        first's (input order): that later row rejected
+``cross.retry``                 every kind with a key   a later row repeats the first's body: a duplicate of it
+``cross.contradictory_preference`` pairwise-v2          one comparison, opposite preferences: quarantined
+``cross.worker_root_missing``   pw-decide-row-1         a worker's root_session is no coordinator session
+``cross.session_model_conflict`` pw-decide-row-1        rows of one session name different models
+=============================== ======================= =====================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import polars as pl
+
+from pipeline.core.config import CampaignConfig
+from pipeline.core.reasons import Disposition
+from pipeline.decide.context import (
+    DEDUPE_RULE,
+    DUPLICATE_OF,
+    KEYS,
+    GlobalContext,
+    OutputColumn,
+    register_stage,
+)
+from pipeline.decide.repeats import repeated, varying
+from pipeline.kinds import KINDS
+from pipeline.kinds.pairwise import conversation_key
+
+__all__ = ["CONFLICT", "CROSS_RULES", "RETRY", "CrossRules"]
+
+#: Seed 002's IDEMPOTENCY_CONFLICT: a later, different body of one submission key.
+CONFLICT: Final = "cross.idempotency_conflict"
+#: Seed 002's "identical authenticated retry": removed as a duplicate of the first row.
+RETRY: Final = "cross.retry"
+#: the disposition of a finding with a code its rule gives it (see :func:`cross_rule`)
+_OWN_CODES: Final = {RETRY: Disposition.DUPLICATE}
+
+#: worst first: the disposition a row ends with when several rules fire
+_SEVERITY: Final = {
+    Disposition.REJECTED.value: 3,
+    Disposition.QUARANTINED.value: 2,
+    Disposition.DUPLICATE.value: 1,
+}
+
+Finder = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame | None]
+
+
+@dataclass(frozen=True)
+class CrossRule:
+    code: str
+    #: what a row the rule finds becomes
+    disposition: Disposition
+    #: the kinds it applies to; ``None``: every kind
+    kinds: frozenset[str] | None
+    find: Finder
+
+
+CROSS_RULES: list[CrossRule] = []
+
+
+def cross_rule(
+    code: str, disposition: Disposition, kinds: Sequence[str] | None = None
+) -> Callable[[Finder], Finder]:
+    """Register a finder returning the rows it finds (``_shard``, ``_shard_line``) with a
+    ``_detail``; its docstring cites the seed it enforces. A finder may also return a
+    ``_code`` per row (one of :data:`_OWN_CODES`, which fixes its disposition; null: the
+    rule's) and a ``_duplicate_of`` (the kept row, for duplicates)."""
+
+    def register(finder: Finder) -> Finder:
+        if not (finder.__doc__ or "").strip():
+            raise ValueError(f"cross rule {code} needs a docstring citing its seed")
+        scope = frozenset(kinds) if kinds is not None else None
+        CROSS_RULES.append(CrossRule(code, disposition, scope, finder))
+        return finder
+
+    return register
+
+
+def _key_columns(kind: str) -> list[str]:
+    return list(KINDS[kind].idempotency_key)
+
+
+def _key_hash(keys: Sequence[str]) -> pl.Expr:
+    """A 64-bit hash of a submission key: what rows are grouped on before the exact check."""
+    return pl.struct(keys).hash(4)
+
+
+@cross_rule(CONFLICT, Disposition.REJECTED)
+def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """Seed 002: "identical authenticated retry -> return original receipt/status; same
+    operation, conflicting body -> IDEMPOTENCY_CONFLICT". Among the rows sharing a
+    submission key (``task_id``; ``(session, receipt)`` for pw-decide-row) the first in
+    the order key (input, line) is the original and keeps whatever it has; a later row
+    with the same body (``_record_sha256``: the canonical JSON of the record as stored, so
+    key order and insignificant whitespace do not make a body differ) is its retry, a
+    duplicate of it (``cross.retry``), when both are of one split (a copy in another split
+    is dedupe's: ``dedupe.contamination`` keeps a protected split's rows); a later row with
+    another body is rejected."""
+    keys = _key_columns(kind)
+    if not keys:
+        return None
+    # Only keys that occur more than once can conflict. They are found on a 64-bit hash
+    # of the key (20 bytes per row in the parent with the row's place, instead of the
+    # keys and 64-character digests; see pipeline.decide.repeats); only those rows (retries,
+    # duplicates, conflicts: a few percent) are re-read and decided on the exact keys and
+    # digests, so a collision of key hashes can never invent a conflict, nor hide one.
+    hashed = pl.concat(ctx.evaluate(kind, {"_h_key": _key_hash(keys)}))
+    candidates = hashed.filter(repeated(hashed["_h_key"])).select(KEYS)
+    del hashed
+    if candidates.height == 0:
+        return None
+    exact = (
+        ctx.fetch(kind, candidates, [*keys, "_record_sha256"])
+        .join(
+            rows.select(*KEYS, "_input", "_source", "_line"),
+            on=list(KEYS),
+            how="left",
+        )
+        .sort("_input", "_line")
+    )
+    first = pl.col("_record_sha256").first().over(keys)
+    later = pl.int_range(pl.len()).over(keys) > 0
+    replays = exact.filter(later)
+    if replays.height == 0:
+        return None
+    differs = pl.col("_record_sha256") != first
+    # The same body in another split than the original's is no retry but a copy across
+    # splits: dedupe's contamination rule decides it, and keeps a protected split's rows.
+    other_split = ctx.split().ne_missing(ctx.split().first().over(keys))
+    original = pl.struct(
+        _source=pl.col("_source").first().over(keys),
+        _line=pl.col("_line").first().over(keys),
+        _record_sha256=first,
+    )
+    return (
+        exact.with_columns(_differs=differs, _original=original, _rows=pl.len().over(keys))
+        .with_columns(_conflicts=pl.col("_differs").sum().over(keys))
+        .filter(later & (pl.col("_differs") | ~other_split))
+        .select(
+            "_shard",
+            "_shard_line",
+            _code=pl.when("_differs").then(pl.lit(CONFLICT)).otherwise(pl.lit(RETRY)),
+            _detail=pl.when("_differs")
+            .then(
+                pl.format(
+                    "this body differs from the first of {} rows with this submission key "
+                    "(the first stays; {} later bodies differ)",
+                    "_rows",
+                    "_conflicts",
+                )
+            )
+            .otherwise(pl.lit("an identical retry of the first row with this submission key")),
+            _duplicate_of=pl.when("_differs").then(None).otherwise("_original"),
+        )
+    )
+
+
+@cross_rule("cross.contradictory_preference", Disposition.QUARANTINED, ["pairwise-v2"])
+def contradictory_preference(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame
+) -> pl.DataFrame | None:
+    """Seed 000: "Validate ... task identity ... and rationale consistency outside structural
+    validation"; DESIGN §3.9: "same comparison with opposite preferences". The same
+    conversation and the same pair of responses (in either A/B order) preferred both ways:
+    a person adjudicates (seed 000's review policy: "disagreement_action": "adjudicate")."""
+    # Texts are hashed shard by shard (memory stays bounded by one shard, whatever the
+    # run's size), grouped on 64-bit hashes, and only candidate groups are re-read and
+    # confirmed on the exact texts, so a hash collision can never invent a contradiction.
+    decisive = pl.col("preference").is_in(["A", "B"])
+    preferred = pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b")
+    rejected = pl.when(pl.col("preference") == "A").then("response_b").otherwise("response_a")
+    comparison = pl.struct(conversation_key().hash(1), preferred.hash(2) ^ rejected.hash(2))
+    hashes = pl.concat(
+        shard.filter("_decisive").drop("_decisive")
+        for shard in ctx.evaluate(
+            kind,
+            {
+                "_decisive": decisive,
+                "_h_comparison": comparison.hash(4),
+                "_h_pref": preferred.hash(3),
+            },
+        )
+    )
+    candidates = hashes.filter(varying(hashes["_h_comparison"], hashes["_h_pref"]))
+    if candidates.height == 0:
+        return None
+    texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])
+    group = ["_conversation", "_low", "_high"]
+    exact = texts.with_columns(
+        _conversation=conversation_key(),
+        _preferred=preferred,
+        _low=pl.min_horizontal("response_a", "response_b"),
+        _high=pl.max_horizontal("response_a", "response_b"),
+    )
+    contradicted = exact.filter(pl.col("_preferred").n_unique().over(group) > 1)
+    return contradicted.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.format(
+            "{} rows prefer opposite responses of one comparison", pl.len().over(group)
+        ),
+    )
+
+
+@cross_rule("cross.worker_root_missing", Disposition.REJECTED, ["pw-decide-row-1"])
+def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """Seed 004, root_session: "the coordinator session a worker leg belongs to": a worker
+    row's root session must be the session of some coordinator row of the export."""
+    payload = ctx.scan(kind, ["host", "session", "root_session"])
+    coordinators = payload.filter(pl.col("host") == "coordinator").select(
+        pl.col("session").unique()
+    )
+    orphans = payload.filter(
+        (pl.col("host") == "worker")
+        & ~pl.col("root_session").is_in(coordinators["session"].implode())
+    )
+    return orphans.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.lit("root_session names no coordinator session in this run"),
+    )
+
+
+@cross_rule("cross.session_model_conflict", Disposition.REJECTED, ["pw-decide-row-1"])
+def session_model_conflict(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame
+) -> pl.DataFrame | None:
+    """Seed 004, model: "The model that made most of the session's calls": one value per
+    session, so rows of one session naming different models cannot all be right."""
+    payload = ctx.scan(kind, ["session", "model"])
+    conflicted = payload.filter(pl.col("model").n_unique().over("session") > 1)
+    return conflicted.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.format(
+            "{} models named for one session", pl.col("model").n_unique().over("session")
+        ),
+    )
+
+
+@register_stage
+class CrossRules:
+    """The cross-record rules as one global stage."""
+
+    name = "cross_rules"
+    order = 100
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        if not _key_columns(kind) or CONFLICT in ctx.config.rules.disabled:
+            return []
+        return [DUPLICATE_OF, DEDUPE_RULE]  # retries, as the dedupe stage writes its own
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        disabled = set(ctx.config.rules.disabled)
+        found = []
+        for rule in CROSS_RULES:
+            if rule.code in disabled or (rule.kinds is not None and kind not in rule.kinds):
+                continue
+            hits = rule.find(ctx, kind, rows)
+            if hits is not None and hits.height:
+                code = pl.col("_code") if "_code" in hits.columns else pl.lit(None, pl.String)
+                found.append(
+                    hits.with_columns(_code=code.fill_null(pl.lit(rule.code))).with_columns(
+                        _disposition=pl.col("_code").replace_strict(
+                            _OWN_CODES, default=rule.disposition.value, return_dtype=pl.String
+                        )
+                    )
+                )
+        if not found:
+            return None
+        hits = pl.concat(found, how="diagonal_relaxed").with_columns(
+            _severity=pl.col("_disposition").replace_strict(_SEVERITY, return_dtype=pl.Int8)
+        )
+        pointers = (
+            [
+                pl.col("_duplicate_of").drop_nulls().first(),
+                pl.when(pl.col("_duplicate_of").is_not_null())
+                .then(pl.lit("retry"))
+                .drop_nulls()
+                .first()
+                .alias(DEDUPE_RULE.name),
+            ]
+            if "_duplicate_of" in hits.columns
+            else []
+        )
+        return (
+            hits.sort(["_shard", "_shard_line", "_code"])
+            .group_by(["_shard", "_shard_line"], maintain_order=True)
+            .agg(
+                pl.col("_disposition").sort_by("_severity").last(),
+                pl.struct(code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail")).alias(
+                    "_reasons_add"
+                ),
+                *pointers,
+            )
+        )

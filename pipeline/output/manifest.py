@@ -1,0 +1,143 @@
+"""The run manifest: what went in, what came out, and proof that nothing was lost.
+
+``manifest.json`` records inputs (path, bytes, SHA-256, lines), the effective config and
+its digest, schema digests, tool and dependency versions, counts per disposition and
+reason, the conservation check, every output file with its digest, every pinned file the
+run read (rubrics, policies, reference tables, the sanitization policy) with its digest,
+and timings (DESIGN §3.7). ``rowgate verify`` recomputes all of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import platform
+from pathlib import Path
+from typing import Any, Final
+
+from pipeline.records.canonical import canonical_json
+from pipeline.records.lineage import file_sha256
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
+    "ManifestError",
+    "dependency_versions",
+    "effective_config_sha256",
+    "load_manifest",
+    "pinned_files",
+    "write_manifest",
+]
+
+MANIFEST_NAME: Final = "manifest.json"
+MANIFEST_FORMAT: Final = "rowgate-run/1"
+_DEPENDENCIES: Final = (
+    "rowgate",
+    "polars",
+    "pyarrow",
+    "orjson",
+    "fastjsonschema",
+    "xxhash",
+    "zstandard",
+    "backports.zstd",
+    "phonenumbers",
+    "typer",
+    "rich",
+    "numpy",
+    "matplotlib",
+)
+
+
+def dependency_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _DEPENDENCIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def effective_config_sha256(config: dict[str, Any]) -> str:
+    """SHA-256 of the RFC 8785 canonical JSON of the effective config as the manifest
+    holds it (what ``rowgate verify`` recomputes from the manifest's own content)."""
+    return hashlib.sha256(canonical_json(config)).hexdigest()
+
+
+def pinned_files(manifest: dict[str, Any]) -> list[dict[str, str]]:
+    """Every file besides the inputs and schemas whose bytes decided the run's outcome,
+    derived from the manifest's effective config: ``{role, name, path}``.
+
+    Rubrics (and the rubric format's schema), decision policies, reference tables and
+    the sanitization policy. The schemas are listed, with their digests, under
+    ``schemas``.
+    """
+    from pipeline.rubrics.model import FORMAT_SCHEMA, RUBRIC_DIR
+
+    config = manifest["config"]
+
+    def resolve(given: str) -> str:
+        path = Path(given)
+        return str(path if path.is_absolute() else Path(config["base_dir"]) / path)
+
+    found: list[dict[str, str]] = []
+    rubrics = config["rubrics"]
+    rubric_ids = sorted({*rubrics["pins"], *(s["rubric"] for s in config["scoring"].values())})
+    if rubric_ids:
+        directory = Path(resolve(rubrics["directory"])) if rubrics["directory"] else RUBRIC_DIR
+        format_schema = directory / FORMAT_SCHEMA
+        if not format_schema.is_file():
+            format_schema = RUBRIC_DIR / FORMAT_SCHEMA
+        found.append({"role": "rubric_format", "name": "rubric", "path": str(format_schema)})
+        found += [
+            {"role": "rubric", "name": r, "path": str(directory / f"{r}.json")} for r in rubric_ids
+        ]
+    found += [
+        {"role": "policy", "name": kind, "path": resolve(policy["file"])}
+        for kind, policy in sorted(config["policy"].items())
+    ]
+    found += [
+        {"role": "reference_table", "name": name, "path": resolve(table["path"])}
+        for name, table in sorted(config["references"].items())
+        if table is not None
+    ]
+    if manifest.get("sanitize"):
+        found.append(
+            {"role": "sanitize_policy", "name": "sanitize", "path": manifest["sanitize"]["policy"]}
+        )
+    return found
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
+    """Complete ``manifest`` with what ``rowgate verify`` recomputes but the run does not
+    otherwise hold (the effective config's digest, each pinned file's digest), then write
+    it."""
+    # through JSON first: the digest is of the config as a reader of the file sees it
+    config = json.loads(json.dumps(manifest["config"]))
+    manifest["config_effective_sha256"] = effective_config_sha256(config)
+    manifest["pinned"] = [
+        {**entry, "sha256": file_sha256(entry["path"])} for entry in pinned_files(manifest)
+    ]
+    path = directory / MANIFEST_NAME
+    path.write_text(
+        json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n", "utf-8"
+    )
+    return path
+
+
+class ManifestError(ValueError):
+    """A missing or unreadable manifest."""
+
+
+def load_manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text("utf-8"))
+    except OSError as exc:
+        raise ManifestError(f"cannot read {path}: {exc.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(f"{path} is not a {MANIFEST_FORMAT} manifest")
+    return manifest

@@ -1,0 +1,704 @@
+"""``rowgate verify``: recompute everything a run's manifest claims; trust none of it.
+
+The manifest is a claim, never evidence. Each check recomputes a fact from the bytes on
+disk and reports what differs (never a record value):
+
+1. layout: OUT holds ``manifest.json``, the files the manifest lists and the directories
+   leading to them, nothing else: any other file, directory (empty ones too) or symbolic
+   link is reported; a listed path must be a plain relative path of the layout
+   (``accepted/<kind>/part-N.parquet``, ``rejected/part-N.parquet``, …);
+2. every listed output, artifact and report has its size and SHA-256, and each Parquet
+   file its row count and the configured compression;
+3. every input still has its size and SHA-256;
+4. config: the effective config's digest is recomputed from the manifest's own content,
+   the config file re-hashed when it is still there, and each pin the config holds
+   equals the digest recorded for that file;
+5. pinned files: every schema, rubric, decision policy, reference table and
+   sanitization policy the run read is re-hashed (their list is derived from the
+   config, not taken from the manifest);
+6. lineage and conservation, streamed: every line of every input (re-read and
+   re-hashed) appears in exactly one output row, with its ``_offset`` and
+   ``_raw_sha256``; no row names a line twice, a line beyond the input or another file;
+7. records: each typed row decodes to a record whose canonical JSON hashes to
+   ``_record_sha256``, whose fingerprint is ``_content_sha256``, valid under the schema
+   the manifest records (a row quarantined with ``pii.schema_invalid`` says its redacted
+   record fails that schema: there only the digest is checked); a rejected row's
+   ``_raw`` hashes to its ``_raw_sha256``;
+8. counts: per disposition and per reason, recomputed from the rows themselves (the
+   disposition is the file's directory); ``counts.lines`` and the conservation record
+   recomputed from the sources.
+
+Memory stays bounded on large outputs: files are read a row group at a time, and the
+lineage check walks each input's lines and the rows naming them together, in line
+order, holding only the files whose line range is current.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.core.reasons import PII_SCHEMA_INVALID
+from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
+from pipeline.gate.reader import InputFile, Shard, read_batches
+from pipeline.kinds import KINDS
+from pipeline.output.manifest import (
+    MANIFEST_NAME,
+    ManifestError,
+    effective_config_sha256,
+    load_manifest,
+    pinned_files,
+)
+from pipeline.records.canonical import canonical_json
+from pipeline.records.lineage import file_sha256
+from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
+
+__all__ = ["VerifyReport", "verify_run"]
+
+_MAX_LISTED: Final = 20
+_LINEAGE: Final = ["_source", "_line", "_offset", "_raw_sha256"]
+#: rows per batch read from a Parquet file (the writer's row groups hold 4096)
+_BATCH_ROWS: Final = 4096
+#: lines of an input compared at a time with the rows naming them (at most
+#: ``BATCH_BYTES`` of line bytes too: :func:`read_batches`)
+_WINDOW_LINES: Final = 1 << 14
+_PART: Final = re.compile(
+    r"(?:(?P<dir>accepted|quarantined|duplicates)/(?P<kind>[^/]+)|rejected)/part-\d{5,}\.parquet"
+)
+_DISPOSITION_OF_DIR: Final = {
+    "accepted": "accepted",
+    "quarantined": "quarantined",
+    "duplicates": "duplicate",
+    None: "rejected",
+}
+#: config codec → the names Parquet metadata may give it (pyarrow versions differ for lz4)
+_CODECS: Final = {"none": {"UNCOMPRESSED"}, "lz4": {"LZ4", "LZ4_RAW"}}
+
+
+@dataclass
+class VerifyReport:
+    problems: list[str] = field(default_factory=list)
+    #: what could not be checked and why (not a mismatch), e.g. a config file moved away
+    notes: list[str] = field(default_factory=list)
+    checked: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def problem(self, message: str) -> None:
+        if len(self.problems) < _MAX_LISTED:
+            self.problems.append(message)
+        elif len(self.problems) == _MAX_LISTED:
+            self.problems.append("… further problems not listed")
+
+
+@dataclass(frozen=True)
+class _Output:
+    """A listed Parquet output whose bytes match the manifest, and what its path says."""
+
+    path: str
+    disposition: str
+    kind: str | None
+
+
+@dataclass
+class _Tally:
+    """What the rows of the output files say, recomputed."""
+
+    rows: Counter[str] = field(default_factory=Counter)
+    reasons: dict[str, Counter[str]] = field(default_factory=dict)
+    #: input path → [(first line, file)] of the files holding its rows
+    files_of: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    #: _source values that name no input → rows
+    strangers: Counter[str] = field(default_factory=Counter)
+
+
+# -- 1, 2: layout and files ------------------------------------------------------------
+
+
+def _plain_relative(path: Any) -> bool:
+    if not isinstance(path, str) or not path or "\\" in path:
+        return False
+    pure = PurePosixPath(path)
+    return (
+        not pure.is_absolute()
+        and str(pure) == path
+        and all(part not in ("", ".", "..") for part in pure.parts)
+    )
+
+
+def _listed(manifest: dict[str, Any], report: VerifyReport) -> dict[str, dict[str, Any]]:
+    """Every file the manifest lists, by path; paths that could leave OUT are refused."""
+    listed: dict[str, dict[str, Any]] = {}
+    for section in ("outputs", "artifacts", "reports"):
+        for entry in manifest.get(section, []):
+            path = entry["path"]
+            if not _plain_relative(path) or path == MANIFEST_NAME:
+                report.problem(f"manifest {section}: {path!r} is not a path inside OUT")
+            elif path in listed:
+                report.problem(f"manifest {section}: {path} is listed twice")
+            elif section == "outputs" and not _PART.fullmatch(path):
+                report.problem(f"manifest outputs: {path} is not a path of the output layout")
+            else:
+                listed[path] = entry | {"section": section}
+    return listed
+
+
+def _check_layout(out: Path, listed: dict[str, Any], report: VerifyReport) -> None:
+    """Report every file, directory or link in OUT that the manifest does not account for."""
+    expected_dirs = {str(p) for path in listed for p in PurePosixPath(path).parents} - {"."}
+    for directory, dirs, files in os.walk(out):
+        here = Path(directory).relative_to(out)
+        for name in sorted(dirs):
+            relative = (here / name).as_posix()
+            if (Path(directory) / name).is_symlink():
+                report.problem(f"{relative}: a symbolic link in OUT (rowgate writes none)")
+            elif relative not in expected_dirs:
+                report.problem(f"{relative}/: a directory the manifest does not account for")
+        dirs[:] = [d for d in dirs if (here / d).as_posix() in expected_dirs]
+        for name in sorted(files):
+            relative = (here / name).as_posix()
+            if (Path(directory) / name).is_symlink():
+                report.problem(f"{relative}: a symbolic link in OUT (rowgate writes none)")
+            elif relative not in listed and relative != MANIFEST_NAME:
+                report.problem(f"{relative}: a file the manifest does not list")
+
+
+def _check_files(
+    out: Path, manifest: dict[str, Any], listed: dict[str, dict[str, Any]], report: VerifyReport
+) -> list[_Output]:
+    codec = manifest["config"]["output"]["compression"]
+    allowed = _CODECS.get(codec, {codec.upper()})
+    good = []
+    for path, entry in listed.items():
+        where = out / path
+        report.checked["reports" if entry["section"] == "reports" else "output files"] += 1
+        if where.is_symlink() or not where.is_file():
+            if not where.is_symlink():
+                report.problem(f"{path}: missing")
+            continue
+        if where.stat().st_size != entry["bytes"] or file_sha256(where) != entry["sha256"]:
+            report.problem(f"{path}: bytes differ from the manifest's SHA-256")
+            continue
+        if entry["section"] == "reports":
+            continue
+        try:
+            metadata = pq.ParquetFile(where).metadata
+        except (OSError, pa.ArrowException) as exc:
+            report.problem(f"{path}: not a readable Parquet file ({type(exc).__name__})")
+            continue
+        if metadata.num_rows != entry["rows"]:
+            report.problem(f"{path}: {metadata.num_rows} rows, manifest says {entry['rows']}")
+            continue
+        codecs = {
+            metadata.row_group(g).column(c).compression
+            for g in range(metadata.num_row_groups)
+            for c in range(metadata.num_columns)
+        }
+        if codecs - allowed:
+            report.problem(
+                f"{path}: compressed with {', '.join(sorted(codecs))}, the config says {codec}"
+            )
+        if entry["section"] != "outputs":
+            continue
+        match = _PART.fullmatch(path)
+        assert match is not None  # _listed refused other output paths
+        disposition, kind = _DISPOSITION_OF_DIR[match["dir"]], match["kind"]
+        if entry.get("disposition") != disposition or entry.get("kind") != kind:
+            report.problem(
+                f"{path}: manifest says disposition {entry.get('disposition')!r} and kind "
+                f"{entry.get('kind')!r}, the path says {disposition!r} and {kind!r}"
+            )
+        if kind is not None and kind not in KINDS:
+            report.problem(f"{path}: {kind!r} is no record kind")
+            continue
+        good.append(_Output(path, disposition, kind))
+    return good
+
+
+# -- 3: inputs -------------------------------------------------------------------------
+
+
+def _source_path(entry: dict[str, Any], sources: Path | None) -> Path:
+    if sources is not None:
+        return sources / str(entry["path"])
+    # a path that is not UTF-8 is recorded in its lineage form, and exactly in hex
+    exact = entry.get("resolved_hex")
+    resolved = Path(os.fsdecode(bytes.fromhex(exact)) if exact else str(entry["resolved"]))
+    return resolved if resolved.exists() else Path(str(entry["path"]))
+
+
+def _stream_limits(manifest: dict[str, Any], given: InputFile) -> InputFile:
+    """``given`` under the run's own decompression bounds: what the run read under raised
+    limits, verify reads too (an older manifest: the defaults)."""
+    limits = manifest["config"].get("limits", {})
+    return dataclasses.replace(
+        given,
+        max_decompressed_bytes=int(
+            limits.get("max_decompressed_bytes", given.max_decompressed_bytes)
+        ),
+        max_expansion_ratio=int(limits.get("max_expansion_ratio", given.max_expansion_ratio)),
+    )
+
+
+def _check_inputs(
+    manifest: dict[str, Any], sources: Path | None, report: VerifyReport
+) -> dict[str, InputFile]:
+    found = {}
+    for entry in manifest["inputs"]:
+        path = _source_path(entry, sources)
+        report.checked["inputs"] += 1
+        if not path.is_file():
+            report.problem(f"input {entry['path']}: not found at {path}")
+            continue
+        if path.stat().st_size != entry["bytes"] or file_sha256(path) != entry["sha256"]:
+            report.problem(f"input {entry['path']}: bytes differ from the manifest's SHA-256")
+        given = InputFile(
+            entry["index"],
+            entry["path"],
+            str(path),
+            entry["bytes"],
+            entry["compression"],
+            entry["kind"],
+        )
+        found[entry["path"]] = _stream_limits(manifest, given)
+    return found
+
+
+# -- 4, 5: config and pinned files -----------------------------------------------------
+
+
+def _check_config(manifest: dict[str, Any], report: VerifyReport) -> None:
+    config = manifest["config"]
+    report.checked["config"] += 1
+    recorded = manifest.get("config_effective_sha256")
+    if recorded is None:
+        report.problem(
+            "manifest records no digest of its effective config (written by an older "
+            "rowgate): run again to verify the config"
+        )
+    elif effective_config_sha256(config) != recorded:
+        report.problem("manifest config: its values differ from the effective config's digest")
+    if config.get("source_sha256") != manifest["config_sha256"]:
+        report.problem("manifest: config_sha256 differs from the config's source_sha256")
+    source = config.get("source_path")
+    if source is not None and manifest["config_sha256"] is not None:
+        if not Path(source).is_file():
+            report.notes.append(f"config file {source} is no longer there: not re-hashed")
+        elif file_sha256(source) != manifest["config_sha256"]:
+            report.problem(f"config file {source} changed since the run (digest differs)")
+    if bool(config["sanitize"]["enabled"]) != (manifest.get("sanitize") is not None):
+        report.problem("manifest: sanitization recorded differently in config and sanitize")
+
+
+def _pins(manifest: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(role, name) → the digest the config pins for that file."""
+    config = manifest["config"]
+    pins = {("rubric", r): d for r, d in config["rubrics"]["pins"].items()}
+    pins |= {("policy", k): p["sha256"] for k, p in config["policy"].items() if p["sha256"]}
+    pins |= {
+        ("reference_table", n): t["sha256"]
+        for n, t in config["references"].items()
+        if t is not None and t["sha256"]
+    }
+    pins |= {("schema", s): d for s, d in config["schemas"]["pins"].items()}
+    if config["sanitize"]["policy_sha256"]:
+        pins[("sanitize_policy", "sanitize")] = config["sanitize"]["policy_sha256"]
+    return pins
+
+
+def _check_pinned(manifest: dict[str, Any], report: VerifyReport) -> None:
+    pins = _pins(manifest)
+    recorded = manifest.get("pinned")
+    if recorded is None:
+        report.problem(
+            "manifest records no digests of the rubrics, policies, reference tables and "
+            "sanitization policy (written by an older rowgate): run again to verify them"
+        )
+        return
+    by_key = {(e["role"], e["name"], e["path"]): e["sha256"] for e in recorded}
+    # Loaded-time digests the run also recorded must tell the same story.
+    stated = {
+        ("sanitize_policy", "sanitize"): (manifest.get("sanitize") or {}).get("policy_sha256")
+    }
+    notes = manifest.get("global", {})
+    for scoring in notes.get("scoring", {}).values():
+        stated[("rubric", scoring["rubric"]["id"])] = scoring["rubric"]["sha256"]
+    stated |= {("policy", k): p["sha256"] for k, p in notes.get("policy", {}).items()}
+    for entry in pinned_files(manifest):
+        role, name, path = entry["role"], entry["name"], entry["path"]
+        report.checked["pinned files"] += 1
+        digest = by_key.get((role, name, path))
+        label = f"{role.replace('_', ' ')} {name} ({path})"
+        if digest is None:
+            report.problem(f"{label}: the manifest records no digest for it")
+            continue
+        for claim in (pins.get((role, name)), stated.get((role, name))):
+            if claim is not None and claim != digest:
+                report.problem(
+                    f"{label}: the run's pin or loaded digest differs from the one recorded"
+                )
+        if not Path(path).is_file():
+            report.problem(f"{label}: not found (the run read it)")
+        elif file_sha256(path) != digest:
+            report.problem(f"{label}: changed since the run (digest differs)")
+
+
+def _schemas(
+    manifest: dict[str, Any], report: VerifyReport
+) -> dict[str, tuple[RecordLayout, SchemaEntry]]:
+    layouts = {}
+    pins = _pins(manifest)
+    for kind_id, info in manifest["schemas"].items():
+        path = Path(info.get("path") or SCHEMA_DIR / info["file"])
+        report.checked["pinned files"] += 1
+        if kind_id not in KINDS:
+            report.problem(f"schema {kind_id}: no such record kind")
+            continue
+        pin = pins.get(("schema", kind_id))
+        if pin is not None and pin != info["sha256"]:
+            report.problem(f"schema {kind_id}: the config's pin differs from the digest recorded")
+        try:
+            entry = load_schema(path, kind_id)
+        except (OSError, SchemaError) as exc:
+            report.problem(f"schema {kind_id}: cannot load ({exc})")
+            continue
+        if entry.sha256 != info["sha256"]:
+            report.problem(f"schema {kind_id}: {path} changed since the run (digest differs)")
+            continue
+        layouts[kind_id] = (derive_layout(entry.schema, KINDS[kind_id].apart), entry)
+    return layouts
+
+
+# -- 7, 8: rows, records and counts (one pass per file) --------------------------------
+
+
+def _batches(path: Path, columns: list[str] | None = None) -> Iterator[pa.Table]:
+    # with pre_buffer (pyarrow's default) reading a 1M-row part raised peak memory by
+    # ~120 MB, and more on larger parts; without it by ~45 MB on 1M rows and on 2M rows
+    parquet = pq.ParquetFile(path, pre_buffer=False)
+    for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
+        yield pa.Table.from_batches([batch])
+
+
+def _scan_file(
+    out: Path,
+    f: _Output,
+    layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
+    inputs: set[str],
+    tally: _Tally,
+    report: VerifyReport,
+) -> None:
+    first: dict[str, int] = {}
+    checkable = f.kind is None or f.kind in layouts
+    for table in _batches(out / f.path):
+        tally.rows[f.disposition] += table.num_rows
+        codes = pc.struct_field(pc.list_flatten(table["_reasons"]), "code")
+        counts = pc.value_counts(codes)
+        mine = tally.reasons.setdefault(f.disposition, Counter())
+        for code, n in zip(
+            counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
+        ):
+            mine[code] += n
+        grouped = table.group_by("_source").aggregate([("_line", "min")])
+        for source, line in zip(
+            grouped["_source"].to_pylist(), grouped["_line_min"].to_pylist(), strict=True
+        ):
+            if source not in inputs:
+                tally.strangers[source] += pc.sum(pc.equal(table["_source"], source)).as_py()
+            elif source not in first:
+                first[source] = line
+        if checkable:
+            _check_rows(f, table, layouts, report)
+    for source, line in first.items():
+        tally.files_of.setdefault(source, []).append((line, f.path))
+
+
+def _check_rows(
+    f: _Output,
+    table: pa.Table,
+    layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
+    report: VerifyReport,
+) -> None:
+    if f.kind is None:
+        for raw, sha in zip(
+            table["_raw"].to_pylist(), table["_raw_sha256"].to_pylist(), strict=True
+        ):
+            report.checked["raw lines"] += 1
+            if raw is not None and hashlib.sha256(raw).hexdigest() != sha:
+                report.problem(f"{f.path}: a _raw value does not hash to its _raw_sha256")
+        return
+    layout, entry = layouts[f.kind]
+    kind = KINDS[f.kind]
+    for row in table.to_pylist():
+        record = layout.decode_row(row)
+        report.checked["records"] += 1
+        where = f"{f.path} line {row['_source']}:{row['_line']}"
+        if row["_kind"] != f.kind:
+            report.problem(f"{where}: _kind is not the kind of its directory")
+        elif hashlib.sha256(canonical_json(record)).hexdigest() != row["_record_sha256"]:
+            report.problem(f"{where}: record does not hash to _record_sha256")
+        elif row["_schema_sha256"] != entry.sha256 or (
+            entry.errors(record) and not _redaction_broke_schema(row, f.disposition)
+        ):
+            report.problem(f"{where}: record is not valid under the recorded schema")
+        elif kind.fingerprint_and_profile(record) != (
+            row["_content_sha256"],
+            row.get("_content_profile"),
+        ):
+            report.problem(
+                f"{where}: content fingerprint does not match _content_sha256 and _content_profile"
+            )
+
+
+def _redaction_broke_schema(row: dict[str, Any], disposition: str) -> bool:
+    return disposition == "quarantined" and any(
+        r["code"] == PII_SCHEMA_INVALID for r in row["_reasons"]
+    )
+
+
+# -- 6: lineage and conservation -------------------------------------------------------
+
+
+class _Disorder(Exception):
+    """An output file's rows of one input are not in line order (the writer's order)."""
+
+
+class _FileRows:
+    """One output file's rows of one input, in line order, read a batch at a time."""
+
+    def __init__(self, path: Path, source: str) -> None:
+        self.path, self.source = path, source
+        self._batches = _batches(path, _LINEAGE)
+        self._held: pa.Table | None = None
+        self._last = 0
+        self.done = False
+
+    def _next(self) -> pa.Table | None:
+        for table in self._batches:
+            table = table.filter(pc.equal(table["_source"], self.source))
+            if not table.num_rows:
+                continue
+            lines = table["_line"].to_numpy()
+            if lines[0] < self._last or (len(lines) > 1 and bool(np.any(np.diff(lines) < 0))):
+                raise _Disorder(self.path.name)
+            self._last = int(lines[-1])
+            return table
+        self.done = True
+        return None
+
+    def take_through(self, last: int) -> list[pa.Table]:
+        """Rows naming lines up to ``last``; the rest stays for the next window."""
+        taken = []
+        while not self.done:
+            if self._held is None:
+                self._held = self._next()
+                if self._held is None:
+                    break
+            cut = int(np.searchsorted(self._held["_line"].to_numpy(), last, side="right"))
+            taken.append(self._held.slice(0, cut))
+            if cut < self._held.num_rows:
+                self._held = self._held.slice(cut)
+                break
+            self._held = None
+        return taken
+
+    def rest(self) -> int:
+        rows = 0 if self._held is None else self._held.num_rows
+        while (table := self._next()) is not None:
+            rows += table.num_rows
+        return rows
+
+
+@dataclass
+class _Window:
+    first: int
+    last: int
+    offsets: list[int] | None = None
+    shas: list[str] | None = None
+
+
+def _source_windows(
+    source: InputFile, max_line_bytes: int, report: VerifyReport
+) -> Iterator[_Window]:
+    for batch in read_batches(Shard(0, source), max_line_bytes, _WINDOW_LINES):
+        if not len(batch):
+            continue
+        shas = [
+            batch.oversized[i][1] if i in batch.oversized else hashlib.sha256(line).hexdigest()
+            for i, line in enumerate(batch.lines)
+        ]
+        report.checked["lines"] += len(batch)
+        yield _Window(
+            batch.first_line, batch.first_line + len(batch) - 1, list(batch.offsets), shas
+        )
+
+
+def _numbered_windows(lines: int) -> Iterator[_Window]:
+    for first in range(1, lines + 1, _WINDOW_LINES):
+        yield _Window(first, min(lines, first + _WINDOW_LINES - 1))
+
+
+@dataclass
+class _LineFaults:
+    twice: int = 0
+    first_twice: int | None = None
+    missing: int = 0
+    first_missing: int | None = None
+    #: rows naming a line number below 1
+    invalid: int = 0
+
+
+def _check_window(
+    name: str, window: _Window, parts: list[pa.Table], faults: _LineFaults, report: VerifyReport
+) -> None:
+    rows = pa.concat_tables(parts) if parts else None
+    if rows is not None and rows.num_rows:
+        order = np.argsort(rows["_line"].to_numpy(), kind="stable")
+        rows = rows.take(pa.array(order))
+        lines = rows["_line"].to_numpy()
+    else:
+        lines = np.empty(0, dtype=np.int64)
+    if len(lines) and lines[0] < window.first:  # only line numbers below 1 get here
+        below = int(np.searchsorted(lines, window.first))
+        faults.invalid += below
+        rows, lines = rows.slice(below) if rows is not None else rows, lines[below:]
+    expected = np.arange(window.first, window.last + 1, dtype=np.int64)
+    if not np.array_equal(lines, expected):
+        repeated = np.unique(lines[1:][np.diff(lines) == 0])
+        absent = np.setdiff1d(expected, lines, assume_unique=True)
+        if len(repeated):
+            faults.twice += len(repeated)
+            faults.first_twice = faults.first_twice or int(repeated[0])
+        if len(absent):
+            faults.missing += len(absent)
+            faults.first_missing = faults.first_missing or int(absent[0])
+    if window.offsets is None or window.shas is None or rows is None or not rows.num_rows:
+        return
+    keep = np.ones(len(lines), dtype=bool)
+    keep[1:] = np.diff(lines) != 0  # a line named twice is reported above, compared once
+    at = lines[keep] - window.first
+    offsets = rows["_offset"].to_numpy()[keep]
+    shas = np.asarray(rows["_raw_sha256"].to_pylist(), dtype=object)[keep]
+    want_offsets = np.asarray(window.offsets, dtype=np.int64)[at]
+    want_shas = np.asarray(window.shas, dtype=object)[at]
+    for i in np.nonzero((offsets != want_offsets) | (shas != want_shas))[0]:
+        report.problem(
+            f"{name}:{int(lines[keep][i])}: offset or raw SHA-256 does not match the source"
+        )
+
+
+def _check_lineage(
+    out: Path,
+    manifest: dict[str, Any],
+    inputs: dict[str, InputFile],
+    tally: _Tally,
+    report: VerifyReport,
+) -> int:
+    """Walk each input's lines with the rows naming them; return the lines read."""
+    max_line_bytes = manifest["config"]["limits"]["max_line_bytes"]
+    lines_read = 0
+    for entry in manifest["inputs"]:
+        name = entry["path"]
+        pending = sorted(tally.files_of.get(name, []))
+        active: list[_FileRows] = []
+        faults = _LineFaults()
+        source = inputs.get(name)
+        windows = (
+            _source_windows(source, max_line_bytes, report)
+            if source is not None
+            else _numbered_windows(entry["lines"])
+        )
+        seen = 0
+        try:
+            for window in windows:
+                seen = window.last
+                while pending and pending[0][0] <= window.last:
+                    active.append(_FileRows(out / pending.pop(0)[1], name))
+                parts = [t for rows in active for t in rows.take_through(window.last)]
+                active = [rows for rows in active if not rows.done]
+                _check_window(name, window, parts, faults, report)
+            beyond = sum(rows.rest() for rows in active)
+            beyond += sum(_FileRows(out / path, name).rest() for _, path in pending)
+        except _Disorder as exc:
+            report.problem(f"input {name}: rows of {exc} are not in line order")
+            continue
+        lines_read += seen
+        if faults.twice:
+            report.problem(
+                f"input {name}: {faults.twice} line(s) appear in more than one output row "
+                f"(first: line {faults.first_twice})"
+            )
+        if faults.missing:
+            report.problem(
+                f"input {name}: {faults.missing} line(s) appear in no output row "
+                f"(first: line {faults.first_missing}; conservation broken)"
+            )
+        if faults.invalid:
+            report.problem(f"input {name}: {faults.invalid} output row(s) name a line below 1")
+        if beyond:
+            report.problem(
+                f"input {name}: {beyond} output row(s) name lines beyond its last line {seen}"
+            )
+        if source is not None and seen != entry["lines"]:
+            report.problem(f"input {name}: source has {seen} lines, manifest says {entry['lines']}")
+    for stranger, rows in sorted(tally.strangers.items()):
+        report.problem(f"{rows} output row(s) name {stranger!r}, which is no input of the run")
+    return lines_read
+
+
+def _check_counts(
+    manifest: dict[str, Any], tally: _Tally, lines: int, report: VerifyReport
+) -> None:
+    counts = manifest["counts"]
+    if {d: n for d, n in counts["by_disposition"].items() if n} != +tally.rows:
+        report.problem("manifest counts per disposition differ from the rows in the output files")
+    found = {d: dict(c) for d, c in tally.reasons.items() if c}
+    if {d: c for d, c in counts["by_reason"].items() if c} != found:
+        report.problem("manifest counts per reason differ from the reasons in the output files")
+    written = sum(tally.rows.values())
+    conservation = manifest["conservation"]
+    recomputed = {"lines_read": lines, "rows_written": written, "ok": lines == written}
+    if counts["lines"] != lines or any(conservation.get(k) != v for k, v in recomputed.items()):
+        report.problem(
+            f"manifest conservation record differs from the files: {lines} lines read, "
+            f"{written} rows written"
+        )
+
+
+def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
+    """Verify the run in ``out``; ``sources`` overrides where inputs are looked up."""
+    report = VerifyReport()
+    manifest = load_manifest(out)
+    try:
+        listed = _listed(manifest, report)
+        _check_layout(out, listed, report)
+        files = _check_files(out, manifest, listed, report)
+        _check_config(manifest, report)
+        _check_pinned(manifest, report)
+        layouts = _schemas(manifest, report)
+        inputs = _check_inputs(manifest, sources, report)
+        tally = _Tally()
+        known = {entry["path"] for entry in manifest["inputs"]}
+        for f in files:
+            _scan_file(out, f, layouts, known, tally, report)
+        lines = _check_lineage(out, manifest, inputs, tally, report)
+        _check_counts(manifest, tally, lines, report)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ManifestError(
+            f"{out / MANIFEST_NAME} lacks or mangles a field verify needs ({exc!r})"
+        ) from None
+    return report

@@ -1,0 +1,336 @@
+"""The writer: staged rows + global decisions → final Parquet parts, one per shard.
+
+For each shard it applies the global phase's decisions (final disposition, added
+reasons, extra columns), adds the lineage columns that are constant per shard
+(``_source``, ``_kind``) or need the shard's line base (``_line``), and splits rows by
+disposition (DESIGN §3.7)::
+
+    accepted/<kind>/part-<shard>.parquet      quarantined/<kind>/part-<shard>.parquet
+    duplicates/<kind>/part-<shard>.parquet    rejected/part-<shard>.parquet
+
+Part names depend on the shard, shards depend only on the inputs and
+``engine.shard_bytes``, and row groups only on row counts, so the files are
+byte-identical for any worker count, ``engine.batch_lines`` and ``engine.batch_bytes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.core.config import CampaignConfig
+from pipeline.core.reasons import REASONS_TYPE, Disposition
+from pipeline.decide.context import OutputColumn
+from pipeline.engines import Progress, Step
+from pipeline.gate.gate import REJECTED_FIELDS
+from pipeline.gate.reader import Shard, fetch_lines
+from pipeline.gate.staging import rejected_batches, staged_batches
+from pipeline.records.lineage import LINEAGE_FIELDS, LINEAGE_NAMES
+from pipeline.storage import WrittenFile, write_table, writer_options
+
+__all__ = [
+    "DISPOSITION_DIRS",
+    "OutputColumn",
+    "WriteSummary",
+    "WriteTask",
+    "WrittenFile",
+    "write_step",
+    "write_table",
+]
+
+DISPOSITION_DIRS: Final = {
+    Disposition.ACCEPTED: "accepted",
+    Disposition.QUARANTINED: "quarantined",
+    Disposition.DUPLICATE: "duplicates",
+    Disposition.REJECTED: "rejected",
+}
+_INTERNAL: Final = ("_shard_line", "_disposition")
+
+
+@dataclass
+class WriteSummary:
+    shard: int
+    files: list[WrittenFile] = field(default_factory=list)
+    #: disposition -> rows
+    rows: Counter[str] = field(default_factory=Counter)
+    #: (disposition, reason code) -> rows carrying that code
+    reasons: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    shard: Shard
+    line_base: int
+    root: Path
+    kinds: tuple[str, ...]
+    #: the global phase's decisions for this shard, per kind
+    decisions: dict[str, pa.Table]
+    #: extra output columns declared by the global stages, per kind
+    columns: dict[str, list[OutputColumn]]
+    #: extra columns of rejected/ (the same for every kind)
+    rejected_columns: list[OutputColumn]
+
+
+def _constant(value: str | None, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(value, pa.string()), n)
+
+
+def _apply_decisions(
+    table: pa.Table, decisions: pa.Table | None, columns: list[OutputColumn]
+) -> pa.Table:
+    """Overlay the global phase's decisions (keyed by ``_shard_line``) on staged rows and
+    append every declared extra column (null where a row has no decision)."""
+    if decisions is None or decisions.num_rows == 0:
+        for c in columns:
+            table = table.append_column(pa.field(c.name, c.type), pa.nulls(table.num_rows, c.type))
+        return table
+    index = pc.index_in(table["_shard_line"], value_set=decisions["_shard_line"])
+    disposition = pc.coalesce(decisions["_disposition"].take(index), table["_disposition"])
+    table = table.set_column(
+        table.schema.get_field_index("_disposition"), "_disposition", disposition
+    )
+    added = decisions["_reasons_add"].take(index).to_pylist()
+    if any(added):
+        merged = [
+            old + (new or []) for old, new in zip(table["_reasons"].to_pylist(), added, strict=True)
+        ]
+        position = table.schema.get_field_index("_reasons")
+        table = table.set_column(position, "_reasons", pa.array(merged, REASONS_TYPE))
+    for c in columns:
+        table = table.append_column(pa.field(c.name, c.type), decisions[c.name].take(index))
+    return table
+
+
+def _with_lineage(table: pa.Table, task: WriteTask, kind: str | None) -> pa.Table:
+    """Add ``_source``, ``_line``, ``_kind``; order columns as the output contract says."""
+    n = table.num_rows
+    line = pc.add(table["_shard_line"], pa.scalar(task.line_base, pa.int64()))
+    table = table.append_column("_source", _constant(task.shard.input.path, n))
+    table = table.append_column("_line", line)
+    if "_kind" not in table.column_names:
+        table = table.append_column("_kind", _constant(kind, n))
+    lineage = set(LINEAGE_NAMES)
+    head = [c for c in table.column_names if c not in lineage and not c.startswith("_")]
+    extras = [
+        c
+        for c in table.column_names
+        if c.startswith("_") and c not in lineage and c not in _INTERNAL
+    ]
+    ordered = table.select(
+        [*head, *LINEAGE_NAMES, *extras, *(c for c in _INTERNAL if c in table.column_names)]
+    )
+    lineage_fields = {f.name: f for f in LINEAGE_FIELDS}
+    schema = pa.schema([lineage_fields.get(f.name, f) for f in ordered.schema])
+    return ordered.cast(schema)
+
+
+def _rejected_layout(task: WriteTask) -> pa.Schema:
+    return pa.schema([*REJECTED_FIELDS, *(pa.field(c.name, c.type) for c in task.rejected_columns)])
+
+
+def _to_rejected(table: pa.Table, task: WriteTask, config: CampaignConfig) -> pa.Table:
+    """Rows the global phase rejected, in the ``rejected/`` layout, raw bytes re-read.
+
+    With sanitization on, the re-read bytes are the unsanitized input: they go through
+    the same raw rule as the gate's rejected lines (pipeline.sanitize.raw)."""
+    offsets = table["_offset"].to_pylist()
+    raw = fetch_lines(task.shard, offsets, config.limits.max_line_bytes)
+    layout = _rejected_layout(task)
+    columns = {name: table[name] for name in layout.names if name in table.column_names}
+    lines = [raw[o] for o in offsets]
+    if config.sanitize.enabled:
+        lines, reasons = _withhold_raw(lines, table["_reasons"].to_pylist(), config)
+        columns["_reasons"] = pa.array(reasons, REASONS_TYPE)
+    columns["_raw"] = pa.array(lines, pa.binary())
+    # Another kind may declare rejected/ columns this kind does not have: null here.
+    return pa.table(
+        [columns.get(f.name, pa.nulls(table.num_rows, f.type)) for f in layout], schema=layout
+    )
+
+
+def _withhold_raw(
+    lines: list[bytes | None], reasons: list[list[dict[str, str]]], config: CampaignConfig
+) -> tuple[list[bytes | None], list[list[dict[str, str]]]]:
+    from pipeline.sanitize import Sanitizer
+
+    sanitizer = Sanitizer.from_config(config)
+    assert sanitizer is not None
+    kept: list[bytes | None] = []
+    for line, row in zip(lines, reasons, strict=True):
+        withheld = sanitizer.raw_reason(line) if line is not None else None
+        kept.append(None if withheld is not None else line)
+        if withheld is not None:
+            row.append(withheld.as_row())
+    return kept, reasons
+
+
+#: Rows per Parquet row group. Parts are cut into row groups by row count alone, so the
+#: files depend on the shards, never on the batch size or the worker count.
+ROW_GROUP_ROWS: Final = 4096
+
+
+@dataclass
+class _Part:
+    writer: pq.ParquetWriter
+    disposition: str
+    kind: str | None
+    rows: int = 0
+    #: rows not yet written: fewer than a row group
+    pending: list[pa.Table] = field(default_factory=list)
+
+
+class _Parts:
+    """The Parquet parts of one shard, written as staged batches arrive, in row groups
+    of :data:`ROW_GROUP_ROWS` rows, each part opened on its first row.
+
+    The write phase holds a row group's worth of rows per part, not the whole shard (the
+    rows the global phase rejects are the exception: they are gathered per shard, to be
+    written in line order with the gate's). On 64 MiB shards of 3.3 KB rows a worker's
+    peak there fell from ~280 MB to ~220 MB, below its gate-phase peak, and the run's
+    from 0.87 to 0.73 GB on 500 MB. The cost, measured: files 1 % larger (five row
+    groups instead of one); the write phase's time stayed within the machine's noise
+    in an interleaved A/B.
+    """
+
+    def __init__(self, root: Path, config: CampaignConfig, summary: WriteSummary) -> None:
+        self.root = root
+        self.options = writer_options(config)
+        self.summary = summary
+        self.open: dict[str, _Part] = {}
+
+    def write(self, relative: str, disposition: str, kind: str | None, table: pa.Table) -> None:
+        part = self.open.get(relative)
+        if part is None:
+            path = self.root / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            writer = pq.ParquetWriter(str(path), table.schema, **self.options)
+            part = self.open[relative] = _Part(writer, disposition, kind)
+        part.pending.append(table)
+        if sum(t.num_rows for t in part.pending) >= ROW_GROUP_ROWS:
+            self._flush(part, final=False)
+        self.summary.rows[disposition] += table.num_rows
+        codes = pc.struct_field(pc.list_flatten(table["_reasons"]), "code")
+        for code, count in zip(*_value_counts(codes), strict=True):
+            self.summary.reasons[(disposition, code)] += count
+
+    @staticmethod
+    def _flush(part: _Part, *, final: bool) -> None:
+        """Write the pending rows in whole row groups (all of them when ``final``)."""
+        pending = pa.concat_tables(part.pending)
+        whole = pending.num_rows if final else pending.num_rows // ROW_GROUP_ROWS * ROW_GROUP_ROWS
+        if whole:
+            part.writer.write_table(pending.slice(0, whole), row_group_size=ROW_GROUP_ROWS)
+            part.rows += whole
+        rest = pending.slice(whole)
+        part.pending = [rest] if rest.num_rows else []
+
+    def abort(self) -> None:
+        """Close the writers after a failure (the run's output is discarded anyway)."""
+        for part in self.open.values():
+            with contextlib.suppress(Exception):
+                part.writer.close()
+        self.open.clear()
+
+    def close(self) -> None:
+        """Finish every part and list it, with its size and digest, in the summary."""
+        for relative, part in self.open.items():
+            if part.pending:
+                self._flush(part, final=True)
+            part.writer.close()
+            self.summary.files.append(
+                WrittenFile.of(self.root, relative, part.disposition, part.kind, part.rows)
+            )
+        self.open.clear()
+
+
+def _value_counts(values: pa.ChunkedArray | pa.Array) -> tuple[list[str], list[int]]:
+    counts = pc.value_counts(values)
+    return counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+
+
+def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) -> WriteSummary:
+    summary = WriteSummary(task.shard.index)
+    part = f"part-{task.shard.index:05d}.parquet"
+    parts = _Parts(task.root, config, summary)
+    layout = _rejected_layout(task).names
+    try:
+        late_parts = []
+        for kind in task.kinds:
+            late = []
+            for staged in staged_batches(task.root, task.shard.index, kind):
+                rows = _write_batch(parts, staged, task, kind, part)
+                if rows is not None:
+                    late.append(rows.select([c for c in layout if c in rows.column_names]))
+            if late:
+                # once per kind: re-reading raw lines can mean decompressing the stream
+                late_parts.append(_to_rejected(pa.concat_tables(late), task, config))
+        late_rejected = pa.concat_tables(late_parts).sort_by("_shard_line") if late_parts else None
+        for rows in _rejected_in_line_order(task, late_rejected):
+            table = _with_lineage(rows, task, None).drop_columns(["_shard_line"])
+            parts.write(f"rejected/{part}", Disposition.REJECTED.value, None, table)
+        parts.close()
+    except BaseException:
+        parts.abort()
+        raise
+    progress(0, sum(summary.rows.values()))
+    return summary
+
+
+def _rejected_in_line_order(task: WriteTask, late: pa.Table | None) -> Iterator[pa.Table]:
+    """The shard's rejected rows in line order: the gate's, a staged batch at a time,
+    merged with ``late`` (the rows the global phase rejected, sorted by line).
+
+    The gate's rejections were read whole and sorted with the late ones: ~0.4 KB a
+    row for the whole shard (a shard of blank lines holds up to 64 Mi rows)."""
+    taken = 0
+    for batch in rejected_batches(task.root, task.shard.index):
+        for c in task.rejected_columns:
+            batch = batch.append_column(pa.field(c.name, c.type), pa.nulls(batch.num_rows, c.type))
+        if late is not None and taken < late.num_rows and batch.num_rows:
+            last = batch["_shard_line"][-1]
+            before = pc.sum(pc.less_equal(late["_shard_line"].slice(taken), last)).as_py() or 0
+            if before:
+                batch = pa.concat_tables([batch, late.slice(taken, before)]).sort_by("_shard_line")
+                taken += before
+        if batch.num_rows:
+            yield batch
+    if late is not None and taken < late.num_rows:
+        yield late.slice(taken)
+
+
+def _write_batch(
+    parts: _Parts, staged: pa.Table, task: WriteTask, kind: str, part: str
+) -> pa.Table | None:
+    """Write one staged batch's kept rows to their parts; return the rows the global
+    phase rejected (they go to ``rejected/`` with the gate's, in line order)."""
+    columns = task.columns.get(kind, [])
+    staged = _apply_decisions(staged, task.decisions.get(kind), columns)
+    disposition = staged["_disposition"]
+    for outcome in (Disposition.ACCEPTED, Disposition.QUARANTINED, Disposition.DUPLICATE):
+        rows = staged.filter(pc.equal(disposition, outcome.value))
+        if not rows.num_rows:
+            continue
+        unused = [c.name for c in columns if outcome not in c.dispositions]
+        table = _with_lineage(rows, task, kind).drop_columns([*_INTERNAL, *unused])
+        parts.write(f"{DISPOSITION_DIRS[outcome]}/{kind}/{part}", outcome.value, kind, table)
+    late = staged.filter(pc.equal(disposition, Disposition.REJECTED.value))
+    if not late.num_rows:
+        return None
+    return late.append_column("_kind", _constant(kind, late.num_rows))
+
+
+def _init_writer(config: CampaignConfig) -> CampaignConfig:
+    return config
+
+
+def write_step(config: CampaignConfig) -> Step[CampaignConfig, WriteTask, WriteSummary]:
+    """The write phase as an engine step."""
+    return Step(_init_writer, (config,), _write_shard)
