@@ -1,6 +1,6 @@
 """The public API (``pipeline.__all__``): documented, examples that run, runs read back.
 
-That ``import pipeline`` loads none of it: ``tests/test_cli.py``.
+That ``import pipeline`` loads none of it: ``tests/cli/test_cli.py``.
 """
 
 from __future__ import annotations

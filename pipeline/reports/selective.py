@@ -123,7 +123,7 @@ def selective_metrics(
 
     Examples
     --------
-    The torch-uncertainty AURC test vector (see ``tests/test_reports_selective.py``):
+    The torch-uncertainty AURC test vector (see ``tests/reports/test_reports_selective.py``):
 
     >>> g = tie_groups(np.array([0.9, 0.8, 0.7, 0.6, 0.8]))
     >>> wrong = np.array([0.0, 0.0, 1.0, 1.0, 0.0])

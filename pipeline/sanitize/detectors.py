@@ -17,7 +17,7 @@ Every pattern was reviewed for catastrophic backtracking: no quantified group co
 quantifier over a class that overlaps what follows it, repetitions that could
 re-partition the same text are possessive (``++``, ``{m,n}+``, Python 3.11) or bounded,
 and boundaries are checked in Python on the match rather than with look-behinds that
-would defeat the engine's prefix search. ``tests/test_sanitize_detectors.py`` runs every
+would defeat the engine's prefix search. ``tests/sanitize/test_sanitize_detectors.py`` runs every
 detector over adversarial inputs of a few hundred kilobytes under a generous time bound.
 
 A :class:`Detection` is *certain* when validation accepted it; it is *uncertain* when

@@ -92,7 +92,7 @@ def check_parser(line: bytes) -> None:
 def check(data: bytes) -> None:
     """The whole differential check for one fuzz input (the libFuzzer entry point)."""
     from pipeline.gate.gate import Gate
-    from tests.test_gate import _assert_paths_agree
+    from tests.gate.test_gate import _assert_paths_agree
 
     line, declared, campaign = decode(data)
     check_parser(line)

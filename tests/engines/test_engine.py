@@ -324,7 +324,7 @@ def test_workers_outlive_the_thread_that_started_them() -> None:
 _ORPHAN_SCRIPT = """
 import sys, threading, time
 from pipeline.engines import LocalEngine, Step
-from tests.test_engine import _init_nothing, _pid_then_sleep
+from tests.engines.test_engine import _init_nothing, _pid_then_sleep
 
 engine = LocalEngine(2)
 if sys.argv[1] == "thread":  # forked by a thread: no parent-death signal, the watchdog
@@ -351,7 +351,7 @@ def test_workers_die_with_a_killed_parent(tmp_path: Path, forked_by: str) -> Non
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert proc.stdout is not None
     try:

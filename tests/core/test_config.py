@@ -97,7 +97,7 @@ def test_the_documented_campaign_example_loads(tmp_path: Path) -> None:
     """The config page's example must stay a valid config (digests stand in for the "…")."""
     import re
 
-    page = (Path(__file__).resolve().parent.parent / "docs" / "config.md").read_text("utf-8")
+    page = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text("utf-8")
     section = page[page.index("## A complete example") :]
     match = re.search(r"```toml\n(.*?)```", section, re.S)
     assert match is not None

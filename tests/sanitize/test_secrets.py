@@ -28,7 +28,7 @@ from pipeline.testing.synthetic import DEFECTS, make_record, planted_secrets
 from tests.conftest import DATA
 from tests.secret_helpers import decoded_texts, planted_pairwise
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SANITIZING = Gate(CampaignConfig(sanitize=SanitizeSettings(enabled=True)))
 EMAIL = "john.smith@corp-mail.io"
 KEY = "84736251"

@@ -24,7 +24,7 @@ from tests.fuzz import gate_target
 from tests.fuzz.gate_target import check, encode
 from tests.fuzz.seeds import MAX_SEED_BYTES, write_seeds
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+ROOT: Final = Path(__file__).resolve().parents[2]
 #: Runs of the bounded fuzz run in CI: ~20-40 s on one free core (fewer runs per second
 #: while other work shares it; the seed corpus is read first).
 CI_RUNS: Final = 10_000

@@ -15,7 +15,7 @@ from pipeline.core.config import ConfigError, load_campaign
 from pipeline.core.expression_errors import failure_kind
 from pipeline.jobs.run import run
 from tests.conftest import ROOT
-from tests.stages.test_rubric_stages import campaign, record
+from tests.decide.stages.test_rubric_stages import campaign, record
 
 #: planted in one row's rationale; an unbalanced parenthesis is not a valid regex
 SECRET = "sk-live-PLANTED-4f1c9e"

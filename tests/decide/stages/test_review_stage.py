@@ -14,7 +14,7 @@ from pipeline.core.config import CampaignConfig, ConfigError, load_campaign
 from pipeline.decide.stages import review
 from pipeline.jobs.run import run
 from pipeline.rubrics.model import RUBRIC_DIR, RubricError, load_rubric
-from tests.stages.test_rubric_stages import record
+from tests.decide.stages.test_rubric_stages import record
 
 LOW = {"factuality": 2, "reasoning": 5, "instruction_adherence": 5, "style": 5}
 OTHER = "def unique_values(values):\n    return sorted(set(values))\n"
