@@ -24,7 +24,9 @@ from pipeline.testing.synthetic import (
 )
 
 EXAMPLE = json.loads(
-    (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text("utf-8")
+    (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text(
+        "utf-8"
+    )
 )
 GATE = Gate(CampaignConfig(limits=Limits(max_line_bytes=64 * 1024)))
 

@@ -13,7 +13,9 @@ from pipeline.kinds import KINDS
 from pipeline.records.lineage import PAIRWISE_CONTENT_V1, raw_sha256, record_sha256
 
 EXAMPLE = json.loads(
-    (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text("utf-8")
+    (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text(
+        "utf-8"
+    )
 )
 
 # -- the seed 002 reference function, verbatim --------------------------------------------

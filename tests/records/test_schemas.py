@@ -143,7 +143,9 @@ def test_shipped_schemas_load_with_stable_ids_and_digests() -> None:
 
 def test_seed_000_example_is_valid() -> None:
     example = json.loads(
-        (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text("utf-8")
+        (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text(
+            "utf-8"
+        )
     )
     assert SchemaRegistry().get("pairwise-v2").errors(example) == []
 
@@ -157,7 +159,9 @@ def test_pin_mismatch_is_a_hard_error() -> None:
 def test_errors_are_safe_paths_and_keywords_never_values() -> None:
     entry = SchemaRegistry().get("pairwise-v2")
     example = json.loads(
-        (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text("utf-8")
+        (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text(
+            "utf-8"
+        )
     )
     secret = "sk-live-SECRETSECRETSECRET"
     bad = {

@@ -23,7 +23,9 @@ from pipeline.sanitize.policy import DEFAULT_POLICY
 from pipeline.testing.synthetic import DEFECTS, GENERATORS, defect_line, make_record, plant_pii
 
 EXAMPLE = json.loads(
-    (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text("utf-8")
+    (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text(
+        "utf-8"
+    )
 )
 REGISTRY = SchemaRegistry()
 DEFAULT = Sanitizer(load_policy(DEFAULT_POLICY))
