@@ -12,13 +12,14 @@ a script); documented in ``docs/api.md``:
   (each a :class:`ReportFigure`, shown as PNG in Jupyter): calibration and risk-coverage
   numbers, as ``rowgate report``.
 
-Everything else is internal and may change. The packages follow a line's flow. The gate:
-:mod:`~pipeline.gate.reader`, :mod:`~pipeline.records.strict_json`, :mod:`~pipeline.records.schemas`,
-:mod:`~pipeline.gate.gate`, :mod:`~pipeline.kinds` (one plug-in per record kind). The global
-phase: :mod:`~pipeline.decide.context` and its :mod:`~pipeline.decide.stages` (cross-record rules,
-:mod:`~pipeline.dedupe`, :mod:`~pipeline.rubrics` scoring, the decision policy). The output:
-:mod:`~pipeline.output.writer`, :mod:`~pipeline.output.manifest`, :mod:`~pipeline.output.verify`. Where steps run:
-:mod:`~pipeline.engines`. The command line: :mod:`~pipeline.cli`.
+Everything else is internal and may change. The packages follow a line's flow, gate →
+decide → output (docs/architecture.md): :mod:`~pipeline.gate` reads and gates every line
+with the record :mod:`~pipeline.kinds`; :mod:`~pipeline.decide` runs the global phase's
+stages (cross-record rules, review, :mod:`~pipeline.dedupe`, :mod:`~pipeline.rubrics`
+scoring, the decision policy); :mod:`~pipeline.output` writes, publishes and verifies a
+run; :mod:`~pipeline.jobs` drives them for each command of :mod:`~pipeline.cli`. Below
+them: :mod:`~pipeline.records` (strict and canonical JSON, schemas, lineage),
+:mod:`~pipeline.storage`, :mod:`~pipeline.engines` and :mod:`~pipeline.core`.
 
 A regular package, not a namespace: another distribution's ``pipeline`` on the path cannot
 merge into or shadow this one. The public names load on first use (module ``__getattr__``):
