@@ -229,6 +229,8 @@ class ReasonCatalogue:
 #: The one catalogue. ``rowgate reasons list`` shows it with every plug-in registered.
 CATALOGUE: Final = ReasonCatalogue()
 declare: Final = CATALOGUE.declare
+#: the codes declared as themselves (not through a pattern), for :class:`RejectLine`
+_DECLARED: Final = CATALOGUE._entries
 
 _REJECTED: Final = ReasonDisposition.REJECTED
 _QUARANTINED: Final = ReasonDisposition.QUARANTINED
@@ -634,4 +636,5 @@ class RejectLine(Exception):
 
     def __init__(self, code: str, detail: str = "", path: str = "") -> None:
         super().__init__(code)
-        self.reason = Reason(CATALOGUE.require(code), path, detail)
+        # a plain dict lookup first: lines are rejected on the gate's hot path
+        self.reason = Reason(code if code in _DECLARED else CATALOGUE.require(code), path, detail)
