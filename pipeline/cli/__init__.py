@@ -25,6 +25,7 @@ import typer
 
 from pipeline.cli import (
     dedupe_cmd,
+    reasons_cmd,
     report_cmd,
     rubrics_cmd,
     run_cmd,
@@ -50,6 +51,7 @@ app.command("scan")(scan_cmd.scan_command)
 app.add_typer(schemas_cmd.app, name="schemas")
 app.add_typer(rubrics_cmd.app, name="rubrics")
 app.add_typer(report_cmd.app, name="report")
+app.add_typer(reasons_cmd.app, name="reasons")
 
 
 def main() -> None:

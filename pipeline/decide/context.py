@@ -32,7 +32,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.core.config import CampaignConfig
-from pipeline.core.reasons import REASONS_TYPE, Disposition
+from pipeline.core.reasons import CATALOGUE, REASONS_TYPE, Disposition
 from pipeline.engines import Engine
 from pipeline.gate.reader import Shard
 from pipeline.gate.staging import ShardSummary, scan_staged
@@ -210,6 +210,12 @@ class GlobalStage(Protocol):
     name: str
     order: int
 
+    @property
+    def reason_codes(self) -> Sequence[str]:
+        """Every reason code the stage may add; each is in the reason catalogue
+        (:data:`pipeline.core.reasons.CATALOGUE`), or :func:`register_stage` refuses it."""
+        ...
+
     def enabled(self, config: CampaignConfig) -> bool:
         """Whether the campaign asks for this stage."""
         ...
@@ -227,7 +233,10 @@ GLOBAL_STAGES: list[Callable[[], GlobalStage]] = []
 
 
 def register_stage(factory: Callable[[], GlobalStage]) -> Callable[[], GlobalStage]:
-    """Register a stage factory; stages run in registration order."""
+    """Register a stage factory (stages run by ``order``), refusing a stage that names a
+    reason code the catalogue does not declare."""
+    for code in factory().reason_codes:
+        CATALOGUE.require(code)
     GLOBAL_STAGES.append(factory)
     return factory
 

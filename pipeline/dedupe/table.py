@@ -18,6 +18,7 @@ import numpy.typing as npt
 import polars as pl
 
 from pipeline.core.config import ConfigError, DedupeSettings
+from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP
 from pipeline.dedupe.clusters import CONTAMINATION, NEAR, RULES, Duplicates, find_duplicates
 from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, NearPairs, near_pairs
@@ -25,7 +26,6 @@ from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.splits import field_expr, straddling_groups
 
 __all__ = [
-    "REASON_PREFIX",
     "DedupeOutcome",
     "Matches",
     "dedupe_table",
@@ -33,8 +33,8 @@ __all__ = [
     "required_columns",
 ]
 
-REASON_PREFIX: Final = "dedupe."
-SPLIT_GROUP: Final = "dedupe.split_group"
+#: removal rule -> its reason code, ``dedupe.<rule>`` (a rule the catalogue lacks fails here)
+_CODES: Final = {rule: DEDUPE_CODES[rule] for rule in RULES[1:]}
 _MATCH: Final = {1: "exact", 2: "normalised", 3: "near"}
 
 
@@ -257,7 +257,9 @@ def _removed_frame(
     )
     return out.with_columns(
         _reason=pl.struct(
-            code=pl.lit(REASON_PREFIX) + pl.col("_dedupe_rule"), path=pl.lit(""), detail=detail
+            code=pl.col("_dedupe_rule").replace_strict(_CODES, return_dtype=pl.String),
+            path=pl.lit(""),
+            detail=detail,
         )
     ).drop("_match", "_kept_split")
 
@@ -308,7 +310,7 @@ def _flagged_frame(groups: pl.DataFrame) -> pl.DataFrame:
     return (
         groups.with_columns(
             _reason=pl.struct(
-                code=pl.lit(SPLIT_GROUP),
+                code=pl.lit(DEDUPE_SPLIT_GROUP),
                 path=pl.lit("$.") + pl.col("field"),
                 detail=pl.lit("group shared by splits ") + pl.col("splits").list.join(", "),
             )

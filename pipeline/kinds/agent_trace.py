@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
-from pipeline.kinds.rules import Finding, RuleContext, record_rule, unknown
+from pipeline.kinds.rules import Finding, RuleContext, Spec, record_rule, unknown
 from pipeline.records.lineage import ContentFingerprint
 
 if TYPE_CHECKING:
@@ -60,7 +60,12 @@ _CALL_NUMBER = re.compile(r"^call-([0-9]+)$")
 _TOKEN = re.compile(r"[^\s,;()\[\]{}<>\"'`]+")
 
 
-@record_rule("agent-trace-v1", "unique_call_ids")
+@record_rule(
+    "agent-trace-v1",
+    "unique_call_ids",
+    meaning="a call_id repeats within the trace",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def unique_call_ids(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Validate call-ID uniqueness and document authorization separately" and
     "Validate that call IDs are unique"."""
@@ -71,7 +76,12 @@ def unique_call_ids(record: dict[str, Any], ctx: RuleContext) -> Iterator[Findin
         seen.add(step["call_id"])
 
 
-@record_rule("agent-trace-v1", "call_order")
+@record_rule(
+    "agent-trace-v1",
+    "call_order",
+    meaning="call numbers go down: a result would precede its call",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def call_order(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Validate that ... results do not precede their calls." Steps carry their
     results inline, so the recorded order must be the call order: call numbers never go
@@ -89,7 +99,12 @@ def call_order(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
         previous = number
 
 
-@record_rule("agent-trace-v1", "failed_call_without_results")
+@record_rule(
+    "agent-trace-v1",
+    "failed_call_without_results",
+    meaning="a failed call returned documents",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def failed_call_without_results(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "a final answer does not claim a failed tool produced successful evidence".
     A call that failed cannot have returned documents."""
@@ -100,7 +115,12 @@ def failed_call_without_results(record: dict[str, Any], ctx: RuleContext) -> Ite
             )
 
 
-@record_rule("agent-trace-v1", "evidence_from_successful_calls")
+@record_rule(
+    "agent-trace-v1",
+    "evidence_from_successful_calls",
+    meaning="the final answer cites a document no successful call returned",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def evidence_from_successful_calls(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "ensure ... a final answer does not claim a failed tool produced
     successful evidence." A document id the final answer cites must have been returned by
@@ -119,7 +139,12 @@ def evidence_from_successful_calls(record: dict[str, Any], ctx: RuleContext) -> 
         yield Finding("$.final_answer", "cites a document no successful call returned")
 
 
-@record_rule("agent-trace-v1", "authorised_documents")
+@record_rule(
+    "agent-trace-v1",
+    "authorised_documents",
+    meaning="a returned document is not in the authorised-documents table (without the table: quarantined)",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def authorised_documents(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Disallow undeclared tools and unauthorized document references." Every
     returned document id must be in the campaign's authorised-documents table; without
@@ -139,7 +164,12 @@ def authorised_documents(record: dict[str, Any], ctx: RuleContext) -> Iterator[F
             yield Finding(f"$.steps[{i}].result.document_ids[{j}]", "document id not authorised")
 
 
-@record_rule("agent-trace-v1", "aggregate_size")
+@record_rule(
+    "agent-trace-v1",
+    "aggregate_size",
+    meaning="prompt, queries and final answer together exceed rules.max_trace_chars",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def aggregate_size(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Bound aggregate conversation size as well as individual fields." The
     prompt, every query and the final answer together stay within

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
-from pipeline.kinds.rules import Check, Finding, RuleContext, Severity, record_rule
+from pipeline.kinds.rules import Check, Finding, RuleContext, Severity, Spec, record_rule
 from pipeline.records.lineage import ContentFingerprint
 
 __all__ = ["AriRubric3", "AriRubricV2", "leaves", "rubric_sha256", "walk_nodes"]
@@ -112,18 +112,23 @@ def _kind(record: dict[str, Any]) -> type[_AriRubric]:
     return AriRubricV2 if "schema_version" in record else AriRubric3
 
 
-def _both(name: str, severity: Severity = Severity.REJECT) -> Callable[[Check], Check]:
-    """Register one check as a rule of both generations."""
+def _both(
+    name: str, meaning: str, severity: Severity = Severity.REJECT
+) -> Callable[[Check], Check]:
+    """Register one check as a rule of both generations, each from its own spec."""
 
     def register(check: Check) -> Check:
-        record_rule(SEED_KIND, name, severity)(check)
-        record_rule(V2_KIND, name, severity)(check)
+        record_rule(SEED_KIND, name, severity, meaning=meaning, spec=Spec.ARI_RUBRIC_3)(check)
+        record_rule(V2_KIND, name, severity, meaning=meaning, spec=Spec.ARI_RUBRIC_V2)(check)
         return check
 
     return register
 
 
-@_both("rubric_sha256")
+@_both(
+    "rubric_sha256",
+    "rubric_sha256 differs from the envelope's digest in the upstream tool's canonical form",
+)
 def rubric_sha256_matches(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 001: "rubric_sha256 ... 自己除外、 canonical-JSON の sha256" and "rubric_sha256 は自分
     自身と post-freeze の audit フィールドを除外する"; reference README: the canonical form is
@@ -133,7 +138,10 @@ def rubric_sha256_matches(record: dict[str, Any], ctx: RuleContext) -> Iterator[
         yield Finding("$.rubric_sha256", "does not match the envelope's canonical digest")
 
 
-@_both("unique_node_ids")
+@_both(
+    "unique_node_ids",
+    "a task node id repeats in the tree",
+)
 def unique_node_ids(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 001: TaskNode ``id`` is a "<uuid v4>" naming one node: ids are unique in the tree."""
     seen: set[str] = set()
@@ -143,7 +151,10 @@ def unique_node_ids(record: dict[str, Any], ctx: RuleContext) -> Iterator[Findin
         seen.add(node["id"])
 
 
-@_both("node_ids_are_uuids")
+@_both(
+    "node_ids_are_uuids",
+    "a node id is not a canonical lowercase UUID (version 4 for version 3 envelopes)",
+)
 def node_ids_are_uuids(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 001: ``"id": "<uuid v4>"``; the v2 schema: ``"format": "uuid"`` (an annotation,
     so checked here): canonical lowercase RFC 4122 form, version 4 for the seed generation."""
@@ -156,7 +167,10 @@ def node_ids_are_uuids(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fin
             )
 
 
-@_both("leaf_only_fields")
+@_both(
+    "leaf_only_fields",
+    "an internal node carries a leaf-only field",
+)
 def leaf_only_fields(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 001: task_category, finegrained_task_category, rationale_from_paper are marked
     "LEAF のみ" (leaf only); flags annotate leaves. Internal nodes carry none of them (v2
@@ -168,7 +182,10 @@ def leaf_only_fields(record: dict[str, Any], ctx: RuleContext) -> Iterator[Findi
                     yield Finding(f"{path}.{field}", "leaf-only field on an internal node")
 
 
-@_both("weighted_children")
+@_both(
+    "weighted_children",
+    "a node's children's weights sum to zero",
+)
 def weighted_children(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 001: "score(node) = sum(w_i * score(child_i)) / sum(w_i)": a node whose
     children's weights sum to zero has no score."""
@@ -178,7 +195,13 @@ def weighted_children(record: dict[str, Any], ctx: RuleContext) -> Iterator[Find
             yield Finding(f"{path}.sub_tasks", "children's weights sum to zero")
 
 
-@record_rule(SEED_KIND, "flagged_leaves_share", Severity.WARN)
+@record_rule(
+    SEED_KIND,
+    "flagged_leaves_share",
+    Severity.WARN,
+    meaning="more than 20 % of the leaves are flagged: regenerating is recommended",
+    spec=Spec.ARI_RUBRIC_3,
+)
 def flagged_leaves_share(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 001: "flagged leaf が >20% の場合、 監査者は再生成を推奨する" (more than 20 % of
     leaves flagged: the auditor recommends regenerating). A warning on an accepted row."""
@@ -190,7 +213,12 @@ def flagged_leaves_share(record: dict[str, Any], ctx: RuleContext) -> Iterator[F
         )
 
 
-@record_rule(V2_KIND, "evidence_span_range")
+@record_rule(
+    V2_KIND,
+    "evidence_span_range",
+    meaning="a paper-span evidence span is empty or cites another paper",
+    spec=Spec.ARI_RUBRIC_V2,
+)
 def evidence_span_range(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Reference v2 schema, evidence_span ``paper-span``: ``start_char``/``end_char`` locate a
     quote in the paper whose digest is ``paper_sha256``: the span is non-empty and points

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
-from pipeline.kinds.rules import Finding, RuleContext, record_rule, unknown
+from pipeline.kinds.rules import Finding, RuleContext, Spec, record_rule, unknown
 from pipeline.records.lineage import ContentFingerprint
 
 if TYPE_CHECKING:
@@ -65,7 +65,12 @@ class GroundedQA(RecordKind):
 # (Python str indices), the representation the table's sha256 pins.
 
 
-@record_rule("grounded-qa-v1", "span_order")
+@record_rule(
+    "grounded-qa-v1",
+    "span_order",
+    meaning="a citation's end is not after its start",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def span_order(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "The service must verify `end > start`" ("The schema alone does not
     establish `end > start`")."""
@@ -82,7 +87,12 @@ def _citations_with_documents(
         yield i, citation, document
 
 
-@record_rule("grounded-qa-v1", "document_digest")
+@record_rule(
+    "grounded-qa-v1",
+    "document_digest",
+    meaning="a cited document is not in the documents table or has another digest (without the table: quarantined)",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def document_digest(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "A production service must retrieve the authorized document version, check
     its digest". The cited document exists in the documents table and the citation's
@@ -99,7 +109,12 @@ def document_digest(record: dict[str, Any], ctx: RuleContext) -> Iterator[Findin
             )
 
 
-@record_rule("grounded-qa-v1", "span_in_document")
+@record_rule(
+    "grounded-qa-v1",
+    "span_in_document",
+    meaning="a citation's span ends beyond the document text (without the table: quarantined)",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def span_in_document(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "define the span coordinate system": offsets are code points of the
     stored text and must lie inside it. Without the table: unknown → quarantine."""
@@ -111,7 +126,12 @@ def span_in_document(record: dict[str, Any], ctx: RuleContext) -> Iterator[Findi
             yield Finding(f"$.citations[{i}].end", "span ends beyond the document text")
 
 
-@record_rule("grounded-qa-v1", "quote_matches_span")
+@record_rule(
+    "grounded-qa-v1",
+    "quote_matches_span",
+    meaning="a quote differs from the cited span of the document (without the table: quarantined)",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def quote_matches_span(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "verify that the quoted bytes or characters correspond to the stated
     range" ("confirm quoted text"). Without the table: unknown → quarantine."""

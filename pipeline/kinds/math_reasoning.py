@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
-from pipeline.kinds.rules import Finding, RuleContext, folded, is_blank, record_rule
+from pipeline.kinds.rules import Finding, RuleContext, Spec, folded, is_blank, record_rule
 from pipeline.records.lineage import ContentFingerprint
 
 if TYPE_CHECKING:
@@ -51,7 +51,12 @@ class MathReasoning(RecordKind):
 #    claims, and final answers") ------------------------------------------------------------
 
 
-@record_rule("math-reasoning-v1", "non_blank_steps")
+@record_rule(
+    "math-reasoning-v1",
+    "non_blank_steps",
+    meaning="a derivation step is blank",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def non_blank_steps(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: the schema "records a concise, checkable derivation": a step that is only
     whitespace satisfies ``minLength`` but records nothing checkable."""
@@ -60,7 +65,12 @@ def non_blank_steps(record: dict[str, Any], ctx: RuleContext) -> Iterator[Findin
             yield Finding(f"$.derivation[{i}]", "blank derivation step")
 
 
-@record_rule("math-reasoning-v1", "non_blank_answer")
+@record_rule(
+    "math-reasoning-v1",
+    "non_blank_answer",
+    meaning="the problem or the final answer is blank",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def non_blank_answer(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Evaluate observable derivations, assumptions, intermediate claims, and
     final answers": problem and final answer must say something beyond whitespace."""
@@ -69,7 +79,12 @@ def non_blank_answer(record: dict[str, Any], ctx: RuleContext) -> Iterator[Findi
             yield Finding(f"$.{field}", "blank text")
 
 
-@record_rule("math-reasoning-v1", "unique_assumptions")
+@record_rule(
+    "math-reasoning-v1",
+    "unique_assumptions",
+    meaning="assumptions repeat after folding, or one is blank",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def unique_assumptions(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000 pins ``uniqueItems`` on assumptions; this also catches repeats that differ
     only in case, Unicode form or whitespace, and blank assumptions."""

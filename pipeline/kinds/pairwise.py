@@ -7,7 +7,15 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
-from pipeline.kinds.rules import Finding, RuleContext, Severity, is_blank, record_rule, same_text
+from pipeline.kinds.rules import (
+    Finding,
+    RuleContext,
+    Severity,
+    Spec,
+    is_blank,
+    record_rule,
+    same_text,
+)
 from pipeline.records.lineage import PAIRWISE_CONTENT_V1, ContentFingerprint
 
 if TYPE_CHECKING:
@@ -150,7 +158,12 @@ _VERDICT_TAIL = re.compile(
 _CANDIDATE_NOUNS: Final = ("response", "answer", "candidate", "option")
 
 
-@record_rule("pairwise-v2", "distinct_candidates")
+@record_rule(
+    "pairwise-v2",
+    "distinct_candidates",
+    meaning="the two responses are the same text after NFC, case and whitespace folding",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def distinct_candidates(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Validate candidate distinctness ... outside structural validation."
     The two responses may not be the same text up to Unicode normalisation, case and
@@ -159,7 +172,12 @@ def distinct_candidates(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fi
         yield Finding("$.response_b", "same text as response_a after normalisation")
 
 
-@record_rule("pairwise-v2", "substantive_rationale")
+@record_rule(
+    "pairwise-v2",
+    "substantive_rationale",
+    meaning="the rationale has fewer than rules.min_rationale_words distinct non-filler words",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def substantive_rationale(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "An all-whitespace rationale can meet a numerical length threshold, so
     semantic validation must reject it." A rationale needs ``rules.min_rationale_words``
@@ -175,7 +193,12 @@ def substantive_rationale(record: dict[str, Any], ctx: RuleContext) -> Iterator[
     yield Finding("$.rationale", f"fewer than {needed} distinct substantive words")
 
 
-@record_rule("pairwise-v2", "system_message_first")
+@record_rule(
+    "pairwise-v2",
+    "system_message_first",
+    meaning="a system message after the first turn",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def system_message_first(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Apply semantic checks for turn ordering": a system message may only open
     the conversation."""
@@ -184,7 +207,12 @@ def system_message_first(record: dict[str, Any], ctx: RuleContext) -> Iterator[F
             yield Finding(f"$.messages[{i}].role", "system message after the first turn")
 
 
-@record_rule("pairwise-v2", "alternating_turns")
+@record_rule(
+    "pairwise-v2",
+    "alternating_turns",
+    meaning="user and assistant turns do not alternate from a user turn",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def alternating_turns(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Apply semantic checks for turn ordering": after an optional system
     message, user and assistant turns alternate, starting with the user."""
@@ -197,7 +225,12 @@ def alternating_turns(record: dict[str, Any], ctx: RuleContext) -> Iterator[Find
         expected = "assistant" if role == "user" else "user"
 
 
-@record_rule("pairwise-v2", "ends_with_user_turn")
+@record_rule(
+    "pairwise-v2",
+    "ends_with_user_turn",
+    meaning="the conversation does not end with a user turn",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def ends_with_user_turn(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Apply semantic checks for ... final user intent": both candidates answer
     the last message, so it must be a user turn."""
@@ -206,7 +239,12 @@ def ends_with_user_turn(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fi
         yield Finding(f"$.messages[{last}].role", "the conversation does not end with a user turn")
 
 
-@record_rule("pairwise-v2", "neither_needs_patch")
+@record_rule(
+    "pairwise-v2",
+    "neither_needs_patch",
+    meaning="preference neither without a non-blank golden patch",
+    spec=Spec.ARCV_GATEWAY,
+)
 def neither_needs_patch(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 002: "Require correction text when correction mode is selected" (DESIGN §3.8:
     "`neither` needs a golden patch"). The schema requires a string of 15+ characters;
@@ -216,7 +254,12 @@ def neither_needs_patch(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fi
         yield Finding("$.golden_patch", "preference 'neither' without a substantive golden patch")
 
 
-@record_rule("pairwise-v2", "rubric_version")
+@record_rule(
+    "pairwise-v2",
+    "rubric_version",
+    meaning="the row names another rubric than the one the campaign scores it with (or lists)",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def rubric_version(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "preserve their versions with every accepted artifact" and DESIGN §3.8
     "ratings bound to rubric criteria by the campaign": a row scored with a rubric
@@ -235,7 +278,12 @@ def rubric_version(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
         yield Finding("$.rubric_version", "not a rubric version of this campaign")
 
 
-@record_rule("pairwise-v2", "aggregate_size")
+@record_rule(
+    "pairwise-v2",
+    "aggregate_size",
+    meaning="messages, responses, rationale and patch together exceed rules.max_conversation_chars",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def aggregate_size(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Bound aggregate conversation size as well as individual fields. Sixty-four
     individually valid long messages may exceed a campaign's intended model context or
@@ -249,7 +297,13 @@ def aggregate_size(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
         yield Finding("$", f"conversation text totals {total} characters, the bound is {limit}")
 
 
-@record_rule("pairwise-v2", "rationale_consistency", Severity.QUARANTINE)
+@record_rule(
+    "pairwise-v2",
+    "rationale_consistency",
+    Severity.QUARANTINE,
+    meaning="the rationale calls the other response the better one: a person decides",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def rationale_consistency(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 000: "Validate ... rationale consistency outside structural validation." When
     a decisive row's rationale explicitly calls the *other* response the better one, the

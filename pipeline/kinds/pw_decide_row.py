@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pipeline.kinds.base import RecordKind, register_kind
-from pipeline.kinds.rules import Finding, RuleContext, record_rule
+from pipeline.kinds.rules import Finding, RuleContext, Spec, record_rule
 from pipeline.records.lineage import ContentFingerprint
 
 if TYPE_CHECKING:
@@ -68,7 +68,12 @@ class PwDecideRow(RecordKind):
 # -- semantic rules: each checkable schema ``description`` of seed 004 read as a contract --
 
 
-@record_rule("pw-decide-row-1", "coordinator_is_its_own_root")
+@record_rule(
+    "pw-decide-row-1",
+    "coordinator_is_its_own_root",
+    meaning="a coordinator row's root_session is not its own session",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def coordinator_is_its_own_root(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, root_session: "The session itself, or the coordinator session a worker leg
     belongs to." A coordinator row's root session is its own session."""
@@ -76,7 +81,12 @@ def coordinator_is_its_own_root(record: dict[str, Any], ctx: RuleContext) -> Ite
         yield Finding("$.root_session", "a coordinator row's root_session is not its session")
 
 
-@record_rule("pw-decide-row-1", "worker_has_a_coordinator")
+@record_rule(
+    "pw-decide-row-1",
+    "worker_has_a_coordinator",
+    meaning="a worker row names its own session as root_session",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def worker_has_a_coordinator(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, root_session: "... or the coordinator session a worker leg belongs to." A
     worker leg belongs to another (coordinator) session, never to itself."""
@@ -84,7 +94,12 @@ def worker_has_a_coordinator(record: dict[str, Any], ctx: RuleContext) -> Iterat
         yield Finding("$.root_session", "a worker row names itself as its coordinator")
 
 
-@record_rule("pw-decide-row-1", "partial_iff_no_kind")
+@record_rule(
+    "pw-decide-row-1",
+    "partial_iff_no_kind",
+    meaning="partial and a null labels.kind disagree",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def partial_iff_no_kind(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, partial: "The turn did not complete" and labels.kind: "null for a turn
     that did not complete": ``partial`` holds exactly when ``labels.kind`` is null."""
@@ -92,7 +107,12 @@ def partial_iff_no_kind(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fi
         yield Finding("$.labels.kind", "partial and labels.kind disagree")
 
 
-@record_rule("pw-decide-row-1", "partial_labels_only_requests")
+@record_rule(
+    "pw-decide-row-1",
+    "partial_labels_only_requests",
+    meaning="a partial turn carries tool or skill labels",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def partial_labels_only_requests(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, partial: "only its request_tools needs are labels." A partial turn carries
     no called-tool or skill labels."""
@@ -104,7 +124,12 @@ def partial_labels_only_requests(record: dict[str, Any], ctx: RuleContext) -> It
                 )
 
 
-@record_rule("pw-decide-row-1", "tools_offered")
+@record_rule(
+    "pw-decide-row-1",
+    "tools_offered",
+    meaning="a labels.tools entry is not in offered.loadable",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def tools_offered(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, labels.tools: "Offered loadable tools the turn called": a subset of
     ``offered.loadable``."""
@@ -114,7 +139,12 @@ def tools_offered(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]
             yield Finding(f"$.labels.tools[{i}]", "tool label not among offered.loadable")
 
 
-@record_rule("pw-decide-row-1", "guides_offered")
+@record_rule(
+    "pw-decide-row-1",
+    "guides_offered",
+    meaning="a labelled guide is not in offered.guides",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def guides_offered(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, labels.guides: "Offered instruction units: needed, unneeded, or unknown
     (null)": every labelled guide is in ``offered.guides``."""
@@ -123,7 +153,12 @@ def guides_offered(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
         yield Finding("$.labels.guides.*", "guide label not among offered.guides")
 
 
-@record_rule("pw-decide-row-1", "engine_choices_offered")
+@record_rule(
+    "pw-decide-row-1",
+    "engine_choices_offered",
+    meaning="the engine preloads or omits a tool not offered as loadable, or both for one tool",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def engine_choices_offered(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, the row: "the candidates the turn offered, what the engine answered": the
     engine preloads or omits offered loadable tools only, never both for one tool."""
@@ -137,7 +172,12 @@ def engine_choices_offered(record: dict[str, Any], ctx: RuleContext) -> Iterator
         yield Finding("$.engine.omitted", "a tool is both preloaded and omitted")
 
 
-@record_rule("pw-decide-row-1", "abstained_carries_nothing")
+@record_rule(
+    "pw-decide-row-1",
+    "abstained_carries_nothing",
+    meaning="an abstained turn preloaded tools",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def abstained_carries_nothing(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, engine.state: "An answered turn carried what the engine chose": a turn the
     engine abstained on carried no choice, so nothing was preloaded."""
@@ -145,7 +185,12 @@ def abstained_carries_nothing(record: dict[str, Any], ctx: RuleContext) -> Itera
         yield Finding("$.engine.preloaded", "an abstained turn preloaded tools")
 
 
-@record_rule("pw-decide-row-1", "answer_only_calls_no_tools")
+@record_rule(
+    "pw-decide-row-1",
+    "answer_only_calls_no_tools",
+    meaning="a turn labelled answer_only has tool labels",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def answer_only_calls_no_tools(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, labels.kind: "The kind the turn's tool calls imply": a turn labelled
     ``answer_only`` called no loadable tool."""
@@ -153,7 +198,12 @@ def answer_only_calls_no_tools(record: dict[str, Any], ctx: RuleContext) -> Iter
         yield Finding("$.labels.kind", "answer_only turn with tool labels")
 
 
-@record_rule("pw-decide-row-1", "judged_scores_name_their_judge")
+@record_rule(
+    "pw-decide-row-1",
+    "judged_scores_name_their_judge",
+    meaning="judged scores without a judge",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def judged_scores_name_their_judge(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """Seed 004, judge: "Which model judged the row's scores, and how." Rows carrying judged
     scores (requests[].scores, skill_scores) must say who judged them."""

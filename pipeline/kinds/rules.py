@@ -2,13 +2,20 @@
 
 A rule belongs to one record kind and lives in that kind's module::
 
-    @record_rule("pairwise-v2", "distinct_candidates")
+    @record_rule(
+        "pairwise-v2",
+        "distinct_candidates",
+        meaning="the two responses are the same text after NFC, case and whitespace folding",
+        spec=Spec.ARCV_SCHEMAS,
+    )
     def distinct_candidates(record, ctx):
         '''Seed 000: "Validate candidate distinctness ..."'''
         if same(record["response_a"], record["response_b"]):
             yield Finding("$.response_b", "identical to response_a after normalisation")
 
-Its reason code is ``semantic.<kind>.<name>``. A finding's severity is the rule's unless
+Its reason code is ``semantic.<kind>.<name>``, declared in the reason catalogue
+(:data:`pipeline.core.reasons.CATALOGUE`) when the rule registers, with its one-line
+meaning and the spec it comes from. A finding's severity is the rule's unless
 the finding says otherwise: ``reject`` sends the line to ``rejected/``, ``quarantine``
 to ``quarantined/`` (a person must look: e.g. a reference table is missing, so the rule
 cannot decide — it never silently passes), ``warn`` keeps the row accepted with the
@@ -28,7 +35,13 @@ import orjson
 
 from pipeline.core.config import CampaignConfig, ReferenceTable, RuleSettings
 from pipeline.core.errors import InputError
-from pipeline.core.reasons import Disposition, Reason
+from pipeline.core.reasons import (
+    CATALOGUE,
+    Disposition,
+    Reason,
+    ReasonDisposition,
+    Spec,
+)
 from pipeline.records.lineage import check_pin, file_sha256
 
 __all__ = [
@@ -39,6 +52,7 @@ __all__ = [
     "ReferenceError",
     "RuleContext",
     "Severity",
+    "Spec",
     "check_record",
     "folded",
     "is_blank",
@@ -54,6 +68,18 @@ class Severity(StrEnum):
     REJECT = "reject"
     QUARANTINE = "quarantine"
     WARN = "warn"
+
+    @property
+    def disposition(self) -> ReasonDisposition:
+        """What a finding of this severity does to its row."""
+        return _DISPOSITIONS[self]
+
+
+_DISPOSITIONS: Final = {
+    Severity.REJECT: ReasonDisposition.REJECTED,
+    Severity.QUARANTINE: ReasonDisposition.QUARANTINED,
+    Severity.WARN: ReasonDisposition.INFORMATIONAL,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +151,16 @@ RULES: dict[str, list[RecordRule]] = {}
 
 
 def record_rule(
-    kind: str, name: str, severity: Severity = Severity.REJECT
+    kind: str,
+    name: str,
+    severity: Severity = Severity.REJECT,
+    *,
+    meaning: str,
+    spec: Spec,
 ) -> Callable[[Check], Check]:
-    """Register ``check`` as rule ``name`` of ``kind``; its docstring must cite the seed."""
+    """Register ``check`` as rule ``name`` of ``kind`` and declare its reason code in the
+    catalogue (``meaning``: one line; ``spec``: where the rule comes from); its docstring
+    must cite the spec sentence it enforces."""
 
     def register(check: Check) -> Check:
         if not (check.__doc__ or "").strip():
@@ -137,7 +170,11 @@ def record_rule(
         rules = RULES.setdefault(kind, [])
         if any(r.name == name for r in rules):
             raise ValueError(f"rule {kind}.{name} registered twice")
-        rules.append(RecordRule(kind, name, severity, check))
+        rule = RecordRule(kind, name, severity, check)
+        CATALOGUE.declare(
+            rule.code, severity.disposition, owner=check.__module__, meaning=meaning, spec=spec
+        )
+        rules.append(rule)
         return check
 
     return register

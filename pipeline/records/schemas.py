@@ -26,7 +26,7 @@ from typing import Any, Final
 import fastjsonschema
 
 from pipeline.core.bundled import bundled_dir
-from pipeline.core.reasons import SCHEMA_PREFIX, Reason, RejectLine
+from pipeline.core.reasons import Reason, RejectLine, schema_code
 from pipeline.records.lineage import check_pin
 from pipeline.records.strict_json import parse_object
 
@@ -369,7 +369,7 @@ def _safe_reason(schema: dict[str, Any], record: Any, error: Any) -> Reason:
         # the names come from the schema's list (its vocabulary), never from the record
         missing = [name for name in definition if name not in error.value]
         detail = "missing " + ", ".join(missing) if missing else f"required {_short(definition)}"
-        return Reason(SCHEMA_PREFIX + keyword, path, _short(detail))
+        return Reason(schema_code(keyword), path, _short(detail))
     if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                    "minLength", "maxLength", "minItems", "maxItems", "multipleOf",
                    "minProperties", "maxProperties", "type", "enum", "const", "pattern",
@@ -379,7 +379,7 @@ def _safe_reason(schema: dict[str, Any], record: Any, error: Any) -> Reason:
         detail = "undeclared property"
     else:
         detail = keyword
-    return Reason(SCHEMA_PREFIX + keyword, path, detail)
+    return Reason(schema_code(keyword), path, detail)
 
 
 def _short(value: Any, limit: int = 120) -> str:

@@ -35,12 +35,21 @@ from typing import Final
 
 import polars as pl
 
+from pipeline.core.reasons import (
+    RUBRIC_BELOW_ACCEPTANCE,
+    RUBRIC_BELOW_MINIMUM,
+    RUBRIC_CRITERION_UNKNOWN,
+    RUBRIC_GATE_NOT_MET,
+    RUBRIC_GATE_UNKNOWN,
+    RUBRIC_OUT_OF_SCALE,
+)
 from pipeline.rubrics.model import Gate, GateKind, Rubric, State
 
 __all__ = [
     "APPLIES",
     "CRITERION",
     "GATE",
+    "REASON_CODES",
     "criterion_score_column",
     "criterion_state_column",
     "gate_state_column",
@@ -54,15 +63,18 @@ CRITERION: Final = "criterion:"
 APPLIES: Final = "applies:"
 GATE: Final = "gate:"
 
+#: every reason code :func:`score_frame` may add
+REASON_CODES: Final = (
+    RUBRIC_GATE_NOT_MET,
+    RUBRIC_GATE_UNKNOWN,
+    RUBRIC_BELOW_MINIMUM,
+    RUBRIC_CRITERION_UNKNOWN,
+    RUBRIC_OUT_OF_SCALE,
+    RUBRIC_BELOW_ACCEPTANCE,
+)
+
 WEIGHTED_SCORE: Final = "_weighted_score"
 WEIGHTED_STATE: Final = "_weighted_state"
-
-GATE_NOT_MET: Final = "rubric.gate_not_met"
-GATE_UNKNOWN: Final = "rubric.gate_unknown"
-BELOW_MINIMUM: Final = "rubric.below_minimum"
-CRITERION_UNKNOWN: Final = "rubric.criterion_unknown"
-OUT_OF_SCALE: Final = "rubric.score_out_of_scale"
-BELOW_ACCEPTANCE: Final = "rubric.below_acceptance"
 
 
 def criterion_score_column(criterion_id: str) -> str:
@@ -208,13 +220,13 @@ def score_frame(
         reasons += [
             _reason(
                 state == State.NOT_MET.value,
-                GATE_NOT_MET,
+                RUBRIC_GATE_NOT_MET,
                 path,
                 f"{gate.name}: not met; {gate.describe()}",
             ),
             _reason(
                 state == State.UNKNOWN.value,
-                GATE_UNKNOWN,
+                RUBRIC_GATE_UNKNOWN,
                 path,
                 f"{gate.name}: no evidence; {gate.describe()}",
             ),
@@ -264,19 +276,25 @@ def score_frame(
         reasons += [
             _reason(
                 state == State.NOT_MET.value,
-                BELOW_MINIMUM,
+                RUBRIC_BELOW_MINIMUM,
                 path,
                 f"{criterion.id}: below the minimum {_number(criterion.minimum_score)}",
             ),
             _reason(
-                applies.is_null(), CRITERION_UNKNOWN, path, f"{criterion.id}: applicability unknown"
+                applies.is_null(),
+                RUBRIC_CRITERION_UNKNOWN,
+                path,
+                f"{criterion.id}: applicability unknown",
             ),
             _reason(
-                applies & score.is_null(), CRITERION_UNKNOWN, path, f"{criterion.id}: no score"
+                applies & score.is_null(),
+                RUBRIC_CRITERION_UNKNOWN,
+                path,
+                f"{criterion.id}: no score",
             ),
             _reason(
                 applies & (score.is_nan() | in_scale.not_()),
-                OUT_OF_SCALE,
+                RUBRIC_OUT_OF_SCALE,
                 path,
                 f"{criterion.id}: score outside the scale {scale}",
             ),
@@ -305,7 +323,7 @@ def score_frame(
     reasons.append(
         _reason(
             weighted_state == State.NOT_MET.value,
-            BELOW_ACCEPTANCE,
+            RUBRIC_BELOW_ACCEPTANCE,
             "",
             f"weighted score below the acceptance score {_number(acceptance)}",
         )

@@ -22,14 +22,20 @@ code                            kinds                   finding
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
 
 from pipeline.core.config import CampaignConfig
-from pipeline.core.reasons import Disposition
+from pipeline.core.reasons import (
+    CATALOGUE,
+    Disposition,
+    ReasonCodeError,
+    ReasonDisposition,
+    Spec,
+)
 from pipeline.decide.context import (
     DEDUPE_RULE,
     DUPLICATE_OF,
@@ -49,7 +55,8 @@ CONFLICT: Final = "cross.idempotency_conflict"
 #: Seed 002's "identical authenticated retry": removed as a duplicate of the first row.
 RETRY: Final = "cross.retry"
 #: the disposition of a finding with a code its rule gives it (see :func:`cross_rule`)
-_OWN_CODES: Final = {RETRY: Disposition.DUPLICATE}
+_OWN_CODES: dict[str, Disposition] = {}
+_FAMILY: Final = "cross."
 
 #: worst first: the disposition a row ends with when several rules fire
 _SEVERITY: Final = {
@@ -69,24 +76,45 @@ class CrossRule:
     #: the kinds it applies to; ``None``: every kind
     kinds: frozenset[str] | None
     find: Finder
+    #: the codes of its own a finding may carry instead of ``code``
+    own: tuple[str, ...] = ()
 
 
 CROSS_RULES: list[CrossRule] = []
 
 
 def cross_rule(
-    code: str, disposition: Disposition, kinds: Sequence[str] | None = None
+    code: str,
+    disposition: Disposition,
+    kinds: Sequence[str] | None = None,
+    *,
+    meaning: str,
+    spec: Spec,
+    own: Mapping[str, tuple[Disposition, str]] | None = None,
 ) -> Callable[[Finder], Finder]:
     """Register a finder returning the rows it finds (``_shard``, ``_shard_line``) with a
-    ``_detail``; its docstring cites the seed it enforces. A finder may also return a
-    ``_code`` per row (one of :data:`_OWN_CODES`, which fixes its disposition; null: the
-    rule's) and a ``_duplicate_of`` (the kept row, for duplicates)."""
+    ``_detail``; its docstring cites the seed it enforces. Its ``cross.*`` code goes into
+    the reason catalogue with ``meaning`` (one line) and ``spec``. A finder may also return
+    a ``_code`` per row (one of its ``own`` codes, each declared with its disposition and
+    meaning; null: the rule's) and a ``_duplicate_of`` (the kept row, for duplicates)."""
 
     def register(finder: Finder) -> Finder:
         if not (finder.__doc__ or "").strip():
             raise ValueError(f"cross rule {code} needs a docstring citing its seed")
+        codes = {code: (disposition, meaning), **(own or {})}
+        for name, (effect, means) in codes.items():
+            if not name.startswith(_FAMILY):
+                raise ReasonCodeError(f"cross rule code {name!r} is not a cross.* code")
+            CATALOGUE.declare(
+                name,
+                ReasonDisposition.of(effect),
+                owner=finder.__module__,
+                meaning=means,
+                spec=spec,
+            )
+        _OWN_CODES.update({name: effect for name, (effect, _) in (own or {}).items()})
         scope = frozenset(kinds) if kinds is not None else None
-        CROSS_RULES.append(CrossRule(code, disposition, scope, finder))
+        CROSS_RULES.append(CrossRule(code, disposition, scope, finder, tuple(own or ())))
         return finder
 
     return register
@@ -101,7 +129,20 @@ def _key_hash(keys: Sequence[str]) -> pl.Expr:
     return pl.struct(keys).hash(4)
 
 
-@cross_rule(CONFLICT, Disposition.REJECTED)
+@cross_rule(
+    CONFLICT,
+    Disposition.REJECTED,
+    meaning="a later row of a submission key whose body differs from the first row's "
+    "(the first stays)",
+    spec=Spec.ARCV_GATEWAY,
+    own={
+        RETRY: (
+            Disposition.DUPLICATE,
+            "a later row of a submission key with the first row's body, in its split: a "
+            "duplicate of the first",
+        )
+    },
+)
 def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
     """Seed 002: "identical authenticated retry -> return original receipt/status; same
     operation, conflicting body -> IDEMPOTENCY_CONFLICT". Among the rows sharing a
@@ -171,7 +212,14 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     )
 
 
-@cross_rule("cross.contradictory_preference", Disposition.QUARANTINED, ["pairwise-v2"])
+@cross_rule(
+    "cross.contradictory_preference",
+    Disposition.QUARANTINED,
+    ["pairwise-v2"],
+    meaning="the same conversation and pair of responses (either A/B order) preferred both "
+    "ways: a person adjudicates",
+    spec=Spec.ARCV_SCHEMAS,
+)
 def contradictory_preference(
     ctx: GlobalContext, kind: str, rows: pl.DataFrame
 ) -> pl.DataFrame | None:
@@ -218,7 +266,13 @@ def contradictory_preference(
     )
 
 
-@cross_rule("cross.worker_root_missing", Disposition.REJECTED, ["pw-decide-row-1"])
+@cross_rule(
+    "cross.worker_root_missing",
+    Disposition.REJECTED,
+    ["pw-decide-row-1"],
+    meaning="a worker's root_session is no coordinator session of the run",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
     """Seed 004, root_session: "the coordinator session a worker leg belongs to": a worker
     row's root session must be the session of some coordinator row of the export."""
@@ -237,7 +291,13 @@ def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl
     )
 
 
-@cross_rule("cross.session_model_conflict", Disposition.REJECTED, ["pw-decide-row-1"])
+@cross_rule(
+    "cross.session_model_conflict",
+    Disposition.REJECTED,
+    ["pw-decide-row-1"],
+    meaning="the rows of one session name different models",
+    spec=Spec.PW_DECIDE_ROW,
+)
 def session_model_conflict(
     ctx: GlobalContext, kind: str, rows: pl.DataFrame
 ) -> pl.DataFrame | None:
@@ -260,6 +320,10 @@ class CrossRules:
 
     name = "cross_rules"
     order = 100
+
+    @property
+    def reason_codes(self) -> tuple[str, ...]:
+        return tuple(code for rule in CROSS_RULES for code in (rule.code, *rule.own))
 
     def enabled(self, config: CampaignConfig) -> bool:
         return True

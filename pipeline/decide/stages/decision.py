@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.core.config import CampaignConfig
-from pipeline.core.reasons import Disposition
+from pipeline.core.reasons import POLICY_CODES, Disposition
 from pipeline.decide.context import GlobalContext, OutputColumn, register_stage
 from pipeline.decide.stages.scoring import SCORED_DISPOSITIONS
 from pipeline.rubrics.campaign import kind_policy, scoring_plan
@@ -27,6 +27,10 @@ from pipeline.rubrics.decision_policy import Action, Policy, decide_frame
 from pipeline.rubrics.model import Rubric
 
 __all__ = ["DecisionPolicy"]
+
+#: decision -> its reason code, ``policy.<action>``; a plain accept has none (an action the
+#: catalogue lacks fails here)
+_CODES: Final = {a.value: POLICY_CODES[a.value] for a in Action if a is not Action.ACCEPT}
 
 _SEVERITY: Final = {
     Disposition.ACCEPTED.value: 0,
@@ -39,6 +43,7 @@ _SEVERITY: Final = {
 class DecisionPolicy:
     name = "policy"
     order = 400
+    reason_codes = tuple(_CODES.values())
 
     def __init__(self) -> None:
         self._policies: dict[str, tuple[Policy, Rubric | None] | None] = {}
@@ -103,7 +108,9 @@ def _decide(policy: Policy, rubric: Rubric | None, rows: pl.DataFrame) -> pl.Dat
     reason = pl.when(pl.col("_decision") != Action.ACCEPT.value).then(
         pl.concat_list(
             pl.struct(
-                code=pl.lit("policy.") + pl.col("_decision"),
+                code=pl.col("_decision").replace_strict(
+                    _CODES, default=None, return_dtype=pl.String
+                ),
                 path=pl.lit(""),
                 detail=pl.concat_str(detail, pl.lit(f" ({policy.id}@{policy.version})")),
             )

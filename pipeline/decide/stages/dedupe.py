@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.core.config import CampaignConfig, ConfigError, DedupeSettings
-from pipeline.core.reasons import Disposition
+from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP, Disposition
 from pipeline.decide.context import (
     DEDUPE_RULE,
     DUPLICATE_OF,
@@ -49,6 +49,7 @@ _DIGESTS: Final = ("_content_sha256", "_record_sha256")
 class Dedupe:
     name = "dedupe"
     order = 200
+    reason_codes = (*DEDUPE_CODES.values(), DEDUPE_SPLIT_GROUP)
 
     def enabled(self, config: CampaignConfig) -> bool:
         return config.dedupe.enabled

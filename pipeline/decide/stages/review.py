@@ -67,6 +67,7 @@ _STATE: Final = ("_input", "_source", "_line")
 class ReviewStage:
     name = "review"
     order = 150
+    reason_codes = (REVIEW_AGREEING, REVIEW_OUTVOTED, *(c for c, _ in REVIEW_ACTIONS.values()))
 
     def __init__(self) -> None:
         self._found: dict[str, tuple[ScoringPlan, ReviewPolicy] | None] = {}

@@ -43,6 +43,7 @@ from pipeline.rubrics.scoring import (
     APPLIES,
     CRITERION,
     GATE,
+    REASON_CODES,
     output_names,
     score_frame,
 )
@@ -62,6 +63,7 @@ _ARROW: Final = {pl.Float64: pa.float64(), pl.Boolean: pa.bool_(), pl.String: pa
 class RubricScoring:
     name = "scoring"
     order = 300
+    reason_codes = REASON_CODES
 
     def __init__(self) -> None:
         self._plans: dict[str, ScoringPlan | None] = {}
