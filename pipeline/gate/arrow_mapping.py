@@ -27,11 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import orjson
 import pyarrow as pa
 
+from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.records.canonical import canonical_json
 
 __all__ = ["EXTRA_FIELD", "Codec", "MappingError", "RecordLayout", "derive_layout"]
@@ -40,8 +41,10 @@ EXTRA_FIELD: Final = "__extra__"
 _EXACT_FLOAT_INT: Final = 2**53
 
 
-class MappingError(ValueError):
+class MappingError(RowgateError, ValueError):
     """A schema-valid value that the derived Arrow layout cannot hold exactly."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT
 
 
 class Codec:

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
+
+from pipeline.core.errors import EXIT_FAILED, RowgateError
 
 __all__ = ["CanonicalJSONError", "canonical_json", "canonical_json_fast", "needs_slow_path"]
 
 
-class CanonicalJSONError(ValueError):
+class CanonicalJSONError(RowgateError, ValueError):
     """The value has no canonical JSON form (NaN, infinity, a non-JSON type)."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
 
 
 def _utf16_key(key: str) -> bytes:

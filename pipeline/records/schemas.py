@@ -21,11 +21,12 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import fastjsonschema
 
 from pipeline.core.bundled import bundled_dir
+from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.core.reasons import SCHEMA_PREFIX, Reason, RejectLine
 from pipeline.records.lineage import check_pin
 from pipeline.records.strict_json import parse_object
@@ -76,8 +77,10 @@ _SCHEMA_VALUES: Final = (
 _UNPORTABLE_PATTERN: Final = re.compile(r"(?<!\\)(?:\\\\)*\\[dDwWbBpP]")
 
 
-class SchemaError(ValueError):
+class SchemaError(RowgateError, ValueError):
     """A schema file that rowgate refuses to load, with every problem found."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT
 
 
 def _walk(schema: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -17,9 +17,10 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from pipeline.core.bundled import bundled_dir
+from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.core.reasons import RejectLine
 from pipeline.records.lineage import check_pin
 from pipeline.records.schemas import SchemaEntry, SchemaError, load_schema
@@ -46,8 +47,10 @@ FORMAT_SCHEMA: Final = "rubric.schema.json"
 WEIGHT_TOLERANCE: Final = 1e-9
 
 
-class RubricError(ValueError):
+class RubricError(RowgateError, ValueError):
     """A rubric or policy file that rowgate refuses to use, or a digest mismatch."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT
 
 
 class State(StrEnum):

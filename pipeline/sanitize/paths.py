@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
+
+from pipeline.core.errors import EXIT_USAGE, RowgateError
 
 __all__ = ["ANY_ELEMENT", "ANY_MEMBER", "FieldSelector", "SelectorError", "SelectorTrie"]
 
@@ -23,8 +25,10 @@ ANY_ELEMENT: Final = "[*]"
 _STEP: Final = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\.\*|\[\*\]")
 
 
-class SelectorError(ValueError):
+class SelectorError(RowgateError, ValueError):
     """A selector that does not parse or does not name a field of its kind."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 @dataclass(frozen=True)
