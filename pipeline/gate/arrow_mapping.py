@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.records.canonical import canonical_json
+from pipeline.records.schemas import resolve_ref
 
 __all__ = ["EXTRA_FIELD", "Codec", "MappingError", "RecordLayout", "derive_layout"]
 
@@ -227,14 +228,6 @@ class RecordLayout:
         return result
 
 
-def _resolve(ref: str, root: dict[str, Any]) -> Any:
-    node: Any = root
-    for part in ref.lstrip("#").split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node
-
-
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -276,7 +269,7 @@ def _codec(schema: Any, root: dict[str, Any], seen: frozenset[str]) -> Codec:
         ref = schema["$ref"]
         if ref in seen:
             return JsonText()  # recursive structure: Arrow types cannot recurse
-        target = _resolve(ref, root)
+        target = resolve_ref(ref, root)
         siblings = {k: v for k, v in schema.items() if k != "$ref"}
         merged = {**target, **siblings} if isinstance(target, dict) else target
         return _codec(merged, root, seen | {ref})
@@ -324,7 +317,7 @@ def _struct(
         codec = _codec(sub, root, seen)
         is_required = name in required
         nullable = isinstance(sub, dict) and "null" in _allowed_types(
-            _resolve(sub["$ref"], root) if "$ref" in sub else sub
+            resolve_ref(sub["$ref"], root) if "$ref" in sub else sub
         )
         null_as_text = not is_required and nullable
         if null_as_text:
