@@ -37,7 +37,7 @@ def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _number(value: float) -> str:
+def _jcs_number(value: float) -> str:
     """ECMAScript Number::toString of a finite double (RFC 8785 §3.2.2.3)."""
     if not math.isfinite(value):
         raise CanonicalJSONError("non-finite numbers have no JSON form")
@@ -84,7 +84,7 @@ def _serialize(value: Any, out: list[str]) -> None:
     elif isinstance(value, int):
         out.append(str(value))
     elif isinstance(value, float):
-        out.append(_number(value))
+        out.append(_jcs_number(value))
     elif isinstance(value, dict):
         out.append("{")
         first = True
