@@ -24,7 +24,7 @@ import sys
 from types import FrameType
 from typing import Final
 
-# imports nothing: the errors' root and the exit codes cost no start-up time
+# the errors' module imports nothing else (~1 ms): only the command line is deferred
 from pipeline.core.errors import EXIT_FAILED, RowgateError
 
 #: 128 + SIGTERM
