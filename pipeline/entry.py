@@ -10,9 +10,11 @@ like Ctrl-C does: the workers are killed, the temporary output directory (stagin
 files) is removed, and nothing is published. The command exits with 143 (128 + SIGTERM,
 what shells and schedulers expect of a terminated process), after Ctrl-C with 130.
 
-An exception no command turns into a message is a defect of rowgate: it is reported by
-its class and where it was raised, exit 4, without its message or a traceback's, since
-polars and pyarrow quote the values they failed on (a record value may be a secret).
+A :class:`~pipeline.core.errors.RowgateError` that a command did not turn into a message
+is reported like one (its message names no record value) with its class's exit code. Any
+other exception is a defect of rowgate: it is reported by its class and where it was
+raised, exit 4, without its message or a traceback's, since polars and pyarrow quote the
+values they failed on (a record value may be a secret).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import sys
 from types import FrameType
 from typing import Final
 
+# the errors' module imports nothing else (~1 ms): only the command line is deferred
+from pipeline.core.errors import EXIT_FAILED, RowgateError
+
 #: 128 + SIGTERM
 EXIT_TERMINATED: Final = 143
-#: the run failed (:data:`pipeline.cli._common.EXIT_FAILED`, not imported: see above)
-EXIT_FAILED: Final = 4
 #: innermost frames printed for a defect
 _DEFECT_FRAMES: Final = 8
 
@@ -50,6 +53,9 @@ def main() -> None:
     except Terminated:
         print("error: terminated (SIGTERM)", file=sys.stderr)
         sys.exit(EXIT_TERMINATED)
+    except RowgateError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(error.exit_code)
     except Exception as error:
         _report_defect(error)
         sys.exit(EXIT_FAILED)

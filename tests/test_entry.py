@@ -11,6 +11,7 @@ import pytest
 
 import pipeline.cli
 from pipeline import entry
+from pipeline.core.config import ConfigError
 from tests.conftest import ROOT
 
 SECRET = "sk-live-PLANTED-77aa01"
@@ -43,6 +44,22 @@ def test_a_defect_is_reported_by_place_never_by_message(
     assert "internal error builtins.ValueError" in stderr
     assert "test_entry.py" in stderr
     assert "in crash" in stderr
+
+
+def test_a_library_error_outside_a_command_is_reported_with_its_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A RowgateError no command caught (raised outside ``library_errors``) was reported
+    as an internal error, exit 4, its message withheld."""
+
+    def refuse() -> None:
+        raise ConfigError("limits.max_depth: must be at most 4096")
+
+    monkeypatch.setattr(pipeline.cli, "main", refuse)
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == ConfigError.exit_code == 2
+    assert capsys.readouterr().err == "error: limits.max_depth: must be at most 4096\n"
 
 
 _SIGTERM_SCRIPT = """

@@ -9,14 +9,18 @@ Exit codes (also in the README):
 2  usage or config error (bad flag, unknown config key, bad value); an OUT that is,
    holds or lies inside an input or the config; ``--force`` on a path rowgate did not write
 3  input error: missing input, unknown kind, corrupt or over-expanding compressed
-   stream, refused or mismatched schema, rubric or policy; a malformed rubric tree or
-   grades file; a scoring binding that fails on a row's value
+   stream, refused or mismatched schema (or one the Arrow layout cannot hold), rubric or
+   policy; a malformed rubric tree or grades file; a scoring binding that fails on a
+   row's value
 4  the command failed (a worker died, OUT exists without ``--force`` or is held by
    another command, disk error, an internal error); nothing was written
 5  ``run``: OUT was written, but the rejected and quarantined share of lines exceeds
    ``--max-rejected-share`` (``run.max_rejected_share``)
 130  interrupted by Ctrl-C; 143 by SIGTERM (workers stopped, temporary files removed)
 == =================================================================
+
+Each library error states its code (``exit_code``, :mod:`pipeline.core.errors`);
+:func:`pipeline.cli._common.library_errors` maps by it.
 """
 
 from __future__ import annotations

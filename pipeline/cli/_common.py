@@ -17,18 +17,24 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from pipeline.core.config import ConfigError
-from pipeline.engines import EngineError
-from pipeline.jobs.run import InputError, RunError
-from pipeline.output.manifest import ManifestError
-from pipeline.output.outdir import OutputBusyError, OutputExistsError, UnsafeOutputError
-from pipeline.records.schemas import SchemaError
-from pipeline.rubrics.model import RubricError
+from pipeline.core.errors import EXIT_FAILED, EXIT_INPUT, EXIT_USAGE, RowgateError
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INPUT",
+    "EXIT_MISMATCH",
+    "EXIT_REJECTED_SHARE",
+    "EXIT_USAGE",
+    "err",
+    "fail",
+    "library_errors",
+    "os_error_message",
+    "out",
+    "styled",
+    "writing_directory",
+]
 
 EXIT_MISMATCH: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_INPUT: Final = 3
-EXIT_FAILED: Final = 4
 #: ``run --max-rejected-share``: OUT was written, but too many lines failed the gate
 EXIT_REJECTED_SHARE: Final = 5
 
@@ -67,19 +73,17 @@ def os_error_message(exc: OSError, writing: str | None = None) -> str:
 def library_errors(writing: str | None = None) -> Iterator[None]:
     """Map library exceptions to messages and documented exit codes.
 
+    A :class:`~pipeline.core.errors.RowgateError` exits with its class's ``exit_code``
+    (the hierarchy is drawn in :mod:`pipeline.core.errors`); its message names no record
+    value, so it is printed as it is.
+
     ``writing`` says what the command writes (e.g. "OUT's temporary directory beside
     it, in PARENT"), for an operating-system error that names no file.
     """
     try:
         yield
-    except (ConfigError, UnsafeOutputError) as exc:
-        # an OUT that would put a user's files at risk is a wrong --out, refused before
-        # any work; its content is not the problem (that would be an input error, 3)
-        fail(str(exc), EXIT_USAGE)
-    except (InputError, SchemaError, ManifestError, RubricError) as exc:
-        fail(str(exc), EXIT_INPUT)
-    except (RunError, EngineError, OutputExistsError, OutputBusyError) as exc:
-        fail(str(exc), EXIT_FAILED)
+    except RowgateError as exc:
+        fail(str(exc), exc.exit_code)
     except OSError as exc:
         fail(os_error_message(exc, writing), EXIT_FAILED)
     except KeyboardInterrupt:

@@ -21,8 +21,9 @@ import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar, Union
+from typing import Any, ClassVar, Final, TypeVar, Union
 
+from pipeline.core.errors import EXIT_USAGE, RowgateError
 from pipeline.core.limits import (
     BATCH_BYTES,
     MAX_DECOMPRESSED_BYTES,
@@ -62,8 +63,10 @@ GiB: Final = 1 << 30
 _SHA256: Final = re.compile(r"[0-9a-f]{64}")
 
 
-class ConfigError(ValueError):
+class ConfigError(RowgateError, ValueError):
     """An invalid campaign config or flag, with the path of the offending key."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 @dataclass(frozen=True)

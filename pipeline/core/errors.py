@@ -1,16 +1,63 @@
-"""The errors rowgate raises for what a user gave it, each a :class:`RowgateError`.
+"""The root of every error rowgate raises, and the exit code each one stands for.
 
-The command line maps them to exit codes by class (:mod:`pipeline.cli._common`).
+Every library error derives from :class:`RowgateError` and states, as the class attribute
+``exit_code``, the exit code the command line reports it with
+(:func:`pipeline.cli._common.library_errors` maps by that attribute, never by a list of
+classes). A class may keep a built-in secondary base (``ValueError``, ``KeyError``,
+``RuntimeError``) so that code catching that base keeps working::
+
+    RowgateError
+    ├── exit 2, usage: a flag, config or OUT the command refuses
+    │   ├── ConfigError (core.config)
+    │   ├── SelectorError (sanitize.paths): a sanitize policy's field path
+    │   └── UnsafeOutputError (output.outdir)
+    ├── exit 3, input: something the command reads is missing, corrupt or refused
+    │   ├── InputError
+    │   │   ├── DecompressionLimitError (gate.reader)
+    │   │   └── ReferenceTableError (kinds.rules)
+    │   ├── UnknownKindError (kinds.base)
+    │   ├── SchemaError (records.schemas)
+    │   ├── MappingError (gate.arrow_mapping): a schema or value the Arrow layout cannot hold
+    │   ├── ManifestError (output.manifest)
+    │   └── RubricError (rubrics.model)
+    │       ├── BindingError (rubrics.bindings)
+    │       └── TreeError (rubrics.tree)
+    └── exit 4, failed: the command could not complete
+        ├── CanonicalJSONError (records.canonical): a value with no canonical JSON form
+        ├── EngineError (engines)
+        ├── OutputExistsError, OutputBusyError (output.outdir)
+        └── RunError (jobs.run)
+
+Messages name files, keys, kinds and rules, never a record's value: the command line
+prints them as they are.
 """
 
 from __future__ import annotations
 
-__all__ = ["InputError", "RowgateError"]
+from typing import ClassVar, Final
+
+__all__ = ["EXIT_FAILED", "EXIT_INPUT", "EXIT_USAGE", "InputError", "RowgateError"]
+
+#: a bad flag, config key or value; an OUT the command refuses to write
+EXIT_USAGE: Final = 2
+#: an input that is missing, corrupt or refused
+EXIT_INPUT: Final = 3
+#: the command failed; nothing was written
+EXIT_FAILED: Final = 4
 
 
 class RowgateError(Exception):
-    """Base of every error rowgate raises for a user's input, configuration or output."""
+    """Base of every error rowgate raises for a user's input, configuration or output.
+
+    A subclass sets ``exit_code`` (:data:`EXIT_USAGE`, :data:`EXIT_INPUT` or
+    :data:`EXIT_FAILED`); the root leaves it unset, so a subclass that forgets it fails
+    ``tests/core/test_errors.py``.
+    """
+
+    exit_code: ClassVar[int]
 
 
 class InputError(RowgateError, ValueError):
     """An input that cannot be read as declared (missing, corrupt, wrong compression)."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT

@@ -35,7 +35,9 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.context import SpawnContext, SpawnProcess
 from types import TracebackType
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, TypeVar
+
+from pipeline.core.errors import EXIT_FAILED, RowgateError
 
 __all__ = ["EngineError", "LocalEngine", "Progress", "Step", "release_memory"]
 
@@ -47,8 +49,10 @@ R = TypeVar("R")
 Progress = Callable[[int, int], None]
 
 
-class EngineError(RuntimeError):
+class EngineError(RowgateError, RuntimeError):
     """A worker failed for an operational reason; the run cannot complete."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
 
 
 class Step(Generic[S, T, R]):

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import orjson
 import pyarrow as pa
 
+from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.records.canonical import canonical_json
+from pipeline.records.schemas import resolve_ref
 
 __all__ = ["EXTRA_FIELD", "Codec", "MappingError", "RecordLayout", "derive_layout"]
 
@@ -40,8 +42,10 @@ EXTRA_FIELD: Final = "__extra__"
 _EXACT_FLOAT_INT: Final = 2**53
 
 
-class MappingError(ValueError):
+class MappingError(RowgateError, ValueError):
     """A schema-valid value that the derived Arrow layout cannot hold exactly."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT
 
 
 class Codec:
@@ -224,14 +228,6 @@ class RecordLayout:
         return result
 
 
-def _resolve(ref: str, root: dict[str, Any]) -> Any:
-    node: Any = root
-    for part in ref.lstrip("#").split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node
-
-
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -273,7 +269,7 @@ def _codec(schema: Any, root: dict[str, Any], seen: frozenset[str]) -> Codec:
         ref = schema["$ref"]
         if ref in seen:
             return JsonText()  # recursive structure: Arrow types cannot recurse
-        target = _resolve(ref, root)
+        target = resolve_ref(ref, root)
         siblings = {k: v for k, v in schema.items() if k != "$ref"}
         merged = {**target, **siblings} if isinstance(target, dict) else target
         return _codec(merged, root, seen | {ref})
@@ -321,7 +317,7 @@ def _struct(
         codec = _codec(sub, root, seen)
         is_required = name in required
         nullable = isinstance(sub, dict) and "null" in _allowed_types(
-            _resolve(sub["$ref"], root) if "$ref" in sub else sub
+            resolve_ref(sub["$ref"], root) if "$ref" in sub else sub
         )
         null_as_text = not is_required and nullable
         if null_as_text:

@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar, cast
+from typing import Any, ClassVar, Final, TypeVar, cast
 
 from pipeline.core.config import CampaignConfig, ConfigError, InputSpec
+from pipeline.core.errors import EXIT_FAILED, RowgateError
 from pipeline.decide.context import GlobalContext, rejected_columns, run_global
 from pipeline.engines import LocalEngine
 from pipeline.gate.gate import Gate
@@ -51,8 +52,10 @@ __all__ = ["InputError", "RunError", "RunObserver", "RunResult", "expand_inputs"
 T = TypeVar("T")
 
 
-class RunError(RuntimeError):
+class RunError(RowgateError, RuntimeError):
     """The run could not complete; nothing was written to the output directory."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
+from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.core.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
 
 if TYPE_CHECKING:  # polars stays out of the gate workers, which import every kind
@@ -17,8 +18,10 @@ __all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind",
 VERSION_FIELDS: Final = ("schema_version", "schema", "version")
 
 
-class UnknownKindError(KeyError):
+class UnknownKindError(RowgateError, KeyError):
     """A kind name that no registered plug-in answers to."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT
 
     def __str__(self) -> str:
         return f"unknown record kind {self.args[0]!r}; known kinds: {', '.join(sorted(KINDS))}"

@@ -49,7 +49,7 @@ __all__ = [
     "Check",
     "Finding",
     "RecordRule",
-    "ReferenceError",
+    "ReferenceTableError",
     "RuleContext",
     "Severity",
     "Spec",
@@ -180,7 +180,7 @@ def record_rule(
     return register
 
 
-class ReferenceError(InputError):
+class ReferenceTableError(InputError):
     """A reference table that cannot be used (unreadable, or not matching its digest)."""
 
 
@@ -220,8 +220,8 @@ def _rows(table: ReferenceTable, config: CampaignConfig, name: str) -> Iterator[
     """Rows of a JSONL or Parquet reference table, after checking its pinned digest."""
     path = config.resolve_path(table.path)
     if not path.is_file():
-        raise ReferenceError(f"references.{name}: no such file {path}")
-    check_pin(f"references.{name}: {path}", file_sha256(path), table.sha256, ReferenceError)
+        raise ReferenceTableError(f"references.{name}: no such file {path}")
+    check_pin(f"references.{name}: {path}", file_sha256(path), table.sha256, ReferenceTableError)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -234,9 +234,11 @@ def _rows(table: ReferenceTable, config: CampaignConfig, name: str) -> Iterator[
             try:
                 row = orjson.loads(line)
             except orjson.JSONDecodeError:
-                raise ReferenceError(f"references.{name}: {path}:{number} is not JSON") from None
+                raise ReferenceTableError(
+                    f"references.{name}: {path}:{number} is not JSON"
+                ) from None
             if not isinstance(row, dict):
-                raise ReferenceError(f"references.{name}: {path}:{number} is not an object")
+                raise ReferenceTableError(f"references.{name}: {path}:{number} is not an object")
             yield row
 
 
@@ -249,22 +251,24 @@ def load_rule_context(config: CampaignConfig) -> RuleContext:
         for row in _rows(refs.documents, config, "documents"):
             doc_id, digest, text = row.get("id"), row.get("sha256"), row.get("text")
             if not (isinstance(doc_id, str) and isinstance(digest, str) and isinstance(text, str)):
-                raise ReferenceError(
+                raise ReferenceTableError(
                     "references.documents: every row needs string id, sha256, text"
                 )
             if hashlib.sha256(text.encode("utf-8")).hexdigest() != digest:
-                raise ReferenceError(
+                raise ReferenceTableError(
                     f"references.documents: document {doc_id!r} text does not match its sha256"
                 )
             if doc_id in documents:
-                raise ReferenceError(f"references.documents: document {doc_id!r} listed twice")
+                raise ReferenceTableError(f"references.documents: document {doc_id!r} listed twice")
             documents[doc_id] = Document(digest, text)
     authorised = None
     if refs.authorised_documents is not None:
         ids = []
         for row in _rows(refs.authorised_documents, config, "authorised_documents"):
             if not isinstance(row.get("id"), str):
-                raise ReferenceError("references.authorised_documents: every row needs a string id")
+                raise ReferenceTableError(
+                    "references.authorised_documents: every row needs a string id"
+                )
             ids.append(row["id"])
         authorised = frozenset(ids)
     scored_with = {kind: scoring.rubric for kind, scoring in config.scoring.items()}

@@ -14,8 +14,9 @@ import importlib.metadata
 import json
 import platform
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
+from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.records.canonical import canonical_json
 from pipeline.records.lineage import file_sha256
 
@@ -126,8 +127,10 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
     return path
 
 
-class ManifestError(ValueError):
+class ManifestError(RowgateError, ValueError):
     """A missing or unreadable manifest."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT
 
 
 def load_manifest(directory: Path) -> dict[str, Any]:

@@ -34,7 +34,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import ClassVar, Final
+
+from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
 
 __all__ = [
     "OutputBusyError",
@@ -62,17 +64,25 @@ def _step(name: str) -> None:
     pass
 
 
-class OutputExistsError(RuntimeError):
+class OutputExistsError(RowgateError, RuntimeError):
     """The output directory exists and the caller did not ask to replace it."""
 
+    exit_code: ClassVar[int] = EXIT_FAILED
 
-class UnsafeOutputError(ValueError):
+
+class UnsafeOutputError(RowgateError, ValueError):
     """OUT cannot be written without risking a user's data: it is, contains or lies inside
     a path the command reads, or ``--force`` would replace something rowgate did not write."""
 
+    # a wrong --out, refused before any work; its content is not the problem (that would
+    # be an input error)
+    exit_code: ClassVar[int] = EXIT_USAGE
 
-class OutputBusyError(RuntimeError):
+
+class OutputBusyError(RowgateError, RuntimeError):
     """Another command holds the lock on this output directory."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
 
 
 def _pid_alive(pid: int) -> bool:

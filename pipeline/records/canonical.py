@@ -18,22 +18,26 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
+
+from pipeline.core.errors import EXIT_FAILED, RowgateError
 
 __all__ = ["CanonicalJSONError", "canonical_json", "canonical_json_fast", "needs_slow_path"]
 
 
-class CanonicalJSONError(ValueError):
+class CanonicalJSONError(RowgateError, ValueError):
     """The value has no canonical JSON form (NaN, infinity, a non-JSON type)."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
 
 
 def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _number(value: float) -> str:
+def _jcs_number(value: float) -> str:
     """ECMAScript Number::toString of a finite double (RFC 8785 §3.2.2.3)."""
     if not math.isfinite(value):
         raise CanonicalJSONError("non-finite numbers have no JSON form")
@@ -80,7 +84,7 @@ def _serialize(value: Any, out: list[str]) -> None:
     elif isinstance(value, int):
         out.append(str(value))
     elif isinstance(value, float):
-        out.append(_number(value))
+        out.append(_jcs_number(value))
     elif isinstance(value, dict):
         out.append("{")
         first = True

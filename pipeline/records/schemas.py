@@ -21,11 +21,13 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
+from urllib.parse import unquote
 
 import fastjsonschema
 
 from pipeline.core.bundled import bundled_dir
+from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.core.reasons import Reason, RejectLine, schema_code
 from pipeline.records.lineage import check_pin
 from pipeline.records.strict_json import parse_object
@@ -38,6 +40,7 @@ __all__ = [
     "integers_bounded",
     "lint_schema",
     "number_paths",
+    "resolve_ref",
     "safe_path",
     "static_bounds",
 ]
@@ -74,10 +77,43 @@ _SCHEMA_VALUES: Final = (
 )  # fmt: skip
 # ECMA-262 and Python disagree on these classes (\d matches Arabic-Indic digits in Python).
 _UNPORTABLE_PATTERN: Final = re.compile(r"(?<!\\)(?:\\\\)*\\[dDwWbBpP]")
+# RFC 6901: an array index is 0 or digits without a leading zero
+_ARRAY_INDEX: Final = re.compile(r"0|[1-9][0-9]*")
 
 
-class SchemaError(ValueError):
+class SchemaError(RowgateError, ValueError):
     """A schema file that rowgate refuses to load, with every problem found."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT
+
+
+def resolve_ref(ref: str, root: Any) -> Any:
+    """The subschema that a local ``$ref`` names in the schema document ``root``.
+
+    A local reference is a URI fragment holding an RFC 6901 JSON Pointer: ``#`` is the
+    root, ``#/$defs/a~1b`` the member ``a/b`` of ``$defs`` (``~1`` is ``/``, ``~0`` is
+    ``~``), ``#/allOf/0`` an array's first element. The fragment is percent-decoded
+    first (RFC 6901 §6), as fastjsonschema does when it compiles the same reference.
+
+    >>> resolve_ref("#/$defs/m~0n~1s", {"$defs": {"m~n/s": {"type": "string"}}})
+    {'type': 'string'}
+
+    Raises :class:`SchemaError` for a reference that is not a local JSON Pointer or
+    names nothing in ``root``.
+    """
+    pointer = unquote(ref[1:]) if isinstance(ref, str) and ref.startswith("#") else None
+    if pointer is None or (pointer and not pointer.startswith("/")):
+        raise SchemaError(f"$ref {ref!r}: not a local JSON Pointer ('#' or '#/...')")
+    node = root
+    for token in pointer.split("/")[1:]:
+        member = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and member in node:
+            node = node[member]
+        elif isinstance(node, list) and _ARRAY_INDEX.fullmatch(member) and int(member) < len(node):
+            node = node[int(member)]
+        else:
+            raise SchemaError(f"$ref {ref!r}: the schema has nothing at {member!r}")
+    return node
 
 
 def _walk(schema: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -251,7 +287,7 @@ def number_paths(
         return None
     if "$ref" in schema:
         ref = schema["$ref"]
-        return None if ref in _seen else number_paths(_resolve(ref, root), root, _seen | {ref})
+        return None if ref in _seen else number_paths(resolve_ref(ref, root), root, _seen | {ref})
     if "const" in schema or "enum" in schema:
         literals = [schema["const"]] if "const" in schema else list(schema["enum"])
         if any(isinstance(v, dict | list) for v in literals):
@@ -287,20 +323,12 @@ def _literal_bounds(values: list[Any]) -> tuple[float, float]:
     return max(m[0] for m in measured), max(m[1] for m in measured)
 
 
-def _resolve(ref: str, root: Any) -> Any:
-    node = root
-    for part in ref.lstrip("#").split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node
-
-
 def _own_bounds(schema: dict[str, Any], root: Any, seen: frozenset[str]) -> tuple[float, float]:
     if "$ref" in schema:
         ref = schema["$ref"]
         if ref in seen:
             return INFINITE, INFINITE
-        return static_bounds(_resolve(ref, root), root, seen | {ref})
+        return static_bounds(resolve_ref(ref, root), root, seen | {ref})
     if "const" in schema:
         return _literal_bounds([schema["const"]])
     if "enum" in schema:
@@ -448,8 +476,8 @@ def _safe_path(schema: Any, parts: list[Any]) -> str:
     for part in parts:
         if isinstance(node, dict) and "$ref" in node:
             try:
-                node = _resolve(node["$ref"], schema)
-            except (KeyError, IndexError, ValueError):
+                node = resolve_ref(node["$ref"], schema)
+            except SchemaError:
                 node = None
         if isinstance(node, dict) and "items" in node and str(part).isdigit():
             out.append(f"[{part}]")

@@ -270,7 +270,7 @@ def _horizontal(
     axis_max, ticks = _ticks(0.0, max(totals, default=0.0), integer=integer, from_zero=True)
     shown = [_shorten(_clean(label)) for label in labels]
     label_w = max((_width(s, _LABEL_SIZE, _MONO_ADVANCE) for s in shown), default=0.0)
-    total_texts = [_number(t) for t in totals]
+    total_texts = [_label_number(t) for t in totals]
     value_w = max((_width(t, _TEXT_SIZE, _SANS_ADVANCE) for t in total_texts), default=0.0)
     left = _PAD + label_w + _GAP
     top = _TITLE_H
@@ -309,7 +309,7 @@ def _horizontal(
                 f'<rect class="bar" x="{_n(bar_x)}" y="{_n(middle - _BAR / 2)}" '
                 f'width="{_n(bar_w)}" height="{_n(_BAR)}" fill="{_escape(colours[name])}"/>'
             )
-            text = _number(value)
+            text = _label_number(value)
             if legend and value > 0 and bar_w >= _width(text, _TEXT_SIZE, _SANS_ADVANCE) + 6:
                 body.append(
                     f'<text x="{_n(bar_x + bar_w / 2)}" y="{_n(middle)}" dy="0.32em" '
@@ -435,7 +435,8 @@ def _n(value: float) -> str:
     return f"{round(value, 2) + 0.0:.2f}"
 
 
-def _number(value: float) -> str:
+def _label_number(value: float) -> str:
+    """A bar's value as its label shows it: thousands separated, two decimals unless whole."""
     if value.is_integer():
         return f"{int(value):,}"
     return f"{value:,.2f}"

@@ -17,9 +17,10 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from pipeline.core.bundled import bundled_dir
+from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.core.reasons import RejectLine
 from pipeline.records.lineage import check_pin
 from pipeline.records.schemas import SchemaEntry, SchemaError, load_schema
@@ -38,6 +39,7 @@ __all__ = [
     "RubricRegistry",
     "State",
     "load_rubric",
+    "plain_number",
 ]
 
 RUBRIC_DIR: Final = bundled_dir("rubrics")
@@ -46,8 +48,10 @@ FORMAT_SCHEMA: Final = "rubric.schema.json"
 WEIGHT_TOLERANCE: Final = 1e-9
 
 
-class RubricError(ValueError):
+class RubricError(RowgateError, ValueError):
     """A rubric or policy file that rowgate refuses to use, or a digest mismatch."""
+
+    exit_code: ClassVar[int] = EXIT_INPUT
 
 
 class State(StrEnum):
@@ -89,10 +93,16 @@ class Gate:
         if self.kind is GateKind.EQUALS:
             return f"{self.name} must be {str(self.value).lower()}"
         word = "at most" if self.kind is GateKind.AT_MOST else "at least"
-        return f"{self.name} must be {word} {_number(float(self.value))}"
+        return f"{self.name} must be {word} {plain_number(float(self.value))}"
 
 
-def _number(value: float) -> str:
+def plain_number(value: float) -> str:
+    """A rubric's number as its messages and reason details write it: ``3`` for ``3.0``,
+    otherwise Python's shortest round-trip digits (``0.75``, ``1e-07``).
+
+    >>> plain_number(3.0), plain_number(0.75)
+    ('3', '0.75')
+    """
     return str(int(value)) if value.is_integer() else repr(value)
 
 
@@ -206,15 +216,15 @@ def load_rubric(path: Path, format_schema: SchemaEntry | None = None) -> Rubric:
     if abs(total - 1.0) > WEIGHT_TOLERANCE:
         problems.append(f"$.criteria: weights sum to {total!r}, not 1 (within 1e-9)")
     problems += [
-        f"$.criteria[{n}].minimum_score: {_number(c.minimum_score)} is outside the scale "
-        f"{_number(low)}..{_number(high)}"
+        f"$.criteria[{n}].minimum_score: {plain_number(c.minimum_score)} is outside the scale "
+        f"{plain_number(low)}..{plain_number(high)}"
         for n, c in enumerate(criteria)
         if not low <= c.minimum_score <= high
     ]
     if not low <= acceptance <= high:
         problems.append(
-            f"$.weighted_acceptance_score: {_number(acceptance)} is outside the scale "
-            f"{_number(low)}..{_number(high)}"
+            f"$.weighted_acceptance_score: {plain_number(acceptance)} is outside the scale "
+            f"{plain_number(low)}..{plain_number(high)}"
         )
     if document["rubric_version"] != path.stem:
         problems.append(

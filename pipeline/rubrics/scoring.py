@@ -43,7 +43,7 @@ from pipeline.core.reasons import (
     RUBRIC_GATE_UNKNOWN,
     RUBRIC_OUT_OF_SCALE,
 )
-from pipeline.rubrics.model import Gate, GateKind, Rubric, State
+from pipeline.rubrics.model import Gate, GateKind, Rubric, State, plain_number
 
 __all__ = [
     "APPLIES",
@@ -111,10 +111,6 @@ def output_names(rubric: Rubric) -> dict[str, pl.DataType]:
 
 def _lit(state: State) -> pl.Expr:
     return pl.lit(state.value, pl.String)
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if value.is_integer() else repr(value)
 
 
 def _gate_passes(gate: Gate, value: pl.Expr) -> pl.Expr:
@@ -272,13 +268,13 @@ def score_frame(
             pl.lit(0.0)
         )
         path = paths.get(criterion.id, "")
-        scale = f"{_number(rubric.scale_minimum)}..{_number(rubric.scale_maximum)}"
+        scale = f"{plain_number(rubric.scale_minimum)}..{plain_number(rubric.scale_maximum)}"
         reasons += [
             _reason(
                 state == State.NOT_MET.value,
                 RUBRIC_BELOW_MINIMUM,
                 path,
-                f"{criterion.id}: below the minimum {_number(criterion.minimum_score)}",
+                f"{criterion.id}: below the minimum {plain_number(criterion.minimum_score)}",
             ),
             _reason(
                 applies.is_null(),
@@ -325,7 +321,7 @@ def score_frame(
             weighted_state == State.NOT_MET.value,
             RUBRIC_BELOW_ACCEPTANCE,
             "",
-            f"weighted score below the acceptance score {_number(acceptance)}",
+            f"weighted score below the acceptance score {plain_number(acceptance)}",
         )
     )
     columns += [weighted.alias(WEIGHTED_SCORE), weighted_state.alias(WEIGHTED_STATE)]

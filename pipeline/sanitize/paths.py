@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
+
+from pipeline.core.errors import EXIT_USAGE, RowgateError
+from pipeline.records.schemas import resolve_ref
 
 __all__ = ["ANY_ELEMENT", "ANY_MEMBER", "FieldSelector", "SelectorError", "SelectorTrie"]
 
@@ -23,8 +26,10 @@ ANY_ELEMENT: Final = "[*]"
 _STEP: Final = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\.\*|\[\*\]")
 
 
-class SelectorError(ValueError):
+class SelectorError(RowgateError, ValueError):
     """A selector that does not parse or does not name a field of its kind."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ class FieldSelector:
         """Raise :class:`SelectorError` unless the schema can hold this path."""
         node: Any = schema
         for i, step in enumerate(self.steps):
-            node = _resolve(schema, node)
+            node = _follow_refs(schema, node)
             if not isinstance(node, dict):
                 return  # a free-form value: any path may exist below it
             if step == ANY_ELEMENT:
@@ -110,13 +115,11 @@ def _types(node: dict[str, Any]) -> list[str]:
     return [types] if isinstance(types, str) else list(types)
 
 
-def _resolve(schema: dict[str, Any], node: Any) -> Any:
+def _follow_refs(schema: dict[str, Any], node: Any) -> Any:
+    """``node``, or the subschema its ``$ref`` (and the target's, and so on) names."""
     seen = 0
     while isinstance(node, dict) and "$ref" in node and seen < 32:
-        target: Any = schema
-        for part in str(node["$ref"]).lstrip("#").split("/")[1:]:
-            target = target.get(part.replace("~1", "/").replace("~0", "~"), {})
-        node, seen = target, seen + 1
+        node, seen = resolve_ref(node["$ref"], schema), seen + 1
     return node
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.gate.arrow_mapping import EXTRA_FIELD, MappingError, derive_layout
 from pipeline.records.canonical import canonical_json
-from pipeline.records.schemas import SchemaRegistry
+from pipeline.records.schemas import SchemaError, SchemaRegistry
 from pipeline.testing.synthetic import GENERATORS
 from tests.strategies import from_schema
 
@@ -102,3 +102,32 @@ def test_large_integer_in_number_field_is_refused() -> None:
     with pytest.raises(MappingError):
         layout.root.encode({"x": 2**53 + 1})
     assert layout.root.encode({"x": 2**53}) == {"x": 2**53}
+
+
+def test_refs_are_json_pointers() -> None:
+    """``~1``, ``~0`` and percent-encoding are read as the validator reads them: the
+    percent-encoded reference raised KeyError (an internal error) before."""
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "slash": {"$ref": "#/$defs/a~1b"},
+            "tilde": {"$ref": "#/$defs/m~0n"},
+            "space": {"$ref": "#/$defs/x%20y"},
+        },
+        "$defs": {
+            "a/b": {"type": "integer"},
+            "m~n": {"type": "boolean"},
+            "x y": {"type": "string"},
+        },
+    }
+    types = {f.name: f.type for f in derive_layout(schema).fields}
+    assert types == {"slash": pa.int64(), "tilde": pa.bool_(), "space": pa.string()}
+
+
+def test_a_ref_to_nothing_is_a_schema_error() -> None:
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/gone"}}, "$defs": {}}
+    with pytest.raises(
+        SchemaError, match=r"\$ref '#/\$defs/gone': the schema has nothing at 'gone'"
+    ):
+        derive_layout(schema)

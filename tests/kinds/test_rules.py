@@ -22,7 +22,7 @@ from pipeline.core.config import (
 )
 from pipeline.core.reasons import Disposition
 from pipeline.gate.gate import Gate
-from pipeline.kinds.rules import RULES, ReferenceError, Severity, load_rule_context
+from pipeline.kinds.rules import RULES, ReferenceTableError, Severity, load_rule_context
 from pipeline.testing.synthetic import DOCUMENTS, RULE_VIOLATIONS, make_record
 from tests.conftest import DATA
 
@@ -438,18 +438,18 @@ def test_reference_table_digests_are_enforced(tmp_path: Path) -> None:
     load_rule_context(
         CampaignConfig(references=References(documents=ReferenceTable(str(docs), good)))
     )
-    with pytest.raises(ReferenceError, match="does not match the pinned"):
+    with pytest.raises(ReferenceTableError, match="does not match the pinned"):
         load_rule_context(
             CampaignConfig(references=References(documents=ReferenceTable(str(docs), "0" * 64)))
         )
     rows = [json.loads(line) for line in docs.read_text().splitlines()]
     rows[0]["text"] += " tampered"
     docs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    with pytest.raises(ReferenceError, match="does not match its sha256"):
+    with pytest.raises(ReferenceTableError, match="does not match its sha256"):
         load_rule_context(
             CampaignConfig(references=References(documents=ReferenceTable(str(docs))))
         )
-    with pytest.raises(ReferenceError, match="no such file"):
+    with pytest.raises(ReferenceTableError, match="no such file"):
         load_rule_context(
             CampaignConfig(
                 references=References(documents=ReferenceTable(str(tmp_path / "x.jsonl")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from pipeline.records.schemas import (
     compile_schema,
     lint_schema,
     number_paths,
+    resolve_ref,
     static_bounds,
 )
 from pipeline.records.strict_json import measure
@@ -285,3 +287,70 @@ def test_number_paths_are_none_where_the_schema_leaves_it_open() -> None:
     assert number_paths(
         {**closed, "properties": {"o": {**nullable, "properties": {"n": numbers}}}}
     ) == {("o", "n")}
+
+
+_POINTER_DOC: dict[str, object] = {
+    "$defs": {"a/b": {"type": "string"}, "m~n": {"type": "integer"}, "~1": {"const": 1}},
+    "allOf": [{"type": "object"}, {"required": ["x"]}],
+    "properties": {"a b": {"type": "null"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("#", _POINTER_DOC),
+        ("#/$defs/a~1b", {"type": "string"}),
+        ("#/$defs/m~0n", {"type": "integer"}),
+        # ~01 is "~" then "1" (~0 is decoded last), never "/"
+        ("#/$defs/~01", {"const": 1}),
+        ("#/allOf/1", {"required": ["x"]}),
+        # a URI fragment is percent-encoded (RFC 6901 §6), as fastjsonschema reads it
+        ("#/properties/a%20b", {"type": "null"}),
+    ],
+)
+def test_resolve_ref_reads_rfc_6901_pointers(ref: str, expected: object) -> None:
+    assert resolve_ref(ref, _POINTER_DOC) == expected
+
+
+@pytest.mark.parametrize(
+    ("ref", "needle"),
+    [
+        ("#/$defs/a/b", "nothing at 'a'"),
+        ("#/$defs/missing", "nothing at 'missing'"),
+        ("#/allOf/2", "nothing at '2'"),
+        ("#/allOf/-1", "nothing at '-1'"),
+        ("#/allOf/01", "nothing at '01'"),
+        ("#/$defs/a~1b/type/x", "nothing at 'x'"),
+        ("#anchor", "not a local JSON Pointer"),
+        ("other.json#/$defs/a~1b", "not a local JSON Pointer"),
+    ],
+)
+def test_resolve_ref_refuses_a_missing_target(ref: str, needle: str) -> None:
+    with pytest.raises(SchemaError, match=needle):
+        resolve_ref(ref, _POINTER_DOC)
+
+
+@given(st.lists(st.text(max_size=8), min_size=1, max_size=4))
+def test_resolve_ref_finds_any_member_name(names: list[str]) -> None:
+    """Every member name, escaped as RFC 6901 says, names its member: the one resolver
+    every ``$ref`` reader uses (registry bounds, Arrow layout, sanitize paths)."""
+    root: dict[str, object] = {"leaf": True}
+    for name in reversed(names):
+        root = {name: root}
+    tokens = [quote(n.replace("~", "~0").replace("/", "~1"), safe="") for n in names]
+    assert resolve_ref("#/" + "/".join(tokens), root) == {"leaf": True}
+
+
+def test_a_percent_encoded_ref_is_read_as_the_validator_reads_it() -> None:
+    """The registry's bounds read ``#/$defs/a%20b`` as the member ``a%20b``, which
+    fastjsonschema (percent-decoding it) does not need: loading raised KeyError."""
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"n": {"$ref": "#/$defs/a%20b"}},
+        "$defs": {"a b": {"type": "integer", "minimum": 0, "maximum": 9}},
+    }
+    assert compile_schema(schema)({"n": 3}) == {"n": 3}
+    assert static_bounds(schema) == (1, 1)
+    assert number_paths(schema) == frozenset({("n",)})

@@ -17,6 +17,7 @@ from pipeline.rubrics.model import (
     RubricError,
     RubricRegistry,
     load_rubric,
+    plain_number,
 )
 from tests.conftest import SHARED
 
@@ -137,3 +138,12 @@ def test_pins(tmp_path: Path) -> None:
         RubricRegistry(tmp_path).get("absent")
     with pytest.raises(RubricError, match="no rubric"):
         RubricRegistry(tmp_path).get("rubric.schema")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(3.0, "3"), (-0.0, "0"), (0.75, "0.75"), (1e-07, "1e-07"), (1e16, "10000000000000000")],
+)
+def test_plain_number_is_how_rubric_messages_write_numbers(value: float, text: str) -> None:
+    """One function for the rubric loader's messages and the scoring reasons' details."""
+    assert plain_number(value) == text
