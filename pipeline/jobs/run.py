@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar, cast
 
 from pipeline.core.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.decide.context import GlobalContext, rejected_columns, run_global
-from pipeline.engines import LocalEngine
+from pipeline.engines import get_engine
 from pipeline.gate.gate import Gate
 from pipeline.gate.reader import (
     JSONL_SUFFIXES,
@@ -254,12 +254,13 @@ def run(
     started = time.perf_counter()
     if not config.inputs:
         raise ConfigError("no inputs: give input paths or [[inputs]] in the campaign config")
+    engine_type = get_engine(config.engine.name)
     inputs = expand_inputs(config.inputs, config)
     timings: dict[str, float] = {}
     known_shards = _known_shards(config, inputs)
     with (
         claim_output(out, force=force, protect=_read_paths(config, inputs)) as claim,
-        LocalEngine(config.engine.resolved_workers(known_shards)) as engine,
+        engine_type.from_settings(config.engine, known_shards) as engine,
     ):
         # Workers start (imports, the gate, declared kinds' schemas) during the preflight,
         # no more of them than there are shards to gate.
@@ -354,7 +355,7 @@ def _gate_tasks(
     config: CampaignConfig, inputs: list[InputFile], root: Path, shards: list[Shard]
 ) -> tuple[Iterable[GateTask], Callable[[GateTask], int] | None]:
     """The gate phase's tasks, one per shard (each appended to ``shards`` when cut), and
-    the cost that orders them, if any (:meth:`LocalEngine.map`).
+    the cost that orders them, if any (:meth:`pipeline.engines.Engine.map`).
 
     Compressed inputs are decompressed into spill files of ``engine.shard_bytes`` (so
     that several workers gate one; staging, spills included, goes before OUT is
