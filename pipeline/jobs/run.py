@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 import threading
 import time
@@ -34,7 +33,7 @@ from pipeline.gate.reader import (
     iter_shards,
     plain_shard_count,
 )
-from pipeline.gate.staging import STAGING_DIR, GateTask, ShardSummary, gate_step, spill_dir
+from pipeline.gate.staging import GateTask, ShardSummary, gate_step
 from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.output.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
 from pipeline.output.outdir import claim_output
@@ -44,6 +43,7 @@ from pipeline.records.schemas import SchemaError
 from pipeline.reports.run_report import write_run_report
 from pipeline.rubrics.campaign import load_campaign_rubrics
 from pipeline.rubrics.model import RubricError
+from pipeline.storage import RunStorage
 
 __all__ = ["InputError", "RunError", "RunObserver", "RunResult", "expand_inputs", "run"]
 
@@ -267,12 +267,13 @@ def run(
         engine.start(gate_step(config), tasks=known_shards)
         gate = _preflight(config)
         with claim.staging() as tmp:
+            storage = RunStorage(tmp)
             digests = _hash_inputs(inputs)
             observer.on_start(sum(f.expected_bytes for f in inputs))
             observer.on_phase("gate")
             t0 = time.perf_counter()
             shards: list[Shard] = []
-            gate_tasks, cost = _gate_tasks(config, inputs, tmp, shards)
+            gate_tasks, cost = _gate_tasks(config, inputs, storage, shards)
             summaries = engine.map(gate_step(config), gate_tasks, observer.on_progress, cost)
             timings["gate_s"] = time.perf_counter() - t0
 
@@ -280,7 +281,7 @@ def run(
             observer.on_phase("global")
             t0 = time.perf_counter()
             global_ctx = GlobalContext(
-                config, tmp, shards, summaries, line_bases, engine, on_stage=observer.on_stage
+                config, storage, shards, summaries, line_bases, engine, on_stage=observer.on_stage
             )
             outcome = run_global(global_ctx)
             timings["global_s"] = time.perf_counter() - t0
@@ -293,7 +294,7 @@ def run(
                 WriteTask(
                     shard=shards[s.shard],
                     line_base=line_bases[s.shard],
-                    root=tmp,
+                    storage=storage,
                     kinds=tuple(s.kinds),
                     decisions={k: d[s.shard] for k, d in outcome.decisions.items() if s.shard in d},
                     columns=outcome.columns,
@@ -307,7 +308,7 @@ def run(
                 write_step(config), tasks, lambda _, rows: observer.on_written(rows)
             )
             timings["write_s"] = time.perf_counter() - t0
-            shutil.rmtree(tmp / STAGING_DIR, ignore_errors=True)
+            storage.remove_staging()
 
             observer.on_phase("report")
             input_digests = digests.result()
@@ -352,7 +353,7 @@ def _exact_bytes(resolved: str) -> dict[str, str]:
 
 
 def _gate_tasks(
-    config: CampaignConfig, inputs: list[InputFile], root: Path, shards: list[Shard]
+    config: CampaignConfig, inputs: list[InputFile], storage: RunStorage, shards: list[Shard]
 ) -> tuple[Iterable[GateTask], Callable[[GateTask], int] | None]:
     """The gate phase's tasks, one per shard (each appended to ``shards`` when cut), and
     the cost that orders them, if any (:meth:`pipeline.engines.Engine.map`).
@@ -364,12 +365,12 @@ def _gate_tasks(
     workers had nothing to do. Otherwise every shard is cut at once, so the tasks are
     given largest-first (``cost``): a small shard last leaves less idle time at the end.
     """
-    spill = spill_dir(root) if config.engine.spill_compressed else None
+    spill = storage.spill_dir() if config.engine.spill_compressed else None
 
     def tasks() -> Iterator[GateTask]:
         for shard in iter_shards(inputs, config.engine.shard_bytes, spill):
             shards.append(shard)
-            yield GateTask(shard, root)
+            yield GateTask(shard, storage)
 
     if _known_shards(config, inputs) is None:
         return tasks(), None
