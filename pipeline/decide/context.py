@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, Protocol, cast
 
 import polars as pl
@@ -35,8 +34,8 @@ from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import CATALOGUE, REASONS_TYPE, Disposition
 from pipeline.engines import Engine
 from pipeline.gate.reader import Shard
-from pipeline.gate.staging import ShardSummary, scan_staged
-from pipeline.storage import WrittenFile, write_table
+from pipeline.gate.staging import ShardSummary
+from pipeline.storage import RunStorage, WrittenFile
 
 __all__ = [
     "DEDUPE_RULE",
@@ -97,8 +96,13 @@ DEDUPE_RULE: Final = OutputColumn("_dedupe_rule", pa.string(), frozenset({Dispos
 
 @dataclass(frozen=True)
 class GlobalContext:
+    """What a stage sees of the run. Stages reach staged rows only through it
+    (:meth:`evaluate`, :meth:`fetch`, :meth:`scan`, :meth:`staged`), never by a path: the
+    run's :attr:`storage` owns where they are. A stage that fans work out to the engine
+    gives its step :attr:`storage` (picklable) and reads through it in the worker."""
+
     config: CampaignConfig
-    root: Path
+    storage: RunStorage
     shards: Sequence[Shard]
     summaries: Sequence[ShardSummary]
     line_bases: Sequence[int]
@@ -118,7 +122,7 @@ class GlobalContext:
     ) -> WrittenFile:
         """Write a whole-run Parquet table under the output directory (deterministically)
         and list it in the manifest, e.g. ``write_artifact("dedupe/clusters.parquet", t)``."""
-        written = write_table(table, self.root, relative, "artifact", kind, self.config)
+        written = self.storage.write_table(table, relative, "artifact", kind, self.config)
         self.artifacts.append(written)
         return written
 
@@ -133,6 +137,15 @@ class GlobalContext:
         """A row's split, from its ``_input`` column."""
         return pl.col("_input").replace_strict(self.split_of(), return_dtype=pl.String)
 
+    def staged(self, shard: int, kind: str) -> pl.LazyFrame:
+        """One shard's staged rows of ``kind`` as a lazy scan (project what you need)."""
+        return self.storage.scan_staged(shard, kind)
+
+    def staged_columns(self, kind: str) -> list[str]:
+        """The columns staged for ``kind`` (the same in every shard: one Arrow layout)."""
+        shard = next(s.shard for s in self.summaries if kind in s.kinds)
+        return self.staged(shard, kind).collect_schema().names()
+
     def evaluate(self, kind: str, exprs: Mapping[str, pl.Expr]) -> Iterator[pl.DataFrame]:
         """Evaluate expressions over the staged payload of ``kind`` one shard at a time,
         in the stable order key: frames of ``_shard``, ``_shard_line`` and one column per
@@ -142,7 +155,7 @@ class GlobalContext:
             if kind not in summary.kinds:
                 continue
             yield (
-                scan_staged(self.root, summary.shard, kind)
+                self.staged(summary.shard, kind)
                 .select(
                     pl.lit(summary.shard, pl.Int32).alias("_shard"),
                     pl.col("_shard_line"),
@@ -158,7 +171,7 @@ class GlobalContext:
         wanted = list(dict.fromkeys(["_shard_line", *columns]))
 
         def read(shard: int, lines: pl.Series | None) -> pl.DataFrame:
-            frame = scan_staged(self.root, shard, kind).select(wanted)
+            frame = self.staged(shard, kind).select(wanted)
             if lines is None:
                 frame = frame.head(0)  # no keys: the columns, typed, and no rows
             else:
@@ -184,7 +197,7 @@ class GlobalContext:
                 continue
             shard = self.shards[summary.shard]
             wanted = list(dict.fromkeys([*staged, *columns]))
-            frame = scan_staged(self.root, summary.shard, kind).select(wanted)
+            frame = self.staged(summary.shard, kind).select(wanted)
             frames.append(
                 frame.with_columns(
                     _shard=pl.lit(summary.shard, pl.Int32),

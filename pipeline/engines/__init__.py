@@ -1,28 +1,34 @@
 """Engines: where steps run. An engine maps a step over tasks and knows nothing about
 what the step does (the gate, the writer); steps know nothing about where they run.
-Only :mod:`pipeline.engines.ray` (optional) may import ray."""
+
+:mod:`~pipeline.engines.base` holds the contract (:class:`Engine`, :class:`Step`,
+:data:`Progress`, :class:`EngineError`) and the registry the config's ``engine.name``
+chooses from (:func:`register_engine`, :func:`get_engine`); :mod:`~pipeline.engines.local`
+is the built-in engine (worker processes on this machine). Engines may import only
+``pipeline.core``; an engine for a cluster imports its client library lazily, so that
+rowgate runs where it is not installed.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from pipeline.engines.base import (
+    ENGINES,
+    Engine,
+    EngineError,
+    Progress,
+    Step,
+    get_engine,
+    register_engine,
+)
+from pipeline.engines.local import LocalEngine
 
-from pipeline.engines.local import EngineError, LocalEngine, Progress, Step
-
-__all__ = ["Engine", "EngineError", "LocalEngine", "Progress", "Step"]
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-class Engine(Protocol):
-    """What the run and its stages need of an engine: a step mapped over tasks, results
-    in task order (:meth:`LocalEngine.map` documents the contract)."""
-
-    def map(
-        self,
-        step: Step[Any, T, R],
-        tasks: Sequence[T],
-        progress: Progress | None = None,
-        cost: Callable[[T], int] | None = None,
-    ) -> list[R]: ...
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "EngineError",
+    "LocalEngine",
+    "Progress",
+    "Step",
+    "get_engine",
+    "register_engine",
+]

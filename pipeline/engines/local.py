@@ -35,38 +35,16 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.context import SpawnContext, SpawnProcess
 from types import TracebackType
-from typing import Any, ClassVar, Final, Generic, TypeVar
+from typing import Any, Final, TypeVar
 
-from pipeline.core.errors import EXIT_FAILED, RowgateError
+from pipeline.core.config import EngineSettings
+from pipeline.engines.base import Engine, EngineError, Progress, Step, register_engine
 
-__all__ = ["EngineError", "LocalEngine", "Progress", "Step", "release_memory"]
+__all__ = ["LocalEngine", "release_memory"]
 
 S = TypeVar("S")
 T = TypeVar("T")
 R = TypeVar("R")
-
-#: Called with (bytes, lines) as work advances.
-Progress = Callable[[int, int], None]
-
-
-class EngineError(RowgateError, RuntimeError):
-    """A worker failed for an operational reason; the run cannot complete."""
-
-    exit_code: ClassVar[int] = EXIT_FAILED
-
-
-class Step(Generic[S, T, R]):
-    """A picklable unit of work: ``init(*args)`` once per worker, then ``run(state, task,
-    progress)`` per task. ``init`` and ``run`` must be module-level functions; ``args``
-    must compare by value (dataclasses, tuples, strings): a worker keeps one state per
-    (init, run) and builds it again when a later step brings different ``args``."""
-
-    def __init__(
-        self, init: Callable[..., S], init_args: tuple[Any, ...], run: Callable[[S, T, Progress], R]
-    ) -> None:
-        self.init = init
-        self.init_args = init_args
-        self.run = run
 
 
 #: (init, run) names -> (the init args, the state they built), in each worker
@@ -242,7 +220,8 @@ def _worker_environment() -> dict[str, str]:
     return {"ARROW_DEFAULT_MEMORY_POOL": _WORKER_ARROW_POOL}
 
 
-class LocalEngine:
+@register_engine("local")
+class LocalEngine(Engine):
     """Runs steps over tasks; use as a context manager so the worker pool is reused."""
 
     def __init__(self, workers: int) -> None:
@@ -261,8 +240,10 @@ class LocalEngine:
         #: while it carries theirs (from the first pool until close())
         self._saved_environment: dict[str, str | None] | None = None
 
-    def __enter__(self) -> LocalEngine:
-        return self
+    @classmethod
+    def from_settings(cls, settings: EngineSettings, shards: int | None = None) -> LocalEngine:
+        """``engine.workers`` processes (by default one per core, no more than ``shards``)."""
+        return cls(settings.resolved_workers(shards))
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -1,20 +1,17 @@
-"""Staging: the gate phase's output, one directory of Arrow IPC files per shard.
+"""The gate phase as an engine step: each shard's lines gated into the staging area.
 
-``_staging/<shard>/<kind>.arrow`` holds a kind's gated rows (payload + lineage) and
-``_staging/<shard>/rejected.arrow`` the lines the gate rejected. The global phase reads
-compact key columns from these files (memory-mapped, column-projected); the writer turns
-them into the final Parquet parts. ``_staging/spill/`` holds the decompressed pieces of
-compressed inputs (:func:`pipeline.gate.reader.plan_shards`). Staging lives inside the run's
-temporary directory and is deleted before the output is renamed into place.
+A shard's gated rows are staged per kind, and the lines the gate rejected apart, as
+Arrow IPC files written through the run's :class:`~pipeline.storage.RunStorage` (which
+owns the layout, ``_staging/<shard>/<kind>.arrow``). The global phase reads compact key
+columns from them; the writer turns them into the final Parquet parts. Staging lives
+inside the run's temporary directory and is deleted before the output is renamed into
+place.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -24,41 +21,9 @@ from pipeline.engines import Progress, Step
 from pipeline.gate.gate import Gate
 from pipeline.gate.reader import Shard, read_batches
 from pipeline.kinds import KINDS
+from pipeline.storage import REJECTED_STEM, RunStorage
 
-if TYPE_CHECKING:
-    import polars as pl
-
-__all__ = [
-    "REJECTED_STEM",
-    "ShardSummary",
-    "gate_step",
-    "rejected_batches",
-    "scan_staged",
-    "spill_dir",
-    "staged_batches",
-    "staged_path",
-]
-
-REJECTED_STEM: Final = "rejected"
-STAGING_DIR: Final = "_staging"
-
-
-def spill_dir(root: Path) -> Path:
-    """Where compressed inputs are decompressed to, one plain file per shard."""
-    return root / STAGING_DIR / "spill"
-
-
-def staged_path(root: Path, shard_index: int, stem: str) -> Path:
-    """Where a shard's staged rows of one kind (or ``rejected``) live."""
-    return root / STAGING_DIR / f"{shard_index:05d}" / f"{stem.replace('/', '_')}.arrow"
-
-
-def scan_staged(root: Path, shard_index: int, stem: str) -> pl.LazyFrame:
-    """A shard's staged rows of one kind as a polars scan. The path is never a pattern:
-    OUT's name may hold ``[``, ``*`` or ``?`` (polars globs paths by default)."""
-    import polars as pl  # here: the gate's workers, which import this module, never need it
-
-    return pl.scan_ipc(staged_path(root, shard_index, stem), glob=False)
+__all__ = ["GateTask", "ShardSummary", "gate_step"]
 
 
 @dataclass
@@ -77,7 +42,7 @@ class ShardSummary:
 @dataclass(frozen=True)
 class GateTask:
     shard: Shard
-    root: Path
+    storage: RunStorage
 
 
 def _init_gate(config: CampaignConfig) -> Gate:
@@ -97,9 +62,8 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
     def write(stem: str, batch: pa.RecordBatch) -> None:
         writer = writers.get(stem)
         if writer is None:
-            path = staged_path(task.root, task.shard.index, stem)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            writer = writers[stem] = ipc.new_file(str(path), batch.schema)
+            writer = task.storage.stage_writer(task.shard.index, stem, batch.schema)
+            writers[stem] = writer
         writer.write_batch(batch)
 
     try:
@@ -131,18 +95,3 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
 def gate_step(config: CampaignConfig) -> Step[Gate, GateTask, ShardSummary]:
     """The gate phase as an engine step."""
     return Step(_init_gate, (config,), _gate_shard)
-
-
-def staged_batches(root: Path, shard_index: int, stem: str) -> Iterator[pa.Table]:
-    """A staged table one record batch at a time, each read into memory and freed after
-    use (a memory map would keep every page it has read resident to the end)."""
-    with ipc.open_file(pa.OSFile(str(staged_path(root, shard_index, stem)))) as reader:
-        for i in range(reader.num_record_batches):
-            yield pa.Table.from_batches([reader.get_batch(i)])
-
-
-def rejected_batches(root: Path, shard_index: int) -> Iterator[pa.Table]:
-    """A shard's lines the gate rejected, in line order, a staged batch at a time (none
-    staged: none). Never the whole shard at once: a shard of blank lines holds millions."""
-    if staged_path(root, shard_index, REJECTED_STEM).exists():
-        yield from staged_batches(root, shard_index, REJECTED_STEM)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 import threading
 import time
@@ -24,7 +23,7 @@ from typing import Any, ClassVar, Final, TypeVar, cast
 from pipeline.core.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.core.errors import EXIT_FAILED, RowgateError
 from pipeline.decide.context import GlobalContext, rejected_columns, run_global
-from pipeline.engines import LocalEngine
+from pipeline.engines import get_engine
 from pipeline.gate.gate import Gate
 from pipeline.gate.reader import (
     JSONL_SUFFIXES,
@@ -35,7 +34,7 @@ from pipeline.gate.reader import (
     iter_shards,
     plain_shard_count,
 )
-from pipeline.gate.staging import STAGING_DIR, GateTask, ShardSummary, gate_step, spill_dir
+from pipeline.gate.staging import GateTask, ShardSummary, gate_step
 from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.output.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
 from pipeline.output.outdir import claim_output
@@ -45,6 +44,7 @@ from pipeline.records.schemas import SchemaError
 from pipeline.reports.run_report import write_run_report
 from pipeline.rubrics.campaign import load_campaign_rubrics
 from pipeline.rubrics.model import RubricError
+from pipeline.storage import RunStorage
 
 __all__ = ["InputError", "RunError", "RunObserver", "RunResult", "expand_inputs", "run"]
 
@@ -257,24 +257,26 @@ def run(
     started = time.perf_counter()
     if not config.inputs:
         raise ConfigError("no inputs: give input paths or [[inputs]] in the campaign config")
+    engine_type = get_engine(config.engine.name)
     inputs = expand_inputs(config.inputs, config)
     timings: dict[str, float] = {}
     known_shards = _known_shards(config, inputs)
     with (
         claim_output(out, force=force, protect=_read_paths(config, inputs)) as claim,
-        LocalEngine(config.engine.resolved_workers(known_shards)) as engine,
+        engine_type.from_settings(config.engine, known_shards) as engine,
     ):
         # Workers start (imports, the gate, declared kinds' schemas) during the preflight,
         # no more of them than there are shards to gate.
         engine.start(gate_step(config), tasks=known_shards)
         gate = _preflight(config)
         with claim.staging() as tmp:
+            storage = RunStorage(tmp)
             digests = _hash_inputs(inputs)
             observer.on_start(sum(f.expected_bytes for f in inputs))
             observer.on_phase("gate")
             t0 = time.perf_counter()
             shards: list[Shard] = []
-            gate_tasks, cost = _gate_tasks(config, inputs, tmp, shards)
+            gate_tasks, cost = _gate_tasks(config, inputs, storage, shards)
             summaries = engine.map(gate_step(config), gate_tasks, observer.on_progress, cost)
             timings["gate_s"] = time.perf_counter() - t0
 
@@ -282,7 +284,7 @@ def run(
             observer.on_phase("global")
             t0 = time.perf_counter()
             global_ctx = GlobalContext(
-                config, tmp, shards, summaries, line_bases, engine, on_stage=observer.on_stage
+                config, storage, shards, summaries, line_bases, engine, on_stage=observer.on_stage
             )
             outcome = run_global(global_ctx)
             timings["global_s"] = time.perf_counter() - t0
@@ -295,7 +297,7 @@ def run(
                 WriteTask(
                     shard=shards[s.shard],
                     line_base=line_bases[s.shard],
-                    root=tmp,
+                    storage=storage,
                     kinds=tuple(s.kinds),
                     decisions={k: d[s.shard] for k, d in outcome.decisions.items() if s.shard in d},
                     columns=outcome.columns,
@@ -309,7 +311,7 @@ def run(
                 write_step(config), tasks, lambda _, rows: observer.on_written(rows)
             )
             timings["write_s"] = time.perf_counter() - t0
-            shutil.rmtree(tmp / STAGING_DIR, ignore_errors=True)
+            storage.remove_staging()
 
             observer.on_phase("report")
             input_digests = digests.result()
@@ -354,10 +356,10 @@ def _exact_bytes(resolved: str) -> dict[str, str]:
 
 
 def _gate_tasks(
-    config: CampaignConfig, inputs: list[InputFile], root: Path, shards: list[Shard]
+    config: CampaignConfig, inputs: list[InputFile], storage: RunStorage, shards: list[Shard]
 ) -> tuple[Iterable[GateTask], Callable[[GateTask], int] | None]:
     """The gate phase's tasks, one per shard (each appended to ``shards`` when cut), and
-    the cost that orders them, if any (:meth:`LocalEngine.map`).
+    the cost that orders them, if any (:meth:`pipeline.engines.Engine.map`).
 
     Compressed inputs are decompressed into spill files of ``engine.shard_bytes`` (so
     that several workers gate one; staging, spills included, goes before OUT is
@@ -366,12 +368,12 @@ def _gate_tasks(
     workers had nothing to do. Otherwise every shard is cut at once, so the tasks are
     given largest-first (``cost``): a small shard last leaves less idle time at the end.
     """
-    spill = spill_dir(root) if config.engine.spill_compressed else None
+    spill = storage.spill_dir() if config.engine.spill_compressed else None
 
     def tasks() -> Iterator[GateTask]:
         for shard in iter_shards(inputs, config.engine.shard_bytes, spill):
             shards.append(shard)
-            yield GateTask(shard, root)
+            yield GateTask(shard, storage)
 
     if _known_shards(config, inputs) is None:
         return tasks(), None

@@ -19,7 +19,6 @@ import contextlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 import pyarrow as pa
@@ -32,9 +31,8 @@ from pipeline.decide.context import OutputColumn
 from pipeline.engines import Progress, Step
 from pipeline.gate.gate import REJECTED_FIELDS
 from pipeline.gate.reader import Shard, fetch_lines
-from pipeline.gate.staging import rejected_batches, staged_batches
 from pipeline.records.lineage import LINEAGE_FIELDS, LINEAGE_NAMES
-from pipeline.storage import WrittenFile, write_table, writer_options
+from pipeline.storage import RunStorage, WrittenFile
 
 __all__ = [
     "DISPOSITION_DIRS",
@@ -43,7 +41,6 @@ __all__ = [
     "WriteTask",
     "WrittenFile",
     "write_step",
-    "write_table",
 ]
 
 DISPOSITION_DIRS: Final = {
@@ -69,7 +66,7 @@ class WriteSummary:
 class WriteTask:
     shard: Shard
     line_base: int
-    root: Path
+    storage: RunStorage
     kinds: tuple[str, ...]
     #: the global phase's decisions for this shard, per kind
     decisions: dict[str, pa.Table]
@@ -200,18 +197,16 @@ class _Parts:
     in an interleaved A/B.
     """
 
-    def __init__(self, root: Path, config: CampaignConfig, summary: WriteSummary) -> None:
-        self.root = root
-        self.options = writer_options(config)
+    def __init__(self, storage: RunStorage, config: CampaignConfig, summary: WriteSummary) -> None:
+        self.storage = storage
+        self.config = config
         self.summary = summary
         self.open: dict[str, _Part] = {}
 
     def write(self, relative: str, disposition: str, kind: str | None, table: pa.Table) -> None:
         part = self.open.get(relative)
         if part is None:
-            path = self.root / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            writer = pq.ParquetWriter(str(path), table.schema, **self.options)
+            writer = self.storage.parquet_writer(relative, table.schema, self.config)
             part = self.open[relative] = _Part(writer, disposition, kind)
         part.pending.append(table)
         if sum(t.num_rows for t in part.pending) >= ROW_GROUP_ROWS:
@@ -246,7 +241,7 @@ class _Parts:
                 self._flush(part, final=True)
             part.writer.close()
             self.summary.files.append(
-                WrittenFile.of(self.root, relative, part.disposition, part.kind, part.rows)
+                self.storage.written(relative, part.disposition, part.kind, part.rows)
             )
         self.open.clear()
 
@@ -259,13 +254,13 @@ def _value_counts(values: pa.ChunkedArray | pa.Array) -> tuple[list[str], list[i
 def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) -> WriteSummary:
     summary = WriteSummary(task.shard.index)
     part = f"part-{task.shard.index:05d}.parquet"
-    parts = _Parts(task.root, config, summary)
+    parts = _Parts(task.storage, config, summary)
     layout = _rejected_layout(task).names
     try:
         late_parts = []
         for kind in task.kinds:
             late = []
-            for staged in staged_batches(task.root, task.shard.index, kind):
+            for staged in task.storage.staged_batches(task.shard.index, kind):
                 rows = _write_batch(parts, staged, task, kind, part)
                 if rows is not None:
                     late.append(rows.select([c for c in layout if c in rows.column_names]))
@@ -291,7 +286,7 @@ def _rejected_in_line_order(task: WriteTask, late: pa.Table | None) -> Iterator[
     The gate's rejections were read whole and sorted with the late ones: ~0.4 KB a
     row for the whole shard (a shard of blank lines holds up to 64 Mi rows)."""
     taken = 0
-    for batch in rejected_batches(task.root, task.shard.index):
+    for batch in task.storage.rejected_batches(task.shard.index):
         for c in task.rejected_columns:
             batch = batch.append_column(pa.field(c.name, c.type), pa.nulls(batch.num_rows, c.type))
         if late is not None and taken < late.num_rows and batch.num_rows:

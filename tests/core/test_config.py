@@ -65,7 +65,6 @@ def test_sample_campaign_loads() -> None:
         ("[[inputs]]\npath = ''", "inputs[0].path: must not be empty"),
         ("[[inputs]]\nkind = 'pairwise-v2'", "inputs[0]"),
         ("[[inputs]]\npath = 'a'\n[[inputs]]\npath = 'a'", "inputs[1].path: 'a' is listed twice"),
-        ("[engine]\nname = 'spark'", "engine.name: unknown engine"),
         ("[output]\ncompression = 'brotli2'", "output.compression: unknown codec"),
         ("[schemas.pins]\npairwise-v2 = 3", "schemas.pins.pairwise-v2: expected str"),
         ("this is not toml", "not valid TOML"),

@@ -35,7 +35,6 @@ from pipeline.decide.context import (
 )
 from pipeline.decide.repeats import repeated
 from pipeline.dedupe.table import group_fields, match_duplicates, required_columns
-from pipeline.gate.staging import scan_staged
 from pipeline.kinds import get_kind
 
 __all__ = ["Dedupe"]
@@ -210,8 +209,7 @@ def _root(path: str) -> str:
 
 def _available(ctx: GlobalContext, kind: str, wanted: list[str]) -> list[str]:
     """The wanted payload columns the kind stages; a configured one it lacks is an error."""
-    summary = next(s for s in ctx.summaries if kind in s.kinds)
-    staged = set(scan_staged(ctx.root, summary.shard, kind).collect_schema().names())
+    staged = set(ctx.staged_columns(kind))
     settings = ctx.config.dedupe
     configured = {settings.survivor_rule(kind).partition(":")[2].split(".")[0]}
     configured |= {path.split(".")[0] for path in settings.split_groups.get(kind, ())}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
@@ -28,7 +27,6 @@ from pipeline.core.expression_errors import EVALUATION_ERRORS
 from pipeline.core.reasons import Disposition
 from pipeline.decide.context import GlobalContext, OutputColumn, register_stage
 from pipeline.engines import Progress, Step
-from pipeline.gate.staging import scan_staged
 from pipeline.rubrics.bindings import BindingError, GateMode, ScoringPlan
 from pipeline.rubrics.builtin_gates import (
     COMPLEXITY_CONVENTION,
@@ -47,6 +45,7 @@ from pipeline.rubrics.scoring import (
     output_names,
     score_frame,
 )
+from pipeline.storage import RunStorage
 
 __all__ = ["SCORED_DISPOSITIONS", "RubricScoring"]
 
@@ -174,7 +173,8 @@ def _evaluate(
 class _CodeSettings:
     kind: str
     rubric: str
-    root: Path
+    #: the run's storage: the worker reads the code column through it
+    storage: RunStorage
     code: str
     gates: tuple[str, ...]
     allowed_imports: frozenset[str]
@@ -194,7 +194,7 @@ def _shard_code_evidence(
     settings, code = state
     try:
         frame = (
-            scan_staged(settings.root, shard, settings.kind)
+            settings.storage.scan_staged(shard, settings.kind)
             .select(pl.col("_shard_line"), code.alias("code"))
             .collect()
         )
@@ -235,7 +235,7 @@ def _code_evidence(
     settings = _CodeSettings(
         kind,
         plan.rubric.id,
-        ctx.root,
+        ctx.storage,
         plan.code_source,
         tuple(gates),
         plan.allowed_imports,

@@ -1,0 +1,170 @@
+"""One run's storage: its temporary output root, the staging area inside it, and every
+file the run writes there or reads back (:class:`RunStorage`).
+
+The gate writes staged rows through it, the global phase reads them through it (its
+stages only through :class:`~pipeline.decide.context.GlobalContext`), and the writer
+reads them and writes the published Parquet files through it. Nothing else in a run
+builds a path under the output root.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from pipeline.core.config import CampaignConfig
+from pipeline.records.lineage import file_sha256
+
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["REJECTED_STEM", "STAGING_DIR", "RunStorage", "WrittenFile", "writer_options"]
+
+#: The staging area's directory under the output root; removed before OUT is published.
+STAGING_DIR: Final = "_staging"
+#: The staged stem of a shard's lines the gate rejected (the other stems are kinds).
+REJECTED_STEM: Final = "rejected"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    path: str  # relative to the output directory
+    disposition: str
+    kind: str | None
+    rows: int
+    bytes: int
+    sha256: str
+
+
+def writer_options(config: CampaignConfig) -> dict[str, object]:
+    """The Parquet writer's settings for a campaign (``[output]``)."""
+    return {
+        "compression": config.output.compression,
+        "compression_level": config.output.compression_level,
+    }
+
+
+@dataclass(frozen=True)
+class RunStorage:
+    """Where one run's files live: ``root`` is its temporary output directory, renamed
+    into place as ``OUT`` once the run is complete (:mod:`pipeline.output.outdir`).
+
+    Layout under ``root``::
+
+        _staging/<shard>/<stem>.arrow   a shard's gated rows of one kind (``stem`` is the
+                                        kind, ``/`` written ``_``) or ``rejected``
+                                        (Arrow IPC files, one record batch per gate batch)
+        _staging/spill/                 compressed inputs decompressed, a file per shard
+        <relative>                      the published files (``accepted/<kind>/part-…``,
+                                        artifacts such as ``dedupe/clusters/<kind>.parquet``)
+
+    The object is small, immutable and picklable: the tasks that cross process
+    boundaries (the gate's, the writer's, a stage's per-shard step) carry it, and the
+    worker reads and writes through it. Paths are never patterns: OUT's name may hold
+    ``[``, ``*`` or ``?`` (polars globs the paths it scans unless told not to).
+
+    Only local paths today. A root on a filesystem pyarrow understands (an object-store
+    URI, ``s3://bucket/run``) would need: a ``pyarrow.fs.FileSystem`` resolved from the
+    URI (``FileSystem.from_uri``) kept beside the root path (pyarrow's filesystems
+    pickle); every open through it (``open_output_stream`` for staged IPC files and
+    Parquet parts, ``open_input_file`` for staged batches) instead of ``open``/``mkdir``
+    (an object store has no directories); polars scans given the URI with
+    ``storage_options``; digests computed from the bytes as they are written, since
+    :func:`~pipeline.records.lineage.file_sha256` re-reads a local file; staging removed
+    by deleting the prefix; the spill directory kept on the parent's local disk (the
+    shard reader opens spill files by path); and a publish step other than the atomic
+    directory rename of :mod:`pipeline.output.outdir` (object stores cannot rename a
+    prefix), e.g. the manifest written last as the commit marker.
+    """
+
+    root: Path
+
+    # -- the staging area ------------------------------------------------------------
+
+    @property
+    def staging_root(self) -> Path:
+        return self.root / STAGING_DIR
+
+    def spill_dir(self) -> Path:
+        """Where compressed inputs are decompressed to, one plain file per shard."""
+        return self.staging_root / "spill"
+
+    def staged_path(self, shard: int, stem: str) -> Path:
+        """Where a shard's staged rows of one kind (or ``rejected``) live."""
+        return self.staging_root / f"{shard:05d}" / f"{stem.replace('/', '_')}.arrow"
+
+    def stage_writer(self, shard: int, stem: str, schema: pa.Schema) -> ipc.RecordBatchFileWriter:
+        """A new staged file for a shard's rows of one kind (or ``rejected``); the
+        caller writes its batches and closes it."""
+        path = self.staged_path(shard, stem)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return ipc.new_file(str(path), schema)
+
+    def has_staged(self, shard: int, stem: str) -> bool:
+        return self.staged_path(shard, stem).exists()
+
+    def scan_staged(self, shard: int, stem: str) -> pl.LazyFrame:
+        """A shard's staged rows of one kind as a polars scan (memory-mapped, so a
+        projection reads only its columns)."""
+        import polars as pl  # here: the gate's workers, which import this module, never need it
+
+        return pl.scan_ipc(self.staged_path(shard, stem), glob=False)
+
+    def staged_batches(self, shard: int, stem: str) -> Iterator[pa.Table]:
+        """A staged table one record batch at a time, each read into memory and freed
+        after use (a memory map would keep every page it has read resident to the end)."""
+        with ipc.open_file(pa.OSFile(str(self.staged_path(shard, stem)))) as reader:
+            for i in range(reader.num_record_batches):
+                yield pa.Table.from_batches([reader.get_batch(i)])
+
+    def rejected_batches(self, shard: int) -> Iterator[pa.Table]:
+        """A shard's lines the gate rejected, in line order, a staged batch at a time
+        (none staged: none). Never the whole shard at once: a shard of blank lines holds
+        millions."""
+        if self.has_staged(shard, REJECTED_STEM):
+            yield from self.staged_batches(shard, REJECTED_STEM)
+
+    def remove_staging(self) -> None:
+        """Delete the staging area (spill files included) before OUT is published."""
+        shutil.rmtree(self.staging_root, ignore_errors=True)
+
+    # -- published files -------------------------------------------------------------
+
+    def write_table(
+        self,
+        table: pa.Table,
+        relative: str,
+        disposition: str,
+        kind: str | None,
+        config: CampaignConfig,
+    ) -> WrittenFile:
+        """Write one Parquet file with the campaign's settings; return its manifest entry."""
+        path = self._published(relative)
+        pq.write_table(table, str(path), **writer_options(config))
+        return self.written(relative, disposition, kind, table.num_rows)
+
+    def parquet_writer(
+        self, relative: str, schema: pa.Schema, config: CampaignConfig
+    ) -> pq.ParquetWriter:
+        """A Parquet file written in row groups (the writer's parts); once it is closed,
+        :meth:`written` describes it."""
+        return pq.ParquetWriter(str(self._published(relative)), schema, **writer_options(config))
+
+    def written(self, relative: str, disposition: str, kind: str | None, rows: int) -> WrittenFile:
+        """The manifest entry of a finished file: its size and SHA-256 as written."""
+        path = self.root / relative
+        return WrittenFile(
+            relative, disposition, kind, rows, path.stat().st_size, file_sha256(path)
+        )
+
+    def _published(self, relative: str) -> Path:
+        path = self.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path

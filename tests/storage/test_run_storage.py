@@ -1,0 +1,103 @@
+"""The run's storage object: the staging layout, reading staged rows back (never as a
+glob pattern), published files with their digests, and crossing process boundaries."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.core.config import CampaignConfig
+from pipeline.storage import REJECTED_STEM, STAGING_DIR, RunStorage
+
+
+def _stage(storage: RunStorage, shard: int, stem: str, batches: list[list[int]]) -> None:
+    schema = pa.schema([pa.field("_shard_line", pa.int64())])
+    with storage.stage_writer(shard, stem, schema) as writer:
+        for lines in batches:
+            writer.write_batch(pa.record_batch([pa.array(lines, pa.int64())], schema=schema))
+
+
+def test_the_staging_layout(tmp_path: Path) -> None:
+    storage = RunStorage(tmp_path)
+    assert storage.staging_root == tmp_path / STAGING_DIR == tmp_path / "_staging"
+    assert storage.spill_dir() == tmp_path / "_staging" / "spill"
+    assert storage.staged_path(3, "pairwise-v2") == tmp_path / "_staging/00003/pairwise-v2.arrow"
+    # a kind name holding "/" stays one file name
+    assert storage.staged_path(12, "a/b") == tmp_path / "_staging/00012/a_b.arrow"
+    _stage(storage, 3, "pairwise-v2", [[0, 1], [2]])
+    assert (tmp_path / "_staging/00003/pairwise-v2.arrow").is_file()
+    assert storage.has_staged(3, "pairwise-v2")
+    assert not storage.has_staged(3, REJECTED_STEM)
+
+
+def test_staged_rows_read_back_batch_by_batch_and_as_a_scan(tmp_path: Path) -> None:
+    storage = RunStorage(tmp_path)
+    _stage(storage, 0, "k", [[0, 1], [2]])
+    _stage(storage, 0, REJECTED_STEM, [[5], [6, 7]])
+    batches = [t["_shard_line"].to_pylist() for t in storage.staged_batches(0, "k")]
+    assert batches == [[0, 1], [2]]  # one table per staged batch, never the whole shard
+    assert storage.scan_staged(0, "k").collect()["_shard_line"].to_list() == [0, 1, 2]
+    rejected = [t["_shard_line"].to_pylist() for t in storage.rejected_batches(0)]
+    assert rejected == [[5], [6, 7]]
+    assert list(storage.rejected_batches(1)) == []  # nothing rejected: nothing staged
+
+
+@pytest.mark.parametrize("name", ["out[1]", "out*", "out?"])
+def test_staged_paths_are_never_patterns(tmp_path: Path, name: str) -> None:
+    """A root whose name holds ``[``, ``*`` or ``?`` is read as the name it is: as a
+    glob, ``out[1]`` names ``out1`` (and ``out*``/``out?`` match ``out1`` too)."""
+    storage = RunStorage(tmp_path / name)
+    decoy = RunStorage(tmp_path / "out1")
+    _stage(storage, 0, "k", [[1, 2, 3]])
+    _stage(decoy, 0, "k", [[99]])
+    assert storage.scan_staged(0, "k").collect()["_shard_line"].to_list() == [1, 2, 3]
+    assert [t.num_rows for t in storage.staged_batches(0, "k")] == [3]
+
+
+def test_removing_staging_keeps_the_published_files(tmp_path: Path) -> None:
+    storage = RunStorage(tmp_path)
+    _stage(storage, 0, "k", [[1]])
+    storage.spill_dir().mkdir()
+    written = storage.write_table(
+        pa.table({"x": [1, 2]}), "accepted/k/part-00000.parquet", "accepted", "k", CampaignConfig()
+    )
+    storage.remove_staging()
+    assert not (tmp_path / "_staging").exists()
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.parquet")] == [
+        written.path
+    ]
+
+
+def test_published_files_are_described_as_written(tmp_path: Path) -> None:
+    storage = RunStorage(tmp_path / "out[x]")
+    config = CampaignConfig().override(**{"output.compression": "gzip"})
+    table = pa.table({"x": list(range(10))})
+    whole = storage.write_table(table, "dedupe/clusters/k.parquet", "artifact", "k", config)
+    writer = storage.parquet_writer("accepted/k/part-00001.parquet", table.schema, config)
+    writer.write_table(table.slice(0, 4))
+    writer.write_table(table.slice(4))
+    writer.close()
+    part = storage.written("accepted/k/part-00001.parquet", "accepted", "k", 10)
+    for entry in (whole, part):
+        path = storage.root / entry.path
+        assert entry.rows == 10
+        assert entry.kind == "k"
+        assert entry.bytes == path.stat().st_size
+        assert entry.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+        metadata = pq.ParquetFile(path).metadata
+        assert metadata.row_group(0).column(0).compression == "GZIP"  # the campaign's codec
+    assert pq.read_table(storage.root / part.path).equals(table)
+
+
+def test_the_storage_object_crosses_process_boundaries(tmp_path: Path) -> None:
+    """Tasks carry it to the workers: it pickles, and compares by value (a worker keeps
+    a step's state while the step's arguments compare equal)."""
+    storage = RunStorage(tmp_path / "out[1]")
+    copy = pickle.loads(pickle.dumps(storage))
+    assert copy == storage
+    assert copy.staged_path(1, "k") == storage.staged_path(1, "k")
