@@ -161,13 +161,17 @@ def _decide(policy: Policy, rubric: Rubric | None, rows: pl.DataFrame) -> pl.Dat
 
 
 def _notes(policy: Policy, decided: pl.DataFrame) -> dict[str, Any]:
-    decisions = {str(k): int(n) for k, n in sorted(decided["_decision"].value_counts().iter_rows())}
-    rules = (
-        decided.select(pl.col("_policy_trace").explode().drop_nulls()).to_series().value_counts()
-    )
-    matched = {str(k): int(n) for k, n in rules.iter_rows()}
-    return {
+    def counts(column: str) -> dict[str, int]:
+        values = decided.select(pl.col(column).explode().drop_nulls()).to_series()
+        return {str(k): int(n) for k, n in sorted(values.value_counts().iter_rows())}
+
+    columns = {t: target_columns(policy, t) for t in policy.decision_targets}
+    matched = {t: counts(trace) for t, (_, trace) in columns.items()}
+    notes = {
         **policy.describe(),
-        "decisions": decisions,
-        "rules_matched": {r.id: matched.get(r.id, 0) for r in policy.rules},
+        "decisions": counts("_decision"),
+        "rules_matched": {r.id: matched[r.target].get(r.id, 0) for r in policy.rules},
     }
+    if len(columns) > 1:
+        notes["decisions_by_target"] = {t: counts(d) for t, (d, _) in columns.items()}
+    return notes

@@ -506,5 +506,9 @@ def test_contract_targets_calibration_and_explanations(tmp_path: Path) -> None:
     notes = result.manifest["global"]["policy"]["pairwise-v2"]
     assert (notes["status"], notes["targets"]) == ("approved", ["composite_case", "attempt"])
     assert notes["calibration"]["subjects"]["syntax_valid"]["band"] == "high"
+    assert (
+        notes["rules_matched"]["attempt-accept"] == 3
+    )  # passes, golden-patch, below-minimum (4.7)
+    assert notes["decisions_by_target"]["attempt"]["accept"] == 3
     report = verify_run(tmp_path / "out")
     assert report.ok, report.problems
