@@ -258,10 +258,13 @@ class Rule:
     #: The calibrated confidence band its criteria and gates need for the action to be
     #: taken automatically (§14.3); below it the contract's ``uncalibrated_action``.
     confidence: str | None = None
-    #: ``forbidden``: no other criterion may compensate for what it detects (§14.3).
+    #: ``forbidden``: nothing may compensate for what it detects (§14.3); a hard gate
+    #: saying so is terminal. ``allowed``: later rules still run (their actions can
+    #: still only make the decision stricter).
     compensation: str | None = None
     #: §14.3's hard gate: one criterion or gate, its triggering verdicts, a severity, a
-    #: required confidence, an action and the compensation flag, all stated.
+    #: required confidence, an action other than acceptance and the compensation flag,
+    #: all stated.
     hard_gate: bool = False
     #: Template of the reason detail, over :data:`EXPLANATION_FIELDS` (§14.1).
     explanation: str | None = None
@@ -644,8 +647,11 @@ def _check_rule_contract(rule: Rule, where: str) -> list[str]:
                 f"{where}.match: a hard gate names exactly one criterion or gate and its "
                 "triggering verdicts (AutoQA contract §14.3)"
             )
-        if not rule.terminal:
-            problems.append(f"{where}.terminal: a hard gate is terminal")
+        if rule.compensation == "forbidden" and not rule.terminal:
+            problems.append(
+                f"{where}.terminal: a hard gate whose compensation is forbidden is terminal "
+                "(no later rule may run)"
+            )
         if rule.action in _POSITIVE:
             problems.append(f"{where}.action: a hard gate cannot {rule.action}")
     if rule.explanation is not None:

@@ -504,7 +504,8 @@ def test_hard_gates_state_severity_and_calibrated_confidence(tmp_path: Path) -> 
         ('"critical"', '"fatal"', "severity: 'fatal' is not one of none, advisory"),
         ('"high"', '"certain"', "confidence: 'certain' is not one of low, medium, high"),
         ('"forbidden"', '"sometimes"', "compensation: 'sometimes' is not forbidden or allowed"),
-        ("terminal = true", "terminal = false", "a hard gate is terminal"),
+        ("terminal = true", "terminal = false", "compensation is forbidden is terminal"),
+        ('action = "reject"', 'action = "accept"', "a hard gate cannot accept"),
     ]:
         with pytest.raises(RubricError, match=message):
             validate_policy(policy_from(tmp_path, full.replace(old, new)), RUBRIC)
