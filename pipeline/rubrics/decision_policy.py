@@ -327,6 +327,20 @@ class Policy:
             "default_action": DEFAULT_ACTION.value,
             "rules": [r.id for r in self.rules],
         }
+        hard_gates = {
+            r.id: {
+                "target": r.target,
+                "match": {k: list(v) for k, v in {**r.match.criteria, **r.match.gates}.items()},
+                "severity": r.severity,
+                "confidence": r.confidence,
+                "action": r.action,
+                "compensation": r.compensation,
+            }
+            for r in self.rules
+            if r.hard_gate
+        }
+        if hard_gates:
+            described["hard_gates"] = hard_gates
         if self.calibration != Calibration():
             described["calibration"] = self.calibration.describe()
         return described

@@ -506,6 +506,14 @@ def test_contract_targets_calibration_and_explanations(tmp_path: Path) -> None:
     notes = result.manifest["global"]["policy"]["pairwise-v2"]
     assert (notes["status"], notes["targets"]) == ("approved", ["composite_case", "attempt"])
     assert notes["calibration"]["subjects"]["syntax_valid"]["band"] == "high"
+    assert notes["hard_gates"]["syntax-gate"] == {
+        "target": "composite_case",
+        "match": {"syntax_valid": ["not_met"]},
+        "severity": "critical",
+        "confidence": "high",
+        "action": "reject",
+        "compensation": "forbidden",
+    }
     assert (
         notes["rules_matched"]["attempt-accept"] == 3
     )  # passes, golden-patch, below-minimum (4.7)
