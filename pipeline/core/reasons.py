@@ -629,6 +629,16 @@ POLICY_CODES: Final = {
         spec=Spec.AUTOQA,
     ),
 }
+#: beside ``policy.<action>`` when the contract's calibration replaced the deciding rule's
+#: action (the AutoQA evaluation contract's autonomy invariant)
+POLICY_CALIBRATION_UNAVAILABLE: Final = declare(
+    "policy.calibration_unavailable",
+    _INFORMATIONAL,
+    owner=_POLICY,
+    meaning="the deciding rule's action needs a calibration the contract does not declare; "
+    "its uncalibrated action was taken (the detail names the rule)",
+    spec=Spec.AUTOQA,
+)
 
 
 class RejectLine(Exception):

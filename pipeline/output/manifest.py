@@ -4,7 +4,9 @@
 its digest, schema digests, tool and dependency versions, counts per disposition and
 reason, the conservation check, every output file with its digest, every pinned file the
 run read (rubrics, policies, reference tables, the sanitization policy) with its digest,
-and timings (DESIGN §3.7). ``rowgate verify`` recomputes all of it.
+the canonicalization procedure and its version, whether exact replay is expected, and
+timings (DESIGN §3.7; the AutoQA evaluation contract §§7.1, 17). ``rowgate verify``
+recomputes all of it.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from pipeline.core.errors import EXIT_INPUT, RowgateError
-from pipeline.records.canonical import canonical_json
+from pipeline.records.canonical import CANONICALIZATION, canonical_json
 from pipeline.records.lineage import file_sha256
 
 __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
+    "REPLAY",
     "ManifestError",
     "dependency_versions",
     "effective_config_sha256",
@@ -33,6 +36,17 @@ __all__ = [
 
 MANIFEST_NAME: Final = "manifest.json"
 MANIFEST_FORMAT: Final = "rowgate-run/1"
+#: The AutoQA evaluation contract §17: "The audit record MUST state whether exact replay
+#: is expected." It is: the parity tests hold every output byte-identical for any worker
+#: count, partition count and engine.
+REPLAY: Final = {
+    "exact": True,
+    "scope": (
+        "every output file is byte-identical for the same inputs, config and versions "
+        "(rowgate and its dependencies), whatever the engine or worker count; "
+        "manifest.json differs only in timings"
+    ),
+}
 _DEPENDENCIES: Final = (
     "rowgate",
     "polars",
@@ -116,6 +130,8 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
     it."""
     # through JSON first: the digest is of the config as a reader of the file sees it
     config = json.loads(json.dumps(manifest["config"]))
+    manifest["canonicalization"] = CANONICALIZATION
+    manifest["replay"] = REPLAY
     manifest["config_effective_sha256"] = effective_config_sha256(config)
     manifest["pinned"] = [
         {**entry, "sha256": file_sha256(entry["path"])} for entry in pinned_files(manifest)

@@ -61,7 +61,7 @@ from pipeline.output.manifest import (
     load_manifest,
     pinned_files,
 )
-from pipeline.records.canonical import canonical_json
+from pipeline.records.canonical import CANONICALIZATION, canonical_json
 from pipeline.records.lineage import file_sha256
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
 
@@ -284,6 +284,17 @@ def _check_inputs(
 def _check_config(manifest: dict[str, Any], report: VerifyReport) -> None:
     config = manifest["config"]
     report.checked["config"] += 1
+    canonicalization = manifest.get("canonicalization")
+    if canonicalization is None:
+        report.notes.append(
+            "manifest names no canonicalization (written by an older rowgate): digests "
+            f"recomputed with {CANONICALIZATION['version']}"
+        )
+    elif canonicalization.get("version") != CANONICALIZATION["version"]:
+        report.problem(
+            f"manifest canonicalization {canonicalization.get('version')!r}: this rowgate "
+            f"implements {CANONICALIZATION['version']!r}, its digests cannot be recomputed"
+        )
     recorded = manifest.get("config_effective_sha256")
     if recorded is None:
         report.problem(

@@ -18,13 +18,31 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import orjson
 
 from pipeline.core.errors import EXIT_FAILED, RowgateError
 
-__all__ = ["CanonicalJSONError", "canonical_json", "canonical_json_fast", "needs_slow_path"]
+__all__ = [
+    "CANONICALIZATION",
+    "CanonicalJSONError",
+    "canonical_json",
+    "canonical_json_fast",
+    "needs_slow_path",
+]
+
+#: The canonical hashing procedure and its version, as the manifest records it (the
+#: AutoQA evaluation contract §7.1: "A deployment MUST choose and version a canonical
+#: hashing procedure ... The canonicalization version must be retained with the audit
+#: record"). A change to the bytes :func:`canonical_json` gives is a new version.
+CANONICALIZATION: Final = {
+    "procedure": "RFC 8785 (JSON Canonicalization Scheme)",
+    "version": "rowgate-jcs/1",
+    "deviation": "integers beyond 2**53 are written exactly, not as IEEE-754 doubles",
+    "hashes": ["_record_sha256", "config_effective_sha256"],
+    "exact_bytes": "_raw_sha256 and every file digest hash the exact bytes, not a canonical form",
+}
 
 
 class CanonicalJSONError(RowgateError, ValueError):

@@ -2,8 +2,9 @@
 
 ::
 
-    OUT/report.json         format, data, settings, expressions, conventions, versions,
-                            warnings, and every slice's numbers (strict JSON: no NaN)
+    OUT/report.json         format, creation time, data (with the digest of every file
+                            read), settings, expressions, conventions, versions, warnings,
+                            and every slice's numbers (strict JSON: no NaN)
     OUT/summary.parquet     one row per slice
     OUT/bins.parquet        reliability bins of both schemes (scored reports)
     OUT/rc_curve.parquet    the risk-coverage curve of every slice (scored reports)
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -66,14 +68,20 @@ def write_evaluation(
     return sorted(out.iterdir())
 
 
-def report_document(report: EvaluationReport, tables: dict[str, str]) -> dict[str, Any]:
-    """The content of ``report.json``."""
+def report_document(
+    report: EvaluationReport, tables: dict[str, str], created: datetime | None = None
+) -> dict[str, Any]:
+    """The content of ``report.json``. ``created`` (default: now) is when the report was
+    made, in UTC; ``data.input_sha256`` the digest of what it read (the AutoQA evaluation
+    contract §13.2: a calibration profile identifies its date and data)."""
     settings = report.settings
     preset = report.preset
     versions = dependency_versions()
+    created = created or datetime.now(UTC)
     document: dict[str, Any] = _jsonable(
         {
             "format": REPORT_FORMAT,
+            "created": created.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
             "mode": settings.mode,
             "data": report.data,
             "settings": {

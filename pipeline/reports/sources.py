@@ -10,11 +10,17 @@
 JSONL is read with rowgate's strict parser first (duplicate keys, NaN, lone surrogates,
 lossy numbers are errors that name the file and line, never the value), then handed to
 polars, which would otherwise accept what the gate rejects (DESIGN §4).
+
+Every file is hashed when it is opened, so the report can say exactly what it evaluated
+(the AutoQA evaluation contract §13.2): ``input_sha256`` is the SHA-256 of the RFC 8785
+canonical JSON of the files' SHA-256 digests in the report's file order, so it names the
+bytes evaluated, not where they were.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +39,8 @@ from pipeline.gate.reader import (
     read_batches,
 )
 from pipeline.output.manifest import MANIFEST_NAME, load_manifest
+from pipeline.records.canonical import canonical_json
+from pipeline.records.lineage import file_sha256
 from pipeline.records.strict_json import parse_object
 
 __all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "LoadedTable", "load_table"]
@@ -51,9 +59,24 @@ class LoadedTable:
     #: set when DATA is a run directory: the kind read from it
     run_kind: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: SHA-256 of each file, in ``files`` order (empty for rows given as a frame)
+    sha256: list[str] = field(default_factory=list)
+
+    @property
+    def input_sha256(self) -> str | None:
+        """The digest of everything read (see the module docstring); None without files."""
+        if not self.sha256:
+            return None
+        return hashlib.sha256(canonical_json(self.sha256)).hexdigest()
 
     def describe(self) -> dict[str, object]:
-        return {"format": self.format, "files": self.files, "run_kind": self.run_kind}
+        return {
+            "format": self.format,
+            "files": self.files,
+            "run_kind": self.run_kind,
+            "files_sha256": self.sha256,
+            "input_sha256": self.input_sha256,
+        }
 
 
 def load_table(data: str, *, kind: str | None = None, limits: Limits | None = None) -> LoadedTable:
@@ -91,9 +114,12 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
     if len(formats) > 1:
         raise InputError(f"{data}: mixes Parquet and JSONL files; give one format")
     names = [str(p) for p in files]
+    digests = [file_sha256(p) for p in files]
     if formats == {"parquet"}:
-        return LoadedTable(pl.scan_parquet(names, glob=False), names, "parquet", run_kind)
-    return LoadedTable(_read_jsonl(files, limits).lazy(), names, "jsonl", run_kind)
+        frame = pl.scan_parquet(names, glob=False)
+        return LoadedTable(frame, names, "parquet", run_kind, sha256=digests)
+    frame = _read_jsonl(files, limits).lazy()
+    return LoadedTable(frame, names, "jsonl", run_kind, sha256=digests)
 
 
 def _format(path: Path) -> str | None:

@@ -1,18 +1,30 @@
-"""Decision policies: priority-ordered rules from criterion states to actions (seed 003 §14).
+"""Decision policies: the AutoQA evaluation contract's decision model (seed 003 §§8, 13, 14).
 
-A policy file (TOML) declares one decision target and its rules. Each rule has a
-``target``, an ``id``, a ``priority``, a ``description``, structured ``match``
+A policy file (TOML) is a versioned contract object: an id, a semantic ``version``, a
+``status`` (``draft``, ``approved``, ``deprecated``; a ``retired`` contract is refused),
+the decision ``target`` that sets a row's disposition and, optionally, every
+``targets`` it decides side by side (``attempt``, ``annotation``, ``composite_case``,
+§5.2: never collapsed), an optional ``[calibration]`` table and its rules. Each rule has
+a ``target``, an ``id``, a ``priority``, a ``description``, structured ``match``
 conditions, an ``action`` (``accept``, ``accept_with_note``, ``rework``, ``reject``,
-``escalate``) and a ``terminal`` flag. Evaluation is deterministic and vectorised:
+``escalate``), a ``terminal`` flag and optionally a ``severity`` (``none`` …
+``critical``, §8.12), a required calibrated ``confidence`` band (§14.3), a
+``compensation`` flag and an ``explanation`` template. A rule with ``hard_gate = true``
+is §14.3's hard gate and must say all of that. Evaluation is deterministic and
+vectorised, per target:
 
-* rules are read in descending ``priority`` (priorities are unique);
+* rules are read in descending ``priority`` (priorities are unique within a target);
 * a rule whose conditions all hold *matches* and joins the row's ``_policy_trace``;
 * the first matching ``terminal`` rule stops evaluation;
 * the decision is the most severe action among the matched rules, by
   ``reject > rework > escalate > accept_with_note > accept``; when no terminal rule
-  matched, the default ``escalate`` (seed 003 §14.4, DESIGN §3.10) joins that set. So only
-  a terminal rule can accept a row, and a non-terminal rule can only add a note or make
-  the decision stricter.
+  matched, the default ``escalate`` (seed 003 §14.4, DESIGN §3.10) joins that set and the
+  trace ends with ``default:escalate``. So only a terminal rule can accept a row, and a
+  non-terminal rule can only add a note or make the decision stricter;
+* autonomy (§13.4): a rule whose action needs calibrated confidence (its own
+  ``confidence`` band, or an action listed in ``requires_calibration_for_actions``) takes
+  ``uncalibrated_action`` instead when a criterion or gate it decides on is calibrated
+  below that band (``uncalibrated`` when the contract declares no calibration for it).
 
 Match conditions (all must hold; a missing condition always holds):
 
@@ -28,17 +40,24 @@ Match conditions (all must hold; a missing condition always holds):
 ``reasons_none``       ``[codes]``: the row carries none of these
 =====================  ==================================================================
 
-Validation (:func:`load_policy`) rejects unknown keys, criteria, gates, states and
-actions; duplicate rule ids or priorities; a rule whose own conditions contradict each
-other (it can never match); and unreachable rules: those whose conditions imply the
-conditions of a terminal rule of higher priority (for example anything after a terminal
-rule with no conditions), since such a rule can never be evaluated.
+Validation (:func:`load_policy`, :func:`validate_policy`) rejects unknown keys,
+criteria, gates, states and actions; a version that is not semantic; duplicate rule ids
+or priorities; a rule whose own conditions contradict each other (it can never match);
+unreachable rules: those whose conditions imply the conditions of a terminal rule of
+higher priority (for example anything after a terminal rule with no conditions), since
+such a rule can never be evaluated; and what the contract forbids: a ``rework`` or
+``reject`` triggered by ``not_applicable`` (§8.7), any action but ``escalate`` triggered
+by ``unknown`` or ``ambiguous``, and a terminal ``accept`` that could match a row with
+an uncertain criterion or gate (§6.9: uncertainty is never silently turned into success
+or failure).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
+import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -48,20 +67,31 @@ from typing import Any, Final
 import polars as pl
 
 from pipeline.core.config import ConfigError, build_section, parse_toml
-from pipeline.core.reasons import Disposition
+from pipeline.core.reasons import POLICY_CALIBRATION_UNAVAILABLE, Disposition
 from pipeline.records.lineage import check_pin
-from pipeline.rubrics.model import Rubric, RubricError, State
+from pipeline.rubrics.model import MissingSourceError, Rubric, RubricError, Severity, State
 from pipeline.rubrics.scoring import WEIGHTED_STATE, criterion_state_column, gate_state_column
 
 __all__ = [
+    "CALIBRATION_UNAVAILABLE",
     "DEFAULT_ACTION",
+    "DEFAULT_TRACE",
+    "EXPLANATION_FIELDS",
     "TARGETS",
     "Action",
+    "Band",
+    "Calibration",
+    "CalibrationProfile",
     "Policy",
     "Rule",
     "RuleMatch",
+    "Status",
     "decide_frame",
+    "decide_targets",
+    "effective_action",
+    "explanation",
     "load_policy",
+    "target_columns",
     "validate_policy",
 ]
 
@@ -95,9 +125,105 @@ _SEVERITY: Final = (
     Action.REJECT,
 )
 DEFAULT_ACTION: Final = Action.ESCALATE
+#: Reason code beside ``policy.<action>`` when the contract's calibration replaced the
+#: deciding rule's action (§13.4; §19's "calibration unavailable").
+CALIBRATION_UNAVAILABLE: Final = POLICY_CALIBRATION_UNAVAILABLE
+#: The last entry of ``_policy_trace`` when no terminal rule matched (no rule id can
+#: take this form: ids starting with ``default:`` are refused).
+DEFAULT_TRACE: Final = f"default:{DEFAULT_ACTION.value}"
 #: Seed 003 §5.2's decision targets.
 TARGETS: Final = ("attempt", "annotation", "composite_case")
 _STATES: Final = frozenset(s.value for s in State)
+_UNCERTAIN: Final = frozenset(s.value for s in State if s.uncertain)
+_NEGATIVE: Final = frozenset({Action.REWORK.value, Action.REJECT.value})
+_POSITIVE: Final = frozenset({Action.ACCEPT.value, Action.ACCEPT_WITH_NOTE.value})
+#: Seed 003 §7: "contractVersion - semantic version" (SemVer 2.0.0).
+_SEMVER: Final = re.compile(
+    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?"
+    r"(?:\+([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
+)
+#: Placeholders an ``explanation`` template may use: constants of the contract, never a
+#: record's value (explanations reach reasons' details and report.html).
+EXPLANATION_FIELDS: Final = (
+    "rule",
+    "description",
+    "action",
+    "target",
+    "policy",
+    "version",
+    "severity",
+)
+
+
+class Status(StrEnum):
+    """A contract's lifecycle status (seed 003 §8.1)."""
+
+    DRAFT = "draft"
+    APPROVED = "approved"
+    DEPRECATED = "deprecated"
+    RETIRED = "retired"
+
+
+class Band(StrEnum):
+    """A calibrated confidence band (seed 003 §13.3), weakest first. The words have no
+    numeric meaning of their own: the contract's ``[calibration] bands`` assign it."""
+
+    UNCALIBRATED = "uncalibrated"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+    @property
+    def rank(self) -> int:
+        return list(Band).index(self)
+
+
+@dataclass(frozen=True)
+class CalibrationProfile:
+    """The calibration a contract declares for one criterion or gate (seed 003 §13.2)."""
+
+    #: Calibrated confidence of the verdicts for this criterion or gate, in [0, 1].
+    confidence: float
+    #: The calibration profile it comes from (event, model, benchmark, method, date...).
+    profile: str = ""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """``[calibration]``: confidence bands and the autonomy invariant (seed 003 §13.3-4)."""
+
+    #: Lower bounds of the bands: ``{ high = 0.95, medium = 0.8 }``; below medium is low.
+    bands: dict[str, float] = field(default_factory=dict)
+    #: Actions never taken automatically on an uncalibrated criterion or gate.
+    requires_calibration_for_actions: tuple[str, ...] = ()
+    #: What such a rule does instead (seed 003 §13.4: "normally escalation").
+    uncalibrated_action: str = DEFAULT_ACTION.value
+    #: Criterion id or gate name → its calibration; anything absent is uncalibrated.
+    subjects: dict[str, CalibrationProfile] = field(default_factory=dict)
+
+    def band(self, subject: str) -> Band:
+        profile = self.subjects.get(subject)
+        if profile is None:
+            return Band.UNCALIBRATED
+        for band in (Band.HIGH, Band.MEDIUM):
+            bound = self.bands.get(band.value)
+            if bound is not None and profile.confidence >= bound:
+                return band
+        return Band.LOW
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "bands": dict(self.bands),
+            "requires_calibration_for_actions": list(self.requires_calibration_for_actions),
+            "uncalibrated_action": self.uncalibrated_action,
+            "subjects": {
+                name: {"confidence": p.confidence, "profile": p.profile, "band": self.band(name)}
+                for name, p in sorted(self.subjects.items())
+            },
+        }
+
+
 #: Rules per policy are capped so (severity, position) packs into one integer rank.
 _RANK: Final = 1000
 _RULE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -127,6 +253,21 @@ class Rule:
     action: str
     terminal: bool
     match: RuleMatch = RuleMatch()
+    #: The severity of what the rule detects (§8.12), apart from its action.
+    severity: str | None = None
+    #: The calibrated confidence band its criteria and gates need for the action to be
+    #: taken automatically (§14.3); below it the contract's ``uncalibrated_action``.
+    confidence: str | None = None
+    #: ``forbidden``: nothing may compensate for what it detects (§14.3); a hard gate
+    #: saying so is terminal. ``allowed``: later rules still run (their actions can
+    #: still only make the decision stricter).
+    compensation: str | None = None
+    #: §14.3's hard gate: one criterion or gate, its triggering verdicts, a severity, a
+    #: required confidence, an action other than acceptance and the compensation flag,
+    #: all stated.
+    hard_gate: bool = False
+    #: Template of the reason detail, over :data:`EXPLANATION_FIELDS` (§14.1).
+    explanation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,30 +280,126 @@ class PolicyFile:
     rules: tuple[Rule, ...]
     rubric: str | None = None
     description: str = ""
+    status: str = Status.DRAFT.value
+    targets: tuple[str, ...] = ()
+    calibration: Calibration = Calibration()
 
 
 @dataclass(frozen=True)
 class Policy:
     id: str
     version: str
+    #: the target whose decision sets the row's disposition
     target: str
     rubric: str | None
     #: in evaluation order (descending priority)
     rules: tuple[Rule, ...]
     path: Path
     sha256: str
+    status: str = Status.DRAFT.value
+    #: every target decided, side by side (``target`` among them); empty: ``target`` only
+    targets: tuple[str, ...] = ()
+    calibration: Calibration = Calibration()
+
+    @property
+    def decision_targets(self) -> tuple[str, ...]:
+        """Every target the policy decides, the disposing one first."""
+        return (self.target, *(t for t in self.targets if t != self.target))
+
+    def for_target(self, target: str) -> Policy:
+        """The policy restricted to the rules of one target."""
+        rules = tuple(r for r in self.rules if r.target == target)
+        return dataclasses.replace(self, target=target, targets=(), rules=rules)
 
     def describe(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "id": self.id,
             "version": self.version,
+            "status": self.status,
             "target": self.target,
+        }
+        if self.targets:
+            described["targets"] = list(self.decision_targets)
+        described |= {
             "rubric": self.rubric,
             "file": str(self.path),
             "sha256": self.sha256,
             "default_action": DEFAULT_ACTION.value,
             "rules": [r.id for r in self.rules],
         }
+        hard_gates = {
+            r.id: {
+                "target": r.target,
+                "match": {k: list(v) for k, v in {**r.match.criteria, **r.match.gates}.items()},
+                "severity": r.severity,
+                "confidence": r.confidence,
+                "action": r.action,
+                "compensation": r.compensation,
+            }
+            for r in self.rules
+            if r.hard_gate
+        }
+        if hard_gates:
+            described["hard_gates"] = hard_gates
+        if self.calibration != Calibration():
+            described["calibration"] = self.calibration.describe()
+        return described
+
+
+def _subjects(rule: Rule, rubric: Rubric | None) -> list[str]:
+    """The criteria and gates whose verdicts a rule decides on."""
+    criteria = [c.id for c in rubric.criteria] if rubric else []
+    gates = [g.name for g in rubric.gates] if rubric else []
+    m = rule.match
+    every_criterion = bool(m.any_criterion or m.all_criteria or m.weighted)
+    every_gate = bool(m.any_gate or m.all_gates or m.weighted)
+    named = [*m.criteria, *m.gates]
+    named += [c for c in criteria if every_criterion and c not in named]
+    named += [g for g in gates if every_gate and g not in named]
+    return named
+
+
+def effective_action(policy: Policy, rule: Rule, rubric: Rubric | None) -> tuple[str, str | None]:
+    """The action the rule takes and, when calibration changed it, why (§13.4).
+
+    A rule needs its own ``confidence`` band, or ``low`` (any calibration) when its action
+    is in ``requires_calibration_for_actions``. A rule that decides on no criterion or
+    gate (reason codes only) needs none.
+    """
+    calibration = policy.calibration
+    needed = rule.confidence
+    if needed is None and rule.action in calibration.requires_calibration_for_actions:
+        needed = Band.LOW.value
+    if needed is None:
+        return rule.action, None
+    short = [
+        (name, calibration.band(name))
+        for name in _subjects(rule, rubric)
+        if calibration.band(name).rank < Band(needed).rank
+    ]
+    if not short:
+        return rule.action, None
+    names = ", ".join(f"{name} is {band.value}" for name, band in short)
+    return calibration.uncalibrated_action, (
+        f"{rule.action} needs calibrated confidence {needed}: {names}; "
+        f"{calibration.uncalibrated_action} instead"
+    )
+
+
+def explanation(policy: Policy, rule: Rule, action: str) -> str:
+    """The rule's explanation (its template filled with constants), else
+    ``rule <id>: <description>``."""
+    if rule.explanation is None:
+        return f"rule {rule.id}: {rule.description}"
+    return rule.explanation.format(
+        rule=rule.id,
+        description=rule.description,
+        action=action,
+        target=rule.target,
+        policy=policy.id,
+        version=policy.version,
+        severity=rule.severity or Severity.NONE.value,
+    )
 
 
 # -- static analysis: each rule's conditions as sets of allowed states -----------------
@@ -269,32 +506,40 @@ def validate_policy(policy: Policy, rubric: Rubric | None) -> None:
     problems: list[str] = []
     criteria = [c.id for c in rubric.criteria] if rubric else []
     gates = [g.name for g in rubric.gates] if rubric else []
-    if policy.target not in TARGETS:
-        problems.append(f"target: {policy.target!r} is not one of {', '.join(TARGETS)}")
+    problems += _check_contract(policy, criteria, gates)
     if rubric is not None and policy.rubric is not None and policy.rubric != rubric.id:
         problems.append(f"rubric: the policy is for {policy.rubric!r}, the kind uses {rubric.id!r}")
     if len(policy.rules) >= _RANK:
         problems.append(f"rules: at most {_RANK - 1} rules")
     ids = [r.id for r in policy.rules]
-    priorities = [r.priority for r in policy.rules]
     problems += [
         f"rules: id {i!r} is used more than once"
         for i in sorted({i for i in ids if ids.count(i) > 1})
     ]
-    problems += [
-        f"rules: priority {p} is used more than once (evaluation order must be explicit)"
-        for p in sorted({p for p in priorities if priorities.count(p) > 1})
-    ]
+    targets = policy.decision_targets
+    for target in targets:
+        priorities = [r.priority for r in policy.rules if r.target == target]
+        problems += [
+            f"rules: priority {p} is used more than once"
+            + (f" for target {target!r}" if len(targets) > 1 else "")
+            + " (evaluation order must be explicit)"
+            for p in sorted({p for p in priorities if priorities.count(p) > 1})
+        ]
     for rule in policy.rules:
         where = f"rules.{rule.id}"
         if not _RULE_ID.fullmatch(rule.id):
             problems.append(
                 f"{where}.id: ids are 1-128 of A-Z a-z 0-9 _ . : - (not starting with a symbol)"
             )
-        if rule.target != policy.target:
-            problems.append(
-                f"{where}.target: {rule.target!r}, but the policy decides {policy.target!r}"
+        if rule.id.startswith("default:"):
+            problems.append(f"{where}.id: 'default:' is reserved for the default action's trace")
+        if rule.target not in targets:
+            decides = (
+                f"the policy decides {policy.target!r}"
+                if len(targets) == 1
+                else f"the policy decides {', '.join(map(repr, targets))}"
             )
+            problems.append(f"{where}.target: {rule.target!r}, but {decides}")
         if rule.action not in {a.value for a in Action}:
             problems.append(
                 f"{where}.action: {rule.action!r} is not one of {', '.join(a.value for a in Action)}"
@@ -302,6 +547,7 @@ def validate_policy(policy: Policy, rubric: Rubric | None) -> None:
         if not rule.description.strip():
             problems.append(f"{where}.description: empty")
         problems += _check_match(rule.match, where, criteria, gates, rubric is not None)
+        problems += _check_rule_contract(rule, where)
     if problems:
         raise RubricError(f"{policy.path}: not a valid policy:\n  " + "\n  ".join(problems))
 
@@ -311,8 +557,12 @@ def validate_policy(policy: Policy, rubric: Rubric | None) -> None:
         if why:
             problems.append(f"rules.{rule.id}: can never match: {why}")
             continue
+        forbidden = _forbidden(rule, mine)
+        if forbidden:
+            problems.append(f"rules.{rule.id}: {forbidden}")
+            continue
         for earlier, theirs in zip(policy.rules[:n], normalised[:n], strict=True):
-            if earlier.terminal and _implies(mine, theirs):
+            if earlier.target == rule.target and earlier.terminal and _implies(mine, theirs):
                 problems.append(
                     f"rules.{rule.id}: unreachable: every row it matches is decided first by "
                     f"the terminal rule {earlier.id!r} (priority {earlier.priority})"
@@ -320,6 +570,167 @@ def validate_policy(policy: Policy, rubric: Rubric | None) -> None:
                 break
     if problems:
         raise RubricError(f"{policy.path}: not a valid policy:\n  " + "\n  ".join(problems))
+
+
+def _check_contract(policy: Policy, criteria: Sequence[str], gates: Sequence[str]) -> list[str]:
+    """The contract's identity, targets and calibration (seed 003 §§5.2, 8.1, 13)."""
+    problems = []
+    if not _SEMVER.fullmatch(policy.version):
+        problems.append(
+            f"version: {policy.version!r} is not a semantic version (MAJOR.MINOR.PATCH, "
+            "AutoQA contract §8.1)"
+        )
+    if policy.status not in {s.value for s in Status}:
+        problems.append(
+            f"status: {policy.status!r} is not one of {', '.join(s.value for s in Status)}"
+        )
+    elif policy.status == Status.RETIRED.value:
+        problems.append("status: the contract is retired; it may not decide rows")
+    targets = policy.targets or (policy.target,)
+    problems += [
+        f"targets: {name!r} is listed more than once"
+        for name in sorted({t for t in targets if targets.count(t) > 1})
+    ]
+    for name in dict.fromkeys((policy.target, *targets)):
+        if name not in TARGETS:
+            at = "target" if name == policy.target else "targets"
+            problems.append(f"{at}: {name!r} is not one of {', '.join(TARGETS)}")
+    if policy.targets and policy.target not in policy.targets:
+        problems.append(f"targets: does not list the target {policy.target!r}")
+    calibration = policy.calibration
+    where = "calibration"
+    actions = {a.value for a in Action}
+    for name, bound in calibration.bands.items():
+        if name not in (Band.HIGH.value, Band.MEDIUM.value):
+            problems.append(f"{where}.bands.{name}: only 'high' and 'medium' have a lower bound")
+        elif not 0.0 <= bound <= 1.0:
+            problems.append(f"{where}.bands.{name}: {bound!r} is not in [0, 1]")
+    high, medium = calibration.bands.get("high"), calibration.bands.get("medium")
+    if high is not None and medium is not None and not medium < high:
+        problems.append(f"{where}.bands: medium ({medium!r}) must be below high ({high!r})")
+    problems += [
+        f"{where}.requires_calibration_for_actions: {a!r} is not one of {', '.join(actions)}"
+        for a in calibration.requires_calibration_for_actions
+        if a not in actions
+    ]
+    if calibration.uncalibrated_action not in actions:
+        problems.append(
+            f"{where}.uncalibrated_action: {calibration.uncalibrated_action!r} is not one of "
+            + ", ".join(actions)
+        )
+    elif calibration.uncalibrated_action in calibration.requires_calibration_for_actions:
+        problems.append(
+            f"{where}.uncalibrated_action: {calibration.uncalibrated_action!r} itself requires "
+            "calibration (AutoQA contract §13.4)"
+        )
+    for name, profile in calibration.subjects.items():
+        if name not in criteria and name not in gates:
+            problems.append(
+                f"{where}.subjects.{name}: the rubric has no criterion or gate {name!r}"
+            )
+        if not 0.0 <= profile.confidence <= 1.0:
+            problems.append(f"{where}.subjects.{name}.confidence: not in [0, 1]")
+    return problems
+
+
+def _check_rule_contract(rule: Rule, where: str) -> list[str]:
+    """Severity, confidence, compensation, hard gates and explanations (§§8.12, 14.1, 14.3)."""
+    problems = []
+    if rule.severity is not None and rule.severity not in {s.value for s in Severity}:
+        problems.append(
+            f"{where}.severity: {rule.severity!r} is not one of "
+            + ", ".join(s.value for s in Severity)
+        )
+    bands = [b.value for b in Band if b is not Band.UNCALIBRATED]
+    if rule.confidence is not None and rule.confidence not in bands:
+        problems.append(f"{where}.confidence: {rule.confidence!r} is not one of {', '.join(bands)}")
+    if rule.compensation is not None and rule.compensation not in ("forbidden", "allowed"):
+        problems.append(f"{where}.compensation: {rule.compensation!r} is not forbidden or allowed")
+    if rule.hard_gate:
+        missing = [
+            key for key in ("severity", "confidence", "compensation") if getattr(rule, key) is None
+        ]
+        if missing:
+            problems.append(
+                f"{where}: a hard gate must state {', '.join(missing)} (AutoQA contract §14.3)"
+            )
+        m = rule.match
+        subjects = len(m.criteria) + len(m.gates)
+        if subjects != 1 or m.any_criterion or m.all_criteria or m.any_gate or m.all_gates:
+            problems.append(
+                f"{where}.match: a hard gate names exactly one criterion or gate and its "
+                "triggering verdicts (AutoQA contract §14.3)"
+            )
+        if rule.compensation == "forbidden" and not rule.terminal:
+            problems.append(
+                f"{where}.terminal: a hard gate whose compensation is forbidden is terminal "
+                "(no later rule may run)"
+            )
+        if rule.action in _POSITIVE:
+            problems.append(f"{where}.action: a hard gate cannot {rule.action}")
+    if rule.explanation is not None:
+        try:
+            parts = list(string.Formatter().parse(rule.explanation))
+        except ValueError as exc:
+            problems.append(f"{where}.explanation: not a template: {exc}")
+            parts = []
+        for _, name, spec, conversion in parts:
+            if name is None:
+                continue
+            if name not in EXPLANATION_FIELDS or spec or conversion:
+                problems.append(
+                    f"{where}.explanation: {{{name}}} is not one of "
+                    + ", ".join(f"{{{f}}}" for f in EXPLANATION_FIELDS)
+                )
+    return problems
+
+
+def _forbidden(rule: Rule, mine: _Normalised) -> str | None:
+    """What the contract forbids a rule to do, or None.
+
+    §8.7: a criterion that does not apply "MUST NOT trigger a negative operational
+    action". §6.9: uncertainty "MUST NOT be silently converted into failure or success":
+    only ``escalate`` may be triggered by ``unknown``/``ambiguous``, and a terminal
+    acceptance must exclude them for every criterion and gate. A weighted state of
+    ``met``/``not_met`` exists only when every gate is met or not applicable and every
+    applicable criterion has a known score (:mod:`pipeline.rubrics.scoring`).
+    """
+    m = rule.match
+    named = [
+        *m.criteria.values(),
+        *m.gates.values(),
+        m.any_criterion,
+        m.any_gate,
+        m.all_criteria,
+        m.all_gates,
+        m.weighted,
+    ]
+    listed = {state for states in named for state in states}
+    if rule.action in _NEGATIVE and State.NOT_APPLICABLE.value in listed:
+        return (
+            f"{rule.action} triggered by not_applicable: a criterion or gate that does not "
+            "apply must not trigger a negative action (AutoQA contract §8.7)"
+        )
+    uncertain = sorted(listed & _UNCERTAIN)
+    if rule.action != Action.ESCALATE.value and uncertain:
+        return (
+            f"{rule.action} triggered by {' / '.join(uncertain)}: uncertainty is never turned "
+            "into success or failure; only escalate may follow it (AutoQA contract §6.9)"
+        )
+    if rule.terminal and rule.action in _POSITIVE and State.UNKNOWN.value in mine.weighted:
+        open_ = [
+            name
+            for allowed in (mine.criteria, mine.gates)
+            for name, states in allowed.items()
+            if states & _UNCERTAIN
+        ]
+        if open_:
+            return (
+                f"{rule.action} could match a row whose {', '.join(open_)} is unknown or "
+                "ambiguous: an acceptance must exclude uncertain verdicts (with all_criteria "
+                "and all_gates, or weighted; AutoQA contract §6.9)"
+            )
+    return None
 
 
 def _check_match(
@@ -378,7 +789,7 @@ def load_policy(path: Path, pinned: str | None = None) -> Policy:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise RubricError(f"cannot read policy {path}: {exc.strerror}") from None
+        raise MissingSourceError(f"cannot read policy {path}: {exc.strerror}") from None
     sha256 = hashlib.sha256(data).hexdigest()
     check_pin(f"policy {path}", sha256, pinned, RubricError)
     try:
@@ -395,6 +806,9 @@ def load_policy(path: Path, pinned: str | None = None) -> Policy:
         rules=tuple(sorted(document.rules, key=lambda r: -r.priority)),
         path=path.resolve(),
         sha256=sha256,
+        status=document.status,
+        targets=document.targets,
+        calibration=document.calibration,
     )
 
 
@@ -463,9 +877,36 @@ def _match_expr(match: RuleMatch, rubric: Rubric | None) -> pl.Expr:
     return pl.all_horizontal(conditions)
 
 
+def target_columns(policy: Policy, target: str) -> tuple[str, str]:
+    """The decision and trace columns of one target: ``_decision`` and ``_policy_trace``
+    for the disposing target, ``_decision_<target>`` and ``_policy_trace_<target>`` for
+    every other target decided beside it."""
+    if target == policy.target:
+        return "_decision", "_policy_trace"
+    return f"_decision_{target}", f"_policy_trace_{target}"
+
+
+def decide_targets(policy: Policy, rubric: Rubric | None, rows: pl.DataFrame) -> pl.DataFrame:
+    """:func:`decide_frame` for every target of ``policy``, side by side (§5.2).
+
+    The disposing target's columns are ``_decision``, ``_policy_trace`` and
+    ``_policy_rule``; each other target adds its own (:func:`target_columns`).
+    """
+    decided = decide_frame(policy.for_target(policy.target), rubric, rows)
+    for target in policy.decision_targets[1:]:
+        decision, trace = target_columns(policy, target)
+        other = decide_frame(policy.for_target(target), rubric, rows)
+        decided = decided.with_columns(
+            other["_decision"].alias(decision), other["_policy_trace"].alias(trace)
+        )
+    return decided
+
+
 def decide_frame(policy: Policy, rubric: Rubric | None, rows: pl.DataFrame) -> pl.DataFrame:
     """Add ``_decision``, ``_policy_trace`` and ``_policy_rule`` (the rule whose action
-    won, null for the default) to every row, vectorised over the rules.
+    won, null for the default) to every row, vectorised over the rules. The trace lists
+    the matched rules and ends with :data:`DEFAULT_TRACE` when no terminal rule matched.
+    Every rule of ``policy`` is evaluated: :meth:`Policy.for_target` selects a target's.
 
     ``rows`` carries the scoring stage's state columns and ``_reason_codes``.
     """
@@ -489,8 +930,9 @@ def decide_frame(policy: Policy, rubric: Rubric | None, rows: pl.DataFrame) -> p
     }
     candidates = [pl.when(pl.col("_stop").is_null()).then(pl.lit(DEFAULT_ACTION.severity * _RANK))]
     for n, rule in enumerate(rules):
-        rank = Action(rule.action).severity * _RANK + (_RANK - 1 - n)
-        ranks[rank] = (rule.action, rule.id)
+        action, _ = effective_action(policy, rule, rubric)
+        rank = Action(action).severity * _RANK + (_RANK - 1 - n)
+        ranks[rank] = (action, rule.id)
         candidates.append(pl.when(counted[n]).then(pl.lit(rank)))
     best = pl.max_horizontal(candidates)
     keys = list(ranks)
@@ -498,17 +940,15 @@ def decide_frame(policy: Policy, rubric: Rubric | None, rows: pl.DataFrame) -> p
     # is two orders of magnitude slower. Rule ids never contain the separator.
     joined = pl.concat_str(
         [
-            pl.when(c).then(pl.lit(rule.id + _SEPARATOR))
-            for c, rule in zip(counted, rules, strict=True)
-        ]
-        or [pl.lit("")],
+            *(
+                pl.when(c).then(pl.lit(rule.id + _SEPARATOR))
+                for c, rule in zip(counted, rules, strict=True)
+            ),
+            pl.when(pl.col("_stop").is_null()).then(pl.lit(DEFAULT_TRACE + _SEPARATOR)),
+        ],
         ignore_nulls=True,
     )
-    trace = (
-        pl.when(joined == "")
-        .then(pl.lit([], pl.List(pl.String)))
-        .otherwise(joined.str.strip_suffix(_SEPARATOR).str.split(_SEPARATOR))
-    )
+    trace = joined.str.strip_suffix(_SEPARATOR).str.split(_SEPARATOR)
     return (
         rows.lazy()
         .with_columns(

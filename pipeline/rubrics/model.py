@@ -33,10 +33,12 @@ __all__ = [
     "Criterion",
     "Gate",
     "GateKind",
+    "MissingSourceError",
     "ReviewPolicy",
     "Rubric",
     "RubricError",
     "RubricRegistry",
+    "Severity",
     "State",
     "load_rubric",
     "plain_number",
@@ -52,16 +54,47 @@ class RubricError(RowgateError, ValueError):
     """A rubric or policy file that rowgate refuses to use, or a digest mismatch."""
 
     exit_code: ClassVar[int] = EXIT_INPUT
+    #: The AutoQA evaluation contract §19 class (:mod:`pipeline.rubrics.failures`).
+    failure_class: str = "contract_inconsistency"
+
+
+class MissingSourceError(RubricError):
+    """A rubric or policy file that is not there or cannot be read."""
+
+    failure_class = "missing_required_source"
 
 
 class State(StrEnum):
-    """A criterion's or gate's verdict for one row (seed 003 §11.3, the subset rowgate
-    can decide from recorded evidence: it never guesses ``partially_met``/``ambiguous``)."""
+    """A criterion's or gate's verdict for one row: the AutoQA evaluation contract's six
+    (§11.3). Scoring decides four of them from recorded evidence and never guesses
+    ``partially_met`` or ``ambiguous``; a decision policy may name all six."""
 
     MET = "met"
+    PARTIALLY_MET = "partially_met"
     NOT_MET = "not_met"
-    UNKNOWN = "unknown"
     NOT_APPLICABLE = "not_applicable"
+    UNKNOWN = "unknown"
+    AMBIGUOUS = "ambiguous"
+
+    @property
+    def uncertain(self) -> bool:
+        """Uncertainty (§6.9): never silently converted into success or failure."""
+        return self in (State.UNKNOWN, State.AMBIGUOUS)
+
+
+class Severity(StrEnum):
+    """The impact of a finding (AutoQA evaluation contract §8.12), kept apart from the
+    action it leads to: a major defect may be repairable (rework, not reject)."""
+
+    NONE = "none"
+    ADVISORY = "advisory"
+    MINOR = "minor"
+    MAJOR = "major"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return list(Severity).index(self)
 
 
 class GateKind(StrEnum):
@@ -187,7 +220,7 @@ def load_rubric(path: Path, format_schema: SchemaEntry | None = None) -> Rubric:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise RubricError(f"cannot read rubric {path}: {exc.strerror}") from None
+        raise MissingSourceError(f"cannot read rubric {path}: {exc.strerror}") from None
     try:
         document = parse_object(data, max_depth=16, max_items=1000)
     except RejectLine as exc:
@@ -267,7 +300,7 @@ class RubricRegistry:
             return found
         path = self.directory / f"{rubric_id}.json"
         if rubric_id.endswith(".schema") or not path.is_file():
-            raise RubricError(f"no rubric {rubric_id!r} in {self.directory}")
+            raise MissingSourceError(f"no rubric {rubric_id!r} in {self.directory}")
         if self._schema is None:
             self._schema = _format_schema(self.directory)
         rubric = load_rubric(path, self._schema)

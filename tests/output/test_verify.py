@@ -225,6 +225,18 @@ def test_a_config_file_gone_is_a_note_not_a_mismatch(pristine: Path, campaign: P
     assert any("no longer there" in n for n in report.notes)
 
 
+def test_the_manifest_names_its_canonicalization_and_replay(pristine: Path, out: Path) -> None:
+    """The AutoQA evaluation contract §7.1 (the canonicalization and its version are kept
+    with the audit record) and §17 (it states whether exact replay is expected)."""
+    manifest = json.loads((pristine / "manifest.json").read_text())
+    assert manifest["canonicalization"]["procedure"].startswith("RFC 8785")
+    assert manifest["canonicalization"]["version"] == "rowgate-jcs/1"
+    assert manifest["replay"]["exact"] is True
+    # Digests made with another procedure cannot be recomputed: verify says so.
+    _edit(out, _set("canonicalization", "version", value="jcs-other/2"))
+    _fails(out, "canonicalization 'jcs-other/2'")
+
+
 def test_a_dropped_pinned_digest_fails(out: Path) -> None:
     """The files to re-hash come from the config, so deleting one from the list hides nothing."""
     _edit(out, lambda m: m["pinned"].pop(0))

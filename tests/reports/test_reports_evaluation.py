@@ -4,7 +4,9 @@ warnings, bootstrap determinism, the pw-decide-row preset, and where rows come f
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ from pipeline.gate.reader import InputError
 from pipeline.jobs.run import run
 from pipeline.output.outdir import OutputExistsError
 from pipeline.reports.evaluation import EvaluationReport, evaluate
-from pipeline.reports.evaluation_output import write_evaluation
+from pipeline.reports.evaluation_output import report_document, write_evaluation
 from pipeline.reports.settings import ReportSettings
 from pipeline.reports.sources import LoadedTable, load_table
 from tests.conftest import DATA
@@ -368,3 +370,32 @@ def test_many_slices_draw_only_the_largest(tmp_path: Path) -> None:
     assert page.count("reliability diagram of") == 4
     assert "27 smaller slice(s) are not drawn" in page
     assert pl.read_parquet(tmp_path / "r" / "summary.parquet").height == 31
+
+
+def test_report_json_carries_its_creation_time_and_input_digest(tmp_path: Path) -> None:
+    """The AutoQA evaluation contract §13.2: a calibration profile identifies its date and
+    the data it was measured on."""
+    rows = pl.DataFrame({"p": [0.2, 0.4, 0.6, 0.8] * 10, "ok": [False, True, True, True] * 10})
+    rows.head(20).write_parquet(tmp_path / "a.parquet")
+    rows.tail(20).write_parquet(tmp_path / "b.parquet")
+    settings = {"confidence": "p", "correct": "ok", "bootstrap": 0, "bins": 2}
+    before = datetime.now(UTC).replace(microsecond=0)
+    report = _evaluate(load_table(str(tmp_path)), **settings)
+    document = report_document(report, {})
+    after = datetime.now(UTC)
+    created = datetime.fromisoformat(document["created"])
+    assert document["created"].endswith("Z")
+    assert before <= created <= after
+    data = document["data"]
+    digests = [
+        hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in ("a.parquet", "b.parquet")
+    ]
+    assert data["files_sha256"] == digests
+    assert (
+        data["input_sha256"]
+        == hashlib.sha256(json.dumps(digests, separators=(",", ":")).encode()).hexdigest()
+    )
+    # Other bytes, another digest, even under the same names.
+    rows.head(21).write_parquet(tmp_path / "a.parquet")
+    again = report_document(_evaluate(load_table(str(tmp_path)), **settings), {})
+    assert again["data"]["input_sha256"] != data["input_sha256"]

@@ -13,19 +13,24 @@ from hypothesis import strategies as st
 
 from pipeline.rubrics.decision_policy import (
     Action,
+    Band,
     Policy,
     Rule,
     RuleMatch,
     decide_frame,
+    decide_targets,
+    effective_action,
+    explanation,
     load_policy,
+    target_columns,
     validate_policy,
 )
-from pipeline.rubrics.model import RUBRIC_DIR, RubricError, RubricRegistry
+from pipeline.rubrics.model import RUBRIC_DIR, RubricError, RubricRegistry, Severity, State
 from pipeline.rubrics.scoring import criterion_state_column, gate_state_column
 
 RUBRIC = RubricRegistry().get("code-review-v1")
 HEAD = """policy = "p"
-version = "1"
+version = "1.0.0"
 target = "composite_case"
 rubric = "code-review-v1"
 """
@@ -135,7 +140,7 @@ def test_unreachable_rules_are_refused(tmp_path: Path) -> None:
                     1,
                     "rework",
                     True,
-                    '{ gates = { syntax_valid = ["not_met"] }, weighted = ["unknown"] }',
+                    '{ gates = { syntax_valid = ["not_met"] }, any_criterion = ["not_met"] }',
                 ),
             ),
             RUBRIC,
@@ -257,11 +262,12 @@ def test_evaluation_semantics(tmp_path: Path) -> None:
         ["cross"],
         "cross",
     )
-    # No terminal rule matched: the default escalate joins what matched.
-    assert decide(_weighted_state=["unknown"]) == ("escalate", ["note"], None)
+    # No terminal rule matched: the default escalate joins what matched, and the trace
+    # says so.
+    assert decide(_weighted_state=["unknown"]) == ("escalate", ["note", "default:escalate"], None)
     assert decide(_weighted_state=["unknown"], _criterion_readability_state=["not_met"]) == (
         "escalate",
-        [],
+        ["default:escalate"],
         None,
     )
     # A state the scoring stage did not write is unknown, never a pass.
@@ -318,6 +324,7 @@ def _reference(policy: Policy, row: dict[str, Any]) -> tuple[str, list[str]]:
                 break
     if not decided:
         actions.append(Action.ESCALATE)
+        trace.append("default:escalate")
     return max(actions, key=lambda a: a.severity).value, trace
 
 
@@ -385,3 +392,245 @@ def test_vectorised_policy_equals_per_row_evaluation(
     decided = decide_frame(policy, RUBRIC, frame)
     for row, got in zip(rows, decided.iter_rows(named=True), strict=True):
         assert (got["_decision"], got["_policy_trace"]) == _reference(policy, row)
+
+
+# -- the evaluation contract model (AutoQA evaluation contract §§5.2, 6.9, 8, 13, 14) -----
+
+
+def test_all_six_verdicts_are_known(tmp_path: Path) -> None:
+    # partially_met and ambiguous were unknown states: such a policy did not load.
+    policy = policy_from(
+        tmp_path,
+        rule("ambiguous", 9, "escalate", True, '{ any_criterion = ["ambiguous", "unknown"] }'),
+        rule("partial", 8, "rework", True, '{ criteria = { correctness = ["partially_met"] } }'),
+        rule("accept", 1, "accept", True, '{ weighted = ["met"] }'),
+    )
+    validate_policy(policy, RUBRIC)
+    decided = decide_frame(
+        policy,
+        RUBRIC,
+        pl.concat(
+            [
+                _states(_criterion_readability_state=["ambiguous"]),
+                _states(_criterion_correctness_state=["partially_met"]),
+            ]
+        ),
+    )
+    assert decided["_decision"].to_list() == ["escalate", "rework"]
+    assert [s.value for s in State] == [
+        "met", "partially_met", "not_met", "not_applicable", "unknown", "ambiguous",
+    ]  # fmt: skip
+    assert [s.value for s in Severity] == ["none", "advisory", "minor", "major", "critical"]
+
+
+@pytest.mark.parametrize(
+    ("match", "action", "message"),
+    [
+        # §8.7: a criterion that does not apply must not trigger a negative action.
+        ('{ criteria = { readability = ["not_applicable"] } }', "reject", r"§8\.7"),
+        ('{ any_gate = ["not_met", "not_applicable"] }', "rework", r"§8\.7"),
+        # §6.9: unknown never passes, nor fails.
+        ('{ any_gate = ["unknown"] }', "accept", r"accept triggered by unknown.*§6\.9"),
+        ('{ criteria = { correctness = ["ambiguous"] } }', "reject", r"ambiguous.*§6\.9"),
+        ('{ weighted = ["unknown"] }', "rework", r"§6\.9"),
+        # A terminal acceptance that does not exclude uncertain verdicts.
+        ('{ all_criteria = ["met"] }', "accept", r"could match a row whose .*syntax_valid"),
+        ("{}", "accept_with_note", r"could match a row whose correctness"),
+    ],
+)
+def test_forbidden_rules_do_not_load(tmp_path: Path, match: str, action: str, message: str) -> None:
+    with pytest.raises(RubricError, match=message):
+        validate_policy(policy_from(tmp_path, rule("a", 1, action, True, match)), RUBRIC)
+
+
+def test_acceptance_that_excludes_uncertainty_loads(tmp_path: Path) -> None:
+    for match in [
+        '{ weighted = ["met"] }',  # a weighted state exists only when nothing is unknown
+        '{ all_criteria = ["met", "not_applicable"], all_gates = ["met"] }',
+    ]:
+        validate_policy(policy_from(tmp_path, rule("a", 1, "accept", True, match)), RUBRIC)
+    # Escalation may follow uncertainty; a non-negative action may follow not_applicable.
+    validate_policy(
+        policy_from(
+            tmp_path,
+            rule("u", 9, "escalate", True, '{ any_gate = ["unknown", "ambiguous"] }'),
+            rule("n", 8, "accept_with_note", False, '{ any_gate = ["not_applicable"] }'),
+        ),
+        RUBRIC,
+    )
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        (HEAD.replace('"1.0.0"', '"banana"'), "version: 'banana' is not a semantic version"),
+        (HEAD.replace('"1.0.0"', '"1.0"'), "is not a semantic version"),
+        (HEAD + 'status = "retired"\n', "the contract is retired"),
+        (HEAD + 'status = "final"\n', "status: 'final' is not one of draft, approved"),
+        (HEAD + 'targets = ["attempt"]\n', "targets: does not list the target 'composite_case'"),
+    ],
+)
+def test_contract_identity(tmp_path: Path, head: str, message: str) -> None:
+    with pytest.raises(RubricError, match=message):
+        validate_policy(policy_from(tmp_path, rule("a", 1, "escalate", True), head=head), RUBRIC)
+
+
+def test_contract_status_and_semantic_versions(tmp_path: Path) -> None:
+    for version in ("1.0.0", "0.1.0-rc.1+build.5"):
+        head = HEAD.replace('"1.0.0"', f'"{version}"') + 'status = "approved"\n'
+        policy = policy_from(tmp_path, rule("a", 1, "escalate", True), head=head)
+        validate_policy(policy, RUBRIC)
+        assert (policy.describe()["status"], policy.describe()["version"]) == ("approved", version)
+    # No status: a draft (never claimed approved).
+    assert policy_from(tmp_path, rule("a", 1, "escalate", True)).status == "draft"
+
+
+HARD_GATE = (
+    '[[rules]]\nid = "syntax"\npriority = 50\ntarget = "composite_case"\n'
+    'description = "Python that does not parse"\naction = "reject"\nterminal = true\n'
+    'match = { gates = { syntax_valid = ["not_met"] } }\nhard_gate = true\n'
+)
+
+
+def test_hard_gates_state_severity_and_calibrated_confidence(tmp_path: Path) -> None:
+    full = HARD_GATE + 'severity = "critical"\nconfidence = "high"\ncompensation = "forbidden"\n'
+    policy = policy_from(tmp_path, full)
+    validate_policy(policy, RUBRIC)
+    gate = policy.rules[0]
+    assert (gate.severity, gate.confidence, gate.compensation) == ("critical", "high", "forbidden")
+    with pytest.raises(RubricError, match=r"must state severity, confidence, compensation.*§14\.3"):
+        validate_policy(policy_from(tmp_path, HARD_GATE), RUBRIC)
+    for old, new, message in [
+        ('"critical"', '"fatal"', "severity: 'fatal' is not one of none, advisory"),
+        ('"high"', '"certain"', "confidence: 'certain' is not one of low, medium, high"),
+        ('"forbidden"', '"sometimes"', "compensation: 'sometimes' is not forbidden or allowed"),
+        ("terminal = true", "terminal = false", "compensation is forbidden is terminal"),
+        ('action = "reject"', 'action = "accept"', "a hard gate cannot accept"),
+    ]:
+        with pytest.raises(RubricError, match=message):
+            validate_policy(policy_from(tmp_path, full.replace(old, new)), RUBRIC)
+    with pytest.raises(RubricError, match="names exactly one criterion or gate"):
+        validate_policy(
+            policy_from(
+                tmp_path,
+                full.replace('gates = { syntax_valid = ["not_met"] }', 'any_gate = ["not_met"]'),
+            ),
+            RUBRIC,
+        )
+
+
+CALIBRATION = """
+[calibration]
+bands = { high = 0.95, medium = 0.8 }
+requires_calibration_for_actions = ["reject"]
+uncalibrated_action = "escalate"
+[calibration.subjects.syntax_valid]
+confidence = 1.0
+profile = "deterministic: ast.parse"
+[calibration.subjects.correctness]
+confidence = 0.85
+profile = "judge-v3 on bench-2026-10, n = 400"
+"""
+
+
+def test_calibration_gated_actions_and_confidence_bands(tmp_path: Path) -> None:
+    policy = policy_from(
+        tmp_path,
+        rule("syntax", 9, "reject", True, '{ gates = { syntax_valid = ["not_met"] } }'),
+        rule("wrong", 8, "reject", True, '{ criteria = { correctness = ["not_met"] } }'),
+        rule("deps", 7, "reject", True, '{ gates = { unapproved_dependencies = ["not_met"] } }'),
+        rule("minimum", 6, "rework", True, '{ any_criterion = ["not_met"] }'),
+        rule("accept", 1, "accept", True, '{ weighted = ["met"] }'),
+        head=HEAD + CALIBRATION,
+    )
+    validate_policy(policy, RUBRIC)
+    calibration = policy.calibration
+    assert [calibration.band(n) for n in ("syntax_valid", "correctness", "readability")] == [
+        Band.HIGH, Band.MEDIUM, Band.UNCALIBRATED,
+    ]  # fmt: skip
+    rules = {r.id: r for r in policy.rules}
+    # §13.4: reject needs calibration; an uncalibrated gate escalates instead.
+    assert effective_action(policy, rules["syntax"], RUBRIC) == ("reject", None)
+    assert effective_action(policy, rules["wrong"], RUBRIC) == ("reject", None)
+    action, why = effective_action(policy, rules["deps"], RUBRIC)
+    assert action == "escalate"
+    assert "unapproved_dependencies is uncalibrated" in str(why)
+    assert effective_action(policy, rules["minimum"], RUBRIC) == ("rework", None)
+    decided = decide_frame(
+        policy,
+        RUBRIC,
+        pl.concat(
+            [
+                _states(_gate_syntax_valid=["not_met"]),
+                _states(_gate_unapproved_dependencies=["not_met"]),
+            ]
+        ),
+    )
+    assert decided.select("_decision", "_policy_trace").rows() == [
+        ("reject", ["syntax"]),
+        ("escalate", ["deps"]),
+    ]
+    # A rule's own confidence band: medium is not enough for high.
+    strict = policy_from(
+        tmp_path,
+        rule("wrong", 8, "rework", True, '{ criteria = { correctness = ["not_met"] } }')
+        + 'confidence = "high"\n',
+        head=HEAD + CALIBRATION,
+    )
+    assert effective_action(strict, strict.rules[0], RUBRIC)[0] == "escalate"
+    for old, new, message in [
+        ("high = 0.95", "high = 0.5", "medium .* must be below high"),
+        ('uncalibrated_action = "escalate"', 'uncalibrated_action = "reject"', "itself requires"),
+        ("subjects.correctness]", "subjects.style]", "no criterion or gate 'style'"),
+        ("confidence = 0.85", "confidence = 1.5", r"correctness\.confidence: not in \[0, 1\]"),
+    ]:
+        head = HEAD + CALIBRATION.replace(old, new)
+        with pytest.raises(RubricError, match=message):
+            validate_policy(
+                policy_from(tmp_path, rule("a", 1, "escalate", True), head=head), RUBRIC
+            )
+
+
+def test_explanation_templates(tmp_path: Path) -> None:
+    text = rule("a", 1, "escalate", True) + (
+        'severity = "major"\nexplanation = "{severity} finding under {policy}@{version}: {action}"\n'
+    )
+    policy = policy_from(tmp_path, text)
+    validate_policy(policy, RUBRIC)
+    assert (
+        explanation(policy, policy.rules[0], "escalate") == "major finding under p@1.0.0: escalate"
+    )
+    # Without a template: the rule and its description.
+    plain = policy_from(tmp_path, rule("a", 1, "escalate", True))
+    assert explanation(plain, plain.rules[0], "escalate") == "rule a: rule a"
+    for template in ("{score}", "{rule.__class__}", "{action!r}", "{rule"):
+        bad = rule("a", 1, "escalate", True) + f'explanation = "{template}"\n'
+        with pytest.raises(RubricError, match=r"explanation: "):
+            validate_policy(policy_from(tmp_path, bad), RUBRIC)
+
+
+def test_several_targets_side_by_side(tmp_path: Path) -> None:
+    # §5.2: attempt accept, annotation rework, composite rework — never collapsed.
+    head = HEAD + 'targets = ["attempt", "annotation", "composite_case"]\n'
+    rules = [
+        rule("attempt-ok", 5, "accept", True, '{ weighted = ["met"] }').replace(
+            '"composite_case"', '"attempt"'
+        ),
+        rule("label-wrong", 5, "rework", True, '{ reasons_any = ["review.x"] }').replace(
+            '"composite_case"', '"annotation"'
+        ),
+        rule("composite", 5, "rework", True, '{ reasons_any = ["review.*"] }'),
+    ]
+    policy = policy_from(tmp_path, *rules, head=head)
+    validate_policy(policy, RUBRIC)  # the same priority in different targets is fine
+    assert policy.decision_targets == ("composite_case", "attempt", "annotation")
+    assert target_columns(policy, "attempt") == ("_decision_attempt", "_policy_trace_attempt")
+    decided = decide_targets(policy, RUBRIC, _states(_reason_codes=[["review.x"]]))
+    assert decided.select(
+        "_decision", "_policy_trace", "_decision_attempt", "_policy_trace_attempt",
+        "_decision_annotation", "_policy_trace_annotation",
+    ).row(0) == (
+        "rework", ["composite"], "accept", ["attempt-ok"], "rework", ["label-wrong"],
+    )  # fmt: skip
+    with pytest.raises(RubricError, match=r"target: 'annotation', but the policy decides"):
+        validate_policy(policy_from(tmp_path, *rules), RUBRIC)

@@ -160,7 +160,7 @@ def outputs(out: Path) -> pl.DataFrame:
                     "_line",
                     "_reasons",
                     pl.col(
-                        "^_(decision|policy_trace|policy|weighted_score|weighted_state|gate_.*|criterion_.*|rubric.*)$"
+                        "^_(decision.*|policy_trace.*|policy|weighted_score|weighted_state|gate_.*|criterion_.*|rubric.*)$"
                     ),
                 )
             )
@@ -427,3 +427,96 @@ def test_two_scored_kinds_give_the_same_output_for_any_worker_count(tmp_path: Pa
     ]
     assert outputs[0] == outputs[1]
     assert any(o["kind"] == "math-reasoning-v1" for o in outputs[0])
+
+
+CONTRACT_HEAD = """status = "approved"
+targets = ["attempt", "composite_case"]
+"""
+CONTRACT_RULES = """
+[calibration]
+bands = { high = 0.95, medium = 0.8 }
+requires_calibration_for_actions = ["reject"]
+[calibration.subjects.syntax_valid]
+confidence = 1.0
+profile = "deterministic: ast.parse"
+[calibration.subjects.unapproved_dependencies]
+confidence = 1.0
+profile = "deterministic: static imports"
+
+[[rules]]
+id = "syntax-gate"
+priority = 950
+target = "composite_case"
+description = "Python that does not parse."
+match = { gates = { syntax_valid = ["not_met"] } }
+action = "reject"
+terminal = true
+hard_gate = true
+severity = "critical"
+confidence = "high"
+compensation = "forbidden"
+explanation = "{severity}: {description}"
+
+[[rules]]
+id = "attempt-accept"
+priority = 100
+target = "attempt"
+description = "The attempt meets the rubric."
+match = { weighted = ["met"] }
+action = "accept"
+terminal = true
+"""
+
+
+def test_contract_targets_calibration_and_explanations(tmp_path: Path) -> None:
+    """AutoQA contract §5.2 (targets side by side, each with its trace), §13.4 (an
+    uncalibrated gate cannot reject automatically), §14.1 (explanation templates)."""
+    bundled = (RUBRIC_DIR / "code-review-v1.policy.toml").read_text()
+    head, rules = bundled.split("\n[[rules]]", 1)
+    policy = tmp_path / "contract.policy.toml"
+    policy.write_text(head + CONTRACT_HEAD + "\n[[rules]]" + rules + CONTRACT_RULES)
+    path = campaign(tmp_path)
+    path.write_text(
+        path.read_text().replace(str(RUBRIC_DIR / "code-review-v1.policy.toml"), str(policy))
+    )
+    result = run(load_campaign(path), tmp_path / "out")
+    rows = dict(zip(CASES, outputs(tmp_path / "out").to_dicts(), strict=False))
+    accepted = pl.read_parquet(tmp_path / "out/accepted/pairwise-v2")
+    assert {"_decision_attempt", "_policy_trace_attempt"} <= set(accepted.columns)
+    decided = {
+        task: (row["_decision"], row["_policy_trace"], row["_decision_attempt"],
+               row["_policy_trace_attempt"])
+        for task, row in rows.items()
+    }  # fmt: skip
+    # A hard gate on a calibrated deterministic gate rejects; a rule deciding on every
+    # gate, the complexity gate among them (uncalibrated), escalates instead.
+    assert decided["syntax-error"] == ("reject", ["syntax-gate"], "escalate",
+                                       ["default:escalate"])  # fmt: skip
+    assert decided["too-complex"][:2] == ("escalate", ["hard-gate-failed"])
+    assert decided["passes"] == ("accept_with_note", ["gate-waived", "accept"], "accept",
+                                 ["attempt-accept"])  # fmt: skip
+    complex_reasons = {r["code"]: r["detail"] for r in rows["too-complex"]["_reasons"]}
+    assert (
+        "max_cyclomatic_complexity_per_function is uncalibrated"
+        in (complex_reasons["policy.calibration_unavailable"])
+    )
+    assert rows["too-complex"]["dir"] == "quarantined"
+    syntax = {r["code"]: r["detail"] for r in rows["syntax-error"]["_reasons"]}
+    assert syntax["policy.reject"].startswith("critical: Python that does not parse.")
+    notes = result.manifest["global"]["policy"]["pairwise-v2"]
+    assert (notes["status"], notes["targets"]) == ("approved", ["composite_case", "attempt"])
+    assert notes["calibration"]["subjects"]["syntax_valid"]["band"] == "high"
+    assert notes["hard_gates"]["syntax-gate"] == {
+        "target": "composite_case",
+        "match": {"syntax_valid": ["not_met"]},
+        "severity": "critical",
+        "confidence": "high",
+        "action": "reject",
+        "compensation": "forbidden",
+    }
+    assert (
+        notes["rules_matched"]["attempt-accept"] == 3
+    )  # passes, golden-patch, below-minimum (4.7)
+    assert notes["decisions_by_target"]["attempt"]["accept"] == 3
+    report = verify_run(tmp_path / "out")
+    assert report.ok, report.problems
