@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -77,26 +77,9 @@ def dedupe_command(
     datasets; write kept.parquet, duplicates.parquet (each removal explained),
     clusters.parquet and summary.json."""
     with library_errors(writing_directory(out_dir)):
-        config = load_campaign(config_file) if config_file else CampaignConfig()
-        changes: dict[str, object] = {}
-        # This command exists to dedupe: without a config, every rule is on (a run keeps
-        # the costly normalised and near rules opt-in, see DedupeSettings).
-        for name, flag in (("normalised", normalised), ("near", near)):
-            if flag is not None or config_file is None:
-                changes[f"dedupe.{name}"] = True if flag is None else flag
-        if threshold is not None:
-            changes["dedupe.threshold"] = threshold
-        if survivor is not None:
-            changes["dedupe.survivor"] = survivor
-        if protect:
-            changes["dedupe.protected_splits"] = tuple(protect)
-        config = dataclasses.replace(config, inputs=()).override(**changes)
-        given = [DatasetInput(p) for p in inputs or []]
-        for option in split or []:
-            spec = InputSpec.labelled(option)
-            given.append(DatasetInput(spec.path, spec.split))
+        config = _dedupe_config(config_file, normalised, near, threshold, survivor, protect)
         result = dedupe_dataset(
-            given,
+            _dataset_inputs(inputs, split),
             out_dir,
             config.dedupe,
             kind=kind,
@@ -104,12 +87,51 @@ def dedupe_command(
             key_columns=tuple(key or ()),
             force=force,
         )
-    counts = result.summary["counts"]
+    _print_summary(result.summary, out_dir)
+
+
+def _dedupe_config(
+    config_file: Path | None,
+    normalised: bool | None,
+    near: bool | None,
+    threshold: float | None,
+    survivor: str | None,
+    protect: list[str] | None,
+) -> CampaignConfig:
+    """The campaign config (its inputs dropped) with the command line's dedupe settings."""
+    config = load_campaign(config_file) if config_file else CampaignConfig()
+    changes: dict[str, object] = {}
+    # This command exists to dedupe: without a config, every rule is on (a run keeps
+    # the costly normalised and near rules opt-in, see DedupeSettings).
+    for name, flag in (("normalised", normalised), ("near", near)):
+        if flag is not None or config_file is None:
+            changes[f"dedupe.{name}"] = True if flag is None else flag
+    if threshold is not None:
+        changes["dedupe.threshold"] = threshold
+    if survivor is not None:
+        changes["dedupe.survivor"] = survivor
+    if protect:
+        changes["dedupe.protected_splits"] = tuple(protect)
+    return dataclasses.replace(config, inputs=()).override(**changes)
+
+
+def _dataset_inputs(inputs: list[str] | None, split: list[str] | None) -> list[DatasetInput]:
+    """The unlabelled inputs, then the ``SPLIT=PATH`` ones."""
+    given = [DatasetInput(p) for p in inputs or []]
+    for option in split or []:
+        spec = InputSpec.labelled(option)
+        given.append(DatasetInput(spec.path, spec.split))
+    return given
+
+
+def _print_summary(summary: dict[str, Any], out_dir: Path) -> None:
+    """Rows removed per rule, then the totals."""
+    counts = summary["counts"]
     table = Table("rule", "rows", title=f"rowgate dedupe → {out_dir}", box=None)
-    for rule, n in result.summary["dedupe"]["by_rule"].items():
+    for rule, n in summary["dedupe"]["by_rule"].items():
         table.add_row(rule, f"{n:,}")
     out.print(table)
     out.print(
         f"{counts['rows']:,} rows: {counts['kept']:,} kept, {counts['duplicates']:,} duplicates"
-        f" in {result.summary['dedupe']['clusters']:,} clusters"
+        f" in {summary['dedupe']['clusters']:,} clusters"
     )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -31,7 +32,7 @@ from pipeline.cli._common import (
 )
 from pipeline.cli.hints import run_hints
 from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
-from pipeline.jobs.run import RunObserver, run
+from pipeline.jobs.run import RunObserver, RunResult, run
 
 
 def run_command(
@@ -101,41 +102,63 @@ def run_command(
     lineage; every other line lands in rejected/ (or quarantined/, duplicates/) with its
     reasons. Writes OUT/manifest.json; `rowgate verify OUT` re-checks it all."""
     with library_errors(writing_directory(out_dir)):
-        config = load_campaign(config_file) if config_file else CampaignConfig()
-        if inputs or split:
-            specs = tuple(InputSpec(path, kind) for path in inputs or [])
-            specs += tuple(InputSpec.labelled(option, kind) for option in split or [])
-            config = dataclasses.replace(config, inputs=specs, base_dir=".")
-        elif kind is not None:
-            config = dataclasses.replace(
-                config, inputs=tuple(dataclasses.replace(s, kind=kind) for s in config.inputs)
-            )
-        if protect:
-            config = config.override(**{"dedupe.protected_splits": tuple(protect)})
-        if workers is not None:
-            config = config.override(**{"engine.workers": workers})
         flags = {
             "dedupe.normalised": normalised,
             "dedupe.near": near,
             "limits.max_line_bytes": max_line_bytes,
             "run.max_rejected_share": max_rejected_share,
         }
-        for key, flag in flags.items():
-            if flag is not None:
-                config = config.override(**{key: flag})
-        config = config.validate()
+        config = _run_config(config_file, kind, inputs, split, protect, workers, flags)
         with _progress(quiet) as observer:
             result = run(config, out_dir, force=force, observer=observer)
     if not quiet:
         _summary(result.manifest, out_dir)
     if result.over_rejected_share:
-        limit = result.manifest["config"]["run"]["max_rejected_share"]
-        err.print(
-            styled("error:", "bold red"),
-            f"{result.rejected_share:.1%} of the lines were rejected or quarantined, more "
-            f"than run.max_rejected_share {limit:g} ({out_dir} was written)",
+        _exit_over_rejected_share(result, out_dir)
+
+
+def _run_config(
+    config_file: Path | None,
+    kind: str | None,
+    inputs: list[str] | None,
+    split: list[str] | None,
+    protect: list[str] | None,
+    workers: int | None,
+    flags: Mapping[str, object | None],
+) -> CampaignConfig:
+    """The campaign config with the command line's inputs and settings, validated.
+
+    Inputs on the command line replace the config's; ``--kind`` alone re-declares the
+    config's inputs' kind. A flag left unset (``None``) keeps the config's value.
+    """
+    config = load_campaign(config_file) if config_file else CampaignConfig()
+    if inputs or split:
+        specs = tuple(InputSpec(path, kind) for path in inputs or [])
+        specs += tuple(InputSpec.labelled(option, kind) for option in split or [])
+        config = dataclasses.replace(config, inputs=specs, base_dir=".")
+    elif kind is not None:
+        config = dataclasses.replace(
+            config, inputs=tuple(dataclasses.replace(s, kind=kind) for s in config.inputs)
         )
-        raise typer.Exit(EXIT_REJECTED_SHARE)
+    if protect:
+        config = config.override(**{"dedupe.protected_splits": tuple(protect)})
+    if workers is not None:
+        config = config.override(**{"engine.workers": workers})
+    for key, flag in flags.items():
+        if flag is not None:
+            config = config.override(**{key: flag})
+    return config.validate()
+
+
+def _exit_over_rejected_share(result: RunResult, out_dir: Path) -> NoReturn:
+    """Say that too many lines were rejected or quarantined, and exit 5 (OUT stays)."""
+    limit = result.manifest["config"]["run"]["max_rejected_share"]
+    err.print(
+        styled("error:", "bold red"),
+        f"{result.rejected_share:.1%} of the lines were rejected or quarantined, more "
+        f"than run.max_rejected_share {limit:g} ({out_dir} was written)",
+    )
+    raise typer.Exit(EXIT_REJECTED_SHARE)
 
 
 class _progress:

@@ -377,65 +377,33 @@ class Gate:
 
     def gate_batch(self, batch: LineBatch, declared: str | None = None) -> GatedBatch:
         """Gate a batch of lines into Arrow record batches (see the module docstring)."""
-        limits = self.config.limits
-        max_line, max_depth, max_items = limits.max_line_bytes, limits.max_depth, limits.max_items
-        parser = self._parser
-        parse = parser.parse
-        fast_parse = parse_fast
-        long_digits = LONG_DIGITS.search
+        max_line = self.config.limits.max_line_bytes
         sha256 = hashlib.sha256
+        fast_record, judged, add_rejected = self._fast_record, self._judged, self._add_rejected
         rows: dict[str, _KindRows] = {}
         rejected = _RejectedRows()
         counts: Counter[tuple[str, str]] = Counter()
-        oversized = batch.oversized
-        first_line = batch.first_line
+        oversized, offsets, first_line = batch.oversized, batch.offsets, batch.first_line
 
         for i, line in enumerate(batch.lines):
+            shard_line, offset = first_line + i, offsets[i]
             if (oversized and i in oversized) or len(line) > max_line:
                 outcome = self.gate_line(line, declared, oversized.get(i))
-                self._add_rejected(
-                    rejected, counts, first_line + i, batch.offsets[i], outcome, None
-                )
+                add_rejected(rejected, counts, shard_line, offset, outcome, None)
                 continue
             raw_sha = sha256(line).hexdigest()
-            kind_gate = None
             try:
-                record = fast_parse(line)
-                saw_float: bool | None = None  # None: ask the record once it is valid
-                if record is None:
-                    record = require_object(parse(line))
-                    kind_gate = self.kind_gate(route(record, declared))
-                    saw_float = parser.saw_float
-                else:
-                    record = require_object(record)
-                    kind_gate = self.kind_gate(route(record, declared))
-                    if not kind_gate.integers_bounded and long_digits(line):
-                        record = require_object(parse(line))  # the strict parser decides
-                        saw_float = parser.saw_float
-                if not kind_gate.bounds_implied:
-                    check_limits(record, max_depth, max_items)
-                kind_gate.entry.validate(record)
-                if saw_float is None:
-                    saw_float = kind_gate.holds_float(record) if kind_gate.keys_safe else True
-                stored = (
-                    record
-                    if kind_gate.layout.root.identity
-                    else kind_gate.layout.root.encode(record)
-                )
+                kind_gate, record, stored, saw_float = fast_record(line, declared)
             except (RejectLine, fastjsonschema.JsonSchemaValueException, MappingError):
                 # Failure paths re-run the reference order so reasons never depend on
                 # which shortcut was taken.
                 outcome = self.gate_line(line, declared)
-                self._add_rejected(
-                    rejected, counts, first_line + i, batch.offsets[i], outcome, line
-                )
+                add_rejected(rejected, counts, shard_line, offset, outcome, line)
                 continue
-            outcome = self._judged(kind_gate, record, raw_sha, reference=False, saw_float=saw_float)
+            outcome = judged(kind_gate, record, raw_sha, reference=False, saw_float=saw_float)
             if outcome.disposition is Disposition.REJECTED:
                 outcome = self._screen_raw(outcome, line)
-                self._add_rejected(
-                    rejected, counts, first_line + i, batch.offsets[i], outcome, line
-                )
+                add_rejected(rejected, counts, shard_line, offset, outcome, line)
                 continue
             if outcome.record is not record:  # redacted: store what the hashes commit to
                 layout = kind_gate.layout.root
@@ -443,24 +411,54 @@ class Gate:
             kind_rows = rows.get(kind_gate.kind.id)
             if kind_rows is None:
                 kind_rows = rows[kind_gate.kind.id] = _KindRows()
+            reasons = outcome.reasons
             kind_rows.records.append(stored)
-            kind_rows.shard_lines.append(first_line + i)
-            kind_rows.offsets.append(batch.offsets[i])
+            kind_rows.shard_lines.append(shard_line)
+            kind_rows.offsets.append(offset)
             kind_rows.raw.append(raw_sha)
             kind_rows.record.append(outcome.record_sha256)
             kind_rows.content.append(outcome.content_sha256)
             kind_rows.profile.append(outcome.content_profile)
-            kind_rows.reasons.append([r.as_row() for r in outcome.reasons])
+            # most rows have no reason: skip the comprehension (a frame of its own) for them
+            kind_rows.reasons.append([r.as_row() for r in reasons] if reasons else [])
             kind_rows.disposition.append(outcome.disposition.value)
-            counts[
-                (outcome.disposition.value, outcome.reasons[0].code if outcome.reasons else "")
-            ] += 1
+            counts[(outcome.disposition.value, reasons[0].code if reasons else "")] += 1
 
         return GatedBatch(
             {kind_id: self._kind_batch(kind_id, kind_rows) for kind_id, kind_rows in rows.items()},
             self._rejected_batch(rejected) if rejected.shard_lines else None,
             counts,
         )
+
+    def _fast_record(
+        self, line: bytes, declared: str | None
+    ) -> tuple[KindGate, dict[str, Any], Any, bool]:
+        """Parse, route, bound, validate and encode one line by the fastest route that
+        provably reads what the reference path reads: its kind gate, the record, the
+        record as stored, and whether it holds a float (which decides how canonical JSON
+        is written). Raises what the reference path would reject the line for."""
+        record = parse_fast(line)
+        saw_float: bool | None = None  # None: ask the record once it is valid
+        if record is None:
+            parser = self._parser
+            record = require_object(parser.parse(line))
+            kind_gate = self.kind_gate(route(record, declared))
+            saw_float = parser.saw_float
+        else:
+            record = require_object(record)
+            kind_gate = self.kind_gate(route(record, declared))
+            if not kind_gate.integers_bounded and LONG_DIGITS.search(line):
+                parser = self._parser
+                record = require_object(parser.parse(line))  # the strict parser decides
+                saw_float = parser.saw_float
+        if not kind_gate.bounds_implied:
+            limits = self.config.limits
+            check_limits(record, limits.max_depth, limits.max_items)
+        kind_gate.entry.validate(record)
+        if saw_float is None:
+            saw_float = kind_gate.holds_float(record) if kind_gate.keys_safe else True
+        root = kind_gate.layout.root
+        return kind_gate, record, record if root.identity else root.encode(record), saw_float
 
     @staticmethod
     def _add_rejected(

@@ -41,6 +41,8 @@ from pipeline.reports.calibration import (
 from pipeline.reports.presets import PRESETS, Preset
 from pipeline.reports.selective import (
     RiskCoverageCurve,
+    SelectiveMetrics,
+    TieGroups,
     resampled_operating_point,
     resampled_selective,
     risk_coverage_curve,
@@ -52,6 +54,7 @@ from pipeline.reports.sources import LoadedTable
 __all__ = ["EvaluationReport", "SliceResult", "evaluate"]
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 OVERALL: Final = "all"
 _CONFIDENCE: Final = "__rowgate_confidence"
@@ -364,33 +367,9 @@ def _scored_slice(
     }
     result = SliceResult(label, keys, summary)
     rng = slice_generator(settings.seed, label)
-    calibration = settings.calibration
-    if calibration:
-        width_edges = equal_width_edges(settings.bins)
-        width = reliability_bins(confidence, correct, width_edges)
-        mass = reliability_bins(confidence, correct, equal_mass_edges(confidence, settings.bins))
-        width_errors = calibration_errors(width.count, width.sum_confidence, width.sum_correct)
-        mass_errors = calibration_errors(mass.count, mass.sum_confidence, mass.sum_correct)
-        summary |= {
-            "ece_equal_width": float(width_errors.ece),
-            "ece_equal_mass": float(mass_errors.ece),
-            "mce": float(width_errors.mce),
-            "rmsce": float(width_errors.rmsce),
-            "brier": brier_score(confidence, correct),
-            "equal_mass_bins": int(mass.count.size),
-        }
-        for scheme, bins in (("equal_width", width), ("equal_mass", mass)):
-            result.bins += _bin_rows(
-                label,
-                scheme,
-                bins.edges,
-                bins.count,
-                bins.sum_correct,
-                bins.mean_confidence,
-                bins.accuracy,
-                z,
-            )
-        bin_index = assign_bins(confidence, width_edges)
+    bin_index = None
+    if settings.calibration:
+        bin_index = _calibration_point(result, confidence, correct, settings, z)
     groups = tie_groups(confidence)
     identity = np.arange(n, dtype=np.int64)[None, :]
     point = resampled_selective(identity, groups, wrong, settings.coverages, settings.target_risks)
@@ -400,10 +379,73 @@ def _scored_slice(
         "e_aurc": float(point.e_aurc[0]),
     }
     result.curve = risk_coverage_curve(confidence, wrong)
+    drawn = _bootstrap_replicates(confidence, correct, wrong, groups, bin_index, settings, rng)
+    _add_intervals(summary, drawn, settings.level)
+    result.targets = _target_rows(label, point, groups, drawn, settings)
+    errors = int(np.rint(wrong.sum()))
+    result.warnings = _warnings(label, n, n - errors, errors, settings)
+    if groups.size == 1:
+        result.warnings.append(
+            _warning(
+                label,
+                "single_confidence",
+                "every row has the same confidence: "
+                "no ranking, the risk-coverage curve is a single point",
+            )
+        )
+    return result
 
+
+def _calibration_point(
+    result: SliceResult,
+    confidence: FloatArray,
+    correct: FloatArray,
+    settings: ReportSettings,
+    z: float,
+) -> IntArray:
+    """Add the slice's calibration numbers to its summary and its reliability bins (both
+    schemes) to its bins; return each row's equal-width bin, which the bootstrap reuses."""
+    width_edges = equal_width_edges(settings.bins)
+    width = reliability_bins(confidence, correct, width_edges)
+    mass = reliability_bins(confidence, correct, equal_mass_edges(confidence, settings.bins))
+    width_errors = calibration_errors(width.count, width.sum_confidence, width.sum_correct)
+    mass_errors = calibration_errors(mass.count, mass.sum_confidence, mass.sum_correct)
+    result.summary |= {
+        "ece_equal_width": float(width_errors.ece),
+        "ece_equal_mass": float(mass_errors.ece),
+        "mce": float(width_errors.mce),
+        "rmsce": float(width_errors.rmsce),
+        "brier": brier_score(confidence, correct),
+        "equal_mass_bins": int(mass.count.size),
+    }
+    for scheme, bins in (("equal_width", width), ("equal_mass", mass)):
+        result.bins += _bin_rows(
+            result.label,
+            scheme,
+            bins.edges,
+            bins.count,
+            bins.sum_correct,
+            bins.mean_confidence,
+            bins.accuracy,
+            z,
+        )
+    return assign_bins(confidence, width_edges)
+
+
+def _bootstrap_replicates(
+    confidence: FloatArray,
+    correct: FloatArray,
+    wrong: FloatArray,
+    groups: TieGroups,
+    bin_index: IntArray | None,
+    settings: ReportSettings,
+    rng: np.random.Generator,
+) -> dict[str, FloatArray]:
+    """Every bootstrap replicate of the slice's statistics, by name (empty without a
+    bootstrap); resampled in chunks, calibration only when ``bin_index`` is given."""
     replicates: dict[str, list[FloatArray]] = {}
-    for indices in resample_chunks(n, settings.bootstrap, rng):
-        if calibration:
+    for indices in resample_chunks(confidence.size, settings.bootstrap, rng):
+        if bin_index is not None:
             for name, values in resampled_calibration(
                 indices, confidence, correct, bin_index, settings.bins
             ).items():
@@ -415,22 +457,35 @@ def _scored_slice(
         replicates.setdefault("e_aurc", []).append(metrics.e_aurc)
         replicates.setdefault("risk_at_coverage", []).append(metrics.risk_at_coverage)
         replicates.setdefault("coverage_at_risk", []).append(metrics.coverage_at_risk)
-    drawn = {name: np.concatenate(chunks) for name, chunks in replicates.items()}
+    return {name: np.concatenate(chunks) for name, chunks in replicates.items()}
 
+
+def _add_intervals(summary: dict[str, Any], drawn: dict[str, FloatArray], level: float) -> None:
+    """``<metric>_low`` and ``<metric>_high`` for each summary metric that has intervals."""
     interval_of = {"ece_equal_width": "ece", "brier": "brier", "aurc": "aurc", "e_aurc": "e_aurc"}
     for column, name in interval_of.items():
         if column not in summary:
             continue
-        low, high = percentile_interval(drawn[name], settings.level) if drawn else (None, None)
+        low, high = percentile_interval(drawn[name], level) if drawn else (None, None)
         summary[f"{column}_low"], summary[f"{column}_high"] = _nan(low), _nan(high)
 
+
+def _target_rows(
+    label: str,
+    point: SelectiveMetrics,
+    groups: TieGroups,
+    drawn: dict[str, FloatArray],
+    settings: ReportSettings,
+) -> list[dict[str, Any]]:
+    """Rows of the targets table: risk at each coverage, then coverage at each risk."""
+    rows = []
     for i, target in enumerate(settings.coverages):
         low, high = (
             percentile_interval(drawn["risk_at_coverage"][:, i], settings.level)
             if drawn
             else (None, None)
         )
-        result.targets.append(
+        rows.append(
             {
                 "slice": label,
                 "metric": "risk_at_coverage",
@@ -449,7 +504,7 @@ def _scored_slice(
             else (None, None)
         )
         group = int(point.group_at_risk[0, i])
-        result.targets.append(
+        rows.append(
             {
                 "slice": label,
                 "metric": "coverage_at_risk",
@@ -461,19 +516,7 @@ def _scored_slice(
                 "threshold": float(groups.threshold[group]) if group >= 0 else None,
             }
         )
-
-    errors = int(np.rint(wrong.sum()))
-    result.warnings = _warnings(label, n, n - errors, errors, settings)
-    if groups.size == 1:
-        result.warnings.append(
-            _warning(
-                label,
-                "single_confidence",
-                "every row has the same confidence: "
-                "no ranking, the risk-coverage curve is a single point",
-            )
-        )
-    return result
+    return rows
 
 
 def _operating_point_slice(

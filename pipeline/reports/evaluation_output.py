@@ -270,6 +270,22 @@ def _targets_table(report: EvaluationReport, metric: str, label: str) -> str:
 
 
 def _scored_sections(report: EvaluationReport, plotted: list[SliceResult]) -> list[str]:
+    sections = [
+        _scored_summary_section(report),
+        html.section(
+            "Selective prediction targets",
+            _targets_table(report, "risk_at_coverage", "risk at coverage"),
+            _targets_table(report, "coverage_at_risk", "coverage at risk"),
+        ),
+        _slice_figures_section(report, plotted),
+    ]
+    if report.settings.calibration:
+        sections.append(_reliability_section(report, plotted))
+    return sections
+
+
+def _scored_summary_section(report: EvaluationReport) -> str:
+    """One row per slice: the point estimates, each interval beside its metric."""
     settings = report.settings
     calibration = settings.calibration
     columns = ["slice", "n", "accuracy", "mean confidence"]
@@ -302,43 +318,37 @@ def _scored_sections(report: EvaluationReport, plotted: list[SliceResult]) -> li
         rows.append(row)
     level = f"{settings.level:.0%}"
     columns = [c.replace("95 %", level) for c in columns]
-    sections = [html.section("Summary", html.table(columns, rows))]
+    return html.section("Summary", html.table(columns, rows))
 
-    sections.append(
-        html.section(
-            "Selective prediction targets",
-            _targets_table(report, "risk_at_coverage", "risk at coverage"),
-            _targets_table(report, "coverage_at_risk", "coverage at risk"),
-        )
+
+def _forest_panel(
+    title: str, name: str, plotted: list[SliceResult]
+) -> tuple[str, list[Any], list[Any], list[Any]]:
+    """A forest plot's panel: the summary metric ``name`` of each plotted slice with its
+    interval (``None`` where there is none)."""
+    return (
+        title,
+        [s.summary[name] for s in plotted],
+        [s.summary.get(f"{name}_low") for s in plotted],
+        [s.summary.get(f"{name}_high") for s in plotted],
     )
 
-    figures = []
+
+def _slice_figures_section(report: EvaluationReport, plotted: list[SliceResult]) -> str:
+    """The forest plot of ECE and AURC per slice, and the risk-coverage curves."""
+    level = f"{report.settings.level:.0%}"
     panels = []
-    if calibration:
-        panels.append(
-            (
-                "ECE (equal width)",
-                [s.summary["ece_equal_width"] for s in plotted],
-                [s.summary.get("ece_equal_width_low") for s in plotted],
-                [s.summary.get("ece_equal_width_high") for s in plotted],
-            )
-        )
-    panels.append(
-        (
-            "AURC",
-            [s.summary["aurc"] for s in plotted],
-            [s.summary.get("aurc_low") for s in plotted],
-            [s.summary.get("aurc_high") for s in plotted],
-        )
-    )
+    if report.settings.calibration:
+        panels.append(_forest_panel("ECE (equal width)", "ece_equal_width", plotted))
+    panels.append(_forest_panel("AURC", "aurc", plotted))
     forest = plots.forest_figure([s.label for s in plotted], panels)
-    figures.append(
+    figures = [
         html.image(
             plots.figure_png(forest),
             "forest plot of ECE and AURC per slice",
             f"per slice, {level} bootstrap intervals; dotted: all rows",
         )
-    )
+    ]
     overall = report.slices[0]
     assert overall.curve is not None  # every scored slice has a curve
     curves = [(s.label, s.curve.coverage, s.curve.risk) for s in plotted if s.curve is not None]
@@ -350,38 +360,33 @@ def _scored_sections(report: EvaluationReport, plotted: list[SliceResult]) -> li
             plots.figure_png(rc), "risk-coverage curves", "dashed: the optimal ranking of all rows"
         )
     )
-    sections.append(
-        html.section(
-            "Per slice and risk-coverage", f'<div class="figures">{"".join(figures)}</div>'
-        )
+    return html.section(
+        "Per slice and risk-coverage", f'<div class="figures">{"".join(figures)}</div>'
     )
 
-    if calibration:
-        diagrams = []
-        for s in plotted:
-            rows_ = [b for b in s.bins if b["scheme"] == "equal_width"]
-            figure = plots.reliability_figure(
-                f"{s.label}: ECE {s.summary['ece_equal_width']:.3f}, n = {s.summary['n']:,}",
-                [b["lower"] for b in rows_],
-                [b["upper"] for b in rows_],
-                [b["n"] for b in rows_],
-                [b["mean_confidence"] for b in rows_],
-                [b["accuracy"] for b in rows_],
-                [b["wilson_low"] for b in rows_],
-                [b["wilson_high"] for b in rows_],
-            )
-            diagrams.append(
-                html.image(plots.figure_png(figure), f"reliability diagram of {s.label}")
-            )
-        sections.append(
-            html.section(
-                "Reliability diagrams (equal-width bins)",
-                f'<p class="meta">{settings.bins} bins, right-closed; error bars are '
-                f"{level} Wilson intervals of each bin's accuracy.</p>",
-                f'<div class="figures">{"".join(diagrams)}</div>',
-            )
+
+def _reliability_section(report: EvaluationReport, plotted: list[SliceResult]) -> str:
+    """A reliability diagram (equal-width bins) per plotted slice."""
+    diagrams = []
+    for s in plotted:
+        rows = [b for b in s.bins if b["scheme"] == "equal_width"]
+        figure = plots.reliability_figure(
+            f"{s.label}: ECE {s.summary['ece_equal_width']:.3f}, n = {s.summary['n']:,}",
+            [b["lower"] for b in rows],
+            [b["upper"] for b in rows],
+            [b["n"] for b in rows],
+            [b["mean_confidence"] for b in rows],
+            [b["accuracy"] for b in rows],
+            [b["wilson_low"] for b in rows],
+            [b["wilson_high"] for b in rows],
         )
-    return sections
+        diagrams.append(html.image(plots.figure_png(figure), f"reliability diagram of {s.label}"))
+    return html.section(
+        "Reliability diagrams (equal-width bins)",
+        f'<p class="meta">{report.settings.bins} bins, right-closed; error bars are '
+        f"{report.settings.level:.0%} Wilson intervals of each bin's accuracy.</p>",
+        f'<div class="figures">{"".join(diagrams)}</div>',
+    )
 
 
 def _operating_point_sections(report: EvaluationReport, plotted: list[SliceResult]) -> list[str]:
@@ -429,15 +434,7 @@ def _operating_point_sections(report: EvaluationReport, plotted: list[SliceResul
     )
     forest = plots.forest_figure(
         [s.label for s in plotted],
-        [
-            (
-                name,
-                [s.summary[name] for s in plotted],
-                [s.summary.get(f"{name}_low") for s in plotted],
-                [s.summary.get(f"{name}_high") for s in plotted],
-            )
-            for name in ("coverage", "risk")
-        ],
+        [_forest_panel(name, name, plotted) for name in ("coverage", "risk")],
     )
     figures = [
         html.image(

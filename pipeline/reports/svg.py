@@ -15,6 +15,7 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
@@ -175,20 +176,7 @@ def histogram_chart(
     palette = _colours(list(data), colours)
     everything = np.concatenate(list(data.values())) if data else np.array([])
     integer = bool(everything.size) and bool(np.all(everything == np.round(everything)))
-    if not everything.size:
-        edges = np.array([0.0, 1.0])
-    else:
-        low, high = float(everything.min()), float(everything.max())
-        if integer and high - low < bins and max(-low, high) < 2**40:
-            # at least _TICKS bins, so a single value is a bar rather than the whole plot
-            extra = max(0.0, _TICKS - 1 - (high - low))
-            low, high = low - math.floor(extra / 2), high + math.ceil(extra / 2)
-            edges = np.arange(low - 0.5, high + 1.0, 1.0)
-        elif low == high:
-            half = max(0.5, abs(low) * 1e-6)  # ± 0.5 would vanish in rounding beside 1e20
-            edges = np.linspace(low - half, high + half, bins + 1)
-        else:
-            edges = np.linspace(low, high, bins + 1)
+    edges = _histogram_edges(everything, bins, integer=integer)
     counts = {
         name: np.histogram(values, bins=edges)[0] for name, values in data.items() if values.size
     }
@@ -198,22 +186,77 @@ def histogram_chart(
     _, x_ticks = _ticks(low, high, integer=integer, from_zero=False)
 
     y_label_w = max(_width(text, _TEXT_SIZE, _SANS_ADVANCE) for _, text in y_ticks)
-    left = _PAD + _TEXT_SIZE + _GAP + y_label_w + _GAP
-    top_y = _TITLE_H
-    bottom = top_y + _HIST_H
-    right = left + _HIST_W
+    area = _HistogramArea(_PAD + _TEXT_SIZE + _GAP + y_label_w + _GAP, _TITLE_H, low, high, y_max)
     legend = [(f"{name} (n={values.size:,})", palette[name]) for name, values in data.items()]
-    legend_rows, legend_svg = _legend(legend, left, bottom + _AXIS_H, right + _PAD)
-    width = max(right + _PAD, _title_width(title))
-    height = bottom + _AXIS_H + legend_rows * _LEGEND_ROW + _PAD
+    legend_rows, legend_svg = _legend(legend, area.left, area.bottom + _AXIS_H, area.right + _PAD)
+    width = max(area.right + _PAD, _title_width(title))
+    height = area.bottom + _AXIS_H + legend_rows * _LEGEND_ROW + _PAD
 
-    def x(value: float) -> float:
-        return left + (value - low) / (high - low) * _HIST_W
+    body = [_title(title, width), *_histogram_axes(area, x_ticks, y_ticks, unit)]
+    body += [_step_outline(area, edges, count, palette[name]) for name, count in counts.items()]
+    if not counts:
+        body.append(
+            f'<text x="{_n((area.left + area.right) / 2)}" y="{_n((area.top + area.bottom) / 2)}" '
+            f'text-anchor="middle" fill="{_MUTED}">no values</text>'
+        )
+    body += legend_svg
+    return _document(title, width, height, body)
 
-    def y(count: float) -> float:
-        return bottom - count / y_max * _HIST_H
 
-    body = [_title(title, width)]
+def _histogram_edges(
+    everything: npt.NDArray[np.float64], bins: int, *, integer: bool
+) -> npt.NDArray[np.float64]:
+    """Bin edges over the range of ``everything``: one bin per integer for integer data
+    spanning fewer than ``bins`` values, else ``bins`` equal-width bins."""
+    if not everything.size:
+        return np.array([0.0, 1.0])
+    low, high = float(everything.min()), float(everything.max())
+    if integer and high - low < bins and max(-low, high) < 2**40:
+        # at least _TICKS bins, so a single value is a bar rather than the whole plot
+        extra = max(0.0, _TICKS - 1 - (high - low))
+        low, high = low - math.floor(extra / 2), high + math.ceil(extra / 2)
+        return np.arange(low - 0.5, high + 1.0, 1.0)
+    if low == high:
+        half = max(0.5, abs(low) * 1e-6)  # ± 0.5 would vanish in rounding beside 1e20
+        return np.linspace(low - half, high + half, bins + 1)
+    return np.linspace(low, high, bins + 1)
+
+
+@dataclass(frozen=True)
+class _HistogramArea:
+    """A histogram's plot area: where it lies, the values (``low``..``high``) and counts
+    (0..``y_max``) it spans, and how those map to SVG coordinates."""
+
+    left: float
+    top: float
+    low: float
+    high: float
+    y_max: float
+
+    @property
+    def right(self) -> float:
+        return self.left + _HIST_W
+
+    @property
+    def bottom(self) -> float:
+        return self.top + _HIST_H
+
+    def x(self, value: float) -> float:
+        return self.left + (value - self.low) / (self.high - self.low) * _HIST_W
+
+    def y(self, count: float) -> float:
+        return self.bottom - count / self.y_max * _HIST_H
+
+
+def _histogram_axes(
+    area: _HistogramArea,
+    x_ticks: Sequence[tuple[float, str]],
+    y_ticks: Sequence[tuple[float, str]],
+    unit: str,
+) -> list[str]:
+    """Grid lines and labels of the count axis, ticks and labels of the value axis."""
+    left, right, top, bottom, x, y = area.left, area.right, area.top, area.bottom, area.x, area.y
+    body = []
     for value, text in y_ticks:
         at = _n(y(value))
         body.append(_line(left, y(value), right, y(value), _GRID))
@@ -225,33 +268,32 @@ def histogram_chart(
         body.append(
             f'<text x="{_n(x(value))}" y="{_n(bottom + 16)}" text-anchor="middle">{text}</text>'
         )
-    body.append(_line(left, top_y, left, bottom, _MUTED))
+    body.append(_line(left, top, left, bottom, _MUTED))
     body.append(_line(left, bottom, right, bottom, _MUTED))
     body.append(
         f'<text x="{_n((left + right) / 2)}" y="{_n(bottom + 34)}" text-anchor="middle">'
         f"{_escape(unit)}</text>"
     )
     body.append(
-        f'<text transform="translate({_n(_PAD + _TEXT_SIZE)} {_n((top_y + bottom) / 2)}) '
+        f'<text transform="translate({_n(_PAD + _TEXT_SIZE)} {_n((top + bottom) / 2)}) '
         f'rotate(-90)" text-anchor="middle">rows</text>'
     )
-    for name, count in counts.items():
-        path = [f"M{_n(x(low))} {_n(bottom)}"]
-        for i, c in enumerate(count.tolist()):
-            path.append(f"V{_n(y(c))}H{_n(x(float(edges[i + 1])))}")
-        path.append(f"V{_n(bottom)}Z")
-        colour = _escape(palette[name])
-        body.append(
-            f'<path class="series" d="{"".join(path)}" fill="{colour}" fill-opacity="0.12" '
-            f'stroke="{colour}" stroke-width="1.5" stroke-linejoin="miter"/>'
-        )
-    if not counts:
-        body.append(
-            f'<text x="{_n((left + right) / 2)}" y="{_n((top_y + bottom) / 2)}" '
-            f'text-anchor="middle" fill="{_MUTED}">no values</text>'
-        )
-    body += legend_svg
-    return _document(title, width, height, body)
+    return body
+
+
+def _step_outline(
+    area: _HistogramArea, edges: npt.NDArray[np.float64], count: npt.NDArray[Any], colour: str
+) -> str:
+    """One group's histogram as a filled step outline."""
+    path = [f"M{_n(area.x(area.low))} {_n(area.bottom)}"]
+    for i, c in enumerate(count.tolist()):
+        path.append(f"V{_n(area.y(c))}H{_n(area.x(float(edges[i + 1])))}")
+    path.append(f"V{_n(area.bottom)}Z")
+    colour = _escape(colour)
+    return (
+        f'<path class="series" d="{"".join(path)}" fill="{colour}" fill-opacity="0.12" '
+        f'stroke="{colour}" stroke-width="1.5" stroke-linejoin="miter"/>'
+    )
 
 
 def _horizontal(

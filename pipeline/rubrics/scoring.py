@@ -43,7 +43,7 @@ from pipeline.core.reasons import (
     RUBRIC_GATE_UNKNOWN,
     RUBRIC_OUT_OF_SCALE,
 )
-from pipeline.rubrics.model import Gate, GateKind, Rubric, State, plain_number
+from pipeline.rubrics.model import Criterion, Gate, GateKind, Rubric, State, plain_number
 
 __all__ = [
     "APPLIES",
@@ -170,6 +170,18 @@ def _reason_lists(frame: pl.DataFrame, reasons: list[_Reason]) -> pl.Series:
     return joined["_reasons_add"].fill_null(pl.lit([], dtype)).cast(dtype)
 
 
+@dataclass(frozen=True, eq=False)
+class _Verdict:
+    """One gate's or criterion's verdict: its state, the output columns it adds (in
+    :func:`output_names` order) and the reasons it may fire."""
+
+    state: pl.Expr
+    columns: list[pl.Expr]
+    reasons: list[_Reason]
+    #: a criterion's score (its terms in the weighted mean); ``None`` for a gate
+    score: pl.Expr | None = None
+
+
 def score_frame(
     rubric: Rubric,
     observed: pl.DataFrame,
@@ -187,144 +199,15 @@ def score_frame(
     """
     paths = paths or {}
     names = set(observed.columns)
-    low, high = pl.lit(rubric.scale_minimum), pl.lit(rubric.scale_maximum)
-    columns: list[pl.Expr] = []
-    reasons: list[_Reason] = []
-
-    gate_states = []
-    for gate in rubric.gates:
-        wanted = pl.Boolean if gate.kind is GateKind.EQUALS else pl.Float64
-        column = f"{GATE}{gate.name}"
-        value = pl.col(column).cast(wanted) if column in names else pl.lit(None, wanted)
-        missing = value.is_null() if wanted == pl.Boolean else value.is_null() | value.is_nan()
-        if gate.name in not_applicable_gates:
-            state = _lit(State.NOT_APPLICABLE)
-        else:
-            state = (
-                pl.when(missing)
-                .then(_lit(State.UNKNOWN))
-                .when(_gate_passes(gate, value))
-                .then(_lit(State.MET))
-                .otherwise(_lit(State.NOT_MET))
-            )
-        gate_states.append(state)
-        columns += [
-            state.alias(gate_state_column(gate.name)),
-            value.alias(gate_value_column(gate.name)),
-        ]
-        path = paths.get(gate.name, "")
-        reasons += [
-            _reason(
-                state == State.NOT_MET.value,
-                RUBRIC_GATE_NOT_MET,
-                path,
-                f"{gate.name}: not met; {gate.describe()}",
-            ),
-            _reason(
-                state == State.UNKNOWN.value,
-                RUBRIC_GATE_UNKNOWN,
-                path,
-                f"{gate.name}: no evidence; {gate.describe()}",
-            ),
-        ]
-
-    criterion_states = []
-    numerator: pl.Expr = pl.lit(0.0)
-    denominator: pl.Expr = pl.lit(0.0)
-    for criterion in rubric.criteria:
-        score_column, applies_column = f"{CRITERION}{criterion.id}", f"{APPLIES}{criterion.id}"
-        score = (
-            pl.col(score_column).cast(pl.Float64)
-            if score_column in names
-            else pl.lit(None, pl.Float64)
-        )
-        applies = (
-            pl.col(applies_column).cast(pl.Boolean) if applies_column in names else pl.lit(True)
-        )
-        in_scale = (score >= low) & (score <= high)
-        state = (
-            pl.when(applies.is_null())
-            .then(_lit(State.UNKNOWN))
-            .when(applies.not_())
-            .then(_lit(State.NOT_APPLICABLE))
-            .when(score.is_null() | score.is_nan() | in_scale.not_())
-            .then(_lit(State.UNKNOWN))
-            .when(score >= pl.lit(criterion.minimum_score))
-            .then(_lit(State.MET))
-            .otherwise(_lit(State.NOT_MET))
-        )
-        criterion_states.append(state)
-        columns += [
-            score.alias(criterion_score_column(criterion.id)),
-            state.alias(criterion_state_column(criterion.id)),
-        ]
-        applicable = state != State.NOT_APPLICABLE.value
-        # A left fold in rubric order: the reference implementation adds in the same
-        # order, so both give the same float, bit for bit.
-        numerator = numerator + pl.when(applicable).then(
-            pl.lit(criterion.weight) * score
-        ).otherwise(pl.lit(0.0))
-        denominator = denominator + pl.when(applicable).then(pl.lit(criterion.weight)).otherwise(
-            pl.lit(0.0)
-        )
-        path = paths.get(criterion.id, "")
-        scale = f"{plain_number(rubric.scale_minimum)}..{plain_number(rubric.scale_maximum)}"
-        reasons += [
-            _reason(
-                state == State.NOT_MET.value,
-                RUBRIC_BELOW_MINIMUM,
-                path,
-                f"{criterion.id}: below the minimum {plain_number(criterion.minimum_score)}",
-            ),
-            _reason(
-                applies.is_null(),
-                RUBRIC_CRITERION_UNKNOWN,
-                path,
-                f"{criterion.id}: applicability unknown",
-            ),
-            _reason(
-                applies & score.is_null(),
-                RUBRIC_CRITERION_UNKNOWN,
-                path,
-                f"{criterion.id}: no score",
-            ),
-            _reason(
-                applies & (score.is_nan() | in_scale.not_()),
-                RUBRIC_OUT_OF_SCALE,
-                path,
-                f"{criterion.id}: score outside the scale {scale}",
-            ),
-        ]
-
-    gates_pass = pl.all_horizontal(
-        [s.is_in([State.MET.value, State.NOT_APPLICABLE.value]) for s in gate_states]
-        or [pl.lit(True)]
-    )
-    all_known = pl.all_horizontal(
-        [s != State.UNKNOWN.value for s in criterion_states] or [pl.lit(True)]
-    )
-    weighted = (
-        pl.when(gates_pass & all_known & (denominator > 0))
-        .then(numerator / denominator)
-        .otherwise(pl.lit(None, pl.Float64))
-    )
-    acceptance = rubric.weighted_acceptance_score
-    weighted_state = (
-        pl.when(weighted.is_null())
-        .then(_lit(State.UNKNOWN))
-        .when(weighted >= pl.lit(acceptance))
-        .then(_lit(State.MET))
-        .otherwise(_lit(State.NOT_MET))
-    )
-    reasons.append(
-        _reason(
-            weighted_state == State.NOT_MET.value,
-            RUBRIC_BELOW_ACCEPTANCE,
-            "",
-            f"weighted score below the acceptance score {plain_number(acceptance)}",
-        )
-    )
-    columns += [weighted.alias(WEIGHTED_SCORE), weighted_state.alias(WEIGHTED_STATE)]
+    gates = [
+        _gate_verdict(gate, names, gate.name in not_applicable_gates, paths.get(gate.name, ""))
+        for gate in rubric.gates
+    ]
+    criteria = [_criterion_verdict(rubric, c, names, paths.get(c.id, "")) for c in rubric.criteria]
+    weighted = _weighted_verdict(rubric, gates, criteria)
+    verdicts = [*gates, *criteria, weighted]
+    columns = [column for verdict in verdicts for column in verdict.columns]
+    reasons = [reason for verdict in verdicts for reason in verdict.reasons]
     keys = [c for c in observed.columns if not c.startswith((CRITERION, APPLIES, GATE))]
     # Lazy, so polars computes each state once however often the expressions repeat it.
     scored = (
@@ -335,3 +218,137 @@ def score_frame(
     return scored.select(*keys, *(c.meta.output_name() for c in columns)).with_columns(
         _reason_lists(scored, reasons)
     )
+
+
+def _gate_verdict(gate: Gate, names: set[str], not_applicable: bool, path: str) -> _Verdict:
+    """A gate's state from its evidence column ``gate:<name>`` (absent: no evidence)."""
+    wanted = pl.Boolean if gate.kind is GateKind.EQUALS else pl.Float64
+    column = f"{GATE}{gate.name}"
+    value = pl.col(column).cast(wanted) if column in names else pl.lit(None, wanted)
+    missing = value.is_null() if wanted == pl.Boolean else value.is_null() | value.is_nan()
+    if not_applicable:
+        state = _lit(State.NOT_APPLICABLE)
+    else:
+        state = (
+            pl.when(missing)
+            .then(_lit(State.UNKNOWN))
+            .when(_gate_passes(gate, value))
+            .then(_lit(State.MET))
+            .otherwise(_lit(State.NOT_MET))
+        )
+    columns = [state.alias(gate_state_column(gate.name)), value.alias(gate_value_column(gate.name))]
+    reasons = [
+        _reason(
+            state == State.NOT_MET.value,
+            RUBRIC_GATE_NOT_MET,
+            path,
+            f"{gate.name}: not met; {gate.describe()}",
+        ),
+        _reason(
+            state == State.UNKNOWN.value,
+            RUBRIC_GATE_UNKNOWN,
+            path,
+            f"{gate.name}: no evidence; {gate.describe()}",
+        ),
+    ]
+    return _Verdict(state, columns, reasons)
+
+
+def _criterion_verdict(
+    rubric: Rubric, criterion: Criterion, names: set[str], path: str
+) -> _Verdict:
+    """A criterion's state from ``criterion:<id>`` and ``applies:<id>``; its minimum is
+    checked on its own, and a score outside the scale is unknown, never clamped."""
+    score_column, applies_column = f"{CRITERION}{criterion.id}", f"{APPLIES}{criterion.id}"
+    score = (
+        pl.col(score_column).cast(pl.Float64) if score_column in names else pl.lit(None, pl.Float64)
+    )
+    applies = pl.col(applies_column).cast(pl.Boolean) if applies_column in names else pl.lit(True)
+    in_scale = (score >= pl.lit(rubric.scale_minimum)) & (score <= pl.lit(rubric.scale_maximum))
+    state = (
+        pl.when(applies.is_null())
+        .then(_lit(State.UNKNOWN))
+        .when(applies.not_())
+        .then(_lit(State.NOT_APPLICABLE))
+        .when(score.is_null() | score.is_nan() | in_scale.not_())
+        .then(_lit(State.UNKNOWN))
+        .when(score >= pl.lit(criterion.minimum_score))
+        .then(_lit(State.MET))
+        .otherwise(_lit(State.NOT_MET))
+    )
+    columns = [
+        score.alias(criterion_score_column(criterion.id)),
+        state.alias(criterion_state_column(criterion.id)),
+    ]
+    scale = f"{plain_number(rubric.scale_minimum)}..{plain_number(rubric.scale_maximum)}"
+    reasons = [
+        _reason(
+            state == State.NOT_MET.value,
+            RUBRIC_BELOW_MINIMUM,
+            path,
+            f"{criterion.id}: below the minimum {plain_number(criterion.minimum_score)}",
+        ),
+        _reason(
+            applies.is_null(),
+            RUBRIC_CRITERION_UNKNOWN,
+            path,
+            f"{criterion.id}: applicability unknown",
+        ),
+        _reason(
+            applies & score.is_null(), RUBRIC_CRITERION_UNKNOWN, path, f"{criterion.id}: no score"
+        ),
+        _reason(
+            applies & (score.is_nan() | in_scale.not_()),
+            RUBRIC_OUT_OF_SCALE,
+            path,
+            f"{criterion.id}: score outside the scale {scale}",
+        ),
+    ]
+    return _Verdict(state, columns, reasons, score)
+
+
+def _weighted_verdict(rubric: Rubric, gates: list[_Verdict], criteria: list[_Verdict]) -> _Verdict:
+    """The weighted score and its state: a score only when every gate passes (or does not
+    apply) and every applicable criterion is known, so nothing compensates for a failing
+    or unknown gate."""
+    numerator: pl.Expr = pl.lit(0.0)
+    denominator: pl.Expr = pl.lit(0.0)
+    for criterion, verdict in zip(rubric.criteria, criteria, strict=True):
+        applicable = verdict.state != State.NOT_APPLICABLE.value
+        score = verdict.score
+        assert score is not None  # a criterion's verdict
+        # A left fold in rubric order: the reference implementation adds in the same
+        # order, so both give the same float, bit for bit.
+        numerator = numerator + pl.when(applicable).then(
+            pl.lit(criterion.weight) * score
+        ).otherwise(pl.lit(0.0))
+        denominator = denominator + pl.when(applicable).then(pl.lit(criterion.weight)).otherwise(
+            pl.lit(0.0)
+        )
+    gates_pass = pl.all_horizontal(
+        [g.state.is_in([State.MET.value, State.NOT_APPLICABLE.value]) for g in gates]
+        or [pl.lit(True)]
+    )
+    all_known = pl.all_horizontal(
+        [c.state != State.UNKNOWN.value for c in criteria] or [pl.lit(True)]
+    )
+    weighted = (
+        pl.when(gates_pass & all_known & (denominator > 0))
+        .then(numerator / denominator)
+        .otherwise(pl.lit(None, pl.Float64))
+    )
+    acceptance = rubric.weighted_acceptance_score
+    state = (
+        pl.when(weighted.is_null())
+        .then(_lit(State.UNKNOWN))
+        .when(weighted >= pl.lit(acceptance))
+        .then(_lit(State.MET))
+        .otherwise(_lit(State.NOT_MET))
+    )
+    reason = _reason(
+        state == State.NOT_MET.value,
+        RUBRIC_BELOW_ACCEPTANCE,
+        "",
+        f"weighted score below the acceptance score {plain_number(acceptance)}",
+    )
+    return _Verdict(state, [weighted.alias(WEIGHTED_SCORE), state.alias(WEIGHTED_STATE)], [reason])
