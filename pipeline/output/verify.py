@@ -19,9 +19,10 @@ disk and reports what differs (never a record value):
 6. lineage and conservation, streamed: every line of every input (re-read and
    re-hashed) appears in exactly one output row, with its ``_offset`` and
    ``_raw_sha256``; no row names a line twice, a line beyond the input or another file;
-7. records: each typed row decodes to a record whose canonical JSON hashes to
-   ``_record_sha256``, whose fingerprint is ``_content_sha256``, valid under the schema
-   the manifest records (a row quarantined with ``pii.schema_invalid`` says its redacted
+7. records: each row's ``_sanitizer`` is the manifest's sanitizer version where
+   sanitization ran, null elsewhere; each typed row decodes to a record whose canonical
+   JSON hashes to ``_record_sha256``, whose fingerprint is ``_content_sha256``, valid
+   under the schema the manifest records (a row quarantined with ``pii.schema_invalid`` says its redacted
    record fails that schema: there only the digest is checked); a rejected row's
    ``_raw`` hashes to its ``_raw_sha256``;
 8. counts: per disposition and per reason, recomputed from the rows themselves (the
@@ -408,6 +409,7 @@ def _scan_file(
     tally: _Tally,
     report: VerifyReport,
     digest: LineageDigest,
+    sanitizer: str | None,
 ) -> None:
     first: dict[str, int] = {}
     checkable = f.kind is None or f.kind in layouts
@@ -430,6 +432,7 @@ def _scan_file(
                 first[source] = line
         if checkable:
             _check_rows(f, table, layouts, report, digest)
+            _check_sanitizer(f, table, sanitizer, report)
     for source, line in first.items():
         tally.files_of.setdefault(source, []).append((line, f.path))
 
@@ -470,6 +473,25 @@ def _check_rows(
             report.problem(
                 f"{where}: content fingerprint does not match _content_sha256 and _content_profile"
             )
+
+
+def _check_sanitizer(
+    f: _Output, table: pa.Table, sanitizer: str | None, report: VerifyReport
+) -> None:
+    """``_sanitizer`` re-derived: the manifest's sanitizer version on every row but a
+    line the sanitizer never sees (``UNSANITIZED_CODES``), null when sanitization was off."""
+    from pipeline.sanitize.sanitizer import UNSANITIZED_CODES  # detectors: load when needed
+
+    if "_sanitizer" not in table.column_names:
+        report.problem(f"{f.path}: no _sanitizer column")
+        return
+    for reasons, found in zip(
+        table["_reasons"].to_pylist(), table["_sanitizer"].to_pylist(), strict=True
+    ):
+        unseen = f.kind is None and bool(reasons) and reasons[0]["code"] in UNSANITIZED_CODES
+        if found != (None if unseen else sanitizer):
+            report.problem(f"{f.path}: a row's _sanitizer is not the run's sanitizer version")
+            return
 
 
 def _redaction_broke_schema(row: dict[str, Any], disposition: str) -> bool:
@@ -730,8 +752,9 @@ def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
         inputs = _check_inputs(manifest, sources, report)
         tally = _Tally()
         known = {entry["path"] for entry in manifest["inputs"]}
+        sanitizer = manifest["sanitize"]["sanitizer_version"] if manifest["sanitize"] else None
         for f in files:
-            _scan_file(out, f, layouts, known, tally, report, digest)
+            _scan_file(out, f, layouts, known, tally, report, digest, sanitizer)
         lines = _check_lineage(out, manifest, inputs, tally, report, digest)
         _check_counts(manifest, tally, lines, report)
     except (KeyError, TypeError, AttributeError) as exc:

@@ -8,6 +8,9 @@ Three different commitments, never substituted for one another:
   domain-separated encoding of its declared content fields (seed 002), with
   ``_content_profile`` naming the profile (its domain) that produced it.
 
+``_sanitizer`` names the sanitizer version that examined what a row stores (seed 002: the
+receipt binds the "sanitizer version"); null where sanitization did not run.
+
 The two digests of what the *input* held, ``_raw_sha256`` and ``_content_sha256``, are
 plain SHA-256 by default. With a campaign key (``[lineage] key_env`` or ``key_file``,
 :class:`LineageDigest`) they are HMAC-SHA-256 under that key, so that a value sanitization
@@ -55,6 +58,7 @@ LINEAGE_FIELDS: Final = (
     pa.field("_content_profile", pa.string()),
     pa.field("_kind", pa.string()),
     pa.field("_schema_sha256", pa.string()),
+    pa.field("_sanitizer", pa.string()),
     pa.field("_reasons", REASONS_TYPE, nullable=False),
 )
 LINEAGE_NAMES: Final = tuple(f.name for f in LINEAGE_FIELDS)
