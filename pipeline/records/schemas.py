@@ -204,6 +204,17 @@ def _metaschema_validator() -> Callable[[Any], Any]:
     )
 
 
+def _every_error(validate: Callable[[Any], Any], instance: Any) -> list[Any]:
+    """The errors a validator compiled with ``fast_fail=False`` finds (empty: valid)."""
+    try:
+        validate(instance)
+    except fastjsonschema.JsonSchemaValuesException as exc:
+        return list(exc.errors)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        return [exc]
+    return []
+
+
 def _pointer(parts: list[str | int]) -> str:
     """RFC 6901 JSON pointer of ``parts`` (``/`` for the root)."""
     escaped = (str(p).replace("~", "~0").replace("/", "~1") for p in parts)
@@ -214,16 +225,8 @@ def metaschema_problems(schema: Any) -> list[str]:
     """Every place ``schema`` breaks the 2020-12 metaschema, as ``<JSON pointer>: why``
     (the pointer names the bad keyword, e.g. ``/properties/a/minLength``); empty when
     it is a valid 2020-12 schema."""
-    try:
-        _metaschema_validator()(schema)
-    except fastjsonschema.JsonSchemaValuesException as exc:
-        errors = exc.errors
-    except fastjsonschema.JsonSchemaValueException as exc:
-        errors = [exc]
-    else:
-        return []
     problems = set()
-    for error in errors:
+    for error in _every_error(_metaschema_validator(), schema):
         keyword = str(error.rule or "invalid")
         if keyword in ("anyOf", "oneOf", "allOf", "not", "if"):
             why = f"is none of the forms the 2020-12 metaschema allows there ({keyword})"
@@ -402,15 +405,10 @@ class SchemaEntry:
 
     def errors(self, record: Any) -> list[Reason]:
         """Every schema violation of ``record`` as safe reasons (empty when valid)."""
-        try:
-            self._validate_all(record)
-        except fastjsonschema.JsonSchemaValuesException as exc:
-            errors = exc.errors
-        except fastjsonschema.JsonSchemaValueException as exc:
-            errors = [exc]
-        else:
-            return []
-        reasons = {_safe_reason(self.schema, record, err) for err in errors}
+        reasons = {
+            _safe_reason(self.schema, record, err)
+            for err in _every_error(self._validate_all, record)
+        }
         return sorted(reasons, key=lambda r: (r.path, r.code, r.detail))
 
 
