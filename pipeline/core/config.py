@@ -41,6 +41,7 @@ __all__ = [
     "KindPolicy",
     "KindScoring",
     "Limits",
+    "LineageSettings",
     "OutputSettings",
     "RubricSettings",
     "RunSettings",
@@ -459,6 +460,40 @@ class SanitizeSettings:
             raise ConfigError(f"{path}.policy_sha256: expected 64 lower-case hex digits")
 
 
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class LineageSettings:
+    """Keyed lineage (seed 002: redacted values must not be recoverable from lineage).
+
+    With a key, ``_raw_sha256`` and ``_content_sha256`` are HMAC-SHA-256 under it instead
+    of SHA-256 (:class:`pipeline.records.lineage.LineageDigest`). The config names where
+    the key is, never the key: the manifest records the mode and a key id only, and
+    ``rowgate verify`` needs the same key from the same place.
+    """
+
+    #: Environment variable holding the key (at least 32 bytes, e.g. 64 hex digits).
+    key_env: str | None = None
+    #: File holding the key (surrounding whitespace ignored); relative to the config file.
+    key_file: str | None = None
+
+    def validate(self, path: str) -> None:
+        check_bounds(self, path)
+        if self.key_env is not None and self.key_file is not None:
+            raise ConfigError(f"{path}: give key_env or key_file, not both")
+        if self.key_env is not None and not _ENV_NAME.fullmatch(self.key_env):
+            raise ConfigError(
+                f"{path}.key_env: {self.key_env!r} is not an environment variable name"
+            )
+        if self.key_file is not None and not self.key_file.strip():
+            raise ConfigError(f"{path}.key_file: must not be empty")
+
+    @property
+    def keyed(self) -> bool:
+        return self.key_env is not None or self.key_file is not None
+
+
 @dataclass(frozen=True)
 class CampaignConfig:
     """Everything a run needs to know, from a TOML file, flags, or defaults."""
@@ -478,6 +513,7 @@ class CampaignConfig:
     policy: dict[str, KindPolicy] = field(default_factory=dict)
     dedupe: DedupeSettings = DedupeSettings()
     sanitize: SanitizeSettings = SanitizeSettings()
+    lineage: LineageSettings = LineageSettings()
     run: RunSettings = RunSettings()
     #: Directory relative input paths are resolved against (the config file's).
     base_dir: str = "."
@@ -495,6 +531,7 @@ class CampaignConfig:
         self.rules.validate("rules")
         self.dedupe.validate("dedupe")
         self.sanitize.validate("sanitize")
+        self.lineage.validate("lineage")
         self.run.validate("run")
         seen = set()
         for i, spec in enumerate(self.inputs):
@@ -541,8 +578,14 @@ class CampaignConfig:
         return path if path.is_absolute() else Path(self.base_dir) / path
 
     def as_dict(self) -> dict[str, Any]:
-        """The effective config, for the manifest."""
-        return dataclasses.asdict(self)
+        """The effective config, for the manifest.
+
+        ``lineage`` appears only when a key is configured: an unkeyed run's config (and
+        so its digest and manifest) reads as it did before keyed lineage existed."""
+        found = dataclasses.asdict(self)
+        if not self.lineage.keyed:
+            del found["lineage"]
+        return found
 
 
 def _replace(obj: Any, keys: list[str], value: Any, dotted: str) -> Any:
@@ -673,7 +716,7 @@ def _anchored(config: CampaignConfig, base_dir: Path) -> CampaignConfig:
         return None if found is None else dataclasses.replace(found, path=anchor(found.path))
 
     references, schemas = config.references, config.schemas
-    rubrics, sanitize = config.rubrics, config.sanitize
+    rubrics, sanitize, lineage = config.rubrics, config.sanitize, config.lineage
     return dataclasses.replace(
         config,
         schemas=dataclasses.replace(
@@ -689,4 +732,9 @@ def _anchored(config: CampaignConfig, base_dir: Path) -> CampaignConfig:
         ),
         policy={k: dataclasses.replace(p, file=anchor(p.file)) for k, p in config.policy.items()},
         sanitize=dataclasses.replace(sanitize, policy=sanitize.policy and anchor(sanitize.policy)),
+        lineage=dataclasses.replace(
+            # a blank name stays blank, for validate() to refuse
+            lineage,
+            key_file=lineage.key_file and lineage.key_file.strip() and anchor(lineage.key_file),
+        ),
     )

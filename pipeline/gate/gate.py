@@ -52,6 +52,7 @@ from pipeline.gate.reader import LineBatch
 from pipeline.kinds import RecordKind, route
 from pipeline.kinds.rules import check_record, load_rule_context
 from pipeline.records.canonical import canonical_json, canonical_json_fast
+from pipeline.records.lineage import LineageDigest
 from pipeline.records.schemas import (
     SchemaEntry,
     SchemaRegistry,
@@ -210,6 +211,8 @@ class Gate:
         self._kinds: dict[str, KindGate] = {}
         self._parser = StrictParser()
         self.sanitizer = _sanitizer(config)
+        #: ``_raw_sha256`` and ``_content_sha256``: SHA-256, or HMAC under the campaign key
+        self.lineage = LineageDigest.of(config)
 
     def kind_gate(self, kind: RecordKind) -> KindGate:
         found = self._kinds.get(kind.id)
@@ -234,10 +237,10 @@ class Gate:
     ) -> GateOutcome:
         limits = self.config.limits
         if oversized is not None or len(line) > limits.max_line_bytes:
-            length, raw_sha = oversized or (len(line), hashlib.sha256(line).hexdigest())
+            length, raw_sha = oversized or (len(line), self.lineage.hexdigest(line))
             detail = f"line of {length} bytes exceeds the limit of {limits.max_line_bytes}"
             return GateOutcome(Disposition.REJECTED, (Reason(LINE_TOO_LARGE, "", detail),), raw_sha)
-        raw_sha = hashlib.sha256(line).hexdigest()
+        raw_sha = self.lineage.hexdigest(line)
         kind_gate: KindGate | None = None
         record = None
         try:
@@ -314,7 +317,7 @@ class Gate:
             canonical = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
         else:
             canonical = canonical_json_fast(record)
-        content, profile = kind_gate.kind.fingerprint_and_profile(record)
+        content, profile = kind_gate.kind.fingerprint_and_profile(record, self.lineage.key)
         return GateOutcome(
             disposition,
             reasons,
@@ -378,7 +381,7 @@ class Gate:
     def gate_batch(self, batch: LineBatch, declared: str | None = None) -> GatedBatch:
         """Gate a batch of lines into Arrow record batches (see the module docstring)."""
         max_line = self.config.limits.max_line_bytes
-        sha256 = hashlib.sha256
+        raw_digest = self.lineage.hexdigest
         fast_record, judged, add_rejected = self._fast_record, self._judged, self._add_rejected
         rows: dict[str, _KindRows] = {}
         rejected = _RejectedRows()
@@ -391,7 +394,7 @@ class Gate:
                 outcome = self.gate_line(line, declared, oversized.get(i))
                 add_rejected(rejected, counts, shard_line, offset, outcome, None)
                 continue
-            raw_sha = sha256(line).hexdigest()
+            raw_sha = raw_digest(line)
             try:
                 kind_gate, record, stored, saw_float = fast_record(line, declared)
             except (RejectLine, fastjsonschema.JsonSchemaValueException, MappingError):

@@ -24,10 +24,10 @@ import io
 import sys
 import typing
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from pipeline.core.errors import InputError
 from pipeline.core.limits import BATCH_BYTES, MAX_DECOMPRESSED_BYTES, MAX_EXPANSION_RATIO
@@ -383,17 +383,25 @@ def _spill(
 
 
 def read_batches(
-    shard: Shard, max_line_bytes: int, batch_lines: int, batch_bytes: int = BATCH_BYTES
+    shard: Shard,
+    max_line_bytes: int,
+    batch_lines: int,
+    batch_bytes: int = BATCH_BYTES,
+    line_hasher: Callable[[], Any] = hashlib.sha256,
 ) -> Iterator[LineBatch]:
     """Yield the shard's lines in batches of at most ``batch_lines`` lines, each ending
     once it holds ``batch_bytes`` bytes of lines (so at most that plus one line).
+
+    A line over ``max_line_bytes`` is not held: its length and digest are, the digest
+    computed as it streams by with ``line_hasher`` (the run's ``_raw_sha256``:
+    :meth:`pipeline.records.lineage.LineageDigest.hasher`).
 
     A corrupt compressed stream raises :class:`InputError`: an operational failure of the
     run, not a row rejection.
     """
     batch = LineBatch(first_line=1)
     held = 0  # bytes of the lines the batch holds (an over-long line is not held)
-    for offset, line, oversized in _lines(shard, max_line_bytes):
+    for offset, line, oversized in _lines(shard, max_line_bytes, line_hasher):
         if len(batch) >= batch_lines or held >= batch_bytes:
             yield batch
             batch, held = LineBatch(first_line=batch.first_line + len(batch)), 0
@@ -412,18 +420,20 @@ def read_batches(
 _Line = tuple[int, bytes, tuple[int, str] | None]
 
 
-def _lines(shard: Shard, max_line_bytes: int) -> Iterator[_Line]:
+def _lines(shard: Shard, max_line_bytes: int, hasher: Callable[[], Any]) -> Iterator[_Line]:
     """The shard's lines, read from its spill file or its input's stream."""
     if shard.spill is not None:
         assert shard.end is not None
         with open(shard.spill, "rb") as spilled:
-            yield from _split_lines(spilled, shard.start, shard.end - shard.start, max_line_bytes)
+            yield from _split_lines(
+                spilled, shard.start, shard.end - shard.start, max_line_bytes, hasher
+            )
         return
     with _decoding(shard.input), open_stream(shard.input) as stream:
         if shard.start:
             stream.seek(shard.start)
         remaining = None if shard.end is None else shard.end - shard.start
-        yield from _split_lines(stream, shard.start, remaining, max_line_bytes)
+        yield from _split_lines(stream, shard.start, remaining, max_line_bytes, hasher)
 
 
 @contextlib.contextmanager
@@ -439,11 +449,15 @@ def _decoding(input_file: InputFile) -> Iterator[None]:
 
 
 def _split_lines(
-    stream: IO[bytes], position: int, remaining: int | None, max_line_bytes: int
+    stream: IO[bytes],
+    position: int,
+    remaining: int | None,
+    max_line_bytes: int,
+    new_hasher: Callable[[], Any],
 ) -> Iterator[_Line]:
     pending = b""
     # While inside an over-long line: (hasher, bytes so far, its start offset).
-    streaming: tuple[hashlib._Hash, int, int] | None = None
+    streaming: tuple[Any, int, int] | None = None
 
     while True:
         size = CHUNK_BYTES if remaining is None else min(CHUNK_BYTES, remaining)
@@ -470,12 +484,15 @@ def _split_lines(
         pending = parts.pop()
         for line in parts:
             if len(line) > max_line_bytes:
-                yield position, b"", (len(line), hashlib.sha256(line).hexdigest())
+                whole = new_hasher()
+                whole.update(line)
+                yield position, b"", (len(line), whole.hexdigest())
             else:
                 yield position, line, None
             position += len(line) + 1
         if len(pending) > max_line_bytes:
-            streaming = (hashlib.sha256(pending), len(pending), position)
+            streaming = (new_hasher(), len(pending), position)
+            streaming[0].update(pending)
             pending = b""
     if streaming is not None:
         hasher, length, start = streaming

@@ -72,6 +72,7 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
             limits.max_line_bytes,
             gate.config.engine.batch_lines,
             gate.config.engine.batch_bytes,
+            gate.lineage.hasher,
         ):
             gated = gate.gate_batch(batch, task.shard.input.kind)
             for kind_id, record_batch in gated.kinds.items():

@@ -455,6 +455,8 @@ def _manifest(
         "config": config.as_dict(),
         "config_sha256": config.source_sha256,
         "sanitize": gate.sanitizer.describe() if gate.sanitizer is not None else None,
+        # only a keyed run says so: an unkeyed run's manifest reads as it did before
+        **({"lineage": gate.lineage.describe()} if config.lineage.keyed else {}),
         "schemas": {
             kind_id: {
                 "sha256": gate.kind_gate(KINDS[kind_id]).entry.sha256,

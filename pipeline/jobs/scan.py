@@ -87,6 +87,7 @@ def scan_inputs(config: CampaignConfig) -> ScanReport:
             limits.max_line_bytes,
             config.engine.batch_lines,
             config.engine.batch_bytes,
+            gate.lineage.hasher,
         ):
             for i, line in enumerate(batch.lines):
                 report.lines += 1

@@ -57,10 +57,13 @@ class RecordKind:
         """``_content_sha256``: SHA-256 over the kind's declared content fields."""
         return self.fingerprint_and_profile(record)[0]
 
-    def fingerprint_and_profile(self, record: dict[str, Any]) -> tuple[str, str]:
-        """``_content_sha256`` and ``_content_profile`` (the profile's name) of ``record``."""
+    def fingerprint_and_profile(
+        self, record: dict[str, Any], key: bytes | None = None
+    ) -> tuple[str, str]:
+        """``_content_sha256`` and ``_content_profile`` (the profile's name) of ``record``;
+        the digest is HMAC-SHA-256 under ``key`` in keyed lineage mode."""
         profile, fields = self.content(record)
-        return profile.digest(fields), profile.profile
+        return profile.digest(fields, key), profile.profile
 
     def dedupe_key(self) -> DedupeKey | None:
         """What makes two rows of this kind the same item beyond their content

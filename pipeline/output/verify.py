@@ -19,14 +19,20 @@ disk and reports what differs (never a record value):
 6. lineage and conservation, streamed: every line of every input (re-read and
    re-hashed) appears in exactly one output row, with its ``_offset`` and
    ``_raw_sha256``; no row names a line twice, a line beyond the input or another file;
-7. records: each typed row decodes to a record whose canonical JSON hashes to
-   ``_record_sha256``, whose fingerprint is ``_content_sha256``, valid under the schema
-   the manifest records (a row quarantined with ``pii.schema_invalid`` says its redacted
+7. records: each row's ``_sanitizer`` is the manifest's sanitizer version where
+   sanitization ran, null elsewhere; each typed row decodes to a record whose canonical
+   JSON hashes to ``_record_sha256``, whose fingerprint is ``_content_sha256``, valid
+   under the schema the manifest records (a row quarantined with ``pii.schema_invalid`` says its redacted
    record fails that schema: there only the digest is checked); a rejected row's
    ``_raw`` hashes to its ``_raw_sha256``;
 8. counts: per disposition and per reason, recomputed from the rows themselves (the
    disposition is the file's directory); ``counts.lines`` and the conservation record
    recomputed from the sources.
+
+A keyed run (``[lineage]``) is verified with the same key, read from the same environment
+variable or file: ``_raw_sha256`` and ``_content_sha256`` are recomputed as HMAC-SHA-256.
+A missing key is an error naming where it was looked for; a key whose id is not the
+manifest's is a mismatch, and nothing else is checked with it.
 
 Memory stays bounded on large outputs: files are read a row group at a time, and the
 lineage check walks each input's lines and the rows naming them together, in line
@@ -50,6 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.core.config import CampaignConfig, LineageSettings
 from pipeline.core.reasons import PII_SCHEMA_INVALID
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
 from pipeline.gate.reader import InputFile, Shard, read_batches
@@ -62,7 +69,7 @@ from pipeline.output.manifest import (
     pinned_files,
 )
 from pipeline.records.canonical import CANONICALIZATION, canonical_json
-from pipeline.records.lineage import file_sha256
+from pipeline.records.lineage import LineageDigest, file_sha256
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
 
 __all__ = ["VerifyReport", "verify_run"]
@@ -412,6 +419,8 @@ def _scan_file(
     inputs: set[str],
     tally: _Tally,
     report: VerifyReport,
+    digest: LineageDigest,
+    sanitizer: str | None,
 ) -> None:
     first: dict[str, int] = {}
     checkable = f.kind is None or f.kind in layouts
@@ -433,7 +442,8 @@ def _scan_file(
             elif source not in first:
                 first[source] = line
         if checkable:
-            _check_rows(f, table, layouts, report)
+            _check_rows(f, table, layouts, report, digest)
+            _check_sanitizer(f, table, sanitizer, report)
     for source, line in first.items():
         tally.files_of.setdefault(source, []).append((line, f.path))
 
@@ -443,13 +453,14 @@ def _check_rows(
     table: pa.Table,
     layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
     report: VerifyReport,
+    digest: LineageDigest,
 ) -> None:
     if f.kind is None:
         for raw, sha in zip(
             table["_raw"].to_pylist(), table["_raw_sha256"].to_pylist(), strict=True
         ):
             report.checked["raw lines"] += 1
-            if raw is not None and hashlib.sha256(raw).hexdigest() != sha:
+            if raw is not None and digest.hexdigest(raw) != sha:
                 report.problem(f"{f.path}: a _raw value does not hash to its _raw_sha256")
         return
     layout, entry = layouts[f.kind]
@@ -466,13 +477,32 @@ def _check_rows(
             entry.errors(record) and not _redaction_broke_schema(row, f.disposition)
         ):
             report.problem(f"{where}: record is not valid under the recorded schema")
-        elif kind.fingerprint_and_profile(record) != (
+        elif kind.fingerprint_and_profile(record, digest.key) != (
             row["_content_sha256"],
             row.get("_content_profile"),
         ):
             report.problem(
                 f"{where}: content fingerprint does not match _content_sha256 and _content_profile"
             )
+
+
+def _check_sanitizer(
+    f: _Output, table: pa.Table, sanitizer: str | None, report: VerifyReport
+) -> None:
+    """``_sanitizer`` re-derived: the manifest's sanitizer version on every row but a
+    line the sanitizer never sees (``UNSANITIZED_CODES``), null when sanitization was off."""
+    from pipeline.sanitize.sanitizer import UNSANITIZED_CODES  # detectors: load when needed
+
+    if "_sanitizer" not in table.column_names:
+        report.problem(f"{f.path}: no _sanitizer column")
+        return
+    for reasons, found in zip(
+        table["_reasons"].to_pylist(), table["_sanitizer"].to_pylist(), strict=True
+    ):
+        unseen = f.kind is None and bool(reasons) and reasons[0]["code"] in UNSANITIZED_CODES
+        if found != (None if unseen else sanitizer):
+            report.problem(f"{f.path}: a row's _sanitizer is not the run's sanitizer version")
+            return
 
 
 def _redaction_broke_schema(row: dict[str, Any], disposition: str) -> bool:
@@ -543,13 +573,16 @@ class _Window:
 
 
 def _source_windows(
-    source: InputFile, max_line_bytes: int, report: VerifyReport
+    source: InputFile, max_line_bytes: int, report: VerifyReport, digest: LineageDigest
 ) -> Iterator[_Window]:
-    for batch in read_batches(Shard(0, source), max_line_bytes, _WINDOW_LINES):
+    batches = read_batches(
+        Shard(0, source), max_line_bytes, _WINDOW_LINES, line_hasher=digest.hasher
+    )
+    for batch in batches:
         if not len(batch):
             continue
         shas = [
-            batch.oversized[i][1] if i in batch.oversized else hashlib.sha256(line).hexdigest()
+            batch.oversized[i][1] if i in batch.oversized else digest.hexdigest(line)
             for i, line in enumerate(batch.lines)
         ]
         report.checked["lines"] += len(batch)
@@ -618,6 +651,7 @@ def _check_lineage(
     inputs: dict[str, InputFile],
     tally: _Tally,
     report: VerifyReport,
+    digest: LineageDigest,
 ) -> int:
     """Walk each input's lines with the rows naming them; return the lines read."""
     max_line_bytes = manifest["config"]["limits"]["max_line_bytes"]
@@ -629,7 +663,7 @@ def _check_lineage(
         faults = _LineFaults()
         source = inputs.get(name)
         windows = (
-            _source_windows(source, max_line_bytes, report)
+            _source_windows(source, max_line_bytes, report, digest)
             if source is not None
             else _numbered_windows(entry["lines"])
         )
@@ -690,11 +724,36 @@ def _check_counts(
         )
 
 
+def _lineage_digest(manifest: dict[str, Any], report: VerifyReport) -> LineageDigest | None:
+    """The digest the run's lineage was computed with: plain SHA-256, or HMAC under the
+    key its config names, read from the same environment variable or file (a missing key
+    raises :class:`~pipeline.records.lineage.LineageKeyError`). ``None``, with the
+    problem reported, when that key is not the run's (its key id differs)."""
+    config = manifest["config"]
+    settings = LineageSettings(**config["lineage"]) if "lineage" in config else LineageSettings()
+    digest = LineageDigest.of(CampaignConfig(lineage=settings, base_dir=config["base_dir"]))
+    recorded = manifest.get("lineage", {"mode": "sha256", "key_id": None})
+    if (digest.mode, digest.key_id) != (recorded["mode"], recorded["key_id"]):
+        where = f"${settings.key_env}" if settings.key_env else settings.key_file
+        report.problem(
+            f"lineage key: the key in {where} (key id {digest.key_id}) is not the one the run "
+            f"used (key id {recorded['key_id']}, mode {recorded['mode']}); lineage hashes "
+            "cannot be checked with it"
+        )
+        return None
+    if digest.key is not None:
+        report.checked["lineage key"] += 1
+    return digest
+
+
 def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
     """Verify the run in ``out``; ``sources`` overrides where inputs are looked up."""
     report = VerifyReport()
     manifest = load_manifest(out)
     try:
+        digest = _lineage_digest(manifest, report)
+        if digest is None:
+            return report  # the wrong key: every lineage hash would differ
         listed = _listed(manifest, report)
         _check_layout(out, listed, report)
         files = _check_files(out, manifest, listed, report)
@@ -704,9 +763,10 @@ def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
         inputs = _check_inputs(manifest, sources, report)
         tally = _Tally()
         known = {entry["path"] for entry in manifest["inputs"]}
+        sanitizer = manifest["sanitize"]["sanitizer_version"] if manifest["sanitize"] else None
         for f in files:
-            _scan_file(out, f, layouts, known, tally, report)
-        lines = _check_lineage(out, manifest, inputs, tally, report)
+            _scan_file(out, f, layouts, known, tally, report, digest, sanitizer)
+        lines = _check_lineage(out, manifest, inputs, tally, report, digest)
         _check_counts(manifest, tally, lines, report)
     except (KeyError, TypeError, AttributeError) as exc:
         raise ManifestError(

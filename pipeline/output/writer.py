@@ -2,8 +2,8 @@
 
 For each shard it applies the global phase's decisions (final disposition, added
 reasons, extra columns), adds the lineage columns that are constant per shard
-(``_source``, ``_kind``) or need the shard's line base (``_line``), and splits rows by
-disposition (DESIGN §3.7)::
+(``_source``, ``_kind``), need the shard's line base (``_line``) or follow from the
+campaign (``_sanitizer``), and splits rows by disposition (DESIGN §3.7)::
 
     accepted/<kind>/part-<shard>.parquet      quarantined/<kind>/part-<shard>.parquet
     duplicates/<kind>/part-<shard>.parquet    rejected/part-<shard>.parquet
@@ -106,12 +106,38 @@ def _apply_decisions(
     return table
 
 
-def _with_lineage(table: pa.Table, task: WriteTask, kind: str | None) -> pa.Table:
-    """Add ``_source``, ``_line``, ``_kind``; order columns as the output contract says."""
+def sanitizer_version(config: CampaignConfig) -> str | None:
+    """The ``_sanitizer`` of the rows sanitization ran on: its version when it is on."""
+    if not config.sanitize.enabled:
+        return None
+    from pipeline.sanitize.sanitizer import SANITIZER_VERSION
+
+    return SANITIZER_VERSION
+
+
+def _sanitizer_column(table: pa.Table, version: str | None, kind: str | None) -> pa.Array:
+    """``version`` on every row but those the sanitizer never sees (a rejected line over
+    the byte limit: :data:`~pipeline.sanitize.sanitizer.UNSANITIZED_CODES`)."""
+    n = table.num_rows
+    if version is None or kind is not None or not n:
+        return _constant(version, n)  # a typed row's record went through the sanitizer
+    from pipeline.sanitize.sanitizer import UNSANITIZED_CODES
+
+    first = pc.struct_field(pc.list_element(table["_reasons"], 0), "code")
+    unseen = pc.is_in(first, value_set=pa.array(sorted(UNSANITIZED_CODES), pa.string()))
+    return pc.if_else(unseen, pa.scalar(None, pa.string()), pa.scalar(version, pa.string()))
+
+
+def _with_lineage(
+    table: pa.Table, task: WriteTask, kind: str | None, sanitizer: str | None
+) -> pa.Table:
+    """Add ``_source``, ``_line``, ``_kind``, ``_sanitizer``; order columns as the output
+    contract says (``kind`` is None for ``rejected/``)."""
     n = table.num_rows
     line = pc.add(table["_shard_line"], pa.scalar(task.line_base, pa.int64()))
     table = table.append_column("_source", _constant(task.shard.input.path, n))
     table = table.append_column("_line", line)
+    table = table.append_column("_sanitizer", _sanitizer_column(table, sanitizer, kind))
     if "_kind" not in table.column_names:
         table = table.append_column("_kind", _constant(kind, n))
     lineage = set(LINEAGE_NAMES)
@@ -258,10 +284,11 @@ def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) ->
     layout = _rejected_layout(task).names
     try:
         late_parts = []
+        sanitizer = sanitizer_version(config)
         for kind in task.kinds:
             late = []
             for staged in task.storage.staged_batches(task.shard.index, kind):
-                rows = _write_batch(parts, staged, task, kind, part)
+                rows = _write_batch(parts, staged, task, kind, part, sanitizer)
                 if rows is not None:
                     late.append(rows.select([c for c in layout if c in rows.column_names]))
             if late:
@@ -269,7 +296,7 @@ def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) ->
                 late_parts.append(_to_rejected(pa.concat_tables(late), task, config))
         late_rejected = pa.concat_tables(late_parts).sort_by("_shard_line") if late_parts else None
         for rows in _rejected_in_line_order(task, late_rejected):
-            table = _with_lineage(rows, task, None).drop_columns(["_shard_line"])
+            table = _with_lineage(rows, task, None, sanitizer).drop_columns(["_shard_line"])
             parts.write(f"rejected/{part}", Disposition.REJECTED.value, None, table)
         parts.close()
     except BaseException:
@@ -302,7 +329,7 @@ def _rejected_in_line_order(task: WriteTask, late: pa.Table | None) -> Iterator[
 
 
 def _write_batch(
-    parts: _Parts, staged: pa.Table, task: WriteTask, kind: str, part: str
+    parts: _Parts, staged: pa.Table, task: WriteTask, kind: str, part: str, sanitizer: str | None
 ) -> pa.Table | None:
     """Write one staged batch's kept rows to their parts; return the rows the global
     phase rejected (they go to ``rejected/`` with the gate's, in line order)."""
@@ -314,7 +341,7 @@ def _write_batch(
         if not rows.num_rows:
             continue
         unused = [c.name for c in columns if outcome not in c.dispositions]
-        table = _with_lineage(rows, task, kind).drop_columns([*_INTERNAL, *unused])
+        table = _with_lineage(rows, task, kind, sanitizer).drop_columns([*_INTERNAL, *unused])
         parts.write(f"{DISPOSITION_DIRS[outcome]}/{kind}/{part}", outcome.value, kind, table)
     late = staged.filter(pc.equal(disposition, Disposition.REJECTED.value))
     if not late.num_rows:

@@ -7,26 +7,40 @@ Three different commitments, never substituted for one another:
 * ``_content_sha256``: a record kind's :class:`ContentFingerprint`, a length-prefixed,
   domain-separated encoding of its declared content fields (seed 002), with
   ``_content_profile`` naming the profile (its domain) that produced it.
+
+``_sanitizer`` names the sanitizer version that examined what a row stores (seed 002: the
+receipt binds the "sanitizer version"); null where sanitization did not run.
+
+The two digests of what the *input* held, ``_raw_sha256`` and ``_content_sha256``, are
+plain SHA-256 by default. With a campaign key (``[lineage] key_env`` or ``key_file``,
+:class:`LineageDigest`) they are HMAC-SHA-256 under that key, so that a value sanitization
+redacted cannot be recovered by hashing guesses (a phone number, a short token) against
+the lineage of a stored row; the manifest records only the mode and a key id.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import pyarrow as pa
 
+from pipeline.core.config import CampaignConfig, ConfigError
 from pipeline.core.reasons import REASONS_TYPE
 from pipeline.records.canonical import canonical_json, canonical_json_fast
 
 __all__ = [
     "LINEAGE_FIELDS",
+    "PLAIN",
     "ContentFingerprint",
+    "LineageDigest",
+    "LineageKeyError",
     "file_sha256",
     "raw_sha256",
     "record_sha256",
@@ -44,6 +58,7 @@ LINEAGE_FIELDS: Final = (
     pa.field("_content_profile", pa.string()),
     pa.field("_kind", pa.string()),
     pa.field("_schema_sha256", pa.string()),
+    pa.field("_sanitizer", pa.string()),
     pa.field("_reasons", REASONS_TYPE, nullable=False),
 )
 LINEAGE_NAMES: Final = tuple(f.name for f in LINEAGE_FIELDS)
@@ -51,6 +66,103 @@ LINEAGE_NAMES: Final = tuple(f.name for f in LINEAGE_FIELDS)
 
 def raw_sha256(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
+
+
+def _hmac_sha256(key: bytes, data: bytes) -> str:
+    return hmac.digest(key, data, "sha256").hex()
+
+
+#: Prefix of the bytes a key id is the SHA-256 of (never the key: see :attr:`key_id`).
+KEY_ID_DOMAIN: Final = b"rowgate:lineage-key-id:v1\x00"
+#: Shortest key accepted, in bytes (after surrounding whitespace is removed): 32
+#: characters, e.g. ``openssl rand -hex 16`` (128 bits), or 32 raw bytes.
+MIN_KEY_BYTES: Final = 32
+
+
+class LineageKeyError(ConfigError):
+    """The campaign's lineage key cannot be read or is too short (never showing it)."""
+
+
+@dataclass(frozen=True)
+class LineageDigest:
+    """How ``_raw_sha256`` and ``_content_sha256`` are computed for a run: SHA-256, or
+    HMAC-SHA-256 under the campaign's key (``[lineage]``).
+
+    The key is held here only: never in the config object, the manifest, a message or a
+    ``repr``. Build one per process with :meth:`of` (workers read the key themselves).
+    """
+
+    key: bytes | None = field(default=None, repr=False)
+    #: hex digest of one bytes value (bound once: the gate calls it for every line)
+    hexdigest: Callable[[bytes], str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        digest = raw_sha256 if self.key is None else functools.partial(_hmac_sha256, self.key)
+        object.__setattr__(self, "hexdigest", digest)
+
+    @property
+    def mode(self) -> str:
+        """``sha256`` or ``hmac-sha256`` (the manifest's ``lineage.mode``)."""
+        return "sha256" if self.key is None else "hmac-sha256"
+
+    @property
+    def key_id(self) -> str | None:
+        """First 16 hex digits of SHA-256(:data:`KEY_ID_DOMAIN` + key): names the key in
+        the manifest so ``rowgate verify`` can tell a wrong key from a changed file,
+        without revealing it (the key has at least 128 bits; the domain keeps this
+        digest from being any other use's hash of the key)."""
+        if self.key is None:
+            return None
+        return hashlib.sha256(KEY_ID_DOMAIN + self.key).hexdigest()[:16]
+
+    def hasher(self) -> Any:
+        """A fresh incremental hasher (``update``/``hexdigest``) of the same digest, for a
+        line too long to be held (:mod:`pipeline.gate.reader`)."""
+        if self.key is None:
+            return hashlib.sha256()
+        return hmac.new(self.key, digestmod=hashlib.sha256)
+
+    def describe(self) -> dict[str, str | None]:
+        """The manifest's ``lineage`` record: mode and key id, never the key."""
+        return {"mode": self.mode, "key_id": self.key_id}
+
+    @classmethod
+    def of(cls, config: CampaignConfig) -> LineageDigest:
+        """The run's digest: keyed when ``[lineage]`` names a key (read now, from the
+        environment variable or the file), plain otherwise."""
+        settings = config.lineage
+        if settings.key_env is not None:
+            value = os.environ.get(settings.key_env)
+            if not value:
+                raise LineageKeyError(
+                    f"lineage.key_env: the environment variable {settings.key_env} holding "
+                    "the lineage key is not set (or empty)"
+                )
+            return cls(_checked_key(os.fsencode(value), f"${settings.key_env}"))
+        if settings.key_file is not None:
+            path = config.resolve_path(settings.key_file)
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise LineageKeyError(
+                    f"lineage.key_file: cannot read the lineage key file {path}: {exc.strerror}"
+                ) from None
+            return cls(_checked_key(data, str(path)))
+        return PLAIN
+
+
+def _checked_key(data: bytes, where: str) -> bytes:
+    key = data.strip()
+    if len(key) < MIN_KEY_BYTES:
+        raise LineageKeyError(
+            f"the lineage key in {where} is {len(key)} bytes long; at least "
+            f"{MIN_KEY_BYTES} are needed (e.g. the output of `openssl rand -hex 32`)"
+        )
+    return key
+
+
+#: Plain SHA-256 lineage (no ``[lineage]`` key): what every run did before keys existed.
+PLAIN: Final = LineageDigest()
 
 
 def source_name(path: str) -> str:
@@ -108,7 +220,8 @@ class ContentFingerprint:
         ``ARCV:pairwise-content:v1`` (the ``_content_profile`` column)."""
         return self.domain.rstrip(b"\x00").decode("ascii")
 
-    def digest(self, fields: Iterable[str]) -> str:
+    def digest(self, fields: Iterable[str], key: bytes | None = None) -> str:
+        """SHA-256 of the encoding; HMAC-SHA-256 under ``key`` when one is given."""
         # One buffer and one hash call: per-field update() calls cost twice as much on
         # 3 KB rows (profiled), and this runs for every accepted line.
         parts = [self.domain]
@@ -118,6 +231,8 @@ class ContentFingerprint:
             encoded = value.encode("utf-8", errors="strict")
             parts.append(len(encoded).to_bytes(8, "big"))
             parts.append(encoded)
+        if key is not None:
+            return _hmac_sha256(key, b"".join(parts))
         return hashlib.sha256(b"".join(parts)).hexdigest()
 
     @staticmethod

@@ -8,22 +8,26 @@ one ``is not None`` test per line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pipeline.core.config import CampaignConfig, ConfigError
-from pipeline.core.reasons import Reason
+from pipeline.core.reasons import LINE_TOO_LARGE, Reason
 from pipeline.records.schemas import SchemaEntry
 from pipeline.sanitize.paths import SelectorError
 from pipeline.sanitize.policy import DEFAULT_POLICY, SanitizePolicy, load_policy
 from pipeline.sanitize.raw import RawScreen
 from pipeline.sanitize.records import RecordSanitizer, SanitizedRecord
 
-__all__ = ["SANITIZER_VERSION", "Sanitizer", "policy_path"]
+__all__ = ["SANITIZER_VERSION", "UNSANITIZED_CODES", "Sanitizer", "policy_path"]
 
 #: Bumped whenever a detector or the redaction rules change what a record becomes; the
 #: manifest records it next to the policy digest (seed 002: receipts bind the
 #: "sanitizer version").
 SANITIZER_VERSION = "rowgate-sanitizer/1"
+#: First reason codes of the rows the sanitizer never sees, even when it is on: a line
+#: over the byte limit is neither parsed nor held (its ``_raw`` is always null). Every
+#: other row's record or raw bytes went through it: its ``_sanitizer`` is the version.
+UNSANITIZED_CODES: Final = frozenset({LINE_TOO_LARGE})
 
 
 def policy_path(config: CampaignConfig) -> Path:

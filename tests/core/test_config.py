@@ -70,6 +70,11 @@ def test_sample_campaign_loads() -> None:
         ("this is not toml", "not valid TOML"),
         # tomllib's int() raised Python's int-conversion limit as a traceback
         ("[limits]\nmax_depth = " + "9" * 4301, "not valid TOML: an integer has more than 4300"),
+        ("[lineage]\nkey = 'secret'", "lineage.key: unknown key"),
+        ("[lineage]\nkey_env = 'K'\nkey_file = 'k'", "lineage: give key_env or key_file, not both"),
+        ("[lineage]\nkey_env = 'MY-KEY'", "lineage.key_env: 'MY-KEY' is not an environment"),
+        ("[lineage]\nkey_env = 3", "lineage.key_env: expected str, got int"),
+        ("[lineage]\nkey_file = ' '", "lineage.key_file: must not be empty"),
     ],
 )
 def test_invalid_configs_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -253,3 +258,16 @@ def test_compression_levels_are_those_the_codec_writes(codec: str) -> None:
             CampaignConfig().override(
                 **{"output.compression": codec, "output.compression_level": level}
             )
+
+
+def test_lineage_key_settings_name_where_the_key_is_never_the_key(tmp_path: Path) -> None:
+    """``[lineage]`` names an environment variable or a file (anchored to the config);
+    the effective config records that, and an unkeyed config's effective form has no
+    ``lineage`` section, so its manifest reads as it did before keyed lineage existed."""
+    keyed = load_campaign(_write(tmp_path, '[lineage]\nkey_file = "keys/lineage.key"\n'))
+    assert keyed.lineage.key_file == str(tmp_path / "keys" / "lineage.key")
+    assert keyed.as_dict()["lineage"] == {"key_env": None, "key_file": keyed.lineage.key_file}
+    by_env = load_campaign(_write(tmp_path, '[lineage]\nkey_env = "ROWGATE_LINEAGE_KEY"\n'))
+    assert by_env.lineage.keyed
+    assert "lineage" not in CampaignConfig().as_dict()
+    assert "lineage" not in load_campaign(DATA / "campaign.toml").as_dict()

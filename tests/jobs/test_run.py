@@ -417,3 +417,97 @@ def test_the_observer_sees_every_phase_and_global_stage_in_order(tmp_path: Path)
     written = [rows for event, rows in after_write[1:] if event == "written"]
     assert len(written) == len(after_write) - 1 == 3
     assert sum(written) == result.manifest["counts"]["lines"]
+
+
+# -- keyed lineage ([lineage] key_env / key_file) -------------------------------------------
+
+LINEAGE_KEY = "f00dfeedc0ffee0123456789abcdef0123456789abcdef"
+
+
+def _all_text(out: Path) -> str:
+    """Every value of every output file as text (Parquet decoded), the manifest, the report."""
+    parts = [p.read_text("utf-8") for p in out.rglob("*") if p.suffix in (".json", ".html")]
+    parts += [str(pq.read_table(p).to_pylist()) for p in out.rglob("*.parquet")]
+    return "\n".join(parts)
+
+
+def test_a_keyed_run_hmacs_its_lineage_and_verify_needs_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_raw_sha256`` (over-long lines too) and ``_content_sha256`` are HMAC-SHA-256 under
+    the campaign key; the manifest holds the mode and key id, never the key; verify
+    passes with the key, names the variable when it is missing, and reports a wrong key
+    as a mismatch."""
+    import hashlib
+    import hmac
+
+    from pipeline.kinds import KINDS
+    from pipeline.records.lineage import KEY_ID_DOMAIN, LineageKeyError
+
+    export = _export(tmp_path / "pairwise.jsonl", "pairwise-v2", 40, 7)
+    with open(export, "ab") as fh:
+        fh.write(b'{"task_id": "' + b"x" * 5000 + b'"}\n')
+    lines = export.read_bytes().split(b"\n")[:-1]
+    monkeypatch.setenv("ROWGATE_TEST_LINEAGE_KEY", LINEAGE_KEY)
+    config = CampaignConfig(inputs=(InputSpec(str(export), "pairwise-v2"),)).override(
+        **{"lineage.key_env": "ROWGATE_TEST_LINEAGE_KEY", "limits.max_line_bytes": 4096}
+    )
+    result = run(config, tmp_path / "out")
+    key = LINEAGE_KEY.encode()
+    assert result.manifest["lineage"] == {
+        "mode": "hmac-sha256",
+        "key_id": hashlib.sha256(KEY_ID_DOMAIN + key).hexdigest()[:16],
+    }
+    rows = pl.concat(
+        [
+            pl.read_parquet(p)
+            for p in sorted((tmp_path / "out").rglob("*.parquet"))
+            if p.parent.name != "clusters" and "split_groups" not in p.parts
+        ],
+        how="diagonal_relaxed",
+    )
+    assert rows.height == len(lines)
+    for line_no, raw_sha in zip(rows["_line"], rows["_raw_sha256"], strict=True):
+        line = lines[line_no - 1]
+        assert raw_sha == hmac.new(key, line, "sha256").hexdigest(), line_no
+        assert raw_sha != hashlib.sha256(line).hexdigest()
+    kept = rows.filter(pl.col("_content_sha256").is_not_null())
+    assert kept.height > 30
+    kind = KINDS["pairwise-v2"]
+    for line_no, content in zip(kept["_line"], kept["_content_sha256"], strict=True):
+        record = orjson.loads(lines[line_no - 1])
+        assert content == kind.fingerprint_and_profile(record, key)[0]
+        assert content != kind.fingerprint_and_profile(record)[0]
+    assert LINEAGE_KEY not in _all_text(tmp_path / "out")
+
+    assert verify_run(tmp_path / "out").ok
+    monkeypatch.setenv("ROWGATE_TEST_LINEAGE_KEY", LINEAGE_KEY[::-1])
+    report = verify_run(tmp_path / "out")
+    assert not report.ok
+    assert "is not the one the run used" in report.problems[0]
+    assert LINEAGE_KEY not in str(report.problems)
+    assert LINEAGE_KEY[::-1] not in str(report.problems)
+    monkeypatch.delenv("ROWGATE_TEST_LINEAGE_KEY")
+    with pytest.raises(LineageKeyError, match="ROWGATE_TEST_LINEAGE_KEY"):
+        verify_run(tmp_path / "out")
+
+
+def test_a_missing_lineage_key_fails_before_any_work(tmp_path: Path) -> None:
+    export = _export(tmp_path / "pairwise.jsonl", "pairwise-v2", 5, 7)
+    key_file = tmp_path / "absent.key"
+    config = CampaignConfig(inputs=(InputSpec(str(export), "pairwise-v2"),)).override(
+        **{"lineage.key_file": str(key_file)}
+    )
+    from pipeline.records.lineage import LineageKeyError
+
+    with pytest.raises(LineageKeyError, match=f"lineage key file {key_file}"):
+        run(config, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unkeyed_run_records_no_lineage_mode(inputs: CampaignConfig, tmp_path: Path) -> None:
+    """An unkeyed run's manifest and effective config are those of a run made before
+    keyed lineage existed (no ``lineage`` entry), so its outputs stay byte-identical."""
+    result = run(inputs.override(**{"engine.workers": 1}), tmp_path / "out")
+    assert "lineage" not in result.manifest
+    assert "lineage" not in result.manifest["config"]

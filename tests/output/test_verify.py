@@ -306,6 +306,24 @@ def test_a_resealed_output_naming_another_content_profile_fails(out: Path) -> No
     _fails(out, "_content_profile")
 
 
+@pytest.mark.parametrize("forged", [None, "rowgate-sanitizer/0"])
+@pytest.mark.parametrize("directory", ["accepted/pairwise-v2", "rejected"])
+def test_a_resealed_output_naming_another_sanitizer_fails(
+    out: Path, directory: str, forged: str | None
+) -> None:
+    """``_sanitizer`` is re-derived from the manifest's sanitizer version, not trusted."""
+    relative = sorted(out.rglob(f"{directory}/*.parquet"))[0].relative_to(out).as_posix()
+    table = pq.read_table(out / relative)
+    column = table.schema.get_field_index("_sanitizer")
+    assert table["_sanitizer"].null_count == 0  # the campaign sanitizes
+    values = pa.array([forged] * table.num_rows, table.schema.field(column).type)
+    pq.write_table(
+        table.set_column(column, "_sanitizer", values), out / relative, compression="zstd"
+    )
+    _reseal(out, relative)
+    _fails(out, "_sanitizer")
+
+
 @pytest.mark.parametrize("codec", ["lz4", "snappy", "gzip", "none"])
 def test_every_codec_verifies(tmp_path: Path, codec: str) -> None:
     """The compression check knows each codec's names in Parquet metadata."""

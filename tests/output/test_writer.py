@@ -63,3 +63,56 @@ def test_rejected_rows_are_written_a_staged_batch_at_a_time(
     assert max(written) <= 50 + late
     rejected = pq.read_table(out / "rejected" / "part-00000.parquet")
     assert rejected["_line"].to_pylist() == sorted(rejected["_line"].to_pylist())
+
+
+@pytest.mark.parametrize("sanitize", [True, False])
+def test_every_row_names_the_sanitizer_version_where_sanitization_ran(
+    tmp_path: Path, sanitize: bool
+) -> None:
+    """``_sanitizer`` (seed 002: the receipt binds the "sanitizer version"): with
+    sanitization on, every row whose record or raw bytes went through the sanitizer
+    carries its version (accepted, duplicate, rejected by the gate or late, as
+    ``cross.idempotency_conflict``); a line over the byte limit is never held, so never
+    sanitized: null. With sanitization off the column is there, all null."""
+    import polars as pl
+
+    from pipeline.output.verify import verify_run
+    from pipeline.sanitize import SANITIZER_VERSION
+
+    good = {
+        "problem": "p",
+        "assumptions": [],
+        "derivation": ["d"],
+        "final_answer": "call me at 555-0100",
+        "reasoning_score": 2,
+    }
+    lines = [
+        json.dumps(good | {"task_id": "t0"}),
+        json.dumps(good | {"task_id": "t0"}),  # identical retry: a duplicate
+        json.dumps(good | {"task_id": "t0", "problem": "other"}),  # conflict: rejected late
+        json.dumps(good | {"task_id": "t1"}),
+        "{not json",  # rejected by the gate, raw bytes screened
+        json.dumps(good | {"task_id": "t2", "problem": "x" * 5000}),  # line.too_large
+    ]
+    export = tmp_path / "math.jsonl"
+    export.write_text("\n".join(lines) + "\n")
+    config = CampaignConfig(inputs=(InputSpec(str(export), "math-reasoning-v1"),)).override(
+        **{"sanitize.enabled": sanitize, "limits.max_line_bytes": 4096, "engine.workers": 1}
+    )
+    run(config, tmp_path / "out")
+    rows = pl.concat(
+        [
+            pl.read_parquet(p).select("_line", "_sanitizer", "_reasons")
+            for p in sorted((tmp_path / "out").glob("*/**/part-*.parquet"))
+        ]
+    ).sort("_line")
+    assert rows.height == len(lines)
+    codes = [[reason["code"] for reason in row] for row in rows["_reasons"].to_list()]
+    first = [row[0] if row else "" for row in codes]
+    assert "line.too_large" in first
+    assert any("cross.idempotency_conflict" in row for row in codes)
+    expected = [
+        None if not sanitize or code == "line.too_large" else SANITIZER_VERSION for code in first
+    ]
+    assert rows["_sanitizer"].to_list() == expected
+    assert verify_run(tmp_path / "out").ok

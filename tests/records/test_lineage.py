@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.core.config import CampaignConfig, LineageSettings
 from pipeline.kinds import KINDS
-from pipeline.records.lineage import PAIRWISE_CONTENT_V1, raw_sha256, record_sha256
+from pipeline.records.lineage import (
+    KEY_ID_DOMAIN,
+    PAIRWISE_CONTENT_V1,
+    PLAIN,
+    LineageDigest,
+    LineageKeyError,
+    raw_sha256,
+    record_sha256,
+)
 
 EXAMPLE = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "seed000_annotation.json").read_text(
@@ -162,3 +173,70 @@ def test_every_row_names_the_profile_that_hashed_it(tmp_path: Path) -> None:
     assert traces["_content_profile"].to_list() == ["rowgate:agent-trace-content:v1"]
     bad = pl.read_parquet(tmp_path / "out" / "rejected")
     assert bad["_content_profile"].to_list() == ["ARCV:pairwise-content:v1"]
+
+
+# -- keyed lineage --------------------------------------------------------------------------
+
+KEY = b"0123456789abcdef0123456789abcdef-lineage"
+
+
+def _keyed(monkeypatch: pytest.MonkeyPatch, value: str) -> LineageDigest:
+    monkeypatch.setenv("ROWGATE_TEST_LINEAGE_KEY", value)
+    settings = LineageSettings(key_env="ROWGATE_TEST_LINEAGE_KEY")
+    return LineageDigest.of(CampaignConfig(lineage=settings))
+
+
+def test_unkeyed_lineage_is_plain_sha256() -> None:
+    digest = LineageDigest.of(CampaignConfig())
+    assert digest is PLAIN
+    assert digest.describe() == {"mode": "sha256", "key_id": None}
+    assert digest.hexdigest(b"line") == hashlib.sha256(b"line").hexdigest()
+
+
+def test_keyed_lineage_is_hmac_sha256_under_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    digest = _keyed(monkeypatch, "  " + KEY.decode() + "\n")  # surrounding whitespace ignored
+    line = b'{"task_id":"t1","phone":"555-0100"}'
+    want = hmac.new(KEY, line, hashlib.sha256).hexdigest()
+    assert digest.hexdigest(line) == want != hashlib.sha256(line).hexdigest()
+    streamed = digest.hasher()
+    streamed.update(line[:7])
+    streamed.update(line[7:])
+    assert streamed.hexdigest() == want
+    assert digest.describe() == {
+        "mode": "hmac-sha256",
+        "key_id": hashlib.sha256(KEY_ID_DOMAIN + KEY).hexdigest()[:16],
+    }
+    assert KEY.decode() not in repr(digest)
+
+
+def test_the_content_fingerprint_is_keyed_too() -> None:
+    fields = ("task", "better", "worse", "")
+    encoding = DOMAIN + b"".join(len(f).to_bytes(8, "big") + f.encode() for f in fields)
+    assert PAIRWISE_CONTENT_V1.digest(fields) == payload_hash(*fields)
+    assert PAIRWISE_CONTENT_V1.digest(fields, KEY) == hmac.new(KEY, encoding, "sha256").hexdigest()
+    kind = KINDS["pairwise-v2"]
+    plain, profile = kind.fingerprint_and_profile(EXAMPLE)
+    keyed = kind.fingerprint_and_profile(EXAMPLE, KEY)
+    assert keyed[1] == profile
+    assert keyed[0] != plain
+
+
+def test_a_missing_or_short_key_is_an_error_naming_where_never_showing_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("ROWGATE_TEST_LINEAGE_KEY", raising=False)
+    settings = LineageSettings(key_env="ROWGATE_TEST_LINEAGE_KEY")
+    with pytest.raises(LineageKeyError, match="environment variable ROWGATE_TEST_LINEAGE_KEY"):
+        LineageDigest.of(CampaignConfig(lineage=settings))
+    short = "s3cr3t-but-short"
+    with pytest.raises(LineageKeyError, match="16 bytes long; at least 32") as caught:
+        _keyed(monkeypatch, short)
+    assert short not in str(caught.value)
+    missing = tmp_path / "absent.key"
+    with pytest.raises(LineageKeyError, match=f"lineage key file {missing}"):
+        LineageDigest.of(CampaignConfig(lineage=LineageSettings(key_file=str(missing))))
+    (tmp_path / "lineage.key").write_bytes(KEY + b"\n")
+    from_file = LineageDigest.of(
+        CampaignConfig(lineage=LineageSettings(key_file="lineage.key"), base_dir=str(tmp_path))
+    )
+    assert from_file.key == KEY

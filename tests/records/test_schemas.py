@@ -354,3 +354,92 @@ def test_a_percent_encoded_ref_is_read_as_the_validator_reads_it() -> None:
     assert compile_schema(schema)({"n": 3}) == {"n": 3}
     assert static_bounds(schema) == (1, 1)
     assert number_paths(schema) == frozenset({("n",)})
+
+
+# -- the 2020-12 metaschema (seed 000: "validate the schema itself") --------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "pointer"),
+    [
+        (
+            {"type": "object", "properties": {"a": {"type": "string", "minLength": -1}}},
+            "/properties/a/minLength",
+        ),
+        ({"type": "strng"}, "/type"),
+        ({"minLength": -1}, "/minLength"),
+        ({"$defs": {"x": {"items": {"type": 1}}}}, "/$defs/x/items/type"),
+        ({"allOf": [{"maxItems": 1.5}]}, "/allOf/0/maxItems"),
+        ({"properties": {"a/b": {"required": ["x", "x"]}}}, "/properties/a~1b/required"),
+    ],
+)
+def test_a_schema_breaking_the_metaschema_is_refused_naming_file_and_pointer(
+    tmp_path: Path, schema: dict[str, object], pointer: str
+) -> None:
+    (tmp_path / "bad.schema.json").write_text(json.dumps(schema))
+    with pytest.raises(SchemaError) as caught:
+        SchemaRegistry(tmp_path).get("bad")
+    message = str(caught.value)
+    assert str(tmp_path / "bad.schema.json") in message
+    assert f"\n  {pointer}: " in message, message
+
+
+def test_the_metaschema_agrees_with_the_suite(conformance: Path) -> None:
+    """The suite's own metaschema cases, and every schema of the suite is a valid one."""
+    from pipeline.records.metaschema import DIALECT
+    from pipeline.records.schemas import metaschema_problems
+
+    cases = schemas = 0
+    for path in sorted((conformance / "json-schema-2020-12").glob("*.json")):
+        for group in json.loads(path.read_text("utf-8")):
+            assert metaschema_problems(group["schema"]) == [], (path.name, group["description"])
+            schemas += 1
+            if isinstance(group["schema"], dict) and group["schema"].get("$ref") == DIALECT:
+                for case in group["tests"]:
+                    valid = not metaschema_problems(case["data"])
+                    assert valid == case["valid"], (path.name, case["description"])
+                    cases += 1
+    assert cases >= 4
+    assert schemas > 300
+
+
+def test_every_bundled_schema_passes_the_metaschema() -> None:
+    from pipeline.records.schemas import metaschema_problems
+    from pipeline.rubrics.model import FORMAT_SCHEMA, RUBRIC_DIR
+
+    root = Path(__file__).resolve().parents[2]
+    files = [*sorted((root / "schemas").glob("*.schema.json")), RUBRIC_DIR / FORMAT_SCHEMA]
+    assert len(files) == 8
+    for path in files:
+        assert metaschema_problems(json.loads(path.read_text("utf-8"))) == [], path
+
+
+def test_the_rubric_format_schema_is_checked_too(tmp_path: Path) -> None:
+    from pipeline.rubrics.model import FORMAT_SCHEMA, RUBRIC_DIR, RubricError, RubricRegistry
+
+    format_schema = json.loads((RUBRIC_DIR / FORMAT_SCHEMA).read_text("utf-8"))
+    format_schema["properties"]["rubric_version"]["maxLength"] = -1
+    (tmp_path / FORMAT_SCHEMA).write_text(json.dumps(format_schema))
+    (tmp_path / "code-review-v1.json").write_bytes(
+        (RUBRIC_DIR / "code-review-v1.json").read_bytes()
+    )
+    with pytest.raises(RubricError, match=r"/properties/rubric_version/maxLength: breaks"):
+        RubricRegistry(tmp_path).get("code-review-v1")
+
+
+def test_the_metaschema_ships_in_the_package() -> None:
+    """Every metaschema file is package data (a wheel checks schemas without a network)."""
+    import tomllib
+    from fnmatch import fnmatch
+
+    from pipeline.records.metaschema import METASCHEMA_DIR
+
+    root = Path(__file__).resolve().parents[2]
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]
+    patterns = setuptools["package-data"]["pipeline"]
+    shipped = [p.relative_to(root / "pipeline").as_posix() for p in METASCHEMA_DIR.rglob("*")]
+    assert len([s for s in shipped if s.endswith(".json")]) == 8
+    assert "records/metaschema-2020-12/LICENSE" in shipped
+    for name in shipped:
+        if (root / "pipeline" / name).is_file():
+            assert any(fnmatch(name, p) for p in patterns), name
