@@ -41,7 +41,7 @@ def _no_declared_kind(manifest: Mapping[str, Any]) -> bool:
 
 
 def _no_table(name: str) -> Callable[[Mapping[str, Any]], bool]:
-    return lambda manifest: manifest["config"]["references"][name] is None
+    return lambda manifest: manifest["config"]["references"].get(name) is None
 
 
 _DOCUMENTS: Final = Hint(

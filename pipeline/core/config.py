@@ -284,6 +284,9 @@ class References:
     documents: ReferenceTable | None = None
     #: rows {id}: document ids agent traces may retrieve
     authorised_documents: ReferenceTable | None = None
+    #: rows {contractId, contractVersion, contractSha256, status, decisionTargets, criteria,
+    #: rules, ...}: the AutoQA evaluation contracts autoqa-eval-1 documents reference
+    contracts: ReferenceTable | None = field(default=None, metadata={"listed_when_set": True})
 
 
 @dataclass(frozen=True)
@@ -537,8 +540,17 @@ class CampaignConfig:
         return path if path.is_absolute() else Path(self.base_dir) / path
 
     def as_dict(self) -> dict[str, Any]:
-        """The effective config, for the manifest."""
-        return dataclasses.asdict(self)
+        """The effective config, for the manifest.
+
+        A reference table added after the manifest's layout was fixed is listed only when
+        it is configured, so the manifest of a run that does not use it stays as it was.
+        """
+        found = dataclasses.asdict(self)
+        references = found["references"]
+        for f in dataclasses.fields(References):
+            if f.metadata.get("listed_when_set") and references[f.name] is None:
+                del references[f.name]
+        return found
 
 
 def _replace(obj: Any, keys: list[str], value: Any, dotted: str) -> Any:
@@ -682,6 +694,7 @@ def _anchored(config: CampaignConfig, base_dir: Path) -> CampaignConfig:
             references,
             documents=table(references.documents),
             authorised_documents=table(references.authorised_documents),
+            contracts=table(references.contracts),
         ),
         policy={k: dataclasses.replace(p, file=anchor(p.file)) for k, p in config.policy.items()},
         sanitize=dataclasses.replace(sanitize, policy=sanitize.policy and anchor(sanitize.policy)),
