@@ -509,8 +509,7 @@ def proof_invariants(record: dict[str, Any], ctx: RuleContext) -> Iterator[Findi
                     f"{path}.findingIds", "not_met without a confirmed negative or omission finding"
                 )
         elif verdict == "partially_met" and (
-            not (a["satisfiedComponent"] or "").strip()
-            or not (a["missingComponent"] or "").strip()
+            not (a["satisfiedComponent"] or "").strip() or not (a["missingComponent"] or "").strip()
         ):
             yield Finding(path, "partially_met without its satisfied and missing components")
 

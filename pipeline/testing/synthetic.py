@@ -794,6 +794,8 @@ DEFECTS: Final[dict[str, Callable[[bytes, dict[str, Any]], bytes]]] = {
     "schema.unsupported_version": lambda line, rec: (
         line.replace(b'"pairwise-v2"', b'"pairwise-v9"')
         if b'"schema_version"' in line
+        else line.replace(b'"autoqa-evaluation/0.1.0"', b'"autoqa-evaluation/9.0.0"')
+        if b'"schemaVersion"' in line
         else line.replace(b'"pw-decide-row/1"', b'"pw-decide-row/2"')
     ),
     "schema.required": lambda line, rec: _dump(
