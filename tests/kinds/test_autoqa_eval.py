@@ -334,3 +334,21 @@ def test_main_campaign_manifest_does_not_list_the_unused_table() -> None:
         .as_dict()["references"]["contracts"]["path"]
         .endswith("autoqa-contracts.jsonl")
     )
+
+
+def test_content_fingerprint() -> None:
+    """The fingerprint commits to what was evaluated and concluded, confidences included
+    (as numbers: 1 and 1.0 are one value), not to the evaluation's id or status."""
+    from pipeline.kinds import get_kind
+
+    kind = get_kind(KIND)
+    record = _valid()
+    same = {**copy.deepcopy(record), "evaluationId": "another-id", "status": "provisional"}
+    assert kind.fingerprint(same) == kind.fingerprint(record)
+    one = _changed(lambda r: r["findings"][0].update(confidence=1))
+    assert kind.fingerprint(one) == kind.fingerprint(
+        _changed(lambda r: r["findings"][0].update(confidence=1.0))
+    )
+    assert kind.fingerprint(one) != kind.fingerprint(record)
+    other = _changed(lambda r: _assessed(r, "warrant").update(calibratedConfidence=0.123))
+    assert kind.fingerprint(other) != kind.fingerprint(record)
