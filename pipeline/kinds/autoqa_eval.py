@@ -9,8 +9,9 @@ that needs it reports ``unknown`` (quarantine): it never passes silently.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TypeGuard
@@ -230,20 +231,21 @@ def _ids(record: dict[str, Any], collection: str, field: str) -> set[str]:
     return {item[field] for item in record[collection]}
 
 
+#: where a document quotes spans: (collection, the list of spans of each item)
+_SPAN_LISTS: Final = (
+    ("claims", "spans"),
+    ("expectedElements", "observedSpans"),
+    ("relationships", "evidenceSpans"),
+    ("findings", "targetSpans"),
+)
+
+
 def _spans(record: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every quoted span of the document with its path."""
-    for i, claim in enumerate(record["claims"]):
-        for j, span in enumerate(claim["spans"]):
-            yield f"$.claims[{i}].spans[{j}]", span
-    for i, element in enumerate(record["expectedElements"]):
-        for j, span in enumerate(element["observedSpans"]):
-            yield f"$.expectedElements[{i}].observedSpans[{j}]", span
-    for i, rel in enumerate(record["relationships"]):
-        for j, span in enumerate(rel["evidenceSpans"]):
-            yield f"$.relationships[{i}].evidenceSpans[{j}]", span
-    for i, finding in enumerate(record["findings"]):
-        for j, span in enumerate(finding["targetSpans"]):
-            yield f"$.findings[{i}].targetSpans[{j}]", span
+    for collection, field in _SPAN_LISTS:
+        for i, item in enumerate(record[collection]):
+            for j, span in enumerate(item[field]):
+                yield f"$.{collection}[{i}].{field}[{j}]", span
 
 
 @record_rule(KIND, "unique_ids")
@@ -280,14 +282,21 @@ def unique_ids(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
         decided.add((d["target"], d["stage"]))
 
 
+def _dangling(
+    record: dict[str, Any], collection: str, field: str, known: set[str], what: str
+) -> Iterator[Finding]:
+    """A finding for every id listed in ``record[collection][*][field]`` not in ``known``."""
+    for i, item in enumerate(record[collection]):
+        for j, ref in enumerate(item[field]):
+            if ref not in known:
+                yield Finding(f"$.{collection}[{i}].{field}[{j}]", f"no such {what}")
+
+
 @record_rule(KIND, "finding_refs_exist")
 def finding_refs_exist(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     """AutoQA contract §21: "every finding identifier referenced by an assessment exists"."""
     findings = _ids(record, "findings", "findingId")
-    for i, a in enumerate(record["criterionAssessments"]):
-        for j, fid in enumerate(a["findingIds"]):
-            if fid not in findings:
-                yield Finding(f"$.criterionAssessments[{i}].findingIds[{j}]", "no such finding")
+    yield from _dangling(record, "criterionAssessments", "findingIds", findings, "finding")
 
 
 @record_rule(KIND, "claim_element_refs_exist")
@@ -295,12 +304,9 @@ def claim_element_refs_exist(record: dict[str, Any], ctx: RuleContext) -> Iterat
     """AutoQA contract §21: "every claim and expected-element identifier referenced by a
     finding exists"."""
     claims = _ids(record, "claims", "claimId")
+    yield from _dangling(record, "findings", "claimIds", claims, "claim")
     elements = _ids(record, "expectedElements", "elementId")
-    for i, f in enumerate(record["findings"]):
-        for field, known in (("claimIds", claims), ("elementIds", elements)):
-            for j, ref in enumerate(f[field]):
-                if ref not in known:
-                    yield Finding(f"$.findings[{i}].{field}[{j}]", "no such claim or element")
+    yield from _dangling(record, "findings", "elementIds", elements, "expected element")
 
 
 @record_rule(KIND, "relationship_refs_exist")
@@ -322,17 +328,11 @@ def evidence_refs_exist(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fi
     """AutoQA contract §21: "every evidence identifier exists": evidence cited by a claim,
     linked by a relationship or used by a finding is an item of the evidence bundle."""
     evidence = _ids(record, "evidence", "evidenceId")
-    for i, claim in enumerate(record["claims"]):
-        for j, eid in enumerate(claim["citedEvidenceIds"]):
-            if eid not in evidence:
-                yield Finding(f"$.claims[{i}].citedEvidenceIds[{j}]", "no such evidence")
+    yield from _dangling(record, "claims", "citedEvidenceIds", evidence, "evidence")
     for i, rel in enumerate(record["relationships"]):
         if rel["evidenceId"] not in evidence:
             yield Finding(f"$.relationships[{i}].evidenceId", "no such evidence")
-    for i, f in enumerate(record["findings"]):
-        for j, eid in enumerate(f["evidenceIds"]):
-            if eid not in evidence:
-                yield Finding(f"$.findings[{i}].evidenceIds[{j}]", "no such evidence")
+    yield from _dangling(record, "findings", "evidenceIds", evidence, "evidence")
 
 
 @record_rule(KIND, "span_in_artifact")
@@ -539,31 +539,47 @@ def contract_resolves(record: dict[str, Any], ctx: RuleContext) -> Iterator[Find
         yield Finding("$.contractRef.contractSha256", "not the hash of that contract version")
 
 
-@record_rule(KIND, "contract_approved")
-def contract_approved(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+ContractCheck = Callable[[dict[str, Any], Contract], Iterable[Finding]]
+
+
+def contract_rule(
+    name: str, applies: Callable[[dict[str, Any]], bool] = lambda record: True
+) -> Callable[[ContractCheck], ContractCheck]:
+    """Register ``check`` as rule ``name`` of the kind, called with the referenced
+    contract for documents it ``applies`` to. Without the contracts table the rule is
+    unknown (quarantine); a contract the table lacks is ``contract_resolves``'s finding."""
+
+    def register(check: ContractCheck) -> ContractCheck:
+        @functools.wraps(check)
+        def run(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+            if not applies(record):
+                return
+            contract = _contract(record, ctx)
+            if isinstance(contract, Finding):
+                yield contract
+            elif contract is not None:
+                yield from check(record, contract)
+
+        record_rule(KIND, name)(run)
+        return check
+
+    return register
+
+
+@contract_rule("contract_approved", applies=lambda record: record["status"] == "final")
+def contract_approved(record: dict[str, Any], contract: Contract) -> Iterator[Finding]:
     """AutoQA contract §7: "A production evaluation MUST reference an approved contract"
     (§8.1 status: draft, approved, deprecated, or retired): a final evaluation's contract
     is approved."""
-    if record["status"] != "final":
-        return
-    contract = _contract(record, ctx)
-    if isinstance(contract, Finding):
-        yield contract
-    elif contract is not None and contract.status != "approved":
+    if contract.status != "approved":
         yield Finding("$.contractRef", "a final evaluation under a contract that is not approved")
 
 
-@record_rule(KIND, "criterion_in_contract")
-def criterion_in_contract(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+@contract_rule("criterion_in_contract")
+def criterion_in_contract(record: dict[str, Any], contract: Contract) -> Iterator[Finding]:
     """AutoQA contract §21: "every criterionId in assessments exists in the referenced
     contract"; so do those findings, expected elements, the human question and the
     calibration slice attribute to."""
-    contract = _contract(record, ctx)
-    if isinstance(contract, Finding):
-        yield contract
-        return
-    if contract is None:
-        return  # contract_resolves
     known = contract.positive_proof
     named = [
         (f"$.criterionAssessments[{i}].criterionId", a["criterionId"])
@@ -589,18 +605,12 @@ def criterion_in_contract(record: dict[str, Any], ctx: RuleContext) -> Iterator[
             yield Finding(path, "no such criterion in the referenced contract")
 
 
-@record_rule(KIND, "evidence_permitted")
-def evidence_permitted(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+@contract_rule("evidence_permitted", applies=lambda record: bool(record["evidence"]))
+def evidence_permitted(record: dict[str, Any], contract: Contract) -> Iterator[Finding]:
     """AutoQA contract §21: "every evidence identifier exists and is permitted for the
     relevant criterion" (§9.2: "The evaluator MUST reject or ignore evidence marked
     disallowed for the relevant criterion"): evidence a finding uses is of a class the
     contract permits for each criterion the finding is attributed to."""
-    contract = _contract(record, ctx)
-    if isinstance(contract, Finding):
-        yield contract
-        return
-    if contract is None:
-        return
     classes = {e["evidenceId"]: e["evidenceClass"] for e in record["evidence"]}
     for i, f in enumerate(record["findings"]):
         for j, eid in enumerate(f["evidenceIds"]):
@@ -617,36 +627,24 @@ def evidence_permitted(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fin
                     break
 
 
-@record_rule(KIND, "decision_target_declared")
-def decision_target_declared(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+def _decides(record: dict[str, Any]) -> bool:
+    return bool(record["decisions"])
+
+
+@contract_rule("decision_target_declared", applies=_decides)
+def decision_target_declared(record: dict[str, Any], contract: Contract) -> Iterator[Finding]:
     """AutoQA contract §21: "every decision target is declared in the contract" (§5.2:
     "The required targets are declared in decisionTargets")."""
-    if not record["decisions"]:
-        return
-    contract = _contract(record, ctx)
-    if isinstance(contract, Finding):
-        yield contract
-        return
-    if contract is None:
-        return
     for i, d in enumerate(record["decisions"]):
         if d["target"] not in contract.targets:
             yield Finding(f"$.decisions[{i}].target", "target not declared by the contract")
 
 
-@record_rule(KIND, "triggered_rule_declared")
-def triggered_rule_declared(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+@contract_rule("triggered_rule_declared", applies=_decides)
+def triggered_rule_declared(record: dict[str, Any], contract: Contract) -> Iterator[Finding]:
     """AutoQA contract §21: "every triggered rule exists and targets the same decision
     target": each matched rule of a decision's policy trace is a rule of the contract's
     policy for that decision's target."""
-    if not record["decisions"]:
-        return
-    contract = _contract(record, ctx)
-    if isinstance(contract, Finding):
-        yield contract
-        return
-    if contract is None:
-        return
     for i, d in enumerate(record["decisions"]):
         for j, step in enumerate(d["trace"]):
             if step["matched"] and contract.rules.get(step["ruleId"]) != d["target"]:
@@ -665,31 +663,26 @@ def _most_severe(actions: Iterable[str]) -> str:
     return max(found, key=_ACTION_ORDER.index)
 
 
-@record_rule(KIND, "composite_policy")
-def composite_policy(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+@contract_rule(
+    "composite_policy",
+    applies=lambda record: any(d["target"] == "composite_case" for d in record["decisions"]),
+)
+def composite_policy(record: dict[str, Any], contract: Contract) -> Iterator[Finding]:
     """AutoQA contract §21: "composite-case decisions are consistent with the project's
     composite policy" (§5.2: "Composite-case decision: rework" when the annotation needs
     rework). rowgate decides ``most_severe``: the composite action is the most severe of
     the other targets' actions of the same stage (escalate if any escalated); a contract
     naming no composite policy leaves a composite decision unknown."""
-    composite = [d for d in record["decisions"] if d["target"] == "composite_case"]
-    if not composite:
-        return
-    contract = _contract(record, ctx)
-    if isinstance(contract, Finding):
-        yield contract
-        return
-    if contract is None:
-        return
     if contract.composite_policy is None:
         yield unknown("the contract declares no composite policy", "$.decisions")
         return
-    for d in composite:
+    for at, d in enumerate(record["decisions"]):
+        if d["target"] != "composite_case":
+            continue
         others = [
             o["action"]
             for o in record["decisions"]
             if o["stage"] == d["stage"] and o["target"] != "composite_case"
         ]
         if others and d["action"] != _most_severe(others):
-            at = record["decisions"].index(d)
             yield Finding(f"$.decisions[{at}].action", "not the composite policy's action")

@@ -19,6 +19,7 @@ __all__ = [
     "AUTOQA_CONTRACTS",
     "DEFECTS",
     "GENERATORS",
+    "autoqa_human",
     "defect_line",
     "export_lines",
     "json_dumps_layout",
@@ -538,6 +539,20 @@ def _trace(rules: list[str], chosen: str) -> list[dict[str, Any]]:
     return steps
 
 
+def autoqa_human(responded_at: str | None) -> dict[str, Any]:
+    """The one bounded human question of a sample evaluation (asked at 10:00Z; its
+    decisions are made at 11:00Z), answered at ``responded_at`` (None: pending)."""
+    return {
+        "criterionId": "warrant",
+        "question": "Does the attempt claim more than the test log shows?",
+        "options": ["yes", "no", "the instructions are ambiguous"],
+        "decisionChanging": True,
+        "askedAt": "2026-05-13T10:00:00Z",
+        "respondedAt": responded_at,
+        "answer": None if responded_at is None else "yes",
+    }
+
+
 def autoqa_eval(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
     """An AutoQA evaluation output under the sample contract ``code-review-qa`` 1.2.0,
     consistent in every §21 respect; verdicts, confidences and reference verdicts vary."""
@@ -615,17 +630,7 @@ def autoqa_eval(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
             "trace": _trace(rules, chosen),
         }
 
-    human = None
-    if rng.random() < 0.3:
-        human = {
-            "criterionId": "warrant",
-            "question": "Does the attempt claim more than the test log shows?",
-            "options": ["yes", "no", "the instructions are ambiguous"],
-            "decisionChanging": True,
-            "askedAt": "2026-05-13T10:00:00Z",
-            "respondedAt": "2026-05-13T10:30:00+00:00",
-            "answer": "yes",
-        }
+    human = autoqa_human("2026-05-13T10:30:00+00:00") if rng.random() < 0.3 else None
     return {
         "schemaVersion": "autoqa-evaluation/0.1.0",
         "evaluationId": f"eval-{i:06d}",
@@ -1181,15 +1186,7 @@ def _draft_contract(record: dict[str, Any]) -> None:
 
 
 def _answer_after_decision(record: dict[str, Any]) -> None:
-    record["humanResolution"] = {
-        "criterionId": "warrant",
-        "question": "Does the attempt claim more than the test log shows?",
-        "options": ["yes", "no"],
-        "decisionChanging": True,
-        "askedAt": "2026-05-13T10:00:00Z",
-        "respondedAt": "2026-05-13T11:30:00Z",  # the decisions are of 11:00Z
-        "answer": "yes",
-    }
+    record["humanResolution"] = autoqa_human("2026-05-13T11:30:00Z")  # decided at 11:00Z
 
 
 def _other_composite(record: dict[str, Any]) -> None:

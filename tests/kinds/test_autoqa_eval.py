@@ -20,7 +20,13 @@ from pipeline.gate.gate import Gate
 from pipeline.jobs.run import run
 from pipeline.kinds.autoqa_eval import find_cycle
 from pipeline.kinds.rules import RULES, ReferenceError, Severity, load_rule_context
-from pipeline.testing.synthetic import AUTOQA_CONTRACTS, make_record
+from pipeline.testing.synthetic import (
+    AUTOQA_CONTRACTS,
+    _assessed,
+    _decided,
+    autoqa_human,
+    make_record,
+)
 from tests.conftest import DATA
 
 KIND = "autoqa-eval-1"
@@ -37,18 +43,6 @@ def _codes(record: dict[str, Any], gate: Gate = GATE) -> tuple[Disposition, list
     outcome = gate.gate_line(orjson.dumps(record), None)
     assert outcome.kind == KIND
     return outcome.disposition, [r.code for r in outcome.reasons]
-
-
-def _assessed(record: dict[str, Any], criterion: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(
-        a for a in record["criterionAssessments"] if a["criterionId"] == criterion
-    )
-    return found
-
-
-def _decided(record: dict[str, Any], target: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(d for d in record["decisions"] if d["target"] == target)
-    return found
 
 
 def _changed(change: Any, i: int = 3) -> dict[str, Any]:
@@ -70,15 +64,7 @@ def _whole_artifact_span(r: dict[str, Any]) -> None:
 
 
 def _answer_at_decision(r: dict[str, Any]) -> None:
-    r["humanResolution"] = {
-        "criterionId": "warrant",
-        "question": "Is the conclusion overstated?",
-        "options": ["yes", "no"],
-        "decisionChanging": True,
-        "askedAt": "2026-05-13T10:00:00Z",
-        "respondedAt": "2026-05-13T12:00:00+01:00",  # the decisions' instant, 11:00Z
-        "answer": "no",
-    }
+    r["humanResolution"] = autoqa_human("2026-05-13T12:00:00+01:00")  # the decisions' 11:00Z
 
 
 def _uncalibrated(r: dict[str, Any]) -> None:
