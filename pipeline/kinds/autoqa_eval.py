@@ -419,7 +419,9 @@ def human_response_before_final(record: dict[str, Any], ctx: RuleContext) -> Ite
         decided = _instant(d["decidedAt"])
         if responded is None:
             yield Finding(f"$.decisions[{i}].stage", "final decision while the answer is pending")
-        elif decided is None or decided < responded:
+        elif decided is None:
+            yield Finding(f"$.decisions[{i}].decidedAt", "a time that is no calendar instant")
+        elif decided < responded:
             yield Finding(f"$.decisions[{i}].decidedAt", "final decision before the human response")
 
 

@@ -338,3 +338,19 @@ def test_content_fingerprint() -> None:
     assert kind.fingerprint(one) != kind.fingerprint(record)
     other = _changed(lambda r: _assessed(r, "warrant").update(calibratedConfidence=0.123))
     assert kind.fingerprint(other) != kind.fingerprint(record)
+
+
+def test_times_that_are_no_instant_are_refused() -> None:
+    """The schema's pattern admits month 13; the rule reads instants, so such a time is
+    its finding, never an exception or a silent pass."""
+    code = f"semantic.{KIND}.human_response_before_final"
+    record = _changed(_answer_at_decision)
+    _decided(record, "attempt")["decidedAt"] = "2026-13-13T11:00:00Z"
+    outcome = GATE.gate_line(orjson.dumps(record), None)
+    assert [(r.code, r.path, r.detail) for r in outcome.reasons] == [
+        (code, "$.decisions[0].decidedAt", "a time that is no calendar instant")
+    ]
+    record["humanResolution"]["respondedAt"] = "2026-05-13T25:00:00Z"
+    assert _codes(record) == (Disposition.REJECTED, [code])
+    pending = _changed(lambda r: r.update(humanResolution=autoqa_human(None)))
+    assert _codes(pending) == (Disposition.REJECTED, [code] * 3)  # three final decisions
