@@ -20,7 +20,7 @@ from pipeline.kinds.base import RecordKind, register_kind
 from pipeline.kinds.rules import Finding, RuleContext, record_rule, unknown
 from pipeline.records.lineage import ContentFingerprint
 
-__all__ = ["COMPOSITE_POLICIES", "Contract", "find_cycle", "parse_contracts"]
+__all__ = ["COMPOSITE_POLICIES", "NEEDS_CONTRACTS", "Contract", "find_cycle", "parse_contracts"]
 
 KIND: Final = "autoqa-eval-1"
 CONTENT: Final = ContentFingerprint(b"rowgate:autoqa-eval-content:v1\x00")
@@ -29,6 +29,11 @@ COMPOSITE_POLICIES: Final = ("most_severe",)
 #: §8.12 decision effects from least to most severe; ``escalate`` is no point on this
 #: scale (nothing was decided), see :func:`_most_severe`
 _ACTION_ORDER: Final = ("accept", "accept_with_note", "rework", "reject")
+#: codes of the rules that read the contracts table (unknown without it)
+NEEDS_CONTRACTS: Final[list[str]] = [
+    f"semantic.{KIND}.contract_resolves",
+    f"semantic.{KIND}.proof_invariants",
+]
 
 
 @register_kind
@@ -563,6 +568,7 @@ def contract_rule(
                 yield from check(record, contract)
 
         record_rule(KIND, name)(run)
+        NEEDS_CONTRACTS.append(f"semantic.{KIND}.{name}")
         return check
 
     return register

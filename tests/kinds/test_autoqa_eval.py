@@ -18,7 +18,7 @@ from pipeline.core.reasons import Disposition
 from pipeline.decide.stages.cross_rules import CROSS_RULES
 from pipeline.gate.gate import Gate
 from pipeline.jobs.run import run
-from pipeline.kinds.autoqa_eval import find_cycle
+from pipeline.kinds.autoqa_eval import NEEDS_CONTRACTS, find_cycle
 from pipeline.kinds.rules import RULES, ReferenceError, Severity, load_rule_context
 from pipeline.testing.synthetic import (
     AUTOQA_CONTRACTS,
@@ -245,6 +245,8 @@ def test_without_the_contracts_table_contract_checks_are_unknown() -> None:
         )
     }
     assert all(r.detail.startswith("unknown:") for r in outcome.reasons)
+    # the list `rowgate run` hints "set references.contracts" for
+    assert {r.code for r in outcome.reasons} == set(NEEDS_CONTRACTS)
 
 
 def _table(tmp_path: Path, contracts: list[dict[str, Any]]) -> CampaignConfig:
