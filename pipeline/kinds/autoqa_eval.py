@@ -501,19 +501,21 @@ def proof_invariants(record: dict[str, Any], ctx: RuleContext) -> Iterator[Findi
     "partially_met MUST identify both the satisfied component and the missing or
     defective component". positiveProofRequired is the contract's (table)."""
     findings = {f["findingId"]: f for f in record["findings"]}
-    contract: Contract | Finding | None = None
+    contract = _contract(record, ctx)
+    if isinstance(contract, Finding) and any(
+        a["verdict"] == "met" for a in record["criterionAssessments"]
+    ):
+        yield contract  # the met verdicts cannot be checked; the others still are
     for i, a in enumerate(record["criterionAssessments"]):
         path = f"$.criterionAssessments[{i}]"
         cited = [findings[f] for f in a["findingIds"] if f in findings]
         confirmed = [f for f in cited if f["status"] == "confirmed"]
         verdict = a["verdict"]
         if verdict == "met":
-            contract = contract or _contract(record, ctx)
-            if isinstance(contract, Finding):
-                yield contract
-                return
-            if contract is None or not contract.positive_proof.get(a["criterionId"], False):
-                continue  # contract_resolves / criterion_in_contract report those
+            if not isinstance(contract, Contract) or not contract.positive_proof.get(
+                a["criterionId"], False
+            ):
+                continue  # unknown above, or contract_resolves / criterion_in_contract's
             if not any(f["type"] == "positive" for f in confirmed):
                 yield Finding(f"{path}.findingIds", "met without a confirmed positive finding")
         elif verdict == "not_met":

@@ -356,3 +356,16 @@ def test_times_that_are_no_instant_are_refused() -> None:
     assert _codes(record) == (Disposition.REJECTED, [code])
     pending = _changed(lambda r: r.update(humanResolution=autoqa_human(None)))
     assert _codes(pending) == (Disposition.REJECTED, [code] * 3)  # three final decisions
+
+
+def test_without_the_table_proof_invariants_still_check_what_needs_no_contract() -> None:
+    """A not_met verdict with no negative finding is refused even when the met verdicts
+    are unknown for want of the contracts table (they need positiveProofRequired)."""
+    code = f"semantic.{KIND}.proof_invariants"
+    record = _changed(
+        lambda r: _assessed(r, "label_support").update(verdict="not_met", findingIds=[])
+    )
+    outcome = Gate(CampaignConfig()).gate_line(orjson.dumps(record), None)
+    mine = [r for r in outcome.reasons if r.code == code]
+    assert [r.detail.startswith("unknown:") for r in mine] == [True, False]
+    assert outcome.disposition is Disposition.REJECTED
