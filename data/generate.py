@@ -7,6 +7,10 @@ one record breaking each of the kind's semantic rules, and records breaking its
 cross-record rules (retries, idempotency conflicts, contradictions). Two samples are
 compressed to exercise .gz and .zst reading. The reference tables the sample campaign
 pins (documents, authorised document ids) are written here too.
+
+The AutoQA evaluation sample (``autoqa-eval-1.jsonl``, its contracts table and its own
+campaign, ``campaign-autoqa.toml``) plants one document per record rule and per cross
+rule of the kind; a planted document's ``evaluationId`` names the code it must get.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ import json
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import zstandard
 
 from pipeline.testing.synthetic import (
+    AUTOQA_CONTRACTS,
     DEFECTS,
     DOCUMENTS,
     RULE_VIOLATIONS,
@@ -110,7 +115,11 @@ def sample(kind: str, seed: int, count: int = 120) -> list[bytes]:
         ]
     extra += [
         orjson.dumps(build(40_000 + n))
-        for n, (code, build) in enumerate(sorted(RULE_VIOLATIONS.items()))
+        # numbered among the bundled kinds' rules only, so a kind with its own sample
+        # (AutoQA) leaves these files as they were
+        for n, (code, build) in enumerate(
+            sorted(c for c in RULE_VIOLATIONS.items() if c[0].split(".")[1] in KINDS)
+        )
         if code.split(".")[1] == kind
     ]
     extra += [orjson.dumps(r) for r in CROSS.get(kind, lambda _: [])(rng)]
@@ -129,7 +138,49 @@ def reference_tables() -> None:
             fh.write(json.dumps({"id": doc_id}) + "\n")
 
 
+AUTOQA: Final = "autoqa-eval-1"
+
+
+def autoqa_sample(valid: int = 12) -> list[bytes]:
+    """Valid evaluations, one planted per rule of the kind (``planted.<code>``) and two
+    per cross rule (``planted.<code>.<n>``), in a fixed shuffled order."""
+    rng = random.Random(2026)
+    records = [make_record(AUTOQA, rng, n) for n in range(valid)]
+    prefix = f"semantic.{AUTOQA}."
+    for n, (code, build) in enumerate(sorted(RULE_VIOLATIONS.items())):
+        if code.startswith(prefix):
+            records.append({**build(50_000 + n), "evaluationId": f"planted.{code}"})
+    profile = make_record(AUTOQA, rng, 60_000)
+    profile["calibrationProfile"]["profileId"] = "calib-code-review-2026-06"
+    other_profile = copy.deepcopy(make_record(AUTOQA, rng, 60_001))
+    other_profile["calibrationProfile"].update(
+        profileId="calib-code-review-2026-06", sampleSize=900
+    )
+    case = make_record(AUTOQA, rng, 60_002)
+    other_case = copy.deepcopy(make_record(AUTOQA, rng, 60_003))
+    other_case["caseRef"]["caseId"] = case["caseRef"]["caseId"]
+    for code, pair in (
+        ("cross.autoqa_profile_conflict", (profile, other_profile)),
+        ("cross.autoqa_case_conflict", (case, other_case)),
+    ):
+        records += [{**r, "evaluationId": f"planted.{code}.{n}"} for n, r in enumerate(pair, 1)]
+    rng.shuffle(records)
+    return [orjson.dumps(r) for r in records]
+
+
+def autoqa_files() -> None:
+    with open(HERE / "autoqa-contracts.jsonl", "w", encoding="utf-8") as fh:
+        for contract in AUTOQA_CONTRACTS:
+            fh.write(json.dumps(contract, ensure_ascii=False) + "\n")
+    (HERE / f"{AUTOQA}.jsonl").write_bytes(b"".join(line + b"\n" for line in autoqa_sample()))
+    print(
+        "autoqa-contracts.jsonl",
+        hashlib.sha256((HERE / "autoqa-contracts.jsonl").read_bytes()).hexdigest(),
+    )
+
+
 def main() -> None:
+    autoqa_files()
     reference_tables()
     for seed, kind in enumerate(KINDS):
         data = b"".join(line + b"\n" for line in sample(kind, seed))

@@ -187,8 +187,9 @@ def evaluate(
         directory or glob of them, or a polars frame.
     settings, **options
         A :class:`~pipeline.reports.settings.ReportSettings`, or its fields as keywords:
-        ``confidence`` and ``correct`` (scored), ``selected`` and ``correct`` or a
-        ``preset`` (the system's own abstention), ``by``, ``bins``, ``bootstrap``, ...
+        ``confidence`` and ``correct`` (scored), ``selected`` and ``correct`` (the
+        system's own abstention), or a ``preset`` (``autoqa-criteria`` is scored,
+        ``pw-decide-row`` an abstention), ``by``, ``bins``, ``bootstrap``, ...
 
     Returns
     -------

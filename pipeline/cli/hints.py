@@ -20,6 +20,7 @@ from pipeline.core.reasons import (
     SCHEMA_UNSUPPORTED_VERSION,
 )
 from pipeline.kinds import KINDS
+from pipeline.kinds.autoqa_eval import NEEDS_CONTRACTS
 
 __all__ = ["DOMINANT_SHARE", "HINTS", "Hint", "run_hints"]
 
@@ -41,12 +42,18 @@ def _no_declared_kind(manifest: Mapping[str, Any]) -> bool:
 
 
 def _no_table(name: str) -> Callable[[Mapping[str, Any]], bool]:
-    return lambda manifest: manifest["config"]["references"][name] is None
+    return lambda manifest: manifest["config"]["references"].get(name) is None
 
 
 _DOCUMENTS: Final = Hint(
     "rules need the documents table: set references.documents (a JSONL of id, sha256, text)",
     _no_table("documents"),
+)
+
+_CONTRACTS: Final = Hint(
+    "AutoQA rules need the contracts table: set references.contracts (a JSONL of "
+    "contracts, see docs/autoqa.md)",
+    _no_table("contracts"),
 )
 
 #: reason code -> what fixes it. One line each; a code may need a condition to be fixable.
@@ -77,6 +84,7 @@ HINTS: Final[dict[str, Hint]] = {
         "references.authorised_documents (a JSONL of id)",
         _no_table("authorised_documents"),
     ),
+    **dict.fromkeys(NEEDS_CONTRACTS, _CONTRACTS),
 }
 
 

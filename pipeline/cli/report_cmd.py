@@ -76,11 +76,20 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No summary tab
 @app.command("calibration")
 def calibration_command(
     data: DataArgument,
-    confidence: Annotated[
-        str, typer.Option(help="Confidence in [0, 1]: a column or SQL expression.")
-    ],
-    correct: Annotated[str, typer.Option(help="Whether the row is correct (boolean or 0/1).")],
     out_dir: OutOption,
+    confidence: Annotated[
+        str | None, typer.Option(help="Confidence in [0, 1]: a column or SQL expression.")
+    ] = None,
+    correct: Annotated[
+        str | None, typer.Option(help="Whether the row is correct (boolean or 0/1).")
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="Instead of --confidence and --correct: a named definition with a confidence "
+            f"({', '.join(sorted(n for n, p in PRESETS.items() if p.confidence is not None))})."
+        ),
+    ] = None,
     by: ByOption = None,
     bins: Annotated[int | None, typer.Option(help="Equal-width bins (default 15).")] = None,
     bootstrap: BootstrapOption = None,
@@ -97,6 +106,7 @@ def calibration_command(
     and selective prediction (risk-coverage, AURC, E-AURC) per slice, with bootstrap
     intervals. Writes report.json, summary/bins/rc_curve/targets Parquet and report.html."""
     given = {
+        "preset": preset,
         "confidence": confidence,
         "correct": correct,
         "by": tuple(by) if by else None,

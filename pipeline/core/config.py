@@ -289,6 +289,9 @@ class References:
     documents: ReferenceTable | None = None
     #: rows {id}: document ids agent traces may retrieve
     authorised_documents: ReferenceTable | None = None
+    #: rows {contractId, contractVersion, contractSha256, status, decisionTargets, criteria,
+    #: rules, ...}: the AutoQA evaluation contracts autoqa-eval-1 documents reference
+    contracts: ReferenceTable | None = field(default=None, metadata={"listed_when_set": True})
 
 
 @dataclass(frozen=True)
@@ -580,11 +583,16 @@ class CampaignConfig:
     def as_dict(self) -> dict[str, Any]:
         """The effective config, for the manifest.
 
-        ``lineage`` appears only when a key is configured: an unkeyed run's config (and
-        so its digest and manifest) reads as it did before keyed lineage existed."""
+        ``lineage`` appears only when a key is configured, and a reference table added after
+        the manifest's layout was fixed only when it is configured: the config (and so the
+        digest and manifest) of a run that uses neither reads as it did before they existed."""
         found = dataclasses.asdict(self)
         if not self.lineage.keyed:
             del found["lineage"]
+        references = found["references"]
+        for f in dataclasses.fields(References):
+            if f.metadata.get("listed_when_set") and references[f.name] is None:
+                del references[f.name]
         return found
 
 
@@ -729,6 +737,7 @@ def _anchored(config: CampaignConfig, base_dir: Path) -> CampaignConfig:
             references,
             documents=table(references.documents),
             authorised_documents=table(references.authorised_documents),
+            contracts=table(references.contracts),
         ),
         policy={k: dataclasses.replace(p, file=anchor(p.file)) for k, p in config.policy.items()},
         sanitize=dataclasses.replace(sanitize, policy=sanitize.policy and anchor(sanitize.policy)),

@@ -338,8 +338,11 @@ def _read_paths(config: CampaignConfig, inputs: list[InputFile]) -> list[Path]:
     (:func:`pipeline.output.outdir.claim_output`)."""
     named = [config.source_path, config.schemas.directory, config.rubrics.directory]
     named += [config.sanitize.policy, *(p.file for p in config.policy.values())]
+    references = config.references
     named += [
-        t.path for t in (config.references.documents, config.references.authorised_documents) if t
+        t.path
+        for t in (references.documents, references.authorised_documents, references.contracts)
+        if t
     ]
     return [
         *(config.resolve(spec) for spec in config.inputs),

@@ -14,8 +14,9 @@ if TYPE_CHECKING:  # polars stays out of the gate workers, which import every ki
 
 __all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind", "route"]
 
-#: Fields a record may use to name its own version, in the order routing consults them.
-VERSION_FIELDS: Final = ("schema_version", "schema", "version")
+#: Fields a record may use to name its own version, in the order routing consults them
+#: (``schemaVersion``: the AutoQA evaluation contract's camel-case documents).
+VERSION_FIELDS: Final = ("schema_version", "schema", "version", "schemaVersion")
 
 
 class UnknownKindError(RowgateError, KeyError):

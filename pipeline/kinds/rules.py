@@ -29,7 +29,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -43,6 +43,9 @@ from pipeline.core.reasons import (
     Spec,
 )
 from pipeline.records.lineage import check_pin, file_sha256
+
+if TYPE_CHECKING:
+    from pipeline.kinds.autoqa_eval import Contract
 
 __all__ = [
     "RULES",
@@ -203,6 +206,8 @@ class RuleContext:
     disabled: frozenset[str] = field(default_factory=frozenset)
     #: kind -> id of the rubric the campaign scores it with (``[scoring.<kind>]``)
     scored_with: dict[str, str] = field(default_factory=dict)
+    #: (contractId, contractVersion) -> the AutoQA evaluation contract (autoqa-eval-1)
+    contracts: dict[tuple[str, str], Contract] | None = None
     _active: dict[str, tuple[RecordRule, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -271,9 +276,24 @@ def load_rule_context(config: CampaignConfig) -> RuleContext:
                 )
             ids.append(row["id"])
         authorised = frozenset(ids)
+    contracts = None
+    if refs.contracts is not None:
+        from pipeline.kinds.autoqa_eval import parse_contracts
+
+        try:
+            contracts = parse_contracts(_rows(refs.contracts, config, "contracts"))
+        except ReferenceTableError:
+            raise
+        except ValueError as exc:  # a contract defect (§8.11, §21): the run cannot decide
+            raise ReferenceTableError(f"references.contracts: {exc}") from None
     scored_with = {kind: scoring.rubric for kind, scoring in config.scoring.items()}
     return RuleContext(
-        documents, authorised, config.rules, frozenset(config.rules.disabled), scored_with
+        documents,
+        authorised,
+        config.rules,
+        frozenset(config.rules.disabled),
+        scored_with,
+        contracts,
     )
 
 

@@ -254,16 +254,23 @@ def _collect(
     table: LoadedTable, settings: ReportSettings, preset: Preset | None
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Resolve expressions, collect only the columns needed, drop and count null rows."""
-    try:
-        columns = table.frame.collect_schema()
-    except pl.exceptions.PolarsError as exc:
-        raise InputError(f"cannot read the table: {first_line(exc)}") from None
     frame = table.frame
+    try:
+        if preset is not None and preset.rows is not None:
+            frame = preset.rows(frame)
+        columns = frame.collect_schema()
+    except pl.exceptions.PolarsError as exc:
+        what = f"the rows of preset {preset.name}" if preset is not None else "the table"
+        raise InputError(f"cannot read {what}: {first_line(exc)}") from None
     selections: list[pl.Expr] = [
         _expression(text, "by", columns).alias(f"{_BY}{i}") for i, text in enumerate(settings.by)
     ]
     if preset is not None:
-        selections += [preset.selected.alias(_SELECTED), preset.correct.alias(_CORRECT)]
+        if preset.confidence is not None:
+            selections.append(preset.confidence.alias(_CONFIDENCE))
+        if preset.selected is not None:
+            selections.append(preset.selected.alias(_SELECTED))
+        selections.append(preset.correct.alias(_CORRECT))
     else:
         assert settings.correct is not None  # validated
         selections.append(_expression(settings.correct, "correct", columns).alias(_CORRECT))

@@ -96,7 +96,7 @@ def report_document(
                 "kind": settings.kind,
             },
             "expressions": {
-                "confidence": settings.confidence,
+                "confidence": preset.confidence_definition if preset else settings.confidence,
                 "correct": preset.correct_definition if preset else settings.correct,
                 "selected": preset.selected_definition if preset else settings.selected,
                 "by": list(settings.by),
@@ -108,6 +108,7 @@ def report_document(
                 "name": preset.name,
                 "kind": preset.kind,
                 "description": preset.description,
+                "rows": preset.rows_definition,
                 "notes": list(preset.notes),
             },
             "conventions": evaluation_conventions(settings),
@@ -154,7 +155,8 @@ def _subtitle(report: EvaluationReport) -> str:
     correct = report.preset.correct_definition if report.preset else settings.correct
     if settings.mode == "scored":
         what = "calibration and risk-coverage" if settings.calibration else "risk-coverage"
-        measured = f"{what} of {settings.confidence} against {correct}"
+        confidence = report.preset.confidence_definition if report.preset else settings.confidence
+        measured = f"{what} of {confidence} against {correct}"
     else:
         selected = report.preset.selected_definition if report.preset else settings.selected
         measured = f"coverage and risk of the rows where {selected}, against {correct}"
@@ -184,11 +186,12 @@ def render_evaluation_html(report: EvaluationReport, document: dict[str, Any]) -
     sections = []
     if report.preset is not None:
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.preset.notes)
+        label, definition = map(html.escape, report.preset.measured)
         sections.append(
             html.section(
                 f"Preset {report.preset.name}",
                 f"<p>{html.escape(report.preset.description)}</p>",
-                f"<p>selected: <code>{html.escape(report.preset.selected_definition)}</code>; "
+                f"<p>{label}: <code>{definition}</code>; "
                 f"correct: <code>{html.escape(report.preset.correct_definition)}</code></p>",
                 f"<ul>{notes}</ul>",
             )

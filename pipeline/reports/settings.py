@@ -5,7 +5,8 @@ A report runs in one of two modes, chosen by what the settings name:
 * ``scored``: a ``confidence`` per row. Calibration (when asked) and the risk-coverage
   curve rank rows by it;
 * ``operating_point``: the system's own abstention, a boolean ``selected`` per row
-  (answered / decided automatically), as in the ``pw-decide-row`` preset. Coverage is
+  (answered / decided automatically), as in the ``pw-decide-row`` preset (the
+  ``autoqa-criteria`` preset is scored: it has a confidence). Coverage is
   the selected fraction and risk the error rate among selected rows; no curve.
 """
 
@@ -62,7 +63,11 @@ class ReportSettings:
 
     @property
     def mode(self) -> ReportMode:
-        return "scored" if self.confidence is not None else "operating_point"
+        preset = PRESETS.get(self.preset) if self.preset is not None else None
+        scored = self.confidence is not None or (
+            preset is not None and preset.confidence is not None
+        )
+        return "scored" if scored else "operating_point"
 
     @property
     def source_kind(self) -> str | None:
@@ -83,11 +88,11 @@ class ReportSettings:
                 raise ConfigError(
                     f"preset: {self.preset} defines its own expressions; drop {', '.join(given)}"
                 )
-            if self.calibration:
+            preset = PRESETS[self.preset]
+            if self.calibration and preset.confidence is None:
                 raise ConfigError(
                     f"preset: {self.preset} has no confidence, so no calibration section"
                 )
-            preset = PRESETS[self.preset]
             if self.kind is not None and self.kind != preset.kind:
                 raise ConfigError(
                     f"kind: preset {self.preset} reads {preset.kind}, not {self.kind}"

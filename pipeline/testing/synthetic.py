@@ -16,8 +16,10 @@ from typing import Any, Final
 import orjson
 
 __all__ = [
+    "AUTOQA_CONTRACTS",
     "DEFECTS",
     "GENERATORS",
+    "autoqa_human",
     "defect_line",
     "export_lines",
     "json_dumps_layout",
@@ -385,6 +387,377 @@ def ari_rubric_v2(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
     return _envelope(record, ("rubric_sha256",))
 
 
+# -- AutoQA evaluation documents (the AutoQA evaluation contract, autoqa-eval-1) ---------
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _autoqa_contract(version: str, status: str) -> dict[str, Any]:
+    return {
+        "contractId": "code-review-qa",
+        "contractVersion": version,
+        "contractSha256": _sha(f"code-review-qa@{version}"),
+        "status": status,
+        "decisionTargets": ["attempt", "annotation", "composite_case"],
+        "criteria": [
+            {
+                "criterionId": "correctness",
+                "positiveProofRequired": True,
+                "permittedEvidenceClasses": ["specification", "test_log"],
+                "dependsOn": [],
+            },
+            {
+                "criterionId": "grounding",
+                "positiveProofRequired": True,
+                "permittedEvidenceClasses": ["specification"],
+                "dependsOn": [],
+            },
+            {
+                "criterionId": "warrant",
+                "positiveProofRequired": False,
+                "permittedEvidenceClasses": None,
+                "dependsOn": ["grounding"],
+            },
+            {
+                "criterionId": "completeness",
+                "positiveProofRequired": True,
+                "permittedEvidenceClasses": None,
+                "dependsOn": [],
+            },
+            {
+                "criterionId": "label_support",
+                "positiveProofRequired": False,
+                "permittedEvidenceClasses": None,
+                "dependsOn": ["correctness"],
+            },
+        ],
+        "rules": [
+            {"ruleId": "attempt-uncertain-escalate", "target": "attempt"},
+            {"ruleId": "attempt-partial-rework", "target": "attempt"},
+            {"ruleId": "attempt-all-met-accept", "target": "attempt"},
+            {"ruleId": "annotation-unsupported-rework", "target": "annotation"},
+            {"ruleId": "annotation-supported-accept", "target": "annotation"},
+            {"ruleId": "composite-most-severe", "target": "composite_case"},
+        ],
+        "precedence": [{"higher": "grounding", "lower": "warrant"}],
+        "compositePolicy": "most_severe",
+    }
+
+
+#: The contracts table of the AutoQA samples: an approved version and a draft of the next.
+AUTOQA_CONTRACTS: Final = (
+    _autoqa_contract("1.2.0", "approved"),
+    _autoqa_contract("1.3.0-draft", "draft"),
+)
+AUTOQA_VERDICTS: Final = (
+    "met",
+    "partially_met",
+    "not_met",
+    "not_applicable",
+    "unknown",
+    "ambiguous",
+)
+_ATTEMPT: Final = (
+    "def unique(values):\n    return list(dict.fromkeys(values))\n"
+    "# keeps the first occurrence order of the input. "
+)
+_SPEC: Final = "The function must return the unique values in first-occurrence order. "
+_LOG: Final = "test_unique_order PASSED in 0.01s; test_empty PASSED. "
+
+
+def _span(artifact: str, content: str, quote: str, offsets: bool = True) -> dict[str, Any]:
+    start = content.index(quote)
+    return {
+        "artifactId": artifact,
+        "start": start if offsets else None,
+        "end": start + len(quote) if offsets else None,
+        "quote": quote,
+    }
+
+
+def _finding(fid: str, kind: str, criteria: list[str], **fields: Any) -> dict[str, Any]:
+    finding = {
+        "findingId": fid,
+        "type": kind,
+        "criterionIds": criteria,
+        "claimIds": [],
+        "elementIds": [],
+        "evidenceIds": [],
+        "targetSpans": [],
+        "materiality": "material",
+        "severity": "none" if kind == "positive" else "minor",
+        "confidence": 0.9,
+        "producer": "positive-prover" if kind == "positive" else "negative-challenger",
+        "deterministic": False,
+        "status": "confirmed",
+    }
+    finding.update(fields)
+    return finding
+
+
+def _assessment(
+    rng: random.Random, criterion: str, verdict: str, findings: list[str], **fields: Any
+) -> dict[str, Any]:
+    confidence = round(rng.uniform(0.5, 0.99), 3)
+    reference: str | None = verdict
+    if rng.random() > confidence:  # the evaluator is wrong about as often as it is unsure
+        reference = rng.choice([v for v in AUTOQA_VERDICTS if v != verdict])
+    if rng.random() < 0.2:
+        reference = None  # no benchmark reference for this criterion
+    assessment = {
+        "criterionId": criterion,
+        "applicability": "does_not_apply" if verdict == "not_applicable" else "applies",
+        "verdict": verdict,
+        "findingIds": findings,
+        "satisfiedComponent": None,
+        "missingComponent": None,
+        "severity": "none" if verdict in ("met", "not_applicable") else "minor",
+        "rawConfidence": round(min(1.0, confidence + 0.05), 3),
+        "calibratedConfidence": confidence,
+        "confidenceBand": "high" if confidence >= 0.9 else "medium" if confidence >= 0.7 else "low",
+        "grounding": "grounded",
+        "truth": "true",
+        "warrant": "warranted",
+        "relevance": "relevant",
+        "dependsOn": [],
+        "referenceVerdict": reference,
+    }
+    assessment.update(fields)
+    return assessment
+
+
+def _trace(rules: list[str], chosen: str) -> list[dict[str, Any]]:
+    steps = []
+    for n, rule in enumerate(rules):
+        steps.append(
+            {"ruleId": rule, "priority": 10 * (n + 1), "matched": rule == chosen, "terminal": True}
+        )
+        if rule == chosen:
+            break
+    return steps
+
+
+def autoqa_human(responded_at: str | None) -> dict[str, Any]:
+    """The one bounded human question of a sample evaluation (asked at 10:00Z; its
+    decisions are made at 11:00Z), answered at ``responded_at`` (None: pending)."""
+    return {
+        "criterionId": "warrant",
+        "question": "Does the attempt claim more than the test log shows?",
+        "options": ["yes", "no", "the instructions are ambiguous"],
+        "decisionChanging": True,
+        "askedAt": "2026-05-13T10:00:00Z",
+        "respondedAt": responded_at,
+        "answer": None if responded_at is None else "yes",
+    }
+
+
+def autoqa_eval(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
+    """An AutoQA evaluation output under the sample contract ``code-review-qa`` 1.2.0,
+    consistent in every §21 respect; verdicts, confidences and reference verdicts vary."""
+    contract = AUTOQA_CONTRACTS[0]
+    attempt = _ATTEMPT + _text(rng, 12 * size)
+    spec, log = _SPEC + _text(rng, 10 * size), _LOG + _text(rng, 6 * size)
+    model, prompt = "example/evaluator-1", "autoqa-code-review"
+    warrant = rng.choice(["met", "partially_met", "not_met", "unknown", "ambiguous"])
+    label = rng.choice(["met", "not_met"])
+    applies = rng.random() < 0.8
+    findings = [
+        _finding(
+            "f-1",
+            "positive",
+            ["correctness", "grounding"],
+            claimIds=["claim-1"],
+            evidenceIds=["ev-spec"],
+            targetSpans=[_span("attempt", attempt, "keeps the first occurrence order")],
+        ),
+        _finding("f-2", "positive", ["completeness"], elementIds=["el-1"]),
+        _finding(
+            "f-3",
+            "positive",
+            ["correctness"],
+            claimIds=["claim-2"],
+            evidenceIds=["ev-log"],
+            producer="test-runner",
+            deterministic=True,
+        ),
+        _finding("f-4", "negative", ["warrant"], claimIds=["claim-2"]),
+        _finding("f-5", "positive" if label == "met" else "negative", ["label_support"]),
+    ]
+    partial = {"satisfiedComponent": "order kept", "missingComponent": "no evidence for speed"}
+    assessments = [
+        _assessment(rng, "correctness", "met", ["f-1", "f-3"]),
+        _assessment(rng, "grounding", "met", ["f-1"]),
+        _assessment(
+            rng,
+            "warrant",
+            warrant,
+            ["f-4"],
+            dependsOn=["grounding"],
+            warrant="overstated" if warrant != "met" else "warranted",
+            **(partial if warrant == "partially_met" else {}),
+        ),
+        _assessment(
+            rng, "completeness", "met" if applies else "not_applicable", ["f-2"] if applies else []
+        ),
+        _assessment(rng, "label_support", label, ["f-5"], dependsOn=["correctness"]),
+    ]
+    if warrant in ("unknown", "ambiguous"):
+        attempt_rule, attempt_action = "attempt-uncertain-escalate", "escalate"
+    elif warrant in ("partially_met", "not_met"):
+        attempt_rule, attempt_action = "attempt-partial-rework", "rework"
+    else:
+        attempt_rule, attempt_action = "attempt-all-met-accept", "accept"
+    annotation_rule = (
+        "annotation-supported-accept" if label == "met" else "annotation-unsupported-rework"
+    )
+    annotation_action = "accept" if label == "met" else "rework"
+    composite_action = (
+        "escalate"
+        if "escalate" in (attempt_action, annotation_action)
+        else max(attempt_action, annotation_action, key=["accept", "rework"].index)
+    )
+    decided = "2026-05-13T11:00:00Z"
+
+    def decision(target: str, action: str, rules: list[str], chosen: str) -> dict[str, Any]:
+        return {
+            "target": target,
+            "stage": "final",
+            "action": action,
+            "decidedAt": decided,
+            "defaultApplied": False,
+            "trace": _trace(rules, chosen),
+        }
+
+    human = autoqa_human("2026-05-13T10:30:00+00:00") if rng.random() < 0.3 else None
+    return {
+        "schemaVersion": "autoqa-evaluation/0.1.0",
+        "evaluationId": f"eval-{i:06d}",
+        "status": "final",
+        "failure": None,
+        "caseRef": {"caseId": f"case-{i:06d}", "caseSha256": _sha(f"case-{i}")},
+        "contractRef": {
+            "contractId": contract["contractId"],
+            "contractVersion": contract["contractVersion"],
+            "contractSha256": contract["contractSha256"],
+        },
+        "canonicalization": "canonical-json-v1",
+        "exactReplayExpected": False,
+        "evaluator": {
+            "provider": "example",
+            "model": model,
+            "promptTemplateId": prompt,
+            "promptTemplateVersion": "3",
+        },
+        "calibrationProfile": {
+            "profileId": "calib-code-review-2026-05",
+            "model": model,
+            "promptTemplateId": prompt,
+            "contractId": contract["contractId"],
+            "contractVersion": contract["contractVersion"],
+            "criterionIds": [c["criterionId"] for c in contract["criteria"]],
+            "method": "isotonic",
+            "sampleSize": 1200,
+        },
+        "attempt": {"artifactId": "attempt", "content": attempt, "contentSha256": _sha(attempt)},
+        "evidence": [
+            {
+                "evidenceId": "ev-spec",
+                "evidenceClass": "specification",
+                "title": "Task specification",
+                "content": spec,
+                "contentSha256": _sha(spec),
+            },
+            {
+                "evidenceId": "ev-log",
+                "evidenceClass": "test_log",
+                "title": "Test run",
+                "content": log,
+                "contentSha256": _sha(log),
+            },
+        ],
+        "claims": [
+            {
+                "claimId": "claim-1",
+                "proposition": "The function keeps first-occurrence order.",
+                "type": "factual",
+                "importance": "central",
+                "explicitness": "explicit",
+                "spans": [_span("attempt", attempt, "keeps the first occurrence order")],
+                "qualifiers": [],
+                "citedEvidenceIds": ["ev-spec"],
+            },
+            {
+                "claimId": "claim-2",
+                "proposition": "The tests pass.",
+                "type": "factual",
+                "importance": "supporting",
+                "explicitness": "implied",
+                "spans": [_span("attempt", attempt, "list(dict.fromkeys(values))", offsets=False)],
+                "qualifiers": [],
+                "citedEvidenceIds": ["ev-log"],
+            },
+        ],
+        "expectedElements": [
+            {
+                "elementId": "el-1",
+                "criterionId": "completeness",
+                "description": "Returns the unique values in input order.",
+                "required": True,
+                "importance": "central",
+                "inferred": False,
+                "acceptableAlternatives": [],
+                "observedSpans": [_span("attempt", attempt, "return list(dict.fromkeys(values))")],
+                "coverage": "covered",
+            }
+        ],
+        "relationships": [
+            {
+                "relationshipId": "rel-1",
+                "subjectId": "claim-1",
+                "evidenceId": "ev-spec",
+                "state": "directly_entails",
+                "evidenceSpans": [_span("ev-spec", spec, "first-occurrence order")],
+                "sourceQuality": "high",
+                "temporalValidity": "current",
+            },
+            {
+                "relationshipId": "rel-2",
+                "subjectId": "claim-2",
+                "evidenceId": "ev-log",
+                "state": "reasonably_supports",
+                "evidenceSpans": [_span("ev-log", log, "test_unique_order PASSED")],
+                "sourceQuality": "adequate",
+                "temporalValidity": "current",
+            },
+        ],
+        "findings": findings,
+        "criterionAssessments": assessments,
+        "humanResolution": human,
+        "decisions": [
+            decision(
+                "attempt",
+                attempt_action,
+                ["attempt-uncertain-escalate", "attempt-partial-rework", "attempt-all-met-accept"],
+                attempt_rule,
+            ),
+            decision(
+                "annotation",
+                annotation_action,
+                ["annotation-unsupported-rework", "annotation-supported-accept"],
+                annotation_rule,
+            ),
+            decision(
+                "composite_case",
+                composite_action,
+                ["composite-most-severe"],
+                "composite-most-severe",
+            ),
+        ],
+    }
+
+
 GENERATORS: Final[dict[str, Callable[[random.Random, int, int], dict[str, Any]]]] = {
     "pairwise-v2": pairwise,
     "agent-trace-v1": agent_trace,
@@ -393,6 +766,7 @@ GENERATORS: Final[dict[str, Callable[[random.Random, int, int], dict[str, Any]]]
     "pw-decide-row-1": pw_decide_row,
     "ari-replication-rubric-3": ari_rubric_3,
     "ari-replication-rubric-v2": ari_rubric_v2,
+    "autoqa-eval-1": autoqa_eval,
 }
 
 
@@ -425,6 +799,8 @@ DEFECTS: Final[dict[str, Callable[[bytes, dict[str, Any]], bytes]]] = {
     "schema.unsupported_version": lambda line, rec: (
         line.replace(b'"pairwise-v2"', b'"pairwise-v9"')
         if b'"schema_version"' in line
+        else line.replace(b'"autoqa-evaluation/0.1.0"', b'"autoqa-evaluation/9.0.0"')
+        if b'"schemaVersion"' in line
         else line.replace(b'"pw-decide-row/1"', b'"pw-decide-row/2"')
     ),
     "schema.required": lambda line, rec: _dump(
@@ -784,6 +1160,122 @@ RULE_VIOLATIONS["semantic.ari-replication-rubric-v2.evidence_span_range"] = _ari
     "ari-replication-rubric-v2",
     lambda r: _first_leaf(r)["evidence_span"].update(start_char=5, end_char=5),
 )
+
+
+def _assessed(record: dict[str, Any], criterion: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(
+        a for a in record["criterionAssessments"] if a["criterionId"] == criterion
+    )
+    return found
+
+
+def _decided(record: dict[str, Any], target: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(d for d in record["decisions"] if d["target"] == target)
+    return found
+
+
+def _draft_contract(record: dict[str, Any]) -> None:
+    draft = AUTOQA_CONTRACTS[1]
+    record["contractRef"].update(
+        contractVersion=draft["contractVersion"], contractSha256=draft["contractSha256"]
+    )
+    # a profile fitted on the draft: another profile than the approved version's
+    record["calibrationProfile"].update(
+        profileId="calib-code-review-draft", contractVersion=draft["contractVersion"]
+    )
+
+
+def _answer_after_decision(record: dict[str, Any]) -> None:
+    record["humanResolution"] = autoqa_human("2026-05-13T11:30:00Z")  # decided at 11:00Z
+
+
+def _other_composite(record: dict[str, Any]) -> None:
+    composite = _decided(record, "composite_case")
+    composite["action"] = "reject" if composite["action"] != "reject" else "accept"
+
+
+def _extra_target(record: dict[str, Any]) -> None:
+    record["decisions"].append(
+        {**_decided(record, "annotation"), "target": "feedback", "action": "accept", "trace": []}
+    )
+
+
+def _wrong_rule(record: dict[str, Any]) -> None:
+    step = next(s for s in _decided(record, "attempt")["trace"] if s["matched"])
+    step["ruleId"] = "annotation-supported-accept"
+
+
+_AUTOQA: Final = "semantic.autoqa-eval-1."
+RULE_VIOLATIONS.update(
+    {
+        _AUTOQA + "unique_ids": _mutate(
+            "autoqa-eval-1", lambda r: r["relationships"][1].update(relationshipId="rel-1")
+        ),
+        _AUTOQA + "finding_refs_exist": _mutate(
+            "autoqa-eval-1", lambda r: _assessed(r, "grounding")["findingIds"].append("f-9")
+        ),
+        _AUTOQA + "claim_element_refs_exist": _mutate(
+            "autoqa-eval-1", lambda r: r["findings"][0]["claimIds"].append("claim-9")
+        ),
+        _AUTOQA + "relationship_refs_exist": _mutate(
+            "autoqa-eval-1", _set("relationships.1.subjectId", "claim-9")
+        ),
+        _AUTOQA + "evidence_refs_exist": _mutate(
+            "autoqa-eval-1", lambda r: r["claims"][0]["citedEvidenceIds"].append("ev-9")
+        ),
+        _AUTOQA + "evidence_permitted": _mutate(
+            "autoqa-eval-1", lambda r: r["findings"][0]["evidenceIds"].append("ev-log")
+        ),
+        _AUTOQA + "span_in_artifact": _mutate(
+            "autoqa-eval-1", _set("claims.1.spans.0.quote", "a quote that occurs nowhere")
+        ),
+        _AUTOQA + "span_offsets_match": _mutate(
+            "autoqa-eval-1",
+            lambda r: r["claims"][0]["spans"][0].update(
+                start=r["claims"][0]["spans"][0]["start"] + 1,
+                end=r["claims"][0]["spans"][0]["end"] + 1,
+            ),
+        ),
+        _AUTOQA + "content_hashes": _mutate(
+            "autoqa-eval-1", _set("evidence.1.contentSha256", "0" * 64)
+        ),
+        _AUTOQA + "acyclic_dependencies": _mutate(
+            "autoqa-eval-1", lambda r: _assessed(r, "grounding").update(dependsOn=["warrant"])
+        ),
+        _AUTOQA + "human_response_before_final": _mutate("autoqa-eval-1", _answer_after_decision),
+        _AUTOQA + "calibration_profile_compatible": _mutate(
+            "autoqa-eval-1",
+            lambda r: r["calibrationProfile"].update(
+                profileId="calib-other-model", model="example/evaluator-0"
+            ),
+        ),
+        _AUTOQA + "failure_status": _mutate(
+            "autoqa-eval-1",
+            _set("failure", {"class": "model_timeout_or_provider_error", "detail": "timed out"}),
+        ),
+        _AUTOQA + "applicability_first": _mutate(
+            "autoqa-eval-1",
+            lambda r: _assessed(r, "completeness").update(
+                applicability="does_not_apply", verdict="met", findingIds=["f-2"]
+            ),
+        ),
+        _AUTOQA + "proof_invariants": _mutate(
+            "autoqa-eval-1", lambda r: _assessed(r, "correctness").update(findingIds=[])
+        ),
+        _AUTOQA + "contract_resolves": _mutate(
+            "autoqa-eval-1", _set("contractRef.contractSha256", "f" * 64)
+        ),
+        _AUTOQA + "contract_approved": _mutate("autoqa-eval-1", _draft_contract),
+        _AUTOQA + "criterion_in_contract": _mutate(
+            "autoqa-eval-1", lambda r: r["findings"][1]["criterionIds"].append("style")
+        ),
+        _AUTOQA + "decision_target_declared": _mutate("autoqa-eval-1", _extra_target),
+        _AUTOQA + "triggered_rule_declared": _mutate("autoqa-eval-1", _wrong_rule),
+        _AUTOQA + "composite_policy": _mutate("autoqa-eval-1", _other_composite),
+    }
+)
+
+
 # -- planted PII and credentials (sanitization tests and benchmarks) --------------------
 
 _BASE62: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"

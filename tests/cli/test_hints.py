@@ -47,6 +47,8 @@ def test_a_declared_kind_gets_no_kind_hint() -> None:
         ("json.too_deep", "limits.max_depth (64)"),
         ("semantic.grounded-qa-v1.document_digest", "references.documents"),
         ("semantic.agent-trace-v1.authorised_documents", "references.authorised_documents"),
+        ("semantic.autoqa-eval-1.criterion_in_contract", "references.contracts"),
+        ("semantic.autoqa-eval-1.contract_resolves", "references.contracts"),
     ],
 )
 def test_each_cause_names_its_fix(code: str, says: str) -> None:

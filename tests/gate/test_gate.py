@@ -114,7 +114,7 @@ def _corpus() -> list[tuple[bytes, str | None]]:
     rng = random.Random(7)
     lines: list[tuple[bytes, str | None]] = []
     for kind in sorted(GENERATORS):
-        declared = None if kind in ("pairwise-v2", "pw-decide-row-1") else kind
+        declared = None if kind in ("pairwise-v2", "pw-decide-row-1", "autoqa-eval-1") else kind
         for i in range(40):
             record = make_record(kind, rng, i)
             lines.append((orjson.dumps(record), declared))

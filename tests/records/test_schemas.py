@@ -132,6 +132,7 @@ def test_shipped_schemas_load_with_stable_ids_and_digests() -> None:
         "agent-trace-v1",
         "ari-replication-rubric-3",
         "ari-replication-rubric-v2",
+        "autoqa-eval-1",
         "grounded-qa-v1",
         "math-reasoning-v1",
         "pairwise-v2",

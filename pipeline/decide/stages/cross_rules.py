@@ -17,6 +17,10 @@ code                            kinds                   finding
 ``cross.contradictory_preference`` pairwise-v2          one comparison, opposite preferences: quarantined
 ``cross.worker_root_missing``   pw-decide-row-1         a worker's root_session is no coordinator session
 ``cross.session_model_conflict`` pw-decide-row-1        rows of one session name different models
+``cross.autoqa_profile_conflict`` autoqa-eval-1         documents describe one calibration profile
+                                                        differently: all of them quarantined
+``cross.autoqa_case_conflict``  autoqa-eval-1           documents give one case id different case
+                                                        hashes: all of them quarantined
 =============================== ======================= =====================================
 """
 
@@ -312,6 +316,59 @@ def session_model_conflict(
             "{} models named for one session", pl.col("model").n_unique().over("session")
         ),
     )
+
+
+def _conflicting(
+    ctx: GlobalContext, kind: str, column: str, key: str, what: str
+) -> pl.DataFrame | None:
+    """Rows whose struct ``column`` shares its ``key`` field with another row's but not
+    its other fields (compared as canonical JSON text of the struct)."""
+    payload = ctx.scan(kind, [column])
+    value = pl.col(column)
+    found = (
+        payload.filter(value.is_not_null())
+        .with_columns(_key=value.struct.field(key), _body=value.struct.json_encode())
+        .filter(pl.col("_body").n_unique().over("_key") > 1)
+    )
+    return found.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.format(
+            f"{{}} different {what} under one {key}", pl.col("_body").n_unique().over("_key")
+        ),
+    )
+
+
+@cross_rule(
+    "cross.autoqa_profile_conflict",
+    Disposition.QUARANTINED,
+    ["autoqa-eval-1"],
+    meaning="documents describe one `calibrationProfile.profileId` differently (model, prompt, contract, slice, method or sample size)",
+    spec=Spec.AUTOQA,
+)
+def autoqa_profile_conflict(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame
+) -> pl.DataFrame | None:
+    """AutoQA contract §21: "every calibration profile is compatible with the model,
+    prompt, contract, and criterion slice" and §13.2 (a profile identifies its model and
+    prompt configuration, contract version, criterion slice, method and sample size): one
+    profile id is one profile, so documents describing it differently cannot all be
+    right; a person decides which (quarantine)."""
+    return _conflicting(ctx, kind, "calibrationProfile", "profileId", "descriptions")
+
+
+@cross_rule(
+    "cross.autoqa_case_conflict",
+    Disposition.QUARANTINED,
+    ["autoqa-eval-1"],
+    meaning="documents give one `caseRef.caseId` different `caseSha256`",
+    spec=Spec.AUTOQA,
+)
+def autoqa_case_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """AutoQA contract §9: "A case input freezes the evaluation object" and §17 ("exact
+    case hash"): evaluations of one case id name one case hash; different hashes mean the
+    case changed under its id, and which evaluation saw the right case is unknown."""
+    return _conflicting(ctx, kind, "caseRef", "caseId", "case hashes")
 
 
 @register_stage
