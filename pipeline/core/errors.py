@@ -21,6 +21,7 @@ classes). A class may keep a built-in secondary base (``ValueError``, ``KeyError
     │   ├── ManifestError (output.manifest)
     │   └── RubricError (rubrics.model)
     │       ├── BindingError (rubrics.bindings)
+    │       ├── MissingSourceError (rubrics.model): a rubric or policy file not there
     │       └── TreeError (rubrics.tree)
     └── exit 4, failed: the command could not complete
         ├── CanonicalJSONError (records.canonical): a value with no canonical JSON form
