@@ -59,14 +59,17 @@ def main() -> None:
             f"pairwise-v2 {nbytes / 1e6:.0f} MB, {lines} lines": ("", [str(export)]),
         }
         found: dict[tuple[str, str], list[Measurement]] = {}
-        for case, (config, inputs) in cases.items():
+        failed: dict[tuple[str, str], int] = {}
+        for number, (case, (config, inputs)) in enumerate(cases.items()):
             for attempt in range(args.repeat):
                 for engine in ENGINES:
-                    out = work / f"out-{len(found)}-{engine}-{attempt}"
+                    out = work / f"out-{number}-{engine}-{attempt}"
                     command = run_command(engine, config, inputs, out, args.workers)
                     measured = measure(engine, command)
-                    if measured.returncode != 0:
-                        sys.exit(f"{case}, {engine}: failed: {measured.error}")
+                    if measured.returncode != 0:  # e.g. Ray's start timed out: say so, go on
+                        print(f"{case}, {engine}: failed: {measured.error}", file=sys.stderr)
+                        failed[(case, engine)] = failed.get((case, engine), 0) + 1
+                        continue
                     found.setdefault((case, engine), []).append(measured)
                     print(f"{case}, {engine}: {measured.seconds:.1f} s", file=sys.stderr)
         rows = []
@@ -74,9 +77,11 @@ def main() -> None:
             wall = statistics.median(m.seconds for m in runs)
             rss = statistics.median(m.peak_rss for m in runs)
             spread = f"{min(m.seconds for m in runs):.1f}-{max(m.seconds for m in runs):.1f}"
-            rows.append((case, engine, f"{wall:.1f}", spread, f"{rss / 1e6:.0f}"))
-        print(f"workers={args.workers}, median of {args.repeat}")
-        print(table(rows, ("input", "engine", "wall s", "range s", "peak RSS MB")))
+            rows.append((case, engine, len(runs), f"{wall:.1f}", spread, f"{rss / 1e6:.0f}"))
+        print(f"workers={args.workers}, median of the runs that completed")
+        print(table(rows, ("input", "engine", "runs", "wall s", "range s", "peak RSS MB")))
+        for (case, engine), count in failed.items():
+            print(f"{case}, {engine}: {count} run(s) failed")
 
 
 if __name__ == "__main__":

@@ -242,9 +242,10 @@ class RayEngine:
         os.environ["RAY_USAGE_STATS_ENABLED"] = usage if usage is not None else "0"
         try:
             ray.init(**kwargs)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            where = self.address or "a local Ray"
-            raise EngineError(f"cannot start or reach Ray ({where}): {exc}") from exc
+        except Exception as exc:  # Ray raises bare Exception, e.g. for a slow raylet start
+            ray.shutdown()  # the processes a failed start left running
+            where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"
+            raise EngineError(f"cannot start or reach {where}: {exc}") from exc
         finally:
             if usage is None:
                 os.environ.pop("RAY_USAGE_STATS_ENABLED", None)

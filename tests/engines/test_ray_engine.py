@@ -6,10 +6,14 @@ One private local Ray (``num_cpus=2``) serves the module; each engine built in i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,7 @@ from pipeline.engines.ray import RayEngine
 from pipeline.jobs import run as run_module
 from pipeline.output.verify import verify_run
 from pipeline.testing.synthetic import export_lines
-from tests.conftest import DATA
+from tests.conftest import DATA, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -266,3 +270,121 @@ def test_a_run_whose_worker_is_killed_is_complete_or_fails_with_no_out(
         assert (tmp_path / "killed").exists()
         assert not out.exists()
         assert sorted(p.name for p in tmp_path.iterdir()) == ["killed", "local"]
+
+
+# -- the driver stopped ---------------------------------------------------------------------
+
+#: A bound for "soon" on a loaded machine: Ray's processes exit within seconds.
+_PATIENCE = 60.0
+
+
+def _descendants(root: int) -> set[int]:
+    """Every process below ``root`` (a local Ray: GCS, raylet, agents, workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(
+                    int(entry)
+                )
+        except (OSError, IndexError, ValueError):
+            continue
+    found, stack = set(), [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.add(child)
+            stack.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _survivors(pids: set[int]) -> list[str]:
+    """The command lines of the processes of ``pids`` still alive."""
+    found = []
+    for pid in sorted(pids):
+        if _alive(pid):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
+                command = fh.read().replace(b"\0", b" ")[:120].decode(errors="replace")
+                found.append(f"{pid}: {command}")
+    return found
+
+
+def _wait(condition: Any, seconds: float = _PATIENCE) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(condition())
+
+
+#: Ray's node agents, in their process titles
+_RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+#: ``rowgate run`` (the console script's entry) with the Ray engine in place of the local one
+_RAY_CLI = """
+import sys
+from pipeline.engines.ray import RayEngine
+from pipeline.jobs import run as run_module
+run_module.LocalEngine = RayEngine
+from pipeline.entry import main
+sys.argv = ["rowgate", "run", "--quiet", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds Ray's processes in /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_driver_leaves_no_ray_process_and_no_out(tmp_path: Path, signum: int) -> None:
+    """SIGTERM mid-run: the CLI's handler (which ray.init had replaced) unwinds the run:
+    exit 143, the local Ray and its workers gone, no temporary directory, no OUT. SIGKILL:
+    Ray's GCS, raylet and workers die with the driver (Ray binds them to its life on
+    Linux), so no task writes on, and nothing is published."""
+    lines = b"".join(line + b"\n" for line in export_lines("pairwise-v2", 400, seed=5, size=3))
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(lines * -(-24_000_000 // len(lines)))
+    config = tmp_path / "engine.toml"
+    config.write_text("[engine]\nshard_bytes = 1048576\nworkers = 2\n")
+    out = tmp_path / "out"
+    arguments = [str(big), "--kind", "pairwise-v2", "--config", str(config), "--out", str(out)]
+    seen: set[int] = set()
+    with open(tmp_path / "stderr", "wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", _RAY_CLI, *arguments], cwd=ROOT, stderr=sink)
+    try:
+
+        def gating() -> bool:
+            seen.update(_descendants(proc.pid))
+            return any(tmp_path.glob(".out.rowgate-tmp-*/_staging/*/*.arrow"))
+
+        assert _wait(lambda: gating() or proc.poll() is not None, 600)
+        assert proc.poll() is None, "the run ended before the test could stop it"
+        seen.update(_descendants(proc.pid))
+        assert len(seen) > 2  # a local Ray: its GCS, raylet and workers
+        os.kill(proc.pid, signum)
+        returncode = proc.wait(timeout=_PATIENCE)
+        # SIGKILL leaves Ray's node agents behind a while (they run no task and write
+        # nothing of the run); the GCS, the raylet and every worker die with the driver.
+        lingering = _RAY_AGENTS if signum == signal.SIGKILL else ()
+
+        def running() -> list[str]:
+            return [p for p in _survivors(seen) if not any(a in p for a in lingering)]
+
+        assert _wait(lambda: not running()), (returncode, running())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in seen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert not out.exists()
+    if signum == signal.SIGTERM:
+        assert returncode == 143, (tmp_path / "stderr").read_text()
+        assert not list(tmp_path.glob(".out.rowgate-tmp-*"))
