@@ -1,0 +1,390 @@
+"""The Ray engine: the local engine's contract (results in task order, progress, one state
+per worker, errors), retries of a killed worker, and byte-identical runs.
+
+One private local Ray (``num_cpus=2``) serves the module; each engine built in it joins it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray", reason="ray is not installed: pip install 'rowgate[ray]' to test it")
+
+from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.engines import EngineError, Progress, Step
+from pipeline.engines.ray import RayEngine
+from pipeline.jobs import run as run_module
+from pipeline.output.verify import verify_run
+from pipeline.testing.synthetic import export_lines
+from tests.conftest import DATA, ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _caller_sigterm(signum: int, frame: Any) -> None:
+    raise AssertionError("never called")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[dict[str, Any]]:
+    """A local Ray of two CPUs, started once: the engines below join it. Yields the
+    SIGTERM handler the caller had installed and the one in place once Ray started."""
+    previous = signal.signal(signal.SIGTERM, _caller_sigterm)
+    try:
+        with RayEngine(2) as engine:
+            engine.start()
+            yield {"before": _caller_sigterm, "after": signal.getsignal(signal.SIGTERM)}
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_starting_ray_keeps_the_callers_sigterm_handler(local_ray: dict[str, Any]) -> None:
+    """ray.init replaces SIGTERM's handler with one that exits at once; the CLI's, which
+    unwinds a run and removes its temporary directory, must stay."""
+    assert local_ray["after"] is local_ray["before"]
+
+
+def _init_logged(log: str) -> str:
+    """A step state that leaves one line in ``log`` per build (per worker process)."""
+    with open(log, "a") as fh:
+        fh.write(f"{os.getpid()}\n")
+    return f"state-of-{os.getpid()}"
+
+
+def _run_square(state: str, task: int, progress: Progress) -> tuple[int, str]:
+    progress(task, 1)
+    progress(1, 0)
+    return task * task, state
+
+
+def _builds(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.mark.parametrize("ordered_by_cost", [False, True])
+def test_results_in_task_order_one_state_per_worker(tmp_path: Path, ordered_by_cost: bool) -> None:
+    log = tmp_path / "log"
+    step = Step(_init_logged, (str(log),), _run_square)
+    calls: list[tuple[int, int]] = []
+    cost = (lambda task: task % 5) if ordered_by_cost else None
+    with RayEngine(2) as engine:
+        results = engine.map(step, iter(range(40)), lambda b, n: calls.append((b, n)), cost)
+    assert [square for square, _ in results] == [n * n for n in range(40)]
+    # one state per worker process, reused for every later task of the step
+    assert len(_builds(log)) == len({state for _, state in results}) <= 2
+    # a task's increments come back with it, summed: one call per task, exact totals
+    assert len(calls) == 40
+    assert sum(b for b, _ in calls) == sum(range(40)) + 40
+    assert sum(n for _, n in calls) == 40
+
+
+def _init_nothing() -> None:
+    return None
+
+
+def _run_failing_at_three(state: None, task: int, progress: Progress) -> int:
+    if task == 3:
+        raise ValueError("task three is bad")
+    return task
+
+
+def test_a_step_error_propagates_unchanged_and_closes_the_producer() -> None:
+    """An exception the step raises is the caller's, as with the local engine (the CLI
+    maps e.g. an input error to exit 3); it is not retried; the engine stays usable."""
+    closed: list[bool] = []
+
+    def producer() -> Iterator[int]:
+        try:
+            yield from range(200)
+        finally:
+            closed.append(True)
+
+    step = Step(_init_nothing, (), _run_failing_at_three)
+    with RayEngine(2) as engine:
+        with pytest.raises(ValueError, match="task three is bad"):
+            engine.map(step, producer())
+        assert closed == [True]
+        assert engine.map(step, [5, 6]) == [5, 6]
+
+
+def _run_killing_first(state: None, task: tuple[str, int], progress: Progress) -> int:
+    """The first task to run kills its own worker process (SIGKILL), once per marker."""
+    marker, number = task
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return number * 10
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
+
+
+def test_a_killed_worker_is_retried_with_complete_results(tmp_path: Path) -> None:
+    marker = str(tmp_path / "killed")
+    step = Step(_init_nothing, (), _run_killing_first)
+    with RayEngine(2, max_retries=2) as engine:
+        results = engine.map(step, [(marker, n) for n in range(8)])
+    assert os.path.exists(marker)  # a worker was killed mid-map
+    assert results == [n * 10 for n in range(8)]
+
+
+def test_a_killed_worker_without_retries_is_an_engine_error(tmp_path: Path) -> None:
+    marker = str(tmp_path / "killed")
+    step = Step(_init_nothing, (), _run_killing_first)
+    with RayEngine(2, max_retries=0) as engine:
+        with pytest.raises(EngineError, match="could not complete after 0 retries"):
+            engine.map(step, [(marker, n) for n in range(8)])
+        assert engine.map(step, [(marker, 1)]) == [10]  # Ray replaced the worker
+
+
+def test_workers_and_retries_are_checked() -> None:
+    with pytest.raises(ValueError, match="workers"):
+        RayEngine(0)
+    with pytest.raises(ValueError, match="max_retries"):
+        RayEngine(1, max_retries=-1)
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+def _outputs(out: Path) -> dict[str, str]:
+    """sha256 of every output file; the manifest's without its timings (wall clock)."""
+    digests = {
+        p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest.pop("timings")
+    digests["manifest.json"] = hashlib.sha256(
+        json.dumps(manifest, sort_keys=True).encode()
+    ).hexdigest()
+    return digests
+
+
+def _with_ray(monkeypatch: pytest.MonkeyPatch, **options: Any) -> list[RayEngine]:
+    """Make ``run`` build a Ray engine where it builds the local one (until the run
+    chooses its engine by ``engine.name``); returns the engines it built."""
+    built: list[RayEngine] = []
+
+    def engine(workers: int) -> RayEngine:
+        built.append(RayEngine(workers, **options))
+        return built[-1]
+
+    monkeypatch.setattr(run_module, "LocalEngine", engine)
+    return built
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> CampaignConfig:
+    """Plain inputs cut into many small shards (tasks ordered by cost), with planted
+    defects and duplicates."""
+    root = tmp_path_factory.mktemp("generated")
+    specs = []
+    for kind, count, seed in (("pairwise-v2", 500, 3), ("pw-decide-row-1", 300, 4)):
+        path = root / f"{kind}.jsonl"
+        lines = export_lines(kind, count, seed=seed, defect_rate=0.08, duplicate_rate=0.08)
+        path.write_bytes(b"".join(line + b"\n" for line in lines))
+        specs.append(InputSpec(str(path), kind))
+    return CampaignConfig(inputs=tuple(specs)).override(
+        **{"engine.shard_bytes": 64 * 1024, "engine.workers": 2}
+    )
+
+
+@pytest.mark.parametrize("campaign", ["bundled", "generated"])
+def test_ray_and_local_engines_write_identical_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, generated: CampaignConfig, campaign: str
+) -> None:
+    config = load_campaign(DATA / "campaign.toml") if campaign == "bundled" else generated
+    local = run_module.run(config, tmp_path / "local")
+    engines = _with_ray(monkeypatch)
+    ray_run = run_module.run(config, tmp_path / "ray")
+    assert [e.workers for e in engines] == [2]
+    assert len(local.summaries) == len(ray_run.summaries) > 1
+    assert _outputs(tmp_path / "ray") == _outputs(tmp_path / "local")
+
+
+def _run_gate_killing_first(state: tuple[Any, str, Any], task: Any, progress: Progress) -> Any:
+    """The gate step's run, but the first task to run kills its worker process, once."""
+    run, marker, inner = state
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return run(inner, task, progress)
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
+
+
+def _init_gate_killing_first(init: Any, init_args: tuple[Any, ...], run: Any, marker: str) -> Any:
+    return run, marker, init(*init_args)
+
+
+def _killing_gate_step(monkeypatch: pytest.MonkeyPatch, marker: Path) -> None:
+    """Make the run's gate phase kill the worker process of its first task, once."""
+    gate_step = run_module.gate_step
+
+    def killing(config: CampaignConfig) -> Step[Any, Any, Any]:
+        inner = gate_step(config)
+        return Step(
+            _init_gate_killing_first,
+            (inner.init, inner.init_args, inner.run, str(marker)),
+            _run_gate_killing_first,
+        )
+
+    monkeypatch.setattr(run_module, "gate_step", killing)
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_a_run_whose_worker_is_killed_is_complete_or_fails_with_no_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, generated: CampaignConfig, retries: int
+) -> None:
+    """A Ray worker killed mid-run: retried, the run's OUT is complete, identical to the
+    local engine's and verified; not retried, the run fails (exit 4) and leaves no OUT."""
+    reference = tmp_path / "local"
+    run_module.run(generated, reference)
+    _with_ray(monkeypatch, max_retries=retries)
+    _killing_gate_step(monkeypatch, tmp_path / "killed")
+    out = tmp_path / "ray"
+    if retries:
+        run_module.run(generated, out)
+        assert (tmp_path / "killed").exists()
+        assert _outputs(out) == _outputs(reference)
+        report = verify_run(out)
+        assert report.ok, report.problems
+    else:
+        with pytest.raises(EngineError):
+            run_module.run(generated, out)
+        assert (tmp_path / "killed").exists()
+        assert not out.exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["killed", "local"]
+
+
+# -- the driver stopped ---------------------------------------------------------------------
+
+#: A bound for "soon" on a loaded machine: Ray's processes exit within seconds.
+_PATIENCE = 60.0
+
+
+def _descendants(root: int) -> set[int]:
+    """Every process below ``root`` (a local Ray: GCS, raylet, agents, workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(
+                    int(entry)
+                )
+        except (OSError, IndexError, ValueError):
+            continue
+    found, stack = set(), [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.add(child)
+            stack.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _survivors(pids: set[int]) -> list[str]:
+    """The command lines of the processes of ``pids`` still alive."""
+    found = []
+    for pid in sorted(pids):
+        if _alive(pid):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
+                command = fh.read().replace(b"\0", b" ")[:120].decode(errors="replace")
+                found.append(f"{pid}: {command}")
+    return found
+
+
+def _wait(condition: Any, seconds: float = _PATIENCE) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(condition())
+
+
+#: Ray's node agents, in their process titles
+_RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+#: ``rowgate run`` (the console script's entry) with the Ray engine in place of the local one
+_RAY_CLI = """
+import sys
+from pipeline.engines.ray import RayEngine
+from pipeline.jobs import run as run_module
+run_module.LocalEngine = RayEngine
+from pipeline.entry import main
+sys.argv = ["rowgate", "run", "--quiet", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds Ray's processes in /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_driver_leaves_no_ray_process_and_no_out(tmp_path: Path, signum: int) -> None:
+    """SIGTERM mid-run: the CLI's handler (which ray.init had replaced) unwinds the run:
+    exit 143, the local Ray and its workers gone, no temporary directory, no OUT. SIGKILL:
+    Ray's GCS, raylet and workers die with the driver (Ray binds them to its life on
+    Linux), so no task writes on, and nothing is published."""
+    lines = b"".join(line + b"\n" for line in export_lines("pairwise-v2", 400, seed=5, size=3))
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(lines * -(-24_000_000 // len(lines)))
+    config = tmp_path / "engine.toml"
+    config.write_text("[engine]\nshard_bytes = 1048576\nworkers = 2\n")
+    out = tmp_path / "out"
+    arguments = [str(big), "--kind", "pairwise-v2", "--config", str(config), "--out", str(out)]
+    seen: set[int] = set()
+    with open(tmp_path / "stderr", "wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", _RAY_CLI, *arguments], cwd=ROOT, stderr=sink)
+    try:
+
+        def gating() -> bool:
+            seen.update(_descendants(proc.pid))
+            return any(tmp_path.glob(".out.rowgate-tmp-*/_staging/*/*.arrow"))
+
+        assert _wait(lambda: gating() or proc.poll() is not None, 600)
+        assert proc.poll() is None, "the run ended before the test could stop it"
+        seen.update(_descendants(proc.pid))
+        assert len(seen) > 2  # a local Ray: its GCS, raylet and workers
+        os.kill(proc.pid, signum)
+        returncode = proc.wait(timeout=_PATIENCE)
+        # SIGKILL leaves Ray's node agents behind a while (they run no task and write
+        # nothing of the run); the GCS, the raylet and every worker die with the driver.
+        lingering = _RAY_AGENTS if signum == signal.SIGKILL else ()
+
+        def running() -> list[str]:
+            return [p for p in _survivors(seen) if not any(a in p for a in lingering)]
+
+        assert _wait(lambda: not running()), (returncode, running())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in seen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert not out.exists()
+    if signum == signal.SIGTERM:
+        assert returncode == 143, (tmp_path / "stderr").read_text()
+        assert not list(tmp_path.glob(".out.rowgate-tmp-*"))
