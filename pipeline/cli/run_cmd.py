@@ -34,6 +34,28 @@ from pipeline.cli.hints import run_hints
 from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.jobs.run import RunObserver, RunResult, run
 
+_SplitOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="SPLIT=PATH: an input labelled with a split, e.g. eval=b.jsonl (repeatable)."
+    ),
+]
+_ProtectOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A split whose rows are never removed for appearing in another split; "
+        "their copies elsewhere are removed as dedupe.contamination (repeatable)."
+    ),
+]
+_EngineOption = Annotated[
+    str | None,
+    typer.Option(help="Where steps run: local (default) or ray (pip install 'rowgate[ray]')."),
+]
+_RayAddressOption = Annotated[
+    str | None,
+    typer.Option(help="The Ray cluster to join (default: RAY_ADDRESS, else a local Ray)."),
+]
+
 
 def run_command(
     out_dir: Annotated[
@@ -48,23 +70,14 @@ def run_command(
     workers: Annotated[
         int | None, typer.Option(help="Worker processes (default: available cores).")
     ] = None,
+    engine: _EngineOption = None,
+    ray_address: _RayAddressOption = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar or summary.")
     ] = False,
-    split: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="SPLIT=PATH: an input labelled with a split, e.g. eval=b.jsonl (repeatable)."
-        ),
-    ] = None,
-    protect: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A split whose rows are never removed for appearing in another split; "
-            "their copies elsewhere are removed as dedupe.contamination (repeatable)."
-        ),
-    ] = None,
+    split: _SplitOption = None,
+    protect: _ProtectOption = None,
     normalised: Annotated[
         bool | None,
         typer.Option(
@@ -107,6 +120,8 @@ def run_command(
             "dedupe.near": near,
             "limits.max_line_bytes": max_line_bytes,
             "run.max_rejected_share": max_rejected_share,
+            "engine.name": engine,
+            "engine.address": ray_address,
         }
         config = _run_config(config_file, kind, inputs, split, protect, workers, flags)
         with _progress(quiet) as observer:

@@ -199,6 +199,14 @@ class EngineSettings:
     batch_bytes: int = bounded(
         BATCH_BYTES, 1, GiB, "a batch becomes Arrow columns, and one column holds 2 GiB at most"
     )
+    #: The Ray engine: the cluster to join (``HOST:PORT`` or ``ray://HOST:PORT``); unset:
+    #: ``RAY_ADDRESS`` if set, else a private local Ray of ``workers`` CPUs.
+    address: str | None = None
+    #: The Ray engine: how often a task whose worker or node died is run again before
+    #: the run fails (exit 4); a step's own error is never retried.
+    max_retries: int = bounded(
+        3, 0, 100, "a task that kills its worker 100 times will not succeed the 101st"
+    )
 
     def validate(self, path: str) -> None:
         check_bounds(self, path)

@@ -9,6 +9,7 @@ classes). A class may keep a built-in secondary base (``ValueError``, ``KeyError
     RowgateError
     ├── exit 2, usage: a flag, config or OUT the command refuses
     │   ├── ConfigError (core.config)
+    │   │   └── LineageKeyError (records.lineage): the lineage key cannot be read
     │   ├── SelectorError (sanitize.paths): a sanitize policy's field path
     │   └── UnsafeOutputError (output.outdir)
     ├── exit 3, input: something the command reads is missing, corrupt or refused

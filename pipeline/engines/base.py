@@ -9,16 +9,18 @@ registers it when imported; :mod:`pipeline.engines` imports the built-in ones.
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Final, Generic, Self, TypeVar
 
 from pipeline.core.config import ConfigError, EngineSettings, did_you_mean
 from pipeline.core.errors import EXIT_FAILED, RowgateError
 
 __all__ = [
     "ENGINES",
+    "LAZY_ENGINES",
     "Engine",
     "EngineError",
     "Progress",
@@ -125,13 +127,27 @@ def register_engine(name: str) -> Callable[[E], E]:
     return register
 
 
+#: Engines whose module imports a client library that rowgate does not require: imported
+#: (and so registered) only when a run names them, with the extra that installs it.
+LAZY_ENGINES: Final = {"ray": ("pipeline.engines.ray", "ray")}
+
+
 def get_engine(name: str) -> type[Engine]:
-    """The engine registered as ``name``; an unknown name is a :class:`ConfigError` of
-    ``engine.name`` listing the known ones."""
+    """The engine registered as ``name`` (a lazy one is imported first); an unknown name,
+    or a lazy one whose library is missing, is a :class:`ConfigError` of ``engine.name``."""
+    if name not in ENGINES and name in LAZY_ENGINES:
+        module, extra = LAZY_ENGINES[name]
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f"engine.name: the {name} engine needs {exc.name}: pip install 'rowgate[{extra}]'"
+            ) from None
     try:
         return ENGINES[name]
     except KeyError:
-        known = ", ".join(sorted(ENGINES))
+        known = sorted({*ENGINES, *LAZY_ENGINES})
         raise ConfigError(
-            f"engine.name: unknown engine {name!r} (known: {known}){did_you_mean(name, ENGINES)}"
+            f"engine.name: unknown engine {name!r} (known: {', '.join(known)})"
+            f"{did_you_mean(name, known)}"
         ) from None

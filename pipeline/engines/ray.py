@@ -44,7 +44,8 @@ from typing import Any, Final, TypeVar
 import ray
 import ray.exceptions
 
-from pipeline.engines import EngineError, Progress, Step
+from pipeline.core.config import EngineSettings
+from pipeline.engines.base import Engine, EngineError, Progress, Step, register_engine
 from pipeline.engines.local import _state, _worker_environment, release_memory
 
 __all__ = ["RayEngine"]
@@ -79,7 +80,8 @@ def _run_task(step: Step[Any, Any, Any], task: Any) -> tuple[Any, tuple[int, int
 _REMOTE: Final = ray.remote(_run_task)
 
 
-class RayEngine:
+@register_engine("ray")
+class RayEngine(Engine):
     """Runs steps over tasks as Ray tasks; use as a context manager so Ray is shut down
     (when this engine started it) and no task outlives the caller."""
 
@@ -98,6 +100,14 @@ class RayEngine:
         self._owns_ray = False
         #: the running map's unfinished tasks, for an interruption to stop
         self._pending: dict[Any, int] = {}
+
+    @classmethod
+    def from_settings(cls, settings: EngineSettings, shards: int | None = None) -> RayEngine:
+        """``engine.workers`` CPUs for a private local Ray (by default one per core, no
+        more than ``shards``), or the cluster ``engine.address`` or ``RAY_ADDRESS`` names."""
+        return cls(
+            settings.resolved_workers(shards), settings.address, max_retries=settings.max_retries
+        )
 
     def __enter__(self) -> RayEngine:
         return self

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Final, TypeVar, cast
 
 from pipeline.core.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.core.errors import EXIT_FAILED, RowgateError
-from pipeline.decide.context import GlobalContext, rejected_columns, run_global
+from pipeline.decide.context import GlobalContext, GlobalResult, rejected_columns, run_global
 from pipeline.engines import get_engine
 from pipeline.gate.gate import Gate
 from pipeline.gate.reader import (
@@ -253,6 +253,8 @@ def run(
     config: CampaignConfig, out: Path, *, force: bool = False, observer: RunObserver | None = None
 ) -> RunResult:
     """Run a campaign over its inputs and write ``out`` atomically."""
+    # absolute: staged paths travel to workers, which (on a cluster) start elsewhere
+    out = Path(os.path.abspath(out))
     observer = observer or RunObserver()
     started = time.perf_counter()
     if not config.inputs:
@@ -289,22 +291,10 @@ def run(
             outcome = run_global(global_ctx)
             timings["global_s"] = time.perf_counter() - t0
             timings.update({f"global.{name}_s": s for name, s in outcome.timings.items()})
-            extra_rejected = rejected_columns(outcome.columns)
 
             observer.on_phase("write")
             t0 = time.perf_counter()
-            tasks = [
-                WriteTask(
-                    shard=shards[s.shard],
-                    line_base=line_bases[s.shard],
-                    storage=storage,
-                    kinds=tuple(s.kinds),
-                    decisions={k: d[s.shard] for k, d in outcome.decisions.items() if s.shard in d},
-                    columns=outcome.columns,
-                    rejected_columns=extra_rejected,
-                )
-                for s in summaries
-            ]
+            tasks = _write_tasks(storage, shards, summaries, line_bases, outcome)
             observer.on_write_start(len(tasks))
             # the writer reports (0, rows) once per shard, when its parts are written
             writes = engine.map(
@@ -411,6 +401,56 @@ def _line_bases(shards: list[Shard], summaries: list[ShardSummary]) -> list[int]
     return bases
 
 
+def _write_tasks(
+    storage: RunStorage,
+    shards: list[Shard],
+    summaries: list[ShardSummary],
+    line_bases: list[int],
+    outcome: GlobalResult,
+) -> list[WriteTask]:
+    """One write task per gated shard, carrying the global phase's decisions for it."""
+    extra_rejected = rejected_columns(outcome.columns)
+    return [
+        WriteTask(
+            shard=shards[s.shard],
+            line_base=line_bases[s.shard],
+            storage=storage,
+            kinds=tuple(s.kinds),
+            decisions={k: d[s.shard] for k, d in outcome.decisions.items() if s.shard in d},
+            columns=outcome.columns,
+            rejected_columns=extra_rejected,
+        )
+        for s in summaries
+    ]
+
+
+def _input_entry(f: InputFile, sha256: str, lines: int) -> dict[str, Any]:
+    """An input as the manifest lists it: where it is, its exact bytes' digest, its lines."""
+    return {
+        "index": f.index,
+        "path": f.path,
+        "resolved": source_name(f.resolved),
+        **_exact_bytes(f.resolved),
+        "bytes": f.size,
+        "sha256": sha256,
+        "compression": f.compression,
+        "kind": f.kind,
+        "split": f.split,
+        "lines": lines,
+    }
+
+
+def _schema_entry(gate: Gate, kind_id: str) -> dict[str, str]:
+    """The pinned schema a kind's rows were gated with, as the manifest names it."""
+    entry = gate.kind_gate(KINDS[kind_id]).entry
+    return {
+        "sha256": entry.sha256,
+        "title": entry.title,
+        "file": entry.path.name,
+        "path": str(entry.path),
+    }
+
+
 def _manifest(
     config: CampaignConfig,
     inputs: list[InputFile],
@@ -441,34 +481,14 @@ def _manifest(
         "format": MANIFEST_FORMAT,
         "campaign": config.name,
         "inputs": [
-            {
-                "index": f.index,
-                "path": f.path,
-                "resolved": source_name(f.resolved),
-                **_exact_bytes(f.resolved),
-                "bytes": f.size,
-                "sha256": input_digests[f.index],
-                "compression": f.compression,
-                "kind": f.kind,
-                "split": f.split,
-                "lines": lines_by_input[f.index],
-            }
-            for f in inputs
+            _input_entry(f, input_digests[f.index], lines_by_input[f.index]) for f in inputs
         ],
         "config": config.as_dict(),
         "config_sha256": config.source_sha256,
         "sanitize": gate.sanitizer.describe() if gate.sanitizer is not None else None,
         # only a keyed run says so: an unkeyed run's manifest reads as it did before
         **({"lineage": gate.lineage.describe()} if config.lineage.keyed else {}),
-        "schemas": {
-            kind_id: {
-                "sha256": gate.kind_gate(KINDS[kind_id]).entry.sha256,
-                "title": gate.kind_gate(KINDS[kind_id]).entry.title,
-                "file": gate.kind_gate(KINDS[kind_id]).entry.path.name,
-                "path": str(gate.kind_gate(KINDS[kind_id]).entry.path),
-            }
-            for kind_id in used_kinds
-        },
+        "schemas": {kind_id: _schema_entry(gate, kind_id) for kind_id in used_kinds},
         "versions": dependency_versions(),
         "shards": [
             {

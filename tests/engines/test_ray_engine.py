@@ -168,23 +168,18 @@ def _outputs(out: Path) -> dict[str, str]:
     }
     manifest = json.loads((out / "manifest.json").read_text())
     manifest.pop("timings")
+    manifest["config"]["engine"].pop("name")  # the one setting that differs by design
     digests["manifest.json"] = hashlib.sha256(
         json.dumps(manifest, sort_keys=True).encode()
     ).hexdigest()
     return digests
 
 
-def _with_ray(monkeypatch: pytest.MonkeyPatch, **options: Any) -> list[RayEngine]:
-    """Make ``run`` build a Ray engine where it builds the local one (until the run
-    chooses its engine by ``engine.name``); returns the engines it built."""
-    built: list[RayEngine] = []
-
-    def engine(workers: int) -> RayEngine:
-        built.append(RayEngine(workers, **options))
-        return built[-1]
-
-    monkeypatch.setattr(run_module, "LocalEngine", engine)
-    return built
+def _on_ray(config: CampaignConfig, **settings: Any) -> CampaignConfig:
+    """``config`` run on the Ray engine (``engine.name = "ray"``), with ``engine.*`` settings."""
+    return config.override(
+        **{"engine.name": "ray", **{f"engine.{k}": v for k, v in settings.items()}}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -205,13 +200,12 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> CampaignConfig:
 
 @pytest.mark.parametrize("campaign", ["bundled", "generated"])
 def test_ray_and_local_engines_write_identical_outputs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, generated: CampaignConfig, campaign: str
+    tmp_path: Path, generated: CampaignConfig, campaign: str
 ) -> None:
     config = load_campaign(DATA / "campaign.toml") if campaign == "bundled" else generated
     local = run_module.run(config, tmp_path / "local")
-    engines = _with_ray(monkeypatch)
-    ray_run = run_module.run(config, tmp_path / "ray")
-    assert [e.workers for e in engines] == [2]
+    ray_run = run_module.run(_on_ray(config), tmp_path / "ray")
+    assert ray_run.manifest["config"]["engine"]["name"] == "ray"
     assert len(local.summaries) == len(ray_run.summaries) > 1
     assert _outputs(tmp_path / "ray") == _outputs(tmp_path / "local")
 
@@ -255,18 +249,18 @@ def test_a_run_whose_worker_is_killed_is_complete_or_fails_with_no_out(
     local engine's and verified; not retried, the run fails (exit 4) and leaves no OUT."""
     reference = tmp_path / "local"
     run_module.run(generated, reference)
-    _with_ray(monkeypatch, max_retries=retries)
+    on_ray = _on_ray(generated, max_retries=retries)
     _killing_gate_step(monkeypatch, tmp_path / "killed")
     out = tmp_path / "ray"
     if retries:
-        run_module.run(generated, out)
+        run_module.run(on_ray, out)
         assert (tmp_path / "killed").exists()
         assert _outputs(out) == _outputs(reference)
         report = verify_run(out)
         assert report.ok, report.problems
     else:
         with pytest.raises(EngineError):
-            run_module.run(generated, out)
+            run_module.run(on_ray, out)
         assert (tmp_path / "killed").exists()
         assert not out.exists()
         assert sorted(p.name for p in tmp_path.iterdir()) == ["killed", "local"]
@@ -328,17 +322,6 @@ def _wait(condition: Any, seconds: float = _PATIENCE) -> bool:
 #: Ray's node agents, in their process titles
 _RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
-#: ``rowgate run`` (the console script's entry) with the Ray engine in place of the local one
-_RAY_CLI = """
-import sys
-from pipeline.engines.ray import RayEngine
-from pipeline.jobs import run as run_module
-run_module.LocalEngine = RayEngine
-from pipeline.entry import main
-sys.argv = ["rowgate", "run", "--quiet", *sys.argv[1:]]
-main()
-"""
-
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds Ray's processes in /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
@@ -356,7 +339,11 @@ def test_a_stopped_driver_leaves_no_ray_process_and_no_out(tmp_path: Path, signu
     arguments = [str(big), "--kind", "pairwise-v2", "--config", str(config), "--out", str(out)]
     seen: set[int] = set()
     with open(tmp_path / "stderr", "wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-c", _RAY_CLI, *arguments], cwd=ROOT, stderr=sink)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "run", "--quiet", "--engine", "ray", *arguments],
+            cwd=ROOT,
+            stderr=sink,
+        )
     try:
 
         def gating() -> bool:

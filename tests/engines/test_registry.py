@@ -19,6 +19,7 @@ from pipeline.engines import (
     LocalEngine,
     Progress,
     Step,
+    base,
     get_engine,
     register_engine,
 )
@@ -96,7 +97,7 @@ def test_local_is_registered_by_default() -> None:
 def test_an_unknown_engine_is_a_config_error_listing_the_known_ones() -> None:
     with pytest.raises(ConfigError, match=re.escape("engine.name: unknown engine 'spark'")) as e:
         get_engine("spark")
-    assert "(known: local)" in str(e.value)
+    assert "(known: local, ray)" in str(e.value)
     with pytest.raises(ConfigError, match=re.escape("did you mean 'local'?")):
         get_engine("locl")
 
@@ -104,7 +105,7 @@ def test_an_unknown_engine_is_a_config_error_listing_the_known_ones() -> None:
 def test_the_known_engines_listed_include_registered_ones(
     recording: type[_RecordingEngine],
 ) -> None:
-    with pytest.raises(ConfigError, match=re.escape(f"(known: local, {_NAME})")):
+    with pytest.raises(ConfigError, match=re.escape(f"(known: local, ray, {_NAME})")):
         get_engine("spark")
 
 
@@ -127,7 +128,7 @@ def test_an_unknown_engine_is_a_usage_error_on_the_command_line(tmp_path: Path) 
     )
     result = CliRunner().invoke(app, ["run", "--config", str(config), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
-    assert "engine.name: unknown engine 'spark' (known: local)" in result.output
+    assert "engine.name: unknown engine 'spark' (known: local, ray)" in result.output
     assert not (tmp_path / "o").exists()
 
 
@@ -149,3 +150,17 @@ def test_a_registered_engine_is_chosen_by_name(
     assert files
     assert files == _parquet_bytes(tmp_path / "local")
     assert result.manifest["config"]["engine"]["name"] == _NAME
+
+
+def test_a_lazy_engine_is_imported_when_named_and_its_missing_library_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine whose client library rowgate does not require (Ray) is imported only when
+    a run names it; without the library, the error names the extra to install."""
+    monkeypatch.setitem(base.LAZY_ENGINES, "elsewhere", ("pipeline.engines.no_such_engine", "x"))
+    with pytest.raises(
+        ConfigError, match=r"engine\.name: the elsewhere engine needs .*rowgate\[x\]"
+    ):
+        get_engine("elsewhere")
+    with pytest.raises(ConfigError, match=r"known: .*elsewhere.*local.*ray"):
+        get_engine("nowhere")
