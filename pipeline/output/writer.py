@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import REASONS_TYPE, Disposition
-from pipeline.decide.context import OutputColumn
+from pipeline.decide.columns import OutputColumn
 from pipeline.engines import Progress, Step
 from pipeline.gate.gate import REJECTED_FIELDS
 from pipeline.gate.reader import Shard, fetch_lines
