@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import CATALOGUE, REASONS_TYPE, Disposition
+from pipeline.decide.columns import OutputColumn
 from pipeline.engines import Engine
 from pipeline.gate.reader import Shard
 from pipeline.gate.staging import ShardSummary
@@ -61,23 +62,6 @@ STATE_COLUMNS: Final = (
 
 #: DESIGN §3.6: a duplicate points at the kept row's ``_source``, ``_line`` and
 #: ``_record_sha256``. Shared by every stage that removes duplicates (retries, dedupe).
-@dataclass(frozen=True)
-class OutputColumn:
-    """An extra output column a stage adds, and the dispositions whose files carry it.
-
-    Columns on ``rejected`` must have the same name and type for every kind: the
-    ``rejected/`` files are shared by all kinds.
-    """
-
-    name: str
-    type: pa.DataType
-    dispositions: frozenset[Disposition]
-
-    def __post_init__(self) -> None:
-        if not self.name.startswith("_"):
-            raise ValueError(f"output column {self.name!r} must start with '_'")
-
-
 DUPLICATE_OF: Final = OutputColumn(
     "_duplicate_of",
     pa.struct(

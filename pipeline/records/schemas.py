@@ -425,7 +425,16 @@ class SchemaEntry:
     sha256: str
     schema: dict[str, Any]
     validate: Callable[[Any], Any] = field(repr=False)
-    _validate_all: Callable[[Any], Any] = field(repr=False)
+
+    @functools.cached_property
+    def _validate_all(self) -> Callable[[Any], Any]:
+        """The validator that reports every error, compiled on the first invalid record:
+        a process that meets none never pays for it (it was half of every schema's
+        compile time, paid at start-up by the run's parent and by each worker)."""
+        try:
+            return compile_schema(self.schema, fast_fail=False)
+        except fastjsonschema.JsonSchemaDefinitionException as exc:
+            raise SchemaError(f"{self.path}: does not compile: {exc}") from None
 
     @property
     def title(self) -> str:
@@ -566,7 +575,6 @@ def load_schema(path: Path, schema_id: str) -> SchemaEntry:
         raise SchemaError(f"{path}: refused:\n  " + "\n  ".join(problems))
     try:
         validate = compile_schema(schema)
-        validate_all = compile_schema(schema, fast_fail=False)
     except fastjsonschema.JsonSchemaDefinitionException as exc:
         raise SchemaError(f"{path}: does not compile: {exc}") from None
     return SchemaEntry(
@@ -575,7 +583,6 @@ def load_schema(path: Path, schema_id: str) -> SchemaEntry:
         sha256=hashlib.sha256(data).hexdigest(),
         schema=schema,
         validate=validate,
-        _validate_all=validate_all,
     )
 
 

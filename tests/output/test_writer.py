@@ -116,3 +116,52 @@ def test_every_row_names_the_sanitizer_version_where_sanitization_ran(
     ]
     assert rows["_sanitizer"].to_list() == expected
     assert verify_run(tmp_path / "out").ok
+
+
+def test_appended_reasons_equal_the_row_by_row_merge() -> None:
+    """The writer appends the global phase's reasons only to the rows that gain one
+    (the others are taken as they are): differential against the merge it replaced,
+    every row's old reasons + its new ones (null or empty: none), across chunks."""
+    from pipeline.core.reasons import REASONS_TYPE
+
+    def reason(code: str) -> dict[str, str]:
+        return {"code": code, "path": "/x", "detail": ""}
+
+    old_rows = [[reason("a")], [], [reason("b"), reason("c")], [], [reason("d")]]
+    new_rows: list[list[dict[str, str]] | None] = [
+        None,
+        [reason("cross.retry")],
+        [],
+        [reason("e"), reason("f")],
+        [reason("g")],
+    ]
+    old = pa.chunked_array(
+        [pa.array(old_rows[:2], REASONS_TYPE), pa.array(old_rows[2:], REASONS_TYPE)]
+    )
+    new = pa.chunked_array([pa.array(new_rows, REASONS_TYPE)])
+    merged = writer._append_reasons(old, new)
+    expected = [o + (n or []) for o, n in zip(old_rows, new_rows, strict=True)]
+    assert merged.type == REASONS_TYPE
+    assert merged.to_pylist() == expected
+
+
+def test_the_write_step_does_not_import_polars_in_a_gate_worker() -> None:
+    """A worker that gated its shards (no polars) imported polars at its first write
+    task, ~0.3-0.4 s each, because the task's output columns were defined beside the
+    global phase's polars code: unpickling a write task must not import polars."""
+    import pickle
+    import subprocess
+    import sys
+
+    from pipeline.decide.context import DUPLICATE_OF
+
+    payload = pickle.dumps([DUPLICATE_OF])
+    code = (
+        "import pickle, sys\n"
+        "import pipeline.gate.staging\n"
+        "from pipeline.output.writer import write_step\n"
+        f"pickle.loads({payload!r})\n"
+        "sys.exit(1 if 'polars' in sys.modules else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr.decode()

@@ -445,3 +445,18 @@ def test_the_metaschema_ships_in_the_package() -> None:
     for name in shipped:
         if (root / "pipeline" / name).is_file():
             assert any(fnmatch(name, p) for p in patterns), name
+
+
+def test_the_every_error_validator_is_compiled_on_the_first_invalid_record() -> None:
+    """Loading a schema compiles the fast validator only; the one that reports every
+    error is compiled when a record first fails, then kept (it was compiled at load,
+    half of start-up's schema work in the parent and every worker)."""
+    from pipeline.records.schemas import SCHEMA_DIR, load_schema
+
+    entry = load_schema(SCHEMA_DIR / "math-reasoning-v1.schema.json", "math-reasoning-v1")
+    assert "_validate_all" not in vars(entry)
+    reasons = entry.errors({"problem": 1})
+    assert {r.code for r in reasons} >= {"schema.required", "schema.type"}
+    compiled = vars(entry)["_validate_all"]
+    assert entry.errors({"problem": 1}) == reasons
+    assert vars(entry)["_validate_all"] is compiled
