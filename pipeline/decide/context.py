@@ -148,6 +148,24 @@ class GlobalContext:
                 .collect()
             )
 
+    def row_keys(self, kind: str) -> pl.DataFrame | None:
+        """The dedupe row keys the gate computed for ``kind``
+        (:mod:`pipeline.dedupe.row_keys`): a row per staged row, in the stable order key,
+        with ``_shard`` and ``_shard_line``; ``None`` when the gate computed none."""
+        frames = []
+        for summary in self.summaries:
+            if kind not in summary.kinds:
+                continue
+            stem = self.storage.row_keys_stem(kind)
+            if not self.storage.has_staged(summary.shard, stem):
+                return None
+            frames.append(
+                self.storage.scan_staged(summary.shard, stem)
+                .with_columns(_shard=pl.lit(summary.shard, pl.Int32))
+                .collect()
+            )
+        return pl.concat(frames) if frames else None
+
     def fetch(self, kind: str, keys: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
         """Staged ``columns`` of the rows named by ``keys`` (``_shard``, ``_shard_line``),
         read shard by shard: for the few rows a hash-first check needs in full."""

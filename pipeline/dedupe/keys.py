@@ -17,7 +17,7 @@ import polars as pl
 
 from pipeline.dedupe.normalise import Normalisation
 
-__all__ = ["DedupeKey", "KeyField", "key_columns", "text_columns"]
+__all__ = ["DedupeKey", "KeyField", "key_columns", "normalised_parts", "text_columns"]
 
 #: Separator of key components before hashing; components are length-prefixed anyway.
 _NULL = "~"
@@ -74,21 +74,44 @@ def _normalised_parts(key: DedupeKey, normalisation: Normalisation | None) -> li
     return parts
 
 
-def key_columns(key: DedupeKey, normalisation: Normalisation | None, name: str = "_key") -> pl.Expr:
+def normalised_parts(key: DedupeKey, normalisation: Normalisation) -> list[pl.Expr]:
+    """Each key field normalised (``_part<i>``): computed once, they make both the key
+    and the text (``parts=`` of :func:`key_columns` and :func:`text_columns`), where
+    normalising is most of the cost."""
+    return [part.alias(f"_part{i}") for i, part in enumerate(_normalised_parts(key, normalisation))]
+
+
+def key_columns(
+    key: DedupeKey,
+    normalisation: Normalisation | None,
+    name: str = "_key",
+    parts: Sequence[pl.Expr] | None = None,
+) -> pl.Expr:
     """The whole key as one unambiguous string (length-prefixed components), for exact
-    grouping. ``normalisation=None`` gives the raw key (unordered fields still sorted)."""
+    grouping. ``normalisation=None`` gives the raw key (unordered fields still sorted);
+    ``parts``: the fields as already normalised (:func:`normalised_parts`)."""
+    if parts is None:
+        parts = _normalised_parts(key, normalisation)
     encoded = []
-    for f, part in zip(key.fields, _normalised_parts(key, normalisation), strict=True):
+    for f, part in zip(key.fields, parts, strict=True):
         if f.unordered:
             part = part.list.eval(_prefixed(pl.element())).list.join("")
         encoded.append(_prefixed(part))
     return pl.concat_str(encoded, separator="").alias(name)
 
 
-def text_columns(key: DedupeKey, normalisation: Normalisation, name: str = "_text") -> pl.Expr:
-    """The key's fields as one normalised text (lists in sorted order), for shingling."""
-    parts: Sequence[pl.Expr] = [
+def text_columns(
+    key: DedupeKey,
+    normalisation: Normalisation,
+    name: str = "_text",
+    parts: Sequence[pl.Expr] | None = None,
+) -> pl.Expr:
+    """The key's fields as one normalised text (lists in sorted order), for shingling;
+    ``parts``: the fields as already normalised (:func:`normalised_parts`)."""
+    if parts is None:
+        parts = _normalised_parts(key, normalisation)
+    texts: Sequence[pl.Expr] = [
         (part.list.join("\n") if f.unordered else part).fill_null("")
-        for f, part in zip(key.fields, _normalised_parts(key, normalisation), strict=True)
+        for f, part in zip(key.fields, parts, strict=True)
     ]
-    return pl.concat_str(parts, separator="\n").alias(name)
+    return pl.concat_str(texts, separator="\n").alias(name)

@@ -20,7 +20,7 @@ stable and ranked by the survivor order.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -38,6 +38,7 @@ __all__ = [
     "near_pairs",
     "shingle_hashes",
     "signatures",
+    "verified_pairs",
 ]
 
 U64 = npt.NDArray[np.uint64]
@@ -359,8 +360,26 @@ def estimated_similarity(sig: U32, left: I64, right: I64) -> F64:
 def near_pairs(texts: pl.Series, rank: I64, params: LshParams) -> NearPairs:
     """Near-duplicate pairs among ``texts`` (one per distinct normalised key)."""
     sig, has = signatures(texts, params)
+    return verified_pairs(sig, has, texts.gather, rank, params)
+
+
+def verified_pairs(
+    sig: U32,
+    has: npt.NDArray[np.bool_],
+    texts_of: Callable[[I64], pl.Series],
+    rank: I64,
+    params: LshParams,
+) -> NearPairs:
+    """:func:`near_pairs` from signatures computed elsewhere (the gate's, per batch: a
+    text's signature depends on that text alone). ``texts_of(indices)`` gives the texts
+    of the candidates, the only texts the exact Jaccard check reads."""
     left, right = candidate_pairs(sig, has, rank, params)
-    verified = jaccard(texts, left, right, params)
+    if len(left):
+        involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
+        local = local.reshape(-1).astype(np.int64)
+        verified = jaccard(texts_of(involved), local[: len(left)], local[len(left) :], params)
+    else:
+        verified = np.zeros(0, np.float64)
     keep = verified >= params.threshold
     left, right, verified = left[keep], right[keep], verified[keep]
     return NearPairs(left, right, estimated_similarity(sig, left, right), verified, len(keep))

@@ -21,8 +21,9 @@ from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP
 from pipeline.dedupe.clusters import CONTAMINATION, NEAR, RULES, Duplicates, find_duplicates
 from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
-from pipeline.dedupe.minhash import LshParams, NearPairs, near_pairs
+from pipeline.dedupe.minhash import LshParams, NearPairs, near_pairs, verified_pairs
 from pipeline.dedupe.normalise import Normalisation
+from pipeline.dedupe.row_keys import RowKeys
 from pipeline.dedupe.splits import field_expr, straddling_groups
 
 __all__ = [
@@ -56,10 +57,13 @@ def _column_root(path: str) -> str:
     return path.split(".", 1)[0]
 
 
-def required_columns(key: DedupeKey | None, settings: DedupeSettings, kind: str) -> list[str]:
+def required_columns(
+    key: DedupeKey | None, settings: DedupeSettings, kind: str, *, texts: bool = True
+) -> list[str]:
     """Payload columns :func:`dedupe_table` reads for a kind (key texts only when a rule
-    that reads them is on: exact duplicates need only the fingerprints)."""
-    texts = key is not None and (settings.normalised or settings.near)
+    that reads them is on: exact duplicates need only the fingerprints; none with
+    ``texts=False``, when the gate's row keys stand in for them)."""
+    texts = texts and key is not None and (settings.normalised or settings.near)
     columns = list(key.columns) if texts and key is not None else []
     rule = settings.survivor_rule(kind)
     if ":" in rule:
@@ -156,8 +160,13 @@ def match_duplicates(
     key: DedupeKey | None,
     settings: DedupeSettings,
     kind: str,
+    row_keys: RowKeys | None = None,
 ) -> Matches:
-    """Exact, normalised and near duplicates and contamination among ``frame``'s rows."""
+    """Exact, normalised and near duplicates and contamination among ``frame``'s rows.
+
+    ``row_keys``, lined up with ``frame``, are the normalised digests and signatures the
+    gate computed (:mod:`pipeline.dedupe.row_keys`); without them (or without one of
+    them) they are computed here from the key's payload columns in ``frame``."""
     n = frame.height
     normalisation = Normalisation.from_settings(settings)
     params = LshParams.from_settings(settings)
@@ -172,7 +181,10 @@ def match_duplicates(
     else:
         raise ConfigError(f"{kind}: no content fingerprint and no key columns to dedupe on")
     if settings.normalised and key is not None:
-        normalised = _dense_ids(frame, key_columns(key, normalisation))
+        if row_keys is not None and row_keys.normalised is not None:
+            normalised = _dense_ids(pl.DataFrame({"k": row_keys.normalised}), pl.col("k"))
+        else:
+            normalised = _dense_ids(frame, key_columns(key, normalisation))
     else:
         normalised = exact
     near: NearPairs | None = None
@@ -185,8 +197,21 @@ def match_duplicates(
             .agg(pl.col("row").first(), pl.col("rank").min())
             .sort("id")
         )
-        texts = frame[firsts["row"].to_numpy()].select(text_columns(key, normalisation))
-        near = near_pairs(texts.to_series(), firsts["rank"].to_numpy().astype(np.int64), params)
+        text_rank = firsts["rank"].to_numpy().astype(np.int64)
+        first_rows = firsts["row"].to_numpy().astype(np.int64)
+        if row_keys is not None and row_keys.signatures is not None:
+            assert row_keys.shingled is not None
+            staged = row_keys
+            near = verified_pairs(
+                row_keys.signatures[:, first_rows],
+                row_keys.shingled[first_rows],
+                lambda texts: staged.texts(first_rows[texts]),
+                text_rank,
+                params,
+            )
+        else:
+            texts = frame[first_rows].select(text_columns(key, normalisation))
+            near = near_pairs(texts.to_series(), text_rank, params)
     splits = _splits(frame)
     protected = {name: i + 1 for i, name in enumerate(settings.protected_splits)}
     partition = splits.replace_strict(protected, default=0, return_dtype=pl.Int64).to_numpy()

@@ -77,6 +77,9 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
             gated = gate.gate_batch(batch, task.shard.input.kind)
             for kind_id, record_batch in gated.kinds.items():
                 write(kind_id, record_batch)
+                keys = _row_keys(gate.config, kind_id, record_batch)
+                if keys is not None:
+                    write(task.storage.row_keys_stem(kind_id), keys)
             if gated.rejected is not None:
                 write(REJECTED_STEM, gated.rejected)
             summary.counts.update(gated.counts)
@@ -88,9 +91,33 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
     finally:
         for writer in writers.values():
             writer.close()
-    summary.kinds = sorted(k for k in writers if k != REJECTED_STEM)
+    summary.kinds = sorted(k for k in writers if k != REJECTED_STEM and k in KINDS)
     summary.has_rejected = REJECTED_STEM in writers
     return summary
+
+
+def _row_keys(config: CampaignConfig, kind_id: str, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    """The dedupe row keys of a kind's staged batch, where the campaign's dedupe reads
+    them (normalised or near rules on, and the kind has a duplicate key): computed here,
+    in parallel, not for every row in the parent (:mod:`pipeline.dedupe.row_keys`)."""
+    settings = config.dedupe
+    if not (settings.enabled and (settings.normalised or settings.near)):
+        return None  # then the gate never imports polars (below)
+    kind = KINDS[kind_id]
+    key = kind.dedupe_key()
+    if key is None:
+        return None
+    from pipeline.dedupe.row_keys import row_keys
+
+    # the key names JSON members; a kind stores some apart under another column name
+    back = {column: member for member, column in kind.apart.items()}
+    present = [c for c in (kind.apart.get(c, c) for c in key.columns) if c in batch.schema.names]
+    payload = batch.select(present).rename_columns([back.get(c, c) for c in present])
+    keys = row_keys(payload, key, settings)
+    shard_line = batch.column(batch.schema.get_field_index("_shard_line"))
+    return pa.RecordBatch.from_arrays(
+        [shard_line, *keys.columns], names=["_shard_line", *keys.schema.names]
+    )
 
 
 def gate_step(config: CampaignConfig) -> Step[Gate, GateTask, ShardSummary]:

@@ -34,7 +34,7 @@ class AgentTrace(RecordKind):
     def dedupe_key(self) -> DedupeKey:
         """The prompt and the call sequence (tool and arguments, in order); call ids,
         latencies and results are how one run went, not what was asked and done."""
-        import polars as pl  # global phase only: gate workers never import polars
+        import polars as pl  # gate workers import polars only for dedupe row keys
 
         from pipeline.dedupe.keys import DedupeKey, KeyField
 

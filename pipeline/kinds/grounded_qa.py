@@ -33,7 +33,7 @@ class GroundedQA(RecordKind):
 
     def dedupe_key(self) -> DedupeKey:
         """The question and the *set* of cited spans (document id and offsets)."""
-        import polars as pl  # global phase only: gate workers never import polars
+        import polars as pl  # gate workers import polars only for dedupe row keys
 
         from pipeline.dedupe.keys import DedupeKey, KeyField
 

@@ -32,7 +32,7 @@ class MathReasoning(RecordKind):
 
     def dedupe_key(self) -> DedupeKey:
         """Problem, derivation and answer (assumptions and the score are annotations)."""
-        import polars as pl  # global phase only: gate workers never import polars
+        import polars as pl  # gate workers import polars only for dedupe row keys
 
         from pipeline.dedupe.keys import DedupeKey, KeyField
 

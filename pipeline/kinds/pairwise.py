@@ -77,7 +77,7 @@ class Pairwise(RecordKind):
     def dedupe_key(self) -> DedupeKey:
         """The same conversation and the same *unordered* pair of responses: a row with A
         and B swapped is the same comparison whatever its preference says."""
-        import polars as pl  # global phase only: gate workers never import polars
+        import polars as pl  # gate workers import polars only for dedupe row keys
 
         from pipeline.dedupe.keys import DedupeKey, KeyField
 

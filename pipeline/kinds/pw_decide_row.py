@@ -43,7 +43,7 @@ class PwDecideRow(RecordKind):
         the same decision in train and eval is caught whatever its labels say. ``meta``
         groups (task, repository, prompt group) must not straddle splits (seed 004: "consumers
         may group by it")."""
-        import polars as pl  # global phase only: gate workers never import polars
+        import polars as pl  # gate workers import polars only for dedupe row keys
 
         from pipeline.dedupe.keys import DedupeKey, KeyField
 

@@ -29,8 +29,11 @@ __all__ = ["REJECTED_STEM", "STAGING_DIR", "RunStorage", "WrittenFile", "writer_
 
 #: The staging area's directory under the output root; removed before OUT is published.
 STAGING_DIR: Final = "_staging"
-#: The staged stem of a shard's lines the gate rejected (the other stems are kinds).
+#: The staged stem of a shard's lines the gate rejected (the other stems are kinds, and
+#: kinds' row keys).
 REJECTED_STEM: Final = "rejected"
+#: A kind's stem plus this names its row keys (:meth:`RunStorage.row_keys_stem`).
+ROW_KEYS_SUFFIX: Final = ".row-keys"
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,8 @@ class RunStorage:
     Layout under ``root``::
 
         _staging/<shard>/<stem>.arrow   a shard's gated rows of one kind (``stem`` is the
-                                        kind, ``/`` written ``_``) or ``rejected``
+                                        kind, ``/`` written ``_``) or ``rejected``; or
+                                        a kind's row keys (``<kind>.row-keys``)
                                         (Arrow IPC files, one record batch per gate batch)
         _staging/spill/                 compressed inputs decompressed, a file per shard
         <relative>                      the published files (``accepted/<kind>/part-…``,
@@ -106,6 +110,12 @@ class RunStorage:
         path = self.staged_path(shard, stem)
         path.parent.mkdir(parents=True, exist_ok=True)
         return ipc.new_file(str(path), schema)
+
+    def row_keys_stem(self, kind: str) -> str:
+        """The staged stem of a shard's row keys of ``kind`` (the dedupe keys the gate
+        computes per row, :mod:`pipeline.dedupe.row_keys`), one row per staged row of the
+        kind, in the same order; the writer never reads it."""
+        return f"{kind}{ROW_KEYS_SUFFIX}"
 
     def has_staged(self, shard: int, stem: str) -> bool:
         return self.staged_path(shard, stem).exists()

@@ -324,3 +324,55 @@ def test_fingerprint_hashing_decides_like_every_row_taking_part(
     assert hashed.keys() == every.keys() == colliding.keys()
     for name in hashed:
         assert hashed[name] == every[name] == colliding[name], name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "campaign", ["normalised and near", "protected eval split", "near only", "normalised only"]
+)
+def test_gate_row_keys_decide_like_the_stage_computing_them(
+    corpus: list[LabelledRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, campaign: str
+) -> None:
+    """The gate computes each row's normalised key digest and MinHash signature in its
+    workers; the stage reads them instead of the key texts. Outputs, tables and manifest
+    notes are those of the stage computing them (the reference path, taken when no row
+    keys are staged, as for ``rowgate dedupe`` on existing datasets)."""
+    if campaign == "protected eval split":
+        config = _split_inputs(tmp_path, corpus)
+    else:
+        source = write_lines(tmp_path / "c.jsonl", corpus[:700])
+        config = CampaignConfig(inputs=(InputSpec(str(source)),)).override(
+            **{"dedupe.normalised": True, "dedupe.near": True}
+        )
+        if campaign == "near only":
+            config = config.override(**{"dedupe.normalised": False})
+        if campaign == "normalised only":
+            config = config.override(**{"dedupe.near": False})
+    config = config.override(**{"engine.workers": 2, "engine.shard_bytes": 96 * 1024})
+    staged: list[bool] = []
+    row_keys = GlobalContext.row_keys
+
+    def spy(ctx: GlobalContext, kind: str) -> pl.DataFrame | None:
+        found = row_keys(ctx, kind)
+        staged.append(found is not None)
+        return found
+
+    def outcome(name: str) -> tuple[dict[str, bytes], dict]:
+        result = run(config, tmp_path / name)
+        return _outputs(tmp_path / name), result.manifest["global"]["dedupe"]
+
+    with monkeypatch.context() as patched:
+        patched.setattr(GlobalContext, "row_keys", spy)
+        gated, gated_notes = outcome("gated")
+    assert staged == [True]
+    with monkeypatch.context() as patched:
+        patched.setattr(GlobalContext, "row_keys", lambda ctx, kind: None)
+        reference, reference_notes = outcome("reference")
+    rules = gated_notes[KIND]["by_rule"]
+    assert rules["normalised" if campaign == "normalised only" else "near"] > 0
+    if campaign == "protected eval split":
+        assert rules["contamination"] > 0
+    assert gated_notes == reference_notes
+    assert gated.keys() == reference.keys()
+    for name in gated:
+        assert gated[name] == reference[name], name

@@ -12,7 +12,11 @@ With exact duplicates only (the default), a row whose fingerprint no other accep
 shares can be neither removed nor kept over a duplicate, so only rows whose fingerprint
 hash repeats are read and matched (:func:`_repeated_fingerprints`); the others count in
 the statistics, and in split groups when the kind's rows come from several splits. The
-normalised and near rules compare key texts, so with either on every row takes part.
+normalised and near rules compare key texts, so with either on every row takes part: the
+gate's workers computed each row's normalised key digest and MinHash signature
+(:mod:`pipeline.dedupe.row_keys`, read through :meth:`GlobalContext.row_keys`), and the
+stage reads those and, for the exact Jaccard check, the texts of the near candidates only.
+Without staged row keys the stage computes them from the key texts (the reference path).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
@@ -34,6 +40,9 @@ from pipeline.decide.context import (
     register_stage,
 )
 from pipeline.decide.repeats import repeated
+from pipeline.dedupe.keys import DedupeKey, text_columns
+from pipeline.dedupe.normalise import Normalisation
+from pipeline.dedupe.row_keys import RowKeys
 from pipeline.dedupe.table import group_fields, match_duplicates, required_columns
 from pipeline.kinds import get_kind
 
@@ -76,7 +85,10 @@ class Dedupe:
         # (pw-decide-row's ``meta`` is the ``_meta`` column).
         apart = get_kind(kind).apart
         back = {column: member for member, column in apart.items()}
-        wanted = [apart.get(c, c) for c in required_columns(key, settings, kind)]
+        # the gate's row keys stand in for the key texts (normalised and near rules)
+        staged_keys = None if _exact_only(settings) or key is None else ctx.row_keys(kind)
+        texts = staged_keys is None
+        wanted = [apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts)]
         # the digests (exact groups; the kept row a pointer names) are not state columns
         columns = [*_available(ctx, kind, wanted), *_DIGESTS]
         fields = group_fields(key, settings, kind)
@@ -91,8 +103,11 @@ class Dedupe:
         else:
             frame = _fetched(ctx, kind, participants, columns)
         frame = frame.with_columns(split).rename(back, strict=False)
+        row_keys = None
+        if staged_keys is not None and key is not None:
+            row_keys = _row_keys(ctx, kind, key, staged_keys, rows, is_accepted, frame)
         ctx.on_stage(f"{kind}: dedupe: match")
-        matches = match_duplicates(frame, key, settings, kind)
+        matches = match_duplicates(frame, key, settings, kind, row_keys)
         ctx.on_stage(f"{kind}: dedupe: clusters")
         if participants is None:
             everyone = frame
@@ -193,6 +208,31 @@ def _payload(
     if not frame.select(*KEYS).equals(rows.select(*KEYS)):
         raise AssertionError("staged rows and the global state are out of step")
     return frame.drop(*KEYS).filter(is_accepted)
+
+
+def _row_keys(
+    ctx: GlobalContext,
+    kind: str,
+    key: DedupeKey,
+    staged: pl.DataFrame,
+    rows: pl.DataFrame,
+    is_accepted: pl.Series,
+    frame: pl.DataFrame,
+) -> RowKeys:
+    """The gate's row keys of the accepted rows (``frame``'s rows, in order), reading the
+    key texts of only the rows asked for (the near rule's candidates)."""
+    if not staged.select(*KEYS).equals(rows.select(*KEYS)):
+        raise AssertionError("staged row keys and the global state are out of step")
+    apart = get_kind(kind).apart
+    back = {column: member for member, column in apart.items()}
+    columns = _available(ctx, kind, [apart.get(c, c) for c in key.columns])
+    normalisation = Normalisation.from_settings(ctx.config.dedupe)
+
+    def texts(at: npt.NDArray[np.int64]) -> pl.Series:
+        found = _fetched(ctx, kind, frame.select(KEYS)[at], columns).rename(back, strict=False)
+        return found.select(text_columns(key, normalisation)).to_series()
+
+    return RowKeys.from_frame(staged.drop(*KEYS).filter(is_accepted), texts)
 
 
 def _fetched(

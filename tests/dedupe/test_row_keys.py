@@ -1,0 +1,116 @@
+"""Row keys computed per gate batch equal the keys computed over the whole kind."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.core.config import DedupeSettings
+from pipeline.dedupe import minhash
+from pipeline.dedupe.keys import key_columns, text_columns
+from pipeline.dedupe.minhash import LshParams, near_pairs, signatures, verified_pairs
+from pipeline.dedupe.normalise import Normalisation
+from pipeline.dedupe.row_keys import NORMALISED, SHINGLED, SIGNATURE, RowKeys, row_keys
+from pipeline.kinds import get_kind
+
+WORDS = ["alpha", "beta", "gamma", "Delta", "données", "STRASSE", "straße", "数据", "x1", "  "]
+SETTINGS = DedupeSettings(normalised=True, near=True)
+PARAMS = LshParams.from_settings(SETTINGS)
+
+texts_strategy = st.lists(
+    st.lists(st.sampled_from(WORDS), max_size=14).map(" ".join), min_size=1, max_size=30
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(texts=texts_strategy, cuts=st.lists(st.integers(0, 30), max_size=4))
+def test_signatures_per_batch_equal_signatures_over_all_texts(
+    texts: list[str], cuts: list[int]
+) -> None:
+    """A text's signature depends on that text alone: batches (the gate's), including
+    texts without a token or shorter than a shingle, give the whole kind's signatures."""
+    series = pl.Series(texts, dtype=pl.String)
+    whole, has = signatures(series, PARAMS)
+    bounds = sorted({0, len(texts), *(min(c, len(texts)) for c in cuts)})
+    parts = [signatures(series.slice(lo, hi - lo), PARAMS) for lo, hi in itertools.pairwise(bounds)]
+    assert np.array_equal(np.hstack([p[0] for p in parts]), whole)
+    assert np.array_equal(np.concatenate([p[1] for p in parts]), has)
+
+
+def test_signatures_do_not_depend_on_the_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """signatures() tokenises in chunks of texts; a chunk of one text changes nothing."""
+    rng = np.random.default_rng(5)
+    texts = pl.Series([" ".join(rng.choice(WORDS, rng.integers(0, 40))) for _ in range(300)])
+    whole, has = signatures(texts, PARAMS)
+    monkeypatch.setattr(minhash, "_CHUNK_TOKENS", 7)
+    chunked, chunked_has = signatures(texts, PARAMS)
+    assert np.array_equal(whole, chunked)
+    assert np.array_equal(has, chunked_has)
+
+
+def _pairwise_rows() -> pa.RecordBatch:
+    turn = {"role": "user", "content": "Fix the BUG  in parse()"}
+    rows = [
+        {"messages": [turn], "response_a": "Use a guard.", "response_b": "Rewrite it all."},
+        {"messages": [turn], "response_a": "rewrite it all.", "response_b": "use a  GUARD."},
+        {"messages": [], "response_a": "", "response_b": ""},
+    ]
+    return pa.RecordBatch.from_pylist(rows)
+
+
+def test_row_keys_are_the_digest_and_signature_of_each_rows_key() -> None:
+    key = get_kind("pairwise-v2").dedupe_key()
+    assert key is not None
+    batch = _pairwise_rows()
+    frame = pl.from_arrow(batch)
+    assert isinstance(frame, pl.DataFrame)
+    normalisation = Normalisation.from_settings(SETTINGS)
+    keys = row_keys(batch.select(list(key.columns)), key, SETTINGS)
+    expected = [
+        hashlib.sha256(k.encode()).digest()
+        for k in frame.select(key_columns(key, normalisation)).to_series()
+    ]
+    assert keys.column(NORMALISED).to_pylist() == expected
+    assert expected[0] == expected[1]  # A/B swapped, case and whitespace: one key
+    sig, has = signatures(frame.select(text_columns(key, normalisation)).to_series(), PARAMS)
+    staged_frame = pl.from_arrow(keys)
+    assert isinstance(staged_frame, pl.DataFrame)
+    staged = RowKeys.from_frame(staged_frame, lambda rows: pl.Series([]))
+    assert staged.signatures is not None
+    assert staged.shingled is not None
+    assert np.array_equal(staged.signatures, sig)
+    assert np.array_equal(staged.shingled, has)
+    assert keys.schema.field(SIGNATURE).type == pa.list_(pa.uint32(), PARAMS.permutations)
+    assert keys.column(SHINGLED).to_pylist() == [True, True, False]
+    only_near = row_keys(batch.select(list(key.columns)), key, DedupeSettings(near=True))
+    assert NORMALISED not in only_near.schema.names
+
+
+@settings(max_examples=25, deadline=None)
+@given(texts=texts_strategy)
+def test_verified_pairs_from_given_signatures_equal_near_pairs(texts: list[str]) -> None:
+    """The stage's path (signatures from the gate, candidates' texts fetched) finds the
+    pairs, similarities and candidate count of computing everything from the texts."""
+    small = LshParams(threshold=0.5, shingle_size=2, permutations=32, bands=16, rows=2)
+    series = pl.Series(texts, dtype=pl.String)
+    rank = np.arange(len(texts), dtype=np.int64)[::-1].copy()
+    reference = near_pairs(series, rank, small)
+    sig, has = signatures(series, small)
+    asked: list[int] = []
+
+    def texts_of(at: np.ndarray) -> pl.Series:
+        asked.extend(at.tolist())
+        return series.gather(at)
+
+    got = verified_pairs(sig, has, texts_of, rank, small)
+    for field in ("left", "right", "estimated", "verified"):
+        assert np.array_equal(getattr(got, field), getattr(reference, field)), field
+    assert got.candidates == reference.candidates
+    assert len(asked) == len(set(asked))  # each candidate's text once
