@@ -40,7 +40,7 @@ from typing import Any, Final, TypeVar
 from pipeline.core.config import EngineSettings
 from pipeline.engines.base import Engine, EngineError, Progress, Step, register_engine
 
-__all__ = ["LocalEngine", "release_memory"]
+__all__ = ["LocalEngine", "release_memory", "step_state", "worker_environment"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -149,7 +149,7 @@ def _worker_init(progress_queue: Any, warm: tuple[Step[Any, Any, Any], ...]) -> 
         # A failure here is left to the step's first task, which runs init again and
         # raises it where the caller waits for a result.
         with contextlib.suppress(Exception):
-            _state(step)
+            step_state(step)
 
 
 def _spawned() -> None:
@@ -160,7 +160,7 @@ def _report(nbytes: int, nlines: int) -> None:
     _QUEUE.put((nbytes, nlines))
 
 
-def _state(step: Step[Any, Any, Any]) -> Any:
+def step_state(step: Step[Any, Any, Any]) -> Any:
     """The worker's state for ``step``, built on first use or when its args changed (the
     scoring stage maps one step per record kind, each with its own settings)."""
     key = _step_key(step)
@@ -172,7 +172,7 @@ def _state(step: Step[Any, Any, Any]) -> Any:
 
 def _worker_run(step: Step[Any, Any, Any], task: Any) -> Any:
     try:
-        return step.run(_state(step), task, _report)
+        return step.run(step_state(step), task, _report)
     finally:
         release_memory()
 
@@ -209,7 +209,7 @@ def release_memory() -> None:
 _WORKER_ARROW_POOL: Final = "jemalloc"
 
 
-def _worker_environment() -> dict[str, str]:
+def worker_environment() -> dict[str, str]:
     """Environment variables the workers need set when they start."""
     import pyarrow
 
@@ -406,7 +406,7 @@ class LocalEngine(Engine):
             # Workers are spawned as tasks arrive and inherit this process's environment:
             # it carries theirs until close(), also across a pool replaced after a crash.
             if self._saved_environment is None:
-                overrides = _worker_environment()
+                overrides = worker_environment()
                 self._saved_environment = {k: os.environ.get(k) for k in overrides}
                 os.environ.update(overrides)
             context = _WorkerContext()

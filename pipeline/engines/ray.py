@@ -10,7 +10,7 @@ rewrites the same files). A task that still cannot complete is an :class:`Engine
 (the CLI's exit 4); an exception the step itself raises propagates unchanged, as with the
 local engine, and is never retried. A Ray worker process runs one task at a time and is
 reused for later ones, so the per-process state cache of the local workers
-(:func:`pipeline.engines.local._state`) serves here unchanged.
+(:func:`pipeline.engines.local.step_state`) serves here unchanged.
 
 Progress: a task's (bytes, lines) increments travel back with its result and are reported
 when it completes (summed: one call per task), so a retried task is never counted twice.
@@ -46,7 +46,7 @@ import ray.exceptions
 
 from pipeline.core.config import EngineSettings
 from pipeline.engines.base import Engine, EngineError, Progress, Step, register_engine
-from pipeline.engines.local import _state, _worker_environment, release_memory
+from pipeline.engines.local import release_memory, step_state, worker_environment
 
 __all__ = ["RayEngine"]
 
@@ -71,7 +71,7 @@ def _run_task(step: Step[Any, Any, Any], task: Any) -> tuple[Any, tuple[int, int
         totals[1] += nlines
 
     try:
-        result = step.run(_state(step), task, report)
+        result = step.run(step_state(step), task, report)
     finally:
         release_memory()
     return result, (totals[0], totals[1]) if totals else None
@@ -240,7 +240,7 @@ class RayEngine(Engine):
             # Ray's own warnings (e.g. that token authentication is on) are not the
             # user's concern; its errors still show.
             "logging_level": logging.ERROR,
-            "runtime_env": {"env_vars": _worker_environment()},
+            "runtime_env": {"env_vars": worker_environment()},
         }
         if self.address is None:
             kwargs.update(address="local", num_cpus=self.workers, include_dashboard=False)
