@@ -98,9 +98,15 @@ def bounded(
     *,
     low_open: bool = False,
     high_open: bool = False,
+    listed_when_set: bool = False,
 ) -> Any:
-    """A numeric setting's field: its default and its :class:`Bounds`."""
-    return field(default=default, metadata={"bounds": Bounds(low, high, why, low_open, high_open)})
+    """A numeric setting's field: its default and its :class:`Bounds`; ``listed_when_set``:
+    the effective config (:meth:`CampaignConfig.as_dict`) lists it only when it is not
+    ``None``, so adding the setting changed no earlier run's manifest."""
+    metadata: dict[str, Any] = {"bounds": Bounds(low, high, why, low_open, high_open)}
+    if listed_when_set:
+        metadata["listed_when_set"] = True
+    return field(default=default, metadata=metadata)
 
 
 def check_bounds(section: Any, path: str = "") -> None:
@@ -206,6 +212,17 @@ class EngineSettings:
     #: the run fails (exit 4); a step's own error is never retried.
     max_retries: int = bounded(
         3, 0, 100, "a task that kills its worker 100 times will not succeed the 101st"
+    )
+    #: Partitions of the global phase's partitioned work (near-dedupe candidates); unset:
+    #: from the run's size (:func:`pipeline.dedupe.partitions.partition_count`). Outputs
+    #: are the same for any count.
+    partitions: int | None = bounded(
+        None,
+        1,
+        1 << 16,
+        "every partition task reads every shard's band keys: more partitions than this "
+        "cost reads and no memory",
+        listed_when_set=True,
     )
 
     def validate(self, path: str) -> None:
@@ -591,16 +608,20 @@ class CampaignConfig:
     def as_dict(self) -> dict[str, Any]:
         """The effective config, for the manifest.
 
-        ``lineage`` appears only when a key is configured, and a reference table added after
-        the manifest's layout was fixed only when it is configured: the config (and so the
-        digest and manifest) of a run that uses neither reads as it did before they existed."""
+        ``lineage`` appears only when a key is configured, and a setting added after the
+        manifest's layout was fixed (a reference table, ``engine.partitions``) only when it
+        is set: the config (and so the digest and manifest) of a run that uses none of
+        them reads as it did before they existed."""
         found = dataclasses.asdict(self)
         if not self.lineage.keyed:
             del found["lineage"]
-        references = found["references"]
-        for f in dataclasses.fields(References):
-            if f.metadata.get("listed_when_set") and references[f.name] is None:
-                del references[f.name]
+        for section in dataclasses.fields(self):
+            value = getattr(self, section.name)
+            if section.name not in found or not dataclasses.is_dataclass(value):
+                continue
+            for f in dataclasses.fields(value):
+                if f.metadata.get("listed_when_set") and getattr(value, f.name) is None:
+                    del found[section.name][f.name]
         return found
 
 

@@ -148,32 +148,41 @@ class GlobalContext:
                 .collect()
             )
 
-    def row_keys(self, kind: str) -> pl.DataFrame | None:
+    def row_keys(self, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame | None:
         """The dedupe row keys the gate computed for ``kind``
-        (:mod:`pipeline.dedupe.row_keys`): a row per staged row, in the stable order key,
-        with ``_shard`` and ``_shard_line``; ``None`` when the gate computed none."""
+        (:mod:`pipeline.dedupe.row_keys`): their ``columns``, a row per staged row, in the
+        stable order key, with ``_shard`` and ``_shard_line``; ``None`` when the gate
+        computed none. Read only the columns needed of every row: the signatures and
+        band keys are ~700 bytes a row, read by the near rule's tasks shard by shard."""
         frames = []
+        stem = self.storage.row_keys_stem(kind)
         for summary in self.summaries:
             if kind not in summary.kinds:
                 continue
-            stem = self.storage.row_keys_stem(kind)
             if not self.storage.has_staged(summary.shard, stem):
                 return None
             frames.append(
                 self.storage.scan_staged(summary.shard, stem)
-                .with_columns(_shard=pl.lit(summary.shard, pl.Int32))
+                .select(
+                    pl.lit(summary.shard, pl.Int32).alias("_shard"),
+                    "_shard_line",
+                    *columns,
+                )
                 .collect()
             )
         return pl.concat(frames) if frames else None
 
-    def fetch(self, kind: str, keys: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    def fetch(
+        self, kind: str, keys: pl.DataFrame, columns: Sequence[str], stem: str | None = None
+    ) -> pl.DataFrame:
         """Staged ``columns`` of the rows named by ``keys`` (``_shard``, ``_shard_line``),
-        read shard by shard: for the few rows a hash-first check needs in full."""
+        read shard by shard: for the few rows a hash-first check needs in full. ``stem``:
+        read them from another file staged beside the kind's rows (its row keys)."""
 
         wanted = list(dict.fromkeys(["_shard_line", *columns]))
 
         def read(shard: int, lines: pl.Series | None) -> pl.DataFrame:
-            frame = self.staged(shard, kind).select(wanted)
+            frame = self.storage.scan_staged(shard, stem or kind).select(wanted)
             if lines is None:
                 frame = frame.head(0)  # no keys: the columns, typed, and no rows
             else:

@@ -34,8 +34,12 @@ from pipeline.core.config import DedupeSettings
 __all__ = [
     "LshParams",
     "NearPairs",
+    "band_candidates",
+    "band_keys",
+    "candidate_pairs",
     "choose_bands",
     "near_pairs",
+    "pairs_of_codes",
     "shingle_hashes",
     "signatures",
     "verified_pairs",
@@ -235,7 +239,17 @@ def signatures(texts: pl.Series, params: LshParams) -> tuple[U32, npt.NDArray[np
     return out, has
 
 
-def _band_keys(band: U32) -> U64:
+def band_keys(sig: U32, params: LshParams) -> U64:
+    """The LSH band keys of signatures (permutations × texts): one 64-bit key per band and
+    text, shape (bands, texts). A text's keys depend on its signature alone, so the gate
+    computes them per batch (:mod:`pipeline.dedupe.row_keys`)."""
+    keys = np.empty((params.bands, sig.shape[1]), dtype=np.uint64)
+    for band in range(params.bands):
+        keys[band] = _band_key(sig[band * params.rows : (band + 1) * params.rows])
+    return keys
+
+
+def _band_key(band: U32) -> U64:
     """One 64-bit key per column of a band (rows × texts)."""
     key = np.zeros(band.shape[1], dtype=np.uint64)
     for row in band:
@@ -264,6 +278,27 @@ def _bucket_pairs(members: I64, keys: U64, max_bucket: int) -> tuple[I64, I64]:
     return members[left], members[right]
 
 
+def band_candidates(keys: U64, members: I64, rank: I64, texts: int, max_bucket: int) -> U64:
+    """The candidate pairs one band gives among ``members`` (text ids, with their band
+    ``keys`` and survivor ``rank``), as codes ``better * texts + worse``. Every pair comes
+    from one run of equal keys, so the members may be split by key (partitions) and the
+    union of the parts' codes is the whole band's."""
+    order = np.lexsort((rank, keys))
+    left, right = _bucket_pairs(members[order], keys[order], max_bucket)
+    return left.astype(np.uint64) * np.uint64(texts) + right.astype(np.uint64)
+
+
+def pairs_of_codes(codes: list[U64], texts: int) -> tuple[I64, I64]:
+    """Distinct (better, worse) text pairs from :func:`band_candidates`' codes, sorted."""
+    if not codes:
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    unique = np.unique(np.concatenate(codes))
+    return (unique // np.uint64(texts)).astype(np.int64), (unique % np.uint64(texts)).astype(
+        np.int64
+    )
+
+
 def candidate_pairs(
     sig: U32, has: npt.NDArray[np.bool_], rank: I64, params: LshParams
 ) -> tuple[I64, I64]:
@@ -272,17 +307,9 @@ def candidate_pairs(
     n = len(rank)
     found = []
     for band in range(params.bands):
-        rows = sig[band * params.rows : (band + 1) * params.rows, active]
-        keys = _band_keys(rows)
-        order = np.lexsort((rank[active], keys))
-        left, right = _bucket_pairs(active[order], keys[order], params.max_bucket)
-        if len(left):
-            found.append(left.astype(np.uint64) * np.uint64(n) + right.astype(np.uint64))
-    if not found:
-        empty = np.zeros(0, np.int64)
-        return empty, empty
-    codes = np.unique(np.concatenate(found))
-    return (codes // np.uint64(n)).astype(np.int64), (codes % np.uint64(n)).astype(np.int64)
+        keys = _band_key(sig[band * params.rows : (band + 1) * params.rows, active])
+        found.append(band_candidates(keys, active, rank[active], n, params.max_bucket))
+    return pairs_of_codes([codes for codes in found if len(codes)], n)
 
 
 def _unique_sets(sh: Shingles) -> Shingles:
@@ -360,20 +387,22 @@ def estimated_similarity(sig: U32, left: I64, right: I64) -> F64:
 def near_pairs(texts: pl.Series, rank: I64, params: LshParams) -> NearPairs:
     """Near-duplicate pairs among ``texts`` (one per distinct normalised key)."""
     sig, has = signatures(texts, params)
-    return verified_pairs(sig, has, texts.gather, rank, params)
+    left, right = candidate_pairs(sig, has, rank, params)
+    return verified_pairs(left, right, texts.gather, lambda at: sig[:, at], params)
 
 
 def verified_pairs(
-    sig: U32,
-    has: npt.NDArray[np.bool_],
+    left: I64,
+    right: I64,
     texts_of: Callable[[I64], pl.Series],
-    rank: I64,
+    signatures_of: Callable[[I64], U32],
     params: LshParams,
 ) -> NearPairs:
-    """:func:`near_pairs` from signatures computed elsewhere (the gate's, per batch: a
-    text's signature depends on that text alone). ``texts_of(indices)`` gives the texts
-    of the candidates, the only texts the exact Jaccard check reads."""
-    left, right = candidate_pairs(sig, has, rank, params)
+    """The candidate pairs (text ids) whose exact Jaccard similarity reaches the
+    threshold, with their estimated similarity. ``texts_of(ids)`` and
+    ``signatures_of(ids)`` (permutations × ids) give what the check reads of the texts
+    involved, the only ones it reads: candidates and signatures may come from elsewhere
+    (the gate's, per batch: a text's signature depends on that text alone)."""
     if len(left):
         involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
         local = local.reshape(-1).astype(np.int64)
@@ -382,4 +411,8 @@ def verified_pairs(
         verified = np.zeros(0, np.float64)
     keep = verified >= params.threshold
     left, right, verified = left[keep], right[keep], verified[keep]
-    return NearPairs(left, right, estimated_similarity(sig, left, right), verified, len(keep))
+    involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
+    local = local.reshape(-1).astype(np.int64)
+    sig = signatures_of(involved.astype(np.int64))
+    estimated = estimated_similarity(sig, local[: len(left)], local[len(left) :])
+    return NearPairs(left, right, estimated, verified, len(keep))

@@ -25,10 +25,12 @@ import pyarrow as pa
 
 from pipeline.core.config import DedupeSettings
 from pipeline.dedupe.keys import DedupeKey, key_columns, normalised_parts, text_columns
-from pipeline.dedupe.minhash import LshParams, signatures
+from pipeline.dedupe.minhash import LshParams, band_keys, signatures
 from pipeline.dedupe.normalise import Normalisation
 
-__all__ = ["NORMALISED", "SHINGLED", "SIGNATURE", "RowKeys", "row_keys"]
+I64 = npt.NDArray[np.int64]
+
+__all__ = ["BANDS", "NORMALISED", "SHINGLED", "SIGNATURE", "RowKeys", "row_keys"]
 
 #: SHA-256 of the row's normalised key (``[dedupe] normalised``)
 NORMALISED: Final = "_normalised_sha256"
@@ -36,6 +38,8 @@ NORMALISED: Final = "_normalised_sha256"
 SIGNATURE: Final = "_minhash"
 #: whether the key text has a shingle at all (without one a row has no near duplicates)
 SHINGLED: Final = "_shingled"
+#: the signature's LSH band keys, ``bands`` values (:func:`~pipeline.dedupe.minhash.band_keys`)
+BANDS: Final = "_lsh_bands"
 
 
 def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) -> pa.RecordBatch:
@@ -56,33 +60,28 @@ def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) ->
         )
     if settings.near:
         texts = frame.select(text_columns(key, normalisation, parts=parts)).to_series()
-        sig, has = signatures(texts, LshParams.from_settings(settings))
+        params = LshParams.from_settings(settings)
+        sig, has = signatures(texts, params)
         values = pa.array(np.ascontiguousarray(sig.T).reshape(-1), pa.uint32())
         columns[SIGNATURE] = pa.FixedSizeListArray.from_arrays(values, settings.permutations)
         columns[SHINGLED] = pa.array(has, pa.bool_())
+        keys = pa.array(np.ascontiguousarray(band_keys(sig, params).T).reshape(-1), pa.uint64())
+        columns[BANDS] = pa.FixedSizeListArray.from_arrays(keys, params.bands)
     return pa.RecordBatch.from_pydict(columns)
 
 
 @dataclass(frozen=True)
 class RowKeys:
-    """Row keys lined up with a frame of rows (see the module docstring): ``normalised``
-    digests, ``signatures`` (permutations × rows) and ``shingled``, each present when its
-    rule is on; ``texts(rows)`` gives the normalised key texts of some rows (the exact
-    Jaccard check reads the candidates' texts only)."""
+    """What the gate's row keys give the matching, for a frame of rows (positions in it
+    are row ids): the ``normalised`` digests lined up with the rows, when that rule is
+    on; and for the near rule, ``candidates(rows, rank)``, the candidate pairs among the
+    texts (``rows[i]`` is text ``i``'s row, ``rank[i]`` its survivor rank) as sorted
+    distinct (better, worse) text ids, as :func:`~pipeline.dedupe.minhash.candidate_pairs`
+    gives them; ``signatures(rows)`` and ``texts(rows)`` give the signatures
+    (permutations × rows) and normalised key texts of some rows (the pairs' check reads
+    only the candidates')."""
 
     normalised: pl.Series | None
-    signatures: npt.NDArray[np.uint32] | None
-    shingled: npt.NDArray[np.bool_] | None
-    texts: Callable[[npt.NDArray[np.int64]], pl.Series]
-
-    @classmethod
-    def from_frame(
-        cls, frame: pl.DataFrame, texts: Callable[[npt.NDArray[np.int64]], pl.Series]
-    ) -> RowKeys:
-        """From the staged columns of :func:`row_keys` (those present)."""
-        sig = shingled = None
-        if SIGNATURE in frame.columns:
-            sig = np.ascontiguousarray(frame[SIGNATURE].to_numpy().astype(np.uint32).T)
-            shingled = frame[SHINGLED].to_numpy().astype(np.bool_)
-        normalised = frame[NORMALISED] if NORMALISED in frame.columns else None
-        return cls(normalised, sig, shingled, texts)
+    candidates: Callable[[I64, I64], tuple[I64, I64]] | None
+    signatures: Callable[[I64], npt.NDArray[np.uint32]] | None
+    texts: Callable[[I64], pl.Series]

@@ -199,14 +199,15 @@ def match_duplicates(
         )
         text_rank = firsts["rank"].to_numpy().astype(np.int64)
         first_rows = firsts["row"].to_numpy().astype(np.int64)
-        if row_keys is not None and row_keys.signatures is not None:
-            assert row_keys.shingled is not None
-            staged = row_keys
+        if row_keys is not None and row_keys.candidates is not None:
+            texts_of, signatures_of = row_keys.texts, row_keys.signatures
+            assert signatures_of is not None
+            left, right = row_keys.candidates(first_rows, text_rank)
             near = verified_pairs(
-                row_keys.signatures[:, first_rows],
-                row_keys.shingled[first_rows],
-                lambda texts: staged.texts(first_rows[texts]),
-                text_rank,
+                left,
+                right,
+                lambda texts: texts_of(first_rows[texts]),
+                lambda texts: signatures_of(first_rows[texts]),
                 params,
             )
         else:

@@ -63,7 +63,9 @@ class RunStorage:
 
         _staging/<shard>/<stem>.arrow   a shard's gated rows of one kind (``stem`` is the
                                         kind, ``/`` written ``_``) or ``rejected``; or
-                                        a kind's row keys (``<kind>.row-keys``)
+                                        a kind's row keys (``<kind>.row-keys``), or
+                                        a global stage's per-shard input to its
+                                        tasks (``<kind>.near-texts``)
                                         (Arrow IPC files, one record batch per gate batch)
         _staging/spill/                 compressed inputs decompressed, a file per shard
         <relative>                      the published files (``accepted/<kind>/part-…``,
@@ -110,6 +112,12 @@ class RunStorage:
         path = self.staged_path(shard, stem)
         path.parent.mkdir(parents=True, exist_ok=True)
         return ipc.new_file(str(path), schema)
+
+    def stage_table(self, shard: int, stem: str, table: pa.Table) -> None:
+        """Stage a whole table for a shard at once (e.g. a stage's per-shard input to the
+        engine's tasks, such as the near-dedupe text map)."""
+        with self.stage_writer(shard, stem, table.schema) as writer:
+            writer.write_table(table)
 
     def row_keys_stem(self, kind: str) -> str:
         """The staged stem of a shard's row keys of ``kind`` (the dedupe keys the gate

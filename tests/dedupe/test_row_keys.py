@@ -17,7 +17,7 @@ from pipeline.dedupe import minhash
 from pipeline.dedupe.keys import key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, near_pairs, signatures, verified_pairs
 from pipeline.dedupe.normalise import Normalisation
-from pipeline.dedupe.row_keys import NORMALISED, SHINGLED, SIGNATURE, RowKeys, row_keys
+from pipeline.dedupe.row_keys import BANDS, NORMALISED, SHINGLED, SIGNATURE, row_keys
 from pipeline.kinds import get_kind
 
 WORDS = ["alpha", "beta", "gamma", "Delta", "données", "STRASSE", "straße", "数据", "x1", "  "]
@@ -80,36 +80,58 @@ def test_row_keys_are_the_digest_and_signature_of_each_rows_key() -> None:
     assert keys.column(NORMALISED).to_pylist() == expected
     assert expected[0] == expected[1]  # A/B swapped, case and whitespace: one key
     sig, has = signatures(frame.select(text_columns(key, normalisation)).to_series(), PARAMS)
-    staged_frame = pl.from_arrow(keys)
-    assert isinstance(staged_frame, pl.DataFrame)
-    staged = RowKeys.from_frame(staged_frame, lambda rows: pl.Series([]))
-    assert staged.signatures is not None
-    assert staged.shingled is not None
-    assert np.array_equal(staged.signatures, sig)
-    assert np.array_equal(staged.shingled, has)
+    staged = np.stack(keys.column(SIGNATURE).to_numpy(zero_copy_only=False)).T
+    assert np.array_equal(staged, sig)
+    bands = np.stack(keys.column(BANDS).to_numpy(zero_copy_only=False)).T
+    assert np.array_equal(bands, minhash.band_keys(sig, PARAMS))
+    assert keys.schema.field(BANDS).type == pa.list_(pa.uint64(), PARAMS.bands)
     assert keys.schema.field(SIGNATURE).type == pa.list_(pa.uint32(), PARAMS.permutations)
     assert keys.column(SHINGLED).to_pylist() == [True, True, False]
+    assert has.tolist() == [True, True, False]
     only_near = row_keys(batch.select(list(key.columns)), key, DedupeSettings(near=True))
     assert NORMALISED not in only_near.schema.names
 
 
-@settings(max_examples=25, deadline=None)
-@given(texts=texts_strategy)
-def test_verified_pairs_from_given_signatures_equal_near_pairs(texts: list[str]) -> None:
-    """The stage's path (signatures from the gate, candidates' texts fetched) finds the
-    pairs, similarities and candidate count of computing everything from the texts."""
-    small = LshParams(threshold=0.5, shingle_size=2, permutations=32, bands=16, rows=2)
+@settings(max_examples=40, deadline=None)
+@given(
+    texts=texts_strategy,
+    partitions=st.sampled_from([1, 2, 7, 64]),
+    max_bucket=st.sampled_from([2, 3, 200]),
+)
+def test_candidates_by_partition_and_fetched_signatures_equal_near_pairs(
+    texts: list[str], partitions: int, max_bucket: int
+) -> None:
+    """The stage's path: band keys from the gate, candidates found partition by
+    partition (:mod:`pipeline.dedupe.partitions`), the candidates' texts and signatures
+    fetched, finds the pairs, similarities and candidate count of computing everything
+    from the texts, for any partition count and with capped buckets."""
+    small = LshParams(
+        threshold=0.5, shingle_size=2, permutations=32, bands=16, rows=2, max_bucket=max_bucket
+    )
     series = pl.Series(texts, dtype=pl.String)
     rank = np.arange(len(texts), dtype=np.int64)[::-1].copy()
     reference = near_pairs(series, rank, small)
     sig, has = signatures(series, small)
+    keys = minhash.band_keys(sig, small)
+    active = np.flatnonzero(has)
+    codes = []
+    for partition in range(partitions):
+        for band in range(small.bands):
+            mine = active[keys[band, active] % np.uint64(partitions) == partition]
+            codes.append(
+                minhash.band_candidates(keys[band, mine], mine, rank[mine], len(texts), max_bucket)
+            )
+    left, right = minhash.pairs_of_codes(codes, len(texts))
+    assert np.array_equal(
+        np.stack([left, right]), np.stack(minhash.candidate_pairs(sig, has, rank, small))
+    )
     asked: list[int] = []
 
     def texts_of(at: np.ndarray) -> pl.Series:
         asked.extend(at.tolist())
         return series.gather(at)
 
-    got = verified_pairs(sig, has, texts_of, rank, small)
+    got = verified_pairs(left, right, texts_of, lambda at: sig[:, at], small)
     for field in ("left", "right", "estimated", "verified"):
         assert np.array_equal(getattr(got, field), getattr(reference, field)), field
     assert got.candidates == reference.candidates

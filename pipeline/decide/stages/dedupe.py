@@ -41,8 +41,15 @@ from pipeline.decide.context import (
 )
 from pipeline.decide.repeats import repeated
 from pipeline.dedupe.keys import DedupeKey, text_columns
+from pipeline.dedupe.minhash import LshParams, pairs_of_codes
 from pipeline.dedupe.normalise import Normalisation
-from pipeline.dedupe.row_keys import RowKeys
+from pipeline.dedupe.partitions import (
+    CandidateSearch,
+    candidate_step,
+    partition_count,
+    write_text_map,
+)
+from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.table import group_fields, match_duplicates, required_columns
 from pipeline.kinds import get_kind
 
@@ -86,7 +93,11 @@ class Dedupe:
         apart = get_kind(kind).apart
         back = {column: member for member, column in apart.items()}
         # the gate's row keys stand in for the key texts (normalised and near rules)
-        staged_keys = None if _exact_only(settings) or key is None else ctx.row_keys(kind)
+        staged_keys = (
+            None
+            if _exact_only(settings) or key is None
+            else ctx.row_keys(kind, [NORMALISED] if settings.normalised else [])
+        )
         texts = staged_keys is None
         wanted = [apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts)]
         # the digests (exact groups; the kept row a pointer names) are not state columns
@@ -219,20 +230,67 @@ def _row_keys(
     is_accepted: pl.Series,
     frame: pl.DataFrame,
 ) -> RowKeys:
-    """The gate's row keys of the accepted rows (``frame``'s rows, in order), reading the
-    key texts of only the rows asked for (the near rule's candidates)."""
+    """The gate's row keys of the accepted rows (``frame``'s rows, in order): the
+    normalised digests read here, the near candidates found on the engine
+    (:mod:`pipeline.dedupe.partitions`), and the key texts and signatures of only the rows
+    asked for (the near candidates)."""
     if not staged.select(*KEYS).equals(rows.select(*KEYS)):
         raise AssertionError("staged row keys and the global state are out of step")
     apart = get_kind(kind).apart
     back = {column: member for member, column in apart.items()}
     columns = _available(ctx, kind, [apart.get(c, c) for c in key.columns])
     normalisation = Normalisation.from_settings(ctx.config.dedupe)
+    stem = ctx.storage.row_keys_stem(kind)
 
     def texts(at: npt.NDArray[np.int64]) -> pl.Series:
         found = _fetched(ctx, kind, frame.select(KEYS)[at], columns).rename(back, strict=False)
         return found.select(text_columns(key, normalisation)).to_series()
 
-    return RowKeys.from_frame(staged.drop(*KEYS).filter(is_accepted), texts)
+    def signatures(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
+        wanted = frame.select(KEYS)[at]
+        found = ctx.fetch(kind, wanted, [SIGNATURE], stem)
+        found = wanted.join(found, on=list(KEYS), how="left", maintain_order="left")
+        values = found[SIGNATURE].to_numpy().astype(np.uint32)
+        return np.ascontiguousarray(values.reshape(len(at), -1).T)
+
+    def candidates(
+        text_rows: npt.NDArray[np.int64], text_rank: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        return _near_candidates(ctx, kind, rows, is_accepted, text_rows, text_rank)
+
+    normalised = staged[NORMALISED].filter(is_accepted) if NORMALISED in staged.columns else None
+    near = ctx.config.dedupe.near
+    return RowKeys(normalised, candidates if near else None, signatures if near else None, texts)
+
+
+def _near_candidates(
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    is_accepted: pl.Series,
+    text_rows: npt.NDArray[np.int64],
+    text_rank: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The near candidate pairs among the texts (``text_rows``: each text's place among
+    the accepted rows): a text map staged per shard, then one engine task per partition."""
+    text = np.full(rows.height, -1, np.int64)
+    rank = np.full(rows.height, -1, np.int64)
+    at = np.flatnonzero(is_accepted.to_numpy())[text_rows]
+    text[at] = np.arange(len(text_rows), dtype=np.int64)
+    rank[at] = text_rank
+    shard_of = rows["_shard"].to_numpy()
+    shards, starts = np.unique(shard_of, return_index=True)
+    for shard, lo, hi in zip(shards, starts, [*starts[1:], rows.height], strict=True):
+        write_text_map(ctx.storage, kind, int(shard), text[lo:hi], rank[lo:hi])
+    params = LshParams.from_settings(ctx.config.dedupe)
+    engine = ctx.config.engine
+    count = partition_count(len(text_rows), params, engine.resolved_workers(), engine.partitions)
+    search = CandidateSearch(
+        ctx.storage, kind, tuple(int(s) for s in shards), params, len(text_rows), count
+    )
+    ctx.on_stage(f"{kind}: dedupe: candidates ({count} partitions)")
+    codes = ctx.engine.map(candidate_step(search), range(count))
+    return pairs_of_codes([c for c in codes if len(c)], len(text_rows))
 
 
 def _fetched(
