@@ -250,8 +250,9 @@ def _row_keys(
         wanted = frame.select(KEYS)[at]
         found = ctx.fetch(kind, wanted, [SIGNATURE], stem)
         found = wanted.join(found, on=list(KEYS), how="left", maintain_order="left")
-        values = found[SIGNATURE].to_numpy().astype(np.uint32)
-        return np.ascontiguousarray(values.reshape(len(at), -1).T)
+        permutations = ctx.config.dedupe.permutations
+        values = found[SIGNATURE].to_numpy().astype(np.uint32).reshape(len(at), permutations)
+        return np.ascontiguousarray(values.T)
 
     def candidates(
         text_rows: npt.NDArray[np.int64], text_rank: npt.NDArray[np.int64]
