@@ -27,6 +27,7 @@ from pipeline.engines import EngineError, Progress, Step
 from pipeline.engines.ray import RayEngine
 from pipeline.jobs import run as run_module
 from pipeline.output.verify import verify_run
+from pipeline.testing.corpus import duplicate_corpus
 from pipeline.testing.synthetic import export_lines
 from tests.conftest import DATA, ROOT
 
@@ -168,11 +169,11 @@ def _outputs(out: Path) -> dict[str, str]:
     }
     manifest = json.loads((out / "manifest.json").read_text())
     manifest.pop("timings")
-    # where steps run (engine name, retries) differs by design, and so the digest of the
+    # where steps run (engine name, retries, partitions) differs by design, and so the digest of the
     # effective config; what the engine settings fix (the shards) shows in the part files
     engine = manifest["config"]["engine"]
-    for setting in ("name", "max_retries"):
-        engine.pop(setting)
+    for setting in ("name", "max_retries", "partitions"):
+        engine.pop(setting, None)
     manifest.pop("config_effective_sha256")
     digests["manifest.json"] = hashlib.sha256(
         json.dumps(manifest, sort_keys=True).encode()
@@ -190,7 +191,8 @@ def _on_ray(config: CampaignConfig, **settings: Any) -> CampaignConfig:
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> CampaignConfig:
     """Plain inputs cut into many small shards (tasks ordered by cost), with planted
-    defects and duplicates."""
+    defects and duplicates, deduplicated with every rule (near candidates are found in
+    partition tasks on the engine)."""
     root = tmp_path_factory.mktemp("generated")
     specs = []
     for kind, count, seed in (("pairwise-v2", 500, 3), ("pw-decide-row-1", 300, 4)):
@@ -198,8 +200,13 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> CampaignConfig:
         lines = export_lines(kind, count, seed=seed, defect_rate=0.08, duplicate_rate=0.08)
         path.write_bytes(b"".join(line + b"\n" for line in lines))
         specs.append(InputSpec(str(path), kind))
+    planted = root / "planted.jsonl"  # exact, normalised and near duplicates
+    rows = duplicate_corpus(600, seed=21, duplicate_rate=0.35)
+    planted.write_bytes(b"".join(row.line + b"\n" for row in rows))
+    specs.append(InputSpec(str(planted), "pairwise-v2"))
     return CampaignConfig(inputs=tuple(specs)).override(
         **{"engine.shard_bytes": 64 * 1024, "engine.workers": 2}
+        | {"dedupe.normalised": True, "dedupe.near": True}
     )
 
 
@@ -209,9 +216,13 @@ def test_ray_and_local_engines_write_identical_outputs(
 ) -> None:
     config = load_campaign(DATA / "campaign.toml") if campaign == "bundled" else generated
     local = run_module.run(config, tmp_path / "local")
-    ray_run = run_module.run(_on_ray(config), tmp_path / "ray")
+    # and another partition count for the near rule's candidates on Ray
+    ray_run = run_module.run(_on_ray(config, partitions=7), tmp_path / "ray")
     assert ray_run.manifest["config"]["engine"]["name"] == "ray"
     assert len(local.summaries) == len(ray_run.summaries) > 1
+    if campaign == "generated":
+        rules = local.manifest["global"]["dedupe"]["pairwise-v2"]["by_rule"]
+        assert min(rules["exact"], rules["normalised"], rules["near"]) > 0
     assert _outputs(tmp_path / "ray") == _outputs(tmp_path / "local")
 
 
