@@ -1,30 +1,35 @@
 """Near-duplicate candidates found partition by partition on the engine, never holding
-every row's signature in one process.
+every row's signature in one process: a shuffle through staged files, as a map-reduce.
 
 The gate's workers stage each row's LSH band keys (:mod:`pipeline.dedupe.row_keys`).
 The dedupe stage knows which rows take part as *texts* (the first accepted row of each
 normalised key) and each text's survivor rank; it writes that as a text map beside each
-shard's staged rows (:func:`write_text_map`, 16 bytes a row), and the engine runs one
-task per partition (:func:`candidate_step`). Task ``p`` reads, shard by shard, the band
-keys and text map of every staged row, keeps the entries whose key falls in its
-partition (``key % partitions == p``), and pairs up the texts that share a band key
-(:func:`~pipeline.dedupe.minhash.band_candidates`). Equal keys always fall in one
-partition, so every bucket is whole in one task and the union of the tasks' pairs is
-exactly the pairs of the whole run: the result is the same for any partition count,
-worker count and engine (a test compares 1, 7 and 64 partitions with the stage that
-computes everything in one process).
+shard's staged rows (:func:`write_text_map`, 16 bytes a row). Then, on the engine:
 
-Memory: a task holds its partition's entries, 24 bytes (key, text, rank) per (text,
-band) in it, plus one shard's band keys while reading; the parent holds only the pairs
-returned. Each task reads every shard's band keys (memory-mapped, one column), so the
-read volume grows with the partition count: the count is chosen from the entries'
-bytes (:func:`partition_count`, ~64 MiB a partition, at least one per worker), not
-set high. Writing the entries to per-partition spill files from the gate would read
-each byte once; the partition of a key is fixed only once the run knows its size.
+1. **shuffle**, a task per shard (:func:`shuffle_step`): one entry (band, key, text,
+   rank) per band of each of the shard's texts, staged ordered by partition
+   (``key % partitions``) with each partition's start in the file's metadata;
+2. **candidates**, a task per partition (:func:`candidate_step`): partition ``p``'s
+   slice of every shard's entries (memory-mapped: only those pages are read), paired up
+   band by band among the texts that share a key
+   (:func:`~pipeline.dedupe.minhash.band_candidates`).
+
+Equal keys always fall in one partition, so every bucket is whole in one task and the
+union of the tasks' pairs is exactly the pairs of the whole run: the result is the same
+for any partition count, worker count and engine (a test compares 1, 7 and 64
+partitions with the stage computing everything in one process).
+
+Memory and I/O: a shuffle task holds one shard's entries; a candidate task its
+partition's entries, 26 bytes per (text, band), and the parent only the pairs
+returned. Each entry is written once and read once; a candidate task opens every
+shard's entries file, so the count (:func:`partition_count`, ~64 MiB of entries a
+partition, at least one per worker) also sets how many small reads there are
+(shards × partitions).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Final
@@ -43,6 +48,7 @@ __all__ = [
     "CandidateSearch",
     "candidate_step",
     "partition_count",
+    "shuffle_step",
     "text_map_stem",
     "write_text_map",
 ]
@@ -50,12 +56,17 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 
-#: A partition's entries, about: (key, text, rank) of 8 bytes each per text and band.
+#: A partition's entries, about: (band, key, text, rank) per text and band.
 PARTITION_BYTES: Final = 64 << 20
-_ENTRY_BYTES: Final = 24
-#: the text map's columns: a staged row's text id (-1: takes no part) and its rank
+_ENTRY_BYTES: Final = 26
+#: the text map's columns: a staged row's text id (-1: takes no part) and its rank; and
+#: with the band and band key, the entries'
 _TEXT: Final = "_text"
 _RANK: Final = "_text_rank"
+_BAND: Final = "_band"
+_KEY: Final = "_key"
+#: the entries' metadata: where each partition starts (partitions + 1 little-endian int64)
+_STARTS: Final = b"partition_starts"
 
 
 def text_map_stem(kind: str) -> str:
@@ -93,8 +104,15 @@ class CandidateSearch:
     partitions: int
 
 
+def shuffle_step(search: CandidateSearch) -> Step[CandidateSearch, int, int]:
+    """The step whose task ``shard`` stages that shard's entries ordered by partition
+    (returns how many)."""
+    return Step(_init, (search,), _shuffle_shard)
+
+
 def candidate_step(search: CandidateSearch) -> Step[CandidateSearch, int, U64]:
-    """The step whose task ``p`` returns partition ``p``'s candidate pair codes."""
+    """The step whose task ``p`` returns partition ``p``'s candidate pair codes (after
+    :func:`shuffle_step` ran over every shard)."""
     return Step(_init, (search,), _partition_candidates)
 
 
@@ -102,28 +120,58 @@ def _init(search: CandidateSearch) -> CandidateSearch:
     return search
 
 
+def _entries_stem(kind: str) -> str:
+    return f"{kind}.near-entries"
+
+
+def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> int:
+    """One (band, key, text, rank) entry per band of each of the shard's texts, staged
+    ordered by partition, with each partition's start in the file's metadata."""
+    text, rank, band_keys = _shard_entries(search, shard)
+    bands, partitions = search.params.bands, search.partitions
+    key = band_keys.reshape(-1)  # text-major: entry i * bands + b
+    partition = key % np.uint64(partitions)
+    order = np.argsort(partition, kind="stable")
+    starts = np.searchsorted(partition[order], np.arange(partitions + 1, dtype=np.uint64))
+    table = pa.table(
+        {
+            _BAND: pa.array(np.tile(np.arange(bands, dtype=np.int16), len(text))[order]),
+            _KEY: pa.array(key[order]),
+            _TEXT: pa.array(np.repeat(text, bands)[order]),
+            _RANK: pa.array(np.repeat(rank, bands)[order]),
+        }
+    ).replace_schema_metadata({_STARTS: starts.astype("<i8").tobytes()})
+    search.storage.stage_table(shard, _entries_stem(search.kind), table)
+    return len(key)
+
+
 def _partition_candidates(search: CandidateSearch, partition: int, progress: Progress) -> U64:
-    bands = search.params.bands
-    keys: list[list[U64]] = [[] for _ in range(bands)]
-    texts: list[list[I64]] = [[] for _ in range(bands)]
-    ranks: list[list[I64]] = [[] for _ in range(bands)]
+    """The candidate pair codes of the entries in ``partition``, read from every
+    shard's staged entries (only that partition's slice of each)."""
+    slices = []
     for shard in search.shards:
-        text, rank, band_keys = _shard_entries(search, shard)
-        mine = band_keys % np.uint64(search.partitions) == np.uint64(partition)
-        for band in range(bands):
-            chosen = mine[:, band]
-            keys[band].append(band_keys[chosen, band])
-            texts[band].append(text[chosen])
-            ranks[band].append(rank[chosen])
+        table = search.storage.staged_table(shard, _entries_stem(search.kind))
+        metadata = table.schema.metadata or {}
+        starts = np.frombuffer(metadata[_STARTS], dtype="<i8")
+        lo, hi = int(starts[partition]), int(starts[partition + 1])
+        if hi > lo:
+            slices.append(table.slice(lo, hi - lo))
+    if not slices:
+        return np.zeros(0, np.uint64)
+    entries = pa.concat_tables(slices)
+    band = entries[_BAND].to_numpy()
+    order = np.argsort(band, kind="stable")
+    band = band[order]
+    key = entries[_KEY].to_numpy()[order]
+    text = entries[_TEXT].to_numpy()[order]
+    rank = entries[_RANK].to_numpy()[order]
+    bounds = np.searchsorted(band, np.arange(search.params.bands + 1))
     found = [
         band_candidates(
-            np.concatenate(keys[band]),
-            np.concatenate(texts[band]),
-            np.concatenate(ranks[band]),
-            search.texts,
-            search.params.max_bucket,
+            key[lo:hi], text[lo:hi], rank[lo:hi], search.texts, search.params.max_bucket
         )
-        for band in range(bands)
+        for lo, hi in itertools.pairwise(bounds.tolist())
+        if hi - lo > 1
     ]
     return np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
 

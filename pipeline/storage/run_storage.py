@@ -65,7 +65,8 @@ class RunStorage:
                                         kind, ``/`` written ``_``) or ``rejected``; or
                                         a kind's row keys (``<kind>.row-keys``), or
                                         a global stage's per-shard input to its
-                                        tasks (``<kind>.near-texts``)
+                                        tasks (``<kind>.near-texts``,
+                                        ``<kind>.near-entries``)
                                         (Arrow IPC files, one record batch per gate batch)
         _staging/spill/                 compressed inputs decompressed, a file per shard
         <relative>                      the published files (``accepted/<kind>/part-…``,
@@ -118,6 +119,12 @@ class RunStorage:
         engine's tasks, such as the near-dedupe text map)."""
         with self.stage_writer(shard, stem, table.schema) as writer:
             writer.write_table(table)
+
+    def staged_table(self, shard: int, stem: str) -> pa.Table:
+        """A staged file as one memory-mapped table: nothing is read until used, so a
+        slice of it reads only its own pages."""
+        with ipc.open_file(pa.memory_map(str(self.staged_path(shard, stem)))) as reader:
+            return reader.read_all()
 
     def row_keys_stem(self, kind: str) -> str:
         """The staged stem of a shard's row keys of ``kind`` (the dedupe keys the gate

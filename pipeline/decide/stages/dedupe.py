@@ -47,6 +47,7 @@ from pipeline.dedupe.partitions import (
     CandidateSearch,
     candidate_step,
     partition_count,
+    shuffle_step,
     write_text_map,
 )
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
@@ -290,6 +291,7 @@ def _near_candidates(
         ctx.storage, kind, tuple(int(s) for s in shards), params, len(text_rows), count
     )
     ctx.on_stage(f"{kind}: dedupe: candidates ({count} partitions)")
+    ctx.engine.map(shuffle_step(search), search.shards)
     codes = ctx.engine.map(candidate_step(search), range(count))
     return pairs_of_codes([c for c in codes if len(c)], len(text_rows))
 
