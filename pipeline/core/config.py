@@ -220,8 +220,8 @@ class EngineSettings:
         None,
         1,
         1 << 16,
-        "every partition task reads every shard's band keys: more partitions than this "
-        "cost reads and no memory",
+        "every partition task opens every shard's entries: more partitions than this "
+        "make many more, smaller reads",
         listed_when_set=True,
     )
 
