@@ -58,6 +58,8 @@ R = TypeVar("R")
 DEFAULT_MAX_RETRIES: Final = 3
 #: How long a cancelled map waits for its running tasks to stop before it gives up.
 _CANCEL_PATIENCE_S: Final = 60.0
+#: starts of a private local Ray before the run fails (a cluster is joined once)
+_LOCAL_START_ATTEMPTS: Final = 2
 
 
 def _run_task(step: Step[Any, Any, Any], task: Any) -> tuple[Any, tuple[int, int] | None]:
@@ -250,12 +252,22 @@ class RayEngine(Engine):
         sigterm = signal.getsignal(signal.SIGTERM) if main else None
         usage = os.environ.get("RAY_USAGE_STATS_ENABLED")
         os.environ["RAY_USAGE_STATS_ENABLED"] = usage if usage is not None else "0"
+        # a private local Ray gets another start: its raylet has 30 s (fixed in Ray) to
+        # register, which a loaded machine misses now and then (seen here, load 7-17)
+        attempts = _LOCAL_START_ATTEMPTS if self.address is None else 1
         try:
-            ray.init(**kwargs)
-        except Exception as exc:  # Ray raises bare Exception, e.g. for a slow raylet start
-            ray.shutdown()  # the processes a failed start left running
-            where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"
-            raise EngineError(f"cannot start or reach {where}: {exc}") from exc
+            for attempt in range(1, attempts + 1):
+                try:
+                    ray.init(**kwargs)
+                    break
+                except Exception as exc:  # Ray raises bare Exception, e.g. a slow raylet
+                    ray.shutdown()  # the processes a failed start left running
+                    if attempt == attempts:
+                        where = (
+                            f"the Ray cluster at {self.address}" if self.address else "a local Ray"
+                        )
+                        tries = f" ({attempts} attempts)" if attempts > 1 else ""
+                        raise EngineError(f"cannot start or reach {where}{tries}: {exc}") from exc
         finally:
             if usage is None:
                 os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
