@@ -162,6 +162,32 @@ def test_dedupe_foreign_parquet_by_columns(tmp_path: Path) -> None:
     assert pl.read_parquet(out / "kept.parquet")["id"].to_list() == [2, 3, 4, 5]
 
 
+def test_dedupe_keeps_the_highest_rubric_score_then_the_first(tmp_path: Path) -> None:
+    """A scored run's rows carry ``_weighted_score``: ``max:_weighted_score`` keeps the
+    highest-scored row of each group, the first of equal scores, and an unscored row
+    (null score) only when no row of its group is scored."""
+    frame = pl.DataFrame(
+        {
+            "id": [1, 2, 3, 4, 5, 6, 7],
+            "prompt": ["a b c", "a b c", "a b c", "d e f", "d e f", "g h i", "g h i"],
+            "_weighted_score": [0.4, 0.9, 0.9, None, 0.1, None, None],
+        }
+    )
+    path = tmp_path / "scored.parquet"
+    frame.write_parquet(path)
+    out = tmp_path / "d"
+    result = runner.invoke(
+        app,
+        ["dedupe", str(path), "--text", "prompt", "--survivor", "max:_weighted_score",
+         "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert pl.read_parquet(out / "kept.parquet")["id"].to_list() == [2, 5, 6]
+    duplicates = pl.read_parquet(out / "duplicates.parquet").sort("id")
+    assert duplicates["id"].to_list() == [1, 3, 4, 7]
+    assert [d["_line"] for d in duplicates["_duplicate_of"]] == [2, 2, 5, 6]
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
