@@ -124,7 +124,7 @@ def drive(argv: list[str]) -> None:
     parser.add_argument("--nth", type=int, default=1)
     args = parser.parse_args(argv)
 
-    from pipeline.cli import run_cmd
+    from pipeline.jobs import run as run_job
     from pipeline.jobs.run import RunObserver
 
     phase = ""
@@ -150,7 +150,7 @@ def drive(argv: list[str]) -> None:
         elif args.fault == "fill-disk":
             _fill_disk(args.out.parent)
 
-    library_run = run_cmd.run
+    library_run = run_job.run
 
     def run_with_fault(*given: Any, observer: RunObserver | None = None, **options: Any) -> Any:
         front = observer or RunObserver()
@@ -175,7 +175,7 @@ def drive(argv: list[str]) -> None:
             os._exit(NOT_FIRED)
         return result
 
-    run_cmd.run = run_with_fault
+    run_job.run = run_with_fault  # `rowgate run` imports it when it runs
     if arm_kill is not None:
         fired = True  # by the step it counts, if the publish makes that many
     sys.argv = [

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from pipeline.cli._common import library_errors, out, writing_directory
 from pipeline.core.config import CampaignConfig, DedupeSettings, InputSpec, load_campaign
-from pipeline.jobs.dedupe import DatasetInput, dedupe_dataset
+
+if TYPE_CHECKING:
+    from pipeline.jobs.dedupe import DatasetInput
 
 
 def dedupe_command(
@@ -76,6 +78,9 @@ def dedupe_command(
     """Remove exact, normalised and near duplicates and split contamination from Parquet
     datasets; write kept.parquet, duplicates.parquet (each removal explained),
     clusters.parquet and summary.json."""
+    # lazy: polars and the dedupe tables load only when this command runs
+    from pipeline.jobs.dedupe import dedupe_dataset
+
     with library_errors(writing_directory(out_dir)):
         config = _dedupe_config(config_file, normalised, near, threshold, survivor, protect)
         result = dedupe_dataset(
@@ -117,6 +122,8 @@ def _dedupe_config(
 
 def _dataset_inputs(inputs: list[str] | None, split: list[str] | None) -> list[DatasetInput]:
     """The unlabelled inputs, then the ``SPLIT=PATH`` ones."""
+    from pipeline.jobs.dedupe import DatasetInput  # lazy: see dedupe_command
+
     given = [DatasetInput(p) for p in inputs or []]
     for option in split or []:
         spec = InputSpec.labelled(option)

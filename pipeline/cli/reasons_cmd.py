@@ -12,7 +12,6 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeline.cli._common import out
-from pipeline.core.reasons import FAMILIES
 
 app = typer.Typer(help="The reason codes rows can carry.", no_args_is_help=True)
 
@@ -33,6 +32,8 @@ def list_command(
     """Print every reason code with its disposition (rejected, quarantined, duplicate or
     informational), the module that emits it, its meaning and the spec it comes from,
     sorted by code. A pattern such as schema.<keyword> stands for one code per name."""
+    # lazy: the catalogue's module loads pyarrow (the reasons' Arrow type)
+    from pipeline.core.reasons import FAMILIES
     from pipeline.jobs.reasons import catalogue_markdown, reason_codes
 
     if as_json and markdown:

@@ -6,15 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import polars as pl
 import typer
 from rich.table import Table
 
 from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled
 from pipeline.core.config import CampaignConfig, load_campaign
-from pipeline.core.reasons import Disposition
-from pipeline.gate.envelope import check_envelope
-from pipeline.rubrics.tree import TreeError, load_grades, read_envelope, score_tree
 
 app = typer.Typer(help="ARI rubric envelopes: validation and tree scoring.", no_args_is_help=True)
 
@@ -29,6 +25,10 @@ def check_command(
     """Validate one envelope: strict JSON, the schema its `schema_version`/`version` names,
     rubric_sha256, node ids, leaf-only fields, weights, flagged-leaf share. Exit 0 when valid
     (warnings allowed), 1 otherwise."""
+    # lazy: the gate and its libraries (pyarrow) load only when this command runs
+    from pipeline.core.reasons import Disposition
+    from pipeline.gate.envelope import check_envelope
+
     with library_errors():
         config = load_campaign(config_file) if config_file else CampaignConfig()
         outcome = check_envelope(file, config)
@@ -60,6 +60,11 @@ def score_command(
     """Aggregate leaf grades to every node: score(node) = Σ wᵢ·score(childᵢ) / Σ wᵢ, with
     single-child chains collapsed. Missing grades are reported and leave the nodes above
     them without a score; they are never counted as 0."""
+    # lazy: polars loads only when this command runs
+    import polars as pl
+
+    from pipeline.rubrics.tree import TreeError, load_grades, read_envelope, score_tree
+
     with library_errors():
         tree = read_envelope(envelope)
         result = score_tree(tree, load_grades(grades))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -30,9 +30,10 @@ from pipeline.cli._common import (
     styled,
     writing_directory,
 )
-from pipeline.cli.hints import run_hints
 from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
-from pipeline.jobs.run import RunObserver, RunResult, run
+
+if TYPE_CHECKING:
+    from pipeline.jobs.run import RunObserver, RunResult
 
 _SplitOption = Annotated[
     list[str] | None,
@@ -124,6 +125,9 @@ def run_command(
             "engine.address": ray_address,
         }
         config = _run_config(config_file, kind, inputs, split, protect, workers, flags)
+        # lazy: the run's libraries (pyarrow, polars) stay out of --help and other commands
+        from pipeline.jobs.run import run
+
         with _progress(quiet) as observer:
             result = run(config, out_dir, force=force, observer=observer)
     if not quiet:
@@ -200,6 +204,8 @@ class _progress:
         self.task = self.current.add_task(description, **task)
 
     def __enter__(self) -> RunObserver:
+        from pipeline.jobs.run import RunObserver  # lazy: see run_command
+
         self._show(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -290,5 +296,7 @@ def _summary(manifest: dict[str, Any], out_dir: Path) -> None:
     )
     for report in manifest.get("reports", []):
         out.print(f"report: {out_dir / report['path']}")
+    from pipeline.cli.hints import run_hints  # lazy: it loads the reason catalogue (pyarrow)
+
     for hint in run_hints(manifest):
         out.print(styled("hint:", "bold yellow"), hint)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from pipeline.cli._common import library_errors, out
-from pipeline.records.schemas import SchemaRegistry
 
 app = typer.Typer(help="Inspect the schema registry.", no_args_is_help=True)
 
@@ -13,6 +12,9 @@ app = typer.Typer(help="Inspect the schema registry.", no_args_is_help=True)
 @app.command("list")
 def list_command() -> None:
     """Print every schema's stable id, SHA-256 and title."""
+    # lazy: the schema compiler and the reason catalogue (pyarrow) load only for this command
+    from pipeline.records.schemas import SchemaRegistry
+
     with library_errors():
         registry = SchemaRegistry()
         entries = [registry.get(schema_id) for schema_id in registry.ids()]

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled
-from pipeline.output.verify import verify_run
 
 
 def verify_command(
@@ -22,6 +21,9 @@ def verify_command(
     hash and offset, conservation of lines, counts per disposition and reason, the config
     digest, every pinned file the run read; report files OUT should not hold. Exits 1 on
     any mismatch."""
+    # lazy: pyarrow, numpy and the gate load only when this command runs
+    from pipeline.output.verify import verify_run
+
     with library_errors():
         report = verify_run(directory, sources)
     checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))

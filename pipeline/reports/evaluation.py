@@ -267,10 +267,10 @@ def _collect(
     ]
     if preset is not None:
         if preset.confidence is not None:
-            selections.append(preset.confidence.alias(_CONFIDENCE))
+            selections.append(preset.confidence().alias(_CONFIDENCE))
         if preset.selected is not None:
-            selections.append(preset.selected.alias(_SELECTED))
-        selections.append(preset.correct.alias(_CORRECT))
+            selections.append(preset.selected().alias(_SELECTED))
+        selections.append(preset.correct().alias(_CORRECT))
     else:
         assert settings.correct is not None  # validated
         selections.append(_expression(settings.correct, "correct", columns).alias(_CORRECT))

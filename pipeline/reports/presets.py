@@ -12,22 +12,27 @@ and slice"): one row per criterion assessment of an autoqa-eval-1 document; the 
 is "the verdict equals the reference verdict", its confidence the assessment's
 ``calibratedConfidence``. Assessments without a reference verdict or without a
 calibrated confidence are left out (counted as dropped).
+
+A preset's expressions are built when a report is evaluated, not when this module is
+imported: the command line lists the presets in its help without loading polars.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import polars as pl
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["PRESETS", "Preset"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Preset:
-    """Expressions that turn a kind's rows into (confidence or selected, correct) pairs.
+    """Expressions that turn a kind's rows into (confidence or selected, correct) pairs,
+    each given as the function that builds it.
 
     A preset with a ``confidence`` is scored (calibration and a risk-coverage curve);
     one with ``selected`` measures the system's own abstention (an operating point).
@@ -37,11 +42,11 @@ class Preset:
     #: the record kind whose accepted rows the preset reads from a run directory
     kind: str
     description: str
-    correct: pl.Expr
+    correct: Callable[[], pl.Expr]
     correct_definition: str
-    selected: pl.Expr | None = None
+    selected: Callable[[], pl.Expr] | None = None
     selected_definition: str | None = None
-    confidence: pl.Expr | None = None
+    confidence: Callable[[], pl.Expr] | None = None
     confidence_definition: str | None = None
     #: reshapes the kind's rows into the rows evaluated (e.g. one per criterion), before
     #: any expression, ``--where`` or ``--by`` is applied; ``None``: one row per record
@@ -62,15 +67,40 @@ class Preset:
         return "selected", self.selected_definition or ""
 
 
-_engine = pl.col("engine")
-_called = pl.col("labels").struct.field("tools")
-_preloaded = _engine.struct.field("preloaded")
+def _answered() -> pl.Expr:
+    import polars as pl  # lazy: see the module's docstring
+
+    return pl.col("engine").struct.field("state") == "answered"
+
+
+def _preloaded_every_called_tool() -> pl.Expr:
+    import polars as pl  # lazy: see the module's docstring
+
+    called = pl.col("labels").struct.field("tools")
+    preloaded = pl.col("engine").struct.field("preloaded")
+    # set_difference is empty exactly when every called tool was preloaded
+    return called.list.set_difference(preloaded).list.len() == 0
+
+
+def _calibrated_confidence() -> pl.Expr:
+    import polars as pl  # lazy: see the module's docstring
+
+    return pl.col("calibratedConfidence")
+
+
+def _verdict_is_reference() -> pl.Expr:
+    import polars as pl  # lazy: see the module's docstring
+
+    # null when there is no reference: such rows are dropped, never counted wrong
+    return pl.col("verdict") == pl.col("referenceVerdict")
 
 
 def _criterion_assessments(frame: pl.LazyFrame) -> pl.LazyFrame:
     """One row per criterion assessment, with the document's id, status, contract version
     and evaluator model beside the assessment's fields (``--by criterionId``, ``--by
     model``, ``--where "status = 'final'"``)."""
+    import polars as pl  # lazy: see the module's docstring
+
     return (
         frame.select(
             "evaluationId",
@@ -92,10 +122,9 @@ PRESETS: Final[dict[str, Preset]] = {
             "Turn-load decisions: coverage = answered turns, risk = answered turns whose "
             "preloaded tools missed a tool the turn called."
         ),
-        selected=_engine.struct.field("state") == "answered",
+        selected=_answered,
         selected_definition='engine.state == "answered"',
-        # set_difference is empty exactly when every called tool was preloaded
-        correct=_called.list.set_difference(_preloaded).list.len() == 0,
+        correct=_preloaded_every_called_tool,
         correct_definition="every tool in labels.tools is in engine.preloaded",
         notes=(
             "Seed 004, engine.state: an answered turn carried what the engine chose, so its "
@@ -114,10 +143,9 @@ PRESETS: Final[dict[str, Preset]] = {
         ),
         rows=_criterion_assessments,
         rows_definition="one row per element of criterionAssessments",
-        confidence=pl.col("calibratedConfidence"),
+        confidence=_calibrated_confidence,
         confidence_definition="calibratedConfidence",
-        # null when there is no reference: such rows are dropped, never counted wrong
-        correct=pl.col("verdict") == pl.col("referenceVerdict"),
+        correct=_verdict_is_reference,
         correct_definition="verdict == referenceVerdict (assessments with a reference only)",
         notes=(
             "AutoQA contract §13.2: calibrated confidence is mapped to observed correctness "

@@ -7,7 +7,7 @@ from typing import ClassVar
 import pytest
 from typer.testing import CliRunner
 
-import pipeline.cli.schemas_cmd
+import pipeline.records.schemas
 from pipeline.cli import app
 from pipeline.core.errors import EXIT_INPUT, RowgateError
 from tests.core.test_errors import LIBRARY_ERRORS
@@ -30,7 +30,7 @@ def test_a_library_error_raised_in_a_command_exits_with_its_code(
     """The command line listed the classes it mapped: MappingError, SelectorError,
     UnknownKindError and CanonicalJSONError were missing, so they surfaced as a defect."""
     error = cls("planted: schemas/x.json is unusable")
-    monkeypatch.setattr(pipeline.cli.schemas_cmd, "SchemaRegistry", _raising(error))
+    monkeypatch.setattr(pipeline.records.schemas, "SchemaRegistry", _raising(error))
     result = runner.invoke(app, ["schemas", "list"])
     assert result.exit_code == cls.exit_code, result.output
     assert result.stderr == f"error: {error}\n"
@@ -44,7 +44,7 @@ def test_a_new_library_error_needs_no_change_to_the_command_line(
         exit_code: ClassVar[int] = EXIT_INPUT
 
     monkeypatch.setattr(
-        pipeline.cli.schemas_cmd, "SchemaRegistry", _raising(PlantedError("planted"))
+        pipeline.records.schemas, "SchemaRegistry", _raising(PlantedError("planted"))
     )
     result = runner.invoke(app, ["schemas", "list"])
     assert result.exit_code == EXIT_INPUT

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import pipeline.jobs.run
-from pipeline.cli import app, run_cmd
+from pipeline.cli import app
 from pipeline.cli._common import os_error_message
 from pipeline.jobs.run import RunResult
 from tests.conftest import DATA
@@ -66,7 +66,9 @@ def test_run_and_verify_print_hostile_paths_as_text(
     out = _hostile(tmp_path, "out") / "run"
     ran.rename(out)
     manifest = json.loads((out / "manifest.json").read_text())
-    monkeypatch.setattr(run_cmd, "run", lambda config, out_dir, **_: RunResult(out_dir, manifest))
+    monkeypatch.setattr(
+        pipeline.jobs.run, "run", lambda config, out_dir, **_: RunResult(out_dir, manifest)
+    )
     summary = runner.invoke(
         app, ["run", str(source), "--kind", "math-reasoning-v1", "--out", str(out), "--force"]
     )
