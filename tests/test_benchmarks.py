@@ -34,3 +34,18 @@ def test_gate_floor_runs_on_the_json_dumps_layout(tmp_path: Path) -> None:
     assert "gate_batch today" in done.stdout
     first = export.read_bytes().split(b"\n", 1)[0]
     assert b'": ' in first  # json.dumps' separator after a key
+
+
+def test_dedupe_near_runs_without_its_peers() -> None:
+    """benchmarks/dedupe_near.py with datasketch and datatrove skipped: rowgate's row of
+    the table, with pair and cluster accuracies against the planted pairs."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "dedupe_near.py"), "--size-mb", "0.5",
+         "--skip-datasketch", "--skip-datatrove"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    header, _rule, *rows = done.stdout.splitlines()[-3:]
+    assert "cluster recall" in header
+    assert "cluster precision" in header
+    assert rows[0].split()[0] == "rowgate"
