@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import fastjsonschema
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -163,23 +164,20 @@ class _ValidRows:
     """A kind's schema-valid rows of one batch, before its rules (gate_batch's first pass)."""
 
     kind_gate: KindGate
-    records: list[dict[str, Any]] = field(default_factory=list)
+    #: the records as stored (encoded for Arrow)
     stored: list[Any] = field(default_factory=list)
-    raw: list[str] = field(default_factory=list)
-    saw_float: list[bool] = field(default_factory=list)
     #: the stored rows as the kind's payload columns (filled between the passes)
     columns: list[pa.Array] = field(default_factory=list)
     #: per row, the rules its batch forms left to Python (None: every rule)
     pending: list[tuple[RecordRule, ...]] | None = None
+    #: rows the rules or the sanitizer rejected: they leave the columns
+    dropped: list[int] = field(default_factory=list)
+    #: rows the sanitizer redacted: what is stored instead
+    redacted: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
 class _KindRows:
-    #: the rows' indices into the kind's _ValidRows
-    kept: list[int] = field(default_factory=list)
-    #: a sanitized row changed: the payload is built from ``records``, not the columns
-    redacted: bool = False
-    records: list[Any] = field(default_factory=list)
     shard_lines: list[int] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
     raw: list[str] = field(default_factory=list)
@@ -413,10 +411,10 @@ class Gate:
 
         # First pass: every line parsed, validated and encoded, or rejected.
         valid: dict[str, _ValidRows] = {}
-        lines: list[tuple[_ValidRows, int] | tuple[GateOutcome, bytes | None]] = []
-        for i, line in enumerate(batch.lines):
+        lines: list[tuple[Any, ...]] = []  # (kind rows, index, record, raw sha, float) or
+        for i, line in enumerate(batch.lines):  # (None, rejected outcome, raw bytes)
             if (oversized and i in oversized) or len(line) > max_line:
-                lines.append((self.gate_line(line, declared, oversized.get(i)), None))
+                lines.append((None, self.gate_line(line, declared, oversized.get(i)), None))
                 continue
             raw_sha = raw_digest(line)
             try:
@@ -424,16 +422,13 @@ class Gate:
             except (RejectLine, fastjsonschema.JsonSchemaValueException, MappingError):
                 # Failure paths re-run the reference order so reasons never depend on
                 # which shortcut was taken.
-                lines.append((self.gate_line(line, declared), line))
+                lines.append((None, self.gate_line(line, declared), line))
                 continue
             kind_valid = valid.get(kind_gate.kind.id)
             if kind_valid is None:
                 kind_valid = valid[kind_gate.kind.id] = _ValidRows(kind_gate)
-            lines.append((kind_valid, len(kind_valid.records)))
-            kind_valid.records.append(record)
+            lines.append((kind_valid, len(kind_valid.stored), record, raw_sha, saw_float))
             kind_valid.stored.append(stored)
-            kind_valid.raw.append(raw_sha)
-            kind_valid.saw_float.append(saw_float)
 
         # Between the passes: each kind's rows as Arrow columns, its rules' batch forms.
         for kind_id, kind_valid in valid.items():
@@ -451,38 +446,36 @@ class Gate:
         # Second pass, in line order: each valid row judged by the rules left to Python.
         for i, entry in enumerate(lines):
             shard_line, offset = first_line + i, offsets[i]
-            if isinstance(entry[0], GateOutcome):
-                add_rejected(rejected, counts, shard_line, offset, entry[0], entry[1])
+            kind_valid = entry[0]
+            if kind_valid is None:
+                add_rejected(rejected, counts, shard_line, offset, entry[1], entry[2])
                 continue
-            kind_valid, j = entry
-            kind_gate, record = kind_valid.kind_gate, kind_valid.records[j]
-            pending = kind_valid.pending
+            _, j, record, raw_sha, saw_float = entry
+            kind_gate, pending = kind_valid.kind_gate, kind_valid.pending
             outcome = judged(
                 kind_gate,
                 record,
-                kind_valid.raw[j],
+                raw_sha,
                 reference=False,
-                saw_float=kind_valid.saw_float[j],
+                saw_float=saw_float,
                 rules=None if pending is None else pending[j],
             )
             if outcome.disposition is Disposition.REJECTED:
                 outcome = self._screen_raw(outcome, batch.lines[i])
                 add_rejected(rejected, counts, shard_line, offset, outcome, batch.lines[i])
+                kind_valid.dropped.append(j)
                 continue
+            if outcome.record is not record:  # redacted: store what the hashes commit to
+                root = kind_gate.layout.root
+                redacted = outcome.record
+                kind_valid.redacted[j] = redacted if root.identity else root.encode(redacted)
             kind_rows = rows.get(kind_gate.kind.id)
             if kind_rows is None:
                 kind_rows = rows[kind_gate.kind.id] = _KindRows()
-            stored = kind_valid.stored[j]
-            if outcome.record is not record:  # redacted: store what the hashes commit to
-                root = kind_gate.layout.root
-                stored = outcome.record if root.identity else root.encode(outcome.record)
-                kind_rows.redacted = True
             reasons = outcome.reasons
-            kind_rows.kept.append(j)
-            kind_rows.records.append(stored)
             kind_rows.shard_lines.append(shard_line)
             kind_rows.offsets.append(offset)
-            kind_rows.raw.append(outcome.raw_sha256)
+            kind_rows.raw.append(raw_sha)
             kind_rows.record.append(outcome.record_sha256)
             kind_rows.content.append(outcome.content_sha256)
             kind_rows.profile.append(outcome.content_profile)
@@ -554,16 +547,22 @@ class Gate:
     def _kind_batch(self, valid: _ValidRows, rows: _KindRows) -> pa.RecordBatch:
         kind_gate = valid.kind_gate
         layout = kind_gate.layout
-        if rows.redacted:  # build the columns again from the records as stored
-            payload = [
-                pa.array([r.get(name) for r in rows.records], type=f.type)
-                for name, f in layout.sources
+        payload = valid.columns
+        if valid.redacted:  # the columns again, from the records as stored
+            dropped = set(valid.dropped)
+            stored = [
+                valid.redacted.get(j, record)
+                for j, record in enumerate(valid.stored)
+                if j not in dropped
             ]
-        elif len(rows.kept) == len(valid.records):
-            payload = valid.columns
-        else:  # the rows the rules rejected leave the columns
-            kept = pa.array(rows.kept, pa.int64())
-            payload = [column.take(kept) for column in valid.columns]
+            payload = [
+                pa.array([r.get(name) for r in stored], type=f.type) for name, f in layout.sources
+            ]
+        elif valid.dropped:  # the rows the rules rejected leave the columns
+            kept = np.ones(len(valid.stored), np.bool_)
+            kept[valid.dropped] = False
+            mask = pa.array(kept)
+            payload = [column.filter(mask) for column in payload]
         schema_sha = kind_gate.entry.sha256
         lineage = [
             pa.array(rows.shard_lines, pa.int64()),

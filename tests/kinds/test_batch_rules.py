@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.config import CampaignConfig, load_campaign
+from pipeline.core.config import CampaignConfig, SanitizeSettings, load_campaign
+from pipeline.core.reasons import Disposition
 from pipeline.gate.gate import Gate, GatedBatch
 from pipeline.gate.reader import LineBatch
 from pipeline.kinds import KINDS, pairwise
@@ -31,7 +32,7 @@ from pipeline.kinds.rules import (
     same_text,
     unsound_clearances,
 )
-from pipeline.testing.synthetic import RULE_VIOLATIONS, make_record
+from pipeline.testing.synthetic import RULE_VIOLATIONS, make_record, plant_pii
 from tests.conftest import DATA
 
 KIND = "pairwise-v2"
@@ -278,6 +279,36 @@ def test_gate_findings_are_the_same_with_and_without_batch_forms(
     assert list(gated.counts) == list(expected.counts)  # the same order too
     for kind, table in gated.kinds.items():
         assert table.equals(expected.kinds[kind])
+
+
+@pytest.mark.parametrize("sanitize", [False, True])
+def test_stored_rows_are_the_reference_records(sanitize: bool) -> None:
+    """The staged payload is built once, before the rules: rows the rules reject leave
+    it, rows the sanitizer redacts are stored redacted, the others as they are."""
+    gate = Gate(CampaignConfig(sanitize=SanitizeSettings(enabled=sanitize)))
+    rng = random.Random(5)
+    rows = []
+    for i in range(12):
+        record = make_record(KIND, rng, i)
+        if i % 3 == 0:
+            record = plant_pii(record, rng, i)[0]
+        elif i % 3 == 1:
+            record = RULE_VIOLATIONS["semantic.pairwise-v2.distinct_candidates"](i)
+        rows.append(record)
+    batch = _batch(rows)
+    gated = gate.gate_batch(batch, KIND)
+    stored = {}
+    for table in gated.kinds.values():
+        for row in table.to_pylist():
+            stored[row["_shard_line"]] = {k: v for k, v in row.items() if not k.startswith("_")}
+    expected = {}
+    for n, line in enumerate(batch.lines, 1):
+        outcome = gate.gate_line(line, KIND)
+        if outcome.disposition is not Disposition.REJECTED:
+            expected[n] = outcome.record
+    assert stored == expected
+    assert 0 < len(stored) < len(rows)  # some rows rejected, some redacted, some as they were
+    assert any(stored[n] != rows[n - 1] for n in stored) is sanitize
 
 
 def test_pairwise_batch_forms_are_registered_on_the_rules() -> None:
