@@ -241,7 +241,7 @@ def _ascii_words(texts: pa.Array, width: int) -> np.ndarray:
     a collision only undercounts (two words counted once, or a word taken for filler)."""
     heads, lengths = text_heads(texts, width)
     n = len(lengths)
-    kind = _WORD_CLASS[heads]
+    kind = np.take(_WORD_CLASS, heads)
     part = kind != 0  # the padding is NUL: a boundary
     begins = part.copy()
     begins[:, 1:] &= ~part[:, :-1]

@@ -453,12 +453,12 @@ def _squeezed_heads(texts: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray
     first = np.where(stop.any(axis=1), stop.argmax(axis=1), width)
     whole = (first == lengths) & (lengths < width)
     proven = np.where(whole, lengths, np.maximum(first - 1, 0))
-    folded = _FOLD[heads]
+    folded = np.take(_FOLD, heads)
     keep = (np.arange(width) < proven[:, None]) & (folded != 0)
     # each kept byte moves to its rank among its row's kept bytes; the others to a spare
     # last column, dropped
-    rank = np.cumsum(keep, axis=1, dtype=np.int32)
-    target = np.where(keep, rank - 1, width) + (np.arange(n, dtype=np.int32) * (width + 1))[:, None]
+    rank = np.cumsum(keep, axis=1, dtype=np.intp)
+    target = np.where(keep, rank - 1, width) + (np.arange(n, dtype=np.intp) * (width + 1))[:, None]
     squeezed = np.zeros((n, width + 1), np.uint8)
     np.put(squeezed, target, folded)
     return squeezed[:, :width], rank[:, -1], whole
