@@ -204,21 +204,25 @@ def _differ_after_folding(columns: pa.RecordBatch, ctx: RuleContext) -> np.ndarr
     return folded_heads_differ(_column(columns, "response_a"), _column(columns, "response_b"))
 
 
-_HASH_BASE: Final = 1_000_003
 #: the rationale's first bytes read for words (the rule stops at min_rationale_words),
 #: then more for the rows still short of them
 _WORD_WIDTHS: Final = (64, 512)
-_HASH_POWERS: Final = np.array(
-    [pow(_HASH_BASE, i, 1 << 64) for i in range(max(_WORD_WIDTHS))], np.uint64
-)
-_FILLER_HASHES: Final = np.array(
-    [sum(ord(c) * int(_HASH_POWERS[i]) for i, c in enumerate(w)) % (1 << 64) for w in _FILLER],
-    np.uint64,
-)
 #: byte -> 1 for an ASCII letter, 2 for a non-ASCII byte, 0 for a word boundary
 _WORD_CLASS: Final = np.zeros(256, np.uint8)
 _WORD_CLASS[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", np.uint8)] = 1
 _WORD_CLASS[0x80:] = 2
+#: the bytes of a word's first ``k`` letters in a little-endian uint64, by ``k`` (0..8)
+_SIZE_MASKS: Final = np.array([(1 << (8 * min(k, 8))) - 1 for k in range(9)], np.uint64)
+_LOWERCASE: Final = np.uint64(0x2020202020202020)  # OR-ed into ASCII letters: lowercase
+
+
+def _word_key(word: str) -> int:
+    """:func:`_ascii_words`' key of a lowercase ASCII word: its first 8 bytes and its size."""
+    head = word.encode()[:8].ljust(8, b"\0")
+    return int.from_bytes(head, "little") ^ (min(len(word), 255) << 56)
+
+
+_FILLER_KEYS: Final = np.array(sorted({_word_key(w) for w in _FILLER}), np.uint64)
 
 
 def _enough_words(columns: pa.RecordBatch, ctx: RuleContext) -> np.ndarray:
@@ -237,30 +241,37 @@ def _ascii_words(texts: pa.Array, width: int) -> np.ndarray:
     bytes, a lower bound of the rule's count. A run of ASCII letters between ASCII
     non-letters (or the text's ends) is one whole match of the rule's pattern, its
     casefold its lowercase; a run touching a non-ASCII character (maybe a letter that
-    extends the word) or the cut is not counted. Words are told apart by a 64-bit hash:
-    a collision only undercounts (two words counted once, or a word taken for filler)."""
+    extends the word) or the cut is not counted. Words are told apart by their first 8
+    letters and their size: words sharing both are counted once (and one sharing them
+    with a filler word is taken for filler), which only undercounts."""
     heads, lengths = text_heads(texts, width)
     n = len(lengths)
     kind = np.take(_WORD_CLASS, heads)
     part = kind != 0  # the padding is NUL: a boundary
     begins = part.copy()
     begins[:, 1:] &= ~part[:, :-1]
-    positions = np.flatnonzero(part)
-    starts = np.flatnonzero(begins)
+    ends = part.copy()
+    ends[:, :-1] &= ~part[:, 1:]
+    starts, last = np.flatnonzero(begins), np.flatnonzero(ends)
     if not len(starts):
         return np.zeros(n, np.int64)
-    token = np.cumsum(begins.ravel())[positions] - 1
-    size = np.bincount(token, minlength=len(starts))
-    non_ascii = np.bincount(token, weights=kind.ravel()[positions] == 2, minlength=len(starts))
+    size = last - starts + 1
+    flat = heads.ravel()
+    non_ascii = np.concatenate(([0], np.cumsum(kind.ravel() == 2, dtype=np.int32)))
+    poisoned = non_ascii[last + 1] > non_ascii[starts]
     row, first = np.divmod(starts, width)
     cut = (first + size == width) & (lengths[row] > width)
-    letters = (heads.ravel()[positions] | np.uint8(32)).astype(np.uint64)  # lowercase
-    weighted = letters * _HASH_POWERS[positions - starts[token]]
-    hashes = np.add.reduceat(weighted, np.concatenate(([0], np.cumsum(size)[:-1])))
-    word = (size >= 2) & (non_ascii == 0) & ~cut & ~np.isin(hashes, _FILLER_HASHES)
-    keys = np.sort((row[word].astype(np.uint64) << np.uint64(40)) | (hashes[word] >> np.uint64(24)))
-    distinct = keys[np.concatenate(([True], keys[1:] != keys[:-1]))[: len(keys)]]
-    return np.bincount((distinct >> np.uint64(40)).astype(np.int64), minlength=n)
+    window = np.take(flat, starts[:, None] + np.arange(8), mode="clip")
+    packed = window.view("<u8")[:, 0] | _LOWERCASE  # byte k of the word in bits 8k..8k+7
+    sizes = np.minimum(size, 255).astype(np.uint64)
+    keys = (packed & _SIZE_MASKS[np.minimum(size, 8)]) ^ (sizes << np.uint64(56))
+    word = (size >= 2) & ~poisoned & ~cut & ~np.isin(keys, _FILLER_KEYS)
+    rows, keys = row[word], keys[word]
+    order = np.lexsort((keys, rows))
+    rows, keys = rows[order], keys[order]
+    new = np.ones(len(rows), np.bool_)
+    new[1:] = (rows[1:] != rows[:-1]) | (keys[1:] != keys[:-1])
+    return np.bincount(rows[new], minlength=n)
 
 
 def _system_first(columns: pa.RecordBatch, ctx: RuleContext) -> np.ndarray:
