@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import fastjsonschema
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -50,7 +51,7 @@ from pipeline.core.reasons import (
 from pipeline.gate.arrow_mapping import MappingError, RecordLayout, derive_layout
 from pipeline.gate.reader import LineBatch
 from pipeline.kinds import RecordKind, route
-from pipeline.kinds.rules import check_record, load_rule_context
+from pipeline.kinds.rules import RecordRule, check_record, load_rule_context, pending_rules
 from pipeline.records.canonical import canonical_json, canonical_json_fast
 from pipeline.records.lineage import LineageDigest
 from pipeline.records.schemas import (
@@ -159,8 +160,24 @@ class KindGate:
 
 
 @dataclass
+class _ValidRows:
+    """A kind's schema-valid rows of one batch, before its rules (gate_batch's first pass)."""
+
+    kind_gate: KindGate
+    #: the records as stored (encoded for Arrow)
+    stored: list[Any] = field(default_factory=list)
+    #: the stored rows as the kind's payload columns (filled between the passes)
+    columns: list[pa.Array] = field(default_factory=list)
+    #: per row, the rules its batch forms left to Python (None: every rule)
+    pending: list[tuple[RecordRule, ...]] | None = None
+    #: rows the rules or the sanitizer rejected: they leave the columns
+    dropped: list[int] = field(default_factory=list)
+    #: rows the sanitizer redacted: what is stored instead
+    redacted: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass
 class _KindRows:
-    records: list[Any] = field(default_factory=list)
     shard_lines: list[int] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
     raw: list[str] = field(default_factory=list)
@@ -198,8 +215,10 @@ class GatedBatch:
 class Gate:
     """Gates lines for one campaign. Build one per process; it caches compiled schemas."""
 
-    def __init__(self, config: CampaignConfig) -> None:
+    def __init__(self, config: CampaignConfig, *, batch_rules: bool = True) -> None:
         self.config = config
+        #: run the rules' batch forms (off only in tests: the per-row rules alone)
+        self.batch_rules = batch_rules
         given = config.schemas.directory
         directory = config.resolve_path(given) if given else None
         self.registry = (
@@ -303,11 +322,13 @@ class Gate:
         *,
         reference: bool,
         saw_float: bool = True,
+        rules: tuple[RecordRule, ...] | None = None,
     ) -> GateOutcome:
-        """A schema-valid record after its kind's rules and the sanitizer (both paths end
-        here). Canonical JSON goes through orjson only where that is provably the same
-        bytes: no float in the line, no key the schema cannot vouch for."""
-        disposition, found = check_record(kind_gate.kind.id, record, self.rule_context)
+        """A schema-valid record after its kind's rules (``rules``: those its batch forms
+        did not clear) and the sanitizer (both paths end here). Canonical JSON goes
+        through orjson only where that is provably the same bytes: no float in the line,
+        no key the schema cannot vouch for."""
+        disposition, found = check_record(kind_gate.kind.id, record, self.rule_context, rules)
         reasons = tuple(found)
         if self.sanitizer is not None and disposition is not Disposition.REJECTED:
             record, disposition, reasons = self._sanitize(kind_gate, record, disposition, reasons)
@@ -388,11 +409,12 @@ class Gate:
         counts: Counter[tuple[str, str]] = Counter()
         oversized, offsets, first_line = batch.oversized, batch.offsets, batch.first_line
 
-        for i, line in enumerate(batch.lines):
-            shard_line, offset = first_line + i, offsets[i]
+        # First pass: every line parsed, validated and encoded, or rejected.
+        valid: dict[str, _ValidRows] = {}
+        lines: list[tuple[Any, ...]] = []  # (kind rows, index, record, raw sha, float) or
+        for i, line in enumerate(batch.lines):  # (None, rejected outcome, raw bytes)
             if (oversized and i in oversized) or len(line) > max_line:
-                outcome = self.gate_line(line, declared, oversized.get(i))
-                add_rejected(rejected, counts, shard_line, offset, outcome, None)
+                lines.append((None, self.gate_line(line, declared, oversized.get(i)), None))
                 continue
             raw_sha = raw_digest(line)
             try:
@@ -400,22 +422,57 @@ class Gate:
             except (RejectLine, fastjsonschema.JsonSchemaValueException, MappingError):
                 # Failure paths re-run the reference order so reasons never depend on
                 # which shortcut was taken.
-                outcome = self.gate_line(line, declared)
-                add_rejected(rejected, counts, shard_line, offset, outcome, line)
+                lines.append((None, self.gate_line(line, declared), line))
                 continue
-            outcome = judged(kind_gate, record, raw_sha, reference=False, saw_float=saw_float)
+            kind_valid = valid.get(kind_gate.kind.id)
+            if kind_valid is None:
+                kind_valid = valid[kind_gate.kind.id] = _ValidRows(kind_gate)
+            lines.append((kind_valid, len(kind_valid.stored), record, raw_sha, saw_float))
+            kind_valid.stored.append(stored)
+
+        # Between the passes: each kind's rows as Arrow columns, its rules' batch forms.
+        for kind_id, kind_valid in valid.items():
+            layout = kind_valid.kind_gate.layout
+            kind_valid.columns = [
+                pa.array([r.get(name) for r in kind_valid.stored], type=f.type)
+                for name, f in layout.sources
+            ]
+            if self.batch_rules:
+                payload = pa.RecordBatch.from_arrays(
+                    kind_valid.columns, names=[name for name, _ in layout.sources]
+                )
+                kind_valid.pending = pending_rules(kind_id, payload, self.rule_context)
+
+        # Second pass, in line order: each valid row judged by the rules left to Python.
+        for i, entry in enumerate(lines):
+            shard_line, offset = first_line + i, offsets[i]
+            kind_valid = entry[0]
+            if kind_valid is None:
+                add_rejected(rejected, counts, shard_line, offset, entry[1], entry[2])
+                continue
+            _, j, record, raw_sha, saw_float = entry
+            kind_gate, pending = kind_valid.kind_gate, kind_valid.pending
+            outcome = judged(
+                kind_gate,
+                record,
+                raw_sha,
+                reference=False,
+                saw_float=saw_float,
+                rules=None if pending is None else pending[j],
+            )
             if outcome.disposition is Disposition.REJECTED:
-                outcome = self._screen_raw(outcome, line)
-                add_rejected(rejected, counts, shard_line, offset, outcome, line)
+                outcome = self._screen_raw(outcome, batch.lines[i])
+                add_rejected(rejected, counts, shard_line, offset, outcome, batch.lines[i])
+                kind_valid.dropped.append(j)
                 continue
             if outcome.record is not record:  # redacted: store what the hashes commit to
-                layout = kind_gate.layout.root
-                stored = outcome.record if layout.identity else layout.encode(outcome.record)
+                root = kind_gate.layout.root
+                redacted = outcome.record
+                kind_valid.redacted[j] = redacted if root.identity else root.encode(redacted)
             kind_rows = rows.get(kind_gate.kind.id)
             if kind_rows is None:
                 kind_rows = rows[kind_gate.kind.id] = _KindRows()
             reasons = outcome.reasons
-            kind_rows.records.append(stored)
             kind_rows.shard_lines.append(shard_line)
             kind_rows.offsets.append(offset)
             kind_rows.raw.append(raw_sha)
@@ -428,7 +485,10 @@ class Gate:
             counts[(outcome.disposition.value, reasons[0].code if reasons else "")] += 1
 
         return GatedBatch(
-            {kind_id: self._kind_batch(kind_id, kind_rows) for kind_id, kind_rows in rows.items()},
+            {
+                kind_id: self._kind_batch(valid[kind_id], kind_rows)
+                for kind_id, kind_rows in rows.items()
+            },
             self._rejected_batch(rejected) if rejected.shard_lines else None,
             counts,
         )
@@ -484,13 +544,25 @@ class Gate:
         rows.raw.append(None if outcome.raw_withheld else raw)
         counts[(outcome.disposition.value, outcome.reasons[0].code)] += 1
 
-    def _kind_batch(self, kind_id: str, rows: _KindRows) -> pa.RecordBatch:
-        kind_gate = self._kinds[kind_id]
+    def _kind_batch(self, valid: _ValidRows, rows: _KindRows) -> pa.RecordBatch:
+        kind_gate = valid.kind_gate
         layout = kind_gate.layout
-        # Records were already encoded (or are identity-encodable): build columns directly.
-        payload = [
-            pa.array([r.get(name) for r in rows.records], type=f.type) for name, f in layout.sources
-        ]
+        payload = valid.columns
+        if valid.redacted:  # the columns again, from the records as stored
+            dropped = set(valid.dropped)
+            stored = [
+                valid.redacted.get(j, record)
+                for j, record in enumerate(valid.stored)
+                if j not in dropped
+            ]
+            payload = [
+                pa.array([r.get(name) for r in stored], type=f.type) for name, f in layout.sources
+            ]
+        elif valid.dropped:  # the rows the rules rejected leave the columns
+            kept = np.ones(len(valid.stored), np.bool_)
+            kept[valid.dropped] = False
+            mask = pa.array(kept)
+            payload = [column.filter(mask) for column in payload]
         schema_sha = kind_gate.entry.sha256
         lineage = [
             pa.array(rows.shard_lines, pa.int64()),

@@ -20,6 +20,22 @@ the finding says otherwise: ``reject`` sends the line to ``rejected/``, ``quaran
 to ``quarantined/`` (a person must look: e.g. a reference table is missing, so the rule
 cannot decide — it never silently passes), ``warn`` keeps the row accepted with the
 reason attached. Every rule runs on every schema-valid record; all findings are kept.
+
+**Batch forms.** A rule may also declare a *fast pass* over a whole batch::
+
+    @record_rule("pairwise-v2", "neither_needs_patch", ..., batch=patch_present)
+
+``batch(columns, ctx)`` receives the kind's stored Arrow columns for every schema-valid
+row of a gate batch and answers, per row, "this row certainly has no finding from this
+rule" (``True``). ``False`` or null means "maybe": the row goes through the Python rule,
+which stays the only place findings and their details are made. So a batch form never
+changes a reason, its order or its detail; it only has to be *sound*: never clear a row
+the Python rule would flag. It may be as incomplete as it likes. Equivalence with Python's
+``unicodedata``/``casefold``/``str.split``/``re`` is not reimplemented: a batch form
+clears only rows where the answer is proved from facts that hold for every Unicode
+version (an ASCII character is a normalisation boundary and folds to its lowercase; see
+:func:`folded_heads_differ`), and sends every other row to the reference. :func:`pending_rules`
+runs the forms; :func:`unsound_clearances` checks a form against its rule (tests).
 """
 
 from __future__ import annotations
@@ -31,7 +47,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
+import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.core.config import CampaignConfig, ReferenceTable, RuleSettings
 from pipeline.core.errors import InputError
@@ -49,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RULES",
+    "BatchCheck",
     "Check",
     "Finding",
     "RecordRule",
@@ -58,10 +78,15 @@ __all__ = [
     "Spec",
     "check_record",
     "folded",
+    "folded_heads_differ",
     "is_blank",
     "load_rule_context",
+    "narrowed",
+    "pending_rules",
     "record_rule",
     "same_text",
+    "text_heads",
+    "unsound_clearances",
 ]
 
 SEMANTIC_PREFIX: Final = "semantic."
@@ -131,6 +156,9 @@ def unknown(detail: str, path: str = "") -> Finding:
 
 
 Check = Callable[[dict[str, Any], "RuleContext"], Iterable[Finding]]
+#: A rule's batch form: the kind's stored columns -> per row, True where the row
+#: certainly has no finding (False or null: ask the rule). See the module docstring.
+BatchCheck = Callable[[pa.RecordBatch, "RuleContext"], "pa.Array | pa.ChunkedArray | np.ndarray"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +167,8 @@ class RecordRule:
     name: str
     severity: Severity
     check: Check
+    #: the fast pass over a batch, if the rule has one (module docstring)
+    batch: BatchCheck | None = None
     #: the reason code, ``semantic.<kind>.<name>`` (a field: read for every row)
     code: str = field(init=False)
 
@@ -160,10 +190,12 @@ def record_rule(
     *,
     meaning: str,
     spec: Spec,
+    batch: BatchCheck | None = None,
 ) -> Callable[[Check], Check]:
     """Register ``check`` as rule ``name`` of ``kind`` and declare its reason code in the
     catalogue (``meaning``: one line; ``spec``: where the rule comes from); its docstring
-    must cite the spec sentence it enforces."""
+    must cite the spec sentence it enforces. ``batch``: its sound fast pass over a batch
+    (module docstring)."""
 
     def register(check: Check) -> Check:
         if not (check.__doc__ or "").strip():
@@ -173,7 +205,7 @@ def record_rule(
         rules = RULES.setdefault(kind, [])
         if any(r.name == name for r in rules):
             raise ValueError(f"rule {kind}.{name} registered twice")
-        rule = RecordRule(kind, name, severity, check)
+        rule = RecordRule(kind, name, severity, check, batch)
         CATALOGUE.declare(
             rule.code, severity.disposition, owner=check.__module__, meaning=meaning, spec=spec
         )
@@ -298,12 +330,16 @@ def load_rule_context(config: CampaignConfig) -> RuleContext:
 
 
 def check_record(
-    kind: str, record: dict[str, Any], ctx: RuleContext
+    kind: str,
+    record: dict[str, Any],
+    ctx: RuleContext,
+    rules: tuple[RecordRule, ...] | None = None,
 ) -> tuple[Disposition, list[Reason]]:
-    """Run every rule of ``kind``; the worst severity decides the disposition."""
+    """Run every rule of ``kind`` (or only ``rules``, the ones the batch forms left to
+    decide, in registry order); the worst severity decides the disposition."""
     reasons: list[Reason] = []
     worst = Disposition.ACCEPTED
-    for rule in ctx.active(kind):
+    for rule in ctx.active(kind) if rules is None else rules:
         for finding in rule.check(record, ctx):
             severity = finding.severity or rule.severity
             reasons.append(Reason(rule.code, finding.path, finding.detail))
@@ -312,3 +348,166 @@ def check_record(
             elif severity is Severity.QUARANTINE and worst is Disposition.ACCEPTED:
                 worst = Disposition.QUARANTINED
     return worst, reasons
+
+
+# -- batch forms (module docstring) ------------------------------------------------------
+
+#: a kind with more rules than bits here runs its batch forms in groups (not needed yet)
+_MAX_BATCH_RULES: Final = 62
+
+
+def _cleared(rule: RecordRule, columns: pa.RecordBatch, ctx: RuleContext) -> np.ndarray:
+    """``rule``'s batch form as a numpy bool array: nulls (unknown) are not cleared."""
+    assert rule.batch is not None
+    answer = rule.batch(columns, ctx)
+    if not isinstance(answer, np.ndarray):
+        answer = pc.fill_null(answer, False).to_numpy(zero_copy_only=False)
+    if answer.shape != (columns.num_rows,) or answer.dtype != np.bool_:
+        raise TypeError(f"batch form of {rule.code} must give one bool per row")
+    return answer
+
+
+def pending_rules(
+    kind: str, columns: pa.RecordBatch, ctx: RuleContext
+) -> list[tuple[RecordRule, ...]] | None:
+    """Per row of ``columns`` (the kind's stored columns), the active rules its batch forms
+    did not clear, in registry order: what :func:`check_record` still has to run. ``None``
+    when the kind has no batch form (every rule runs for every row)."""
+    active = ctx.active(kind)
+    if not any(rule.batch for rule in active) or len(active) > _MAX_BATCH_RULES:
+        return None
+    # one bit per rule still to run; rows sharing a pattern share one tuple
+    pattern = np.zeros(columns.num_rows, np.int64)
+    for bit, rule in enumerate(active):
+        if rule.batch is None:
+            pattern |= 1 << bit
+        else:
+            pattern |= (~_cleared(rule, columns, ctx)).astype(np.int64) << bit
+    tuples = {
+        int(p): tuple(rule for bit, rule in enumerate(active) if p >> bit & 1)
+        for p in np.unique(pattern)
+    }
+    return [tuples[p] for p in pattern.tolist()]
+
+
+def unsound_clearances(
+    kind: str, columns: pa.RecordBatch, records: list[dict[str, Any]], ctx: RuleContext
+) -> list[tuple[int, str]]:
+    """(row, rule code) of every row a batch form cleared though its Python rule has a
+    finding for it: a batch form must never appear here (tests check every form)."""
+    return [
+        (row, rule.code)
+        for rule in ctx.active(kind)
+        if rule.batch is not None
+        for row in np.flatnonzero(_cleared(rule, columns, ctx)).tolist()
+        if any(True for _ in rule.check(records[row], ctx))
+    ]
+
+
+#: the ASCII characters ``str.isspace`` (so ``str.split`` and ``re``'s ``\s``) accepts
+ASCII_SPACE: Final = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "
+#: byte -> its ASCII lowercase, 0 for a byte ``str.split`` drops (and for NUL, which ends
+#: a proven head as a non-ASCII byte does)
+_FOLD: Final = np.arange(256, dtype=np.uint8) + np.uint8(32) * (
+    (np.arange(256) >= 65) & (np.arange(256) <= 90)
+).astype(np.uint8)
+_FOLD[np.frombuffer(ASCII_SPACE, np.uint8)] = 0
+
+
+def text_heads(texts: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``width`` UTF-8 bytes of each text as the rows of a zero-padded uint8
+    matrix, and each text's length in bytes (-1 for a null)."""
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    if texts.type == pa.string():
+        offset_type: type[np.integer[Any]] = np.int32
+    elif texts.type == pa.large_string():
+        offset_type = np.int64
+    else:
+        raise TypeError(f"text_heads reads string columns, not {texts.type}")
+    _, offsets_buffer, data_buffer = texts.buffers()
+    n = len(texts)
+    offsets = np.frombuffer(offsets_buffer, offset_type)[texts.offset : texts.offset + n + 1]
+    lengths = np.diff(offsets).astype(np.int64)
+    if data_buffer is None or not data_buffer.size:
+        heads = np.zeros((n, width), np.uint8)
+    else:
+        data = np.frombuffer(data_buffer, np.uint8)
+        heads = np.take(data, offsets[:-1, None] + np.arange(width), mode="clip")
+        heads *= np.arange(width) < lengths[:, None]
+    if texts.null_count:
+        lengths[~texts.is_valid().to_numpy(zero_copy_only=False)] = -1
+    return heads, lengths
+
+
+def _squeezed_heads(texts: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A proven prefix of each text's ``"".join(folded(text).split())`` (left-aligned in a
+    uint8 matrix, zero-padded), its length, and whether it is the whole squeezed text; see
+    :func:`folded_heads_differ` for the proof."""
+    heads, lengths = text_heads(texts, width)
+    n = len(lengths)
+    # the head ends at the first non-ASCII byte or NUL (the padding is NUL); the
+    # character before it is dropped too (NFC may compose it with a non-ASCII one), and
+    # the last of a cut head (the next character may be a combining mark)
+    stop = (heads == 0) | (heads >= 0x80)
+    first = np.where(stop.any(axis=1), stop.argmax(axis=1), width)
+    whole = (first == lengths) & (lengths < width)
+    proven = np.where(whole, lengths, np.maximum(first - 1, 0))
+    folded = np.take(_FOLD, heads)
+    keep = (np.arange(width) < proven[:, None]) & (folded != 0)
+    # each kept byte moves to its rank among its row's kept bytes; the others to a spare
+    # last column, dropped
+    rank = np.cumsum(keep, axis=1, dtype=np.intp)
+    target = np.where(keep, rank - 1, width) + (np.arange(n, dtype=np.intp) * (width + 1))[:, None]
+    squeezed = np.zeros((n, width + 1), np.uint8)
+    np.put(squeezed, target, folded)
+    return squeezed[:, :width], rank[:, -1], whole
+
+
+def folded_heads_differ(
+    a: pa.Array, b: pa.Array, widths: tuple[int, ...] = (32, 256)
+) -> np.ndarray:
+    """Where two text columns are provably different after NFC, casefold and whitespace
+    folding (``not same_text(a, b)``), reading only each text's first bytes (``widths``:
+    every row, then the rows still undecided) and no Unicode table; ``False`` where it is
+    not proved.
+
+    Proof: an ASCII character is a normalisation boundary (a starter that composes with
+    no character before it), so ``NFC(p + r) == p + NFC(r)`` when ``p`` is ASCII and
+    ``r`` is empty or starts with an ASCII character; ``casefold`` maps each character
+    alone, an ASCII one to its lowercase; ``str.split`` drops exactly the characters
+    ``str.isspace`` accepts (:data:`ASCII_SPACE` among ASCII ones). So the ASCII head of
+    a text up to a character followed by ASCII, lowercased and without
+    :data:`ASCII_SPACE`, starts ``"".join(folded(text).split())``, which equal folded
+    texts share. Heads that disagree within their common length, or a whole text's head
+    shorter than the other's, prove the folded texts differ.
+    """
+    return narrowed(_heads_differ, (a, b), widths)
+
+
+def _heads_differ(a: pa.Array, b: pa.Array, width: int) -> np.ndarray:
+    sa, na, whole_a = _squeezed_heads(a, width)
+    sb, nb, whole_b = _squeezed_heads(b, width)
+    common = np.minimum(na, nb)
+    disagree: np.ndarray = ((sa != sb) & (np.arange(width) < common[:, None])).any(axis=1)
+    return disagree | (whole_a & (nb > na)) | (whole_b & (na > nb))
+
+
+def narrowed(
+    clears: Callable[..., np.ndarray], columns: tuple[pa.Array, ...], widths: tuple[int, ...]
+) -> np.ndarray:
+    """``clears(*columns, width)`` for every row at the first width, then again at each
+    next width for the rows still not cleared: a cheap look at every row, a longer one at
+    the few that need it."""
+    cleared = np.zeros(len(columns[0]), np.bool_)
+    undecided = None
+    for width in widths:
+        if undecided is not None:
+            if not len(undecided):
+                break
+            picked = pa.array(undecided)
+            cleared[undecided] = clears(*(c.take(picked) for c in columns), width)
+        else:
+            cleared = clears(*columns, width)
+        undecided = np.flatnonzero(~cleared)
+    return cleared
