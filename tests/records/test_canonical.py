@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.records import canonical
 from pipeline.records.canonical import CanonicalJSONError, canonical_json, canonical_json_fast
 from tests.strategies import JSON_VALUES
 
@@ -82,3 +84,31 @@ def test_canonical_form_is_a_fixed_point(value: object) -> None:
 def test_key_order_does_not_matter(value: dict[str, int]) -> None:
     reordered = dict(reversed(list(value.items())))
     assert canonical_json(reordered) == canonical_json(value)
+
+
+_FLOAT_DOCS = st.recursive(
+    st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**63), 2**63 - 1) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(st.characters(max_codepoint=0xDFFF, exclude_categories=("Cs",))),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=16,
+)
+
+
+@given(value=_FLOAT_DOCS)
+def test_floats_take_orjson_with_the_definitions_numbers(value: object) -> None:
+    """Documents with floats (e.g. AutoQA evaluations) no longer fall back to the
+    pure-Python definition: each float is written by the definition's number formatting
+    and handed to orjson pre-serialised; the bytes are the definition's."""
+    expected = canonical_json(value)
+    with mock.patch.object(canonical, "canonical_json", _definition_not_called):
+        assert canonical_json_fast(value) == expected
+
+
+def _definition_not_called(value: object) -> bytes:
+    raise AssertionError("the pure-Python definition ran")
