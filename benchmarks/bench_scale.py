@@ -77,7 +77,7 @@ class Target:
 
     def line(self) -> str:
         if self.value is None:
-            return f"{self.name}: n/a (a run failed)   (target ≤ {self.limit:g}{self.unit})"
+            return f"{self.name}: n/a (a run failed or was not measured)   (target ≤ {self.limit:g}{self.unit})"
         verdict = "PASS" if self.passed else "FAIL"
         return f"{self.name}: {self.value:.2f}{self.unit}   (target ≤ {self.limit:g}{self.unit})  {verdict}"
 
@@ -116,7 +116,8 @@ def run_once(
 
 
 def targets(runs: list[Run]) -> list[Target]:
-    """The issue's targets over ``runs``; a ratio with a failed run in it is n/a."""
+    """The issue's targets over ``runs``; a ratio with a failed (or unmeasured) run in it
+    is n/a."""
     found = {(r.size, r.engine, r.mode): r for r in runs}
 
     def ratio(
@@ -125,7 +126,8 @@ def targets(runs: list[Run]) -> list[Target]:
         a, b = found.get(top), found.get(bottom)
         if a is None or b is None or not (a.ok and b.ok):
             return None
-        return float(getattr(a.measurement, attribute)) / float(getattr(b.measurement, attribute))
+        denominator = float(getattr(b.measurement, attribute))
+        return float(getattr(a.measurement, attribute)) / denominator if denominator else None
 
     result: list[Target] = []
     sizes = sorted({r.size for r in runs})
