@@ -1,9 +1,14 @@
 """Benchmark plumbing shared by the scripts in benchmarks/: export generation, timing a
-command with the peak resident memory of its whole process tree, and table printing.
+command with the peak resident memory of its whole process tree and of the command's own
+process, and table printing.
 
-Peak RSS is sampled every 20 ms over the process and all its descendants (rowgate's
-workers are separate processes), summing their resident set sizes; a sampled peak can
-only under-estimate a spike shorter than the interval.
+Peak RSS of the tree is sampled every 20 ms over the process and all its descendants
+(rowgate's workers are separate processes), summing their resident set sizes; a sampled
+peak can only under-estimate a spike shorter than the interval. The command's own peak
+(rowgate's parent, the driver) is the kernel's high-water mark of that one process
+(``VmHWM``), read at the same samples: exact, except for growth in its last 20 ms.
+(``getrusage`` cannot give it: a child's ``ru_maxrss`` also covers the children it
+waited for, i.e. rowgate's workers.)
 """
 
 from __future__ import annotations
@@ -84,6 +89,19 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
+def _high_water_mark(pid: int) -> int:
+    """The peak resident set size of one process so far (``VmHWM``), in bytes; 0 once
+    it has exited."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def _tree_rss(root: int) -> int:
     tree = _children()
     total, stack = 0, [root]
@@ -106,21 +124,25 @@ class Measurement:
     returncode: int
     #: the last line the command wrote to stderr when it failed (its error message)
     error: str = ""
+    #: the peak RSS of the command's own process, without its descendants (see above)
+    parent_peak_rss: int = 0
 
 
 def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = None) -> Measurement:
-    """Run ``command``; wall time and peak RSS of its process tree. Its stderr is kept
-    out of the report: a failure is summarised by its last line instead."""
+    """Run ``command``; wall time, peak RSS of its process tree and of its own process.
+    Its stderr is kept out of the report: a failure is summarised by its last line
+    instead."""
     with tempfile.TemporaryFile() as stderr:
         started = time.perf_counter()
         process = subprocess.Popen(list(command), env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-        peak = 0
+        peak = parent_peak = 0
         done = threading.Event()
 
         def sample() -> None:
-            nonlocal peak
+            nonlocal peak, parent_peak
             while not done.is_set():
                 peak = max(peak, _tree_rss(process.pid))
+                parent_peak = max(parent_peak, _high_water_mark(process.pid))
                 time.sleep(0.02)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -134,7 +156,7 @@ def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = N
             stderr.seek(0)
             lines = stderr.read().decode("utf-8", "replace").strip().splitlines()
             error = lines[-1] if lines else ""
-    return Measurement(name, seconds, peak, returncode, error)
+    return Measurement(name, seconds, peak, returncode, error, parent_peak)
 
 
 def fastest(fn: Callable[[], object], repeat: int) -> float:

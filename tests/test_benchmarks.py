@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,43 @@ def test_dedupe_near_runs_without_its_peers() -> None:
     assert "cluster recall" in header
     assert "cluster precision" in header
     assert rows[0].split()[0] == "rowgate"
+
+
+def test_bench_scale_runs_every_mode_and_size(tmp_path: Path) -> None:
+    """bench_scale on a 1 MB export and twice it, local engine: every run succeeds and
+    every target is computed (none is n/a). One worker: the steps run in the parent, no
+    spawned workers to start."""
+    results = tmp_path / "scale.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_scale.py"),
+            *("--size-mb", "1", "--sizes", "1,2", "--skip-ray", "--workers", "1"),
+            *("--tmp", str(tmp_path), "--json", str(results)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "parent peak RSS MB" in done.stdout
+    document = json.loads(results.read_text("utf-8"))
+    runs = {(r["size"], r["engine"], r["mode"]): r for r in document["runs"]}
+    assert set(runs) == {
+        (size, "local", mode) for size in (1, 2) for mode in ("plain", "near+normalised")
+    }
+    for run in runs.values():
+        assert run["measurement"]["returncode"] == 0
+        assert run["measurement"]["parent_peak_rss"] > 0
+        assert run["lines"] == sum(run["by_disposition"].values())
+    # the 2× export is generated at twice the size, not copied (a copy would make half
+    # of its lines duplicates): its duplicate share stays that of a generated export
+    one, two = runs[(1, "local", "plain")], runs[(2, "local", "plain")]
+    assert two["lines"] > 1.5 * one["lines"]
+    assert two["by_disposition"]["duplicate"] / two["lines"] < 0.2
+    names = [t["name"] for t in document["targets"]]
+    assert "1× local: near tree peak RSS" in names
+    assert "2×/1× local near+normalised: parent peak RSS" in names
+    assert all(t["passed"] is not None for t in document["targets"])
+    assert list(tmp_path.iterdir()) == [results]  # its temporary directory is gone
