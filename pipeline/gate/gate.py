@@ -401,47 +401,13 @@ class Gate:
 
     def gate_batch(self, batch: LineBatch, declared: str | None = None) -> GatedBatch:
         """Gate a batch of lines into Arrow record batches (see the module docstring)."""
-        max_line = self.config.limits.max_line_bytes
-        raw_digest = self.lineage.hexdigest
-        fast_record, judged, add_rejected = self._fast_record, self._judged, self._add_rejected
+        judged, add_rejected = self._judged, self._add_rejected
         rows: dict[str, _KindRows] = {}
         rejected = _RejectedRows()
         counts: Counter[tuple[str, str]] = Counter()
-        oversized, offsets, first_line = batch.oversized, batch.offsets, batch.first_line
-
-        # First pass: every line parsed, validated and encoded, or rejected.
-        valid: dict[str, _ValidRows] = {}
-        lines: list[tuple[Any, ...]] = []  # (kind rows, index, record, raw sha, float) or
-        for i, line in enumerate(batch.lines):  # (None, rejected outcome, raw bytes)
-            if (oversized and i in oversized) or len(line) > max_line:
-                lines.append((None, self.gate_line(line, declared, oversized.get(i)), None))
-                continue
-            raw_sha = raw_digest(line)
-            try:
-                kind_gate, record, stored, saw_float = fast_record(line, declared)
-            except (RejectLine, fastjsonschema.JsonSchemaValueException, MappingError):
-                # Failure paths re-run the reference order so reasons never depend on
-                # which shortcut was taken.
-                lines.append((None, self.gate_line(line, declared), line))
-                continue
-            kind_valid = valid.get(kind_gate.kind.id)
-            if kind_valid is None:
-                kind_valid = valid[kind_gate.kind.id] = _ValidRows(kind_gate)
-            lines.append((kind_valid, len(kind_valid.stored), record, raw_sha, saw_float))
-            kind_valid.stored.append(stored)
-
-        # Between the passes: each kind's rows as Arrow columns, its rules' batch forms.
-        for kind_id, kind_valid in valid.items():
-            layout = kind_valid.kind_gate.layout
-            kind_valid.columns = [
-                pa.array([r.get(name) for r in kind_valid.stored], type=f.type)
-                for name, f in layout.sources
-            ]
-            if self.batch_rules:
-                payload = pa.RecordBatch.from_arrays(
-                    kind_valid.columns, names=[name for name, _ in layout.sources]
-                )
-                kind_valid.pending = pending_rules(kind_id, payload, self.rule_context)
+        offsets, first_line = batch.offsets, batch.first_line
+        valid, lines = self._parsed(batch, declared)
+        self._batch_rules(valid)
 
         # Second pass, in line order: each valid row judged by the rules left to Python.
         for i, entry in enumerate(lines):
@@ -492,6 +458,51 @@ class Gate:
             self._rejected_batch(rejected) if rejected.shard_lines else None,
             counts,
         )
+
+    def _parsed(
+        self, batch: LineBatch, declared: str | None
+    ) -> tuple[dict[str, _ValidRows], list[tuple[Any, ...]]]:
+        """The first pass: every line parsed, validated and encoded (its kind's
+        :class:`_ValidRows`), or rejected; per line, in order, ``(kind rows, index,
+        record, raw sha, float)`` or ``(None, rejected outcome, raw bytes)``."""
+        max_line = self.config.limits.max_line_bytes
+        raw_digest, fast_record = self.lineage.hexdigest, self._fast_record
+        oversized = batch.oversized
+        valid: dict[str, _ValidRows] = {}
+        lines: list[tuple[Any, ...]] = []
+        for i, line in enumerate(batch.lines):
+            if (oversized and i in oversized) or len(line) > max_line:
+                lines.append((None, self.gate_line(line, declared, oversized.get(i)), None))
+                continue
+            raw_sha = raw_digest(line)
+            try:
+                kind_gate, record, stored, saw_float = fast_record(line, declared)
+            except (RejectLine, fastjsonschema.JsonSchemaValueException, MappingError):
+                # Failure paths re-run the reference order so reasons never depend on
+                # which shortcut was taken.
+                lines.append((None, self.gate_line(line, declared), line))
+                continue
+            kind_valid = valid.get(kind_gate.kind.id)
+            if kind_valid is None:
+                kind_valid = valid[kind_gate.kind.id] = _ValidRows(kind_gate)
+            lines.append((kind_valid, len(kind_valid.stored), record, raw_sha, saw_float))
+            kind_valid.stored.append(stored)
+        return valid, lines
+
+    def _batch_rules(self, valid: dict[str, _ValidRows]) -> None:
+        """Between the passes: each kind's rows as Arrow columns, and which rules its
+        rules' batch forms leave to Python for each row."""
+        for kind_id, kind_valid in valid.items():
+            layout = kind_valid.kind_gate.layout
+            kind_valid.columns = [
+                pa.array([r.get(name) for r in kind_valid.stored], type=f.type)
+                for name, f in layout.sources
+            ]
+            if self.batch_rules:
+                payload = pa.RecordBatch.from_arrays(
+                    kind_valid.columns, names=[name for name, _ in layout.sources]
+                )
+                kind_valid.pending = pending_rules(kind_id, payload, self.rule_context)
 
     def _fast_record(
         self, line: bytes, declared: str | None

@@ -94,11 +94,7 @@ class Dedupe:
         apart = get_kind(kind).apart
         back = {column: member for member, column in apart.items()}
         # the gate's row keys stand in for the key texts (normalised and near rules)
-        staged_keys = (
-            None
-            if _exact_only(settings) or key is None
-            else ctx.row_keys(kind, [NORMALISED] if settings.normalised else [])
-        )
+        staged_keys = _staged_keys(ctx, kind, key is not None)
         texts = staged_keys is None
         wanted = [apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts)]
         # the digests (exact groups; the kept row a pointer names) are not state columns
@@ -160,6 +156,15 @@ class Dedupe:
         )
         decided = pl.concat([removed, flagged], how="diagonal_relaxed")
         return decided if decided.height else None
+
+
+def _staged_keys(ctx: GlobalContext, kind: str, keyed: bool) -> pl.DataFrame | None:
+    """The gate's row keys the normalised and near rules read in the parent (the
+    normalised digests), when either rule is on and the gate staged them."""
+    settings = ctx.config.dedupe
+    if _exact_only(settings) or not keyed:
+        return None
+    return ctx.row_keys(kind, [NORMALISED] if settings.normalised else [])
 
 
 def _exact_only(settings: DedupeSettings) -> bool:
