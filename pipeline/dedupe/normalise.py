@@ -11,12 +11,19 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import dataclass
+from typing import Final
 
 import polars as pl
 
 from pipeline.core.config import DedupeSettings
 
 __all__ = ["Normalisation"]
+
+#: Every run of whitespace (``\s+``) becomes one space, but a lone space, most of a
+#: text's whitespace and already what it would become, is not matched at all: a run
+#: that starts with a space and goes on, or one that starts with other whitespace.
+#: Same result as ``\s+`` (a test compares them); measured 6x faster on key texts.
+_WHITESPACE_RUN: Final = r" \s+|[^\S ]\s*"
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ class Normalisation:
             if self.nfc:
                 expr = expr.str.normalize("NFC")
         if self.fold_whitespace:
-            expr = expr.str.replace_all(r"\s+", " ").str.strip_chars(" ")
+            expr = expr.str.replace_all(_WHITESPACE_RUN, " ").str.strip_chars(" ")
         return expr
 
 

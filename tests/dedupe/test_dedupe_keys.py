@@ -7,6 +7,8 @@ import random
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.normalise import Normalisation
@@ -109,3 +111,22 @@ def test_every_kind_has_a_key_and_text() -> None:
         texts = kind_frame(kind, records).select(text_columns(key, Normalisation())).to_series()
         assert texts.null_count() == 0
         assert texts.str.len_chars().min() > 0
+
+
+_SPACES = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u2028", "\u3000"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.text(st.sampled_from([*_SPACES, "\u200b", "a", "É"]), max_size=12) | st.text(max_size=6),
+        max_size=20,
+    )
+)
+def test_whitespace_folding_is_every_run_to_one_space(texts: list[str]) -> None:
+    """Whitespace folding skips lone spaces (most of a text's whitespace) instead of
+    replacing each with itself: the same strings as folding every ``\\s+`` run."""
+    frame = pl.DataFrame({"t": texts}, schema={"t": pl.String})
+    folded = frame.select(Normalisation(False, True, False).text(pl.col("t"))).to_series()
+    every_run = frame.select(pl.col("t").str.replace_all(r"\s+", " ").str.strip_chars(" "))
+    assert folded.to_list() == every_run.to_series().to_list()
