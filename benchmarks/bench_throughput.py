@@ -233,7 +233,7 @@ def main() -> None:
         print(table(rows, ("tool", "wall s", "rows/s", "MB/s", "peak RSS MB", "note")))
         print()
         print(
-            f"rowgate / duckdb   = {rowgate.seconds / duck.seconds:.2f}×   (target ≤ 1.5×, stretch ≤ 1.0×)"
+            f"rowgate / duckdb   = {rowgate.seconds / duck.seconds:.2f}×   (target ≤ 2.0×: the throughput issue, restated for this stack)"
         )
         print(f"rowgate / polars   = {rowgate.seconds / polars.seconds:.2f}×")
         print(f"reference / rowgate = {reference / rowgate.seconds:.1f}×   (target ≥ 20×)")
