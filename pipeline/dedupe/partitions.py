@@ -1,13 +1,13 @@
 """Near-duplicate candidates found partition by partition on the engine, never holding
 every row's signature in one process: a shuffle through staged files, as a map-reduce.
 
-The gate's workers stage each row's LSH band keys (:mod:`pipeline.dedupe.row_keys`).
+The gate's workers stage each row's MinHash signature (:mod:`pipeline.dedupe.row_keys`).
 The dedupe stage knows which rows take part as *texts* (the first accepted row of each
 normalised key) and each text's survivor rank; it writes that as a text map beside each
 shard's staged rows (:func:`write_text_map`, 16 bytes a row). Then, on the engine:
 
-1. **shuffle**, a task per shard (:func:`shuffle_step`): one entry (band, key, text,
-   rank) per band of each of the shard's texts, staged ordered by partition
+1. **shuffle**, a task per shard (:func:`shuffle_step`): the LSH band keys of the
+   shard's texts, from their signatures, as one entry (band, key, text, rank) per band, staged ordered by partition
    (``key % partitions``) with each partition's start in the file's metadata;
 2. **candidates**, a task per partition (:func:`candidate_step`): partition ``p``'s
    slice of every shard's entries (memory-mapped: only those pages are read), paired up
@@ -38,8 +38,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from pipeline.dedupe.minhash import LshParams, band_candidates
-from pipeline.dedupe.row_keys import BANDS, SHINGLED
+from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys
+from pipeline.dedupe.row_keys import SHINGLED, SIGNATURE
 from pipeline.engines import Progress, Step
 from pipeline.storage import RunStorage
 
@@ -92,7 +92,7 @@ def write_text_map(storage: RunStorage, kind: str, shard: int, text: I64, rank: 
 
 @dataclass(frozen=True)
 class CandidateSearch:
-    """What every partition task needs: where the staged band keys and text maps are
+    """What every task needs: where the staged signatures and text maps are
     (the shards of ``kind``), the LSH parameters, the number of texts (pair codes are
     ``better * texts + worse``) and the partition count."""
 
@@ -127,9 +127,9 @@ def _entries_stem(kind: str) -> str:
 def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> int:
     """One (band, key, text, rank) entry per band of each of the shard's texts, staged
     ordered by partition, with each partition's start in the file's metadata."""
-    text, rank, band_keys = _shard_entries(search, shard)
+    text, rank, keys = _shard_entries(search, shard)
     bands, partitions = search.params.bands, search.partitions
-    key = band_keys.reshape(-1)  # text-major: entry i * bands + b
+    key = keys.reshape(-1)  # text-major: entry i * bands + b
     partition = key % np.uint64(partitions)
     order = np.argsort(partition, kind="stable")
     starts = np.searchsorted(partition[order], np.arange(partitions + 1, dtype=np.uint64))
@@ -178,18 +178,19 @@ def _partition_candidates(search: CandidateSearch, partition: int, progress: Pro
 
 def _shard_entries(search: CandidateSearch, shard: int) -> tuple[I64, I64, U64]:
     """The texts of one shard that take part and have shingles: their ids, ranks and
-    band keys (texts × bands)."""
+    band keys (texts × bands), from the signatures the gate staged."""
     storage = search.storage
     stem = storage.row_keys_stem(search.kind)
-    keys = storage.scan_staged(shard, stem).select(BANDS, SHINGLED).collect()
+    keys = storage.scan_staged(shard, stem).select(SIGNATURE, SHINGLED).collect()
     texts = storage.scan_staged(shard, text_map_stem(search.kind)).collect()
     if keys.height != texts.height:
         raise AssertionError(f"shard {shard}: row keys and text map are out of step")
     text = texts[_TEXT].to_numpy()
     active = (text >= 0) & keys[SHINGLED].to_numpy()
-    band_keys = keys[BANDS].to_numpy().astype(np.uint64).reshape(-1, search.params.bands)
+    permutations = search.params.permutations
+    sig = keys[SIGNATURE].to_numpy().astype(np.uint32).reshape(-1, permutations)[active]
     return (
         text[active].astype(np.int64),
         texts[_RANK].to_numpy()[active].astype(np.int64),
-        band_keys[active],
+        np.ascontiguousarray(band_keys(np.ascontiguousarray(sig.T), search.params).T),
     )

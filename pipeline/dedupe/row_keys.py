@@ -25,12 +25,12 @@ import pyarrow as pa
 
 from pipeline.core.config import DedupeSettings
 from pipeline.dedupe.keys import DedupeKey, key_columns, normalised_parts, text_columns
-from pipeline.dedupe.minhash import LshParams, band_keys, signatures
+from pipeline.dedupe.minhash import LshParams, signatures
 from pipeline.dedupe.normalise import Normalisation
 
 I64 = npt.NDArray[np.int64]
 
-__all__ = ["BANDS", "NORMALISED", "SHINGLED", "SIGNATURE", "RowKeys", "row_keys"]
+__all__ = ["NORMALISED", "SHINGLED", "SIGNATURE", "RowKeys", "row_keys"]
 
 #: SHA-256 of the row's normalised key (``[dedupe] normalised``)
 NORMALISED: Final = "_normalised_sha256"
@@ -38,8 +38,6 @@ NORMALISED: Final = "_normalised_sha256"
 SIGNATURE: Final = "_minhash"
 #: whether the key text has a shingle at all (without one a row has no near duplicates)
 SHINGLED: Final = "_shingled"
-#: the signature's LSH band keys, ``bands`` values (:func:`~pipeline.dedupe.minhash.band_keys`)
-BANDS: Final = "_lsh_bands"
 
 
 def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) -> pa.RecordBatch:
@@ -60,13 +58,10 @@ def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) ->
         )
     if settings.near:
         texts = frame.select(text_columns(key, normalisation, parts=parts)).to_series()
-        params = LshParams.from_settings(settings)
-        sig, has = signatures(texts, params)
+        sig, has = signatures(texts, LshParams.from_settings(settings))
         values = pa.array(np.ascontiguousarray(sig.T).reshape(-1), pa.uint32())
         columns[SIGNATURE] = pa.FixedSizeListArray.from_arrays(values, settings.permutations)
         columns[SHINGLED] = pa.array(has, pa.bool_())
-        keys = pa.array(np.ascontiguousarray(band_keys(sig, params).T).reshape(-1), pa.uint64())
-        columns[BANDS] = pa.FixedSizeListArray.from_arrays(keys, params.bands)
     return pa.RecordBatch.from_pydict(columns)
 
 

@@ -17,7 +17,7 @@ from pipeline.dedupe import minhash
 from pipeline.dedupe.keys import key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, near_pairs, signatures, verified_pairs
 from pipeline.dedupe.normalise import Normalisation
-from pipeline.dedupe.row_keys import BANDS, NORMALISED, SHINGLED, SIGNATURE, row_keys
+from pipeline.dedupe.row_keys import NORMALISED, SHINGLED, SIGNATURE, row_keys
 from pipeline.kinds import get_kind
 
 WORDS = ["alpha", "beta", "gamma", "Delta", "données", "STRASSE", "straße", "数据", "x1", "  "]
@@ -82,9 +82,6 @@ def test_row_keys_are_the_digest_and_signature_of_each_rows_key() -> None:
     sig, has = signatures(frame.select(text_columns(key, normalisation)).to_series(), PARAMS)
     staged = np.stack(keys.column(SIGNATURE).to_numpy(zero_copy_only=False)).T
     assert np.array_equal(staged, sig)
-    bands = np.stack(keys.column(BANDS).to_numpy(zero_copy_only=False)).T
-    assert np.array_equal(bands, minhash.band_keys(sig, PARAMS))
-    assert keys.schema.field(BANDS).type == pa.list_(pa.uint64(), PARAMS.bands)
     assert keys.schema.field(SIGNATURE).type == pa.list_(pa.uint32(), PARAMS.permutations)
     assert keys.column(SHINGLED).to_pylist() == [True, True, False]
     assert has.tolist() == [True, True, False]
