@@ -162,23 +162,24 @@ def _high_key(key: str) -> bool:
     return not key.isascii() and max(key) >= "\ue000"
 
 
-def _has_high_keys(value: Any) -> bool:
-    kind = type(value)
-    if kind is dict:
-        return any(_high_key(k) or _has_high_keys(v) for k, v in value.items())
-    if kind is list:
-        return any(_has_high_keys(item) for item in value)
-    return False
+class _HighKey(Exception):
+    """A key at or above U+E000: orjson's key order is not JCS's there."""
 
 
 def _with_numbers(value: Any) -> Any:
     """``value`` with every float replaced by its JCS text as pre-serialised JSON
-    (``orjson.Fragment``), which orjson writes as is."""
+    (``orjson.Fragment``), which orjson writes as is; :class:`_HighKey` if a key's
+    order would differ."""
     kind = type(value)
     if kind is float:
         return orjson.Fragment(_jcs_number(value).encode("ascii"))
     if kind is dict:
-        return {key: _with_numbers(item) for key, item in value.items()}
+        found = {}
+        for key, item in value.items():
+            if _high_key(key):
+                raise _HighKey
+            found[key] = _with_numbers(item)
+        return found
     if kind is list:
         return [_with_numbers(item) for item in value]
     return value
@@ -198,6 +199,7 @@ def canonical_json_fast(value: Any, *, slow: bool | None = None) -> bytes:
         slow = needs_slow_path(value)
     if not slow:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    if _has_high_keys(value):
+    try:
+        return orjson.dumps(_with_numbers(value), option=orjson.OPT_SORT_KEYS)
+    except _HighKey:
         return canonical_json(value)
-    return orjson.dumps(_with_numbers(value), option=orjson.OPT_SORT_KEYS)
