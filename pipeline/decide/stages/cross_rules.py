@@ -308,14 +308,17 @@ def session_model_conflict(
     """Seed 004, model: "The model that made most of the session's calls": one value per
     session, so rows of one session naming different models cannot all be right."""
     payload = ctx.scan(kind, ["session", "model"])
-    conflicted = payload.filter(pl.col("model").n_unique().over("session") > 1)
-    return conflicted.select(
-        "_shard",
-        "_shard_line",
-        _detail=pl.format(
-            "{} models named for one session", pl.col("model").n_unique().over("session")
-        ),
+    return _differing(
+        payload, pl.col("session"), pl.col("model"), "{} models named for one session"
     )
+
+
+def _differing(payload: pl.DataFrame, key: pl.Expr, value: pl.Expr, detail: str) -> pl.DataFrame:
+    """Rows whose ``value`` differs from another row's with the same ``key``; ``detail``
+    formats how many values the key has."""
+    count = pl.col("_value").n_unique().over("_key")
+    found = payload.with_columns(_key=key, _value=value).filter(count > 1)
+    return found.select("_shard", "_shard_line", _detail=pl.format(detail, count))
 
 
 def _conflicting(
@@ -325,17 +328,11 @@ def _conflicting(
     its other fields (compared as canonical JSON text of the struct)."""
     payload = ctx.scan(kind, [column])
     value = pl.col(column)
-    found = (
-        payload.filter(value.is_not_null())
-        .with_columns(_key=value.struct.field(key), _body=value.struct.json_encode())
-        .filter(pl.col("_body").n_unique().over("_key") > 1)
-    )
-    return found.select(
-        "_shard",
-        "_shard_line",
-        _detail=pl.format(
-            f"{{}} different {what} under one {key}", pl.col("_body").n_unique().over("_key")
-        ),
+    return _differing(
+        payload.filter(value.is_not_null()),
+        value.struct.field(key),
+        value.struct.json_encode(),
+        f"{{}} different {what} under one {key}",
     )
 
 
