@@ -352,7 +352,7 @@ def check_record(
 
 # -- batch forms (module docstring) ------------------------------------------------------
 
-#: a kind with more rules than bits here runs its batch forms in groups (not needed yet)
+#: a kind with more active rules than bits here runs them all in Python (none has as many)
 _MAX_BATCH_RULES: Final = 62
 
 
