@@ -297,9 +297,6 @@ class LocalEngine(Engine):
         self._saved_environment = None
         if self._drainer is not None:
             self._stop.set()
-            # wakes the drainer now rather than at its next poll (up to 0.1 s later): the
-            # workers are gone, so nothing they reported can follow it on the queue
-            self._queue.put(None)
             self._drainer.join()
             self._drainer = None
             self._queue.close()
@@ -444,11 +441,9 @@ class LocalEngine(Engine):
     def _drain(self) -> None:
         while not self._stop.is_set() or not self._queue.empty():
             try:
-                report = self._queue.get(timeout=0.1)
+                nbytes, nlines = self._queue.get(timeout=0.1)
             except queue.Empty:
                 continue
             except (EOFError, OSError):
                 return
-            if report is None:  # close()
-                return
-            self._report(*report)
+            self._report(nbytes, nlines)
