@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
+import unicodedata
 
 import polars as pl
 import pytest
@@ -130,3 +131,41 @@ def test_whitespace_folding_is_every_run_to_one_space(texts: list[str]) -> None:
     folded = frame.select(Normalisation(False, True, False).text(pl.col("t"))).to_series()
     every_run = frame.select(pl.col("t").str.replace_all(r"\s+", " ").str.strip_chars(" "))
     assert folded.to_list() == every_run.to_series().to_list()
+
+
+@settings(max_examples=300)
+@given(st.lists(st.none() | st.text(), max_size=20))
+def test_nfc_and_case_folding_are_pythons(texts: list[str | None]) -> None:
+    """NFC and case folding are this Python's ``unicodedata.normalize`` and
+    ``str.casefold`` (NFC again after folding), whatever the batch: one Unicode version,
+    the one the docs name, in the gate's batches and in the parent's whole column alike."""
+    frame = pl.DataFrame({"t": texts}, schema={"t": pl.String})
+
+    def nfc(text: str) -> str:
+        return unicodedata.normalize("NFC", text)
+
+    for switches, expected in (
+        ((True, False, True), lambda t: nfc(nfc(t).casefold())),
+        ((True, False, False), nfc),
+        ((False, False, True), str.casefold),
+    ):
+        got = frame.select(Normalisation(*switches).text(pl.col("t"))).to_series().to_list()
+        assert got == [None if t is None else expected(t) for t in texts]
+        listed = (
+            frame.select(
+                pl.concat_list("t", "t").list.eval(Normalisation(*switches).text(pl.element()))
+            )
+            .to_series()
+            .to_list()
+        )
+        assert listed == [[None, None] if t is None else [expected(t)] * 2 for t in texts]
+
+
+@pytest.mark.parametrize("text", ["\U00010d50", "\ua7cb", "\u1c89", "GARAY \U00010d50 OK"])
+def test_case_folding_follows_pythons_unicode_version_not_polars(text: str) -> None:
+    """Capital letters that Unicode encoded after this Python's Unicode version: polars'
+    lowercasing (its own Unicode tables) folded them, ``str.casefold`` does not; the key
+    is Python's, so it does not change when polars is upgraded."""
+    frame = pl.DataFrame({"t": [text]})
+    folded = frame.select(Normalisation().text(pl.col("t"))).to_series().to_list()
+    assert folded == [unicodedata.normalize("NFC", text.casefold())]
