@@ -7,8 +7,6 @@ One private local Ray (``num_cpus=2``) serves the module; each engine built in i
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -22,15 +20,15 @@ import pytest
 
 pytest.importorskip("ray", reason="ray is not installed: pip install 'rowgate[ray]' to test it")
 
-from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.core.config import CampaignConfig, load_campaign
 from pipeline.engines import EngineError, Progress, Step
 from pipeline.engines import ray as ray_module
 from pipeline.engines.ray import RayEngine
 from pipeline.jobs import run as run_module
 from pipeline.output.verify import verify_run
-from pipeline.testing.corpus import duplicate_corpus
 from pipeline.testing.synthetic import export_lines
 from tests.conftest import DATA, ROOT
+from tests.parity import output_digests, planted_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -188,27 +186,6 @@ def test_workers_and_retries_are_checked() -> None:
 # -- runs ---------------------------------------------------------------------------------
 
 
-def _outputs(out: Path) -> dict[str, str]:
-    """sha256 of every output file; the manifest's without its timings (wall clock)."""
-    digests = {
-        p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name != "manifest.json"
-    }
-    manifest = json.loads((out / "manifest.json").read_text())
-    manifest.pop("timings")
-    # where steps run (engine name, retries, partitions) differs by design, and so the digest of the
-    # effective config; what the engine settings fix (the shards) shows in the part files
-    engine = manifest["config"]["engine"]
-    for setting in ("name", "max_retries", "partitions"):
-        engine.pop(setting, None)
-    manifest.pop("config_effective_sha256")
-    digests["manifest.json"] = hashlib.sha256(
-        json.dumps(manifest, sort_keys=True).encode()
-    ).hexdigest()
-    return digests
-
-
 def _on_ray(config: CampaignConfig, **settings: Any) -> CampaignConfig:
     """``config`` run on the Ray engine (``engine.name = "ray"``), with ``engine.*`` settings."""
     return config.override(
@@ -218,24 +195,7 @@ def _on_ray(config: CampaignConfig, **settings: Any) -> CampaignConfig:
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> CampaignConfig:
-    """Plain inputs cut into many small shards (tasks ordered by cost), with planted
-    defects and duplicates, deduplicated with every rule (near candidates are found in
-    partition tasks on the engine)."""
-    root = tmp_path_factory.mktemp("generated")
-    specs = []
-    for kind, count, seed in (("pairwise-v2", 500, 3), ("pw-decide-row-1", 300, 4)):
-        path = root / f"{kind}.jsonl"
-        lines = export_lines(kind, count, seed=seed, defect_rate=0.08, duplicate_rate=0.08)
-        path.write_bytes(b"".join(line + b"\n" for line in lines))
-        specs.append(InputSpec(str(path), kind))
-    planted = root / "planted.jsonl"  # exact, normalised and near duplicates
-    rows = duplicate_corpus(600, seed=21, duplicate_rate=0.35)
-    planted.write_bytes(b"".join(row.line + b"\n" for row in rows))
-    specs.append(InputSpec(str(planted), "pairwise-v2"))
-    return CampaignConfig(inputs=tuple(specs)).override(
-        **{"engine.shard_bytes": 64 * 1024, "engine.workers": 2}
-        | {"dedupe.normalised": True, "dedupe.near": True}
-    )
+    return planted_campaign(tmp_path_factory.mktemp("generated"))
 
 
 @pytest.mark.parametrize("campaign", ["bundled", "generated"])
@@ -251,7 +211,7 @@ def test_ray_and_local_engines_write_identical_outputs(
     if campaign == "generated":
         rules = local.manifest["global"]["dedupe"]["pairwise-v2"]["by_rule"]
         assert min(rules["exact"], rules["normalised"], rules["near"]) > 0
-    assert _outputs(tmp_path / "ray") == _outputs(tmp_path / "local")
+    assert output_digests(tmp_path / "ray") == output_digests(tmp_path / "local")
 
 
 def _run_gate_killing_first(state: tuple[Any, str, Any], task: Any, progress: Progress) -> Any:
@@ -299,7 +259,7 @@ def test_a_run_whose_worker_is_killed_is_complete_or_fails_with_no_out(
     if retries:
         run_module.run(on_ray, out)
         assert (tmp_path / "killed").exists()
-        assert _outputs(out) == _outputs(reference)
+        assert output_digests(out) == output_digests(reference)
         report = verify_run(out)
         assert report.ok, report.problems
     else:
