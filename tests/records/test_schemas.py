@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from urllib.parse import quote
 
+import fastjsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -91,6 +92,33 @@ def test_registry_refuses_a_schema_file(tmp_path: Path) -> None:
     (tmp_path / "bad.schema.json").write_text('{"type":"object","unevaluatedProperties":false}')
     with pytest.raises(SchemaError, match="unevaluatedProperties"):
         SchemaRegistry(tmp_path).get("bad")
+
+
+def test_a_schema_file_is_compiled_once_per_process_and_again_when_it_changes(
+    tmp_path: Path,
+) -> None:
+    """Every run's preflight loads every schema: the compiled validator is shared by
+    registries reading the same bytes, and a changed file is compiled anew."""
+    path = tmp_path / "item.schema.json"
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    path.write_text(json.dumps(schema))
+    first, again = SchemaRegistry(tmp_path).get("item"), SchemaRegistry(tmp_path).get("item")
+    assert again.validate is first.validate
+    assert again.schema == first.schema
+    assert again.schema is not first.schema
+    first.validate({"a": 1})
+    path.write_text(json.dumps(schema | {"properties": {"a": {"type": "string"}}}))
+    changed = SchemaRegistry(tmp_path).get("item")
+    assert changed.validate is not first.validate
+    assert changed.sha256 != first.sha256
+    with pytest.raises(fastjsonschema.JsonSchemaValueException):
+        changed.validate({"a": 1})
+    first.validate({"a": 1})  # the first file's validator is unchanged
 
 
 def test_schema_files_are_parsed_strictly(tmp_path: Path) -> None:
