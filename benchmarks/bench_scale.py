@@ -165,10 +165,25 @@ def targets(runs: list[Run]) -> list[Target]:
     return result
 
 
+def cpu_ratios(runs: list[Run]) -> list[str]:
+    """Near CPU over plain CPU per size and engine, beside the wall target: on a machine
+    other work loads, the CPU seconds of the two runs compare more steadily than their
+    walls (information, not a target)."""
+    found = {(r.size, r.engine, r.mode): r for r in runs if r.ok}
+    lines = []
+    for size, engine, mode in found:
+        near, plain = found[size, engine, mode], found.get((size, engine, "plain"))
+        if mode == "plain" or plain is None or not plain.measurement.cpu_seconds:
+            continue
+        ratio = near.measurement.cpu_seconds / plain.measurement.cpu_seconds
+        lines.append(f"{size}× {engine}: near CPU / plain CPU: {ratio:.2f}×   (information)")
+    return lines
+
+
 def row(r: Run) -> tuple[object, ...]:
     m = r.measurement
     if not r.ok:
-        return (f"{r.size}×", r.engine, r.mode, f"{m.seconds:.1f}", "", "", "", "", "", "", "",
+        return (f"{r.size}×", r.engine, r.mode, f"{m.seconds:.1f}", "", "", "", "", "", "", "", "",
                 f"exit {m.returncode}: {m.error}")  # fmt: skip
     d = r.by_disposition
     return (
@@ -176,6 +191,7 @@ def row(r: Run) -> tuple[object, ...]:
         r.engine,
         r.mode,
         f"{m.seconds:.1f}",
+        f"{m.cpu_seconds:.1f}",
         f"{m.parent_peak_rss / 1e6:,.0f}",
         f"{m.peak_rss / 1e6:,.0f}",
         f"{r.lines:,}",
@@ -188,7 +204,7 @@ def row(r: Run) -> tuple[object, ...]:
 
 
 HEADER = (
-    "size", "engine", "mode", "wall s", "parent peak RSS MB", "tree peak RSS MB", "rows",
+    "size", "engine", "mode", "wall s", "CPU s", "parent peak RSS MB", "tree peak RSS MB", "rows",
     "accepted", "duplicate", "gate s", "global s", "write s",
 )  # fmt: skip
 
@@ -250,6 +266,8 @@ def main() -> None:
     checks = targets(runs)
     for target in checks:
         print(target.line())
+    for line in cpu_ratios(runs):
+        print(line)
     print()
     print(
         f"{os.cpu_count()} CPUs; load average (1, 5, 15 min) "

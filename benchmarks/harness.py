@@ -14,6 +14,7 @@ waited for, i.e. rowgate's workers.)
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -126,6 +127,10 @@ class Measurement:
     error: str = ""
     #: the peak RSS of the command's own process, without its descendants (see above)
     parent_peak_rss: int = 0
+    #: user + system CPU seconds of the command and the descendants it waited for (a
+    #: figure a loaded machine inflates far less than the wall time; daemons a command
+    #: starts and does not wait for, such as a local Ray's, are not in it)
+    cpu_seconds: float = 0.0
 
 
 def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = None) -> Measurement:
@@ -134,6 +139,7 @@ def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = N
     instead."""
     with tempfile.TemporaryFile() as stderr:
         started = time.perf_counter()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         process = subprocess.Popen(list(command), env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         peak = parent_peak = 0
         done = threading.Event()
@@ -149,6 +155,8 @@ def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = N
         sampler.start()
         returncode = process.wait()
         seconds = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         done.set()
         sampler.join()
         error = ""
@@ -156,7 +164,7 @@ def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = N
             stderr.seek(0)
             lines = stderr.read().decode("utf-8", "replace").strip().splitlines()
             error = lines[-1] if lines else ""
-    return Measurement(name, seconds, peak, returncode, error, parent_peak)
+    return Measurement(name, seconds, peak, returncode, error, parent_peak, cpu)
 
 
 def fastest(fn: Callable[[], object], repeat: int) -> float:

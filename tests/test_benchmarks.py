@@ -71,6 +71,7 @@ def test_bench_scale_runs_every_mode_and_size(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "parent peak RSS MB" in done.stdout
+    assert "1× local: near CPU / plain CPU" in done.stdout
     document = json.loads(results.read_text("utf-8"))
     runs = {(r["size"], r["engine"], r["mode"]): r for r in document["runs"]}
     assert set(runs) == {
@@ -79,6 +80,8 @@ def test_bench_scale_runs_every_mode_and_size(tmp_path: Path) -> None:
     for run in runs.values():
         assert run["measurement"]["returncode"] == 0
         assert run["measurement"]["parent_peak_rss"] > 0
+        # the CPU of the run (the parent alone, with one worker) is counted
+        assert run["measurement"]["cpu_seconds"] > 0
         assert run["lines"] == sum(run["by_disposition"].values())
     # the 2× export is generated at twice the size, not copied (a copy would make half
     # of its lines duplicates): its duplicate share stays that of a generated export
