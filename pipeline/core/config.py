@@ -410,7 +410,8 @@ class DedupeSettings:
     #: Opt-in for the same reason (~25 s per 500 MB) and because fuzzy removal changes a
     #: dataset's distribution: a campaign should choose its threshold.
     near: bool = False
-    #: Normalisation of key text: Unicode NFC, whitespace runs → one space, lowercase.
+    #: Normalisation of key text: Unicode NFC, whitespace runs → one space, case folding
+    #: (``str.casefold``); NFC and case folding follow this Python's Unicode tables.
     nfc: bool = True
     fold_whitespace: bool = True
     fold_case: bool = True
