@@ -64,15 +64,30 @@ class Normalisation:
         if self.nfc or self.fold_case:
             fold = _FOLDS[self.nfc, self.fold_case]
             expr = expr.map_batches(
-                lambda texts: pl.Series(
-                    texts.name, [None if t is None else fold(t) for t in texts.to_list()], pl.String
-                ),
-                return_dtype=pl.String,
-                is_elementwise=True,
+                lambda texts: _folded(texts, fold), return_dtype=pl.String, is_elementwise=True
             )
         if self.fold_whitespace:
             expr = expr.str.replace_all(_WHITESPACE_RUN, " ").str.strip_chars(" ")
         return expr
+
+
+#: strings folded per slice: a Python ``str`` of non-ASCII text takes 2 or 4 bytes a
+#: character, so a whole column as Python strings (and their folded copies) took twice
+#: the memory of the column itself and more
+_SLICE: Final = 256
+
+
+def _folded(texts: pl.Series, fold: Callable[[str], str]) -> pl.Series:
+    """``fold`` applied to each string of ``texts`` (nulls stay null), a slice at a time."""
+    parts = [
+        pl.Series(
+            texts.name,
+            [None if t is None else fold(t) for t in texts.slice(start, _SLICE).to_list()],
+            pl.String,
+        )
+        for start in range(0, len(texts), _SLICE)
+    ]
+    return pl.concat(parts) if parts else pl.Series(texts.name, [], pl.String)
 
 
 def _nfc(text: str) -> str:
