@@ -51,11 +51,8 @@ def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) ->
     parts = [pl.col(name) for name in frame.columns]
     columns: dict[str, pa.Array] = {}
     if settings.normalised:
-        keys = frame.select(key_columns(key, normalisation, parts=parts)).to_series().to_list()
-        columns[NORMALISED] = pa.array(
-            [None if k is None else hashlib.sha256(k.encode("utf-8")).digest() for k in keys],
-            pa.binary(32),
-        )
+        keys = frame.select(key_columns(key, normalisation, parts=parts)).to_series()
+        columns[NORMALISED] = _sha256s(keys.to_arrow())
     if settings.near:
         texts = frame.select(text_columns(key, normalisation, parts=parts)).to_series()
         sig, has = signatures(texts, LshParams.from_settings(settings))
@@ -63,6 +60,28 @@ def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) ->
         columns[SIGNATURE] = pa.FixedSizeListArray.from_arrays(values, settings.permutations)
         columns[SHINGLED] = pa.array(has, pa.bool_())
     return pa.RecordBatch.from_pydict(columns)
+
+
+def _sha256s(texts: pa.Array) -> pa.Array:
+    """The SHA-256 of each string's UTF-8 bytes (null for null), hashed where Arrow holds
+    them: no Python string per row (2 or 4 bytes a character for non-ASCII text) and no
+    encoding back to UTF-8."""
+    texts = texts.cast(pa.large_string())
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    _, offsets_buffer, data_buffer = texts.buffers()
+    n = len(texts)
+    offsets = np.frombuffer(offsets_buffer, np.int64)[texts.offset : texts.offset + n + 1].tolist()
+    data = memoryview(data_buffer if data_buffer is not None else b"")
+    valid = texts.is_valid().to_pylist() if texts.null_count else [True] * n
+    sha256 = hashlib.sha256
+    return pa.array(
+        [
+            sha256(data[offsets[i] : offsets[i + 1]]).digest() if valid[i] else None
+            for i in range(n)
+        ],
+        pa.binary(32),
+    )
 
 
 @dataclass(frozen=True)
