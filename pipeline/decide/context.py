@@ -148,12 +148,16 @@ class GlobalContext:
                 .collect()
             )
 
-    def row_keys(self, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame | None:
+    def row_keys(
+        self, kind: str, columns: Sequence[str] | Mapping[str, pl.Expr] = ()
+    ) -> pl.DataFrame | None:
         """The dedupe row keys the gate computed for ``kind``
-        (:mod:`pipeline.dedupe.row_keys`): their ``columns``, a row per staged row, in the
-        stable order key, with ``_shard`` and ``_shard_line``; ``None`` when the gate
-        computed none. Read only the columns needed of every row: the signatures and
-        band keys are ~700 bytes a row, read by the near rule's tasks shard by shard."""
+        (:mod:`pipeline.dedupe.row_keys`): their ``columns`` (or expressions over them,
+        by name), a row per staged row, in the stable order key, with ``_shard`` and
+        ``_shard_line``; ``None`` when the gate computed none. Read only the columns
+        needed of every row: the signatures and band keys are ~700 bytes a row, read by
+        the near rule's tasks shard by shard."""
+        exprs = columns if isinstance(columns, Mapping) else {c: pl.col(c) for c in columns}
         frames = []
         stem = self.storage.row_keys_stem(kind)
         for summary in self.summaries:
@@ -166,11 +170,25 @@ class GlobalContext:
                 .select(
                     pl.lit(summary.shard, pl.Int32).alias("_shard"),
                     "_shard_line",
-                    *columns,
+                    *(expr.alias(name) for name, expr in exprs.items()),
                 )
                 .collect()
             )
         return pl.concat(frames) if frames else None
+
+    def with_lineage(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` (a few rows, with ``_shard`` and ``_shard_line``) with the state's
+        ``_input``, ``_source`` and ``_line`` of its rows, from the shards they are in:
+        joining the few rows to the state instead costs a hash table of every row."""
+        shard = pl.col("_shard")
+        inputs = {s.index: s.input.index for s in self.shards}
+        sources = {s.index: s.input.path for s in self.shards}
+        return frame.with_columns(
+            _input=shard.replace_strict(inputs, return_dtype=pl.Int32),
+            _source=shard.replace_strict(sources, return_dtype=pl.String),
+            _line=pl.col("_shard_line")
+            + shard.replace_strict(dict(enumerate(self.line_bases)), return_dtype=pl.Int64),
+        )
 
     def fetch(
         self, kind: str, keys: pl.DataFrame, columns: Sequence[str], stem: str | None = None
