@@ -60,17 +60,24 @@ def _column_root(path: str) -> str:
 
 
 def required_columns(
-    key: DedupeKey | None, settings: DedupeSettings, kind: str, *, texts: bool = True
+    key: DedupeKey | None,
+    settings: DedupeSettings,
+    kind: str,
+    *,
+    texts: bool = True,
+    groups: bool = True,
 ) -> list[str]:
     """Payload columns :func:`dedupe_table` reads for a kind (key texts only when a rule
     that reads them is on: exact duplicates need only the fingerprints; none with
-    ``texts=False``, when the gate's row keys stand in for them)."""
+    ``texts=False``, when the gate's row keys stand in for them; the split groups' fields
+    unless ``groups=False``, when the rows are of one split and no group can straddle)."""
     texts = texts and key is not None and (settings.normalised or settings.near)
     columns = list(key.columns) if texts and key is not None else []
     rule = settings.survivor_rule(kind)
     if ":" in rule:
         columns.append(_column_root(rule.split(":", 1)[1]))
-    columns += [_column_root(p) for p in group_fields(key, settings, kind)]
+    if groups:
+        columns += [_column_root(p) for p in group_fields(key, settings, kind)]
     return list(dict.fromkeys(columns))
 
 

@@ -98,9 +98,8 @@ class Dedupe:
         # the gate's row keys stand in for the key texts (normalised and near rules)
         staged_keys = _staged_keys(ctx, kind, key is not None)
         texts = staged_keys is None
-        wanted = [apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts)]
         exact, digests = _digests(ctx, kind, staged_keys is not None, rows, is_accepted, accepted)
-        columns = [*_available(ctx, kind, wanted), *digests]
+        columns = [*_payload_columns(ctx, kind, key, texts, len(splits) > 1), *digests]
         fields = group_fields(key, settings, kind)
         ctx.on_stage(f"{kind}: dedupe: read keys")
         participants = (
@@ -120,7 +119,7 @@ class Dedupe:
         matches = match_duplicates(frame, key, settings, kind, row_keys)
         ctx.on_stage(f"{kind}: dedupe: clusters")
         if participants is None:
-            everyone = frame
+            everyone = frame if len(splits) > 1 else pl.DataFrame(schema={"_split": pl.String})
         else:
             # the removed rows' places among all accepted rows, which are the row ids
             place = frame["_place"].cast(pl.Int64).gather(matches.removed["_row"])
@@ -134,7 +133,7 @@ class Dedupe:
                     [accepted.select(split), grouping.rename(back, strict=False)],
                     how="horizontal",
                 )
-            else:  # no group can straddle splits
+            else:
                 everyone = pl.DataFrame(schema={"_split": pl.String})
         outcome = matches.complete(everyone, fields, accepted.height)
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", outcome.clusters.to_arrow(), kind)
@@ -167,6 +166,22 @@ def _staged_keys(ctx: GlobalContext, kind: str, keyed: bool) -> pl.DataFrame | N
     if _exact_only(settings) or not keyed:
         return None
     return ctx.row_keys(kind, {_NORMALISED_PREFIX: _digest_prefix()} if settings.normalised else {})
+
+
+def _payload_columns(
+    ctx: GlobalContext, kind: str, key: DedupeKey | None, texts: bool, splits: bool
+) -> list[str]:
+    """The staged payload columns the matching reads (:func:`required_columns`, as the
+    kind stages them); the split groups' fields only when the rows are of several
+    ``splits`` (else no group can straddle splits). A configured column the kind lacks
+    is an error either way."""
+    settings, apart = ctx.config.dedupe, get_kind(kind).apart
+    wanted = [apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts)]
+    available = _available(ctx, kind, wanted)
+    if splits:
+        return available
+    alone = required_columns(key, settings, kind, texts=texts, groups=False)
+    return [c for c in available if c in {apart.get(c, c) for c in alone}]
 
 
 def _digests(
