@@ -17,8 +17,10 @@ Memory: this phase runs in the parent over every row of the run, so what it hold
 is what grows with the input. The state is :data:`STATE_COLUMNS` (~50 bytes a row); a
 stage reads what else it needs shard by shard (:meth:`GlobalContext.evaluate`), groups
 on 64-bit hashes with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash
-repeats in full (:meth:`GlobalContext.fetch`). Measured with cross rules and exact dedupe:
-the phase's peak grows ~75 bytes a row (135 → 170 MB from 150k to 600k rows of 3.3 KB).
+repeats in full (:meth:`GlobalContext.fetch`, which takes them alone out of the staged
+files). Measured on the scale benchmark's exports (90k and 359k rows of 3.3 KB), the run's
+parent peak grows ~140 bytes a row, with or without near and normalised dedupe: the bytes
+per row of each structure are in docs/scale.md ("The driver's memory, per row").
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, cast
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -148,12 +151,16 @@ class GlobalContext:
                 .collect()
             )
 
-    def row_keys(self, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame | None:
+    def row_keys(
+        self, kind: str, columns: Sequence[str] | Mapping[str, pl.Expr] = ()
+    ) -> pl.DataFrame | None:
         """The dedupe row keys the gate computed for ``kind``
-        (:mod:`pipeline.dedupe.row_keys`): their ``columns``, a row per staged row, in the
-        stable order key, with ``_shard`` and ``_shard_line``; ``None`` when the gate
-        computed none. Read only the columns needed of every row: the signatures and
-        band keys are ~700 bytes a row, read by the near rule's tasks shard by shard."""
+        (:mod:`pipeline.dedupe.row_keys`): their ``columns`` (or expressions over them,
+        by name), a row per staged row, in the stable order key, with ``_shard`` and
+        ``_shard_line``; ``None`` when the gate computed none. Read only the columns
+        needed of every row: the signatures and band keys are ~700 bytes a row, read by
+        the near rule's tasks shard by shard."""
+        exprs = columns if isinstance(columns, Mapping) else {c: pl.col(c) for c in columns}
         frames = []
         stem = self.storage.row_keys_stem(kind)
         for summary in self.summaries:
@@ -166,11 +173,25 @@ class GlobalContext:
                 .select(
                     pl.lit(summary.shard, pl.Int32).alias("_shard"),
                     "_shard_line",
-                    *columns,
+                    *(expr.alias(name) for name, expr in exprs.items()),
                 )
                 .collect()
             )
         return pl.concat(frames) if frames else None
+
+    def with_lineage(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` (a few rows, with ``_shard`` and ``_shard_line``) with the state's
+        ``_input``, ``_source`` and ``_line`` of its rows, from the shards they are in:
+        joining the few rows to the state instead costs a hash table of every row."""
+        shard = pl.col("_shard")
+        inputs = {s.index: s.input.index for s in self.shards}
+        sources = {s.index: s.input.path for s in self.shards}
+        return frame.with_columns(
+            _input=shard.replace_strict(inputs, return_dtype=pl.Int32),
+            _source=shard.replace_strict(sources, return_dtype=pl.String),
+            _line=pl.col("_shard_line")
+            + shard.replace_strict(dict(enumerate(self.line_bases)), return_dtype=pl.Int64),
+        )
 
     def fetch(
         self, kind: str, keys: pl.DataFrame, columns: Sequence[str], stem: str | None = None
@@ -182,16 +203,9 @@ class GlobalContext:
         wanted = list(dict.fromkeys(["_shard_line", *columns]))
 
         def read(shard: int, lines: pl.Series | None) -> pl.DataFrame:
-            frame = self.storage.scan_staged(shard, stem or kind).select(wanted)
-            if lines is None:
-                frame = frame.head(0)  # no keys: the columns, typed, and no rows
-            else:
-                frame = frame.filter(pl.col("_shard_line").is_in(lines.implode()))
-            found = frame.with_columns(_shard=pl.lit(shard, pl.Int32)).collect()
-            # Measured: polars' filtered strings still point into (and keep alive) the
-            # buffers of every row read, here a whole shard of texts and digests (44 vs 11
-            # MB for 16k rows of 32 shards). A round trip through Arrow copies out the rows.
-            return cast(pl.DataFrame, pl.from_arrow(found.to_arrow()))
+            table = self.storage.staged_table(shard, stem or kind).select(wanted)
+            found = cast(pl.DataFrame, pl.from_arrow(_take(table, lines)))
+            return found.with_columns(_shard=pl.lit(shard, pl.Int32))
 
         if keys.height == 0:
             return read(next(s.shard for s in self.summaries if kind in s.kinds), None)
@@ -200,9 +214,14 @@ class GlobalContext:
 
     def scan(self, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame:
         """Staged columns of every row of ``kind`` in the stable order key, with the
-        state columns (``_shard``, ``_line``, ``_source``, ``_disposition``, ...)."""
+        state columns (``_shard``, ``_line``, ``_source``, ``_disposition``, ...).
+
+        Collected shard by shard and kept as one chunk per shard: collecting the shards'
+        scans at once, into one chunk, took twice the result's size above it (34 against
+        18 MB for 349k rows of state), which polars' allocator then kept."""
         frames = []
         staged = ["_shard_line", "_disposition", "_reasons"]
+        head = list(STATE_COLUMNS)
         for summary in self.summaries:
             if kind not in summary.kinds:
                 continue
@@ -216,12 +235,30 @@ class GlobalContext:
                     _source=pl.lit(shard.input.path),
                     _line=pl.col("_shard_line") + self.line_bases[summary.shard],
                     _reason_codes=pl.col("_reasons").list.eval(pl.element().struct.field("code")),
-                ).drop("_reasons")
+                )
+                .select([*head, *(c for c in columns if c not in head)])
+                .collect()
             )
         if not frames:
             return pl.DataFrame()
-        head = list(STATE_COLUMNS)
-        return pl.concat(frames).collect().select([*head, *(c for c in columns if c not in head)])
+        return pl.concat(frames, rechunk=False)
+
+
+def _take(table: pa.Table, lines: pl.Series | None) -> pa.Table:
+    """The rows of a staged table (memory-mapped) whose ``_shard_line`` is in ``lines``
+    (none: no rows), in the file's order, copied out of it batch by batch.
+
+    Only those rows are read: polars scanning the columns and filtering them read the
+    shard's columns whole (~77 MB of texts a 64 MiB shard, for a few rows), and a take
+    over the whole (chunked) table concatenates nested columns first (measured: 48 MB
+    more anonymous memory over 18 shards of texts than taking batch by batch)."""
+    asked = np.unique(lines.to_numpy()) if lines is not None else np.empty(0, np.int64)
+    parts = []
+    for batch in table.to_batches():
+        at = np.flatnonzero(np.isin(batch.column("_shard_line").to_numpy(), asked))
+        if len(at):
+            parts.append(batch.take(pa.array(at, pa.int64())))
+    return pa.Table.from_batches(parts, schema=table.schema)
 
 
 class GlobalStage(Protocol):

@@ -12,10 +12,13 @@ here 10 MB (~17 bytes per row); ``n_unique().over(a, b)`` took 93 MB for what
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
-__all__ = ["repeated", "varying"]
+__all__ = ["dense_ranks", "repeated", "varying"]
 
 
 def repeated(values: pl.Series) -> pl.Series:
@@ -41,3 +44,26 @@ def varying(groups: pl.Series, values: pl.Series) -> pl.Series:
     # sorted by group then value: a group varies where its value changes inside it
     changes = (group_sorted[1:] == group_sorted[:-1]) & (value_sorted[1:] != value_sorted[:-1])
     return pl.Series(groups.name, np.isin(group, group_sorted[1:][changes]))
+
+
+def dense_ranks(
+    prefixes: pl.Series, exact: Callable[[npt.NDArray[np.int64]], pl.Series]
+) -> npt.NDArray[np.int64]:
+    """Each row's dense rank (from 0) among long values (64-character digests), known by
+    an order-preserving 64-bit prefix: ``prefixes`` (no nulls), and ``exact(rows)`` the
+    values of those rows, read only where a prefix repeats. The ranks are those of the
+    values themselves (``rank("dense") - 1``): rows share one when their values are equal,
+    whatever the prefixes, and the order is the values' order. 8 bytes a row instead of
+    the values (80 bytes a row as polars strings) and their sort."""
+    prefix = prefixes.to_numpy()
+    within = np.zeros(len(prefix), dtype=np.int64)
+    shared = np.flatnonzero(repeated(prefixes).to_numpy())
+    if len(shared):  # equal prefixes: ordered (and told apart) by the values
+        within[shared] = exact(shared).rank("dense").to_numpy()
+    order = np.lexsort((within, prefix))
+    ordered, tie = prefix[order], within[order]
+    new = np.ones(len(order), dtype=np.int64)
+    new[1:] = (ordered[1:] != ordered[:-1]) | (tie[1:] != tie[:-1])
+    ranks = np.empty(len(order), dtype=np.int64)
+    ranks[order] = np.cumsum(new) - 1
+    return ranks

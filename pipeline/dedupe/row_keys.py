@@ -93,9 +93,16 @@ class RowKeys:
     distinct (better, worse) text ids, as :func:`~pipeline.dedupe.minhash.candidate_pairs`
     gives them; ``signatures(rows)`` and ``texts(rows)`` give the signatures
     (permutations × rows) and normalised key texts of some rows (the pairs' check reads
-    only the candidates')."""
+    only the candidates').
+
+    ``normalised`` may hold the digests' dense ranks instead of the digests (the same
+    groups in the same order), and ``exact`` the dense ranks of the content fingerprints;
+    ``records(rows)`` gives the ``_record_sha256`` of some rows (those a pointer or a
+    cluster names): then the frame need not hold a digest of every row."""
 
     normalised: pl.Series | None
     candidates: Callable[[I64, I64], tuple[I64, I64]] | None
     signatures: Callable[[I64], npt.NDArray[np.uint32]] | None
     texts: Callable[[I64], pl.Series]
+    exact: I64 | None = None
+    records: Callable[[I64], pl.Series] | None = None

@@ -9,7 +9,7 @@ when known). Positions in that frame are the row identities throughout.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -25,6 +25,8 @@ from pipeline.dedupe.minhash import LshParams, NearPairs, near_pairs, verified_p
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.row_keys import RowKeys
 from pipeline.dedupe.splits import field_expr, straddling_groups
+
+I64 = npt.NDArray[np.int64]
 
 __all__ = [
     "DedupeOutcome",
@@ -58,17 +60,24 @@ def _column_root(path: str) -> str:
 
 
 def required_columns(
-    key: DedupeKey | None, settings: DedupeSettings, kind: str, *, texts: bool = True
+    key: DedupeKey | None,
+    settings: DedupeSettings,
+    kind: str,
+    *,
+    texts: bool = True,
+    groups: bool = True,
 ) -> list[str]:
     """Payload columns :func:`dedupe_table` reads for a kind (key texts only when a rule
     that reads them is on: exact duplicates need only the fingerprints; none with
-    ``texts=False``, when the gate's row keys stand in for them)."""
+    ``texts=False``, when the gate's row keys stand in for them; the split groups' fields
+    unless ``groups=False``, when the rows are of one split and no group can straddle)."""
     texts = texts and key is not None and (settings.normalised or settings.near)
     columns = list(key.columns) if texts and key is not None else []
     rule = settings.survivor_rule(kind)
     if ":" in rule:
         columns.append(_column_root(rule.split(":", 1)[1]))
-    columns += [_column_root(p) for p in group_fields(key, settings, kind)]
+    if groups:
+        columns += [_column_root(p) for p in group_fields(key, settings, kind)]
     return list(dict.fromkeys(columns))
 
 
@@ -174,6 +183,8 @@ def match_duplicates(
     positions = np.arange(n, dtype=np.int64)
     if not settings.exact:
         exact = positions
+    elif row_keys is not None and row_keys.exact is not None:
+        exact = row_keys.exact
     elif "_content_sha256" in frame.columns and frame["_content_sha256"].null_count() == 0:
         exact = _dense_ids(frame, pl.col("_content_sha256"))
     elif key is not None:
@@ -217,9 +228,22 @@ def match_duplicates(
     protected = {name: i + 1 for i, name in enumerate(settings.protected_splits)}
     partition = splits.replace_strict(protected, default=0, return_dtype=pl.Int64).to_numpy()
     found = find_duplicates(rank, exact, normalised, partition.astype(np.int64), near)
-    removed = _removed_frame(frame, found, splits, key, normalisation, params)
-    clusters = _clusters_frame(frame, found, splits, kind)
+    records = row_keys.records if row_keys is not None else None
+    removed = _removed_frame(frame, found, splits, key, normalisation, params, records)
+    clusters = _clusters_frame(frame, found, splits, kind, records)
     return Matches(found, near, removed, clusters, key, settings)
+
+
+def _lineage(
+    frame: pl.DataFrame, rows: npt.NDArray[np.int64], records: Callable[[I64], pl.Series] | None
+) -> pl.DataFrame:
+    """``_source``, ``_line`` and ``_record_sha256`` of the frame's ``rows``: the digests
+    read for those rows only (``records``) when the frame does not hold them."""
+    if records is None or "_record_sha256" in frame.columns:
+        return frame.select("_source", "_line", "_record_sha256")[rows]
+    return frame.select("_source", "_line")[rows].with_columns(
+        records(rows).alias("_record_sha256")
+    )
 
 
 def _removed_frame(
@@ -229,11 +253,11 @@ def _removed_frame(
     key: DedupeKey | None,
     normalisation: Normalisation,
     params: LshParams,
+    records: Callable[[I64], pl.Series] | None,
 ) -> pl.DataFrame:
     rows = np.flatnonzero(found.removed)
     kept = found.kept[rows]
-    lineage = frame.select("_source", "_line", "_record_sha256")
-    target = lineage[kept]
+    target = _lineage(frame, kept, records)
     rule = [RULES[int(code)] for code in found.rule[rows]]
     described = key.description if key is not None else "key"
     out = pl.DataFrame(
@@ -291,10 +315,14 @@ def _removed_frame(
 
 
 def _clusters_frame(
-    frame: pl.DataFrame, found: Duplicates, splits: pl.Series, kind: str
+    frame: pl.DataFrame,
+    found: Duplicates,
+    splits: pl.Series,
+    kind: str,
+    records: Callable[[I64], pl.Series] | None,
 ) -> pl.DataFrame:
     members = np.flatnonzero(found.cluster >= 0)
-    lineage = frame.select("_source", "_line", "_record_sha256")[members]
+    lineage = _lineage(frame, members, records)
     table = pl.DataFrame(
         {
             "cluster": found.cluster[members],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import polars as pl
 import pyarrow as pa
@@ -143,3 +144,70 @@ def test_decisions_reach_outputs(stages: None, tmp_path: Path) -> None:
     counts = results[1].manifest["counts"]
     assert counts["by_reason"]["quarantined"]["test.third"] == quarantined.height
     assert sum(counts["by_disposition"].values()) == 300
+
+
+class ProbeReads:
+    """Asks ``fetch`` and ``with_lineage`` for some rows and keeps what they gave beside
+    what the staged files hold, read whole (decides nothing)."""
+
+    name = "probe"
+    order = 1
+    seen: ClassVar[list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]]] = []
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        keys = rows.select("_shard", "_shard_line").gather_every(7)
+        # a line asked twice, and a line no staged row has: the one row, and nothing
+        asked = pl.concat(
+            [keys, keys.head(3), keys.head(1).with_columns(_shard_line=pl.lit(10**9, pl.Int64))]
+        )
+        columns = ["task_id", "messages", "_record_sha256"]
+        fetched = ctx.fetch(kind, asked, columns)
+        whole = pl.concat(
+            ctx.staged(s.shard, kind)
+            .select("_shard_line", *columns)
+            .with_columns(_shard=pl.lit(s.shard, pl.Int32))
+            .collect()
+            for s in ctx.summaries
+            if kind in s.kinds
+        )
+        expected = whole.join(keys, on=["_shard", "_shard_line"], how="semi", maintain_order="left")
+        lineage = ctx.with_lineage(keys).select("_input", "_source", "_line")
+        truth = rows.gather_every(7).select("_input", "_source", "_line")
+        self.seen.append((fetched, expected, lineage, truth))
+        return None
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_fetch_and_lineage_read_the_rows_asked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int
+) -> None:
+    """``fetch`` takes the rows asked for out of the memory-mapped staged files (each
+    once, in file order, of several Arrow batches a shard); ``with_lineage`` gives them
+    the state's lineage columns without joining the state: both equal the staged rows
+    and the state read whole."""
+    import pipeline.decide.stages  # noqa: F401
+
+    monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeReads])
+    ProbeReads.seen.clear()
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(
+        b"".join(
+            line + b"\n" for line in export_lines("pairwise-v2", 400, seed=3, defect_rate=0.05)
+        )
+    )
+    config = CampaignConfig(inputs=(InputSpec(str(source)),)).override(
+        **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
+    )
+    run(config, tmp_path / "out")
+    [(fetched, expected, lineage, truth)] = ProbeReads.seen
+    assert fetched["_shard"].n_unique() > 1
+    assert expected.height > 20
+    assert fetched.select(expected.columns).schema == expected.schema
+    assert fetched.select(expected.columns).equals(expected)
+    assert lineage.equals(truth)

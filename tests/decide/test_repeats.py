@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+import numpy as np
 import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.decide.repeats import repeated, varying
+from pipeline.decide.repeats import dense_ranks, repeated, varying
 
 # few distinct values, so that repeats are common; the extremes of the 64-bit range too
 _VALUES = st.lists(st.sampled_from([0, 1, 2, 7, 2**63, 2**64 - 1]), max_size=40)
@@ -36,3 +37,27 @@ def test_empty_and_single() -> None:
     assert repeated(pl.Series([3], dtype=pl.UInt64)).to_list() == [False]
     empty = pl.Series([], dtype=pl.UInt64)
     assert varying(empty, empty).to_list() == []
+
+
+# digests whose prefixes collide (one hex digit of prefix: 16 values), in any order
+_DIGESTS = st.lists(st.text("0a1f", min_size=3, max_size=3), max_size=40)
+
+
+@given(_DIGESTS)
+def test_dense_ranks_on_prefixes_are_the_ranks_of_the_values(values: list[str]) -> None:
+    """Ranks found on a 64-bit prefix (here the first hex digit: most prefixes are
+    shared) are the dense ranks of the values themselves: equal values share one,
+    different values never do, in the values' order; only rows whose prefix repeats are
+    read in full."""
+    series = pl.Series("d", values, dtype=pl.String)
+    prefixes = series.str.slice(0, 1).str.to_integer(base=16, dtype=pl.UInt64)
+    asked: list[int] = []
+
+    def exact(rows: np.ndarray) -> pl.Series:
+        asked.extend(rows.tolist())
+        return series.gather(rows)
+
+    ranks = dense_ranks(prefixes, exact)
+    assert ranks.tolist() == (series.rank("dense") - 1).to_list()
+    counts = Counter(v[0] for v in values)
+    assert sorted(asked) == [i for i, v in enumerate(values) if counts[v[0]] > 1]

@@ -170,14 +170,8 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     del hashed
     if candidates.height == 0:
         return None
-    exact = (
-        ctx.fetch(kind, candidates, [*keys, "_record_sha256"])
-        .join(
-            rows.select(*KEYS, "_input", "_source", "_line"),
-            on=list(KEYS),
-            how="left",
-        )
-        .sort("_input", "_line")
+    exact = ctx.with_lineage(ctx.fetch(kind, candidates, [*keys, "_record_sha256"])).sort(
+        "_input", "_line"
     )
     first = pl.col("_record_sha256").first().over(keys)
     later = pl.int_range(pl.len()).over(keys) > 0

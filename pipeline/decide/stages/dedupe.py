@@ -39,7 +39,7 @@ from pipeline.decide.context import (
     OutputColumn,
     register_stage,
 )
-from pipeline.decide.repeats import repeated
+from pipeline.decide.repeats import dense_ranks, repeated
 from pipeline.dedupe.keys import DedupeKey, text_columns
 from pipeline.dedupe.minhash import LshParams, pairs_of_codes
 from pipeline.dedupe.normalise import Normalisation
@@ -59,6 +59,8 @@ __all__ = ["Dedupe"]
 _ON_DUPLICATES: Final = frozenset({Disposition.DUPLICATE})
 #: staged lineage the stage reads for its rows: exact groups, and what pointers name
 _DIGESTS: Final = ("_content_sha256", "_record_sha256")
+#: the 64-bit prefix of a row's normalised key digest, read for every row
+_NORMALISED_PREFIX: Final = "_normalised_prefix"
 
 
 @register_stage
@@ -96,9 +98,8 @@ class Dedupe:
         # the gate's row keys stand in for the key texts (normalised and near rules)
         staged_keys = _staged_keys(ctx, kind, key is not None)
         texts = staged_keys is None
-        wanted = [apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts)]
-        # the digests (exact groups; the kept row a pointer names) are not state columns
-        columns = [*_available(ctx, kind, wanted), *_DIGESTS]
+        exact, digests = _digests(ctx, kind, staged_keys is not None, rows, is_accepted, accepted)
+        columns = [*_payload_columns(ctx, kind, key, texts, len(splits) > 1), *digests]
         fields = group_fields(key, settings, kind)
         ctx.on_stage(f"{kind}: dedupe: read keys")
         participants = (
@@ -113,12 +114,12 @@ class Dedupe:
         frame = frame.with_columns(split).rename(back, strict=False)
         row_keys = None
         if staged_keys is not None and key is not None:
-            row_keys = _row_keys(ctx, kind, key, staged_keys, rows, is_accepted, frame)
+            row_keys = _row_keys(ctx, kind, key, staged_keys, rows, is_accepted, frame, exact)
         ctx.on_stage(f"{kind}: dedupe: match")
         matches = match_duplicates(frame, key, settings, kind, row_keys)
         ctx.on_stage(f"{kind}: dedupe: clusters")
         if participants is None:
-            everyone = frame
+            everyone = frame if len(splits) > 1 else pl.DataFrame(schema={"_split": pl.String})
         else:
             # the removed rows' places among all accepted rows, which are the row ids
             place = frame["_place"].cast(pl.Int64).gather(matches.removed["_row"])
@@ -132,7 +133,7 @@ class Dedupe:
                     [accepted.select(split), grouping.rename(back, strict=False)],
                     how="horizontal",
                 )
-            else:  # no group can straddle splits
+            else:
                 everyone = pl.DataFrame(schema={"_split": pl.String})
         outcome = matches.complete(everyone, fields, accepted.height)
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", outcome.clusters.to_arrow(), kind)
@@ -164,7 +165,44 @@ def _staged_keys(ctx: GlobalContext, kind: str, keyed: bool) -> pl.DataFrame | N
     settings = ctx.config.dedupe
     if _exact_only(settings) or not keyed:
         return None
-    return ctx.row_keys(kind, [NORMALISED] if settings.normalised else [])
+    return ctx.row_keys(kind, {_NORMALISED_PREFIX: _digest_prefix()} if settings.normalised else {})
+
+
+def _payload_columns(
+    ctx: GlobalContext, kind: str, key: DedupeKey | None, texts: bool, splits: bool
+) -> list[str]:
+    """The staged payload columns the matching reads (:func:`required_columns`, as the
+    kind stages them); the split groups' fields only when the rows are of several
+    ``splits`` (else no group can straddle splits). A configured column the kind lacks
+    is an error either way."""
+    settings, apart = ctx.config.dedupe, get_kind(kind).apart
+    wanted = [apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts)]
+    available = _available(ctx, kind, wanted)
+    if splits:
+        return available
+    alone = required_columns(key, settings, kind, texts=texts, groups=False)
+    return [c for c in available if c in {apart.get(c, c) for c in alone}]
+
+
+def _digests(
+    ctx: GlobalContext,
+    kind: str,
+    keyed: bool,
+    rows: pl.DataFrame,
+    is_accepted: pl.Series,
+    accepted: pl.DataFrame,
+) -> tuple[npt.NDArray[np.int64] | None, tuple[str, ...]]:
+    """The exact groups, if ranked here, and the digests every row taking part is read
+    with (exact groups; the kept row a pointer names: they are not state columns). With
+    the gate's row keys (``keyed``), the exact groups are ranked on a 64-bit prefix of the
+    fingerprints (:func:`_exact_ranks`) and the record digests are read for the rows a
+    pointer or a cluster names: 8 bytes a row instead of two 64-character strings."""
+    if not keyed:
+        return None, _DIGESTS
+    if not ctx.config.dedupe.exact:
+        return None, ()
+    exact = _exact_ranks(ctx, kind, rows, is_accepted, accepted)
+    return exact, ("_content_sha256",) if exact is None else ()
 
 
 def _exact_only(settings: DedupeSettings) -> bool:
@@ -209,6 +247,72 @@ def _fingerprint_hash() -> pl.Expr:
     return pl.col("_content_sha256").hash(5)
 
 
+def _fingerprint_prefix() -> pl.Expr:
+    """The fingerprint's first 64 bits: its lowercase hex digits order as its value does."""
+    return pl.col("_content_sha256").str.slice(0, 16).str.to_integer(base=16, dtype=pl.UInt64)
+
+
+def _digest_prefix() -> pl.Expr:
+    """The normalised key digest's first 64 bits, big-endian: they order as its bytes."""
+    return pl.col(NORMALISED).bin.head(8).bin.reinterpret(dtype=pl.UInt64, endianness="big")
+
+
+def _exact_ranks(
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    is_accepted: pl.Series,
+    accepted: pl.DataFrame,
+) -> npt.NDArray[np.int64] | None:
+    """The accepted rows' exact groups: the dense ranks of their content fingerprints,
+    as :func:`~pipeline.dedupe.table.match_duplicates` computes them from the digests,
+    ranked on the fingerprints' prefixes (:func:`~pipeline.decide.repeats.dense_ranks`);
+    ``None`` if a row has no fingerprint or one that is not a lowercase hex digest (then
+    the digests decide)."""
+    found = _payload(
+        ctx,
+        kind,
+        rows,
+        is_accepted,
+        {
+            "_prefix": _fingerprint_prefix(),
+            "_hex": pl.col("_content_sha256").str.contains("^[0-9a-f]{64}$").fill_null(False),
+        },
+    )
+    if not found["_hex"].all():
+        return None
+    keys = accepted.select(KEYS)
+    return dense_ranks(
+        found["_prefix"],
+        lambda at: _fetched(ctx, kind, keys[at], ["_content_sha256"])["_content_sha256"],
+    )
+
+
+def _normalised_ranks(
+    ctx: GlobalContext,
+    kind: str,
+    staged: pl.DataFrame,
+    is_accepted: pl.Series,
+    frame: pl.DataFrame,
+) -> pl.Series:
+    """The accepted rows' normalised groups: the dense ranks of their normalised key
+    digests, ranked on the digests' prefixes; the digests themselves if one is missing."""
+    prefix = staged[_NORMALISED_PREFIX].filter(is_accepted)
+    if prefix.null_count():
+        whole = ctx.row_keys(kind, [NORMALISED])
+        assert whole is not None  # the prefixes were read from them
+        return whole[NORMALISED].filter(is_accepted)
+    stem = ctx.storage.row_keys_stem(kind)
+    keys = frame.select(KEYS)
+
+    def digests(at: npt.NDArray[np.int64]) -> pl.Series:
+        wanted = keys[at]
+        found = ctx.fetch(kind, wanted, [NORMALISED], stem)
+        return wanted.join(found, on=list(KEYS), how="left", maintain_order="left")[NORMALISED]
+
+    return pl.Series(NORMALISED, dense_ranks(prefix, digests))
+
+
 def _payload(
     ctx: GlobalContext,
     kind: str,
@@ -235,11 +339,13 @@ def _row_keys(
     rows: pl.DataFrame,
     is_accepted: pl.Series,
     frame: pl.DataFrame,
+    exact: npt.NDArray[np.int64] | None,
 ) -> RowKeys:
     """The gate's row keys of the accepted rows (``frame``'s rows, in order): the
-    normalised digests read here, the near candidates found on the engine
-    (:mod:`pipeline.dedupe.partitions`), and the key texts and signatures of only the rows
-    asked for (the near candidates)."""
+    normalised groups ranked here, the near candidates found on the engine
+    (:mod:`pipeline.dedupe.partitions`), and the key texts, signatures and record digests
+    of only the rows asked for (the near candidates; the rows pointers name). ``exact``:
+    the exact groups (:func:`_exact_ranks`), if ranked."""
     if not staged.select(*KEYS).equals(rows.select(*KEYS)):
         raise AssertionError("staged row keys and the global state are out of step")
     apart = get_kind(kind).apart
@@ -265,9 +371,21 @@ def _row_keys(
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         return _near_candidates(ctx, kind, rows, is_accepted, text_rows, text_rank)
 
-    normalised = staged[NORMALISED].filter(is_accepted) if NORMALISED in staged.columns else None
+    def records(at: npt.NDArray[np.int64]) -> pl.Series:
+        return _fetched(ctx, kind, frame.select(KEYS)[at], ["_record_sha256"])["_record_sha256"]
+
+    normalised = None
+    if _NORMALISED_PREFIX in staged.columns:
+        normalised = _normalised_ranks(ctx, kind, staged, is_accepted, frame)
     near = ctx.config.dedupe.near
-    return RowKeys(normalised, candidates if near else None, signatures if near else None, texts)
+    return RowKeys(
+        normalised,
+        candidates if near else None,
+        signatures if near else None,
+        texts,
+        exact,
+        records,
+    )
 
 
 def _near_candidates(
