@@ -7,8 +7,9 @@ normalised key) and each text's survivor rank; it writes that as a text map besi
 shard's staged rows (:func:`write_text_map`, 16 bytes a row). Then, on the engine:
 
 1. **shuffle**, a task per shard (:func:`shuffle_step`): the LSH band keys of the
-   shard's texts, from their signatures, as one entry (band, key, text, rank) per band, staged ordered by partition
-   (``key % partitions``) with each partition's start in the file's metadata;
+   shard's texts, from their signatures, as one entry (band, key, text, rank) per band,
+   staged ordered by partition (``key % partitions``) with each partition's start in the
+   file's metadata;
 2. **candidates**, a task per partition (:func:`candidate_step`): partition ``p``'s
    slice of every shard's entries (memory-mapped: only those pages are read), paired up
    band by band among the texts that share a key

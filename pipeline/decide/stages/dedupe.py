@@ -306,9 +306,7 @@ def _normalised_ranks(
     keys = frame.select(KEYS)
 
     def digests(at: npt.NDArray[np.int64]) -> pl.Series:
-        wanted = keys[at]
-        found = ctx.fetch(kind, wanted, [NORMALISED], stem)
-        return wanted.join(found, on=list(KEYS), how="left", maintain_order="left")[NORMALISED]
+        return _fetched(ctx, kind, keys[at], [NORMALISED], stem)[NORMALISED]
 
     return pl.Series(NORMALISED, dense_ranks(prefix, digests))
 
@@ -359,9 +357,7 @@ def _row_keys(
         return found.select(text_columns(key, normalisation)).to_series()
 
     def signatures(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
-        wanted = frame.select(KEYS)[at]
-        found = ctx.fetch(kind, wanted, [SIGNATURE], stem)
-        found = wanted.join(found, on=list(KEYS), how="left", maintain_order="left")
+        found = _fetched(ctx, kind, frame.select(KEYS)[at], [SIGNATURE], stem)
         permutations = ctx.config.dedupe.permutations
         values = found[SIGNATURE].to_numpy().astype(np.uint32).reshape(len(at), permutations)
         return np.ascontiguousarray(values.T)
@@ -420,10 +416,15 @@ def _near_candidates(
 
 
 def _fetched(
-    ctx: GlobalContext, kind: str, rows: pl.DataFrame, columns: Sequence[str]
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    columns: Sequence[str],
+    stem: str | None = None,
 ) -> pl.DataFrame:
-    """``rows`` (a few) with their staged ``columns``, in the order of ``rows``."""
-    payload = ctx.fetch(kind, rows.select(KEYS), columns)
+    """``rows`` (a few) with their staged ``columns``, in the order of ``rows``; ``stem``:
+    from another file staged beside the kind's rows (:meth:`GlobalContext.fetch`)."""
+    payload = ctx.fetch(kind, rows.select(KEYS), columns, stem)
     return rows.join(payload, on=list(KEYS), how="left", maintain_order="left")
 
 
