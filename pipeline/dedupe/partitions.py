@@ -8,11 +8,11 @@ shard's staged rows (:func:`write_text_map`, 16 bytes a row). Then, on the engin
 
 1. **shuffle**, a task per shard (:func:`shuffle_step`): the LSH band keys of the
    shard's texts, from their signatures, as one entry (band, key, text, rank) per band,
-   staged ordered by partition (``key % partitions``) with each partition's start in the
-   file's metadata;
-2. **candidates**, a task per partition (:func:`candidate_step`): partition ``p``'s
-   slice of every shard's entries (memory-mapped: only those pages are read), paired up
-   band by band among the texts that share a key
+   staged ordered by partition (``key % partitions``) and band, with each partition's
+   start in the file's metadata;
+2. **candidates**, a task per partition (:func:`candidate_step`): band by band, that
+   band's range of partition ``p``'s slice of every shard's entries (memory-mapped: only
+   those pages are read), paired up among the texts that share a key
    (:func:`~pipeline.dedupe.minhash.band_candidates`).
 
 Equal keys always fall in one partition, so every bucket is whole in one task and the
@@ -20,9 +20,13 @@ union of the tasks' pairs is exactly the pairs of the whole run: the result is t
 for any partition count, worker count and engine (a test compares 1, 7 and 64
 partitions with the stage computing everything in one process).
 
-Memory and I/O: a shuffle task holds one shard's entries; a candidate task its
-partition's entries, 26 bytes per (text, band), and the parent only the pairs
-returned. Each entry is written once and read once; a candidate task opens every
+Memory and I/O: a shuffle task holds one shard's entries; a candidate task maps its
+partition's slice of every shard's entries (pages read stay in the page cache) and
+copies out and sorts one band of them at a time, and the parent holds only the pairs
+returned. Copying out the whole partition and sorting it by band peaked at ~3 times
+the partition's bytes of the task's own memory, which grew with the run until the
+partitions reached their size (~200 MB a task at 1.2 GB of pairwise rows against ~80 MB
+at 300 MB). Each entry is written once and read once; a candidate task opens every
 shard's entries file, so the count (:func:`partition_count`, ~64 MiB of entries a
 partition, at least one per worker) also sets how many small reads there are
 (shards × partitions).
@@ -30,7 +34,6 @@ partition, at least one per worker) also sets how many small reads there are
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Final
@@ -132,11 +135,12 @@ def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> i
     bands, partitions = search.params.bands, search.partitions
     key = keys.reshape(-1)  # text-major: entry i * bands + b
     partition = key % np.uint64(partitions)
-    order = np.argsort(partition, kind="stable")
+    band = np.tile(np.arange(bands, dtype=np.int16), len(text))
+    order = np.lexsort((band, partition))  # by partition, then band: a band is one range
     starts = np.searchsorted(partition[order], np.arange(partitions + 1, dtype=np.uint64))
     table = pa.table(
         {
-            _BAND: pa.array(np.tile(np.arange(bands, dtype=np.int16), len(text))[order]),
+            _BAND: pa.array(band[order]),
             _KEY: pa.array(key[order]),
             _TEXT: pa.array(np.repeat(text, bands)[order]),
             _RANK: pa.array(np.repeat(rank, bands)[order]),
@@ -147,34 +151,30 @@ def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> i
 
 
 def _partition_candidates(search: CandidateSearch, partition: int, progress: Progress) -> U64:
-    """The candidate pair codes of the entries in ``partition``, read from every
-    shard's staged entries (only that partition's slice of each)."""
-    slices = []
-    for shard in search.shards:
-        table = search.storage.staged_table(shard, _entries_stem(search.kind))
-        metadata = table.schema.metadata or {}
-        starts = np.frombuffer(metadata[_STARTS], dtype="<i8")
-        lo, hi = int(starts[partition]), int(starts[partition + 1])
-        if hi > lo:
-            slices.append(table.slice(lo, hi - lo))
-    if not slices:
-        return np.zeros(0, np.uint64)
-    entries = pa.concat_tables(slices)
-    band = entries[_BAND].to_numpy()
-    order = np.argsort(band, kind="stable")
-    band = band[order]
-    key = entries[_KEY].to_numpy()[order]
-    text = entries[_TEXT].to_numpy()[order]
-    rank = entries[_RANK].to_numpy()[order]
-    bounds = np.searchsorted(band, np.arange(search.params.bands + 1))
-    found = [
-        band_candidates(
-            key[lo:hi], text[lo:hi], rank[lo:hi], search.texts, search.params.max_bucket
-        )
-        for lo, hi in itertools.pairwise(bounds.tolist())
-        if hi - lo > 1
-    ]
+    """The candidate pair codes of the entries in ``partition``, from every shard's
+    staged entries (memory-mapped, only that partition's slice of each), band by band:
+    a band's entries are copied out of the files and sorted, then freed."""
+    slices = [_partition_slice(search, shard, partition) for shard in search.shards]
+    found = []
+    for band in range(search.params.bands if slices else 0):
+        ranges = [part.slice(at[band], at[band + 1] - at[band]) for part, at in slices]
+        key: U64 = np.concatenate([r[_KEY].to_numpy() for r in ranges])
+        text: I64 = np.concatenate([r[_TEXT].to_numpy() for r in ranges])
+        rank: I64 = np.concatenate([r[_RANK].to_numpy() for r in ranges])
+        if len(key) > 1:
+            found.append(band_candidates(key, text, rank, search.texts, search.params.max_bucket))
     return np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
+
+
+def _partition_slice(search: CandidateSearch, shard: int, partition: int) -> tuple[pa.Table, I64]:
+    """One shard's entries in ``partition`` (memory-mapped) and where each band starts in
+    them (bands + 1 offsets: the shuffle ordered a partition's entries by band)."""
+    table = search.storage.staged_table(shard, _entries_stem(search.kind))
+    starts = np.frombuffer((table.schema.metadata or {})[_STARTS], dtype="<i8")
+    lo, hi = int(starts[partition]), int(starts[partition + 1])
+    part = table.slice(lo, hi - lo)
+    bands = np.arange(search.params.bands + 1)
+    return part, np.searchsorted(part[_BAND].to_numpy(), bands).astype(np.int64)
 
 
 def _shard_entries(search: CandidateSearch, shard: int) -> tuple[I64, I64, U64]:
