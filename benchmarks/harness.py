@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,11 +170,19 @@ def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = N
 def fastest(fn: Callable[[], object], repeat: int) -> float:
     """The fastest wall time of ``repeat`` calls of ``fn``, in seconds (a shared or
     virtual machine's noise only ever adds time)."""
-    best = float("inf")
+    return fastest_each({"": fn}, repeat)[""]
+
+
+def fastest_each(fns: Mapping[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """The fastest wall time of each of ``fns`` over ``repeat`` passes, in seconds; each
+    pass calls every function once, in order, so that a drift of the machine during the
+    passes reaches all of them alike."""
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - started)
+        for name, fn in fns.items():
+            started = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - started)
     return best
 
 

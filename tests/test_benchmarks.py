@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _benchmark(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """benchmarks/<name>.py imported as a module, for its pure functions; the scripts
+    import ``harness`` as their neighbour, so it is imported first under that name (both
+    leave ``sys.modules`` when the test ends)."""
+    for module_name in dict.fromkeys(("harness", name)):
+        spec = importlib.util.spec_from_file_location(
+            module_name, ROOT / "benchmarks" / f"{module_name}.py"
+        )
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, module_name, module)
+        spec.loader.exec_module(module)
+    return module
 
 
 def _gate_floor(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -24,14 +44,83 @@ def _gate_floor(*arguments: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_gate_floor_runs_on_a_small_export() -> None:
-    done = _gate_floor()
+    done = _gate_floor("--rounds", "3", "--repeat", "1")
     assert "sum of the required pieces (the floor)" in done.stdout
     assert "gate_batch today" in done.stdout
+    lines = done.stdout.splitlines()
+    (per_round,) = [line for line in lines if line.startswith("gate_batch / floor per round:")]
+    assert len(per_round.split(":")[1].split()) == 3  # one ratio per round
+    (target,) = [line for line in lines if line.startswith("gate_batch / floor = ")]
+    assert "median of 3 rounds" in target
+    assert target.endswith(("(target ≤ 1.25×)  PASS", "(target ≤ 1.25×)  FAIL"))
+
+
+def test_gate_floor_rejects_no_rounds() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gate_floor.py"), "--rounds", "0"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--rounds: must be at least 1" in done.stderr
+
+
+def test_gate_floor_ratio_is_taken_per_round_then_its_median(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gate/floor within each round, then the median over rounds: neither the ratio of the
+    medians (130/100) nor that of the best times (100/80), which pair a gate and a floor
+    timed in different rounds."""
+    floor = _benchmark("gate_floor", monkeypatch)
+    ratio = floor.ratio_over_rounds([100.0, 200.0, 130.0], [100.0, 150.0, 80.0])
+    assert ratio.values == pytest.approx((1.0, 4 / 3, 1.625))
+    assert ratio.median == pytest.approx(4 / 3)
+    assert ratio.quartiles == pytest.approx(((1.0 + 4 / 3) / 2, (4 / 3 + 1.625) / 2))
+    with pytest.raises(ValueError, match="as many rounds"):
+        floor.ratio_over_rounds([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="at least one"):
+        floor.ratio_over_rounds([], [])
+
+
+def test_gate_floor_floor_of_a_round_sums_its_required_pieces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    floor = _benchmark("gate_floor", monkeypatch)
+    per_round = {"parse": [10.0, 30.0], "hash": [1.0, 2.0], "orjson alone": [5.0, 5.0]}
+    assert floor.floor_per_round(per_round, ["parse", "hash"]) == [11.0, 32.0]
+    with pytest.raises(ValueError, match="different numbers of rounds"):
+        floor.floor_per_round({"parse": [1.0, 2.0], "hash": [1.0]}, ["parse", "hash"])
+
+
+def test_gate_floor_judges_the_target_on_the_median(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 1.25× target is judged on the median ratio, not on the best or the worst round."""
+    floor = _benchmark("gate_floor", monkeypatch)
+    two_rounds_over = floor.Spread((1.10, 1.30, 1.24, 1.40, 1.20))
+    assert floor.target_line(two_rounds_over).endswith("(target ≤ 1.25×)  PASS")
+    assert "= 1.240×  median of 5 rounds (quartiles 1.20–1.30, range 1.10–1.40)" in (
+        floor.target_line(two_rounds_over)
+    )
+    best_round_under = floor.Spread((1.10, 1.26, 1.27))
+    assert floor.target_line(best_round_under).endswith("(target ≤ 1.25×)  FAIL")
+    assert floor.target_line(floor.Spread((1.251,))).endswith("FAIL")
+    assert "median of 1 round " in floor.target_line(floor.Spread((1.0,)))
+
+
+def test_fastest_each_interleaves_the_functions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pass calls every function once, in order, so that a drift of the machine
+    reaches them all alike (not all passes of one, then all of the next)."""
+    harness = _benchmark("harness", monkeypatch)
+    calls: list[str] = []
+    best = harness.fastest_each(
+        {"floor": lambda: calls.append("floor"), "gate": lambda: calls.append("gate")}, 3
+    )
+    assert calls == ["floor", "gate"] * 3
+    assert set(best) == {"floor", "gate"}
+    assert all(0 <= seconds < float("inf") for seconds in best.values())
 
 
 def test_gate_floor_runs_on_the_json_dumps_layout(tmp_path: Path) -> None:
     export = tmp_path / "export.jsonl"
-    done = _gate_floor("--layout", "json", "--keep", str(export))
+    done = _gate_floor("--layout", "json", "--keep", str(export), "--rounds", "2")
     assert "gate_batch today" in done.stdout
     first = export.read_bytes().split(b"\n", 1)[0]
     assert b'": ' in first  # json.dumps' separator after a key
