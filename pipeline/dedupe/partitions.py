@@ -110,7 +110,7 @@ class CandidateSearch:
 
 def shuffle_step(search: CandidateSearch) -> Step[CandidateSearch, int, int]:
     """The step whose task ``shard`` stages that shard's entries ordered by partition
-    (returns how many)."""
+    and band (returns how many)."""
     return Step(_init, (search,), _shuffle_shard)
 
 
@@ -130,7 +130,7 @@ def _entries_stem(kind: str) -> str:
 
 def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> int:
     """One (band, key, text, rank) entry per band of each of the shard's texts, staged
-    ordered by partition, with each partition's start in the file's metadata."""
+    ordered by partition and band, with each partition's start in the file's metadata."""
     text, rank, keys = _shard_entries(search, shard)
     bands, partitions = search.params.bands, search.partitions
     key = keys.reshape(-1)  # text-major: entry i * bands + b
