@@ -48,6 +48,9 @@ _OUTPUT_COLUMNS: Final = (
     "_similarity_estimated",
     "_similarity_verified",
 )
+#: columns the dedupe stage adds to the rows it reads (a row's split, its row id): a dataset
+#: holding one is refused, since its values would be overwritten and then dropped
+_RESERVED_COLUMNS: Final = ("_split", "_row")
 
 
 @dataclass(frozen=True)
@@ -148,8 +151,22 @@ def _read(files: list[DatasetInput]) -> tuple[pl.DataFrame, list[dict[str, Any]]
             frame = pl.read_parquet(item.path, glob=False)  # a file: its name is no pattern
         except (pl.exceptions.PolarsError, OSError) as exc:
             raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
+        reserved = [c for c in _RESERVED_COLUMNS if c in frame.columns]
+        if reserved:
+            raise InputError(
+                f"{item.path}: has a column named {reserved[0]!r}, which rowgate dedupe uses "
+                "for its own bookkeeping; rename that column first"
+            )
         lineage = {}
-        if "_source" not in frame.columns or "_line" not in frame.columns:
+        half = [c for c in ("_source", "_line") if c in frame.columns]
+        if len(half) == 1:
+            # lineage is both columns; one alone is the dataset's own data, never overwritten
+            other = "_line" if half == ["_source"] else "_source"
+            raise InputError(
+                f"{item.path}: has a column {half[0]!r} but no {other!r}: rowgate dedupe "
+                "writes its lineage as that pair; rename the column first"
+            )
+        if not half:
             lineage = {
                 "_source": pl.lit(item.path),
                 "_line": pl.int_range(1, frame.height + 1, dtype=pl.Int64),
@@ -224,7 +241,8 @@ def _dedupe(
     work = frame if fingerprint else frame.drop("_content_sha256", strict=False)
     outcome = dedupe_table(work, key, settings, name)
     removed_rows = outcome.removed["_row"].to_numpy()
-    is_removed = pl.Series([False] * frame.height)
+    # typed: a Series of no rows (every input empty) would otherwise have no dtype to negate
+    is_removed = pl.Series([False] * frame.height, dtype=pl.Boolean)
     is_removed[removed_rows] = True
     original = frame.drop("_split")
     kept = original.filter(~is_removed)

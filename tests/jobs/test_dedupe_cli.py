@@ -205,3 +205,43 @@ def test_dedupe_errors(tmp_path: Path, args: list[str], code: int, message: str)
     assert result.exit_code == code, result.output
     assert message in result.output
     assert not (tmp_path / "d").exists()
+
+
+def test_dedupe_of_empty_parquet_writes_empty_tables(tmp_path: Path) -> None:
+    """A dataset of no rows is deduped into empty tables, not an internal error."""
+    path = tmp_path / "empty.parquet"
+    pl.DataFrame(schema={"question": pl.String}).write_parquet(path)
+    out = tmp_path / "d"
+    result = runner.invoke(app, ["dedupe", str(path), "--text", "question", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert pl.read_parquet(out / "kept.parquet").height == 0
+    assert pl.read_parquet(out / "duplicates.parquet").height == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"] == {"rows": 0, "kept": 0, "duplicates": 0}
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ("_split", "has a column named '_split'"),
+        ("_row", "has a column named '_row'"),
+        # an Elasticsearch export's `_source`: lineage is the pair, one alone is data
+        ("_source", "has a column '_source' but no '_line'"),
+        ("_line", "has a column '_line' but no '_source'"),
+    ],
+)
+def test_dedupe_refuses_a_column_it_would_overwrite(
+    tmp_path: Path, column: str, message: str
+) -> None:
+    """A dataset's own column is never overwritten or dropped: one named like a column
+    dedupe writes for itself is refused (exit 3), so kept + duplicates hold every value."""
+    path = tmp_path / "f.parquet"
+    pl.DataFrame({"question": ["a b c", "a b c"], column: ["x", "y"]}).write_parquet(path)
+    before = path.read_bytes()
+    result = runner.invoke(
+        app, ["dedupe", str(path), "--text", "question", "--out", str(tmp_path / "d")]
+    )
+    assert result.exit_code == 3, result.output
+    assert message in result.output
+    assert not (tmp_path / "d").exists()
+    assert path.read_bytes() == before
