@@ -50,6 +50,7 @@ __all__ = [
     "open_stream",
     "plan_shards",
     "read_batches",
+    "refuse_same_files",
 ]
 
 CHUNK_BYTES: Final = 4 << 20
@@ -169,6 +170,25 @@ class LineBatch:
         self.oversized[len(self.lines)] = (length, sha256)
         self.offsets.append(offset)
         self.lines.append(b"")
+
+
+def refuse_same_files(paths: typing.Iterable[tuple[str, str | Path]]) -> None:
+    """An :class:`InputError` when two inputs (``(name as given, path)``) are one file.
+
+    Names that differ can still be one file (``a.jsonl`` and ``./a.jsonl``, a symbolic
+    link, a hard link, a directory and a file in it): read twice, each of its lines would
+    end in two output rows. Files are compared by device and inode, as the system does.
+    """
+    seen: dict[tuple[int, int], str] = {}
+    for given, path in paths:
+        stat = Path(path).stat()
+        identity = (stat.st_dev, stat.st_ino)
+        if identity in seen:
+            raise InputError(
+                f"{given}: is the same file as {seen[identity]} (given twice, by another "
+                "name or a link); give each file once"
+            )
+        seen[identity] = given
 
 
 def detect_compression(path: str | Path) -> str:

@@ -30,7 +30,7 @@ import polars as pl
 from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.dedupe.table import dedupe_table
-from pipeline.gate.reader import JSONL_SUFFIXES, InputError
+from pipeline.gate.reader import JSONL_SUFFIXES, InputError, refuse_same_files
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.output.manifest import MANIFEST_NAME, load_manifest
 from pipeline.output.outdir import OutputClaim, claim_output
@@ -82,6 +82,7 @@ def _expand(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
             if item.path in files:
                 raise InputError(f"{item.path}: given more than once")
             files[item.path] = item
+    refuse_same_files((p, p) for p in files)
     return [files[p] for p in sorted(files)]
 
 

@@ -245,3 +245,23 @@ def test_dedupe_refuses_a_column_it_would_overwrite(
     assert message in result.output
     assert not (tmp_path / "d").exists()
     assert path.read_bytes() == before
+
+
+def test_dedupe_refuses_one_file_under_two_names(tmp_path: Path) -> None:
+    """``DIR`` and ``./DIR/f.parquet`` (or a link) were read twice: every row of the file
+    was its own duplicate, and with splits its own contamination."""
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    path = folder / "f.parquet"
+    pl.DataFrame({"question": ["a b c", "d e f"]}).write_parquet(path)
+    (tmp_path / "link.parquet").symlink_to(path)
+    for args in (
+        [str(folder), f"{tmp_path}/./ds/f.parquet"],
+        ["--split", f"train={path}", "--split", f"eval={tmp_path / 'link.parquet'}"],
+    ):
+        result = runner.invoke(
+            app, ["dedupe", *args, "--text", "question", "--out", str(tmp_path / "d")]
+        )
+        assert result.exit_code == 3, result.output
+        assert "is the same file as" in result.output
+        assert not (tmp_path / "d").exists()
