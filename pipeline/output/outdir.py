@@ -191,6 +191,20 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
+def _check_utf8(out: Path) -> None:
+    """Refuse an OUT whose path is not UTF-8: Arrow and polars write files only by UTF-8
+    paths, so the run would fail in its first write (an internal error) after the gate."""
+    path = os.fsencode(out.absolute())
+    try:
+        path.decode("utf-8")
+    except UnicodeDecodeError:
+        shown = path.decode("utf-8", "backslashreplace")
+        raise UnsafeOutputError(
+            f"--out {shown}: the path is not valid UTF-8, and Parquet files are written by "
+            "UTF-8 paths only; choose an output directory whose path is UTF-8"
+        ) from None
+
+
 def _check_overlap(out: Path, protected: Iterable[Path]) -> None:
     """Refuse an OUT that is, contains or lies inside a path the command reads."""
     where = {os.path.join(os.path.realpath(out.parent), out.name), os.path.realpath(out)}
@@ -364,11 +378,12 @@ class OutputClaim:
 def claim_output(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iterator[OutputClaim]:
     """Lock and check ``out`` for the whole command (see the module docstring).
 
-    Raises, before any work: :class:`UnsafeOutputError` (OUT is, contains or lies inside
-    a path in ``protect``; or ``force`` would replace a file, a link or a directory
+    Raises, before any work: :class:`UnsafeOutputError` (OUT's path is not UTF-8; OUT
+    is, contains or lies inside a path in ``protect``; or ``force`` would replace a file, a link or a directory
     rowgate did not write), :class:`OutputExistsError` (OUT exists, no ``force``),
     :class:`OutputBusyError` (another command holds OUT).
     """
+    _check_utf8(out)
     _check_overlap(out, protect)
     out.parent.mkdir(parents=True, exist_ok=True)
     with _locked(out):

@@ -276,6 +276,25 @@ def test_non_utf8_input_name(tmp_path: Path) -> None:
     assert verify_run(out).ok
 
 
+def test_non_utf8_out_name_is_a_usage_error(tmp_path: Path) -> None:
+    """An OUT (or a parent of it) named with a byte that is not UTF-8 crashed after the
+    whole gate (pyarrow and polars write by UTF-8 paths only): an internal error, exit 4.
+    It is now refused before any work (exit 2), naming the byte as ``\\xff``."""
+    parquet = tmp_path / "f.parquet"
+    pl.DataFrame({"question": ["a b c"]}).write_parquet(parquet)
+    run_out = tmp_path / os.fsdecode(b"o\xff")
+    dedupe_out = tmp_path / os.fsdecode(b"p\xfe") / "out"
+    commands = [
+        ["run", str(MATH), "--kind", "math-reasoning-v1", "--workers", "1", "--out", str(run_out)],
+        ["dedupe", str(parquet), "--text", "question", "--out", str(dedupe_out)],
+    ]
+    for args in commands:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert "is not valid UTF-8" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.parquet"]
+
+
 # --- 10. one command at a time on one OUT ---------------------------------------------
 
 
