@@ -32,7 +32,7 @@ from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.dedupe.table import dedupe_table
 from pipeline.gate.reader import JSONL_SUFFIXES, InputError, refuse_same_files
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
-from pipeline.output.manifest import MANIFEST_NAME, load_manifest
+from pipeline.output.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from pipeline.output.outdir import OutputClaim, claim_output
 from pipeline.records.lineage import file_sha256
 
@@ -92,11 +92,16 @@ def _dataset_files(directory: Path) -> list[Path]:
     clusters) are no data, and a file the manifest does not list is no part of the run."""
     if (directory / MANIFEST_NAME).is_file():
         manifest = load_manifest(directory)
-        members = sorted(
-            directory / entry["path"]
-            for entry in manifest["outputs"]
-            if entry["disposition"] == "accepted"
-        )
+        try:
+            members = sorted(
+                directory / entry["path"]
+                for entry in manifest["outputs"]
+                if entry["disposition"] == "accepted"
+            )
+        except (KeyError, TypeError) as exc:
+            raise ManifestError(
+                f"{directory / MANIFEST_NAME} lacks or mangles its list of outputs ({exc!r})"
+            ) from None
     else:
         members = sorted(directory.rglob("*.parquet"))
     if not members:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -265,3 +267,23 @@ def test_dedupe_refuses_one_file_under_two_names(tmp_path: Path) -> None:
         assert result.exit_code == 3, result.output
         assert "is the same file as" in result.output
         assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda m: m.pop("outputs"), lambda m: m["outputs"].append({"path": "x.parquet"})],
+    ids=["no outputs", "an entry without disposition"],
+)
+def test_dedupe_of_a_run_with_a_mangled_manifest_is_a_clear_error(
+    split_run: Path, tmp_path: Path, change: Any
+) -> None:
+    """A run directory whose manifest lacks its list of outputs was an internal error."""
+    run_copy = tmp_path / "run"
+    shutil.copytree(split_run, run_copy)
+    manifest = json.loads((run_copy / "manifest.json").read_text())
+    change(manifest)
+    (run_copy / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["dedupe", str(run_copy), "--out", str(tmp_path / "d")])
+    assert result.exit_code == 3, result.output
+    assert "lacks or mangles its list of outputs" in result.output
+    assert not (tmp_path / "d").exists()
