@@ -290,12 +290,20 @@ def _locked(out: Path) -> Iterator[None]:
             os.close(fd)
 
 
-def _leftovers(out: Path) -> list[tuple[Path, int, bool]]:
-    """Dead processes' hidden siblings of ``out``: (path, pid, is an old OUT)."""
+def _leftovers(out: Path, protected: Iterable[Path] = ()) -> list[tuple[Path, int, bool]]:
+    """Dead processes' hidden siblings of ``out``: (path, pid, is an old OUT).
+
+    Only directories are rowgate's (a file or a link of that name is not), and never one
+    that is, holds or lies inside a path the command reads: a user who opened a leftover
+    to take an input from it must not lose that input to the clean-up."""
     prefix = _prefix(out)
+    reads = [os.path.realpath(p) for p in protected if os.path.lexists(p)]
     found = []
     for entry in out.parent.iterdir():
-        if not entry.name.startswith(prefix):
+        if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
+            continue
+        where = os.path.realpath(entry)
+        if any(_inside(path, where) or _inside(where, path) for path in reads):
             continue
         rest = entry.name.removeprefix(prefix)
         old = rest.endswith(_OLD)
@@ -307,10 +315,10 @@ def _leftovers(out: Path) -> list[tuple[Path, int, bool]]:
     return found
 
 
-def _recover(out: Path) -> None:
+def _recover(out: Path, protected: Iterable[Path] = ()) -> None:
     """Finish what killed commands left: put back an old OUT that was moved aside when no
     new one was published, and remove every other leftover (under the lock)."""
-    leftovers = _leftovers(out)
+    leftovers = _leftovers(out, protected)
     olds = sorted(
         (path for path, _, old in leftovers if old), key=lambda p: p.stat().st_mtime, reverse=True
     )
@@ -383,11 +391,12 @@ def claim_output(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Ite
     rowgate did not write), :class:`OutputExistsError` (OUT exists, no ``force``),
     :class:`OutputBusyError` (another command holds OUT).
     """
+    protect = list(protect)
     _check_utf8(out)
     _check_overlap(out, protect)
     out.parent.mkdir(parents=True, exist_ok=True)
     with _locked(out):
-        _recover(out)
+        _recover(out, protect)
         _check_replaceable(out, force)
         yield OutputClaim(out, force)
 

@@ -446,6 +446,25 @@ def test_an_error_between_the_renames_puts_the_old_out_back(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_the_clean_up_of_leftovers_never_touches_an_input(tmp_path: Path) -> None:
+    """A dead command's hidden sibling of OUT was removed whole before anything else, even
+    when this command reads an input inside it (a user taking a file from a leftover):
+    the run deleted its own input, then failed (exit 4). A file or a link of a leftover's
+    name (rowgate makes only directories) failed every later command on that OUT."""
+    pid = _reaped()
+    leftover = tmp_path / f".out.rowgate-tmp-{pid}"
+    leftover.mkdir()
+    source = leftover / "a.jsonl"
+    source.write_bytes(MATH.read_bytes())
+    result = run(_config(source), tmp_path / "out")
+    assert result.manifest["conservation"]["ok"]
+    assert source.read_bytes() == MATH.read_bytes()
+    stray = tmp_path / f".o2.rowgate-tmp-{pid}"
+    stray.write_text("mine")
+    assert run(_config(MATH), tmp_path / "o2").manifest["conservation"]["ok"]
+    assert stray.read_text() == "mine"
+
+
 def test_a_live_process_leftovers_are_never_touched(tmp_path: Path) -> None:
     out = tmp_path / "out"
     live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
