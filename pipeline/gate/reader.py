@@ -223,6 +223,10 @@ def _sniff(head: bytes) -> str:
             return found
     if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] in _BZIP2_BLOCKS:
         return "bzip2"
+    # a zstd skippable frame (magic 0x184D2A50..5F, little-endian) may open a zstd stream
+    # (metadata some writers put first); its first byte, "P".."_", cannot start a JSON line
+    if len(head) >= 4 and 0x50 <= head[0] <= 0x5F and head[1:4] == b"\x2a\x4d\x18":
+        return "zstd"
     return "none"
 
 
