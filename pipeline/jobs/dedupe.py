@@ -172,6 +172,13 @@ def _read(files: list[DatasetInput]) -> tuple[pl.DataFrame, list[dict[str, Any]]
                 f"{item.path}: has a column {half[0]!r} but no {other!r}: rowgate dedupe "
                 "writes its lineage as that pair; rename the column first"
             )
+        if len(half) == 2 and not (
+            frame.schema["_source"] == pl.String and frame.schema["_line"].is_integer()
+        ):
+            raise InputError(
+                f"{item.path}: its '_source' and '_line' columns are not lineage (a string "
+                "and an integer): rename them first"
+            )
         if not half:
             lineage = {
                 "_source": pl.lit(item.path),

@@ -230,6 +230,8 @@ def test_dedupe_of_empty_parquet_writes_empty_tables(tmp_path: Path) -> None:
         # an Elasticsearch export's `_source`: lineage is the pair, one alone is data
         ("_source", "has a column '_source' but no '_line'"),
         ("_line", "has a column '_line' but no '_source'"),
+        # both, but not lineage: `_duplicate_of` could not be made (an internal error)
+        ("_source,_line", "columns are not lineage"),
     ],
 )
 def test_dedupe_refuses_a_column_it_would_overwrite(
@@ -238,7 +240,8 @@ def test_dedupe_refuses_a_column_it_would_overwrite(
     """A dataset's own column is never overwritten or dropped: one named like a column
     dedupe writes for itself is refused (exit 3), so kept + duplicates hold every value."""
     path = tmp_path / "f.parquet"
-    pl.DataFrame({"question": ["a b c", "a b c"], column: ["x", "y"]}).write_parquet(path)
+    columns = {name: ["x", "y"] for name in column.split(",")}
+    pl.DataFrame({"question": ["a b c", "a b c"], **columns}).write_parquet(path)
     before = path.read_bytes()
     result = runner.invoke(
         app, ["dedupe", str(path), "--text", "question", "--out", str(tmp_path / "d")]
