@@ -150,6 +150,29 @@ def _resolve_key(
     return kind, get_kind(kind).dedupe_key(), True
 
 
+def _check_comparable(frame: pl.DataFrame, key: DedupeKey | None, rule: str) -> None:
+    """An :class:`InputError` naming a key column that cannot be read as text (a list,
+    bytes that are not UTF-8) or a survivor field that does not exist; the dedupe would
+    otherwise fail inside polars (an internal error). Only types are named: a polars
+    message may quote a value."""
+    probes = [(f.name, f.expr) for f in key.fields] if key is not None else []
+    if ":" in rule:
+        root, *rest = rule.split(":", 1)[1].split(".")
+        value = pl.col(root)
+        for field_name in rest:
+            value = value.struct.field(field_name)
+        probes.append((f"dedupe.survivor {rule}", value))
+    for label, expr in probes:
+        try:
+            frame.select(expr)
+        except pl.exceptions.PolarsError:
+            types = ", ".join(f"{c}: {frame.schema[c]}" for c in expr.meta.root_names())
+            raise InputError(
+                f"dedupe: {label} cannot be compared ({types}); a key is read as text, a "
+                "survivor field must exist"
+            ) from None
+
+
 def _read(files: list[DatasetInput]) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
     frames, listed = [], []
     for item in files:
@@ -251,6 +274,9 @@ def _dedupe(
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise InputError(f"dedupe: the inputs have no column {missing[0]!r} ({name})")
+    # a kind's key reads rowgate output, whose types its schema fixed: only columns named
+    # on the command line are probed (a probe is one more pass over each key column)
+    _check_comparable(frame, None if fingerprint else key, rule)
     work = frame if fingerprint else frame.drop("_content_sha256", strict=False)
     outcome = dedupe_table(work, key, settings, name)
     removed_rows = outcome.removed["_row"].to_numpy()

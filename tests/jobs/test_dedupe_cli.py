@@ -290,3 +290,33 @@ def test_dedupe_of_a_run_with_a_mangled_manifest_is_a_clear_error(
     assert result.exit_code == 3, result.output
     assert "lacks or mangles its list of outputs" in result.output
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--key", "ids"], "ids cannot be compared (ids: List(Int64))"),
+        (["--text", "blob"], "blob cannot be compared (blob: Binary)"),
+        (["--text", "question", "--survivor", "max:meta.nope"], "dedupe.survivor max:meta.nope"),
+    ],
+)
+def test_dedupe_names_a_column_it_cannot_compare(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """A list key, bytes that are not UTF-8, a survivor struct field that does not exist:
+    each failed inside polars, an internal error (exit 4). Now exit 3 naming the column
+    and its type, never a value."""
+    path = tmp_path / "f.parquet"
+    pl.DataFrame(
+        {
+            "question": ["a b c", "a b c"],
+            "ids": [[1], [1]],
+            "blob": [b"\xff", b"\xff"],
+            "meta": [{"score": 1}, {"score": 2}],
+        }
+    ).write_parquet(path)
+    result = runner.invoke(app, ["dedupe", str(path), *args, "--out", str(tmp_path / "d")])
+    assert result.exit_code == 3, result.output
+    assert message in result.output
+    assert "\\xff" not in result.output
+    assert not (tmp_path / "d").exists()
