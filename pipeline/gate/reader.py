@@ -50,6 +50,7 @@ __all__ = [
     "open_stream",
     "plan_shards",
     "read_batches",
+    "refuse_same_files",
 ]
 
 CHUNK_BYTES: Final = 4 << 20
@@ -171,6 +172,25 @@ class LineBatch:
         self.lines.append(b"")
 
 
+def refuse_same_files(paths: typing.Iterable[tuple[str, str | Path]]) -> None:
+    """An :class:`InputError` when two inputs (``(name as given, path)``) are one file.
+
+    Names that differ can still be one file (``a.jsonl`` and ``./a.jsonl``, a symbolic
+    link, a hard link, a directory and a file in it): read twice, each of its lines would
+    end in two output rows. Files are compared by device and inode, as the system does.
+    """
+    seen: dict[tuple[int, int], str] = {}
+    for given, path in paths:
+        stat = Path(path).stat()
+        identity = (stat.st_dev, stat.st_ino)
+        if identity in seen:
+            raise InputError(
+                f"{given}: is the same file as {seen[identity]} (given twice, by another "
+                "name or a link); give each file once"
+            )
+        seen[identity] = given
+
+
 def detect_compression(path: str | Path) -> str:
     """``"gzip"``, ``"zstd"`` or ``"none"``, by the file's magic bytes whatever its name.
 
@@ -203,6 +223,10 @@ def _sniff(head: bytes) -> str:
             return found
     if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] in _BZIP2_BLOCKS:
         return "bzip2"
+    # a zstd skippable frame (magic 0x184D2A50..5F, little-endian) may open a zstd stream
+    # (metadata some writers put first); its first byte, "P".."_", cannot start a JSON line
+    if len(head) >= 4 and 0x50 <= head[0] <= 0x5F and head[1:4] == b"\x2a\x4d\x18":
+        return "zstd"
     return "none"
 
 

@@ -30,9 +30,9 @@ import polars as pl
 from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.dedupe.keys import DedupeKey, KeyField
 from pipeline.dedupe.table import dedupe_table
-from pipeline.gate.reader import JSONL_SUFFIXES, InputError
+from pipeline.gate.reader import JSONL_SUFFIXES, InputError, refuse_same_files
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
-from pipeline.output.manifest import MANIFEST_NAME, load_manifest
+from pipeline.output.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from pipeline.output.outdir import OutputClaim, claim_output
 from pipeline.records.lineage import file_sha256
 
@@ -48,6 +48,9 @@ _OUTPUT_COLUMNS: Final = (
     "_similarity_estimated",
     "_similarity_verified",
 )
+#: columns the dedupe stage adds to the rows it reads (a row's split, its row id): a dataset
+#: holding one is refused, since its values would be overwritten and then dropped
+_RESERVED_COLUMNS: Final = ("_split", "_row")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ def _expand(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
             if item.path in files:
                 raise InputError(f"{item.path}: given more than once")
             files[item.path] = item
+    refuse_same_files((p, p) for p in files)
     return [files[p] for p in sorted(files)]
 
 
@@ -88,11 +92,16 @@ def _dataset_files(directory: Path) -> list[Path]:
     clusters) are no data, and a file the manifest does not list is no part of the run."""
     if (directory / MANIFEST_NAME).is_file():
         manifest = load_manifest(directory)
-        members = sorted(
-            directory / entry["path"]
-            for entry in manifest["outputs"]
-            if entry["disposition"] == "accepted"
-        )
+        try:
+            members = sorted(
+                directory / entry["path"]
+                for entry in manifest["outputs"]
+                if entry["disposition"] == "accepted"
+            )
+        except (KeyError, TypeError) as exc:
+            raise ManifestError(
+                f"{directory / MANIFEST_NAME} lacks or mangles its list of outputs ({exc!r})"
+            ) from None
     else:
         members = sorted(directory.rglob("*.parquet"))
     if not members:
@@ -141,6 +150,29 @@ def _resolve_key(
     return kind, get_kind(kind).dedupe_key(), True
 
 
+def _check_comparable(frame: pl.DataFrame, key: DedupeKey | None, rule: str) -> None:
+    """An :class:`InputError` naming a key column that cannot be read as text (a list,
+    bytes that are not UTF-8) or a survivor field that does not exist; the dedupe would
+    otherwise fail inside polars (an internal error). Only types are named: a polars
+    message may quote a value."""
+    probes = [(f.name, f.expr) for f in key.fields] if key is not None else []
+    if ":" in rule:
+        root, *rest = rule.split(":", 1)[1].split(".")
+        value = pl.col(root)
+        for field_name in rest:
+            value = value.struct.field(field_name)
+        probes.append((f"dedupe.survivor {rule}", value))
+    for label, expr in probes:
+        try:
+            frame.select(expr)
+        except pl.exceptions.PolarsError:
+            types = ", ".join(f"{c}: {frame.schema[c]}" for c in expr.meta.root_names())
+            raise InputError(
+                f"dedupe: {label} cannot be compared ({types}); a key is read as text, a "
+                "survivor field must exist"
+            ) from None
+
+
 def _read(files: list[DatasetInput]) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
     frames, listed = [], []
     for item in files:
@@ -148,8 +180,29 @@ def _read(files: list[DatasetInput]) -> tuple[pl.DataFrame, list[dict[str, Any]]
             frame = pl.read_parquet(item.path, glob=False)  # a file: its name is no pattern
         except (pl.exceptions.PolarsError, OSError) as exc:
             raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
+        reserved = [c for c in _RESERVED_COLUMNS if c in frame.columns]
+        if reserved:
+            raise InputError(
+                f"{item.path}: has a column named {reserved[0]!r}, which rowgate dedupe uses "
+                "for its own bookkeeping; rename that column first"
+            )
         lineage = {}
-        if "_source" not in frame.columns or "_line" not in frame.columns:
+        half = [c for c in ("_source", "_line") if c in frame.columns]
+        if len(half) == 1:
+            # lineage is both columns; one alone is the dataset's own data, never overwritten
+            other = "_line" if half == ["_source"] else "_source"
+            raise InputError(
+                f"{item.path}: has a column {half[0]!r} but no {other!r}: rowgate dedupe "
+                "writes its lineage as that pair; rename the column first"
+            )
+        if len(half) == 2 and not (
+            frame.schema["_source"] == pl.String and frame.schema["_line"].is_integer()
+        ):
+            raise InputError(
+                f"{item.path}: its '_source' and '_line' columns are not lineage (a string "
+                "and an integer): rename them first"
+            )
+        if not half:
             lineage = {
                 "_source": pl.lit(item.path),
                 "_line": pl.int_range(1, frame.height + 1, dtype=pl.Int64),
@@ -221,10 +274,14 @@ def _dedupe(
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise InputError(f"dedupe: the inputs have no column {missing[0]!r} ({name})")
+    # a kind's key reads rowgate output, whose types its schema fixed: only columns named
+    # on the command line are probed (a probe is one more pass over each key column)
+    _check_comparable(frame, None if fingerprint else key, rule)
     work = frame if fingerprint else frame.drop("_content_sha256", strict=False)
     outcome = dedupe_table(work, key, settings, name)
     removed_rows = outcome.removed["_row"].to_numpy()
-    is_removed = pl.Series([False] * frame.height)
+    # typed: a Series of no rows (every input empty) would otherwise have no dtype to negate
+    is_removed = pl.Series([False] * frame.height, dtype=pl.Boolean)
     is_removed[removed_rows] = True
     original = frame.drop("_split")
     kept = original.filter(~is_removed)

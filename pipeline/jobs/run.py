@@ -36,6 +36,7 @@ from pipeline.gate.reader import (
     detect_compression,
     iter_shards,
     plain_shard_count,
+    refuse_same_files,
 )
 from pipeline.gate.staging import GateTask, ShardSummary, gate_step
 from pipeline.kinds import KINDS, UnknownKindError
@@ -158,6 +159,7 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
                 max_expansion_ratio=limits.max_expansion_ratio,
             )
         )
+    refuse_same_files((f.path, f.resolved) for f in inputs)
     if len({f.path for f in inputs}) < len(inputs):
         raise InputError(
             "two inputs have the same name once bytes that are not UTF-8 are written as "

@@ -191,6 +191,20 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
+def _check_utf8(out: Path) -> None:
+    """Refuse an OUT whose path is not UTF-8: Arrow and polars write files only by UTF-8
+    paths, so the run would fail in its first write (an internal error) after the gate."""
+    path = os.fsencode(out.absolute())
+    try:
+        path.decode("utf-8")
+    except UnicodeDecodeError:
+        shown = path.decode("utf-8", "backslashreplace")
+        raise UnsafeOutputError(
+            f"--out {shown}: the path is not valid UTF-8, and Parquet files are written by "
+            "UTF-8 paths only; choose an output directory whose path is UTF-8"
+        ) from None
+
+
 def _check_overlap(out: Path, protected: Iterable[Path]) -> None:
     """Refuse an OUT that is, contains or lies inside a path the command reads."""
     where = {os.path.join(os.path.realpath(out.parent), out.name), os.path.realpath(out)}
@@ -276,12 +290,20 @@ def _locked(out: Path) -> Iterator[None]:
             os.close(fd)
 
 
-def _leftovers(out: Path) -> list[tuple[Path, int, bool]]:
-    """Dead processes' hidden siblings of ``out``: (path, pid, is an old OUT)."""
+def _leftovers(out: Path, protected: Iterable[Path] = ()) -> list[tuple[Path, int, bool]]:
+    """Dead processes' hidden siblings of ``out``: (path, pid, is an old OUT).
+
+    Only directories are rowgate's (a file or a link of that name is not), and never one
+    that is, holds or lies inside a path the command reads: a user who opened a leftover
+    to take an input from it must not lose that input to the clean-up."""
     prefix = _prefix(out)
+    reads = [os.path.realpath(p) for p in protected if os.path.lexists(p)]
     found = []
     for entry in out.parent.iterdir():
-        if not entry.name.startswith(prefix):
+        if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
+            continue
+        where = os.path.realpath(entry)
+        if any(_inside(path, where) or _inside(where, path) for path in reads):
             continue
         rest = entry.name.removeprefix(prefix)
         old = rest.endswith(_OLD)
@@ -293,10 +315,10 @@ def _leftovers(out: Path) -> list[tuple[Path, int, bool]]:
     return found
 
 
-def _recover(out: Path) -> None:
+def _recover(out: Path, protected: Iterable[Path] = ()) -> None:
     """Finish what killed commands left: put back an old OUT that was moved aside when no
     new one was published, and remove every other leftover (under the lock)."""
-    leftovers = _leftovers(out)
+    leftovers = _leftovers(out, protected)
     olds = sorted(
         (path for path, _, old in leftovers if old), key=lambda p: p.stat().st_mtime, reverse=True
     )
@@ -364,15 +386,17 @@ class OutputClaim:
 def claim_output(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iterator[OutputClaim]:
     """Lock and check ``out`` for the whole command (see the module docstring).
 
-    Raises, before any work: :class:`UnsafeOutputError` (OUT is, contains or lies inside
-    a path in ``protect``; or ``force`` would replace a file, a link or a directory
+    Raises, before any work: :class:`UnsafeOutputError` (OUT's path is not UTF-8; OUT
+    is, contains or lies inside a path in ``protect``; or ``force`` would replace a file, a link or a directory
     rowgate did not write), :class:`OutputExistsError` (OUT exists, no ``force``),
     :class:`OutputBusyError` (another command holds OUT).
     """
+    protect = list(protect)
+    _check_utf8(out)
     _check_overlap(out, protect)
     out.parent.mkdir(parents=True, exist_ok=True)
     with _locked(out):
-        _recover(out)
+        _recover(out, protect)
         _check_replaceable(out, force)
         yield OutputClaim(out, force)
 

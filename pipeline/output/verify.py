@@ -768,7 +768,8 @@ def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
             _scan_file(out, f, layouts, known, tally, report, digest, sanitizer)
         lines = _check_lineage(out, manifest, inputs, tally, report, digest)
         _check_counts(manifest, tally, lines, report)
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        # ValueError: a field of the wrong form (``resolved_hex`` not hex, a limit not a number)
         raise ManifestError(
             f"{out / MANIFEST_NAME} lacks or mangles a field verify needs ({exc!r})"
         ) from None

@@ -303,6 +303,18 @@ def test_compression_is_read_from_the_bytes_and_checked(tmp_path: Path) -> None:
     assert detect_compression(misnamed) == "zstd"
 
 
+def test_a_zstd_stream_opened_by_a_skippable_frame_is_read(tmp_path: Path) -> None:
+    """A skippable frame (metadata some zstd writers put first) is valid zstd: such an
+    export was refused as "named as zstd but is not zstd-compressed" (exit 3)."""
+    rows = b'{"a":1}\n{"b":2}\n'
+    skippable = b"\x5a\x2a\x4d\x18" + (4).to_bytes(4, "little") + b"meta"
+    path = tmp_path / "export.jsonl.zst"
+    path.write_bytes(skippable + zstandard.compress(rows))
+    assert detect_compression(path) == "zstd"
+    lines = [line for b in read_batches(Shard(0, _input(path)), 100, 10) for line in b.lines]
+    assert lines == [b'{"a":1}', b'{"b":2}']
+
+
 def _zipped(data: bytes) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

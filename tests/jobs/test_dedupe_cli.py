@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -204,4 +206,117 @@ def test_dedupe_errors(tmp_path: Path, args: list[str], code: int, message: str)
     result = runner.invoke(app, ["dedupe", str(path), *args, "--out", str(tmp_path / "d")])
     assert result.exit_code == code, result.output
     assert message in result.output
+    assert not (tmp_path / "d").exists()
+
+
+def test_dedupe_of_empty_parquet_writes_empty_tables(tmp_path: Path) -> None:
+    """A dataset of no rows is deduped into empty tables, not an internal error."""
+    path = tmp_path / "empty.parquet"
+    pl.DataFrame(schema={"question": pl.String}).write_parquet(path)
+    out = tmp_path / "d"
+    result = runner.invoke(app, ["dedupe", str(path), "--text", "question", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert pl.read_parquet(out / "kept.parquet").height == 0
+    assert pl.read_parquet(out / "duplicates.parquet").height == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"] == {"rows": 0, "kept": 0, "duplicates": 0}
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ("_split", "has a column named '_split'"),
+        ("_row", "has a column named '_row'"),
+        # an Elasticsearch export's `_source`: lineage is the pair, one alone is data
+        ("_source", "has a column '_source' but no '_line'"),
+        ("_line", "has a column '_line' but no '_source'"),
+        # both, but not lineage: `_duplicate_of` could not be made (an internal error)
+        ("_source,_line", "columns are not lineage"),
+    ],
+)
+def test_dedupe_refuses_a_column_it_would_overwrite(
+    tmp_path: Path, column: str, message: str
+) -> None:
+    """A dataset's own column is never overwritten or dropped: one named like a column
+    dedupe writes for itself is refused (exit 3), so kept + duplicates hold every value."""
+    path = tmp_path / "f.parquet"
+    columns = {name: ["x", "y"] for name in column.split(",")}
+    pl.DataFrame({"question": ["a b c", "a b c"], **columns}).write_parquet(path)
+    before = path.read_bytes()
+    result = runner.invoke(
+        app, ["dedupe", str(path), "--text", "question", "--out", str(tmp_path / "d")]
+    )
+    assert result.exit_code == 3, result.output
+    assert message in result.output
+    assert not (tmp_path / "d").exists()
+    assert path.read_bytes() == before
+
+
+def test_dedupe_refuses_one_file_under_two_names(tmp_path: Path) -> None:
+    """``DIR`` and ``./DIR/f.parquet`` (or a link) were read twice: every row of the file
+    was its own duplicate, and with splits its own contamination."""
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    path = folder / "f.parquet"
+    pl.DataFrame({"question": ["a b c", "d e f"]}).write_parquet(path)
+    (tmp_path / "link.parquet").symlink_to(path)
+    for args in (
+        [str(folder), f"{tmp_path}/./ds/f.parquet"],
+        ["--split", f"train={path}", "--split", f"eval={tmp_path / 'link.parquet'}"],
+    ):
+        result = runner.invoke(
+            app, ["dedupe", *args, "--text", "question", "--out", str(tmp_path / "d")]
+        )
+        assert result.exit_code == 3, result.output
+        assert "is the same file as" in result.output
+        assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda m: m.pop("outputs"), lambda m: m["outputs"].append({"path": "x.parquet"})],
+    ids=["no outputs", "an entry without disposition"],
+)
+def test_dedupe_of_a_run_with_a_mangled_manifest_is_a_clear_error(
+    split_run: Path, tmp_path: Path, change: Any
+) -> None:
+    """A run directory whose manifest lacks its list of outputs was an internal error."""
+    run_copy = tmp_path / "run"
+    shutil.copytree(split_run, run_copy)
+    manifest = json.loads((run_copy / "manifest.json").read_text())
+    change(manifest)
+    (run_copy / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["dedupe", str(run_copy), "--out", str(tmp_path / "d")])
+    assert result.exit_code == 3, result.output
+    assert "lacks or mangles its list of outputs" in result.output
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--key", "ids"], "ids cannot be compared (ids: List(Int64))"),
+        (["--text", "blob"], "blob cannot be compared (blob: Binary)"),
+        (["--text", "question", "--survivor", "max:meta.nope"], "dedupe.survivor max:meta.nope"),
+    ],
+)
+def test_dedupe_names_a_column_it_cannot_compare(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """A list key, bytes that are not UTF-8, a survivor struct field that does not exist:
+    each failed inside polars, an internal error (exit 4). Now exit 3 naming the column
+    and its type, never a value."""
+    path = tmp_path / "f.parquet"
+    pl.DataFrame(
+        {
+            "question": ["a b c", "a b c"],
+            "ids": [[1], [1]],
+            "blob": [b"\xff", b"\xff"],
+            "meta": [{"score": 1}, {"score": 2}],
+        }
+    ).write_parquet(path)
+    result = runner.invoke(app, ["dedupe", str(path), *args, "--out", str(tmp_path / "d")])
+    assert result.exit_code == 3, result.output
+    assert message in result.output
+    assert "\\xff" not in result.output
     assert not (tmp_path / "d").exists()

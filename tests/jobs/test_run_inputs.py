@@ -184,3 +184,35 @@ def test_a_bzip2_export_is_refused_and_a_misnamed_gzip_is_read(tmp_path: Path) -
         for path in (plain, misnamed)
     ]
     assert counts[0] == counts[1]
+
+
+def test_one_file_under_two_names_is_refused(tmp_path: Path) -> None:
+    """Only identical path strings were caught: ``./a.jsonl``, a symbolic link, a hard
+    link or a file also in a given directory was read twice, each line ending in two rows
+    (the second copy removed as a duplicate, or rejected twice)."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    real = folder / "a.jsonl"
+    real.write_bytes((DATA / "math-reasoning-v1.jsonl").read_bytes())
+    (tmp_path / "link.jsonl").symlink_to(real)
+    os.link(real, tmp_path / "hard.jsonl")
+    for other in (
+        f"{tmp_path}/./d/a.jsonl",
+        str(tmp_path / "link.jsonl"),
+        str(tmp_path / "hard.jsonl"),
+    ):
+        config = _config(real, other)
+        with pytest.raises(InputError, match="is the same file as"):
+            expand_inputs(config.inputs, config)
+    config = _config(folder, f"{tmp_path}/./d/a.jsonl")
+    with pytest.raises(InputError, match="is the same file as"):
+        expand_inputs(config.inputs, config)
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        ["run", "--split", f"train={real}", "--split", f"eval={tmp_path / 'link.jsonl'}",
+         "--kind", "math-reasoning-v1", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "is the same file as" in result.output
+    assert not out.exists()

@@ -276,6 +276,25 @@ def test_non_utf8_input_name(tmp_path: Path) -> None:
     assert verify_run(out).ok
 
 
+def test_non_utf8_out_name_is_a_usage_error(tmp_path: Path) -> None:
+    """An OUT (or a parent of it) named with a byte that is not UTF-8 crashed after the
+    whole gate (pyarrow and polars write by UTF-8 paths only): an internal error, exit 4.
+    It is now refused before any work (exit 2), naming the byte as ``\\xff``."""
+    parquet = tmp_path / "f.parquet"
+    pl.DataFrame({"question": ["a b c"]}).write_parquet(parquet)
+    run_out = tmp_path / os.fsdecode(b"o\xff")
+    dedupe_out = tmp_path / os.fsdecode(b"p\xfe") / "out"
+    commands = [
+        ["run", str(MATH), "--kind", "math-reasoning-v1", "--workers", "1", "--out", str(run_out)],
+        ["dedupe", str(parquet), "--text", "question", "--out", str(dedupe_out)],
+    ]
+    for args in commands:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert "is not valid UTF-8" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.parquet"]
+
+
 # --- 10. one command at a time on one OUT ---------------------------------------------
 
 
@@ -425,6 +444,25 @@ def test_an_error_between_the_renames_puts_the_old_out_back(
         (tmp / "data.txt").write_text("new")
     assert (out / "data.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_the_clean_up_of_leftovers_never_touches_an_input(tmp_path: Path) -> None:
+    """A dead command's hidden sibling of OUT was removed whole before anything else, even
+    when this command reads an input inside it (a user taking a file from a leftover):
+    the run deleted its own input, then failed (exit 4). A file or a link of a leftover's
+    name (rowgate makes only directories) failed every later command on that OUT."""
+    pid = _reaped()
+    leftover = tmp_path / f".out.rowgate-tmp-{pid}"
+    leftover.mkdir()
+    source = leftover / "a.jsonl"
+    source.write_bytes(MATH.read_bytes())
+    result = run(_config(source), tmp_path / "out")
+    assert result.manifest["conservation"]["ok"]
+    assert source.read_bytes() == MATH.read_bytes()
+    stray = tmp_path / f".o2.rowgate-tmp-{pid}"
+    stray.write_text("mine")
+    assert run(_config(MATH), tmp_path / "o2").manifest["conservation"]["ok"]
+    assert stray.read_text() == "mine"
 
 
 def test_a_live_process_leftovers_are_never_touched(tmp_path: Path) -> None:

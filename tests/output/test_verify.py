@@ -257,6 +257,22 @@ def test_a_manifest_without_a_needed_field_is_a_clear_error(out: Path) -> None:
         verify_run(out)
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m["inputs"][0].update(resolved_hex="not hex"),
+        lambda m: m["config"]["limits"].update(max_expansion_ratio="x"),
+    ],
+    ids=["resolved_hex", "max_expansion_ratio"],
+)
+def test_a_mangled_value_is_a_clear_error(out: Path, change: Callable[[Manifest], None]) -> None:
+    """A value of the right field but the wrong form raised a ValueError: an internal
+    error instead of the malformed-manifest error (exit 3)."""
+    _edit(out, change)
+    with pytest.raises(ManifestError, match="lacks or mangles a field"):
+        verify_run(out)
+
+
 def _reseal(out: Path, relative: str) -> None:
     """Rewrite the manifest's entry for ``relative`` (digest, size, rows) and its counts
     so that they agree with the file as it now is: a forger's careful edit."""
