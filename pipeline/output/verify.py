@@ -57,6 +57,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.core.config import CampaignConfig, LineageSettings
+from pipeline.core.errors import RowgateError
 from pipeline.core.reasons import PII_SCHEMA_INVALID
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
 from pipeline.gate.reader import InputFile, Shard, read_batches
@@ -768,6 +769,8 @@ def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
             _scan_file(out, f, layouts, known, tally, report, digest, sanitizer)
         lines = _check_lineage(out, manifest, inputs, tally, report, digest)
         _check_counts(manifest, tally, lines, report)
+    except RowgateError:
+        raise  # already says what is wrong (a missing lineage key is a ValueError too)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         # ValueError: a field of the wrong form (``resolved_hex`` not hex, a limit not a number)
         raise ManifestError(
