@@ -17,7 +17,10 @@ sanitize(sanitize(x)) = sanitize(x)."
   finds nothing, and a text in which a scan finds nothing is returned unchanged. Every
   pass that changes the text replaces at least one character outside a tag by a tag,
   so the loop ends; ``max_passes`` bounds it, and a string still changing then is
-  reported unstable (the record is quarantined).
+  reported unstable (the record is quarantined). What the last scan found is redacted
+  even then: a quarantined record is stored, and it must not hold what was found (a chain
+  of numbers, each found only once the one before it became a tag, can outlast the
+  passes).
 """
 
 from __future__ import annotations
@@ -104,6 +107,14 @@ def replace(text: str, merged: list[Detection]) -> str:
 Filter = Callable[[str, list[Detection]], tuple[list[Detection], list[Detection]]]
 
 
+def _replace(result: Redacted, detections: list[Detection]) -> None:
+    """One pass's replacement: ``detections`` merged and replaced by their tags."""
+    merged = merge(detections)
+    result.redacted.update(d.category for d in merged)
+    result.uncertain.update(d.category for d in merged if not d.certain)
+    result.text = replace(result.text, merged)
+
+
 def redact(
     text: str,
     first: list[Detection],
@@ -122,14 +133,14 @@ def redact(
         detections = _protect_tags(result.text, detections)
         if not detections:
             break
-        merged = merge(detections)
-        result.redacted.update(d.category for d in merged)
-        result.uncertain.update(d.category for d in merged if not d.certain)
-        result.text = replace(result.text, merged)
+        _replace(result, detections)
         detections = rescan(result.text)
     else:
         detections, _ = allow(result.text, detections)
-        result.stable = not _protect_tags(result.text, detections)
+        detections = _protect_tags(result.text, detections)
+        result.stable = not detections
+        if detections:  # no fixpoint: unstable, but nothing found stays in the text
+            _replace(result, detections)
     if not result.redacted:
         return None if not result.allowed else result
     return result

@@ -205,9 +205,28 @@ def test_sanitize_is_idempotent(text: str) -> None:
     once = redact_text(text)
     if once is None:
         return
-    assert once.stable
+    if not once.stable:
+        # only a chain longer than the passes (each item found once the one before it
+        # became a tag) may be unstable: more passes reach the fixpoint
+        assert redact(text, SCANNER.scan(text), SCANNER.scan, _keep_all, max_passes=16).stable
+        return
     assert sanitize(once.text) == once.text
     assert not SCANNER.scan(once.text)  # nothing left to find
+
+
+def test_a_chain_longer_than_the_passes_is_unstable_but_leaves_nothing_found() -> None:
+    """Five numbers, each found only once the one before it became a tag (a phone's
+    digits run into the next): four passes do not reach the fixpoint, so the string is
+    reported unstable (its record is quarantined), and what the last scan found is
+    redacted too: a quarantined record is stored. Found by Hypothesis; before, the fifth
+    (an IPv6 address without its first digit) stayed in the text."""
+    text = "+1 415-555-9522+1 415-555-95222a00:1450:45bf::2807+1 415-555-95222a00:1450:45bf::2807"
+    once = redact_text(text)
+    assert once is not None
+    assert not once.stable
+    assert "1450" not in once.text
+    assert not SCANNER.scan(once.text)
+    assert redact(text, SCANNER.scan(text), SCANNER.scan, _keep_all, max_passes=5).stable
 
 
 def _delimited(text: str, secret: str) -> bool:
