@@ -180,8 +180,10 @@ def _payload_columns(
     available = _available(ctx, kind, wanted)
     if splits:
         return available
-    alone = required_columns(key, settings, kind, texts=texts, groups=False)
-    return [c for c in available if c in {apart.get(c, c) for c in alone}]
+    alone = {
+        apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts, groups=False)
+    }
+    return [c for c in available if c in alone]
 
 
 def _digests(
