@@ -38,27 +38,42 @@ class Terminated(BaseException):
     handler of operational errors and runs every clean-up on its way out."""
 
 
+#: whether SIGTERM arrived: a library may turn :class:`Terminated` into another exception
+#: (Ray's blocking calls poll for signals from C++ and raise their own)
+_signalled: list[int] = []
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
     # A second SIGTERM must not interrupt the clean-up the first one started.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _signalled.append(signum)
     raise Terminated
 
 
 def main() -> None:
+    _signalled.clear()
     signal.signal(signal.SIGTERM, _terminate)
     from pipeline.cli import main as cli_main
 
     try:
         cli_main()
-    except Terminated:
-        print("error: terminated (SIGTERM)", file=sys.stderr)
-        sys.exit(EXIT_TERMINATED)
-    except RowgateError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(error.exit_code)
-    except Exception as error:
-        _report_defect(error)
-        sys.exit(EXIT_FAILED)
+    except BaseException as error:
+        # after SIGTERM, a command that did not complete was terminated, whatever the
+        # exception its unwinding ended in
+        if _signalled and not (isinstance(error, SystemExit) and error.code in (0, None)):
+            _exit_terminated()
+        if isinstance(error, RowgateError):
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(error.exit_code)
+        if isinstance(error, Exception):
+            _report_defect(error)
+            sys.exit(EXIT_FAILED)
+        raise
+
+
+def _exit_terminated() -> None:
+    print("error: terminated (SIGTERM)", file=sys.stderr)
+    sys.exit(EXIT_TERMINATED)
 
 
 def _report_defect(error: Exception) -> None:

@@ -92,3 +92,39 @@ def test_sigterm_runs_every_clean_up_and_exits_143() -> None:
     assert done.returncode == 143
     assert done.stdout == "cleaned up\n"
     assert done.stderr == "error: terminated (SIGTERM)\n"
+
+
+def _turned_into(ending: BaseException | None) -> None:
+    """SIGTERM, whose exception a library turns into ``ending`` (Ray's blocking calls
+    raise KeyboardInterrupt, which click makes exit 1) or swallows (``None``)."""
+    try:
+        signal.raise_signal(signal.SIGTERM)
+    except entry.Terminated:
+        if ending is not None:
+            raise ending from None
+
+
+@pytest.mark.parametrize(
+    "ending", [SystemExit(1), KeyboardInterrupt(), SystemError("result with an exception set")]
+)
+def test_a_command_that_fails_after_sigterm_exits_143(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ending: BaseException
+) -> None:
+    monkeypatch.setattr(pipeline.cli, "main", lambda: _turned_into(ending))
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == entry.EXIT_TERMINATED
+    assert capsys.readouterr().err == "error: terminated (SIGTERM)\n"
+
+
+def test_a_command_that_completes_after_sigterm_keeps_its_exit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its output is complete: it says so (exit 0), not that it was terminated."""
+    monkeypatch.setattr(pipeline.cli, "main", lambda: _turned_into(None))
+    entry.main()
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(pipeline.cli, "main", lambda: _turned_into(SystemExit(0)))
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == 0

@@ -24,8 +24,9 @@ staging and output directories at the same path (a shared filesystem): see docs/
 
 Only this module imports ray (the optional ``rowgate[ray]`` extra). Ray's documentation
 relied on: ``ray.init`` (address resolution, "local", ``num_cpus``, ``include_dashboard``,
-``log_to_driver``; it replaces the driver's SIGTERM handler, restored here), task fault
-tolerance (``max_retries`` retries system failures; application errors arrive as
+``log_to_driver``; it replaces the driver's SIGTERM handler, and ``ray.shutdown`` resets
+the signal to its default action: both are undone here), task fault tolerance
+(``max_retries`` retries system failures; application errors arrive as
 ``RayTaskError`` with the original exception as ``cause``), ``ray.cancel`` (a pending
 task is not run; a running one gets ``KeyboardInterrupt``, or exits with ``force``;
 cancelled tasks are not retried) and usage stats (``RAY_USAGE_STATS_ENABLED=0``).
@@ -33,11 +34,12 @@ cancelled tasks are not retried) and usage stats (``RAY_USAGE_STATS_ENABLED=0``)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
@@ -80,6 +82,73 @@ def _run_task(step: Step[Any, Any, Any], task: Any) -> tuple[Any, tuple[int, int
 
 
 _REMOTE: Final = ray.remote(_run_task)
+
+#: How long the driver waits on Ray at a time, so that a held signal is acted on promptly.
+_POLL_S: Final = 0.25
+#: The signals held while the driver is inside Ray (see :func:`_signals_held`).
+_HELD: Final = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Keep the caller's SIGTERM handler, which unwinds a run and removes its files:
+    ``ray.init`` replaces it with one that exits at once, and ``ray.shutdown`` resets the
+    signal to its default action underneath Python (which still reports the handler).
+    Only the main thread has signal handlers to keep."""
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _init_ray(kwargs: dict[str, Any], attempts: int, where: str) -> None:
+    """``ray.init(**kwargs)``, up to ``attempts`` times; the caller's SIGTERM handler kept."""
+    with _sigterm_kept():
+        for attempt in range(1, attempts + 1):
+            try:
+                ray.init(**kwargs)
+                return
+            except Exception as exc:  # Ray raises bare Exception, e.g. a slow raylet
+                ray.shutdown()  # the processes a failed start left running
+                if attempt == attempts:
+                    tries = f" ({attempts} attempts)" if attempts > 1 else ""
+                    raise EngineError(f"cannot start or reach {where}{tries}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """Hold SIGTERM and SIGINT while the driver is inside Ray; then act on one that arrived
+    as the caller's handler would. Yields the signals that arrived so far.
+
+    Python runs a handler wherever the interpreter polls for signals, and Ray's blocking
+    calls poll from C++. A handler's exception raised there comes out as a ``SystemError``
+    and leaves Ray's task table inconsistent: a later ``ray.cancel`` fails Ray's own check
+    (task_manager.cc, "Tried to complete task that was not pending") and ends the process
+    with exit 1, no clean-up run (seen here, Ray 2.60). Held, a handler only records."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []  # only the main thread runs handlers
+        return
+    arrived: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in _HELD:
+        handler = signal.getsignal(signum)
+        if handler is not None:  # None: installed outside Python, cannot be put back
+            previous[signum] = handler
+            signal.signal(signum, lambda number, frame: arrived.append(number))
+    try:
+        yield arrived
+    finally:
+        for number, kept in previous.items():
+            signal.signal(number, kept)
+        if arrived:
+            handler = previous[arrived[0]]
+            if callable(handler):
+                handler(arrived[0], None)  # the CLI's raises Terminated, Python's KeyboardInterrupt
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(arrived[0])
 
 
 @register_engine("ray")
@@ -131,7 +200,8 @@ class RayEngine(Engine):
     def close(self) -> None:
         if self._owns_ray:
             self._owns_ray = False
-            ray.shutdown()
+            with _sigterm_kept():
+                ray.shutdown()
 
     def map(
         self,
@@ -170,10 +240,11 @@ class RayEngine(Engine):
             listed = list(tasks)
             order = sorted(range(len(listed)), key=lambda i: -cost(listed[i]))
             submissions = ((i, listed[i]) for i in order)
-        step_ref = ray.put(step)  # one copy in the object store, not one per task
         pending = self._pending = {}
         results: dict[int, Any] = {}
         try:
+            with _signals_held():
+                step_ref = ray.put(step)  # one copy in the object store, not one per task
             submitted = 0
             for i, task in submissions:
                 pending[remote.remote(step_ref, task)] = i
@@ -195,16 +266,19 @@ class RayEngine(Engine):
     ) -> None:
         """Take the finished tasks' results (waiting for one when ``block``); raise the
         first failure."""
-        if block:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-        else:
-            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-        for ref in ready:
-            i = pending.pop(ref)
-            value, increments = self._result(ref)
-            results[i] = value
-            if increments is not None:
-                report(*increments)
+        with _signals_held() as arrived:
+            if block:
+                ready: list[Any] = []
+                while not ready and not arrived:
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
+            else:
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            for ref in ready:
+                i = pending.pop(ref)
+                value, increments = self._result(ref)
+                results[i] = value
+                if increments is not None:
+                    report(*increments)
 
     def _result(self, ref: Any) -> tuple[Any, tuple[int, int] | None]:
         try:
@@ -248,31 +322,15 @@ class RayEngine(Engine):
             kwargs.update(address="local", num_cpus=self.workers, include_dashboard=False)
         else:
             kwargs.update(address=self.address)
-        main = threading.current_thread() is threading.main_thread()
-        sigterm = signal.getsignal(signal.SIGTERM) if main else None
         usage = os.environ.get("RAY_USAGE_STATS_ENABLED")
         os.environ["RAY_USAGE_STATS_ENABLED"] = usage if usage is not None else "0"
         # a private local Ray gets another start: its raylet has 30 s (fixed in Ray) to
         # register, which a loaded machine misses now and then (seen here, load 7-17)
         attempts = _LOCAL_START_ATTEMPTS if self.address is None else 1
+        where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"
         try:
-            for attempt in range(1, attempts + 1):
-                try:
-                    ray.init(**kwargs)
-                    break
-                except Exception as exc:  # Ray raises bare Exception, e.g. a slow raylet
-                    ray.shutdown()  # the processes a failed start left running
-                    if attempt == attempts:
-                        where = (
-                            f"the Ray cluster at {self.address}" if self.address else "a local Ray"
-                        )
-                        tries = f" ({attempts} attempts)" if attempts > 1 else ""
-                        raise EngineError(f"cannot start or reach {where}{tries}: {exc}") from exc
+            _init_ray(kwargs, attempts, where)
         finally:
             if usage is None:
                 os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
-            if sigterm is not None:
-                # ray.init replaces the SIGTERM handler with one that exits at once;
-                # the CLI's must stay (it unwinds the run and removes its files).
-                signal.signal(signal.SIGTERM, sigterm)
         self._owns_ray = self.address is None

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,6 +175,61 @@ def test_a_killed_worker_without_retries_is_an_engine_error(tmp_path: Path) -> N
         with pytest.raises(EngineError, match="could not complete after 0 retries"):
             engine.map(step, [(marker, n) for n in range(8)])
         assert engine.map(step, [(marker, 1)]) == [10]  # Ray replaced the worker
+
+
+class _Stopped(BaseException):
+    """What the caller's SIGTERM handler raises (the CLI's ``Terminated``)."""
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Stopped
+
+
+def _run_sleeping(state: None, task: int, progress: Progress) -> int:
+    time.sleep(task)
+    return task
+
+
+def test_a_signal_while_the_driver_waits_on_ray_raises_the_callers_exception() -> None:
+    """While the driver blocks in ray.wait, Ray polls for signals from C++: a handler's
+    exception raised there came out as a SystemError (4 times in 15 here) and left Ray's
+    task table inconsistent, so that cancelling the running tasks then ended the process
+    with exit 1 and no clean-up. The engine holds the signal and raises the caller's own
+    exception outside Ray; the running tasks are stopped as for Ctrl-C."""
+    step = Step(_init_nothing, (), _run_sleeping)
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        with RayEngine(2) as engine:
+            timer.start()
+            with pytest.raises(_Stopped):
+                engine.map(step, [30, 30])
+            assert engine._pending == {}
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the signal mask in /proc")
+def test_shutting_down_ray_keeps_the_callers_sigterm_handler(tmp_path: Path) -> None:
+    """ray.shutdown resets SIGTERM to its default action underneath Python (which still
+    reports the handler); a SIGTERM after the engine closed, while the CLI publishes or
+    removes its files, would kill it on the spot. Its own process: a private Ray."""
+    script = (
+        "import os, signal\n"
+        "from pipeline.engines.ray import RayEngine\n"
+        "signal.signal(signal.SIGTERM, lambda s, f: None)\n"
+        "with RayEngine(1) as engine:\n"
+        "    engine.start()\n"
+        "status = open(f'/proc/{os.getpid()}/status').read().splitlines()\n"
+        "caught = int(next(x for x in status if x.startswith('SigCgt')).split()[1], 16)\n"
+        "print('caught' if caught & 1 << (signal.SIGTERM - 1) else 'not caught')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
+    assert done.stdout.strip() == "caught", done.stderr[-2000:]
 
 
 def test_workers_and_retries_are_checked() -> None:
@@ -367,7 +423,11 @@ def test_a_stopped_driver_leaves_no_ray_process_and_no_out(tmp_path: Path, signu
         def running() -> list[str]:
             return [p for p in _survivors(seen) if not any(a in p for a in lingering)]
 
-        assert _wait(lambda: not running()), (returncode, running())
+        assert _wait(lambda: not running()), (
+            returncode,
+            running(),
+            (tmp_path / "stderr").read_text(errors="replace")[-2000:],
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
