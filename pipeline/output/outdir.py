@@ -11,7 +11,8 @@ the whole command:
   (:class:`OutputExistsError`) and, even with ``force``, an OUT that is a file, a
   symbolic link or a directory rowgate did not write (its ``manifest.json``,
   ``report.json`` or ``summary.json`` names a ``rowgate-*`` format; an empty directory
-  holds nothing to lose).
+  holds nothing to lose), or one that holds anything besides what that output wrote (a
+  file a user put in OUT is never deleted: :func:`foreign_entries`).
 
 Everything is then written into a hidden sibling ``.NAME.rowgate-tmp-PID`` that becomes
 OUT only when complete (:meth:`OutputClaim.staging`). Replacing an old OUT is crash-safe
@@ -33,8 +34,8 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import ClassVar, Final
+from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar, Final
 
 from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
 
@@ -45,6 +46,7 @@ __all__ = [
     "UnsafeOutputError",
     "atomic_directory",
     "claim_output",
+    "foreign_entries",
     "written_by_rowgate",
 ]
 
@@ -55,6 +57,16 @@ _LOCK: Final = ".rowgate-lock"
 #: proves that rowgate wrote the directory holding them
 _PROOFS: Final = ("manifest.json", "report.json", "summary.json")
 _PROOF_MAX_BYTES: Final = 256 << 20
+#: the files ``rowgate dedupe`` writes (pipeline.jobs.dedupe), beside its summary.json
+_DEDUPE_FILES: Final = (
+    "summary.json",
+    "kept.parquet",
+    "duplicates.parquet",
+    "clusters.parquet",
+    "split_groups.parquet",
+)
+#: how many of the entries rowgate did not write a refusal names
+_FOREIGN_SHOWN: Final = 3
 
 
 #: Called with the name of each step of a publish (``complete``, ``exchanged``,
@@ -168,12 +180,13 @@ def written_by_rowgate(directory: Path) -> bool:
     """Whether ``directory`` is a real directory that rowgate wrote, or empty."""
     if directory.is_symlink() or not directory.is_dir():
         return False
-    return not any(directory.iterdir()) or _has_proof(directory)
+    return not any(directory.iterdir()) or _proof(directory) is not None
 
 
-def _has_proof(directory: Path) -> bool:
+def _proof(directory: Path) -> tuple[str, dict[str, Any]] | None:
+    """The first of ``_PROOFS`` in ``directory`` that names a rowgate format, read."""
     if directory.is_symlink() or not directory.is_dir():
-        return False
+        return None
     for name in _PROOFS:
         proof = directory / name
         try:
@@ -183,8 +196,49 @@ def _has_proof(directory: Path) -> bool:
         except (OSError, ValueError):
             continue
         if isinstance(document, dict) and str(document.get("format", "")).startswith("rowgate-"):
-            return True
-    return False
+            return name, document
+    return None
+
+
+def _written_files(name: str, document: dict[str, Any]) -> set[str]:
+    """The files (paths relative to OUT) of the output that ``document``, its proof
+    ``name``, describes: a run's manifest lists them; a dedupe output and an evaluation
+    report write fixed names (the latter names its tables in ``report.json``)."""
+    if name == "summary.json":
+        return set(_DEDUPE_FILES)
+    if name == "report.json":
+        tables = document.get("tables")
+        named = tables.values() if isinstance(tables, dict) else ()
+        return {"report.json", "report.html"} | {t for t in named if isinstance(t, str)}
+    listed = {name}
+    for section in ("outputs", "artifacts", "reports"):
+        entries = document.get(section)
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                listed.add(entry["path"])
+    return listed
+
+
+def foreign_entries(out: Path) -> list[str]:
+    """What in the rowgate output ``out`` rowgate did not write (paths relative to it, a
+    directory with a trailing ``/``; links too, since rowgate writes none): replacing
+    ``out`` would delete them. An output without a readable proof is all foreign."""
+    proof = _proof(out)
+    written = _written_files(*proof) if proof is not None else set()
+    parents = {str(p) for path in written for p in PurePosixPath(path).parents} - {"."}
+    found: list[str] = []
+    for directory, dirs, files in os.walk(out):
+        here = Path(directory).relative_to(out)
+        for name in sorted(dirs):
+            relative = (here / name).as_posix()
+            if relative not in parents or os.path.islink(os.path.join(directory, name)):
+                found.append(f"{relative}/")
+        dirs[:] = sorted(d for d in dirs if f"{(here / d).as_posix()}/" not in found)
+        for name in sorted(files):
+            relative = (here / name).as_posix()
+            if relative not in written or os.path.islink(os.path.join(directory, name)):
+                found.append(relative)
+    return found
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -246,6 +300,17 @@ def _check_replaceable(out: Path, force: bool) -> None:
         raise UnsafeOutputError(
             f"--out {out} is a directory rowgate did not write (no rowgate manifest in it); "
             "--force replaces only rowgate's own output: choose another directory"
+        )
+    foreign = foreign_entries(out)
+    if foreign:
+        shown = ", ".join(foreign[:_FOREIGN_SHOWN]) + (
+            ", …" if len(foreign) > _FOREIGN_SHOWN else ""
+        )
+        raise UnsafeOutputError(
+            f"--out {out} holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} "
+            f"rowgate did not write ({shown}); --force would delete "
+            f"{'it' if len(foreign) == 1 else 'them'}: move {'it' if len(foreign) == 1 else 'them'} "
+            "out of the directory, or choose another one"
         )
 
 
@@ -324,7 +389,7 @@ def _recover(out: Path, protected: Iterable[Path] = ()) -> None:
     )
     if olds and not os.path.lexists(out):
         _rename_new(olds.pop(0), out)
-    if not _has_proof(out):  # not rowgate's new OUT: an old one may be the only copy
+    if _proof(out) is None:  # not rowgate's new OUT: an old one may be the only copy
         olds = []
     for path in olds + [path for path, _, old in leftovers if not old]:
         shutil.rmtree(path)

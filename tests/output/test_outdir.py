@@ -60,10 +60,14 @@ def _report(data: Path) -> list[str]:
     ]
 
 
+#: a run's manifest in outline: its format and the file it lists
+_MANIFEST = json.dumps({"format": "rowgate-run/1", "artifacts": [{"path": "data.txt"}]})
+
+
 def _rowgate_out(path: Path, content: str) -> Path:
     """A directory as rowgate writes it (its proof of ownership) holding ``content``."""
     path.mkdir()
-    (path / "manifest.json").write_text(json.dumps({"format": "rowgate-run/1"}))
+    (path / "manifest.json").write_text(_MANIFEST)
     (path / "data.txt").write_text(content)
     return path
 
@@ -224,9 +228,40 @@ def test_force_refuses_a_directory_rowgate_did_not_write(tmp_path: Path) -> None
     assert (empty / "x").read_text() == "new"
 
 
+def test_force_never_deletes_what_a_user_put_in_a_rowgate_out(tmp_path: Path) -> None:
+    """--force replaced the whole of a rowgate OUT, so a file or a directory a user had
+    put in it (notes, a report written into OUT/report) was deleted with it. Now such an
+    OUT is refused (exit 2), every entry rowgate did not write is named, nothing moves;
+    with the entries moved out, the same command replaces it."""
+    out = tmp_path / "r"
+    run(_config(MATH), out)
+    before = _snapshot(out)
+    (out / "notes.md").write_text("my notes")
+    (out / "accepted" / "mine.parquet").write_bytes(b"not rowgate's")
+    (out / "calibration").mkdir()
+    (out / "calibration" / "report.json").write_text("{}")
+    args = ["run", str(MATH), "--kind", "math-reasoning-v1", "--out", str(out), "--force", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "holds 3 entries rowgate did not write" in message
+    for entry in ("accepted/mine.parquet", "calibration/", "notes.md"):
+        assert entry in message
+    assert (out / "notes.md").read_text() == "my notes"
+    assert (out / "calibration" / "report.json").read_text() == "{}"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".r.")]
+    for name in ("notes.md", "accepted/mine.parquet", "calibration/report.json"):
+        (out / name).unlink()
+    (out / "calibration").rmdir()
+    assert _snapshot(out) == before
+    assert runner.invoke(app, args).exit_code == 0
+    assert outdir.foreign_entries(out) == []
+
+
 def test_every_command_can_replace_its_own_output(tmp_path: Path) -> None:
     """run, dedupe and report outputs each prove they are rowgate's (manifest.json,
-    summary.json, report.json name a rowgate format): --force replaces them."""
+    summary.json, report.json name a rowgate format) and hold only what they wrote:
+    --force replaces them."""
     run(_config(MATH), tmp_path / "r")
     run(_config(MATH), tmp_path / "r", force=True)
     assert verify_run(tmp_path / "r").ok
@@ -239,6 +274,7 @@ def test_every_command_can_replace_its_own_output(tmp_path: Path) -> None:
             result = runner.invoke(app, [*args, "--out", str(tmp_path / name), "--force"])
             assert result.exit_code == 0, result.output
         assert written_by_rowgate(tmp_path / name)
+        assert outdir.foreign_entries(tmp_path / name) == []
     assert json.loads((tmp_path / "d" / "summary.json").read_text())["format"] == (
         "rowgate-dedupe/1"
     )
@@ -362,7 +398,9 @@ def kill_at(name):
         os.kill(os.getpid(), signal.SIGKILL)
 outdir._step = kill_at
 with outdir.atomic_directory(out, force=True) as tmp:
-    (tmp / "manifest.json").write_text('{"format": "rowgate-run/1"}')
+    (tmp / "manifest.json").write_text(
+        '{"format": "rowgate-run/1", "artifacts": [{"path": "data.txt"}]}'
+    )
     (tmp / "data.txt").write_text("new")
     kill_at("writing")
 """
