@@ -19,12 +19,14 @@ values they failed on (a record value may be a secret).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from types import FrameType
 from typing import Final
 
-# the errors' module imports nothing else (~1 ms): only the command line is deferred
+# these modules import nothing else (~1 ms): only the command line is deferred
+from pipeline.core.allocator import parent_allocator
 from pipeline.core.errors import EXIT_FAILED, RowgateError
 
 #: 128 + SIGTERM
@@ -53,6 +55,8 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 def main() -> None:
     _signalled.clear()
     signal.signal(signal.SIGTERM, _terminate)
+    # before polars loads (the command line imports it): its allocator reads this once
+    os.environ.update(parent_allocator())
     from pipeline.cli import main as cli_main
 
     try:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import pipeline.cli
 from pipeline import entry
+from pipeline.core.allocator import ALLOCATOR_VARIABLE, RELEASE_AT_ONCE
 from pipeline.core.config import ConfigError
 from tests.conftest import ROOT
 
@@ -128,3 +131,51 @@ def test_a_command_that_completes_after_sigterm_keeps_its_exit(
     with pytest.raises(SystemExit) as exited:
         entry.main()
     assert exited.value.code == 0
+
+
+_ALLOCATOR_SCRIPT = """
+import atexit, os, sys, importlib.abc
+from pipeline.core.allocator import ALLOCATOR_VARIABLE
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "polars":
+            print("when polars loads:", os.environ.get(ALLOCATOR_VARIABLE), flush=True)
+            sys.meta_path.remove(self)
+        return None
+
+def workers():  # at exit: the command line closes stdout
+    from pipeline.engines.local import worker_environment
+    print("workers:", repr(worker_environment()[ALLOCATOR_VARIABLE]), file=sys.stderr)
+
+sys.meta_path.insert(0, Watch())
+atexit.register(workers)
+sys.argv = ["rowgate", "run", *sys.argv[1:]]
+from pipeline.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("chosen", [None, "narenas:2"])
+def test_the_parents_polars_allocator_hands_memory_back_unless_the_user_chose(
+    tmp_path: Path, chosen: str | None
+) -> None:
+    """polars' jemalloc kept freed pages resident for seconds, so the parent's peak grew
+    with the run; the command sets how it releases them before polars loads (it reads
+    the variable once). The workers keep jemalloc's defaults; a user's value is kept."""
+    env = {k: v for k, v in os.environ.items() if k != ALLOCATOR_VARIABLE}
+    if chosen is not None:
+        env[ALLOCATOR_VARIABLE] = chosen
+    math = ROOT / "data" / "math-reasoning-v1.jsonl"
+    arguments = [str(math), "--kind", "math-reasoning-v1", "--out", str(tmp_path / "o"), "-q"]
+    done = subprocess.run(
+        [sys.executable, "-c", _ALLOCATOR_SCRIPT, *arguments],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"when polars loads: {chosen or RELEASE_AT_ONCE}"]
+    assert done.stderr.splitlines()[-1] == f"workers: {chosen or ''!r}"

@@ -37,6 +37,7 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from types import TracebackType
 from typing import Any, Final, NoReturn, TypeVar
 
+from pipeline.core.allocator import settle_allocator, worker_allocator
 from pipeline.core.config import EngineSettings
 from pipeline.engines.base import Engine, EngineError, Progress, Step, register_engine
 
@@ -222,14 +223,17 @@ _WORKER_ARROW_POOL: Final = "jemalloc"
 
 
 def worker_environment() -> dict[str, str]:
-    """Environment variables the workers need set when they start."""
+    """Environment variables the workers need set when they start: Arrow's allocator, and
+    polars' with its own defaults (the parent's releases memory at once:
+    :mod:`pipeline.core.allocator`)."""
     import pyarrow
 
+    found = worker_allocator()
     if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
-        return {}
+        return found
     if _WORKER_ARROW_POOL not in pyarrow.supported_memory_backends():
-        return {}
-    return {"ARROW_DEFAULT_MEMORY_POOL": _WORKER_ARROW_POOL}
+        return found
+    return {**found, "ARROW_DEFAULT_MEMORY_POOL": _WORKER_ARROW_POOL}
 
 
 @register_engine("local")
@@ -418,6 +422,7 @@ class LocalEngine(Engine):
             # Workers are spawned as tasks arrive and inherit this process's environment:
             # it carries theirs until close(), also across a pool replaced after a crash.
             if self._saved_environment is None:
+                settle_allocator()  # the parent's own, before the workers' is in place
                 overrides = worker_environment()
                 self._saved_environment = {k: os.environ.get(k) for k in overrides}
                 os.environ.update(overrides)

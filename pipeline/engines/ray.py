@@ -302,9 +302,10 @@ class RayEngine(Engine):
         refs = list(pending)
         if not refs:
             return
-        for ref in refs:
-            ray.cancel(ref, force=force)
-        ray.wait(refs, num_returns=len(refs), timeout=_CANCEL_PATIENCE_S)
+        with _signals_held():  # a second Ctrl-C is acted on once the tasks are stopped
+            for ref in refs:
+                ray.cancel(ref, force=force)
+            ray.wait(refs, num_returns=len(refs), timeout=_CANCEL_PATIENCE_S)
         pending.clear()
 
     def _connect(self) -> None:

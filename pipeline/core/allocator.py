@@ -1,0 +1,62 @@
+"""How rowgate's processes ask polars' allocator to hand freed memory back.
+
+polars allocates through its own jemalloc, configured by ``_RJEM_MALLOC_CONF`` when the
+library loads (pola-rs/polars#23128). jemalloc's defaults keep freed pages resident for
+seconds (``dirty_decay_ms``, 10 s) and longer (``muzzy_decay_ms``), so memory a step of
+the global phase freed still counted when the next one peaked: the parent's peak grew
+with the run (measured on the scale benchmark's plain runs, 300 MB and 1.2 GB exports:
+324 and 387 MB, 1.19×; with near and normalised dedupe 327 and 424 MB, 1.30×). Released
+at once (decay 0, what Arrow configures its own jemalloc with since ARROW-6910), the same
+runs peaked at 311 and 337 MB (1.08×) and 311 and 339 MB (1.09×).
+
+Only the parent's: the command line (:mod:`pipeline.entry`) sets it before polars is
+imported, and the engines give their workers jemalloc's defaults back
+(:func:`pipeline.engines.local.worker_environment`). In the workers, releasing at once cost
+~1.6 s more system CPU on a 300 MB run with near and normalised dedupe (+8 % CPU; every
+gate batch's polars work frees and takes pages again), for a process-tree peak already
+under its target. A value the user set is kept, for every process.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+__all__ = [
+    "ALLOCATOR_VARIABLE",
+    "RELEASE_AT_ONCE",
+    "parent_allocator",
+    "settle_allocator",
+    "worker_allocator",
+]
+
+#: polars' jemalloc reads its options from this variable (jemalloc's ``MALLOC_CONF``
+#: under the prefix the Rust crate gives its symbols)
+ALLOCATOR_VARIABLE: Final = "_RJEM_MALLOC_CONF"
+#: freed pages go back to the system at once
+RELEASE_AT_ONCE: Final = "dirty_decay_ms:0,muzzy_decay_ms:0"
+#: the value this process started with: the user's choice, if any (the command line then
+#: sets the parent's own)
+_CHOSEN: Final = os.environ.get(ALLOCATOR_VARIABLE)
+
+
+def parent_allocator() -> dict[str, str]:
+    """The variable for the parent process: the user's value, else :data:`RELEASE_AT_ONCE`."""
+    return {ALLOCATOR_VARIABLE: RELEASE_AT_ONCE if _CHOSEN is None else _CHOSEN}
+
+
+def worker_allocator() -> dict[str, str]:
+    """The variable for workers: the user's value, else jemalloc's defaults (empty)."""
+    return {ALLOCATOR_VARIABLE: "" if _CHOSEN is None else _CHOSEN}
+
+
+def settle_allocator() -> None:
+    """Make polars' allocator read its settings now, from this process's environment.
+
+    jemalloc reads the variable at its first allocation, not when polars is imported; the
+    local engine puts the workers' value in the environment while its pool starts them,
+    which a parent that had not allocated yet then took as its own (its peak on the 1.2 GB
+    export stayed at 403 MB instead of 339). One allocation before that fixes it."""
+    import polars
+
+    polars.Series([0])
