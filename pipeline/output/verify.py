@@ -24,7 +24,7 @@ disk and reports what differs (never a record value):
    JSON hashes to ``_record_sha256``, whose fingerprint is ``_content_sha256``, valid
    under the schema the manifest records (a row quarantined with ``pii.schema_invalid`` says its redacted
    record fails that schema: there only the digest is checked); a rejected row's
-   ``_raw`` hashes to its ``_raw_sha256``;
+   ``_raw`` hashes to its ``_raw_sha256``, and is null only where a reason says why;
 8. counts: per disposition and per reason, recomputed from the rows themselves (the
    disposition is the file's directory); ``counts.lines`` and the conservation record
    recomputed from the sources.
@@ -58,7 +58,7 @@ import pyarrow.parquet as pq
 
 from pipeline.core.config import CampaignConfig, LineageSettings
 from pipeline.core.errors import RowgateError
-from pipeline.core.reasons import PII_SCHEMA_INVALID
+from pipeline.core.reasons import LINE_TOO_LARGE, PII_RAW_WITHHELD, PII_SCHEMA_INVALID
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
 from pipeline.gate.reader import InputFile, Shard, read_batches
 from pipeline.kinds import KINDS
@@ -91,6 +91,9 @@ _DISPOSITION_OF_DIR: Final = {
     "duplicates": "duplicate",
     None: "rejected",
 }
+#: the reasons a rejected row's ``_raw`` is null for: a line too large to hold, bytes
+#: withheld because they hold a secret; any other null ``_raw`` lost the line's bytes
+_RAW_NOT_HELD: Final = frozenset({LINE_TOO_LARGE, PII_RAW_WITHHELD})
 #: config codec → the names Parquet metadata may give it (pyarrow versions differ for lz4)
 _CODECS: Final = {"none": {"UNCOMPRESSED"}, "lz4": {"LZ4", "LZ4_RAW"}}
 
@@ -457,11 +460,22 @@ def _check_rows(
     digest: LineageDigest,
 ) -> None:
     if f.kind is None:
-        for raw, sha in zip(
-            table["_raw"].to_pylist(), table["_raw_sha256"].to_pylist(), strict=True
+        for raw, sha, reasons, source, line in zip(
+            table["_raw"].to_pylist(),
+            table["_raw_sha256"].to_pylist(),
+            table["_reasons"].to_pylist(),
+            table["_source"].to_pylist(),
+            table["_line"].to_pylist(),
+            strict=True,
         ):
             report.checked["raw lines"] += 1
-            if raw is not None and digest.hexdigest(raw) != sha:
+            withheld = any(r["code"] in _RAW_NOT_HELD for r in reasons)
+            if raw is None and not withheld:
+                report.problem(
+                    f"{f.path} line {source}:{line}: _raw is null, but no reason says why "
+                    f"({' or '.join(sorted(_RAW_NOT_HELD))})"
+                )
+            elif raw is not None and digest.hexdigest(raw) != sha:
                 report.problem(f"{f.path}: a _raw value does not hash to its _raw_sha256")
         return
     layout, entry = layouts[f.kind]

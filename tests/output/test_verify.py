@@ -388,3 +388,17 @@ def test_lineage_holds_only_the_files_of_the_current_lines(
     files = len(list((tmp_path / "out").rglob("part-*.parquet")))
     assert files > 40
     assert most <= 8, (most, files)
+
+
+def test_a_resealed_rejected_output_with_its_raw_bytes_dropped_fails(out: Path) -> None:
+    """A null ``_raw`` is accepted only where a reason says why (a line too large to
+    hold, bytes withheld for a secret): nulling the rest loses the bytes a person needs
+    to repair the line, and verify used to accept it."""
+    relative = sorted(out.rglob("rejected/*.parquet"))[0].relative_to(out).as_posix()
+    table = pq.read_table(out / relative)
+    column = table.schema.get_field_index("_raw")
+    assert table["_raw"].null_count < table.num_rows  # some rows hold their bytes
+    nulls = pa.nulls(table.num_rows, table.schema.field(column).type)
+    pq.write_table(table.set_column(column, "_raw", nulls), out / relative, compression="zstd")
+    _reseal(out, relative)
+    _fails(out, "_raw is null, but no reason says why")
