@@ -25,7 +25,9 @@ disk and reports what differs (never a record value):
    under the schema the manifest records (a row quarantined with ``pii.schema_invalid`` says its redacted
    record fails that schema: there only the digest is checked); a rejected row's
    ``_raw`` hashes to its ``_raw_sha256``, and is null only where a reason says why;
-8. counts: per disposition and per reason, recomputed from the rows themselves (the
+8. duplicates: each removed row's ``_duplicate_of`` names a row held outside
+   ``duplicates/``, with the ``_record_sha256`` it names;
+9. counts: per disposition and per reason, recomputed from the rows themselves (the
    disposition is the file's directory); ``counts.lines`` and the conservation record
    recomputed from the sources.
 
@@ -126,6 +128,18 @@ class _Output:
 
 
 @dataclass
+class _Pointers:
+    """The rows the ``_duplicate_of`` of removed rows name, as sorted keys (input index and
+    line, :func:`_line_keys`), each with the ``_record_sha256`` it names and whether a row
+    outside ``duplicates/`` has been found for it; one array entry per removed row."""
+
+    index_of: dict[str, int]
+    keys: np.ndarray[Any, Any]
+    shas: np.ndarray[Any, Any]
+    found: np.ndarray[Any, Any]
+
+
+@dataclass
 class _Tally:
     """What the rows of the output files say, recomputed."""
 
@@ -135,6 +149,7 @@ class _Tally:
     files_of: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     #: _source values that name no input → rows
     strangers: Counter[str] = field(default_factory=Counter)
+    pointers: _Pointers | None = None
 
 
 # -- 1, 2: layout and files ------------------------------------------------------------
@@ -448,6 +463,8 @@ def _scan_file(
         if checkable:
             _check_rows(f, table, layouts, report, digest)
             _check_sanitizer(f, table, sanitizer, report)
+        if tally.pointers is not None:
+            _match_pointers(f, table, tally.pointers, report)
     for source, line in first.items():
         tally.files_of.setdefault(source, []).append((line, f.path))
 
@@ -524,6 +541,75 @@ def _redaction_broke_schema(row: dict[str, Any], disposition: str) -> bool:
     return disposition == "quarantined" and any(
         r["code"] == PII_SCHEMA_INVALID for r in row["_reasons"]
     )
+
+
+def _line_keys(index: np.ndarray[Any, Any], line: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    keys: np.ndarray[Any, Any] = (index.astype(np.int64) << 40) | line.astype(np.int64)
+    return keys
+
+
+def _duplicate_pointers(
+    out: Path, files: list[_Output], inputs: list[dict[str, Any]], report: VerifyReport
+) -> _Pointers:
+    """What every removed row's ``_duplicate_of`` names (read before the other files, so
+    that the rows they name are matched as those files stream by)."""
+    index_of = {entry["path"]: int(entry["index"]) for entry in inputs}
+    keys, shas = [], []
+    for f in files:
+        # a global stage that names no kept row writes no such column (none of rowgate's)
+        if (
+            f.disposition != "duplicate"
+            or "_duplicate_of" not in pq.read_schema(out / f.path).names
+        ):
+            continue
+        for table in _batches(out / f.path, ["_duplicate_of"]):
+            named = table["_duplicate_of"]
+            sources = pc.struct_field(named, "_source").to_pylist()
+            index = np.array([index_of.get(s, -1) if s else -1 for s in sources], np.int64)
+            lines = pc.struct_field(named, "_line").fill_null(0).to_numpy()
+            if bool(np.any(index < 0)) or named.null_count:
+                report.problem(f"{f.path}: a _duplicate_of names no line of an input")
+            keys.append(_line_keys(index, lines))
+            shas.extend(pc.struct_field(named, "_record_sha256").to_pylist())
+    joined = np.concatenate(keys) if keys else np.empty(0, np.int64)
+    order = np.argsort(joined, kind="stable")
+    return _Pointers(
+        index_of,
+        joined[order],
+        np.asarray(shas, dtype=object)[order],
+        np.zeros(len(joined), dtype=bool),
+    )
+
+
+def _match_pointers(f: _Output, table: pa.Table, pointers: _Pointers, report: VerifyReport) -> None:
+    """Mark the removed rows whose ``_duplicate_of`` names a row of ``table``; a row named
+    with another ``_record_sha256`` is a problem."""
+    if not len(pointers.keys) or f.disposition == "duplicate":
+        return
+    index = np.array([pointers.index_of.get(s, -1) for s in table["_source"].to_pylist()])
+    keys = _line_keys(index, table["_line"].to_numpy())
+    low = np.searchsorted(pointers.keys, keys, side="left")
+    high = np.searchsorted(pointers.keys, keys, side="right")
+    shas = table["_record_sha256"].to_pylist()
+    for row in np.nonzero((high > low) & (index >= 0))[0]:
+        named = slice(int(low[row]), int(high[row]))
+        pointers.found[named] = True
+        if any(sha != shas[row] for sha in pointers.shas[named]):
+            report.problem(
+                f"{f.path} line {table['_source'][int(row)]}:{table['_line'][int(row)]}: a "
+                "_duplicate_of names this row with another _record_sha256"
+            )
+
+
+def _check_pointers(pointers: _Pointers, report: VerifyReport) -> None:
+    if len(pointers.keys):
+        report.checked["duplicate pointers"] += len(pointers.keys)
+    missing = int(np.count_nonzero(~pointers.found))
+    if missing:
+        report.problem(
+            f"{missing} removed row(s) name in _duplicate_of a kept row no output holds "
+            "(outside duplicates/)"
+        )
 
 
 # -- 6: lineage and conservation -------------------------------------------------------
@@ -776,11 +862,13 @@ def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
         _check_pinned(manifest, report)
         layouts = _schemas(manifest, report)
         inputs = _check_inputs(manifest, sources, report)
-        tally = _Tally()
+        pointers = _duplicate_pointers(out, files, manifest["inputs"], report)
+        tally = _Tally(pointers=pointers)
         known = {entry["path"] for entry in manifest["inputs"]}
         sanitizer = manifest["sanitize"]["sanitizer_version"] if manifest["sanitize"] else None
         for f in files:
             _scan_file(out, f, layouts, known, tally, report, digest, sanitizer)
+        _check_pointers(pointers, report)
         lines = _check_lineage(out, manifest, inputs, tally, report, digest)
         _check_counts(manifest, tally, lines, report)
     except RowgateError:

@@ -402,3 +402,45 @@ def test_a_resealed_rejected_output_with_its_raw_bytes_dropped_fails(out: Path) 
     pq.write_table(table.set_column(column, "_raw", nulls), out / relative, compression="zstd")
     _reseal(out, relative)
     _fails(out, "_raw is null, but no reason says why")
+
+
+def _point_elsewhere(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first removed row's pointer moved to a line past the input's end."""
+    return rows[0] | {"_line": 10**6}
+
+
+def _point_at_a_removed_row(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    other = table.slice(1, 1).to_pylist()[0]
+    return {key: other[key] for key in ("_source", "_line", "_record_sha256")}
+
+
+def _point_with_another_digest(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return rows[0] | {"_record_sha256": "0" * 64}
+
+
+@pytest.mark.parametrize(
+    ("forge", "expected"),
+    [
+        (_point_elsewhere, "a kept row no output holds"),
+        (_point_at_a_removed_row, "a kept row no output holds"),
+        (_point_with_another_digest, "names this row with another _record_sha256"),
+    ],
+    ids=["past-the-end", "a-removed-row", "another-digest"],
+)
+def test_a_resealed_duplicate_pointing_at_no_kept_row_fails(
+    out: Path, forge: Callable[[pa.Table, list[dict[str, Any]]], dict[str, Any]], expected: str
+) -> None:
+    """``_duplicate_of`` names the kept row (DESIGN §3.6): verify used to accept one
+    naming a line no output holds, another removed row, or a row with another digest."""
+    relative = sorted(out.rglob("duplicates/*/*.parquet"))[0].relative_to(out).as_posix()
+    table = pq.read_table(out / relative)
+    assert table.num_rows >= 2
+    column = table.schema.get_field_index("_duplicate_of")
+    pointers = table["_duplicate_of"].to_pylist()
+    pointers[0] = forge(table, pointers)
+    forged = pa.array(pointers, table.schema.field(column).type)
+    pq.write_table(
+        table.set_column(column, "_duplicate_of", forged), out / relative, compression="zstd"
+    )
+    _reseal(out, relative)
+    _fails(out, expected)
