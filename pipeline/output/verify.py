@@ -8,7 +8,9 @@ disk and reports what differs (never a record value):
    link is reported; a listed path must be a plain relative path of the layout
    (``accepted/<kind>/part-N.parquet``, ``rejected/part-N.parquet``, …);
 2. every listed output, artifact and report has its size and SHA-256, and each Parquet
-   file its row count and the configured compression;
+   file its row count and the configured compression; ``report.html`` is the page the
+   manifest and the outputs render (last, when the caller passes the renderer and all
+   else verified: :mod:`pipeline.reports` lies above this layer);
 3. every input still has its size and SHA-256;
 4. config: the effective config's digest is recomputed from the manifest's own content,
    the config file re-hashed when it is still there, and each pin the config holds
@@ -48,7 +50,7 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
@@ -75,10 +77,15 @@ from pipeline.records.canonical import CANONICALIZATION, canonical_json
 from pipeline.records.lineage import LineageDigest, file_sha256
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
 
-__all__ = ["VerifyReport", "verify_run"]
+__all__ = ["RenderReport", "VerifyReport", "verify_run"]
+
+#: renders a run's ``report.html`` from OUT and its manifest: the caller passes
+#: :func:`pipeline.reports.run_report.render_run_report` (a layer above this one)
+RenderReport = Callable[[Path, dict[str, Any]], str]
 
 _MAX_LISTED: Final = 20
 _LINEAGE: Final = ["_source", "_line", "_offset", "_raw_sha256"]
+_RUN_REPORT: Final = "report.html"
 #: rows per batch read from a Parquet file (the writer's row groups hold 4096)
 _BATCH_ROWS: Final = 4096
 #: lines of an input compared at a time with the rows naming them (at most
@@ -825,6 +832,22 @@ def _check_counts(
         )
 
 
+def _check_run_report(
+    out: Path, manifest: dict[str, Any], render: RenderReport, report: VerifyReport
+) -> None:
+    """``report.html`` re-rendered from the manifest and outputs just verified: a page
+    edited and resealed with its new digest, or a manifest field it shows (the campaign,
+    an input's kind or split, the stage notes) edited, renders otherwise."""
+    if not any(e["path"] == _RUN_REPORT for e in manifest.get("reports", [])):
+        report.problem(f"{_RUN_REPORT}: the manifest lists none (every run writes one)")
+        return
+    if render(out, manifest).encode("utf-8") != (out / _RUN_REPORT).read_bytes():
+        report.problem(
+            f"{_RUN_REPORT}: not the page the manifest and the outputs render (edited since "
+            "the run, or a manifest field it shows was)"
+        )
+
+
 def _lineage_digest(manifest: dict[str, Any], report: VerifyReport) -> LineageDigest | None:
     """The digest the run's lineage was computed with: plain SHA-256, or HMAC under the
     key its config names, read from the same environment variable or file (a missing key
@@ -847,8 +870,13 @@ def _lineage_digest(manifest: dict[str, Any], report: VerifyReport) -> LineageDi
     return digest
 
 
-def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
-    """Verify the run in ``out``; ``sources`` overrides where inputs are looked up."""
+def verify_run(
+    out: Path, sources: Path | None = None, *, render_report: RenderReport | None = None
+) -> VerifyReport:
+    """Verify the run in ``out``; ``sources`` overrides where inputs are looked up.
+
+    With ``render_report``, ``report.html`` is rendered again once everything else
+    verified, and must be the page OUT holds."""
     report = VerifyReport()
     manifest = load_manifest(out)
     try:
@@ -871,6 +899,8 @@ def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
         _check_pointers(pointers, report)
         lines = _check_lineage(out, manifest, inputs, tally, report, digest)
         _check_counts(manifest, tally, lines, report)
+        if render_report is not None and report.ok:
+            _check_run_report(out, manifest, render_report, report)
     except RowgateError:
         raise  # already says what is wrong (a missing lineage key is a ValueError too)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:

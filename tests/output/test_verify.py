@@ -444,3 +444,52 @@ def test_a_resealed_duplicate_pointing_at_no_kept_row_fails(
     )
     _reseal(out, relative)
     _fails(out, expected)
+
+
+def _edit_the_page(out: Path) -> None:
+    page = out / "report.html"
+    page.write_text(page.read_text("utf-8").replace("conservation ok", "conservation OK"), "utf-8")
+
+
+def _rename_the_campaign(out: Path) -> None:
+    _edit(out, _set("campaign", value="another"))
+
+
+def _relabel_an_input(out: Path) -> None:
+    _edit(out, lambda m: m["inputs"][0].update(split="eval"))
+
+
+def _drop_the_page(out: Path) -> None:
+    (out / "report.html").unlink()
+    _edit(out, _set("reports", value=[]))
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        (_edit_the_page, "not the page the manifest and the outputs render"),
+        (_rename_the_campaign, "not the page the manifest and the outputs render"),
+        (_relabel_an_input, "not the page the manifest and the outputs render"),
+        (_drop_the_page, "the manifest lists none"),
+    ],
+    ids=["page-edited", "campaign", "input-split", "page-dropped"],
+)
+def test_report_html_is_rendered_again(
+    out: Path, tamper: Callable[[Path], None], expected: str
+) -> None:
+    """verify (the command, the API) renders report.html again: an edited page resealed
+    with its digest, a deleted one, or a manifest field only the page shows used to pass."""
+    import pipeline
+    from pipeline.reports.run_report import RUN_REPORT_NAME
+
+    assert pipeline.verify_run(out).ok
+    tamper(out)
+    if (out / RUN_REPORT_NAME).exists():
+        page = out / RUN_REPORT_NAME
+        _edit(
+            out,
+            lambda m: m["reports"][0].update(bytes=page.stat().st_size, sha256=file_sha256(page)),
+        )
+    report = pipeline.verify_run(out)
+    assert not report.ok
+    assert any(expected in p for p in report.problems), report.problems
