@@ -11,7 +11,7 @@ disk and reports what differs (never a record value):
    file its row count and the configured compression; ``report.html`` is the page the
    manifest and the outputs render (last, when the caller passes the renderer and all
    else verified: :mod:`pipeline.reports` lies above this layer);
-3. every input still has its size and SHA-256;
+3. every input still has its size and SHA-256, and the compression its bytes show;
 4. config: the effective config's digest is recomputed from the manifest's own content,
    the config file re-hashed when it is still there, and each pin the config holds
    equals the digest recorded for that file;
@@ -64,7 +64,7 @@ from pipeline.core.config import CampaignConfig, LineageSettings
 from pipeline.core.errors import RowgateError
 from pipeline.core.reasons import LINE_TOO_LARGE, PII_RAW_WITHHELD, PII_SCHEMA_INVALID
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
-from pipeline.gate.reader import InputFile, Shard, read_batches
+from pipeline.gate.reader import InputFile, Shard, detect_compression, read_batches
 from pipeline.kinds import KINDS
 from pipeline.output.manifest import (
     MANIFEST_NAME,
@@ -297,15 +297,17 @@ def _check_inputs(
         if not path.is_file():
             report.problem(f"input {entry['path']}: not found at {path}")
             continue
+        compression = entry["compression"]
         if path.stat().st_size != entry["bytes"] or file_sha256(path) != entry["sha256"]:
             report.problem(f"input {entry['path']}: bytes differ from the manifest's SHA-256")
+        elif (compression := detect_compression(path)) != entry["compression"]:
+            # the run's bytes: read them as the run did, not as the manifest now says
+            report.problem(
+                f"input {entry['path']}: compression {compression!r} by its bytes, the "
+                f"manifest says {entry['compression']!r}"
+            )
         given = InputFile(
-            entry["index"],
-            entry["path"],
-            str(path),
-            entry["bytes"],
-            entry["compression"],
-            entry["kind"],
+            entry["index"], entry["path"], str(path), entry["bytes"], compression, entry["kind"]
         )
         found[entry["path"]] = _stream_limits(manifest, given)
     return found

@@ -493,3 +493,11 @@ def test_report_html_is_rendered_again(
     report = pipeline.verify_run(out)
     assert not report.ok
     assert any(expected in p for p in report.problems), report.problems
+
+
+@pytest.mark.parametrize("claimed", ["gzip", "zstd"])
+def test_an_input_compression_edited_in_the_manifest_is_a_mismatch(out: Path, claimed: str) -> None:
+    """verify read the input as the manifest said: a plain export then failed as a corrupt
+    stream (exit 3, blaming the input) instead of a mismatch naming the manifest."""
+    _edit(out, lambda m: m["inputs"][0].update(compression=claimed))
+    _fails(out, f"compression 'none' by its bytes, the manifest says {claimed!r}")
