@@ -136,8 +136,9 @@ class _Output:
 
 @dataclass
 class _Pointers:
-    """The rows the ``_duplicate_of`` of removed rows name, as sorted keys (input index and
-    line, :func:`_line_keys`), each with the ``_record_sha256`` it names and whether a row
+    """The rows the ``_duplicate_of`` of removed rows name, as sorted keys (the input's
+    position in the manifest, never its recorded ``index``, and the line:
+    :func:`_line_keys`), each with the ``_record_sha256`` it names and whether a row
     outside ``duplicates/`` has been found for it; one array entry per removed row."""
 
     index_of: dict[str, int]
@@ -562,7 +563,7 @@ def _duplicate_pointers(
 ) -> _Pointers:
     """What every removed row's ``_duplicate_of`` names (read before the other files, so
     that the rows they name are matched as those files stream by)."""
-    index_of = {entry["path"]: int(entry["index"]) for entry in inputs}
+    index_of = {entry["path"]: i for i, entry in enumerate(inputs)}
     keys, shas = [], []
     for f in files:
         # a global stage that names no kept row writes no such column (none of rowgate's)

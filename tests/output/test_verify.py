@@ -446,6 +446,13 @@ def test_a_resealed_duplicate_pointing_at_no_kept_row_fails(
     _fails(out, expected)
 
 
+def test_duplicate_pointers_never_use_the_recorded_input_index(out: Path) -> None:
+    """The pointers are keyed by an input's position in the manifest: a recorded index
+    beyond 64 bits was an internal error (OverflowError)."""
+    _edit(out, lambda m: m["inputs"][0].update(index=2**70))
+    verify_run(out)
+
+
 def _edit_the_page(out: Path) -> None:
     page = out / "report.html"
     page.write_text(page.read_text("utf-8").replace("conservation ok", "conservation OK"), "utf-8")
