@@ -564,7 +564,8 @@ def _duplicate_pointers(
     """What every removed row's ``_duplicate_of`` names (read before the other files, so
     that the rows they name are matched as those files stream by)."""
     index_of = {entry["path"]: i for i, entry in enumerate(inputs)}
-    keys, shas = [], []
+    keys: list[np.ndarray[Any, Any]] = []
+    shas: list[np.ndarray[Any, Any]] = []
     for f in files:
         # a global stage that names no kept row writes no such column (none of rowgate's)
         if (
@@ -580,13 +581,15 @@ def _duplicate_pointers(
             if bool(np.any(index < 0)) or named.null_count:
                 report.problem(f"{f.path}: a _duplicate_of names no line of an input")
             keys.append(_line_keys(index, lines))
-            shas.extend(pc.struct_field(named, "_record_sha256").to_pylist())
+            digests = pc.struct_field(named, "_record_sha256").to_pylist()
+            # fixed width, 64 bytes a digest: no Python object per removed row is kept
+            shas.append(np.asarray([(d or "").encode("ascii", "replace") for d in digests], "S64"))
     joined = np.concatenate(keys) if keys else np.empty(0, np.int64)
     order = np.argsort(joined, kind="stable")
     return _Pointers(
         index_of,
         joined[order],
-        np.asarray(shas, dtype=object)[order],
+        (np.concatenate(shas) if shas else np.empty(0, "S64"))[order],
         np.zeros(len(joined), dtype=bool),
     )
 
@@ -604,7 +607,7 @@ def _match_pointers(f: _Output, table: pa.Table, pointers: _Pointers, report: Ve
     for row in np.nonzero((high > low) & (index >= 0))[0]:
         named = slice(int(low[row]), int(high[row]))
         pointers.found[named] = True
-        if any(sha != shas[row] for sha in pointers.shas[named]):
+        if bool(np.any(pointers.shas[named] != (shas[row] or "").encode("ascii", "replace"))):
             report.problem(
                 f"{f.path} line {table['_source'][int(row)]}:{table['_line'][int(row)]}: a "
                 "_duplicate_of names this row with another _record_sha256"
