@@ -25,6 +25,7 @@ from pipeline.output import verify as _verify
 from pipeline.reports import plots
 from pipeline.reports.evaluation import EvaluationReport, SliceResult
 from pipeline.reports.evaluation import evaluate as _evaluate
+from pipeline.reports.run_report import render_run_report
 from pipeline.reports.settings import ReportSettings
 from pipeline.reports.sources import LoadedTable, load_table
 
@@ -92,8 +93,8 @@ def run_campaign(
 def verify_run(out: str | Path, sources: str | Path | None = None) -> _verify.VerifyReport:
     """Recompute what the manifest of the run in ``out`` claims, as ``rowgate verify``.
 
-    Checks input and output hashes, counts and conservation, lineage, the config digest
-    and every pinned file. ``sources`` is where to look for the inputs when they moved.
+    Checks input and output hashes, counts and conservation, lineage, the config digest,
+    every pinned file and ``report.html`` (rendered again). ``sources`` is where to look for the inputs when they moved.
 
     Returns
     -------
@@ -108,7 +109,9 @@ def verify_run(out: str | Path, sources: str | Path | None = None) -> _verify.Ve
     >>> report.ok, report.problems  # doctest: +SKIP
     (True, [])
     """
-    return _verify.verify_run(Path(out), None if sources is None else Path(sources))
+    return _verify.verify_run(
+        Path(out), None if sources is None else Path(sources), render_report=render_run_report
+    )
 
 
 def read_manifest(out: str | Path) -> dict[str, Any]:

@@ -19,13 +19,15 @@ def verify_command(
 ) -> None:
     """Recompute everything the manifest claims: input and output digests, every lineage
     hash and offset, conservation of lines, counts per disposition and reason, the config
-    digest, every pinned file the run read; report files OUT should not hold. Exits 1 on
+    digest, every pinned file the run read, report.html (rendered again); report files OUT
+    should not hold. Exits 1 on
     any mismatch."""
     # lazy: pyarrow, numpy and the gate load only when this command runs
     from pipeline.output.verify import verify_run
+    from pipeline.reports.run_report import render_run_report
 
     with library_errors():
-        report = verify_run(directory, sources)
+        report = verify_run(directory, sources, render_report=render_run_report)
     checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
     for note in report.notes:
         err.print(styled("note:", "yellow"), note)

@@ -652,6 +652,19 @@ def _build(cls: type[T], table: Any, path: str) -> T:
         raise ConfigError(
             f"{path + '.' if path else ''}{unknown[0]}: unknown key{did_you_mean(unknown[0], known)}"
         )
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.name in known
+        and f.name not in table
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(
+            f"{path + ': ' if path else ''}missing required key"
+            f"{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}"
+        )
     values = {
         name: _coerce(hints[name], value, f"{path}.{name}" if path else name)
         for name, value in table.items()

@@ -8,8 +8,10 @@ disk and reports what differs (never a record value):
    link is reported; a listed path must be a plain relative path of the layout
    (``accepted/<kind>/part-N.parquet``, ``rejected/part-N.parquet``, …);
 2. every listed output, artifact and report has its size and SHA-256, and each Parquet
-   file its row count and the configured compression;
-3. every input still has its size and SHA-256;
+   file its row count and the configured compression; ``report.html`` is the page the
+   manifest and the outputs render (last, when the caller passes the renderer and all
+   else verified: :mod:`pipeline.reports` lies above this layer);
+3. every input still has its size and SHA-256, and the compression its bytes show;
 4. config: the effective config's digest is recomputed from the manifest's own content,
    the config file re-hashed when it is still there, and each pin the config holds
    equals the digest recorded for that file;
@@ -24,8 +26,10 @@ disk and reports what differs (never a record value):
    JSON hashes to ``_record_sha256``, whose fingerprint is ``_content_sha256``, valid
    under the schema the manifest records (a row quarantined with ``pii.schema_invalid`` says its redacted
    record fails that schema: there only the digest is checked); a rejected row's
-   ``_raw`` hashes to its ``_raw_sha256``;
-8. counts: per disposition and per reason, recomputed from the rows themselves (the
+   ``_raw`` hashes to its ``_raw_sha256``, and is null only where a reason says why;
+8. duplicates: each removed row's ``_duplicate_of`` names a row held outside
+   ``duplicates/``, with the ``_record_sha256`` it names;
+9. counts: per disposition and per reason, recomputed from the rows themselves (the
    disposition is the file's directory); ``counts.lines`` and the conservation record
    recomputed from the sources.
 
@@ -46,7 +50,7 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
@@ -58,9 +62,9 @@ import pyarrow.parquet as pq
 
 from pipeline.core.config import CampaignConfig, LineageSettings
 from pipeline.core.errors import RowgateError
-from pipeline.core.reasons import PII_SCHEMA_INVALID
+from pipeline.core.reasons import LINE_TOO_LARGE, PII_RAW_WITHHELD, PII_SCHEMA_INVALID
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
-from pipeline.gate.reader import InputFile, Shard, read_batches
+from pipeline.gate.reader import InputFile, Shard, detect_compression, read_batches
 from pipeline.kinds import KINDS
 from pipeline.output.manifest import (
     MANIFEST_NAME,
@@ -73,10 +77,15 @@ from pipeline.records.canonical import CANONICALIZATION, canonical_json
 from pipeline.records.lineage import LineageDigest, file_sha256
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
 
-__all__ = ["VerifyReport", "verify_run"]
+__all__ = ["RenderReport", "VerifyReport", "verify_run"]
+
+#: renders a run's ``report.html`` from OUT and its manifest: the caller passes
+#: :func:`pipeline.reports.run_report.render_run_report` (a layer above this one)
+RenderReport = Callable[[Path, dict[str, Any]], str]
 
 _MAX_LISTED: Final = 20
 _LINEAGE: Final = ["_source", "_line", "_offset", "_raw_sha256"]
+_RUN_REPORT: Final = "report.html"
 #: rows per batch read from a Parquet file (the writer's row groups hold 4096)
 _BATCH_ROWS: Final = 4096
 #: lines of an input compared at a time with the rows naming them (at most
@@ -91,6 +100,9 @@ _DISPOSITION_OF_DIR: Final = {
     "duplicates": "duplicate",
     None: "rejected",
 }
+#: the reasons a rejected row's ``_raw`` is null for: a line too large to hold, bytes
+#: withheld because they hold a secret; any other null ``_raw`` lost the line's bytes
+_RAW_NOT_HELD: Final = frozenset({LINE_TOO_LARGE, PII_RAW_WITHHELD})
 #: config codec → the names Parquet metadata may give it (pyarrow versions differ for lz4)
 _CODECS: Final = {"none": {"UNCOMPRESSED"}, "lz4": {"LZ4", "LZ4_RAW"}}
 
@@ -123,6 +135,19 @@ class _Output:
 
 
 @dataclass
+class _Pointers:
+    """The rows the ``_duplicate_of`` of removed rows name, as sorted keys (the input's
+    position in the manifest, never its recorded ``index``, and the line:
+    :func:`_line_keys`), each with the ``_record_sha256`` it names and whether a row
+    outside ``duplicates/`` has been found for it; one array entry per removed row."""
+
+    index_of: dict[str, int]
+    keys: np.ndarray[Any, Any]
+    shas: np.ndarray[Any, Any]
+    found: np.ndarray[Any, Any]
+
+
+@dataclass
 class _Tally:
     """What the rows of the output files say, recomputed."""
 
@@ -132,6 +157,7 @@ class _Tally:
     files_of: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     #: _source values that name no input → rows
     strangers: Counter[str] = field(default_factory=Counter)
+    pointers: _Pointers | None = None
 
 
 # -- 1, 2: layout and files ------------------------------------------------------------
@@ -272,15 +298,17 @@ def _check_inputs(
         if not path.is_file():
             report.problem(f"input {entry['path']}: not found at {path}")
             continue
+        compression = entry["compression"]
         if path.stat().st_size != entry["bytes"] or file_sha256(path) != entry["sha256"]:
             report.problem(f"input {entry['path']}: bytes differ from the manifest's SHA-256")
+        elif (compression := detect_compression(path)) != entry["compression"]:
+            # the run's bytes: read them as the run did, not as the manifest now says
+            report.problem(
+                f"input {entry['path']}: compression {compression!r} by its bytes, the "
+                f"manifest says {entry['compression']!r}"
+            )
         given = InputFile(
-            entry["index"],
-            entry["path"],
-            str(path),
-            entry["bytes"],
-            entry["compression"],
-            entry["kind"],
+            entry["index"], entry["path"], str(path), entry["bytes"], compression, entry["kind"]
         )
         found[entry["path"]] = _stream_limits(manifest, given)
     return found
@@ -445,6 +473,8 @@ def _scan_file(
         if checkable:
             _check_rows(f, table, layouts, report, digest)
             _check_sanitizer(f, table, sanitizer, report)
+        if tally.pointers is not None:
+            _match_pointers(f, table, tally.pointers, report)
     for source, line in first.items():
         tally.files_of.setdefault(source, []).append((line, f.path))
 
@@ -457,11 +487,22 @@ def _check_rows(
     digest: LineageDigest,
 ) -> None:
     if f.kind is None:
-        for raw, sha in zip(
-            table["_raw"].to_pylist(), table["_raw_sha256"].to_pylist(), strict=True
+        for raw, sha, reasons, source, line in zip(
+            table["_raw"].to_pylist(),
+            table["_raw_sha256"].to_pylist(),
+            table["_reasons"].to_pylist(),
+            table["_source"].to_pylist(),
+            table["_line"].to_pylist(),
+            strict=True,
         ):
             report.checked["raw lines"] += 1
-            if raw is not None and digest.hexdigest(raw) != sha:
+            withheld = any(r["code"] in _RAW_NOT_HELD for r in reasons)
+            if raw is None and not withheld:
+                report.problem(
+                    f"{f.path} line {source}:{line}: _raw is null, but no reason says why "
+                    f"({' or '.join(sorted(_RAW_NOT_HELD))})"
+                )
+            elif raw is not None and digest.hexdigest(raw) != sha:
                 report.problem(f"{f.path}: a _raw value does not hash to its _raw_sha256")
         return
     layout, entry = layouts[f.kind]
@@ -510,6 +551,78 @@ def _redaction_broke_schema(row: dict[str, Any], disposition: str) -> bool:
     return disposition == "quarantined" and any(
         r["code"] == PII_SCHEMA_INVALID for r in row["_reasons"]
     )
+
+
+def _line_keys(index: np.ndarray[Any, Any], line: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    keys: np.ndarray[Any, Any] = (index.astype(np.int64) << 40) | line.astype(np.int64)
+    return keys
+
+
+def _duplicate_pointers(
+    out: Path, files: list[_Output], inputs: list[dict[str, Any]], report: VerifyReport
+) -> _Pointers:
+    """What every removed row's ``_duplicate_of`` names (read before the other files, so
+    that the rows they name are matched as those files stream by)."""
+    index_of = {entry["path"]: i for i, entry in enumerate(inputs)}
+    keys: list[np.ndarray[Any, Any]] = []
+    shas: list[np.ndarray[Any, Any]] = []
+    for f in files:
+        # a global stage that names no kept row writes no such column (none of rowgate's)
+        if (
+            f.disposition != "duplicate"
+            or "_duplicate_of" not in pq.read_schema(out / f.path).names
+        ):
+            continue
+        for table in _batches(out / f.path, ["_duplicate_of"]):
+            named = table["_duplicate_of"]
+            sources = pc.struct_field(named, "_source").to_pylist()
+            index = np.array([index_of.get(s, -1) if s else -1 for s in sources], np.int64)
+            lines = pc.struct_field(named, "_line").fill_null(0).to_numpy()
+            if bool(np.any(index < 0)) or named.null_count:
+                report.problem(f"{f.path}: a _duplicate_of names no line of an input")
+            keys.append(_line_keys(index, lines))
+            digests = pc.struct_field(named, "_record_sha256").to_pylist()
+            # fixed width, 64 bytes a digest: no Python object per removed row is kept
+            shas.append(np.asarray([(d or "").encode("ascii", "replace") for d in digests], "S64"))
+    joined = np.concatenate(keys) if keys else np.empty(0, np.int64)
+    order = np.argsort(joined, kind="stable")
+    return _Pointers(
+        index_of,
+        joined[order],
+        (np.concatenate(shas) if shas else np.empty(0, "S64"))[order],
+        np.zeros(len(joined), dtype=bool),
+    )
+
+
+def _match_pointers(f: _Output, table: pa.Table, pointers: _Pointers, report: VerifyReport) -> None:
+    """Mark the removed rows whose ``_duplicate_of`` names a row of ``table``; a row named
+    with another ``_record_sha256`` is a problem."""
+    if not len(pointers.keys) or f.disposition == "duplicate":
+        return
+    index = np.array([pointers.index_of.get(s, -1) for s in table["_source"].to_pylist()])
+    keys = _line_keys(index, table["_line"].to_numpy())
+    low = np.searchsorted(pointers.keys, keys, side="left")
+    high = np.searchsorted(pointers.keys, keys, side="right")
+    shas = table["_record_sha256"].to_pylist()
+    for row in np.nonzero((high > low) & (index >= 0))[0]:
+        named = slice(int(low[row]), int(high[row]))
+        pointers.found[named] = True
+        if bool(np.any(pointers.shas[named] != (shas[row] or "").encode("ascii", "replace"))):
+            report.problem(
+                f"{f.path} line {table['_source'][int(row)]}:{table['_line'][int(row)]}: a "
+                "_duplicate_of names this row with another _record_sha256"
+            )
+
+
+def _check_pointers(pointers: _Pointers, report: VerifyReport) -> None:
+    if len(pointers.keys):
+        report.checked["duplicate pointers"] += len(pointers.keys)
+    missing = int(np.count_nonzero(~pointers.found))
+    if missing:
+        report.problem(
+            f"{missing} removed row(s) name in _duplicate_of a kept row no output holds "
+            "(outside duplicates/)"
+        )
 
 
 # -- 6: lineage and conservation -------------------------------------------------------
@@ -725,6 +838,22 @@ def _check_counts(
         )
 
 
+def _check_run_report(
+    out: Path, manifest: dict[str, Any], render: RenderReport, report: VerifyReport
+) -> None:
+    """``report.html`` re-rendered from the manifest and outputs just verified: a page
+    edited and resealed with its new digest, or a manifest field it shows (the campaign,
+    an input's kind or split, the stage notes) edited, renders otherwise."""
+    if not any(e["path"] == _RUN_REPORT for e in manifest.get("reports", [])):
+        report.problem(f"{_RUN_REPORT}: the manifest lists none (every run writes one)")
+        return
+    if render(out, manifest).encode("utf-8") != (out / _RUN_REPORT).read_bytes():
+        report.problem(
+            f"{_RUN_REPORT}: not the page the manifest and the outputs render (edited since "
+            "the run, or a manifest field it shows was)"
+        )
+
+
 def _lineage_digest(manifest: dict[str, Any], report: VerifyReport) -> LineageDigest | None:
     """The digest the run's lineage was computed with: plain SHA-256, or HMAC under the
     key its config names, read from the same environment variable or file (a missing key
@@ -747,8 +876,13 @@ def _lineage_digest(manifest: dict[str, Any], report: VerifyReport) -> LineageDi
     return digest
 
 
-def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
-    """Verify the run in ``out``; ``sources`` overrides where inputs are looked up."""
+def verify_run(
+    out: Path, sources: Path | None = None, *, render_report: RenderReport | None = None
+) -> VerifyReport:
+    """Verify the run in ``out``; ``sources`` overrides where inputs are looked up.
+
+    With ``render_report``, ``report.html`` is rendered again once everything else
+    verified, and must be the page OUT holds."""
     report = VerifyReport()
     manifest = load_manifest(out)
     try:
@@ -762,13 +896,17 @@ def verify_run(out: Path, sources: Path | None = None) -> VerifyReport:
         _check_pinned(manifest, report)
         layouts = _schemas(manifest, report)
         inputs = _check_inputs(manifest, sources, report)
-        tally = _Tally()
+        pointers = _duplicate_pointers(out, files, manifest["inputs"], report)
+        tally = _Tally(pointers=pointers)
         known = {entry["path"] for entry in manifest["inputs"]}
         sanitizer = manifest["sanitize"]["sanitizer_version"] if manifest["sanitize"] else None
         for f in files:
             _scan_file(out, f, layouts, known, tally, report, digest, sanitizer)
+        _check_pointers(pointers, report)
         lines = _check_lineage(out, manifest, inputs, tally, report, digest)
         _check_counts(manifest, tally, lines, report)
+        if render_report is not None and report.ok:
+            _check_run_report(out, manifest, render_report, report)
     except RowgateError:
         raise  # already says what is wrong (a missing lineage key is a ValueError too)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:

@@ -4,7 +4,8 @@
 
 * a run's output directory (it holds ``manifest.json``): the accepted rows of one kind,
   ``accepted/<kind>/*.parquet``;
-* any other directory: every Parquet file under it, or else every JSONL file;
+* any other directory: every Parquet or JSONL file under it (not both: a directory
+  holding both is refused, as a glob matching both is, never half read);
 * a glob (``exports/*.parquet``) or a single file.
 
 JSONL is read with rowgate's strict parser first (duplicate keys, NaN, lone surrogates,
@@ -96,9 +97,12 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
         files, run_kind = _run_files(path, kind)
     elif path.is_dir():
         found = sorted(p for p in path.rglob("*") if p.is_file())
-        files = [p for p in found if _format(p) == "parquet"] or [
-            p for p in found if _format(p) == "jsonl"
-        ]
+        files = [p for p in found if _format(p) is not None]
+        if len({_format(p) for p in files}) > 1:
+            raise InputError(
+                f"{data}: holds Parquet and JSONL files; give one format with a glob "
+                f"('{path / '**' / '*.parquet'}')"
+            )
     elif _GLOB_CHARS & set(data):
         files = sorted(Path(p) for p in glob.glob(data, recursive=True) if Path(p).is_file())
     elif path.is_file():

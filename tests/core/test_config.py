@@ -82,6 +82,41 @@ def test_invalid_configs_name_the_key(tmp_path: Path, text: str, message: str) -
         load_campaign(_write(tmp_path, text))
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[inputs]]\nkind = 'pairwise-v2'", "inputs[0]: missing required key 'path'"),
+        (
+            "[references.documents]\nsha256 = 'ab'",
+            "references.documents: missing required key 'path'",
+        ),
+        ("[policy.pairwise-v2]\nsha256 = 'ab'", "policy.pairwise-v2: missing required key 'file'"),
+        ("[scoring.pairwise-v2]\ncode = 'x'", "scoring.pairwise-v2: missing required key 'rubric'"),
+    ],
+)
+def test_a_missing_required_key_is_named_not_a_python_signature(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """The error used to read ``InputSpec.__init__() missing 1 required positional
+    argument: 'path'``: Python's words for rowgate's class, not the config's."""
+    with pytest.raises(ConfigError) as raised:
+        load_campaign(_write(tmp_path, text))
+    assert str(raised.value) == message
+
+
+def test_a_policy_file_missing_required_keys_names_them(tmp_path: Path) -> None:
+    from pipeline.rubrics.decision_policy import load_policy
+    from pipeline.rubrics.model import RubricError
+
+    empty = tmp_path / "policy.toml"
+    empty.write_text("description = 'no rules yet'\n")
+    with pytest.raises(RubricError) as raised:
+        load_policy(empty)
+    assert str(raised.value) == (
+        f"{empty}: missing required keys 'policy', 'version', 'target', 'rules'"
+    )
+
+
 def test_overrides_are_validated() -> None:
     config = CampaignConfig().override(**{"engine.workers": 3, "limits.max_depth": 10})
     assert config.engine.workers == 3

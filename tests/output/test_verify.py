@@ -388,3 +388,123 @@ def test_lineage_holds_only_the_files_of_the_current_lines(
     files = len(list((tmp_path / "out").rglob("part-*.parquet")))
     assert files > 40
     assert most <= 8, (most, files)
+
+
+def test_a_resealed_rejected_output_with_its_raw_bytes_dropped_fails(out: Path) -> None:
+    """A null ``_raw`` is accepted only where a reason says why (a line too large to
+    hold, bytes withheld for a secret): nulling the rest loses the bytes a person needs
+    to repair the line, and verify used to accept it."""
+    relative = sorted(out.rglob("rejected/*.parquet"))[0].relative_to(out).as_posix()
+    table = pq.read_table(out / relative)
+    column = table.schema.get_field_index("_raw")
+    assert table["_raw"].null_count < table.num_rows  # some rows hold their bytes
+    nulls = pa.nulls(table.num_rows, table.schema.field(column).type)
+    pq.write_table(table.set_column(column, "_raw", nulls), out / relative, compression="zstd")
+    _reseal(out, relative)
+    _fails(out, "_raw is null, but no reason says why")
+
+
+def _point_elsewhere(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first removed row's pointer moved to a line past the input's end."""
+    return rows[0] | {"_line": 10**6}
+
+
+def _point_at_a_removed_row(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    other = table.slice(1, 1).to_pylist()[0]
+    return {key: other[key] for key in ("_source", "_line", "_record_sha256")}
+
+
+def _point_with_another_digest(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return rows[0] | {"_record_sha256": "0" * 64}
+
+
+@pytest.mark.parametrize(
+    ("forge", "expected"),
+    [
+        (_point_elsewhere, "a kept row no output holds"),
+        (_point_at_a_removed_row, "a kept row no output holds"),
+        (_point_with_another_digest, "names this row with another _record_sha256"),
+    ],
+    ids=["past-the-end", "a-removed-row", "another-digest"],
+)
+def test_a_resealed_duplicate_pointing_at_no_kept_row_fails(
+    out: Path, forge: Callable[[pa.Table, list[dict[str, Any]]], dict[str, Any]], expected: str
+) -> None:
+    """``_duplicate_of`` names the kept row (DESIGN §3.6): verify used to accept one
+    naming a line no output holds, another removed row, or a row with another digest."""
+    relative = sorted(out.rglob("duplicates/*/*.parquet"))[0].relative_to(out).as_posix()
+    table = pq.read_table(out / relative)
+    assert table.num_rows >= 2
+    column = table.schema.get_field_index("_duplicate_of")
+    pointers = table["_duplicate_of"].to_pylist()
+    pointers[0] = forge(table, pointers)
+    forged = pa.array(pointers, table.schema.field(column).type)
+    pq.write_table(
+        table.set_column(column, "_duplicate_of", forged), out / relative, compression="zstd"
+    )
+    _reseal(out, relative)
+    _fails(out, expected)
+
+
+def test_duplicate_pointers_never_use_the_recorded_input_index(out: Path) -> None:
+    """The pointers are keyed by an input's position in the manifest: a recorded index
+    beyond 64 bits was an internal error (OverflowError)."""
+    _edit(out, lambda m: m["inputs"][0].update(index=2**70))
+    verify_run(out)
+
+
+def _edit_the_page(out: Path) -> None:
+    page = out / "report.html"
+    page.write_text(page.read_text("utf-8").replace("conservation ok", "conservation OK"), "utf-8")
+
+
+def _rename_the_campaign(out: Path) -> None:
+    _edit(out, _set("campaign", value="another"))
+
+
+def _relabel_an_input(out: Path) -> None:
+    _edit(out, lambda m: m["inputs"][0].update(split="eval"))
+
+
+def _drop_the_page(out: Path) -> None:
+    (out / "report.html").unlink()
+    _edit(out, _set("reports", value=[]))
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        (_edit_the_page, "not the page the manifest and the outputs render"),
+        (_rename_the_campaign, "not the page the manifest and the outputs render"),
+        (_relabel_an_input, "not the page the manifest and the outputs render"),
+        (_drop_the_page, "the manifest lists none"),
+    ],
+    ids=["page-edited", "campaign", "input-split", "page-dropped"],
+)
+def test_report_html_is_rendered_again(
+    out: Path, tamper: Callable[[Path], None], expected: str
+) -> None:
+    """verify (the command, the API) renders report.html again: an edited page resealed
+    with its digest, a deleted one, or a manifest field only the page shows used to pass."""
+    import pipeline
+    from pipeline.reports.run_report import RUN_REPORT_NAME
+
+    assert pipeline.verify_run(out).ok
+    tamper(out)
+    if (out / RUN_REPORT_NAME).exists():
+        page = out / RUN_REPORT_NAME
+        _edit(
+            out,
+            lambda m: m["reports"][0].update(bytes=page.stat().st_size, sha256=file_sha256(page)),
+        )
+    report = pipeline.verify_run(out)
+    assert not report.ok
+    assert any(expected in p for p in report.problems), report.problems
+
+
+@pytest.mark.parametrize("claimed", ["gzip", "zstd"])
+def test_an_input_compression_edited_in_the_manifest_is_a_mismatch(out: Path, claimed: str) -> None:
+    """verify read the input as the manifest said: a plain export then failed as a corrupt
+    stream (exit 3, blaming the input) instead of a mismatch naming the manifest."""
+    _edit(out, lambda m: m["inputs"][0].update(compression=claimed))
+    _fails(out, f"compression 'none' by its bytes, the manifest says {claimed!r}")

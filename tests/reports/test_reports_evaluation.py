@@ -355,6 +355,18 @@ def test_sources_globs_directories_and_formats(tmp_path: Path) -> None:
         load_table(str(tmp_path / "notes.txt"))
 
 
+def test_a_directory_holding_parquet_and_jsonl_is_refused(tmp_path: Path) -> None:
+    """As a glob matching both is: a directory holding both used to read its Parquet files
+    only, leaving the JSONL rows out of the report without a word."""
+    pl.DataFrame({"p": [0.5], "ok": [True]}).write_parquet(tmp_path / "a.parquet")
+    (tmp_path / "b.jsonl").write_text('{"p": 0.5, "ok": false}\n')
+    (tmp_path / "notes.txt").write_text("not data: ignored in a directory")
+    with pytest.raises(InputError, match=r"holds Parquet and JSONL files.*\*\*/\*\.parquet"):
+        load_table(str(tmp_path))
+    (tmp_path / "a.parquet").unlink()
+    assert load_table(str(tmp_path)).frame.collect().height == 1
+
+
 @pytest.mark.slow
 def test_many_slices_draw_only_the_largest(tmp_path: Path) -> None:
     rng = np.random.default_rng(9)
