@@ -27,8 +27,8 @@ disk and reports what differs (never a record value):
    under the schema the manifest records (a row quarantined with ``pii.schema_invalid`` says its redacted
    record fails that schema: there only the digest is checked); a rejected row's
    ``_raw`` hashes to its ``_raw_sha256``, and is null only where a reason says why;
-8. duplicates: each removed row's ``_duplicate_of`` names a row held outside
-   ``duplicates/``, with the ``_record_sha256`` it names;
+8. duplicates: each removed row's ``_duplicate_of`` names another row OUT holds (a
+   retry's original may itself be a duplicate), with the ``_record_sha256`` it names;
 9. counts: per disposition and per reason, recomputed from the rows themselves (the
    disposition is the file's directory); ``counts.lines`` and the conservation record
    recomputed from the sources.
@@ -69,6 +69,7 @@ from pipeline.kinds import KINDS
 from pipeline.output.manifest import (
     MANIFEST_NAME,
     ManifestError,
+    dependency_versions,
     effective_config_sha256,
     load_manifest,
     pinned_files,
@@ -145,6 +146,8 @@ class _Pointers:
     keys: np.ndarray[Any, Any]
     shas: np.ndarray[Any, Any]
     found: np.ndarray[Any, Any]
+    #: the key of the removed row each pointer belongs to (a row never names itself)
+    owners: np.ndarray[Any, Any]
 
 
 @dataclass
@@ -566,6 +569,7 @@ def _duplicate_pointers(
     index_of = {entry["path"]: i for i, entry in enumerate(inputs)}
     keys: list[np.ndarray[Any, Any]] = []
     shas: list[np.ndarray[Any, Any]] = []
+    owners: list[np.ndarray[Any, Any]] = []
     for f in files:
         # a global stage that names no kept row writes no such column (none of rowgate's)
         if (
@@ -573,7 +577,8 @@ def _duplicate_pointers(
             or "_duplicate_of" not in pq.read_schema(out / f.path).names
         ):
             continue
-        for table in _batches(out / f.path, ["_duplicate_of"]):
+        for table in _batches(out / f.path, ["_duplicate_of", "_source", "_line"]):
+            owners.append(_row_keys(table, index_of))
             named = table["_duplicate_of"]
             sources = pc.struct_field(named, "_source").to_pylist()
             index = np.array([index_of.get(s, -1) if s else -1 for s in sources], np.int64)
@@ -591,22 +596,30 @@ def _duplicate_pointers(
         joined[order],
         (np.concatenate(shas) if shas else np.empty(0, "S64"))[order],
         np.zeros(len(joined), dtype=bool),
+        (np.concatenate(owners) if owners else np.empty(0, np.int64))[order],
     )
+
+
+def _row_keys(table: pa.Table, index_of: dict[str, int]) -> np.ndarray[Any, Any]:
+    """The keys (:func:`_line_keys`) of ``table``'s rows, by their lineage."""
+    index = np.array([index_of.get(s, -1) for s in table["_source"].to_pylist()], np.int64)
+    return _line_keys(index, table["_line"].to_numpy())
 
 
 def _match_pointers(f: _Output, table: pa.Table, pointers: _Pointers, report: VerifyReport) -> None:
     """Mark the removed rows whose ``_duplicate_of`` names a row of ``table``; a row named
-    with another ``_record_sha256`` is a problem."""
-    if not len(pointers.keys) or f.disposition == "duplicate":
+    with another ``_record_sha256`` is a problem. The row named may itself be removed: a
+    retry (``cross.retry``) names its original, which dedupe may then find a duplicate of
+    an earlier row."""
+    if not len(pointers.keys):
         return
-    index = np.array([pointers.index_of.get(s, -1) for s in table["_source"].to_pylist()])
-    keys = _line_keys(index, table["_line"].to_numpy())
+    keys = _row_keys(table, pointers.index_of)
     low = np.searchsorted(pointers.keys, keys, side="left")
     high = np.searchsorted(pointers.keys, keys, side="right")
     shas = table["_record_sha256"].to_pylist()
-    for row in np.nonzero((high > low) & (index >= 0))[0]:
+    for row in np.nonzero((high > low) & (keys >= 0))[0]:
         named = slice(int(low[row]), int(high[row]))
-        pointers.found[named] = True
+        pointers.found[named] |= pointers.owners[named] != keys[row]
         if bool(np.any(pointers.shas[named] != (shas[row] or "").encode("ascii", "replace"))):
             report.problem(
                 f"{f.path} line {table['_source'][int(row)]}:{table['_line'][int(row)]}: a "
@@ -620,8 +633,8 @@ def _check_pointers(pointers: _Pointers, report: VerifyReport) -> None:
     missing = int(np.count_nonzero(~pointers.found))
     if missing:
         report.problem(
-            f"{missing} removed row(s) name in _duplicate_of a kept row no output holds "
-            "(outside duplicates/)"
+            f"{missing} removed row(s) name in _duplicate_of a row no output holds "
+            "(or themselves)"
         )
 
 
@@ -846,6 +859,19 @@ def _check_run_report(
     an input's kind or split, the stage notes) edited, renders otherwise."""
     if not any(e["path"] == _RUN_REPORT for e in manifest.get("reports", [])):
         report.problem(f"{_RUN_REPORT}: the manifest lists none (every run writes one)")
+        return
+    # the page is rowgate's (and its libraries') rendering: another version may render
+    # the same run otherwise, which says nothing about the run (its digest was checked)
+    differ = sorted(
+        name
+        for name, version in dependency_versions().items()
+        if manifest.get("versions", {}).get(name) != version
+    )
+    if differ:
+        report.notes.append(
+            f"{_RUN_REPORT} not rendered again: the run was made with other versions of "
+            f"{', '.join(differ)} (its digest was checked)"
+        )
         return
     if render(out, manifest).encode("utf-8") != (out / _RUN_REPORT).read_bytes():
         report.problem(

@@ -15,16 +15,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.core.config import load_campaign
+from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.jobs.run import run
 from pipeline.output.manifest import ManifestError
 from pipeline.output.verify import verify_run
 from pipeline.records.lineage import file_sha256
 from pipeline.sanitize.sanitizer import DEFAULT_POLICY
+from pipeline.testing.synthetic import export_lines
 from tests.conftest import DATA, ROOT
 
 Manifest = dict[str, Any]
@@ -409,9 +411,9 @@ def _point_elsewhere(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, A
     return rows[0] | {"_line": 10**6}
 
 
-def _point_at_a_removed_row(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    other = table.slice(1, 1).to_pylist()[0]
-    return {key: other[key] for key in ("_source", "_line", "_record_sha256")}
+def _point_at_itself(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    itself = table.slice(0, 1).to_pylist()[0]
+    return {key: itself[key] for key in ("_source", "_line", "_record_sha256")}
 
 
 def _point_with_another_digest(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -421,17 +423,17 @@ def _point_with_another_digest(table: pa.Table, rows: list[dict[str, Any]]) -> d
 @pytest.mark.parametrize(
     ("forge", "expected"),
     [
-        (_point_elsewhere, "a kept row no output holds"),
-        (_point_at_a_removed_row, "a kept row no output holds"),
+        (_point_elsewhere, "a row no output holds"),
+        (_point_at_itself, "a row no output holds"),
         (_point_with_another_digest, "names this row with another _record_sha256"),
     ],
-    ids=["past-the-end", "a-removed-row", "another-digest"],
+    ids=["past-the-end", "itself", "another-digest"],
 )
 def test_a_resealed_duplicate_pointing_at_no_kept_row_fails(
     out: Path, forge: Callable[[pa.Table, list[dict[str, Any]]], dict[str, Any]], expected: str
 ) -> None:
     """``_duplicate_of`` names the kept row (DESIGN §3.6): verify used to accept one
-    naming a line no output holds, another removed row, or a row with another digest."""
+    naming a line no output holds, the removed row itself, or a row with another digest."""
     relative = sorted(out.rglob("duplicates/*/*.parquet"))[0].relative_to(out).as_posix()
     table = pq.read_table(out / relative)
     assert table.num_rows >= 2
@@ -444,6 +446,26 @@ def test_a_resealed_duplicate_pointing_at_no_kept_row_fails(
     )
     _reseal(out, relative)
     _fails(out, expected)
+
+
+def test_a_retry_of_a_row_that_dedupe_removed_verifies(tmp_path: Path) -> None:
+    """A retry names its original (``cross.retry``), which dedupe may then remove as a
+    duplicate of an earlier row: the chain is the run's own, and verify accepts it (the
+    pointer check first required a kept row outside duplicates/)."""
+    line = next(iter(export_lines("pairwise-v2", 20, seed=3, size=1, defect_rate=0)))
+    record = orjson.loads(line)
+    first, replayed = dict(record, task_id="task-c"), dict(record, task_id="task-a")
+    data = tmp_path / "chain.jsonl"
+    data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in (first, replayed, replayed)))
+    out = tmp_path / "out"
+    run(CampaignConfig(inputs=(InputSpec(str(data), "pairwise-v2"),)), out)
+    removed = pq.read_table(out / "duplicates" / "pairwise-v2").to_pylist()
+    assert [(r["_line"], r["_dedupe_rule"], r["_duplicate_of"]["_line"]) for r in removed] == [
+        (2, "exact", 1),
+        (3, "retry", 2),
+    ]
+    report = verify_run(out)
+    assert report.ok, report.problems
 
 
 def test_duplicate_pointers_never_use_the_recorded_input_index(out: Path) -> None:
@@ -508,3 +530,16 @@ def test_an_input_compression_edited_in_the_manifest_is_a_mismatch(out: Path, cl
     stream (exit 3, blaming the input) instead of a mismatch naming the manifest."""
     _edit(out, lambda m: m["inputs"][0].update(compression=claimed))
     _fails(out, f"compression 'none' by its bytes, the manifest says {claimed!r}")
+
+
+def test_report_html_made_by_other_versions_is_not_rendered_again(out: Path) -> None:
+    """Another rowgate (or polars, matplotlib, ...) may render the same run otherwise:
+    verify then says it did not compare the page, and still checks its digest."""
+    import pipeline
+
+    _edit(out, lambda m: m["versions"].update(rowgate="0.0.1"))
+    report = pipeline.verify_run(out)
+    assert report.ok, report.problems
+    assert any("report.html not rendered again" in n and "rowgate" in n for n in report.notes)
+    _edit_the_page(out)
+    assert not pipeline.verify_run(out).ok  # the digest still holds the page
