@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pipeline.cli
 from pipeline import entry
 from pipeline.core.allocator import ALLOCATOR_VARIABLE, RELEASE_AT_ONCE
 from pipeline.core.config import ConfigError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, python_script
 
 SECRET = "sk-live-PLANTED-77aa01"
 
@@ -68,7 +66,7 @@ def test_a_library_error_outside_a_command_is_reported_with_its_code(
 _SIGTERM_SCRIPT = """
 import signal, pipeline.cli
 from pipeline import entry
-from tests.conftest import ROOT
+from tests.conftest import ROOT, python_script
 
 def work():
     try:
@@ -85,13 +83,7 @@ def test_sigterm_runs_every_clean_up_and_exits_143() -> None:
     """SIGTERM killed the command outright, clean-ups and all. The handler raises where
     the main thread is, so every ``finally`` on the way runs. (In a child process: the
     default action of SIGTERM would end the test run.)"""
-    done = subprocess.run(
-        [sys.executable, "-c", _SIGTERM_SCRIPT],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = python_script(_SIGTERM_SCRIPT)
     assert done.returncode == 143
     assert done.stdout == "cleaned up\n"
     assert done.stderr == "error: terminated (SIGTERM)\n"
@@ -168,14 +160,7 @@ def test_the_parents_polars_allocator_hands_memory_back_unless_the_user_chose(
         env[ALLOCATOR_VARIABLE] = chosen
     math = ROOT / "data" / "math-reasoning-v1.jsonl"
     arguments = [str(math), "--kind", "math-reasoning-v1", "--out", str(tmp_path / "o"), "-q"]
-    done = subprocess.run(
-        [sys.executable, "-c", _ALLOCATOR_SCRIPT, *arguments],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = python_script(_ALLOCATOR_SCRIPT, *arguments, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"when polars loads: {chosen or RELEASE_AT_ONCE}"]
     assert done.stderr.splitlines()[-1] == f"workers: {chosen or ''!r}"

@@ -633,8 +633,7 @@ def _check_pointers(pointers: _Pointers, report: VerifyReport) -> None:
     missing = int(np.count_nonzero(~pointers.found))
     if missing:
         report.problem(
-            f"{missing} removed row(s) name in _duplicate_of a row no output holds "
-            "(or themselves)"
+            f"{missing} removed row(s) name in _duplicate_of a row no output holds (or themselves)"
         )
 
 

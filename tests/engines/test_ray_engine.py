@@ -28,7 +28,7 @@ from pipeline.engines.ray import RayEngine
 from pipeline.jobs import run as run_module
 from pipeline.output.verify import verify_run
 from pipeline.testing.synthetic import export_lines
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA, ROOT, python_script
 from tests.parity import output_digests, planted_campaign
 
 pytestmark = pytest.mark.slow
@@ -211,24 +211,26 @@ def test_a_signal_while_the_driver_waits_on_ray_raises_the_callers_exception() -
         signal.signal(signal.SIGTERM, previous)
 
 
+#: a private Ray started and shut down by an engine; then whether SIGTERM is still caught
+_SHUTDOWN_SCRIPT = """
+import os, signal
+from pipeline.engines.ray import RayEngine
+
+signal.signal(signal.SIGTERM, lambda s, f: None)
+with RayEngine(1) as engine:
+    engine.start()
+status = open(f"/proc/{os.getpid()}/status").read().splitlines()
+caught = int(next(x for x in status if x.startswith("SigCgt")).split()[1], 16)
+print("caught" if caught & 1 << (signal.SIGTERM - 1) else "not caught")
+"""
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the signal mask in /proc")
 def test_shutting_down_ray_keeps_the_callers_sigterm_handler(tmp_path: Path) -> None:
     """ray.shutdown resets SIGTERM to its default action underneath Python (which still
     reports the handler); a SIGTERM after the engine closed, while the CLI publishes or
     removes its files, would kill it on the spot. Its own process: a private Ray."""
-    script = (
-        "import os, signal\n"
-        "from pipeline.engines.ray import RayEngine\n"
-        "signal.signal(signal.SIGTERM, lambda s, f: None)\n"
-        "with RayEngine(1) as engine:\n"
-        "    engine.start()\n"
-        "status = open(f'/proc/{os.getpid()}/status').read().splitlines()\n"
-        "caught = int(next(x for x in status if x.startswith('SigCgt')).split()[1], 16)\n"
-        "print('caught' if caught & 1 << (signal.SIGTERM - 1) else 'not caught')\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180
-    )
+    done = python_script(_SHUTDOWN_SCRIPT, timeout=180)
     assert done.stdout.strip() == "caught", done.stderr[-2000:]
 
 
