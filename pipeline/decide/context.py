@@ -19,8 +19,9 @@ stage reads what else it needs shard by shard (:meth:`GlobalContext.evaluate`), 
 on 64-bit hashes with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash
 repeats in full (:meth:`GlobalContext.fetch`, which takes them alone out of the staged
 files). Measured on the scale benchmark's exports (90k and 359k rows of 3.3 KB), the run's
-parent peak grows ~140 bytes a row, with or without near and normalised dedupe: the bytes
-per row of each structure are in docs/scale.md ("The driver's memory, per row").
+parent peak grows ~110 bytes a row, with or without near and normalised dedupe (polars'
+allocator returning freed pages at once: :mod:`pipeline.core.allocator`): the bytes per
+row of each structure are in docs/scale.md ("The driver's memory, per row").
 """
 
 from __future__ import annotations
