@@ -287,14 +287,16 @@ def _hidden_siblings(out: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A config and ~20 KB of the bundled math export (valid and defective rows), cut
-    into several 4 KB shards."""
+    into several 4 KB shards, gated a line at a time: a gate fault fires on the first
+    progress report, and with whole-shard batches a loaded machine delivered none before
+    the gate ended (CI: the run ended before the fault fired)."""
     directory = tmp_path_factory.mktemp("inputs")
     lines = (ROOT / "data" / "math-reasoning-v1.jsonl").read_bytes().splitlines(keepends=True)
     (directory / "math.jsonl").write_bytes(b"".join(lines[:96]))
     config = directory / "campaign.toml"
     config.write_text(
         '[[inputs]]\npath = "math.jsonl"\nkind = "math-reasoning-v1"\n'
-        "[engine]\nshard_bytes = 4096\n"
+        "[engine]\nshard_bytes = 4096\nbatch_lines = 1\n"
     )
     return config
 

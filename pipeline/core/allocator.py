@@ -10,8 +10,12 @@ at once (decay 0, what Arrow configures its own jemalloc with since ARROW-6910),
 runs peaked at 311 and 337 MB (1.08×) and 311 and 339 MB (1.09×).
 
 Only the parent's: the command line (:mod:`pipeline.entry`) sets it before polars is
-imported, and the engines give their workers jemalloc's defaults back
-(:func:`pipeline.engines.local.worker_environment`). In the workers, releasing at once cost
+imported, and the engines give their workers jemalloc's defaults back (the local engine
+in each worker as it starts, never through the parent's environment: jemalloc reads the
+variable at its first allocation, not at import, so a parent that had not allocated yet
+took the workers' value while they started, and peaked at 403 MB instead of 339 on the
+1.2 GB export; Ray through the workers' runtime environment:
+:func:`pipeline.engines.local.worker_environment`). In the workers, releasing at once cost
 ~1.6 s more system CPU on a 300 MB run with near and normalised dedupe (+8 % CPU; every
 gate batch's polars work frees and takes pages again), for a process-tree peak already
 under its target. A value the user set is kept, for every process.
@@ -22,13 +26,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-__all__ = [
-    "ALLOCATOR_VARIABLE",
-    "RELEASE_AT_ONCE",
-    "parent_allocator",
-    "settle_allocator",
-    "worker_allocator",
-]
+__all__ = ["ALLOCATOR_VARIABLE", "RELEASE_AT_ONCE", "parent_allocator", "worker_allocator"]
 
 #: polars' jemalloc reads its options from this variable (jemalloc's ``MALLOC_CONF``
 #: under the prefix the Rust crate gives its symbols)
@@ -48,15 +46,3 @@ def parent_allocator() -> dict[str, str]:
 def worker_allocator() -> dict[str, str]:
     """The variable for workers: the user's value, else jemalloc's defaults (empty)."""
     return {ALLOCATOR_VARIABLE: "" if _CHOSEN is None else _CHOSEN}
-
-
-def settle_allocator() -> None:
-    """Make polars' allocator read its settings now, from this process's environment.
-
-    jemalloc reads the variable at its first allocation, not when polars is imported; the
-    local engine puts the workers' value in the environment while its pool starts them,
-    which a parent that had not allocated yet then took as its own (its peak on the 1.2 GB
-    export stayed at 403 MB instead of 339). One allocation before that fixes it."""
-    import polars
-
-    polars.Series([0])

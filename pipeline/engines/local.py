@@ -37,7 +37,7 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from types import TracebackType
 from typing import Any, Final, NoReturn, TypeVar
 
-from pipeline.core.allocator import settle_allocator, worker_allocator
+from pipeline.core.allocator import worker_allocator
 from pipeline.core.config import EngineSettings
 from pipeline.engines.base import Engine, EngineError, Progress, Step, register_engine
 
@@ -152,8 +152,14 @@ def _die_with_parent() -> None:
     ).start()
 
 
-def _worker_init(progress_queue: Any, warm: tuple[Step[Any, Any, Any], ...]) -> None:
+def _worker_init(
+    progress_queue: Any, warm: tuple[Step[Any, Any, Any], ...], allocator: dict[str, str]
+) -> None:
     global _QUEUE
+    # before any step loads polars (its allocator reads this at its first allocation);
+    # set here, not through the parent's environment, which the parent's polars may not
+    # have read yet (pipeline.core.allocator)
+    os.environ.update(allocator)
     _die_with_parent()
     # Ctrl-C reaches the whole process group; the parent handles it and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -225,15 +231,20 @@ _WORKER_ARROW_POOL: Final = "jemalloc"
 def worker_environment() -> dict[str, str]:
     """Environment variables the workers need set when they start: Arrow's allocator, and
     polars' with its own defaults (the parent's releases memory at once:
-    :mod:`pipeline.core.allocator`)."""
+    :mod:`pipeline.core.allocator`). Ray sets them all for its workers; the local engine
+    sets Arrow's in the environment it starts workers with and polars' in each worker
+    (:func:`_worker_init`)."""
+    return {**_arrow_environment(), **worker_allocator()}
+
+
+def _arrow_environment() -> dict[str, str]:
     import pyarrow
 
-    found = worker_allocator()
     if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
-        return found
+        return {}
     if _WORKER_ARROW_POOL not in pyarrow.supported_memory_backends():
-        return found
-    return {**found, "ARROW_DEFAULT_MEMORY_POOL": _WORKER_ARROW_POOL}
+        return {}
+    return {"ARROW_DEFAULT_MEMORY_POOL": _WORKER_ARROW_POOL}
 
 
 @register_engine("local")
@@ -422,8 +433,7 @@ class LocalEngine(Engine):
             # Workers are spawned as tasks arrive and inherit this process's environment:
             # it carries theirs until close(), also across a pool replaced after a crash.
             if self._saved_environment is None:
-                settle_allocator()  # the parent's own, before the workers' is in place
-                overrides = worker_environment()
+                overrides = _arrow_environment()
                 self._saved_environment = {k: os.environ.get(k) for k in overrides}
                 os.environ.update(overrides)
             context = _WorkerContext()
@@ -437,7 +447,7 @@ class LocalEngine(Engine):
                 max_workers=self.workers,  # sizes its queue of calls
                 mp_context=context,
                 initializer=_worker_init,
-                initargs=(self._queue, self._warm),
+                initargs=(self._queue, self._warm, worker_allocator()),
             )
             self._allowed = 0
             self._pool._max_workers = 0  # type: ignore[attr-defined]  # see _allow()

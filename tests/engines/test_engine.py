@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.core.allocator import ALLOCATOR_VARIABLE, RELEASE_AT_ONCE, worker_allocator
 from pipeline.engines import LocalEngine, Progress, Step, local
 
 
@@ -188,6 +189,26 @@ def test_workers_allocate_from_a_pool_that_returns_memory(monkeypatch: pytest.Mo
         pools = engine.map(Step(_init_nothing, (), _arrow_pool), [0, 1])
     assert pools == [("system", "system")] * 2
     assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system"
+
+
+def _polars_allocator(state: None, task: int, progress: Progress) -> str | None:
+    return os.environ.get(ALLOCATOR_VARIABLE)
+
+
+@pytest.mark.slow
+def test_workers_keep_jemallocs_defaults_for_polars_and_the_parent_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parent's polars allocator hands memory back at once (pipeline.core.allocator);
+    the workers get jemalloc's defaults, set in each worker as it starts: set through this
+    process's environment while they started, it was what a parent that had not
+    allocated yet read for itself."""
+    monkeypatch.setenv(ALLOCATOR_VARIABLE, RELEASE_AT_ONCE)  # as the command line sets it
+    with LocalEngine(2) as engine:
+        assert os.environ[ALLOCATOR_VARIABLE] == RELEASE_AT_ONCE
+        found = engine.map(Step(_init_nothing, (), _polars_allocator), [0, 1])
+        assert os.environ[ALLOCATOR_VARIABLE] == RELEASE_AT_ONCE
+    assert found == [worker_allocator()[ALLOCATOR_VARIABLE]] * 2
 
 
 def _run_marking(state: str, task: tuple[str, int], progress: Progress) -> int:
