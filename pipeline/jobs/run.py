@@ -139,7 +139,7 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
         if spec.path in by_path:
             raise InputError(f"{spec.path}: given more than once")
         if spec.kind is not None and spec.kind not in KINDS:
-            raise InputError(str(UnknownKindError(spec.kind)))
+            raise InputError(f"{spec.path}: {UnknownKindError(spec.kind)}")
         by_path[spec.path] = spec
     limits = config.limits
     inputs = []
@@ -238,10 +238,17 @@ def _preflight(config: CampaignConfig) -> Gate:
     unknown = sorted(set(config.rules.disabled) - known)
     if unknown:
         raise ConfigError(f"rules.disabled: unknown rule code {unknown[0]!r}")
+    directory = config.schemas.directory
+    if directory and not config.resolve_path(directory).is_dir():
+        where = config.resolve_path(directory)
+        raise ConfigError(f"schemas.directory: {where}: no such directory")
     gate = Gate(config)
-    try:
-        for schema_id in config.schemas.pins:
+    for schema_id in config.schemas.pins:
+        try:
             gate.registry.get(schema_id)
+        except SchemaError as exc:
+            raise InputError(f"schemas.pins.{schema_id}: {exc}") from None
+    try:
         for kind_id in sorted(KINDS):
             kind_gate = gate.kind_gate(KINDS[kind_id])
             if gate.sanitizer is not None:  # a policy path naming no field fails here

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -216,3 +217,20 @@ def test_one_file_under_two_names_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 3, result.output
     assert "is the same file as" in result.output
     assert not out.exists()
+
+
+def test_a_bad_kind_or_schema_setting_is_named_before_any_work(tmp_path: Path) -> None:
+    """An unknown kind said which kind but not which input; a schemas.directory that does
+    not exist said "no schema 'agent-trace-v1' in …" (exit 3); a pin for no schema did
+    not say it was a pin."""
+    math = DATA / "math-reasoning-v1.jsonl"
+    unknown = CampaignConfig(inputs=(InputSpec(str(math), "nope"),))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(math))}: unknown record kind 'nope'"):
+        run(unknown, tmp_path / "a")
+    missing = _config(math, **{"schemas.directory": str(tmp_path / "nope")})
+    with pytest.raises(ConfigError, match=r"^schemas\.directory: .*nope: no such directory$"):
+        run(missing, tmp_path / "b")
+    pinned = _config(math, **{"schemas.pins": {"nokind": "0" * 64}})
+    with pytest.raises(InputError, match=r"^schemas\.pins\.nokind: no schema 'nokind'"):
+        run(pinned, tmp_path / "c")
+    assert list(tmp_path.iterdir()) == []
