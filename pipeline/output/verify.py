@@ -60,7 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.core.config import CampaignConfig, LineageSettings
+from pipeline.core.config import CampaignConfig, ConfigError, Limits, LineageSettings
 from pipeline.core.errors import RowgateError
 from pipeline.core.reasons import LINE_TOO_LARGE, PII_RAW_WITHHELD, PII_SCHEMA_INVALID
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
@@ -278,17 +278,24 @@ def _source_path(entry: dict[str, Any], sources: Path | None) -> Path:
     return resolved if resolved.exists() else Path(str(entry["path"]))
 
 
-def _stream_limits(manifest: dict[str, Any], given: InputFile) -> InputFile:
+def _stream_limits(manifest: dict[str, Any], given: InputFile, report: VerifyReport) -> InputFile:
     """``given`` under the run's own decompression bounds: what the run read under raised
-    limits, verify reads too (an older manifest: the defaults)."""
+    limits, verify reads too (an older manifest: the defaults). A bound no run could have
+    had (edited into the manifest) is a problem, and the default is used instead: read
+    under it, an input would fail as a decompression bomb (exit 3) instead."""
     limits = manifest["config"].get("limits", {})
-    return dataclasses.replace(
-        given,
-        max_decompressed_bytes=int(
-            limits.get("max_decompressed_bytes", given.max_decompressed_bytes)
-        ),
-        max_expansion_ratio=int(limits.get("max_expansion_ratio", given.max_expansion_ratio)),
-    )
+    bounds = {}
+    for name in ("max_decompressed_bytes", "max_expansion_ratio"):
+        value = limits.get(name, getattr(given, name))
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"limits.{name}")  # a mangled manifest, as any wrong form
+        try:
+            Limits(**{name: value}).validate("limits")
+        except ConfigError as exc:
+            report.problem(f"manifest config: {exc}; inputs read under the default")
+            value = getattr(given, name)
+        bounds[name] = value
+    return dataclasses.replace(given, **bounds)
 
 
 def _check_inputs(
@@ -313,7 +320,7 @@ def _check_inputs(
         given = InputFile(
             entry["index"], entry["path"], str(path), entry["bytes"], compression, entry["kind"]
         )
-        found[entry["path"]] = _stream_limits(manifest, given)
+        found[entry["path"]] = _stream_limits(manifest, given, report)
     return found
 
 

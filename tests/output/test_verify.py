@@ -543,3 +543,19 @@ def test_report_html_made_by_other_versions_is_not_rendered_again(out: Path) -> 
     assert any("report.html not rendered again" in n and "rowgate" in n for n in report.notes)
     _edit_the_page(out)
     assert not pipeline.verify_run(out).ok  # the digest still holds the page
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("max_decompressed_bytes", -1), ("max_expansion_ratio", 0), ("max_expansion_ratio", 10**9)],
+)
+def test_a_decompression_bound_no_run_could_have_is_a_mismatch(
+    out: Path, setting: str, value: Any
+) -> None:
+    """A limit edited into the manifest out of its bounds: verify read the compressed
+    inputs under it and stopped with exit 3, calling an input a decompression bomb. Now
+    the edit is a problem, and the inputs are read under the default."""
+    _edit(out, _set("config", "limits", setting, value=value))
+    report = verify_run(out)
+    assert any(f"limits.{setting}" in p for p in report.problems), report.problems
+    assert report.checked["lines"] > 0  # every input was still read
