@@ -120,10 +120,37 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
     names = [str(p) for p in files]
     digests = [file_sha256(p) for p in files]
     if formats == {"parquet"}:
+        _check_one_schema(files)
         frame = pl.scan_parquet(names, glob=False)
         return LoadedTable(frame, names, "parquet", run_kind, sha256=digests)
     frame = _read_jsonl(files, limits).lazy()
     return LoadedTable(frame, names, "jsonl", run_kind, sha256=digests)
+
+
+def _check_one_schema(files: list[Path]) -> None:
+    """The Parquet files of one table must hold the same columns of the same types (in
+    any order): otherwise reading them failed later, and the error blamed the report's
+    expressions, not the file that differs."""
+    first = dict(pl.read_parquet_schema(files[0]))
+    for other in files[1:]:
+        schema = dict(pl.read_parquet_schema(other))
+        if schema == first:  # as mappings: the columns' order may differ
+            continue
+        missing = [c for c in first if c not in schema]
+        extra = [c for c in schema if c not in first]
+        if missing or extra:
+            column, there, absent = (
+                (missing[0], files[0], other) if missing else (extra[0], other, files[0])
+            )
+            raise InputError(
+                f"{absent}: has no column {column!r}, which {there} has; the files of one "
+                "table must hold the same columns"
+            )
+        column = next(c for c in first if schema[c] != first[c])
+        raise InputError(
+            f"{other}: column {column!r} is {schema[column]}, in {files[0]} {first[column]}; "
+            "the files of one table must hold the same column types"
+        )
 
 
 def _format(path: Path) -> str | None:

@@ -411,3 +411,22 @@ def test_report_json_carries_its_creation_time_and_input_digest(tmp_path: Path) 
     rows.head(21).write_parquet(tmp_path / "a.parquet")
     again = report_document(_evaluate(load_table(str(tmp_path)), **settings), {})
     assert again["data"]["input_sha256"] != data["input_sha256"]
+
+
+def test_parquet_files_of_different_schemas_are_named(tmp_path: Path) -> None:
+    """Files of one table with a column missing or of another type failed when the
+    expressions were evaluated, and the message blamed the expressions."""
+    pl.DataFrame({"confidence": [0.9], "correct": [True]}).write_parquet(tmp_path / "a.parquet")
+    pl.DataFrame({"correct": [False], "confidence": [0.2]}).write_parquet(tmp_path / "b.parquet")
+    assert load_table(str(tmp_path / "*.parquet")).frame.collect().height == 2  # any order
+    pl.DataFrame({"confidence": ["0.4"], "correct": [True]}).write_parquet(tmp_path / "c.parquet")
+    with pytest.raises(
+        InputError, match=r"c\.parquet: column 'confidence' is String, in .*a\.parquet Float64"
+    ):
+        load_table(str(tmp_path / "*.parquet"))
+    (tmp_path / "c.parquet").unlink()
+    pl.DataFrame({"confidence": [0.4]}).write_parquet(tmp_path / "d.parquet")
+    with pytest.raises(
+        InputError, match=r"d\.parquet: has no column 'correct', which .*a\.parquet has"
+    ):
+        load_table(str(tmp_path / "*.parquet"))
