@@ -89,24 +89,9 @@ _POLL_S: Final = 0.25
 _HELD: Final = (signal.SIGTERM, signal.SIGINT)
 
 
-@contextlib.contextmanager
-def _sigterm_kept() -> Iterator[None]:
-    """Keep the caller's SIGTERM handler, which unwinds a run and removes its files:
-    ``ray.init`` replaces it with one that exits at once, and ``ray.shutdown`` resets the
-    signal to its default action underneath Python (which still reports the handler).
-    Only the main thread has signal handlers to keep."""
-    main = threading.current_thread() is threading.main_thread()
-    handler = signal.getsignal(signal.SIGTERM) if main else None
-    try:
-        yield
-    finally:
-        if handler is not None:
-            signal.signal(signal.SIGTERM, handler)
-
-
 def _init_ray(kwargs: dict[str, Any], attempts: int, where: str) -> None:
-    """``ray.init(**kwargs)``, up to ``attempts`` times; the caller's SIGTERM handler kept."""
-    with _sigterm_kept():
+    """``ray.init(**kwargs)``, up to ``attempts`` times; the caller's handlers kept."""
+    with _signals_held():
         for attempt in range(1, attempts + 1):
             try:
                 ray.init(**kwargs)
@@ -127,7 +112,12 @@ def _signals_held() -> Iterator[list[int]]:
     calls poll from C++. A handler's exception raised there comes out as a ``SystemError``
     and leaves Ray's task table inconsistent: a later ``ray.cancel`` fails Ray's own check
     (task_manager.cc, "Tried to complete task that was not pending") and ends the process
-    with exit 1, no clean-up run (seen here, Ray 2.60). Held, a handler only records."""
+    with exit 1, no clean-up run (seen here, Ray 2.60). Held, a handler only records.
+
+    Putting the caller's handlers back also undoes what Ray does to them: ``ray.init``
+    replaces the SIGTERM handler with one that exits at once, and ``ray.shutdown`` resets
+    the signal to its default action underneath Python (which still reports the handler).
+    Only the main thread has signal handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield []  # only the main thread runs handlers
         return
@@ -200,7 +190,7 @@ class RayEngine(Engine):
     def close(self) -> None:
         if self._owns_ray:
             self._owns_ray = False
-            with _sigterm_kept():
+            with _signals_held():
                 ray.shutdown()
 
     def map(

@@ -238,10 +238,9 @@ def _preflight(config: CampaignConfig) -> Gate:
     unknown = sorted(set(config.rules.disabled) - known)
     if unknown:
         raise ConfigError(f"rules.disabled: unknown rule code {unknown[0]!r}")
-    directory = config.schemas.directory
-    if directory and not config.resolve_path(directory).is_dir():
-        where = config.resolve_path(directory)
-        raise ConfigError(f"schemas.directory: {where}: no such directory")
+    given = config.schemas.directory
+    if given and not (directory := config.resolve_path(given)).is_dir():
+        raise ConfigError(f"schemas.directory: {directory}: no such directory")
     gate = Gate(config)
     for schema_id in config.schemas.pins:
         try:

@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Final
 
 from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
+from pipeline.output.manifest import FILE_SECTIONS
 
 __all__ = [
     "OutputBusyError",
@@ -47,6 +48,7 @@ __all__ = [
     "atomic_directory",
     "claim_output",
     "foreign_entries",
+    "unexpected_entries",
     "written_by_rowgate",
 ]
 
@@ -211,7 +213,7 @@ def _written_files(name: str, document: dict[str, Any]) -> set[str]:
         named = tables.values() if isinstance(tables, dict) else ()
         return {"report.json", "report.html"} | {t for t in named if isinstance(t, str)}
     listed = {name}
-    for section in ("outputs", "artifacts", "reports"):
+    for section in FILE_SECTIONS:
         entries = document.get(section)
         for entry in entries if isinstance(entries, list) else ():
             if isinstance(entry, dict) and isinstance(entry.get("path"), str):
@@ -225,20 +227,32 @@ def foreign_entries(out: Path) -> list[str]:
     ``out`` would delete them. An output without a readable proof is all foreign."""
     proof = _proof(out)
     written = _written_files(*proof) if proof is not None else set()
-    parents = {str(p) for path in written for p in PurePosixPath(path).parents} - {"."}
-    found: list[str] = []
-    for directory, dirs, files in os.walk(out):
+    return [
+        f"{relative}/" if is_dir else relative
+        for relative, is_dir, _ in unexpected_entries(out, written)
+    ]
+
+
+def unexpected_entries(out: Path, files: set[str]) -> Iterator[tuple[str, bool, bool]]:
+    """Each entry of ``out`` that is neither one of ``files`` (paths relative to it) nor
+    a directory holding one, or that is a link (rowgate writes none), in walk order:
+    (path relative to ``out``, whether a directory, whether a link). Such a directory is
+    not walked into."""
+    parents = {str(p) for path in files for p in PurePosixPath(path).parents} - {"."}
+    for directory, dirs, names in os.walk(out):
         here = Path(directory).relative_to(out)
+        kept = []  # the directories walked into
         for name in sorted(dirs):
-            relative = (here / name).as_posix()
-            if relative not in parents or os.path.islink(os.path.join(directory, name)):
-                found.append(f"{relative}/")
-        dirs[:] = sorted(d for d in dirs if f"{(here / d).as_posix()}/" not in found)
-        for name in sorted(files):
-            relative = (here / name).as_posix()
-            if relative not in written or os.path.islink(os.path.join(directory, name)):
-                found.append(relative)
-    return found
+            relative, link = (here / name).as_posix(), os.path.islink(os.path.join(directory, name))
+            if relative in parents and not link:
+                kept.append(name)
+            else:
+                yield relative, True, link
+        dirs[:] = kept
+        for name in sorted(names):
+            relative, link = (here / name).as_posix(), os.path.islink(os.path.join(directory, name))
+            if relative not in files or link:
+                yield relative, False, link
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -303,14 +317,12 @@ def _check_replaceable(out: Path, force: bool) -> None:
         )
     foreign = foreign_entries(out)
     if foreign:
-        shown = ", ".join(foreign[:_FOREIGN_SHOWN]) + (
-            ", …" if len(foreign) > _FOREIGN_SHOWN else ""
-        )
+        shown = ", ".join(foreign[:_FOREIGN_SHOWN]) + (", …" if foreign[_FOREIGN_SHOWN:] else "")
+        entries, them = ("entry", "it") if len(foreign) == 1 else ("entries", "them")
         raise UnsafeOutputError(
-            f"--out {out} holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} "
-            f"rowgate did not write ({shown}); --force would delete "
-            f"{'it' if len(foreign) == 1 else 'them'}: move {'it' if len(foreign) == 1 else 'them'} "
-            "out of the directory, or choose another one"
+            f"--out {out} holds {len(foreign)} {entries} rowgate did not write ({shown}); "
+            f"--force would delete {them}: move {them} out of the directory, or choose "
+            "another one"
         )
 
 

@@ -67,6 +67,7 @@ from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
 from pipeline.gate.reader import InputFile, Shard, detect_compression, read_batches
 from pipeline.kinds import KINDS
 from pipeline.output.manifest import (
+    FILE_SECTIONS,
     MANIFEST_NAME,
     ManifestError,
     dependency_versions,
@@ -74,6 +75,7 @@ from pipeline.output.manifest import (
     load_manifest,
     pinned_files,
 )
+from pipeline.output.outdir import unexpected_entries
 from pipeline.records.canonical import CANONICALIZATION, canonical_json
 from pipeline.records.lineage import LineageDigest, file_sha256
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
@@ -138,11 +140,12 @@ class _Output:
 @dataclass
 class _Pointers:
     """The rows the ``_duplicate_of`` of removed rows name, as sorted keys (the input's
-    position in the manifest, never its recorded ``index``, and the line:
-    :func:`_line_keys`), each with the ``_record_sha256`` it names and whether a row
-    outside ``duplicates/`` has been found for it; one array entry per removed row."""
+    position in the manifest, never its recorded ``index``, and the line: :func:`_keys`),
+    each with the ``_record_sha256`` it names and whether another row with that key has
+    been found; one array entry per removed row."""
 
-    index_of: dict[str, int]
+    #: the manifest's input paths, in its order
+    inputs: pa.Array
     keys: np.ndarray[Any, Any]
     shas: np.ndarray[Any, Any]
     found: np.ndarray[Any, Any]
@@ -180,7 +183,7 @@ def _plain_relative(path: Any) -> bool:
 def _listed(manifest: dict[str, Any], report: VerifyReport) -> dict[str, dict[str, Any]]:
     """Every file the manifest lists, by path; paths that could leave OUT are refused."""
     listed: dict[str, dict[str, Any]] = {}
-    for section in ("outputs", "artifacts", "reports"):
+    for section in FILE_SECTIONS:
         for entry in manifest.get(section, []):
             path = entry["path"]
             if not _plain_relative(path) or path == MANIFEST_NAME:
@@ -196,22 +199,13 @@ def _listed(manifest: dict[str, Any], report: VerifyReport) -> dict[str, dict[st
 
 def _check_layout(out: Path, listed: dict[str, Any], report: VerifyReport) -> None:
     """Report every file, directory or link in OUT that the manifest does not account for."""
-    expected_dirs = {str(p) for path in listed for p in PurePosixPath(path).parents} - {"."}
-    for directory, dirs, files in os.walk(out):
-        here = Path(directory).relative_to(out)
-        for name in sorted(dirs):
-            relative = (here / name).as_posix()
-            if (Path(directory) / name).is_symlink():
-                report.problem(f"{relative}: a symbolic link in OUT (rowgate writes none)")
-            elif relative not in expected_dirs:
-                report.problem(f"{relative}/: a directory the manifest does not account for")
-        dirs[:] = [d for d in dirs if (here / d).as_posix() in expected_dirs]
-        for name in sorted(files):
-            relative = (here / name).as_posix()
-            if (Path(directory) / name).is_symlink():
-                report.problem(f"{relative}: a symbolic link in OUT (rowgate writes none)")
-            elif relative not in listed and relative != MANIFEST_NAME:
-                report.problem(f"{relative}: a file the manifest does not list")
+    for relative, is_dir, link in unexpected_entries(out, {*listed, MANIFEST_NAME}):
+        if link:
+            report.problem(f"{relative}: a symbolic link in OUT (rowgate writes none)")
+        elif is_dir:
+            report.problem(f"{relative}/: a directory the manifest does not account for")
+        else:
+            report.problem(f"{relative}: a file the manifest does not list")
 
 
 def _check_files(
@@ -308,11 +302,12 @@ def _check_inputs(
         if not path.is_file():
             report.problem(f"input {entry['path']}: not found at {path}")
             continue
-        compression = entry["compression"]
-        if path.stat().st_size != entry["bytes"] or file_sha256(path) != entry["sha256"]:
+        same = path.stat().st_size == entry["bytes"] and file_sha256(path) == entry["sha256"]
+        if not same:
             report.problem(f"input {entry['path']}: bytes differ from the manifest's SHA-256")
-        elif (compression := detect_compression(path)) != entry["compression"]:
-            # the run's bytes: read them as the run did, not as the manifest now says
+        # the run's bytes: read as the run did (as they show), not as the manifest now says
+        compression = detect_compression(path) if same else entry["compression"]
+        if compression != entry["compression"]:
             report.problem(
                 f"input {entry['path']}: compression {compression!r} by its bytes, the "
                 f"manifest says {entry['compression']!r}"
@@ -497,20 +492,14 @@ def _check_rows(
     digest: LineageDigest,
 ) -> None:
     if f.kind is None:
-        for raw, sha, reasons, source, line in zip(
-            table["_raw"].to_pylist(),
-            table["_raw_sha256"].to_pylist(),
-            table["_reasons"].to_pylist(),
-            table["_source"].to_pylist(),
-            table["_line"].to_pylist(),
-            strict=True,
+        for row, (raw, sha) in enumerate(
+            zip(table["_raw"].to_pylist(), table["_raw_sha256"].to_pylist(), strict=True)
         ):
             report.checked["raw lines"] += 1
-            withheld = any(r["code"] in _RAW_NOT_HELD for r in reasons)
-            if raw is None and not withheld:
+            if raw is None and not _raw_withheld(table["_reasons"][row].as_py()):
                 report.problem(
-                    f"{f.path} line {source}:{line}: _raw is null, but no reason says why "
-                    f"({' or '.join(sorted(_RAW_NOT_HELD))})"
+                    f"{f.path} line {table['_source'][row]}:{table['_line'][row]}: _raw is "
+                    f"null, but no reason says why ({' or '.join(sorted(_RAW_NOT_HELD))})"
                 )
             elif raw is not None and digest.hexdigest(raw) != sha:
                 report.problem(f"{f.path}: a _raw value does not hash to its _raw_sha256")
@@ -563,8 +552,16 @@ def _redaction_broke_schema(row: dict[str, Any], disposition: str) -> bool:
     )
 
 
-def _line_keys(index: np.ndarray[Any, Any], line: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    keys: np.ndarray[Any, Any] = (index.astype(np.int64) << 40) | line.astype(np.int64)
+def _raw_withheld(reasons: list[dict[str, Any]]) -> bool:
+    return any(r["code"] in _RAW_NOT_HELD for r in reasons)
+
+
+def _keys(sources: pa.Array, lines: pa.Array, inputs: pa.Array) -> np.ndarray[Any, Any]:
+    """One 64-bit key per (source, line): the source's position in ``inputs`` (the
+    manifest's input paths) above the line; negative for a source that is no input."""
+    index = pc.index_in(sources, value_set=inputs).fill_null(-1).to_numpy().astype(np.int64)
+    line = lines.fill_null(0).to_numpy().astype(np.int64)
+    keys: np.ndarray[Any, Any] = (index << 40) | line
     return keys
 
 
@@ -573,7 +570,7 @@ def _duplicate_pointers(
 ) -> _Pointers:
     """What every removed row's ``_duplicate_of`` names (read before the other files, so
     that the rows they name are matched as those files stream by)."""
-    index_of = {entry["path"]: i for i, entry in enumerate(inputs)}
+    paths = pa.array([entry["path"] for entry in inputs], pa.string())
     keys: list[np.ndarray[Any, Any]] = []
     shas: list[np.ndarray[Any, Any]] = []
     owners: list[np.ndarray[Any, Any]] = []
@@ -585,32 +582,26 @@ def _duplicate_pointers(
         ):
             continue
         for table in _batches(out / f.path, ["_duplicate_of", "_source", "_line"]):
-            owners.append(_row_keys(table, index_of))
+            owners.append(_keys(table["_source"], table["_line"], paths))
             named = table["_duplicate_of"]
-            sources = pc.struct_field(named, "_source").to_pylist()
-            index = np.array([index_of.get(s, -1) if s else -1 for s in sources], np.int64)
-            lines = pc.struct_field(named, "_line").fill_null(0).to_numpy()
-            if bool(np.any(index < 0)) or named.null_count:
+            named_keys = _keys(
+                pc.struct_field(named, "_source"), pc.struct_field(named, "_line"), paths
+            )
+            if bool(np.any(named_keys < 0)) or named.null_count:
                 report.problem(f"{f.path}: a _duplicate_of names no line of an input")
-            keys.append(_line_keys(index, lines))
+            keys.append(named_keys)
             digests = pc.struct_field(named, "_record_sha256").to_pylist()
             # fixed width, 64 bytes a digest: no Python object per removed row is kept
             shas.append(np.asarray([(d or "").encode("ascii", "replace") for d in digests], "S64"))
     joined = np.concatenate(keys) if keys else np.empty(0, np.int64)
     order = np.argsort(joined, kind="stable")
     return _Pointers(
-        index_of,
+        paths,
         joined[order],
         (np.concatenate(shas) if shas else np.empty(0, "S64"))[order],
         np.zeros(len(joined), dtype=bool),
         (np.concatenate(owners) if owners else np.empty(0, np.int64))[order],
     )
-
-
-def _row_keys(table: pa.Table, index_of: dict[str, int]) -> np.ndarray[Any, Any]:
-    """The keys (:func:`_line_keys`) of ``table``'s rows, by their lineage."""
-    index = np.array([index_of.get(s, -1) for s in table["_source"].to_pylist()], np.int64)
-    return _line_keys(index, table["_line"].to_numpy())
 
 
 def _match_pointers(f: _Output, table: pa.Table, pointers: _Pointers, report: VerifyReport) -> None:
@@ -620,14 +611,17 @@ def _match_pointers(f: _Output, table: pa.Table, pointers: _Pointers, report: Ve
     an earlier row."""
     if not len(pointers.keys):
         return
-    keys = _row_keys(table, pointers.index_of)
+    keys = _keys(table["_source"], table["_line"], pointers.inputs)
     low = np.searchsorted(pointers.keys, keys, side="left")
     high = np.searchsorted(pointers.keys, keys, side="right")
-    shas = table["_record_sha256"].to_pylist()
-    for row in np.nonzero((high > low) & (keys >= 0))[0]:
+    named_rows = np.nonzero((high > low) & (keys >= 0))[0]
+    if not len(named_rows):
+        return
+    shas = table["_record_sha256"].take(pa.array(named_rows)).to_pylist()
+    for row, sha in zip(named_rows, shas, strict=True):
         named = slice(int(low[row]), int(high[row]))
         pointers.found[named] |= pointers.owners[named] != keys[row]
-        if bool(np.any(pointers.shas[named] != (shas[row] or "").encode("ascii", "replace"))):
+        if bool(np.any(pointers.shas[named] != (sha or "").encode("ascii", "replace"))):
             report.problem(
                 f"{f.path} line {table['_source'][int(row)]}:{table['_line'][int(row)]}: a "
                 "_duplicate_of names this row with another _record_sha256"

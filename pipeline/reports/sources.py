@@ -98,11 +98,6 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
     elif path.is_dir():
         found = sorted(p for p in path.rglob("*") if p.is_file())
         files = [p for p in found if _format(p) is not None]
-        if len({_format(p) for p in files}) > 1:
-            raise InputError(
-                f"{data}: holds Parquet and JSONL files; give one format with a glob "
-                f"('{path / '**' / '*.parquet'}')"
-            )
     elif _GLOB_CHARS & set(data):
         files = sorted(Path(p) for p in glob.glob(data, recursive=True) if Path(p).is_file())
     elif path.is_file():
@@ -115,8 +110,9 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
     if None in formats:
         odd = next(p for p in files if _format(p) is None)
         raise InputError(f"{odd}: not a Parquet or JSONL file (by its suffix)")
-    if len(formats) > 1:
-        raise InputError(f"{data}: mixes Parquet and JSONL files; give one format")
+    if len(formats) > 1:  # never half read (a directory took its Parquet files alone)
+        glob_hint = f" with a glob ('{path / '**' / '*.parquet'}')" if path.is_dir() else ""
+        raise InputError(f"{data}: mixes Parquet and JSONL files; give one format{glob_hint}")
     names = [str(p) for p in files]
     digests = [file_sha256(p) for p in files]
     if formats == {"parquet"}:

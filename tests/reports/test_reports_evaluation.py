@@ -361,7 +361,7 @@ def test_a_directory_holding_parquet_and_jsonl_is_refused(tmp_path: Path) -> Non
     pl.DataFrame({"p": [0.5], "ok": [True]}).write_parquet(tmp_path / "a.parquet")
     (tmp_path / "b.jsonl").write_text('{"p": 0.5, "ok": false}\n')
     (tmp_path / "notes.txt").write_text("not data: ignored in a directory")
-    with pytest.raises(InputError, match=r"holds Parquet and JSONL files.*\*\*/\*\.parquet"):
+    with pytest.raises(InputError, match=r"mixes Parquet and JSONL files.*\*\*/\*\.parquet"):
         load_table(str(tmp_path))
     (tmp_path / "a.parquet").unlink()
     assert load_table(str(tmp_path)).frame.collect().height == 1
