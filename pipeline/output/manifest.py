@@ -23,7 +23,6 @@ from pipeline.records.canonical import CANONICALIZATION, canonical_json
 from pipeline.records.lineage import file_sha256
 
 __all__ = [
-    "FILE_SECTIONS",
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "REPLAY",
@@ -37,9 +36,6 @@ __all__ = [
 
 MANIFEST_NAME: Final = "manifest.json"
 MANIFEST_FORMAT: Final = "rowgate-run/1"
-#: the manifest's lists of the files a run wrote (``{path, bytes, sha256, ...}`` each):
-#: with ``manifest.json`` itself, they account for everything in OUT
-FILE_SECTIONS: Final = ("outputs", "artifacts", "reports")
 #: The AutoQA evaluation contract §17: "The audit record MUST state whether exact replay
 #: is expected." It is: the parity tests hold every output byte-identical for any worker
 #: count, partition count and engine.

@@ -38,9 +38,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Final
 
 from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
-from pipeline.output.manifest import FILE_SECTIONS
 
 __all__ = [
+    "FILE_SECTIONS",
     "OutputBusyError",
     "OutputClaim",
     "OutputExistsError",
@@ -59,6 +59,11 @@ _LOCK: Final = ".rowgate-lock"
 #: proves that rowgate wrote the directory holding them
 _PROOFS: Final = ("manifest.json", "report.json", "summary.json")
 _PROOF_MAX_BYTES: Final = 256 << 20
+#: a run manifest's lists of the files the run wrote (``{path, bytes, sha256, ...}``
+#: each): with ``manifest.json`` itself, they account for everything in OUT (defined here,
+#: not in :mod:`pipeline.output.manifest`, which loads pyarrow: the command line imports
+#: this module at start-up)
+FILE_SECTIONS: Final = ("outputs", "artifacts", "reports")
 #: the files ``rowgate dedupe`` writes (pipeline.jobs.dedupe), beside its summary.json
 _DEDUPE_FILES: Final = (
     "summary.json",

@@ -67,7 +67,6 @@ from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
 from pipeline.gate.reader import InputFile, Shard, detect_compression, read_batches
 from pipeline.kinds import KINDS
 from pipeline.output.manifest import (
-    FILE_SECTIONS,
     MANIFEST_NAME,
     ManifestError,
     dependency_versions,
@@ -75,7 +74,7 @@ from pipeline.output.manifest import (
     load_manifest,
     pinned_files,
 )
-from pipeline.output.outdir import unexpected_entries
+from pipeline.output.outdir import FILE_SECTIONS, unexpected_entries
 from pipeline.records.canonical import CANONICALIZATION, canonical_json
 from pipeline.records.lineage import LineageDigest, file_sha256
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
