@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import random
+import sys
 import unicodedata
+from collections.abc import Callable
 
 import polars as pl
 import pytest
@@ -178,8 +180,77 @@ def test_folding_a_column_slice_by_slice_folds_every_string(
     """Python strings are built a slice at a time (a whole column of them took twice the
     column's memory and more); every slice, nulls included, comes back in order."""
     monkeypatch.setattr(normalise, "_SLICE", 3)
-    texts = ["STRASSE", None, "Cafe\u0301", "", "ǅ", None, "x"]
+    # Python folds what the fast fold is not proved for: combining marks, İ, ǰ, Hangul jamo
+    texts = ["Cafe\u0301", None, "\u0130", "", "\u01f0", None, "\u1100\u1161", "STRASSE", "a\u0300"]
     frame = pl.DataFrame({"t": texts}, schema={"t": pl.String})
     folded = frame.select(Normalisation(True, False, True).text(pl.col("t"))).to_series()
     expected = [None if t is None else unicodedata.normalize("NFC", t.casefold()) for t in texts]
     assert folded.to_list() == expected
+
+
+def _python_fold(nfc: bool, fold_case: bool) -> Callable[[str], str]:
+    def fold(text: str) -> str:
+        if nfc:
+            text = unicodedata.normalize("NFC", text)
+        if fold_case:
+            text = text.casefold()
+        return unicodedata.normalize("NFC", text) if nfc else text
+
+    return fold
+
+
+def _fast_chars(nfc: bool, fold_case: bool) -> set[str]:
+    """The characters the fast fold folds itself (its regex, as polars reads it, does not
+    send them to Python)."""
+    chars = pl.Series([chr(c) for start, end in normalise._FAST_DOMAIN for c in range(start, end)])
+    unsafe = chars.str.contains(normalise._fast_fold(nfc, fold_case).unsafe)
+    return set(chars.filter(~unsafe).to_list())
+
+
+def test_the_fast_folds_premise_holds_for_every_character_it_is_proved_for() -> None:
+    """The fast fold leaves to NFC nothing to do for a string of the characters it is
+    proved for: none of them, nor any character of their case folds, follows the first
+    character of any canonical decomposition of this Python's Unicode (so none composes
+    with a character before it); each is a starter that NFC leaves alone."""
+    seconds = set()
+    for code in range(sys.maxunicode + 1):
+        parts = unicodedata.decomposition(chr(code)).split()
+        if parts and not parts[0].startswith("<"):
+            seconds.update(chr(int(part, 16)) for part in parts[1:])
+    for fold_case in (True, False):
+        proved = _fast_chars(True, fold_case)
+        assert len(proved) > 40_000
+        written = proved | {c for char in proved for c in char.casefold()} if fold_case else proved
+        assert not written & seconds
+        assert all(unicodedata.combining(c) == 0 for c in written)
+        assert all(unicodedata.normalize("NFC", c) == c for c in written)
+
+
+@pytest.mark.parametrize("switches", [(True, True), (True, False), (False, True)])
+def test_each_character_folds_as_python_folds_it(switches: tuple[bool, bool]) -> None:
+    """Every character of the fast fold's domain, alone and after a capital, by both
+    paths: what the table or the routing gets wrong for any character shows here."""
+    chars = [chr(code) for start, end in normalise._FAST_DOMAIN for code in range(start, end)]
+    texts = pl.Series("t", chars + ["Ä" + c for c in chars], pl.String)
+    fold = _python_fold(*switches)
+    assert normalise._folded(texts, *switches).to_list() == [fold(t) for t in texts.to_list()]
+
+
+#: characters the fast fold proves and characters it leaves to Python, side by side
+_MIXED = st.text(
+    alphabet=st.characters(max_codepoint=0x2FFF)
+    | st.sampled_from("ßẞİıΣσςǅǰΐﬁ한中カ🙂\u0301\u0345\u1100\u1161\u11a8\u0bbe\u3099"),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.none() | _MIXED, max_size=20))
+def test_fast_and_python_folds_agree_on_mixed_text(texts: list[str | None]) -> None:
+    """Strings of characters the fast fold proves, with some it does not (which send the
+    string to Python): each switch combination folds as Python does."""
+    series = pl.Series("t", texts, pl.String)
+    for switches in ((True, True), (True, False), (False, True)):
+        fold = _python_fold(*switches)
+        got = normalise._folded(series, *switches).to_list()
+        assert got == [None if t is None else fold(t) for t in texts]

@@ -124,3 +124,37 @@ def test_a_huge_bucket_is_compared_star_wise() -> None:
     # each of the 30 texts meets the first 3 by rank, not all 435 pairs
     assert len(found.left) == 3 * 29 - 3
     assert set(found.left.tolist()) == {0, 1, 2}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.none()
+        | st.text(alphabet=st.characters(max_codepoint=0x3100) | st.sampled_from(" \t\n.,_-"))
+        | st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join),
+        max_size=15,
+    )
+)
+def test_tokens_are_the_texts_word_runs(texts: list[str | None]) -> None:
+    """The tokens are exactly ``\\w+``'s matches (polars' own regex), in order."""
+    series = pl.Series(texts, dtype=pl.String)
+    flat, lengths = minhash._tokens(series)
+    expected = series.str.extract_all(r"\w+").to_list()
+    assert lengths.tolist() == [len(tokens or []) for tokens in expected]
+    assert flat.to_list() == [token for tokens in expected for token in tokens or []]
+
+
+def test_signatures_do_not_depend_on_the_permutation_blocks(monkeypatch) -> None:
+    """Texts permuted a few shingles' block at a time give every text's own minima."""
+    rng = random.Random(2)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 30))) for _ in range(40)]
+    whole, has = minhash.signatures(pl.Series(texts), PARAMS)
+    a, b = PARAMS.permutation_coefficients()
+    for i, text in enumerate(texts):
+        x = (shingle_hashes(pl.Series([text]), 5, 1).hashes >> np.uint64(32)).astype(np.uint32)
+        assert has[i] == bool(len(x))
+        if len(x):
+            assert (whole[:, i] == (x[None, :] * a[:, None] + b[:, None]).min(axis=1)).all()
+    monkeypatch.setattr(minhash, "_BLOCK_SHINGLES", 7)
+    blocked, _ = minhash.signatures(pl.Series(texts), PARAMS)
+    assert (blocked == whole).all()
