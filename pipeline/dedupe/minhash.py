@@ -76,11 +76,12 @@ def _splitmix64(state: int) -> tuple[int, int]:
 
 def _mix(x: U64) -> U64:
     """splitmix64's finaliser over an array (wrapping uint64 arithmetic)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    x = x ^ (x >> np.uint64(30))  # a new array: the caller's stays as it is
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
 
 
 def choose_bands(threshold: float, permutations: int, target_recall: float) -> tuple[int, int]:
@@ -185,11 +186,8 @@ def shingle_hashes(texts: pl.Series, shingle_size: int, seed: int) -> Shingles:
         dtype=np.uint64,
         count=len(vocabulary),
     )
-    token_hash = (
-        flat.replace_strict(vocabulary, pl.Series(digests, dtype=pl.UInt64), return_dtype=pl.UInt64)
-        .to_numpy()
-        .astype(np.uint64, copy=False)
-    )
+    # each token's place in the vocabulary: an enum's codes
+    token_hash = digests[flat.cast(pl.Enum(vocabulary)).to_physical().to_numpy()]
     kept = lengths[lengths > 0]
     starts = np.cumsum(kept) - kept
     size = shingle_size
@@ -198,7 +196,9 @@ def shingle_hashes(texts: pl.Series, shingle_size: int, seed: int) -> Shingles:
     # windows over the whole token stream; only those inside one text are used below
     combined = token_hash.copy()
     for j in range(1, min(size, total)):
-        combined[: total - j] = combined[: total - j] * multiplier + token_hash[j:]
+        head = combined[: total - j]
+        np.multiply(head, multiplier, out=head)
+        np.add(head, token_hash[j:], out=head)
     shingles_per_text = np.maximum(kept - size + 1, 1)
     first = np.repeat(starts, shingles_per_text) + _ragged_arange(shingles_per_text)
     windows = combined[first]
