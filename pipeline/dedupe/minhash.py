@@ -200,12 +200,16 @@ def shingle_hashes(texts: pl.Series, shingle_size: int, seed: int) -> Shingles:
         np.multiply(head, multiplier, out=head)
         np.add(head, token_hash[j:], out=head)
     shingles_per_text = np.maximum(kept - size + 1, 1)
-    first = np.repeat(starts, shingles_per_text) + _ragged_arange(shingles_per_text)
-    windows = combined[first]
+    # a window starts at each token but a text's last size - 1 (one at a short text's first)
+    ends = starts + kept
+    cut = np.zeros(total + 1, np.int32)
+    cut[np.maximum(ends - size + 1, starts + 1)] += 1
+    cut[ends] -= 1
+    windows = combined[np.cumsum(cut[:-1]) == 0]
     # a text shorter than one shingle is one shingle of all its tokens
     short = np.flatnonzero(kept < size)
     if len(short):
-        at = np.searchsorted(first, starts[short])
+        at = (np.cumsum(shingles_per_text) - shingles_per_text)[short]
         acc = token_hash[starts[short]]
         for j in range(1, size):
             more = j < kept[short]

@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 import polars as pl
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -158,3 +159,31 @@ def test_signatures_do_not_depend_on_the_permutation_blocks(monkeypatch) -> None
     monkeypatch.setattr(minhash, "_BLOCK_SHINGLES", 7)
     blocked, _ = minhash.signatures(pl.Series(texts), PARAMS)
     assert (blocked == whole).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join), max_size=12),
+    st.integers(min_value=1, max_value=6),
+)
+def test_shingle_hashes_are_each_windows_hash(texts: list[str], size: int) -> None:
+    """Each text's shingles, one per run of ``size`` tokens (one of all its tokens when it
+    has fewer), hashed one text at a time in plain Python."""
+    mask = (1 << 64) - 1
+
+    def mix(x: int) -> int:
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        return x ^ (x >> 31)
+
+    sh = shingle_hashes(pl.Series(texts, dtype=pl.String), size, 1)
+    for i, text in enumerate(texts):
+        tokens = [xxhash.xxh3_64_intdigest(t.encode(), 1) for t in text.split()]
+        starts = range(max(len(tokens) - size + 1, 1)) if tokens else range(0)
+        expected = []
+        for start in starts:
+            h = 0
+            for j, token in enumerate(tokens[start : start + size]):
+                h = token if j == 0 else (h * 0x9E3779B97F4A7C15 + token) & mask
+            expected.append(mix(h))
+        assert sh.hashes[sh.offsets[i] : sh.offsets[i + 1]].tolist() == expected
