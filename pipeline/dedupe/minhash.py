@@ -179,15 +179,23 @@ def shingle_hashes(texts: pl.Series, shingle_size: int, seed: int) -> Shingles:
     flat, lengths = _tokens(texts)
     if len(flat) == 0:
         return Shingles(np.zeros(0, np.uint64), np.zeros(len(texts) + 1, np.int64))
-    vocabulary = flat.unique()
+    # each token's place in the chunk's vocabulary: its code in categories of its own,
+    # whose strings come in the order of their codes (read while the coded tokens hold
+    # the categories: they are freed with the last series that uses them)
+    categories = pl.Categories.random()
+    coded = flat.cast(pl.Categorical(categories))
+    vocabulary = categories.to_series().to_list()
+    codes = coded.to_physical().to_numpy()
+    del coded
+    if len(vocabulary) <= int(codes.max()) or None in vocabulary:
+        raise AssertionError("a token's category has no string")
     # xxhash per distinct token only: a chunk repeats its vocabulary many times over
     digests = np.fromiter(
-        (xxhash.xxh3_64_intdigest(t.encode("utf-8"), seed) for t in vocabulary.to_list()),
+        (xxhash.xxh3_64_intdigest(t.encode("utf-8"), seed) for t in vocabulary),
         dtype=np.uint64,
         count=len(vocabulary),
     )
-    # each token's place in the vocabulary: an enum's codes
-    token_hash = digests[flat.cast(pl.Enum(vocabulary)).to_physical().to_numpy()]
+    token_hash = digests[codes]
     kept = lengths[lengths > 0]
     starts = np.cumsum(kept) - kept
     size = shingle_size
