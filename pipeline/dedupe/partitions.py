@@ -28,7 +28,7 @@ the partition's bytes of the task's own memory, which grew with the run until th
 partitions reached their size (~200 MB a task at 1.2 GB of pairwise rows against ~80 MB
 at 300 MB). Each entry is written once and read once; a candidate task opens every
 shard's entries file, so the count (:func:`partition_count`, ~64 MiB of entries a
-partition, at least one per worker) also sets how many small reads there are
+partition, a multiple of the workers) also sets how many small reads there are
 (shards × partitions).
 """
 
@@ -79,12 +79,14 @@ def text_map_stem(kind: str) -> str:
 
 
 def partition_count(texts: int, params: LshParams, workers: int, given: int | None) -> int:
-    """``given`` when set; else enough partitions for ~:data:`PARTITION_BYTES` of
-    entries each, and at least one per worker."""
+    """``given`` when set; else enough partitions for at most ~:data:`PARTITION_BYTES`
+    of entries each, as a multiple of the workers, so that they finish together (3
+    partitions on 2 workers took two tasks' time, against half of 4)."""
     if given is not None:
         return given
     entries = texts * params.bands * _ENTRY_BYTES
-    return max(workers, math.ceil(entries / PARTITION_BYTES), 1)
+    workers = max(workers, 1)
+    return max(math.ceil(entries / PARTITION_BYTES / workers), 1) * workers
 
 
 def write_text_map(storage: RunStorage, kind: str, shard: int, text: I64, rank: I64) -> None:

@@ -187,3 +187,16 @@ def test_shingle_hashes_are_each_windows_hash(texts: list[str], size: int) -> No
                 h = token if j == 0 else (h * 0x9E3779B97F4A7C15 + token) & mask
             expected.append(mix(h))
         assert sh.hashes[sh.offsets[i] : sh.offsets[i + 1]].tolist() == expected
+
+
+def test_partitions_are_a_multiple_of_the_workers_of_at_most_their_bytes() -> None:
+    from pipeline.dedupe.partitions import PARTITION_BYTES, partition_count
+
+    for texts in (0, 1, 10_000, 338_000, 3_000_000):
+        for workers in (1, 2, 3, 8):
+            count = partition_count(texts, PARAMS, workers, None)
+            assert count % workers == 0 and count >= workers
+            assert texts * PARAMS.bands * 26 / count <= PARTITION_BYTES
+            fewer = count - workers
+            assert fewer == 0 or texts * PARAMS.bands * 26 / fewer > PARTITION_BYTES
+    assert partition_count(10, PARAMS, 2, 7) == 7
