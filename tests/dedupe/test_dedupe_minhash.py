@@ -195,7 +195,8 @@ def test_partitions_are_a_multiple_of_the_workers_of_at_most_their_bytes() -> No
     for texts in (0, 1, 10_000, 338_000, 3_000_000):
         for workers in (1, 2, 3, 8):
             count = partition_count(texts, PARAMS, workers, None)
-            assert count % workers == 0 and count >= workers
+            assert count % workers == 0
+            assert count >= workers
             assert texts * PARAMS.bands * 26 / count <= PARTITION_BYTES
             fewer = count - workers
             assert fewer == 0 or texts * PARAMS.bands * 26 / fewer > PARTITION_BYTES
