@@ -8,8 +8,9 @@ steps it is given in each of them, so that cost overlaps the caller's own start-
 (the run's preflight) instead of following it. Workers are started with ``spawn`` so
 nothing the parent holds (polars' thread pool, open files) leaks into them. After every
 task a worker hands freed memory back (:func:`release_memory`). Progress travels on a
-queue as (bytes, lines) increments; results come back through futures and are returned
-in task order. A crashed worker fails the whole run (DESIGN §3.6): operational failures
+queue as (bytes, lines) increments tagged with their map, which waits for every report
+its tasks sent before it returns (a late one was counted in the next map's progress);
+results come back through futures and are returned in task order. A crashed worker fails the whole run (DESIGN §3.6): operational failures
 never become rejections.
 
 Workers never outlive the parent (DESIGN §3.12): each dies as soon as the parent does,
@@ -80,6 +81,8 @@ def _step_key(step: Step[Any, Any, Any]) -> tuple[str, str]:
 
 #: Linux ``prctl`` option: the signal the kernel sends this process when its parent dies
 _PR_SET_PDEATHSIG: Final = 1
+#: How long a map waits for its tasks' last progress reports after their results
+_REPORTS_WAIT_S: Final = 10.0
 #: How often a worker's watchdog also compares its parent pid (its main wait, on the
 #: parent's sentinel, returns as soon as the parent dies)
 _WATCH_SECONDS: Final = 1.0
@@ -175,10 +178,6 @@ def _spawned() -> None:
     """A no-op task: submitting one per worker makes the pool start them all now."""
 
 
-def _report(nbytes: int, nlines: int) -> None:
-    _QUEUE.put((nbytes, nlines))
-
-
 def step_state(step: Step[Any, Any, Any]) -> Any:
     """The worker's state for ``step``, built on first use or when its args changed (the
     scoring stage maps one step per record kind, each with its own settings)."""
@@ -189,9 +188,18 @@ def step_state(step: Step[Any, Any, Any]) -> Any:
     return found[1]
 
 
-def _worker_run(step: Step[Any, Any, Any], task: Any) -> Any:
+def _worker_run(step: Step[Any, Any, Any], task: Any, call: int) -> tuple[Any, int]:
+    """The task's result, and how many progress reports it sent (tagged with its map
+    ``call``: the parent waits for that many before the map returns)."""
+    sent = 0
+
+    def report(nbytes: int, nlines: int) -> None:
+        nonlocal sent
+        _QUEUE.put((call, nbytes, nlines))
+        sent += 1
+
     try:
-        return step.run(step_state(step), task, _report)
+        return step.run(step_state(step), task, report), sent
     finally:
         release_memory()
 
@@ -258,6 +266,10 @@ class LocalEngine(Engine):
         self._pool: ProcessPoolExecutor | None = None
         self._queue: Any = None
         self._report: Progress = lambda nbytes, nlines: None
+        #: the current map's number, and how many of its progress reports have arrived
+        self._call = 0
+        self._received = 0
+        self._arrived = threading.Condition()
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
         self._warm: tuple[Step[Any, Any, Any], ...] = ()
@@ -334,7 +346,10 @@ class LocalEngine(Engine):
         producer that is a generator is closed: nothing the step or the producer writes
         outlives the call.
         """
-        self._report = progress or (lambda nbytes, nlines: None)
+        with self._arrived:
+            self._report = progress or (lambda nbytes, nlines: None)
+            self._call += 1
+            self._received = 0
         try:
             if self.workers == 1:
                 state = step.init(*step.init_args)
@@ -369,7 +384,7 @@ class LocalEngine(Engine):
         try:
             for i, task in submissions:
                 self._allow(len(futures) + 1)
-                future = pool.submit(_worker_run, step, task)
+                future = pool.submit(_worker_run, step, task, self._call)
                 future.add_done_callback(note)
                 futures[future] = i
                 if failed.is_set():
@@ -391,8 +406,14 @@ class LocalEngine(Engine):
                 raise EngineError("a worker process died (killed or out of memory)") from exc
             raise
         results: list[Any] = [None] * len(futures)
+        sent = 0
         for future, i in futures.items():
-            results[i] = future.result()
+            results[i], reports = future.result()
+            sent += reports
+        with self._arrived:
+            # a report travels apart from its result; a worker's feeder thread sends it
+            # soon after (a killed worker's may never come: progress is no result)
+            self._arrived.wait_for(lambda: self._received >= sent, timeout=_REPORTS_WAIT_S)
         return results
 
     def _allow(self, count: int) -> None:
@@ -456,9 +477,14 @@ class LocalEngine(Engine):
     def _drain(self) -> None:
         while not self._stop.is_set() or not self._queue.empty():
             try:
-                nbytes, nlines = self._queue.get(timeout=0.1)
+                call, nbytes, nlines = self._queue.get(timeout=0.1)
             except queue.Empty:
                 continue
             except (EOFError, OSError):
                 return
-            self._report(nbytes, nlines)
+            with self._arrived:
+                if call != self._call:
+                    continue  # a failed map's, arriving after it raised
+                self._report(nbytes, nlines)
+                self._received += 1
+                self._arrived.notify_all()

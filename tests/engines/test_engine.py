@@ -147,7 +147,7 @@ def test_memory_a_task_freed_is_handed_back() -> None:
         [left] = engine.map(Step(_init_nothing, (), _fragment), [0])
     assert left - _rss_anon() > 30_000_000
     # what a worker process runs for each task, called here to see its memory
-    left = local._worker_run(Step(_init_nothing, (), _fragment), 0)
+    left, _ = local._worker_run(Step(_init_nothing, (), _fragment), 0, 1)
     assert left - _rss_anon() > 30_000_000
     _KEPT.clear()
 
@@ -413,3 +413,21 @@ def test_workers_die_with_a_killed_parent(tmp_path: Path, forked_by: str) -> Non
         proc.stdout.close()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # the orphans of a failed test
+
+
+def _run_reporting_late(state: None, task: int, progress: Progress) -> int:
+    for _ in range(50):
+        progress(task, 1)
+    return task
+
+
+def test_every_progress_report_is_counted_in_its_own_map() -> None:
+    """A map's reports travel apart from its results: the map waits for every one its
+    tasks sent, so none of them is counted in the next map's progress."""
+    with LocalEngine(2) as engine:
+        for round_ in range(5):
+            reported: list[tuple[int, int]] = []
+            step = Step(_init_nothing, (), _run_reporting_late)
+            tasks = [round_ * 10 + i for i in range(6)]
+            engine.map(step, tasks, lambda b, n, seen=reported: seen.append((b, n)))
+            assert sorted(reported) == sorted((t, 1) for t in tasks for _ in range(50))
