@@ -27,6 +27,9 @@ class OutputColumn:
     name: str
     type: pa.DataType
     dispositions: frozenset[Disposition]
+    #: whether later stages read it from the state (the policy reads the scores); the
+    #: state holds a column for every row, so only such columns are kept in it
+    carried: bool = False
 
     def __post_init__(self) -> None:
         if not self.name.startswith("_"):

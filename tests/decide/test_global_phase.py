@@ -10,6 +10,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.core.reasons import Disposition
@@ -211,3 +213,71 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
     assert fetched.select(expected.columns).schema == expected.schema
     assert fetched.select(expected.columns).equals(expected)
     assert lineage.equals(truth)
+
+
+def _advance_by_join(
+    current: pl.DataFrame, decided: pl.DataFrame, carried: set[str]
+) -> pl.DataFrame:
+    """The state's update as a join of every row (the reference :func:`_advance` replaced)."""
+    extras = [c for c in decided.columns if c in carried]
+    current = current.drop([c for c in extras if c in current.columns])
+    update = decided.select(
+        "_shard",
+        "_shard_line",
+        (
+            pl.col("_disposition") if "_disposition" in decided.columns else pl.lit(None, pl.String)
+        ).alias("_new"),
+        (
+            pl.col("_reasons_add").list.eval(pl.element().struct.field("code"))
+            if "_reasons_add" in decided.columns
+            else pl.lit(None, pl.List(pl.String))
+        ).alias("_new_codes"),
+        *extras,
+    )
+    return (
+        current.join(update, on=["_shard", "_shard_line"], how="left", maintain_order="left")
+        .with_columns(
+            _disposition=pl.coalesce("_new", "_disposition"),
+            _reason_codes=pl.when(pl.col("_new_codes").is_null())
+            .then(pl.col("_reason_codes"))
+            .otherwise(pl.concat_list("_reason_codes", "_new_codes")),
+        )
+        .drop("_new", "_new_codes")
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_the_state_is_updated_as_a_join_of_every_row_would(data: st.DataObject) -> None:
+    """Dispositions, reasons and carried columns land on the decided rows, whatever rows
+    a stage decides and in whatever order the state holds them; other columns stay out."""
+    keys = data.draw(
+        st.lists(st.tuples(st.integers(0, 5), st.integers(1, 1 << 40)), min_size=1, unique=True)
+    )
+    if data.draw(st.booleans()):
+        keys.sort()
+    current = pl.DataFrame(
+        {
+            "_shard": [k[0] for k in keys],
+            "_shard_line": [k[1] for k in keys],
+            "_disposition": ["accepted"] * len(keys),
+            "_reason_codes": [["x.old"] if i % 3 == 0 else [] for i in range(len(keys))],
+        },
+        schema_overrides={"_shard": pl.Int32, "_reason_codes": pl.List(pl.String)},
+    )
+    chosen = data.draw(st.lists(st.sampled_from(keys), unique=True))
+    reason = pl.struct(code=pl.lit("y.new"), path=pl.lit(""), detail=pl.lit(""))
+    decided = pl.DataFrame(
+        {"_shard": [k[0] for k in chosen], "_shard_line": [k[1] for k in chosen]},
+        schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
+    ).with_columns(
+        _disposition=pl.lit("quarantined"),
+        _reasons_add=pl.concat_list(reason),
+        _kept=pl.col("_shard_line") * 2,
+        _dropped=pl.lit("not carried"),
+    )
+    for columns in (["_disposition", "_reasons_add"], ["_reasons_add"], ["_disposition"], []):
+        frame = decided.drop([c for c in ("_disposition", "_reasons_add") if c not in columns])
+        got = global_phase._advance(current, frame, {"_kept"})
+        assert got.equals(_advance_by_join(current, frame, {"_kept"}))
+        assert "_dropped" not in got.columns

@@ -1,10 +1,12 @@
-"""Global phase: later stages read earlier stages' columns; ``evaluate`` reads payload
-shard by shard; a rejected/ column one kind declares is null for the other kinds."""
+"""Global phase: later stages read earlier stages' carried columns (only those: the state
+holds a column for every row); ``evaluate`` reads payload shard by shard; a rejected/
+column one kind declares is null for the other kinds."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import polars as pl
 import pyarrow as pa
@@ -25,12 +27,15 @@ class MarkPairwise:
 
     name = "mark"
     order = 1
+    carried = True
 
     def enabled(self, config: CampaignConfig) -> bool:
         return True
 
     def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
-        return [OutputColumn("_mark", pa.int64(), BOTH)] if kind == "pairwise-v2" else []
+        if kind != "pairwise-v2":
+            return []
+        return [OutputColumn("_mark", pa.int64(), BOTH, carried=self.carried)]
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         if kind != "pairwise-v2":
@@ -94,3 +99,42 @@ def test_stages_see_earlier_columns(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert set(late["_kind"]) == {"pairwise-v2", "math-reasoning-v1"}
     assert late.filter(pl.col("_kind") == "math-reasoning-v1")["_mark"].to_list() == [None]
     assert set(late.filter(pl.col("_kind") == "pairwise-v2")["_mark"]) == {1}
+
+
+class MarkUncarried(MarkPairwise):
+    carried = False
+
+
+class SeesNoMark:
+    name = "check"
+    order = 2
+    seen: ClassVar[list[list[str]]] = []
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        SeesNoMark.seen.append(rows.columns)
+        return None
+
+
+def test_a_column_no_later_stage_reads_is_not_held_in_the_state(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A stage's output column not declared ``carried`` reaches the output files, not the
+    state later stages see (a retry's pointer, on every row, cost ~11 bytes a row)."""
+    monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [MarkUncarried, SeesNoMark])
+    pairwise = tmp_path / "pairwise.jsonl"
+    pairwise.write_bytes(b"".join(line + b"\n" for line in export_lines("pairwise-v2", 40, seed=3)))
+    config = CampaignConfig(inputs=(InputSpec(str(pairwise)),)).override(
+        **{"engine.shard_bytes": 16 * 1024, "engine.workers": 1}
+    )
+    SeesNoMark.seen.clear()
+    run(config, tmp_path / "out")
+    assert SeesNoMark.seen
+    assert all("_mark" not in columns for columns in SeesNoMark.seen)
+    accepted = pl.read_parquet(tmp_path / "out" / "accepted" / "pairwise-v2")
+    assert accepted["_mark"].to_list() == accepted["ratings"].struct.field("factuality").to_list()

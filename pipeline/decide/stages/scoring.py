@@ -81,7 +81,11 @@ class RubricScoring:
             return []
         names: dict[str, pl.DataType] = {"_rubric": pl.String(), "_rubric_sha256": pl.String()}
         names.update(output_names(plan.rubric))
-        return [OutputColumn(n, _ARROW[type(t)], SCORED_DISPOSITIONS) for n, t in names.items()]
+        # the policy (a later stage) reads the scores from the state
+        return [
+            OutputColumn(n, _ARROW[type(t)], SCORED_DISPOSITIONS, carried=True)
+            for n, t in names.items()
+        ]
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         plan = self.plan(ctx, kind)
