@@ -9,7 +9,8 @@ steps it is given in each of them, so that cost overlaps the caller's own start-
 nothing the parent holds (polars' thread pool, open files) leaks into them. After every
 task a worker hands freed memory back (:func:`release_memory`). Progress travels on a
 queue as (bytes, lines) increments tagged with their map, which waits for every report
-its tasks sent before it returns (a late one was counted in the next map's progress);
+its tasks sent before it returns (a late one was counted in the next map's progress),
+drops those still on their way once it raised, and raises its callback's error;
 results come back through futures and are returned in task order. A crashed worker fails the whole run (DESIGN §3.6): operational failures
 never become rejections.
 
@@ -174,6 +175,10 @@ def _worker_init(
             step_state(step)
 
 
+def _no_report(nbytes: int, nlines: int) -> None:
+    """The progress callback of a map given none."""
+
+
 def _spawned() -> None:
     """A no-op task: submitting one per worker makes the pool start them all now."""
 
@@ -265,7 +270,9 @@ class LocalEngine(Engine):
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
         self._queue: Any = None
-        self._report: Progress = lambda nbytes, nlines: None
+        self._report: Progress = _no_report
+        #: what the current map's progress callback raised, raised by the map
+        self._report_error: Exception | None = None
         #: the current map's number, and how many of its progress reports have arrived
         self._call = 0
         self._received = 0
@@ -347,9 +354,10 @@ class LocalEngine(Engine):
         outlives the call.
         """
         with self._arrived:
-            self._report = progress or (lambda nbytes, nlines: None)
+            self._report = progress or _no_report
             self._call += 1
             self._received = 0
+            self._report_error = None
         try:
             if self.workers == 1:
                 state = step.init(*step.init_args)
@@ -362,6 +370,11 @@ class LocalEngine(Engine):
         finally:
             if isinstance(tasks, Generator):
                 tasks.close()  # a no-op once it is exhausted
+            with self._arrived:
+                # reports still on their way (a failed map's) are dropped, not counted
+                # in this map's progress after it returned
+                self._report = _no_report
+                self._call += 1
 
     def _map_pool(
         self, step: Step[S, T, R], tasks: Iterable[T], cost: Callable[[T], int] | None
@@ -413,7 +426,11 @@ class LocalEngine(Engine):
         with self._arrived:
             # a report travels apart from its result; a worker's feeder thread sends it
             # soon after (a killed worker's may never come: progress is no result)
-            self._arrived.wait_for(lambda: self._received >= sent, timeout=_REPORTS_WAIT_S)
+            self._arrived.wait_for(
+                lambda: self._received >= sent or not self._draining(), timeout=_REPORTS_WAIT_S
+            )
+            if self._report_error is not None:
+                raise self._report_error
         return results
 
     def _allow(self, count: int) -> None:
@@ -484,7 +501,19 @@ class LocalEngine(Engine):
                 return
             with self._arrived:
                 if call != self._call:
-                    continue  # a failed map's, arriving after it raised
-                self._report(nbytes, nlines)
-                self._received += 1
+                    continue  # a map's that returned or raised: dropped
+                report = self._report
+            try:
+                report(nbytes, nlines)  # outside the lock: a slow callback holds no map
+            except Exception as exc:  # the caller's callback: its map raises it
+                with self._arrived:
+                    if call == self._call:
+                        self._report_error = self._report_error or exc
+                        self._report = _no_report
+            with self._arrived:
+                if call == self._call:
+                    self._received += 1
                 self._arrived.notify_all()
+
+    def _draining(self) -> bool:
+        return self._drainer is not None and self._drainer.is_alive()

@@ -190,14 +190,14 @@ def test_shingle_hashes_are_each_windows_hash(texts: list[str], size: int) -> No
 
 
 def test_partitions_are_a_multiple_of_the_workers_of_at_most_their_bytes() -> None:
-    from pipeline.dedupe.partitions import PARTITION_BYTES, partition_count
+    from pipeline.dedupe.partitions import _ENTRY_BYTES, PARTITION_BYTES, partition_count
 
     for texts in (0, 1, 10_000, 338_000, 3_000_000):
         for workers in (1, 2, 3, 8):
             count = partition_count(texts, PARAMS, workers, None)
             assert count % workers == 0
             assert count >= workers
-            assert texts * PARAMS.bands * 26 / count <= PARTITION_BYTES
+            assert texts * PARAMS.bands * _ENTRY_BYTES / count <= PARTITION_BYTES
             fewer = count - workers
-            assert fewer == 0 or texts * PARAMS.bands * 26 / fewer > PARTITION_BYTES
+            assert fewer == 0 or texts * PARAMS.bands * _ENTRY_BYTES / fewer > PARTITION_BYTES
     assert partition_count(10, PARAMS, 2, 7) == 7
