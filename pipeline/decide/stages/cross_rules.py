@@ -230,8 +230,21 @@ def contradictory_preference(
     # confirmed on the exact texts, so a hash collision can never invent a contradiction.
     decisive = pl.col("preference").is_in(["A", "B"])
     preferred = pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b")
-    rejected = pl.when(pl.col("preference") == "A").then("response_b").otherwise("response_a")
-    comparison = pl.struct(conversation_key().hash(1), preferred.hash(2) ^ rejected.hash(2))
+    # Hashed where the texts are, never copied: building each row's conversation key and
+    # its preferred and rejected texts took ~40 MB a shard, the largest working set of
+    # the global phase. The messages' roles and contents are what conversation_key()
+    # reads; the pair's hash is the same in either A/B order.
+    turn = pl.element().struct
+    conversation = pl.col("messages").list.eval(
+        pl.struct(turn.field("role"), turn.field("content"))
+    )
+    pair = pl.col("response_a").hash(2) ^ pl.col("response_b").hash(2)
+    preferred_hash = (
+        pl.when(pl.col("preference") == "A")
+        .then(pl.col("response_a").hash(3))
+        .otherwise(pl.col("response_b").hash(3))
+    )
+    comparison = pl.struct(conversation.hash(1), pair)
     hashes = pl.concat(
         shard.filter("_decisive").drop("_decisive")
         for shard in ctx.evaluate(
@@ -239,7 +252,7 @@ def contradictory_preference(
             {
                 "_decisive": decisive,
                 "_h_comparison": comparison.hash(4),
-                "_h_pref": preferred.hash(3),
+                "_h_pref": preferred_hash,
             },
         )
     )
