@@ -10,7 +10,7 @@ builds a path under the output root.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -148,6 +148,20 @@ class RunStorage:
         with ipc.open_file(pa.OSFile(str(self.staged_path(shard, stem)))) as reader:
             for i in range(reader.num_record_batches):
                 yield pa.Table.from_batches([reader.get_batch(i)])
+
+    def staged_column_batches(
+        self, shard: int, stem: str, columns: Sequence[str]
+    ) -> Iterator[pa.RecordBatch]:
+        """Some columns of a staged table, one record batch at a time, each through a
+        memory map of its own: only that batch's pages of those columns are read, and
+        they leave the process's memory with the batch (one map for the whole file kept
+        every page it had read resident to the end)."""
+        path = str(self.staged_path(shard, stem))
+        with ipc.open_file(pa.memory_map(path)) as reader:
+            count = reader.num_record_batches
+        for i in range(count):
+            with ipc.open_file(pa.memory_map(path)) as reader:
+                yield reader.get_batch(i).select(list(columns))
 
     def rejected_batches(self, shard: int) -> Iterator[pa.Table]:
         """A shard's lines the gate rejected, in line order, a staged batch at a time

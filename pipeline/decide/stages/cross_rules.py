@@ -254,6 +254,7 @@ def contradictory_preference(
                 "_h_comparison": comparison.hash(4),
                 "_h_pref": preferred_hash,
             },
+            row_wise=True,
         )
     )
     candidates = hashes.filter(varying(hashes["_h_comparison"], hashes["_h_pref"]))
