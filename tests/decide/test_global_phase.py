@@ -155,6 +155,7 @@ class ProbeReads:
     name = "probe"
     order = 1
     seen: ClassVar[list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]]] = []
+    evaluated: ClassVar[list[tuple[pl.DataFrame, pl.DataFrame]]] = []
 
     def enabled(self, config: CampaignConfig) -> bool:
         return True
@@ -182,6 +183,13 @@ class ProbeReads:
         lineage = ctx.with_lineage(keys).select("_input", "_source", "_line")
         truth = rows.gather_every(7).select("_input", "_source", "_line")
         self.seen.append((fetched, expected, lineage, truth))
+        exprs = {"_h": pl.col("messages").hash(1), "_n": pl.col("response_a").str.len_bytes()}
+        self.evaluated.append(
+            (
+                pl.concat(ctx.evaluate(kind, exprs)),
+                pl.concat(ctx.evaluate(kind, exprs, row_wise=True)),
+            )
+        )
         return None
 
 
@@ -197,6 +205,7 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
 
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeReads])
     ProbeReads.seen.clear()
+    ProbeReads.evaluated.clear()
     source = tmp_path / "in.jsonl"
     source.write_bytes(
         b"".join(
@@ -213,6 +222,10 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
     assert fetched.select(expected.columns).schema == expected.schema
     assert fetched.select(expected.columns).equals(expected)
     assert lineage.equals(truth)
+    # row-wise expressions evaluated a staged batch at a time give the shard's values
+    [(by_shard, by_batch)] = ProbeReads.evaluated
+    assert by_shard.height > 100
+    assert by_batch.equals(by_shard)
 
 
 def _advance_by_join(
