@@ -94,7 +94,8 @@ def verify_run(out: str | Path, sources: str | Path | None = None) -> _verify.Ve
     """Recompute what the manifest of the run in ``out`` claims, as ``rowgate verify``.
 
     Checks input and output hashes, counts and conservation, lineage, the config digest,
-    every pinned file and ``report.html`` (rendered again). ``sources`` is where to look for the inputs when they moved.
+    every pinned file and ``report.html`` (rendered again). ``sources`` is where to look
+    for the inputs when they moved.
 
     Returns
     -------

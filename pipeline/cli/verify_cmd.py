@@ -20,8 +20,7 @@ def verify_command(
     """Recompute everything the manifest claims: input and output digests, every lineage
     hash and offset, conservation of lines, counts per disposition and reason, the config
     digest, every pinned file the run read, report.html (rendered again); report files OUT
-    should not hold. Exits 1 on
-    any mismatch."""
+    should not hold. Exits 1 on any mismatch."""
     # lazy: pyarrow, numpy and the gate load only when this command runs
     from pipeline.output.verify import verify_run
     from pipeline.reports.run_report import render_run_report

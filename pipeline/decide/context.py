@@ -151,8 +151,9 @@ class GlobalContext:
         for summary in self.summaries:
             if kind not in summary.kinds:
                 continue
-            if row_wise:
-                yield self._evaluate_by_batch(summary.shard, kind, exprs)
+            batches = self._evaluate_by_batch(summary.shard, kind, exprs) if row_wise else []
+            if batches:
+                yield pl.concat(batches)
                 continue
             yield (
                 self.staged(summary.shard, kind)
@@ -166,7 +167,7 @@ class GlobalContext:
 
     def _evaluate_by_batch(
         self, shard: int, kind: str, exprs: Mapping[str, pl.Expr]
-    ) -> pl.DataFrame:
+    ) -> list[pl.DataFrame]:
         read = {"_shard_line"} | {c for e in exprs.values() for c in e.meta.root_names()}
         frames = []
         for batch in self.storage.staged_column_batches(shard, kind, sorted(read)):
@@ -181,11 +182,7 @@ class GlobalContext:
                     *(expr.alias(name) for name, expr in exprs.items()),
                 )
             )
-        if not frames:  # a file of no batches
-            return pl.DataFrame(schema={"_shard": pl.Int32, "_shard_line": pl.Int64}).select(
-                "_shard", "_shard_line", *(expr.alias(name) for name, expr in exprs.items())
-            )
-        return pl.concat(frames)
+        return frames
 
     def row_keys(
         self, kind: str, columns: Sequence[str] | Mapping[str, pl.Expr] = ()

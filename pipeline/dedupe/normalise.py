@@ -17,9 +17,9 @@ Most key text needs no Python at all: a string made only of characters that NFC 
 alone wherever they stand (starters that compose with nothing before them), whose case
 folds are such characters too, is already in NFC and stays so once folded, and its case
 folding is each character's ``casefold`` in turn. Such strings are folded by polars with
-that per-character table (:func:`_fast_fold`, proved for Latin, Greek, Cyrillic,
-punctuation, kana, CJK and fullwidth forms), the rest by Python, so the result is Python's
-either way (a test proves the premise over every code point and compares the two).
+that per-character table (:func:`_fast_fold`, built over :data:`_FAST_DOMAIN`), the rest
+by Python, so the result is Python's either way (a test proves the premise over every
+code point and compares the two).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ _SLICE: Final = 256
 #: Code points the fast fold is built for ([start, end)): Latin, Greek, Cyrillic, Armenian,
 #: Hebrew, Arabic, Syriac and Devanagari; Latin and Greek extended; punctuation, symbols,
 #: arrows, Glagolitic, Coptic; CJK punctuation and kana; CJK ideographs; Hangul syllables;
-#: fullwidth forms; emoji and pictographs. Building the table reads each once (~30 ms).
+#: fullwidth forms; emoji and pictographs. Building the table reads each once (~20 ms).
 _FAST_DOMAIN: Final = (
     (0x0000, 0x0980),
     (0x1E00, 0x2E80),

@@ -10,9 +10,9 @@ nothing the parent holds (polars' thread pool, open files) leaks into them. Afte
 task a worker hands freed memory back (:func:`release_memory`). Progress travels on a
 queue as (bytes, lines) increments tagged with their map, which waits for every report
 its tasks sent before it returns (a late one was counted in the next map's progress),
-drops those still on their way once it raised, and raises its callback's error;
-results come back through futures and are returned in task order. A crashed worker fails the whole run (DESIGN §3.6): operational failures
-never become rejections.
+drops those still on their way once it raised, and raises its callback's error; results
+come back through futures and are returned in task order. A crashed worker fails the
+whole run (DESIGN §3.6): operational failures never become rejections.
 
 Workers never outlive the parent (DESIGN §3.12): each dies as soon as the parent does,
 however it died (:func:`_die_with_parent`). An interruption of the caller (Ctrl-C, or the
@@ -273,7 +273,8 @@ class LocalEngine(Engine):
         self._report: Progress = _no_report
         #: what the current map's progress callback raised, raised by the map
         self._report_error: Exception | None = None
-        #: the current map's number, and how many of its progress reports have arrived
+        #: the current map's number (moved on as each map ends), and how many of its
+        #: progress reports have arrived
         self._call = 0
         self._received = 0
         self._arrived = threading.Condition()
@@ -355,7 +356,6 @@ class LocalEngine(Engine):
         """
         with self._arrived:
             self._report = progress or _no_report
-            self._call += 1
             self._received = 0
             self._report_error = None
         try:
@@ -371,9 +371,8 @@ class LocalEngine(Engine):
             if isinstance(tasks, Generator):
                 tasks.close()  # a no-op once it is exhausted
             with self._arrived:
-                # reports still on their way (a failed map's) are dropped, not counted
-                # in this map's progress after it returned
-                self._report = _no_report
+                # the next map's number: reports still on their way (a failed map's) are
+                # dropped, not counted in its progress
                 self._call += 1
 
     def _map_pool(
