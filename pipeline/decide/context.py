@@ -20,7 +20,7 @@ stage reads what else it needs shard by shard (:meth:`GlobalContext.evaluate`), 
 on 64-bit hashes with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash
 repeats in full (:meth:`GlobalContext.fetch`, which takes them alone out of the staged
 files). Measured on the scale benchmark's exports (90k and 359k rows of 3.3 KB), the run's
-parent peak grows ~110 bytes a row, with or without near and normalised dedupe (polars'
+parent peak grows ~65–75 bytes a row, with or without near and normalised dedupe (polars'
 allocator returning freed pages at once: :mod:`pipeline.core.allocator`): the bytes per
 row of each structure are in docs/scale.md ("The driver's memory, per row").
 """
@@ -184,6 +184,12 @@ class GlobalContext:
             )
         return frames
 
+    def has_row_keys(self, kind: str) -> bool:
+        """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""
+        stem = self.storage.row_keys_stem(kind)
+        shards = [s.shard for s in self.summaries if kind in s.kinds]
+        return bool(shards) and all(self.storage.has_staged(s, stem) for s in shards)
+
     def row_keys(
         self, kind: str, columns: Sequence[str] | Mapping[str, pl.Expr] = ()
     ) -> pl.DataFrame | None:
@@ -193,14 +199,14 @@ class GlobalContext:
         ``_shard_line``; ``None`` when the gate computed none. Read only the columns
         needed of every row: the signatures and band keys are ~700 bytes a row, read by
         the near rule's tasks shard by shard."""
+        if not self.has_row_keys(kind):
+            return None
         exprs = columns if isinstance(columns, Mapping) else {c: pl.col(c) for c in columns}
         frames = []
         stem = self.storage.row_keys_stem(kind)
         for summary in self.summaries:
             if kind not in summary.kinds:
                 continue
-            if not self.storage.has_staged(summary.shard, stem):
-                return None
             frames.append(
                 self.storage.scan_staged(summary.shard, stem)
                 .select(

@@ -1,10 +1,16 @@
 """Who duplicates whom: survivors, removals and clusters from group ids and near pairs.
 
-Input: the participating rows in the stable order key, each with a survivor rank, an
-exact group, a normalised group (which is also its text for near detection), and a
-partition (0: unprotected splits; 1…: one per protected split). Output: for every
-removed row the kept row it duplicates, the rule, and for near matches the estimated and
-verified similarity; clusters of one kept row and the rows removed in its favour.
+Input: the rows in the stable order key, each with a survivor rank, an exact group, a
+normalised group (which is also its text for near detection), and a partition (0:
+unprotected splits; 1…: one per protected split). Output: for every removed row the kept
+row it duplicates, the rule, and for near matches the estimated and verified similarity;
+clusters of one kept row and the rows removed in its favour.
+
+Only a row that shares its exact or normalised group with another row, or whose text has
+a verified near pair, can be removed or have a row removed in its favour: the decision
+runs over those rows alone (:func:`find_duplicates`), and its arrays (~40 bytes a row,
+with their temporaries ~70) grow with the duplicates, not with the run (at 440 K
+pairwise rows they had grown the parent by ~29 MB).
 
 Semantics, in this order:
 
@@ -32,7 +38,7 @@ import polars as pl
 
 from pipeline.dedupe.minhash import NearPairs
 
-__all__ = ["RULES", "Duplicates", "find_duplicates"]
+__all__ = ["RULES", "Duplicates", "decide", "find_duplicates"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -44,12 +50,14 @@ EXACT, NORMALISED, NEAR, CONTAMINATION = 1, 2, 3, 4
 
 @dataclass
 class Duplicates:
-    """Per row (participants, stable order): ``kept`` is the kept row a removed row
-    duplicates (-1: not removed), ``rule`` a :data:`RULES` index, ``match`` the rule by
-    which a contaminated row matched (exact/normalised/near), similarities NaN unless a
-    near pair links the row to its kept row; ``cluster`` numbers kept rows that have
-    duplicates, in stable order."""
+    """Per participant (``rows``: their row ids, ascending): ``kept`` is the row id of the
+    kept row a removed row duplicates (-1: not removed), ``rule`` a :data:`RULES` index,
+    ``match`` the rule by which a contaminated row matched (exact/normalised/near),
+    similarities NaN unless a near pair links the row to its kept row; ``cluster``
+    numbers kept rows that have duplicates, in stable order. A row that is not a
+    participant is kept, with no cluster."""
 
+    rows: I64
     kept: I64
     rule: npt.NDArray[np.int8]
     match: npt.NDArray[np.int8]
@@ -236,8 +244,35 @@ def find_duplicates(
     partition: I64,
     near: NearPairs | None,
 ) -> Duplicates:
-    """Decide every participant (see the module docstring). ``normalised`` ids index the
-    texts ``near`` was computed over."""
+    """Decide every row (see the module docstring): the rows that can take part are
+    decided among themselves (:func:`_participants`, :func:`decide`), as they would be
+    among all. ``normalised`` ids index the texts ``near`` was computed over."""
+    rows = _participants(exact, normalised, near)
+    found = decide(rank[rows], exact[rows], normalised[rows], partition[rows], near)
+    found.kept = np.where(found.kept >= 0, rows[np.maximum(found.kept, 0)], -1)
+    found.rows = rows
+    return found
+
+
+def _participants(exact: I64, normalised: I64, near: NearPairs | None) -> I64:
+    """The rows that share an exact or a normalised group, or whose text is in a near
+    pair, ascending (group ids and texts are dense ranks: counted, not sorted)."""
+    taking_part = np.bincount(exact)[exact] > 1
+    taking_part |= np.bincount(normalised)[normalised] > 1
+    if near is not None:
+        taking_part |= np.isin(normalised, np.concatenate([near.left, near.right]))
+    return np.flatnonzero(taking_part).astype(np.int64)
+
+
+def decide(
+    rank: I64,
+    exact: I64,
+    normalised: I64,
+    partition: I64,
+    near: NearPairs | None,
+) -> Duplicates:
+    """Decide every row given, among them alone (``rows`` and ``kept`` are their
+    places): :func:`find_duplicates` over all rows, and its reference in tests."""
     n = len(rank)
     target = np.full(n, -1, np.int64)
     rule = np.zeros(n, np.int8)
@@ -319,4 +354,6 @@ def _finish(
     cluster[kept_rows] = np.arange(len(kept_rows))
     cluster[removed] = cluster[final[removed]]
     stats["clusters"] = len(kept_rows)
-    return Duplicates(final, final_rule, match, estimated, verified, cluster, stats)
+    return Duplicates(
+        np.arange(n, dtype=np.int64), final, final_rule, match, estimated, verified, cluster, stats
+    )

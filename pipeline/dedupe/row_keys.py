@@ -88,21 +88,24 @@ def _sha256s(texts: pa.Array) -> pa.Array:
 class RowKeys:
     """What the gate's row keys give the matching, for a frame of rows (positions in it
     are row ids): the ``normalised`` digests lined up with the rows, when that rule is
-    on; and for the near rule, ``candidates(rows, rank)``, the candidate pairs among the
-    texts (``rows[i]`` is text ``i``'s row, ``rank[i]`` its survivor rank) as sorted
-    distinct (better, worse) text ids, as :func:`~pipeline.dedupe.minhash.candidate_pairs`
-    gives them; ``signatures(rows)`` and ``texts(rows)`` give the signatures
-    (permutations × rows) and normalised key texts of some rows (the pairs' check reads
-    only the candidates').
+    on; and for the near rule, ``candidates(groups, rows, rank)``, the candidate pairs
+    among the texts (``rows[i]`` is text ``i``'s row, ``rank[i]`` its survivor rank;
+    ``groups[r]`` is row ``r``'s normalised group, which is its text when
+    ``rows[groups[r]] == r``) as sorted distinct (better, worse) text ids, as
+    :func:`~pipeline.dedupe.minhash.candidate_pairs` gives them; ``signatures(rows)``
+    and ``texts(rows)`` give the signatures (permutations × rows) and normalised key
+    texts of some rows (the pairs' check reads only the candidates').
 
-    ``normalised`` may hold the digests' dense ranks instead of the digests (the same
-    groups in the same order), and ``exact`` the dense ranks of the content fingerprints;
-    ``records(rows)`` gives the ``_record_sha256`` of some rows (those a pointer or a
-    cluster names): then the frame need not hold a digest of every row."""
+    ``normalised`` may hold the digests' dense ranks from 0 (an integer series) instead
+    of the digests (the same groups in the same order), and ``exact`` the dense ranks of
+    the content fingerprints;
+    ``lineage(rows)`` gives the ``_source``, ``_line`` and ``_record_sha256`` of some
+    rows (those a pointer or a cluster names): then the frame need not hold them for
+    every row."""
 
     normalised: pl.Series | None
-    candidates: Callable[[I64, I64], tuple[I64, I64]] | None
+    candidates: Callable[[I64, I64, I64], tuple[I64, I64]] | None
     signatures: Callable[[I64], npt.NDArray[np.uint32]] | None
     texts: Callable[[I64], pl.Series]
     exact: I64 | None = None
-    records: Callable[[I64], pl.Series] | None = None
+    lineage: Callable[[I64], pl.DataFrame] | None = None

@@ -132,7 +132,7 @@ def dedupe_table(
 @dataclass
 class Matches:
     """The duplicates :func:`match_duplicates` found, before split groups and stats.
-    ``removed`` is :attr:`DedupeOutcome.removed`; ``found`` is indexed like the frame."""
+    ``removed`` is :attr:`DedupeOutcome.removed`; ``found`` holds the rows that took part."""
 
     found: Duplicates
     near: NearPairs | None
@@ -180,9 +180,8 @@ def match_duplicates(
     normalisation = Normalisation.from_settings(settings)
     params = LshParams.from_settings(settings)
     rank = survivor_rank(frame, settings.survivor_rule(kind), kind)
-    positions = np.arange(n, dtype=np.int64)
     if not settings.exact:
-        exact = positions
+        exact = np.arange(n, dtype=np.int64)
     elif row_keys is not None and row_keys.exact is not None:
         exact = row_keys.exact
     elif "_content_sha256" in frame.columns and frame["_content_sha256"].null_count() == 0:
@@ -193,27 +192,22 @@ def match_duplicates(
         raise ConfigError(f"{kind}: no content fingerprint and no key columns to dedupe on")
     if settings.normalised and key is not None:
         if row_keys is not None and row_keys.normalised is not None:
-            normalised = _dense_ids(pl.DataFrame({"k": row_keys.normalised}), pl.col("k"))
+            given = row_keys.normalised
+            if given.dtype.is_integer():  # the dense ranks themselves
+                normalised = given.to_numpy().astype(np.int64, copy=False)
+            else:
+                normalised = _dense_ids(pl.DataFrame({"k": given}), pl.col("k"))
         else:
             normalised = _dense_ids(frame, key_columns(key, normalisation))
     else:
         normalised = exact
     near: NearPairs | None = None
     if settings.near and key is not None and n > 1:
-        # one text per normalised key: members of a group have the same normalised text
-        firsts = (
-            pl.DataFrame({"id": normalised, "rank": rank})
-            .with_row_index("row")
-            .group_by("id")
-            .agg(pl.col("row").first(), pl.col("rank").min())
-            .sort("id")
-        )
-        text_rank = firsts["rank"].to_numpy().astype(np.int64)
-        first_rows = firsts["row"].to_numpy().astype(np.int64)
+        first_rows, text_rank = _texts(normalised, rank)
         if row_keys is not None and row_keys.candidates is not None:
             texts_of, signatures_of = row_keys.texts, row_keys.signatures
             assert signatures_of is not None
-            left, right = row_keys.candidates(first_rows, text_rank)
+            left, right = row_keys.candidates(normalised, first_rows, text_rank)
             near = verified_pairs(
                 left,
                 right,
@@ -227,23 +221,32 @@ def match_duplicates(
     splits = _splits(frame)
     protected = {name: i + 1 for i, name in enumerate(settings.protected_splits)}
     partition = splits.replace_strict(protected, default=0, return_dtype=pl.Int64).to_numpy()
-    found = find_duplicates(rank, exact, normalised, partition.astype(np.int64), near)
-    records = row_keys.records if row_keys is not None else None
-    removed = _removed_frame(frame, found, splits, key, normalisation, params, records)
-    clusters = _clusters_frame(frame, found, splits, kind, records)
+    found = find_duplicates(rank, exact, normalised, partition, near)
+    lineage = row_keys.lineage if row_keys is not None else None
+    removed = _removed_frame(frame, found, splits, key, normalisation, params, lineage)
+    clusters = _clusters_frame(frame, found, splits, kind, lineage)
     return Matches(found, near, removed, clusters, key, settings)
 
 
+def _texts(groups: I64, rank: I64) -> tuple[I64, I64]:
+    """Each normalised group's text for near detection (its members have one normalised
+    text): the group's first row, and the group's best survivor rank."""
+    count = int(groups.max(initial=-1)) + 1
+    first = np.full(count, len(groups), dtype=np.int64)
+    np.minimum.at(first, groups, np.arange(len(groups), dtype=np.int64))
+    best = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(best, groups, rank)
+    return first, best
+
+
 def _lineage(
-    frame: pl.DataFrame, rows: npt.NDArray[np.int64], records: Callable[[I64], pl.Series] | None
+    frame: pl.DataFrame, rows: npt.NDArray[np.int64], lineage: Callable[[I64], pl.DataFrame] | None
 ) -> pl.DataFrame:
-    """``_source``, ``_line`` and ``_record_sha256`` of the frame's ``rows``: the digests
-    read for those rows only (``records``) when the frame does not hold them."""
-    if records is None or "_record_sha256" in frame.columns:
+    """``_source``, ``_line`` and ``_record_sha256`` of the frame's ``rows``: read for
+    those rows only (``lineage``) when the frame does not hold them."""
+    if lineage is None:
         return frame.select("_source", "_line", "_record_sha256")[rows]
-    return frame.select("_source", "_line")[rows].with_columns(
-        records(rows).alias("_record_sha256")
-    )
+    return lineage(rows).select("_source", "_line", "_record_sha256")
 
 
 def _removed_frame(
@@ -253,21 +256,21 @@ def _removed_frame(
     key: DedupeKey | None,
     normalisation: Normalisation,
     params: LshParams,
-    records: Callable[[I64], pl.Series] | None,
+    lineage: Callable[[I64], pl.DataFrame] | None,
 ) -> pl.DataFrame:
-    rows = np.flatnonzero(found.removed)
-    kept = found.kept[rows]
-    target = _lineage(frame, kept, records)
-    rule = [RULES[int(code)] for code in found.rule[rows]]
+    at = np.flatnonzero(found.removed)
+    kept = found.kept[at]
+    target = _lineage(frame, kept, lineage)
+    rule = [RULES[int(code)] for code in found.rule[at]]
     described = key.description if key is not None else "key"
     out = pl.DataFrame(
         {
-            "_row": rows,
+            "_row": found.rows[at],
             "_dedupe_rule": pl.Series(rule, dtype=pl.String),
-            "_dedupe_cluster": found.cluster[rows],
-            "_similarity_estimated": found.estimated[rows],
-            "_similarity_verified": found.verified[rows],
-            "_match": found.match[rows].astype(np.int64),
+            "_dedupe_cluster": found.cluster[at],
+            "_similarity_estimated": found.estimated[at],
+            "_similarity_verified": found.verified[at],
+            "_match": found.match[at].astype(np.int64),
             "_kept_split": splits.gather(kept) if len(kept) else pl.Series([], dtype=pl.String),
         }
     ).with_columns(
@@ -319,21 +322,22 @@ def _clusters_frame(
     found: Duplicates,
     splits: pl.Series,
     kind: str,
-    records: Callable[[I64], pl.Series] | None,
+    lineage: Callable[[I64], pl.DataFrame] | None,
 ) -> pl.DataFrame:
-    members = np.flatnonzero(found.cluster >= 0)
-    lineage = _lineage(frame, members, records)
+    at = np.flatnonzero(found.cluster >= 0)
+    members = found.rows[at]
+    named = _lineage(frame, members, lineage)
     table = pl.DataFrame(
         {
-            "cluster": found.cluster[members],
+            "cluster": found.cluster[at],
             "row": members,
-            "kept": found.kept[members] < 0,
-            "rule": [RULES[int(c)] for c in found.rule[members]],
+            "kept": found.kept[at] < 0,
+            "rule": [RULES[int(c)] for c in found.rule[at]],
             "split": splits.gather(members) if len(members) else pl.Series([], dtype=pl.String),
         }
     ).with_columns(
-        source=lineage["_source"], line=lineage["_line"].cast(pl.Int64),
-        record_sha256=lineage["_record_sha256"].cast(pl.String),
+        source=named["_source"], line=named["_line"].cast(pl.Int64),
+        record_sha256=named["_record_sha256"].cast(pl.String),
     )  # fmt: skip
     kept = table.filter("kept").select(
         "cluster",

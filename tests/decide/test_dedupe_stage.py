@@ -351,19 +351,18 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
             config = config.override(**{"dedupe.near": False})
     config = config.override(**{"engine.workers": 2, "engine.shard_bytes": 96 * 1024})
     staged: list[bool] = []
-    row_keys = GlobalContext.row_keys
+    has_row_keys = GlobalContext.has_row_keys
 
-    def spy(ctx: GlobalContext, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame | None:
-        found = row_keys(ctx, kind, columns)
-        staged.append(found is not None)
-        return found
+    def spy(ctx: GlobalContext, kind: str) -> bool:
+        staged.append(has_row_keys(ctx, kind))
+        return staged[-1]
 
     def outcome(name: str) -> tuple[dict[str, bytes], dict]:
         result = run(config, tmp_path / name)
         return _outputs(tmp_path / name), result.manifest["global"]["dedupe"]
 
     with monkeypatch.context() as patched:
-        patched.setattr(GlobalContext, "row_keys", lambda ctx, kind, columns=(): None)
+        patched.setattr(GlobalContext, "has_row_keys", lambda ctx, kind: False)
         reference, reference_notes = outcome("reference")
     rules = reference_notes[KIND]["by_rule"]
     assert rules["normalised" if campaign == "normalised only" else "near"] > 0
@@ -375,7 +374,7 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
         if count is not None:
             config = config.override(**{"engine.partitions": count})
         with monkeypatch.context() as patched:
-            patched.setattr(GlobalContext, "row_keys", spy)
+            patched.setattr(GlobalContext, "has_row_keys", spy)
             gated, gated_notes = outcome(f"gated-{count}")
         assert staged.pop() is True
         assert gated_notes == reference_notes
@@ -384,7 +383,8 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
             assert gated[name] == reference[name], (count, name)
     # Groups are ranked on 64-bit prefixes of the digests; with prefixes that collide
     # (16 values: most rows share one) the exact digests decide, to the same outputs.
-    # The matching then holds no 64-character digest of every row.
+    # The matching then holds no 64-character digest of every row, nor every row's
+    # source and line (read for the rows pointers and clusters name).
     fingerprint, digest = dedupe._fingerprint_prefix, dedupe._digest_prefix
     seen: list[list[str]] = []
 
@@ -397,6 +397,6 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
         patched.setattr(dedupe, "_digest_prefix", lambda: digest() // (1 << 60))
         patched.setattr(dedupe, "match_duplicates", match_spy)
         colliding, colliding_notes = outcome("colliding")
-    assert not {"_content_sha256", "_record_sha256"} & set(seen.pop())
+    assert not {"_content_sha256", "_record_sha256", "_source", "_line"} & set(seen.pop())
     assert colliding_notes == reference_notes
     assert colliding == reference

@@ -1,13 +1,19 @@
-"""Survivors, greedy near removal, chains, contamination and survivor rules."""
+"""Survivors, greedy near removal, chains, contamination and survivor rules; the
+decision over the rows that take part equals the decision over every row."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.core.config import ConfigError
-from pipeline.dedupe.clusters import RULES, find_duplicates
+from pipeline.dedupe.clusters import RULES, Duplicates, decide
+from pipeline.dedupe.clusters import find_duplicates as find_among_participants
 from pipeline.dedupe.minhash import NearPairs
 from pipeline.dedupe.table import survivor_rank
 
@@ -23,7 +29,41 @@ def _near(*pairs: tuple[int, int, float]) -> NearPairs:
     return NearPairs(left, right, verified - 0.01, verified, len(pairs))
 
 
-def _rules(found) -> list[str]:  # type: ignore[no-untyped-def]
+@dataclass
+class _PerRow:
+    """A :class:`Duplicates` spread over every row (a row that took no part is kept)."""
+
+    kept: np.ndarray
+    rule: np.ndarray
+    match: np.ndarray
+    estimated: np.ndarray
+    verified: np.ndarray
+    cluster: np.ndarray
+    stats: dict[str, object]
+
+    @property
+    def removed(self) -> np.ndarray:
+        return self.kept >= 0
+
+
+def _per_row(found: Duplicates, n: int) -> _PerRow:
+    def spread(values: np.ndarray, fill: float) -> np.ndarray:
+        out = np.full(n, fill, dtype=values.dtype)
+        out[found.rows] = values
+        return out
+
+    return _PerRow(
+        spread(found.kept, -1), spread(found.rule, 0), spread(found.match, 0),
+        spread(found.estimated, np.nan), spread(found.verified, np.nan),
+        spread(found.cluster, -1), found.stats,
+    )  # fmt: skip
+
+
+def find_duplicates(rank, exact, normalised, partition, near) -> _PerRow:  # type: ignore[no-untyped-def]
+    return _per_row(find_among_participants(rank, exact, normalised, partition, near), len(rank))
+
+
+def _rules(found: _PerRow) -> list[str]:
     return [RULES[r] for r in found.rule]
 
 
@@ -123,3 +163,45 @@ def test_tiny_tables(rows: int) -> None:
     assert outcome.removed.height == 0
     assert outcome.clusters.height == 0
     assert outcome.stats["rows"] == rows
+
+
+def test_rows_that_share_nothing_take_no_part() -> None:
+    # rows 0 and 3 share a group, 1 and 4 are a near pair, 2 and 5 are alone
+    exact = _ids(0, 1, 2, 0, 3, 4)
+    found = find_among_participants(
+        _ids(0, 1, 2, 3, 4, 5), exact, exact, _ids(0, 0, 0, 0, 0, 0), _near((1, 3, 0.9))
+    )
+    assert found.rows.tolist() == [0, 1, 3, 4]
+    assert found.kept.tolist() == [-1, -1, 0, 1]
+
+
+@st.composite
+def _runs(draw: st.DrawFn) -> tuple[np.ndarray, ...]:
+    n = draw(st.integers(1, 40))
+    exact = np.unique(
+        draw(st.lists(st.integers(0, n), min_size=n, max_size=n)), return_inverse=True
+    )[1]
+    # a normalised group is a union of exact groups
+    merged = np.array(draw(st.lists(st.integers(0, n), min_size=n + 1, max_size=n + 1)))
+    normalised = np.unique(merged[exact], return_inverse=True)[1]
+    texts = int(normalised.max()) + 1
+    pairs = draw(
+        st.lists(st.tuples(st.integers(0, texts - 1), st.integers(0, texts - 1)), max_size=12)
+    )
+    pairs = sorted({(min(a, b), max(a, b)) for a, b in pairs if a != b})
+    near = _near(*((a, b, draw(st.floats(0.8, 1.0))) for a, b in pairs)) if pairs else None
+    rank = np.array(draw(st.permutations(range(n))), dtype=np.int64)
+    partition = np.array(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), dtype=np.int64)
+    return rank, exact.astype(np.int64), normalised.astype(np.int64), partition, near
+
+
+@settings(max_examples=300, deadline=None)
+@given(_runs())
+def test_the_participants_are_decided_as_among_every_row(run: tuple[np.ndarray, ...]) -> None:
+    rank, exact, normalised, partition, near = run
+    ours = find_duplicates(rank, exact, normalised, partition, near)
+    every = decide(rank, exact, normalised, partition, near)
+    assert every.rows.tolist() == list(range(len(rank)))
+    for name in ("kept", "rule", "match", "cluster", "estimated", "verified"):
+        np.testing.assert_array_equal(getattr(ours, name), getattr(every, name), err_msg=name)
+    assert ours.stats == every.stats

@@ -87,7 +87,12 @@ class Dedupe:
         # rejected and quarantined rows never take part, not even as survivors; row ids
         # are places among the accepted rows
         is_accepted = rows["_disposition"] == Disposition.ACCEPTED.value
-        accepted = rows.select(*KEYS, "_input", "_source", "_line").filter(is_accepted)
+        # the gate's row keys stand in for the key texts (normalised and near rules)
+        keyed = _keyed(ctx, kind, key is not None)
+        # with them, the lineage of the few rows pointers and clusters name is read for
+        # those rows only (every row's source and line was ~40 bytes a row)
+        lineage = () if keyed else ("_source", "_line")
+        accepted = rows.select(*KEYS, "_input", *lineage).filter(is_accepted)
         split_of = ctx.split_of()
         split = ctx.split().alias("_split")
         splits = {split_of[i] for i in accepted["_input"].unique()} - {None}
@@ -95,11 +100,8 @@ class Dedupe:
         # (pw-decide-row's ``meta`` is the ``_meta`` column).
         apart = get_kind(kind).apart
         back = {column: member for member, column in apart.items()}
-        # the gate's row keys stand in for the key texts (normalised and near rules)
-        staged_keys = _staged_keys(ctx, kind, key is not None)
-        texts = staged_keys is None
-        exact, digests = _digests(ctx, kind, staged_keys is not None, rows, is_accepted, accepted)
-        columns = [*_payload_columns(ctx, kind, key, texts, len(splits) > 1), *digests]
+        exact, digests = _digests(ctx, kind, keyed, rows, is_accepted, accepted)
+        columns = [*_payload_columns(ctx, kind, key, not keyed, len(splits) > 1), *digests]
         fields = group_fields(key, settings, kind)
         ctx.on_stage(f"{kind}: dedupe: read keys")
         participants = (
@@ -113,8 +115,8 @@ class Dedupe:
             frame = _fetched(ctx, kind, participants, columns)
         frame = frame.with_columns(split).rename(back, strict=False)
         row_keys = None
-        if staged_keys is not None and key is not None:
-            row_keys = _row_keys(ctx, kind, key, staged_keys, rows, is_accepted, frame, exact)
+        if keyed and key is not None:
+            row_keys = _row_keys(ctx, kind, key, rows, is_accepted, frame, exact)
         ctx.on_stage(f"{kind}: dedupe: match")
         matches = match_duplicates(frame, key, settings, kind, row_keys)
         ctx.on_stage(f"{kind}: dedupe: clusters")
@@ -159,13 +161,10 @@ class Dedupe:
         return decided if decided.height else None
 
 
-def _staged_keys(ctx: GlobalContext, kind: str, keyed: bool) -> pl.DataFrame | None:
-    """The gate's row keys the normalised and near rules read in the parent (the
-    normalised digests), when either rule is on and the gate staged them."""
-    settings = ctx.config.dedupe
-    if _exact_only(settings) or not keyed:
-        return None
-    return ctx.row_keys(kind, {_NORMALISED_PREFIX: _digest_prefix()} if settings.normalised else {})
+def _keyed(ctx: GlobalContext, kind: str, keyed: bool) -> bool:
+    """Whether the normalised and near rules read the gate's row keys: when either rule
+    is on, the kind has a key, and the gate staged them."""
+    return keyed and not _exact_only(ctx.config.dedupe) and ctx.has_row_keys(kind)
 
 
 def _payload_columns(
@@ -293,13 +292,18 @@ def _exact_ranks(
 def _normalised_ranks(
     ctx: GlobalContext,
     kind: str,
-    staged: pl.DataFrame,
+    rows: pl.DataFrame,
     is_accepted: pl.Series,
     frame: pl.DataFrame,
 ) -> pl.Series:
     """The accepted rows' normalised groups: the dense ranks of their normalised key
     digests, ranked on the digests' prefixes; the digests themselves if one is missing."""
+    staged = ctx.row_keys(kind, {_NORMALISED_PREFIX: _digest_prefix()})
+    assert staged is not None  # the stage reads row keys only where the gate staged them
+    if not staged.select(*KEYS).equals(rows.select(*KEYS)):
+        raise AssertionError("staged row keys and the global state are out of step")
     prefix = staged[_NORMALISED_PREFIX].filter(is_accepted)
+    del staged  # ~20 bytes a row, not held through the matching
     if prefix.null_count():
         whole = ctx.row_keys(kind, [NORMALISED])
         assert whole is not None  # the prefixes were read from them
@@ -335,7 +339,6 @@ def _row_keys(
     ctx: GlobalContext,
     kind: str,
     key: DedupeKey,
-    staged: pl.DataFrame,
     rows: pl.DataFrame,
     is_accepted: pl.Series,
     frame: pl.DataFrame,
@@ -346,8 +349,6 @@ def _row_keys(
     (:mod:`pipeline.dedupe.partitions`), and the key texts, signatures and record digests
     of only the rows asked for (the near candidates; the rows pointers name). ``exact``:
     the exact groups (:func:`_exact_ranks`), if ranked."""
-    if not staged.select(*KEYS).equals(rows.select(*KEYS)):
-        raise AssertionError("staged row keys and the global state are out of step")
     apart = get_kind(kind).apart
     back = {column: member for member, column in apart.items()}
     columns = _available(ctx, kind, [apart.get(c, c) for c in key.columns])
@@ -365,16 +366,20 @@ def _row_keys(
         return np.ascontiguousarray(values.T)
 
     def candidates(
-        text_rows: npt.NDArray[np.int64], text_rank: npt.NDArray[np.int64]
+        groups: npt.NDArray[np.int64],
+        text_rows: npt.NDArray[np.int64],
+        text_rank: npt.NDArray[np.int64],
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        return _near_candidates(ctx, kind, rows, is_accepted, text_rows, text_rank)
+        return _near_candidates(ctx, kind, rows, is_accepted, groups, text_rows, text_rank)
 
-    def records(at: npt.NDArray[np.int64]) -> pl.Series:
-        return _fetched(ctx, kind, frame.select(KEYS)[at], ["_record_sha256"])["_record_sha256"]
+    def lineage(at: npt.NDArray[np.int64]) -> pl.DataFrame:
+        found = rows.select("_source", "_line")[np.flatnonzero(is_accepted.to_numpy())[at]]
+        digests = _fetched(ctx, kind, frame.select(KEYS)[at], ["_record_sha256"])
+        return found.with_columns(digests["_record_sha256"])
 
     normalised = None
-    if _NORMALISED_PREFIX in staged.columns:
-        normalised = _normalised_ranks(ctx, kind, staged, is_accepted, frame)
+    if ctx.config.dedupe.normalised:
+        normalised = _normalised_ranks(ctx, kind, rows, is_accepted, frame)
     near = ctx.config.dedupe.near
     return RowKeys(
         normalised,
@@ -382,7 +387,7 @@ def _row_keys(
         signatures if near else None,
         texts,
         exact,
-        records,
+        lineage,
     )
 
 
@@ -391,20 +396,30 @@ def _near_candidates(
     kind: str,
     rows: pl.DataFrame,
     is_accepted: pl.Series,
+    groups: npt.NDArray[np.int64],
     text_rows: npt.NDArray[np.int64],
     text_rank: npt.NDArray[np.int64],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The near candidate pairs among the texts (``text_rows``: each text's place among
-    the accepted rows): a text map staged per shard, then one engine task per partition."""
-    text = np.full(rows.height, -1, np.int64)
-    rank = np.full(rows.height, -1, np.int64)
-    at = np.flatnonzero(is_accepted.to_numpy())[text_rows]
-    text[at] = np.arange(len(text_rows), dtype=np.int64)
-    rank[at] = text_rank
-    shard_of = rows["_shard"].to_numpy()
-    shards, starts = np.unique(shard_of, return_index=True)
-    for shard, lo, hi in zip(shards, starts, [*starts[1:], rows.height], strict=True):
-        write_text_map(ctx.storage, kind, int(shard), text[lo:hi], rank[lo:hi])
+    the accepted rows; ``groups``: each accepted row's normalised group, which is its
+    text if it is the text's row): a text map staged per shard, then one engine task per
+    partition. The maps are built a shard at a time (24 bytes a row for the whole run's
+    rows at once, ~11 MB of the parent's peak at 440 K rows)."""
+    accepted = is_accepted.to_numpy()
+    shards = rows.select(shard=pl.col("_shard").unique(maintain_order=True))["shard"]
+    sizes = rows.select(pl.col("_shard").unique_counts()).to_series().to_list()
+    lo = placed = 0
+    for shard, size in zip(shards.to_list(), sizes, strict=True):
+        taking = accepted[lo : lo + size]
+        at = np.arange(placed, placed + int(taking.sum()), dtype=np.int64)
+        group = groups[at]
+        first = text_rows[group] == at
+        text = np.full(size, -1, np.int64)
+        rank = np.full(size, -1, np.int64)
+        text[taking] = np.where(first, group, -1)
+        rank[taking] = np.where(first, text_rank[group], -1)
+        write_text_map(ctx.storage, kind, int(shard), text, rank)
+        lo, placed = lo + size, placed + len(at)
     params = LshParams.from_settings(ctx.config.dedupe)
     engine = ctx.config.engine
     count = partition_count(len(text_rows), params, engine.resolved_workers(), engine.partitions)
