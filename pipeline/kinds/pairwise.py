@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -322,22 +322,37 @@ def _known_rubric(columns: pa.RecordBatch, ctx: RuleContext) -> pa.Array:
     return np.ones(len(columns), np.bool_)  # the rule checks nothing
 
 
-def _lengths(texts: pa.Array) -> np.ndarray:
-    """Characters of each text (code points, as Python's ``len``); NaN for a null."""
-    lengths: np.ndarray = pc.utf8_length(texts).to_numpy(zero_copy_only=False)
-    return lengths.astype(np.float64)
+def _total(columns: pa.RecordBatch, length: Callable[[pa.Array], pa.Array]) -> np.ndarray:
+    """Each row's total ``length`` (characters or bytes) of its texts: message contents,
+    responses, rationale and patch (a null patch counts 0; any other null text gives NaN,
+    which clears nothing). Totals in float64, exact below 2**53."""
 
+    def of(texts: pa.Array) -> np.ndarray:
+        values: np.ndarray = length(texts).to_numpy(zero_copy_only=False)
+        return values.astype(np.float64)
 
-def _within_size(columns: pa.RecordBatch, ctx: RuleContext) -> np.ndarray:
-    """Totals in float64, exact below 2**53; a null text (NaN) clears nothing."""
     messages = _column(columns, "messages")
     contents = pc.struct_field(pc.list_flatten(messages), ["content"])
     parents = pc.list_parent_indices(messages).to_numpy()
-    total = np.bincount(parents, weights=_lengths(contents), minlength=len(columns))
+    total = np.bincount(parents, weights=of(contents), minlength=len(columns))
     for name in ("response_a", "response_b", "rationale"):
-        total += _lengths(_column(columns, name))
-    total += pc.fill_null(pc.utf8_length(_column(columns, "golden_patch")), 0).to_numpy()
-    return _valid(columns, "messages") & (total <= ctx.settings.max_conversation_chars)
+        total += of(_column(columns, name))
+    total += pc.fill_null(length(_column(columns, "golden_patch")), 0).to_numpy()
+    return total
+
+
+def _within_size(columns: pa.RecordBatch, ctx: RuleContext) -> np.ndarray:
+    """Rows within ``max_conversation_chars``: a row whose texts take no more UTF-8 bytes
+    than that has no more characters (a character takes one byte or more), read off the
+    offsets alone; only the rows over it in bytes are counted in characters (1.5 → 0.3 µs
+    a row on 3.3 KB pairwise rows)."""
+    limit = ctx.settings.max_conversation_chars
+    cleared: np.ndarray = _valid(columns, "messages") & (_total(columns, pc.binary_length) <= limit)
+    over = np.flatnonzero(~cleared)
+    if len(over):
+        some = columns.take(pa.array(over))
+        cleared[over] = _valid(some, "messages") & (_total(some, pc.utf8_length) <= limit)
+    return cleared
 
 
 def _no_other_verdict(columns: pa.RecordBatch, ctx: RuleContext) -> pa.Array:

@@ -26,6 +26,7 @@ from pipeline.kinds.rules import (
     ASCII_SPACE,
     RULES,
     RuleContext,
+    _cleared,
     check_record,
     folded_heads_differ,
     pending_rules,
@@ -210,6 +211,29 @@ def test_folded_heads_differ_decides_the_common_cases() -> None:
         True,  # a whole text shorter than the other's head
         False,  # no ASCII head: Python decides
     ]
+
+
+def test_the_size_bound_is_read_in_bytes_then_counted_in_characters() -> None:
+    """A row within ``max_conversation_chars`` in UTF-8 bytes is within it in characters;
+    a row over it in bytes is counted in characters: cleared when those are within it
+    (two bytes an "é" here), flagged when they are not."""
+    base = make_record(KIND, random.Random(0), 0)
+    rows = [base | {"rationale": base["rationale"] + "é" * k} for k in (0, 40, 80)]
+
+    def texts(row: dict[str, Any]) -> list[str]:
+        fixed = (row["response_a"], row["response_b"], row["rationale"], row["golden_patch"])
+        return [m["content"] for m in row["messages"]] + [t or "" for t in fixed]
+
+    chars = [sum(map(len, texts(r))) for r in rows]
+    utf8 = [sum(len(t.encode()) for t in texts(r)) for r in rows]
+    limit = chars[0] + 60
+    assert utf8[0] <= limit < utf8[1]
+    assert chars[1] <= limit < chars[2]
+    ctx = Gate(CampaignConfig().override(**{"rules.max_conversation_chars": limit})).rule_context
+    rule = next(r for r in RULES[KIND] if r.code.endswith("aggregate_size"))
+    assert rule.batch is not None
+    assert _cleared(rule, _columns(rows), ctx).tolist() == [True, True, False]
+    assert unsound_clearances(KIND, _columns(rows), rows, ctx) == []
 
 
 def test_every_pairwise_rule_has_a_batch_form_that_clears_valid_rows() -> None:
