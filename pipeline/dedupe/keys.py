@@ -86,10 +86,15 @@ def key_columns(
     normalisation: Normalisation | None,
     name: str = "_key",
     parts: Sequence[pl.Expr] | None = None,
+    *,
+    absent: bool = False,
 ) -> pl.Expr:
     """The whole key as one unambiguous string (length-prefixed components), for exact
     grouping. ``normalisation=None`` gives the raw key (unordered fields still sorted);
-    ``parts``: the fields as already normalised (:func:`normalised_parts`)."""
+    ``parts``: the fields as already normalised (:func:`normalised_parts`). ``absent``:
+    null for a row whose every field is null, which has no key (a dataset's text column
+    with no value, say: such rows are no duplicates of each other), instead of the key
+    all such rows share."""
     if parts is None:
         parts = _normalised_parts(key, normalisation)
     encoded = []
@@ -97,7 +102,10 @@ def key_columns(
         if f.unordered:
             part = part.list.eval(_prefixed(pl.element())).list.join("")
         encoded.append(_prefixed(part))
-    return pl.concat_str(encoded, separator="").alias(name)
+    whole = pl.concat_str(encoded, separator="")
+    if absent:
+        whole = pl.when(pl.all_horizontal(p.is_null() for p in parts)).then(None).otherwise(whole)
+    return whole.alias(name)
 
 
 def text_columns(

@@ -51,7 +51,7 @@ def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) ->
     parts = [pl.col(name) for name in frame.columns]
     columns: dict[str, pa.Array] = {}
     if settings.normalised:
-        keys = frame.select(key_columns(key, normalisation, parts=parts)).to_series()
+        keys = frame.select(key_columns(key, normalisation, parts=parts, absent=True)).to_series()
         columns[NORMALISED] = _sha256s(keys.to_arrow())
     if settings.near:
         texts = frame.select(text_columns(key, normalisation, parts=parts)).to_series()

@@ -114,7 +114,15 @@ def survivor_rank(frame: pl.DataFrame, rule: str, kind: str) -> npt.NDArray[np.i
 
 
 def _dense_ids(frame: pl.DataFrame, expr: pl.Expr) -> npt.NDArray[np.int64]:
-    return (frame.select(expr.rank("dense")).to_series().to_numpy() - 1).astype(np.int64)
+    """Group ids from 0: rows with equal values share one; a null (a row with no key,
+    :func:`~pipeline.dedupe.keys.key_columns`' ``absent``) is a group of its own, after
+    the others, in row order."""
+    ranks = frame.select(expr.rank("dense")).to_series()
+    nulls = ranks.is_null().to_numpy()
+    ids = ranks.fill_null(0).to_numpy().astype(np.int64) - 1
+    if nulls.any():
+        ids[nulls] = int(ids.max(initial=-1)) + 1 + np.arange(int(nulls.sum()), dtype=np.int64)
+    return ids
 
 
 def dedupe_table(
@@ -187,7 +195,7 @@ def match_duplicates(
     elif "_content_sha256" in frame.columns and frame["_content_sha256"].null_count() == 0:
         exact = _dense_ids(frame, pl.col("_content_sha256"))
     elif key is not None:
-        exact = _dense_ids(frame, key_columns(key, None))
+        exact = _dense_ids(frame, key_columns(key, None, absent=True))
     else:
         raise ConfigError(f"{kind}: no content fingerprint and no key columns to dedupe on")
     if settings.normalised and key is not None:
@@ -198,7 +206,7 @@ def match_duplicates(
             else:
                 normalised = _dense_ids(pl.DataFrame({"k": given}), pl.col("k"))
         else:
-            normalised = _dense_ids(frame, key_columns(key, normalisation))
+            normalised = _dense_ids(frame, key_columns(key, normalisation, absent=True))
     else:
         normalised = exact
     near: NearPairs | None = None

@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 
 from pipeline.core.config import DedupeSettings
 from pipeline.dedupe import minhash
-from pipeline.dedupe.keys import key_columns, text_columns
+from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, near_pairs, signatures, verified_pairs
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.row_keys import NORMALISED, SHINGLED, SIGNATURE, row_keys
+from pipeline.dedupe.table import _dense_ids
 from pipeline.kinds import get_kind
 
 WORDS = ["alpha", "beta", "gamma", "Delta", "données", "STRASSE", "straße", "数据", "x1", "  "]
@@ -133,3 +134,29 @@ def test_candidates_by_partition_and_fetched_signatures_equal_near_pairs(
         assert np.array_equal(getattr(got, field), getattr(reference, field)), field
     assert got.candidates == reference.candidates
     assert len(asked) == len(set(asked))  # each candidate's text once
+
+
+def test_a_row_with_no_key_has_no_digest_and_a_group_of_its_own() -> None:
+    """A row whose key fields are all null has no key (``key_columns(absent=True)``): the
+    gate stages no digest for it, and the matching gives it a group of its own, as the
+    stage's own key path does (:func:`pipeline.dedupe.table._dense_ids`)."""
+    key = DedupeKey(
+        "columns t, k",
+        ("t", "k"),
+        (KeyField("t", pl.col("t")), KeyField("k", pl.col("k"), prose=False)),
+    )
+    batch = pa.record_batch(
+        {"t": [None, None, "A b", "a  B", None], "k": [None, None, None, None, "x"]}
+    )
+    digests = row_keys(batch, key, DedupeSettings(normalised=True))[NORMALISED].to_pylist()
+    assert digests[:2] == [None, None]
+    assert digests[2] == digests[3] is not None
+    assert digests[4] is not None
+    staged = _dense_ids(pl.DataFrame({"k": pl.Series(digests, dtype=pl.Binary)}), pl.col("k"))
+    frame = pl.from_arrow(batch)
+    assert isinstance(frame, pl.DataFrame)
+    own = _dense_ids(frame, key_columns(key, Normalisation.from_settings(SETTINGS), absent=True))
+    for ids in (staged, own):
+        assert len(set(ids[[0, 1, 2, 4]].tolist())) == 4  # the two keyless rows apart
+        assert ids[2] == ids[3]
+        assert sorted(set(ids.tolist())) == list(range(4))  # dense, from 0

@@ -164,6 +164,33 @@ def test_dedupe_foreign_parquet_by_columns(tmp_path: Path) -> None:
     assert pl.read_parquet(out / "kept.parquet")["id"].to_list() == [2, 3, 4, 5]
 
 
+def test_a_row_with_no_key_duplicates_no_other(tmp_path: Path) -> None:
+    """A row whose key columns are all null has no key: it is no duplicate of another
+    such row by any rule (they shared one before, and all but the first went to
+    duplicates); a row with some key columns null is compared on the rest."""
+    frame = pl.DataFrame(
+        {
+            "id": [1, 2, 3, 4, 5, 6],
+            "question": [None, None, "What is 2+2?", "what is  2+2?", None, "Name a colour."],
+            "source_doc": [None, None, None, None, "a", None],
+        }
+    )
+    path = tmp_path / "nulls.parquet"
+    frame.write_parquet(path)
+    for rules in (["--no-normalised", "--no-near"], ["--no-near"], []):
+        out = tmp_path / f"d{len(rules)}"
+        result = runner.invoke(
+            app,
+            ["dedupe", str(path), "--text", "question", "--key", "source_doc", *rules,
+             "--out", str(out)],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        removed = pl.read_parquet(out / "duplicates.parquet")["id"].to_list()
+        # 3 and 4 share a question once normalised (and no source); 1, 2 have no key
+        assert removed == ([] if len(rules) == 2 else [4]), rules
+        assert pl.read_parquet(out / "kept.parquet").height == 6 - len(removed)
+
+
 def test_dedupe_keeps_the_highest_rubric_score_then_the_first(tmp_path: Path) -> None:
     """A scored run's rows carry ``_weighted_score``: ``max:_weighted_score`` keeps the
     highest-scored row of each group, the first of equal scores, and an unscored row
