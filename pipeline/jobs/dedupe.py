@@ -1,7 +1,7 @@
 """``rowgate dedupe``: the dedupe stage's decisions on existing Parquet datasets.
 
-A dataset produced elsewhere (or a run's ``accepted/<kind>/``) is read whole, deduped with
-a record kind's key or with explicit text/key columns, and written as::
+A dataset produced elsewhere (or a run's ``accepted/<kind>/``) is deduped with a record
+kind's key or with explicit text/key columns, and written as::
 
     OUT/kept.parquet          rows kept, columns as read
     OUT/duplicates.parquet    rows removed + _duplicate_of, _dedupe_rule, _dedupe_cluster,
@@ -13,6 +13,13 @@ a record kind's key or with explicit text/key columns, and written as::
 The order key is (input path as given, sorted; row); rows keep ``_source``/``_line`` when
 the dataset is rowgate output, else they get the file path and 1-based row number.
 ``OUT`` appears atomically, as a run's output does.
+
+Memory: the decision reads only the columns it needs of every row (lineage, the
+fingerprint or the key columns, the survivor and split-group fields: with exact dedupe
+on a rowgate export, ~0.2 KB a row instead of the whole row); the rows themselves are
+then copied to ``kept.parquet`` and ``duplicates.parquet`` a slice of a file at a time
+(:data:`_WRITE_BYTES`, whole row groups). The decision itself still holds those columns of every row in
+one process: partitioning it is the dedupe stage's work (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 
 from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.dedupe.keys import DedupeKey, KeyField
-from pipeline.dedupe.table import dedupe_table
+from pipeline.dedupe.table import dedupe_table, required_columns
 from pipeline.gate.reader import JSONL_SUFFIXES, InputError, refuse_same_files
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.output.manifest import MANIFEST_NAME, ManifestError, load_manifest
@@ -51,6 +60,11 @@ _OUTPUT_COLUMNS: Final = (
 #: columns the dedupe stage adds to the rows it reads (a row's split, its row id): a dataset
 #: holding one is refused, since its values would be overwritten and then dropped
 _RESERVED_COLUMNS: Final = ("_split", "_row")
+#: about how many bytes of one input (decoded) are copied to the outputs at a time: whole
+#: row groups, as many as fit (at least one)
+_WRITE_BYTES: Final = 8 << 20
+#: lineage and digests the decision reads when a dataset has them
+_DECISION_EXTRAS: Final = ("_source", "_line", "_record_sha256", "_kind")
 
 
 @dataclass(frozen=True)
@@ -132,15 +146,27 @@ def _column_key(text: Sequence[str], keys: Sequence[str]) -> DedupeKey:
 
 
 def _resolve_key(
-    frame: pl.DataFrame, kind: str | None, text: Sequence[str], keys: Sequence[str]
+    files: list[DatasetInput],
+    schemas: list[pl.Schema],
+    kind: str | None,
+    text: Sequence[str],
+    keys: Sequence[str],
 ) -> tuple[str, DedupeKey | None, bool]:
     """(kind name, key, whether ``_content_sha256`` may serve as the exact key)."""
     if text or keys:
         return kind or "columns", _column_key(text, keys), False
-    if kind is None and "_kind" in frame.columns:
-        found = frame["_kind"].drop_nulls().unique().to_list()
+    if kind is None:
+        found = {
+            value
+            for item, schema in zip(files, schemas, strict=True)
+            if "_kind" in schema
+            for value in pl.scan_parquet(item.path, glob=False)
+            .select(pl.col("_kind").drop_nulls().unique())
+            .collect()["_kind"]
+            .to_list()
+        }
         if len(found) == 1:
-            kind = str(found[0])
+            kind = str(found.pop())
     if kind is None:
         raise ConfigError(
             "dedupe: give --kind, or --text/--key columns (the dataset names no single _kind)"
@@ -173,45 +199,77 @@ def _check_comparable(frame: pl.DataFrame, key: DedupeKey | None, rule: str) -> 
             ) from None
 
 
-def _read(files: list[DatasetInput]) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
+def _schema(item: DatasetInput) -> pl.Schema:
+    """One input's columns, as polars reads them, checked for the columns dedupe writes
+    itself (its bookkeeping, its lineage pair)."""
+    try:
+        schema = pl.read_parquet_schema(item.path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
+    reserved = [c for c in _RESERVED_COLUMNS if c in schema]
+    if reserved:
+        raise InputError(
+            f"{item.path}: has a column named {reserved[0]!r}, which rowgate dedupe uses "
+            "for its own bookkeeping; rename that column first"
+        )
+    half = [c for c in ("_source", "_line") if c in schema]
+    if len(half) == 1:
+        # lineage is both columns; one alone is the dataset's own data, never overwritten
+        other = "_line" if half == ["_source"] else "_source"
+        raise InputError(
+            f"{item.path}: has a column {half[0]!r} but no {other!r}: rowgate dedupe "
+            "writes its lineage as that pair; rename the column first"
+        )
+    if len(half) == 2 and not (schema["_source"] == pl.String and schema["_line"].is_integer()):
+        raise InputError(
+            f"{item.path}: its '_source' and '_line' columns are not lineage (a string "
+            "and an integer): rename them first"
+        )
+    return pl.Schema(schema)
+
+
+def _rows(
+    item: DatasetInput,
+    schema: pl.Schema,
+    columns: Sequence[str] | None,
+    rows: tuple[int, int] | None = None,
+) -> pl.DataFrame:
+    """One input's rows (``rows``: the slice (first, count) of them, else all), with
+    ``columns`` (else all), its lineage (its own, else the file's path and 1-based row
+    number) and without an earlier dedupe's verdicts. The lineage is added after the
+    slice: computed before it, the slice was no longer pushed down into the read, and
+    every slice read the whole file."""
+    stale = {*_OUTPUT_COLUMNS, "_dedupe_reason"}
+    present = [c for c in schema if (columns is None or c in columns) and c not in stale]
+    scan = pl.scan_parquet(item.path, glob=False).select(present)  # a file: no pattern
+    first = 0
+    if rows is not None:
+        first, count = rows
+        scan = scan.slice(first, count)
+    frame = scan.collect()
+    lineage: dict[str, pl.Expr] = {}
+    if "_source" not in schema:
+        lineage = {
+            "_source": pl.lit(item.path),
+            "_line": pl.int_range(first + 1, first + frame.height + 1, dtype=pl.Int64),
+        }
+    if "_record_sha256" not in schema:
+        lineage["_record_sha256"] = pl.lit(None, pl.String)
+    return frame.with_columns(**lineage)
+
+
+def _read(
+    files: list[DatasetInput], schemas: list[pl.Schema], columns: Sequence[str]
+) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
+    """The ``columns`` the decision reads of every row (with lineage and ``_split``), and
+    the inputs as the summary lists them."""
     frames, listed = [], []
-    for item in files:
+    for item, schema in zip(files, schemas, strict=True):
         try:
-            frame = pl.read_parquet(item.path, glob=False)  # a file: its name is no pattern
+            frame = _rows(item, schema, columns)
         except (pl.exceptions.PolarsError, OSError) as exc:
             raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
-        reserved = [c for c in _RESERVED_COLUMNS if c in frame.columns]
-        if reserved:
-            raise InputError(
-                f"{item.path}: has a column named {reserved[0]!r}, which rowgate dedupe uses "
-                "for its own bookkeeping; rename that column first"
-            )
-        lineage = {}
-        half = [c for c in ("_source", "_line") if c in frame.columns]
-        if len(half) == 1:
-            # lineage is both columns; one alone is the dataset's own data, never overwritten
-            other = "_line" if half == ["_source"] else "_source"
-            raise InputError(
-                f"{item.path}: has a column {half[0]!r} but no {other!r}: rowgate dedupe "
-                "writes its lineage as that pair; rename the column first"
-            )
-        if len(half) == 2 and not (
-            frame.schema["_source"] == pl.String and frame.schema["_line"].is_integer()
-        ):
-            raise InputError(
-                f"{item.path}: its '_source' and '_line' columns are not lineage (a string "
-                "and an integer): rename them first"
-            )
-        if not half:
-            lineage = {
-                "_source": pl.lit(item.path),
-                "_line": pl.int_range(1, frame.height + 1, dtype=pl.Int64),
-            }
-        if "_record_sha256" not in frame.columns:
-            lineage["_record_sha256"] = pl.lit(None, pl.String)
-        # an earlier dedupe's verdicts describe another dataset: this run writes its own
-        stale = [c for c in (*_OUTPUT_COLUMNS, "_dedupe_reason") if c in frame.columns]
-        frames.append(frame.drop(stale).with_columns(**lineage))
+        frames.append(frame.with_columns(_split=pl.lit(item.split, pl.String)))
         listed.append(
             {
                 "path": item.path,
@@ -225,11 +283,86 @@ def _read(files: list[DatasetInput]) -> tuple[pl.DataFrame, list[dict[str, Any]]
         combined = pl.concat(frames, how="diagonal_relaxed")
     except pl.exceptions.PolarsError as exc:
         raise InputError(f"the inputs do not share compatible columns ({exc})") from None
-    splits = pl.Series(
-        [item.split for item, f in zip(files, frames, strict=True) for _ in range(f.height)],
-        dtype=pl.String,
-    )
-    return combined.with_columns(_split=splits), listed
+    return combined, listed
+
+
+def _columns_read(
+    schemas: list[pl.Schema],
+    key: DedupeKey | None,
+    settings: DedupeSettings,
+    name: str,
+    fingerprint: bool,
+) -> list[str]:
+    """The columns the decision reads, of those the inputs have: the payload the
+    matching needs (:func:`~pipeline.dedupe.table.required_columns`), the key columns
+    when no fingerprint stands for them, the fingerprint when it may, and lineage."""
+    wanted = required_columns(key, settings, name)
+    if key is not None and not fingerprint:
+        wanted += list(key.columns)
+    if fingerprint:
+        wanted.append("_content_sha256")
+    wanted += _DECISION_EXTRAS
+    available = {c for schema in schemas for c in schema}
+    return [c for c in dict.fromkeys(wanted) if c in available]
+
+
+def _write_rows(
+    files: list[DatasetInput], schemas: list[pl.Schema], removed: pl.DataFrame, tmp: Path
+) -> tuple[int, int]:
+    """Copy every input row to ``kept.parquet`` or, with its verdict columns, to
+    ``duplicates.parquet`` (``removed``: the verdicts by row id, ascending), a slice of a
+    file at a time, in the order key; the columns are those of all inputs together (a
+    column one input lacks is null in its rows). Returns (kept, duplicates) counts."""
+    empty = [_rows(f, s, None, (0, 0)) for f, s in zip(files, schemas, strict=True)]
+    try:
+        layout = pl.concat(empty, how="diagonal_relaxed")
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(f"the inputs do not share compatible columns ({exc})") from None
+    removed = removed.sort("_row")
+    verdicts = removed.select(*_OUTPUT_COLUMNS, _dedupe_reason="_reason")
+    rows = removed["_row"].to_numpy()
+    kept_out = _writer(tmp / "kept.parquet", layout)
+    duplicates_out = _writer(tmp / "duplicates.parquet", layout.hstack(verdicts.head(0)))
+    base = kept = done = 0
+    with kept_out, duplicates_out:
+        for item, schema in zip(files, schemas, strict=True):
+            size = 0
+            for lo, length in _slices(item.path):
+                part = _rows(item, schema, None, (lo, length))
+                if part.schema != layout.schema:  # another input's columns, or wider types
+                    part = pl.concat([layout, part], how="diagonal_relaxed")
+                hit = rows[(rows >= base + lo) & (rows < base + lo + part.height)] - base - lo
+                if len(hit):
+                    is_removed = np.zeros(part.height, np.bool_)
+                    is_removed[hit] = True
+                    found = part[hit].hstack(verdicts.slice(done, len(hit)))
+                    duplicates_out.write_table(found.to_arrow())
+                    part = part.filter(~is_removed)
+                kept_out.write_table(part.to_arrow())
+                kept, done, size = kept + part.height, done + len(hit), size + length
+            base += size
+    return kept, done
+
+
+def _slices(path: str) -> list[tuple[int, int]]:
+    """(first row, rows) of one input's slices: consecutive whole row groups of about
+    :data:`_WRITE_BYTES` decoded (a larger group alone), so that no group is read twice."""
+    metadata = pq.read_metadata(path)
+    slices: list[tuple[int, int]] = []
+    start = rows = size = 0
+    for i in range(metadata.num_row_groups):
+        group = metadata.row_group(i)
+        if rows and size + group.total_byte_size > _WRITE_BYTES:
+            slices.append((start, rows))
+            start, rows, size = start + rows, 0, 0
+        rows, size = rows + group.num_rows, size + group.total_byte_size
+    if rows:
+        slices.append((start, rows))
+    return slices
+
+
+def _writer(path: Path, layout: pl.DataFrame) -> pq.ParquetWriter:
+    return pq.ParquetWriter(path, layout.to_arrow().schema, compression="zstd")
 
 
 def dedupe_dataset(
@@ -260,51 +393,40 @@ def _dedupe(
     key_columns: Sequence[str],
 ) -> DatasetResult:
     files = _expand(inputs)
-    frame, listed = _read(files)
+    schemas = [_schema(f) for f in files]
     labelled = {f.split for f in files}
     for split in settings.protected_splits:
         if split not in labelled:
             raise ConfigError(f"dedupe.protected_splits: no input is labelled with split {split!r}")
-    name, key, fingerprint = _resolve_key(frame, kind, text_columns, key_columns)
+    name, key, fingerprint = _resolve_key(files, schemas, kind, text_columns, key_columns)
     # group fields (task_id, meta) are optional: absent columns are simply not checked
     needed = list(key.columns) if key is not None else []
     rule = settings.survivor_rule(name)
     if ":" in rule:
         needed.append(rule.split(":", 1)[1].split(".", 1)[0])
-    missing = [c for c in needed if c not in frame.columns]
+    available = {c for schema in schemas for c in schema}
+    missing = [c for c in needed if c not in available]
     if missing:
         raise InputError(f"dedupe: the inputs have no column {missing[0]!r} ({name})")
+    frame, listed = _read(files, schemas, _columns_read(schemas, key, settings, name, fingerprint))
     # a kind's key reads rowgate output, whose types its schema fixed: only columns named
     # on the command line are probed (a probe is one more pass over each key column)
     _check_comparable(frame, None if fingerprint else key, rule)
-    work = frame if fingerprint else frame.drop("_content_sha256", strict=False)
-    outcome = dedupe_table(work, key, settings, name)
-    removed_rows = outcome.removed["_row"].to_numpy()
-    # typed: a Series of no rows (every input empty) would otherwise have no dtype to negate
-    is_removed = pl.Series([False] * frame.height, dtype=pl.Boolean)
-    is_removed[removed_rows] = True
-    original = frame.drop("_split")
-    kept = original.filter(~is_removed)
-    duplicates = pl.concat(
-        [
-            original[removed_rows],
-            outcome.removed.select(*_OUTPUT_COLUMNS, _dedupe_reason="_reason"),
-        ],
-        how="horizontal",
-    )
-    if kept.height + duplicates.height != frame.height:
-        raise AssertionError("dedupe lost rows")  # conservation; never expected
-    summary = {
-        "format": DEDUPE_FORMAT,
-        "inputs": listed,
-        "kind": name,
-        "settings": dataclasses.asdict(settings),
-        "counts": {"rows": frame.height, "kept": kept.height, "duplicates": duplicates.height},
-        "dedupe": outcome.stats,
-    }
+    outcome = dedupe_table(frame, key, settings, name)
+    rows = frame.height
+    del frame  # the rows are copied from the inputs, a slice at a time
     with claim.staging() as tmp:
-        kept.write_parquet(tmp / "kept.parquet")
-        duplicates.write_parquet(tmp / "duplicates.parquet")
+        kept, duplicates = _write_rows(files, schemas, outcome.removed, tmp)
+        if kept + duplicates != rows:
+            raise AssertionError("dedupe lost rows")  # conservation; never expected
+        summary = {
+            "format": DEDUPE_FORMAT,
+            "inputs": listed,
+            "kind": name,
+            "settings": dataclasses.asdict(settings),
+            "counts": {"rows": rows, "kept": kept, "duplicates": duplicates},
+            "dedupe": outcome.stats,
+        }
         outcome.clusters.write_parquet(tmp / "clusters.parquet")
         outcome.groups.drop("_row").unique(["field", "value"], maintain_order=True).write_parquet(
             tmp / "split_groups.parquet"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -215,6 +216,57 @@ def test_dedupe_keeps_the_highest_rubric_score_then_the_first(tmp_path: Path) ->
     duplicates = pl.read_parquet(out / "duplicates.parquet").sort("id")
     assert duplicates["id"].to_list() == [1, 3, 4, 7]
     assert [d["_line"] for d in duplicates["_duplicate_of"]] == [2, 2, 5, 6]
+
+
+def test_dedupe_copies_rows_a_slice_at_a_time_as_one_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision reads only its columns; the rows are copied a slice of a file at a
+    time. Slices of one row group (3 rows) give the outputs of slices of every row, and together the
+    outputs hold every input row once, with the columns of all inputs (a column one
+    input lacks is null in its rows; an integer column widened to their common type)
+    and the lineage each row had: its file and 1-based row number."""
+    from pipeline.jobs import dedupe as job
+
+    first = pl.DataFrame(
+        {
+            "q": ["a b c", "x", "a  B c", "y", "a b c", "z", "w"],
+            "n": pl.Series(range(7), dtype=pl.Int32),
+        }
+    )
+    second = pl.DataFrame(
+        {"q": ["x", "v", "A b c", "u"], "n": [10, 11, 12, 13], "extra": ["e"] * 4}
+    )
+    first.write_parquet(tmp_path / "1.parquet", row_group_size=3)
+    second.write_parquet(tmp_path / "2.parquet", row_group_size=3)
+    assert pq.read_metadata(tmp_path / "1.parquet").num_row_groups == 3
+
+    def outputs(name: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+        out = tmp_path / name
+        args = ["dedupe", str(tmp_path / "1.parquet"), str(tmp_path / "2.parquet")]
+        result = runner.invoke(app, [*args, "--text", "q", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        return pl.read_parquet(out / "kept.parquet"), pl.read_parquet(out / "duplicates.parquet")
+
+    whole = outputs("whole")
+    monkeypatch.setattr(job, "_WRITE_BYTES", 1)  # a row group at a time
+    sliced = outputs("sliced")
+    for a, b in zip(whole, sliced, strict=True):
+        assert a.equals(b)
+    kept, duplicates = sliced
+    assert duplicates["q"].to_list() == ["a  B c", "a b c", "x", "A b c"]
+    every = pl.concat([kept, duplicates.select(kept.columns)]).sort("_source", "_line")
+    assert every.schema == {
+        "q": pl.String,
+        "n": pl.Int64,
+        "_source": pl.String,
+        "_line": pl.Int64,
+        "_record_sha256": pl.String,
+        "extra": pl.String,
+    }
+    assert every["_line"].to_list() == [*range(1, 8), *range(1, 5)]
+    assert every["n"].to_list() == [*range(7), 10, 11, 12, 13]
+    assert every["extra"].to_list() == [None] * 7 + ["e"] * 4
 
 
 @pytest.mark.parametrize(
