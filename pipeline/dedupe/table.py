@@ -2,9 +2,13 @@
 
 Used by the run's global stage (:mod:`pipeline.decide.stages.dedupe`) and by ``rowgate dedupe``
 on existing Parquet (:mod:`pipeline.jobs.dedupe`). The input frame holds the rows that
-take part, in the stable order key, with the key's payload columns, ``_split``, and the
-lineage a pointer names (``_source``, ``_line``, ``_record_sha256``; ``_content_sha256``
-when known). Positions in that frame are the row identities throughout.
+take part, in the stable order key, with ``_split`` and the survivor and split-group
+fields; with the gate's row keys (:class:`~pipeline.dedupe.row_keys.RowKeys`) nothing
+else, the groups and the lineage pointers and clusters name being read through them;
+without, the key's payload columns and the lineage a pointer names (``_source``,
+``_line``, ``_record_sha256``; ``_content_sha256`` when known). Positions in that frame
+are the row identities throughout; the matching's own arrays hold only the rows that
+can take part (:func:`~pipeline.dedupe.clusters.find_duplicates`).
 """
 
 from __future__ import annotations

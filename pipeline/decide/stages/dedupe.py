@@ -12,7 +12,9 @@ With exact duplicates only (the default), a row whose fingerprint no other accep
 shares can be neither removed nor kept over a duplicate, so only rows whose fingerprint
 hash repeats are read and matched (:func:`_repeated_fingerprints`); the others count in
 the statistics, and in split groups when the kind's rows come from several splits. The
-normalised and near rules compare key texts, so with either on every row takes part: the
+normalised and near rules compare key texts, so with either on every row is read (its
+group ranks; the matching then decides among the rows that share a group or a near
+pair, :func:`~pipeline.dedupe.clusters.find_duplicates`): the
 gate's workers computed each row's normalised key digest and MinHash signature
 (:mod:`pipeline.dedupe.row_keys`, read through :meth:`GlobalContext.row_keys`), and the
 stage reads those and, for the exact Jaccard check, the texts of the near candidates only.
@@ -378,8 +380,12 @@ def _row_keys(
         return found.with_columns(digests["_record_sha256"])
 
     normalised = None
-    if ctx.config.dedupe.normalised:
+    if ctx.config.dedupe.normalised:  # checks the staged row keys against the state
         normalised = _normalised_ranks(ctx, kind, rows, is_accepted, frame)
+    else:  # the near rule's tasks pair the text maps with the row keys by position
+        staged = ctx.row_keys(kind)
+        if staged is None or not staged.equals(rows.select(*KEYS)):
+            raise AssertionError("staged row keys and the global state are out of step")
     near = ctx.config.dedupe.near
     return RowKeys(
         normalised,
