@@ -28,6 +28,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -324,7 +325,10 @@ def _write_rows(
     kept_out = _writer(tmp / "kept.parquet", layout)
     duplicates_out = _writer(tmp / "duplicates.parquet", layout.hstack(verdicts.head(0)))
     base = kept = done = 0
-    with kept_out, duplicates_out:
+    # a slice is written (compressed, on one core) while the next is read and decoded:
+    # both release the GIL (8.1 -> 6.3 s for 338 K rows); at most two slices are held
+    writing: Future[None] | None = None
+    with kept_out, duplicates_out, ThreadPoolExecutor(1) as writer:
         for item, schema in zip(files, schemas, strict=True):
             size = 0
             for lo, length in _slices(item.path):
@@ -332,16 +336,30 @@ def _write_rows(
                 if part.schema != layout.schema:  # another input's columns, or wider types
                     part = pl.concat([layout, part], how="diagonal_relaxed")
                 hit = rows[(rows >= base + lo) & (rows < base + lo + part.height)] - base - lo
+                found = part[hit].hstack(verdicts.slice(done, len(hit)))
                 if len(hit):
                     is_removed = np.zeros(part.height, np.bool_)
                     is_removed[hit] = True
-                    found = part[hit].hstack(verdicts.slice(done, len(hit)))
-                    duplicates_out.write_table(found.to_arrow())
                     part = part.filter(~is_removed)
-                kept_out.write_table(part.to_arrow())
+                if writing is not None:
+                    writing.result()
+                writing = writer.submit(_write_slice, kept_out, part, duplicates_out, found)
                 kept, done, size = kept + part.height, done + len(hit), size + length
             base += size
+        if writing is not None:
+            writing.result()
     return kept, done
+
+
+def _write_slice(
+    kept_out: pq.ParquetWriter,
+    kept: pl.DataFrame,
+    removed_out: pq.ParquetWriter,
+    removed: pl.DataFrame,
+) -> None:
+    if removed.height:
+        removed_out.write_table(removed.to_arrow())
+    kept_out.write_table(kept.to_arrow())
 
 
 def _slices(path: str) -> list[tuple[int, int]]:
