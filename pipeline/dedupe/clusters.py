@@ -238,11 +238,7 @@ def _symmetric_edges(near: NearPairs) -> pl.DataFrame:
 
 
 def find_duplicates(
-    rank: I64,
-    exact: I64,
-    normalised: I64,
-    partition: I64,
-    near: NearPairs | None,
+    rank: I64, exact: I64, normalised: I64, partition: I64, near: NearPairs | None
 ) -> Duplicates:
     """Decide every row (see the module docstring): the rows that can take part are
     decided among themselves (:func:`_participants`, :func:`decide`), as they would be
@@ -265,11 +261,7 @@ def _participants(exact: I64, normalised: I64, near: NearPairs | None) -> I64:
 
 
 def decide(
-    rank: I64,
-    exact: I64,
-    normalised: I64,
-    partition: I64,
-    near: NearPairs | None,
+    rank: I64, exact: I64, normalised: I64, partition: I64, near: NearPairs | None
 ) -> Duplicates:
     """Decide every row given, among them alone (``rows`` and ``kept`` are their
     places): :func:`find_duplicates` over all rows, and its reference in tests."""
