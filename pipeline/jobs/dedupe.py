@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.config import ConfigError, DedupeSettings
@@ -64,6 +65,8 @@ _RESERVED_COLUMNS: Final = ("_split", "_row")
 #: about how many bytes of one input (decoded) are copied to the outputs at a time: whole
 #: row groups, as many as fit (at least one)
 _WRITE_BYTES: Final = 8 << 20
+#: a column that holds a file's row count while none of its columns is read
+_PLACEHOLDER: Final = "__rowgate_rows"
 #: lineage and digests the decision reads when a dataset has them
 _DECISION_EXTRAS: Final = ("_source", "_line", "_record_sha256", "_kind")
 
@@ -242,12 +245,17 @@ def _rows(
     every slice read the whole file."""
     stale = {*_OUTPUT_COLUMNS, "_dedupe_reason"}
     present = [c for c in schema if (columns is None or c in columns) and c not in stale]
-    scan = pl.scan_parquet(item.path, glob=False).select(present)  # a file: no pattern
-    first = 0
-    if rows is not None:
-        first, count = rows
-        scan = scan.slice(first, count)
-    frame = scan.collect()
+    first, count = rows if rows is not None else (0, None)
+    try:
+        if present:
+            scan = pl.scan_parquet(item.path, glob=False).select(present)  # a file: no pattern
+            frame = (scan if count is None else scan.slice(first, count)).collect()
+        else:  # no column to read (none wanted, or only old verdicts): the rows still count
+            total = pq.read_metadata(item.path).num_rows - first
+            height = total if count is None else min(count, total)
+            frame = pl.DataFrame({_PLACEHOLDER: np.zeros(max(height, 0), np.int8)})
+    except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as exc:
+        raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
     lineage: dict[str, pl.Expr] = {}
     if "_source" not in schema:
         lineage = {
@@ -256,7 +264,7 @@ def _rows(
         }
     if "_record_sha256" not in schema:
         lineage["_record_sha256"] = pl.lit(None, pl.String)
-    return frame.with_columns(**lineage)
+    return frame.with_columns(**lineage).drop(_PLACEHOLDER, strict=False)
 
 
 def _read(
@@ -266,10 +274,7 @@ def _read(
     the inputs as the summary lists them."""
     frames, listed = [], []
     for item, schema in zip(files, schemas, strict=True):
-        try:
-            frame = _rows(item, schema, columns)
-        except (pl.exceptions.PolarsError, OSError) as exc:
-            raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
+        frame = _rows(item, schema, columns)
         frames.append(frame.with_columns(_split=pl.lit(item.split, pl.String)))
         listed.append(
             {
@@ -307,6 +312,14 @@ def _columns_read(
     return [c for c in dict.fromkeys(wanted) if c in available]
 
 
+def _needs_key_columns(frame: pl.DataFrame, key: DedupeKey) -> bool:
+    """Whether exact duplicates must be found on the key columns, not read yet: some row
+    has no content fingerprint (an input made elsewhere, beside rowgate output)."""
+    unread = any(c not in frame.columns for c in key.columns)
+    unprinted = "_content_sha256" not in frame.columns or frame["_content_sha256"].null_count() > 0
+    return unread and unprinted
+
+
 def _write_rows(
     files: list[DatasetInput], schemas: list[pl.Schema], removed: pl.DataFrame, tmp: Path
 ) -> tuple[int, int]:
@@ -319,6 +332,9 @@ def _write_rows(
         layout = pl.concat(empty, how="diagonal_relaxed")
     except pl.exceptions.PolarsError as exc:
         raise InputError(f"the inputs do not share compatible columns ({exc})") from None
+    # pyarrow has no 128-bit integer (polars' common type of Int64 and UInt64)
+    wide = pl.col(pl.Int128).cast(pl.Decimal(38, 0))
+    layout = layout.with_columns(wide)
     removed = removed.sort("_row")
     verdicts = removed.select(*_OUTPUT_COLUMNS, _dedupe_reason="_reason")
     rows = removed["_row"].to_numpy()
@@ -334,7 +350,13 @@ def _write_rows(
             for lo, length in _slices(item.path):
                 part = _rows(item, schema, None, (lo, length))
                 if part.schema != layout.schema:  # another input's columns, or wider types
-                    part = pl.concat([layout, part], how="diagonal_relaxed")
+                    try:
+                        part = pl.concat([layout, part], how="diagonal_relaxed")
+                    except pl.exceptions.PolarsError as exc:
+                        raise InputError(
+                            f"{item.path}: its columns do not fit the other inputs' ({exc})"
+                        ) from None
+                    part = part.with_columns(wide)
                 hit = rows[(rows >= base + lo) & (rows < base + lo + part.height)] - base - lo
                 found = part[hit].hstack(verdicts.slice(done, len(hit)))
                 if len(hit):
@@ -365,7 +387,10 @@ def _write_slice(
 def _slices(path: str) -> list[tuple[int, int]]:
     """(first row, rows) of one input's slices: consecutive whole row groups of about
     :data:`_WRITE_BYTES` decoded (a larger group alone), so that no group is read twice."""
-    metadata = pq.read_metadata(path)
+    try:
+        metadata = pq.read_metadata(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
     slices: list[tuple[int, int]] = []
     start = rows = size = 0
     for i in range(metadata.num_row_groups):
@@ -426,7 +451,10 @@ def _dedupe(
     missing = [c for c in needed if c not in available]
     if missing:
         raise InputError(f"dedupe: the inputs have no column {missing[0]!r} ({name})")
-    frame, listed = _read(files, schemas, _columns_read(schemas, key, settings, name, fingerprint))
+    columns = _columns_read(schemas, key, settings, name, fingerprint)
+    frame, listed = _read(files, schemas, columns)
+    if key is not None and _needs_key_columns(frame, key):
+        frame, listed = _read(files, schemas, [*columns, *key.columns])
     # a kind's key reads rowgate output, whose types its schema fixed: only columns named
     # on the command line are probed (a probe is one more pass over each key column)
     _check_comparable(frame, None if fingerprint else key, rule)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -267,6 +268,34 @@ def test_dedupe_copies_rows_a_slice_at_a_time_as_one_whole(
     assert every["_line"].to_list() == [*range(1, 8), *range(1, 5)]
     assert every["n"].to_list() == [*range(7), 10, 11, 12, 13]
     assert every["extra"].to_list() == [None] * 7 + ["e"] * 4
+
+
+def test_every_row_counts_when_none_of_its_columns_is_read(tmp_path: Path) -> None:
+    """A file whose only columns are an earlier dedupe's verdicts, or that lacks the key
+    column, still has rows: every one of them ends in an output (the decision had read
+    none of them, and lost them); integers of two files whose common type pyarrow cannot
+    write (int64 and uint64: polars' Int128) are written as decimal(38, 0)."""
+    pq.write_table(
+        pa.table({"text": ["a b", "a b"], "v": pa.array([1, 2], pa.int64())}),
+        tmp_path / "a.parquet",
+    )
+    pq.write_table(pa.table({"_dedupe_rule": ["x", "y", "z"]}), tmp_path / "b.parquet")
+    pq.write_table(
+        pa.table({"other": [1, 2], "v": pa.array([3, 4], pa.uint64())}), tmp_path / "c.parquet"
+    )
+    out = tmp_path / "d"
+    files = [str(tmp_path / f"{name}.parquet") for name in "abc"]
+    result = runner.invoke(app, ["dedupe", *files, "--key", "text", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    kept = pl.read_parquet(out / "kept.parquet")
+    duplicates = pl.read_parquet(out / "duplicates.parquet")
+    assert kept.height + duplicates.height == 7
+    assert duplicates["text"].to_list() == ["a b"]
+    assert kept["_line"].to_list() == [1, 1, 2, 3, 1, 2]
+    assert kept.schema["v"] == pl.Decimal(38, 0)
+    assert kept["v"].to_list()[:1] == [1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [i["rows"] for i in summary["inputs"]] == [2, 3, 2]
 
 
 @pytest.mark.parametrize(
