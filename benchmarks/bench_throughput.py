@@ -72,12 +72,13 @@ def reference_path_seconds(path: Path, lines: int, sample: int) -> float:
     return (time.perf_counter() - started) / len(batch) * lines
 
 
-def generate(path: Path, megabytes: float, layout: str) -> None:
+def generate(path: Path, megabytes: float, layout: str, defect_rate: float) -> None:
     """Write the benchmark export and say how big it is."""
     started = time.perf_counter()
-    size, lines = write_export(path, megabytes, layout=layout)
+    size, lines = write_export(path, megabytes, layout=layout, defect_rate=defect_rate)
     print(
-        f"generated {size / 1e6:.0f} MB, {lines:,} lines in {time.perf_counter() - started:.0f} s"
+        f"generated {size / 1e6:.0f} MB, {lines:,} lines ({defect_rate:.0%} defective) "
+        f"in {time.perf_counter() - started:.0f} s"
     )
 
 
@@ -152,6 +153,12 @@ def main() -> None:
     )
     parser.add_argument("--scaling", action="store_true", help="rowgate on 1× and 4× the size")
     parser.add_argument(
+        "--defect-rate",
+        type=float,
+        default=0.01,
+        help="share of defective lines in the export (the throughput issue's 1 %%)",
+    )
+    parser.add_argument(
         "--zstd", action="store_true", help="also rowgate on the export compressed with zstd"
     )
     parser.add_argument(
@@ -181,7 +188,7 @@ def main() -> None:
             return
         path = args.keep or tmp / "export.jsonl"
         if not path.exists():
-            generate(path, args.size_mb, args.layout)
+            generate(path, args.size_mb, args.layout, args.defect_rate)
         size = path.stat().st_size
         with open(path, "rb") as fh:
             lines = sum(1 for _ in fh)
@@ -275,7 +282,7 @@ def scaling(tmp: Path, args: argparse.Namespace) -> None:
     its fastest time and its highest peak memory."""
     small, large = tmp / "1x.jsonl", tmp / "4x.jsonl"
     for path, megabytes in ((small, args.size_mb), (large, 4 * args.size_mb)):
-        generate(path, megabytes, args.layout)
+        generate(path, megabytes, args.layout, args.defect_rate)
     runs: dict[Path, list[Measurement]] = {small: [], large: []}
     for _ in range(args.repeat):
         for path, out in ((small, tmp / "out1"), (large, tmp / "out4")):
