@@ -92,9 +92,10 @@ def key_columns(
     """The whole key as one unambiguous string (length-prefixed components), for exact
     grouping. ``normalisation=None`` gives the raw key (unordered fields still sorted);
     ``parts``: the fields as already normalised (:func:`normalised_parts`). ``absent``:
-    null for a row whose every field is null, which has no key (a dataset's text column
-    with no value, say: such rows are no duplicates of each other), instead of the key
-    all such rows share."""
+    null for a row whose every field is null (an unordered one: holds no non-null
+    element), which has no key (a dataset's text column with no value, or a row of
+    another kind: such rows are no duplicates of each other), instead of the key all
+    such rows share."""
     if parts is None:
         parts = _normalised_parts(key, normalisation)
     encoded = []
@@ -104,8 +105,18 @@ def key_columns(
         encoded.append(_prefixed(part))
     whole = pl.concat_str(encoded, separator="")
     if absent:
-        whole = pl.when(pl.all_horizontal(p.is_null() for p in parts)).then(None).otherwise(whole)
+        missing = [
+            _no_element(part) if f.unordered else part.is_null()
+            for f, part in zip(key.fields, parts, strict=True)
+        ]
+        whole = pl.when(pl.all_horizontal(missing)).then(None).otherwise(whole)
     return whole.alias(name)
+
+
+def _no_element(part: pl.Expr) -> pl.Expr:
+    """An unordered field with no value: null, or a list of nulls only (pairwise's two
+    responses of a row of another kind, ``concat_list`` of two nulls)."""
+    return part.is_null() | part.list.eval(pl.element().is_not_null()).list.any().not_()
 
 
 def text_columns(

@@ -193,6 +193,26 @@ def test_a_row_with_no_key_duplicates_no_other(tmp_path: Path) -> None:
         assert pl.read_parquet(out / "kept.parquet").height == 6 - len(removed)
 
 
+def test_rows_of_another_kind_are_no_duplicates_of_each_other(tmp_path: Path) -> None:
+    """A run's output of several kinds deduped with one kind's key: the other kinds' rows
+    have none of its key columns (pairwise's responses are a list of two nulls), so they
+    have no key and stay kept; before, all but one of them went to duplicates."""
+    from tests.conftest import DATA
+
+    out = tmp_path / "run"
+    result = runner.invoke(
+        app, ["run", "--config", str(DATA / "campaign.toml"), "--out", str(out), "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    deduped = tmp_path / "d"
+    result = runner.invoke(
+        app, ["dedupe", str(out), "--kind", "pairwise-v2", "--out", str(deduped)]
+    )
+    assert result.exit_code == 0, result.output
+    duplicates = pl.read_parquet(deduped / "duplicates.parquet")
+    assert set(duplicates["_kind"].to_list()) <= {"pairwise-v2"}
+
+
 def test_dedupe_keeps_the_highest_rubric_score_then_the_first(tmp_path: Path) -> None:
     """A scored run's rows carry ``_weighted_score``: ``max:_weighted_score`` keeps the
     highest-scored row of each group, the first of equal scores, and an unscored row
