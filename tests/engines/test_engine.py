@@ -382,7 +382,10 @@ engine.map(Step(_init_nothing, (), _pid_then_sleep), [0, 1])
 
 
 def _pid_then_sleep(state: None, task: int, progress: Progress) -> int:
-    print(os.getpid(), flush=True)
+    # one write: print() writes the number and the newline apart, and with an unbuffered
+    # stdout (PYTHONUNBUFFERED) the two workers' pieces interleaved on the pipe
+    sys.stdout.write(f"{os.getpid()}\n")
+    sys.stdout.flush()
     time.sleep(60)
     return task
 
