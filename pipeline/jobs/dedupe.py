@@ -269,27 +269,32 @@ def _rows(
 
 def _read(
     files: list[DatasetInput], schemas: list[pl.Schema], columns: Sequence[str]
-) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
-    """The ``columns`` the decision reads of every row (with lineage and ``_split``), and
-    the inputs as the summary lists them."""
-    frames, listed = [], []
-    for item, schema in zip(files, schemas, strict=True):
-        frame = _rows(item, schema, columns)
-        frames.append(frame.with_columns(_split=pl.lit(item.split, pl.String)))
-        listed.append(
-            {
-                "path": item.path,
-                "split": item.split,
-                "rows": frame.height,
-                "bytes": os.path.getsize(item.path),
-                "sha256": file_sha256(item.path),
-            }
-        )
+) -> tuple[pl.DataFrame, list[int]]:
+    """The ``columns`` the decision reads of every row, with lineage and ``_split``, and
+    each input's number of rows."""
+    frames = [
+        _rows(item, schema, columns).with_columns(_split=pl.lit(item.split, pl.String))
+        for item, schema in zip(files, schemas, strict=True)
+    ]
     try:
         combined = pl.concat(frames, how="diagonal_relaxed")
     except pl.exceptions.PolarsError as exc:
         raise InputError(f"the inputs do not share compatible columns ({exc})") from None
-    return combined, listed
+    return combined, [f.height for f in frames]
+
+
+def _listed(files: list[DatasetInput], rows: list[int]) -> list[dict[str, Any]]:
+    """The inputs as the summary lists them (each file hashed once, after the reads)."""
+    return [
+        {
+            "path": item.path,
+            "split": item.split,
+            "rows": count,
+            "bytes": os.path.getsize(item.path),
+            "sha256": file_sha256(item.path),
+        }
+        for item, count in zip(files, rows, strict=True)
+    ]
 
 
 def _columns_read(
@@ -301,9 +306,11 @@ def _columns_read(
 ) -> list[str]:
     """The columns the decision reads, of those the inputs have: the payload the
     matching needs (:func:`~pipeline.dedupe.table.required_columns`), the key columns
-    when no fingerprint stands for them, the fingerprint when it may, and lineage."""
+    when no fingerprint stands for them (in every input), the fingerprint when it may,
+    and lineage."""
     wanted = required_columns(key, settings, name)
-    if key is not None and not fingerprint:
+    # the key columns decide exact duplicates where an input has no fingerprint
+    if key is not None and not (fingerprint and all("_content_sha256" in s for s in schemas)):
         wanted += list(key.columns)
     if fingerprint:
         wanted.append("_content_sha256")
@@ -314,7 +321,7 @@ def _columns_read(
 
 def _needs_key_columns(frame: pl.DataFrame, key: DedupeKey) -> bool:
     """Whether exact duplicates must be found on the key columns, not read yet: some row
-    has no content fingerprint (an input made elsewhere, beside rowgate output)."""
+    of an input with a fingerprint column has none."""
     unread = any(c not in frame.columns for c in key.columns)
     unprinted = "_content_sha256" not in frame.columns or frame["_content_sha256"].null_count() > 0
     return unread and unprinted
@@ -452,9 +459,10 @@ def _dedupe(
     if missing:
         raise InputError(f"dedupe: the inputs have no column {missing[0]!r} ({name})")
     columns = _columns_read(schemas, key, settings, name, fingerprint)
-    frame, listed = _read(files, schemas, columns)
-    if key is not None and _needs_key_columns(frame, key):
-        frame, listed = _read(files, schemas, [*columns, *key.columns])
+    frame, counts = _read(files, schemas, columns)
+    if key is not None and _needs_key_columns(frame, key):  # a null fingerprint: rare
+        frame, counts = _read(files, schemas, [*columns, *key.columns])
+    listed = _listed(files, counts)
     # a kind's key reads rowgate output, whose types its schema fixed: only columns named
     # on the command line are probed (a probe is one more pass over each key column)
     _check_comparable(frame, None if fingerprint else key, rule)

@@ -347,12 +347,12 @@ def _within_size(columns: pa.RecordBatch, ctx: RuleContext) -> np.ndarray:
     offsets alone; only the rows over it in bytes are counted in characters (1.5 → 0.03 µs
     a row on 3.3 KB pairwise rows)."""
     limit = ctx.settings.max_conversation_chars
-    cleared: np.ndarray = _valid(columns, "messages") & (_total(columns, pc.binary_length) <= limit)
-    over = np.flatnonzero(~cleared)
-    if len(over):
-        some = columns.take(pa.array(over))
-        cleared[over] = _valid(some, "messages") & (_total(some, pc.utf8_length) <= limit)
-    return cleared
+
+    def within(rows: pa.RecordBatch, length: Callable[[pa.Array], pa.Array]) -> np.ndarray:
+        valid: np.ndarray = _valid(rows, "messages") & (_total(rows, length) <= limit)
+        return valid
+
+    return narrowed(within, (columns,), (pc.binary_length, pc.utf8_length))
 
 
 def _no_other_verdict(columns: pa.RecordBatch, ctx: RuleContext) -> pa.Array:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
@@ -496,11 +496,14 @@ def _heads_differ(a: pa.Array, b: pa.Array, width: int) -> np.ndarray:
 
 
 def narrowed(
-    clears: Callable[..., np.ndarray], columns: tuple[pa.Array, ...], widths: tuple[int, ...]
+    clears: Callable[..., np.ndarray],
+    columns: tuple[pa.Array | pa.RecordBatch, ...],
+    widths: Sequence[object],
 ) -> np.ndarray:
     """``clears(*columns, width)`` for every row at the first width, then again at each
     next width for the rows still not cleared: a cheap look at every row, a longer one at
-    the few that need it."""
+    the few that need it. A "width" is whatever makes a look longer: bytes of a head, or
+    a measure (bytes before characters)."""
     cleared = np.zeros(len(columns[0]), np.bool_)
     undecided = None
     for width in widths:

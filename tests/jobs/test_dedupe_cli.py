@@ -246,7 +246,8 @@ def test_dedupe_copies_rows_a_slice_at_a_time_as_one_whole(
     time. Slices of one row group (3 rows) give the outputs of slices of every row, and together the
     outputs hold every input row once, with the columns of all inputs (a column one
     input lacks is null in its rows; an integer column widened to their common type)
-    and the lineage each row had: its file and 1-based row number."""
+    and the lineage each row had: its file and 1-based row number. The inputs are left
+    as they were, byte for byte."""
     from pipeline.jobs import dedupe as job
 
     first = pl.DataFrame(
@@ -269,9 +270,11 @@ def test_dedupe_copies_rows_a_slice_at_a_time_as_one_whole(
         assert result.exit_code == 0, result.output
         return pl.read_parquet(out / "kept.parquet"), pl.read_parquet(out / "duplicates.parquet")
 
+    inputs = {p: p.read_bytes() for p in sorted(tmp_path.glob("*.parquet"))}
     whole = outputs("whole")
     monkeypatch.setattr(job, "_WRITE_BYTES", 1)  # a row group at a time
     sliced = outputs("sliced")
+    assert {p: p.read_bytes() for p in sorted(tmp_path.glob("*.parquet"))} == inputs
     for a, b in zip(whole, sliced, strict=True):
         assert a.equals(b)
     kept, duplicates = sliced

@@ -291,6 +291,17 @@ def _exact_ranks(
     )
 
 
+def _staged_row_keys(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame, columns: Mapping[str, pl.Expr]
+) -> pl.DataFrame:
+    """The gate's row keys of ``kind`` (``columns`` of them), checked to line up with the
+    state's rows: the stage reads them only where the gate staged them."""
+    staged = ctx.row_keys(kind, columns)
+    if staged is None or not staged.select(*KEYS).equals(rows.select(*KEYS)):
+        raise AssertionError("staged row keys and the global state are out of step")
+    return staged
+
+
 def _normalised_ranks(
     ctx: GlobalContext,
     kind: str,
@@ -300,10 +311,7 @@ def _normalised_ranks(
 ) -> pl.Series:
     """The accepted rows' normalised groups: the dense ranks of their normalised key
     digests, ranked on the digests' prefixes; the digests themselves if one is missing."""
-    staged = ctx.row_keys(kind, {_NORMALISED_PREFIX: _digest_prefix()})
-    assert staged is not None  # the stage reads row keys only where the gate staged them
-    if not staged.select(*KEYS).equals(rows.select(*KEYS)):
-        raise AssertionError("staged row keys and the global state are out of step")
+    staged = _staged_row_keys(ctx, kind, rows, {_NORMALISED_PREFIX: _digest_prefix()})
     prefix = staged[_NORMALISED_PREFIX].filter(is_accepted)
     del staged  # ~20 bytes a row, not held through the matching
     if prefix.null_count():
@@ -380,12 +388,10 @@ def _row_keys(
         return found.with_columns(digests["_record_sha256"])
 
     normalised = None
-    if ctx.config.dedupe.normalised:  # checks the staged row keys against the state
+    if ctx.config.dedupe.normalised:
         normalised = _normalised_ranks(ctx, kind, rows, is_accepted, frame)
     else:  # the near rule's tasks pair the text maps with the row keys by position
-        staged = ctx.row_keys(kind)
-        if staged is None or not staged.equals(rows.select(*KEYS)):
-            raise AssertionError("staged row keys and the global state are out of step")
+        _staged_row_keys(ctx, kind, rows, {})
     near = ctx.config.dedupe.near
     return RowKeys(
         normalised,
@@ -412,10 +418,9 @@ def _near_candidates(
     partition. The maps are built a shard at a time (24 bytes a row for the whole run's
     rows at once, ~11 MB of the parent's peak at 440 K rows)."""
     accepted = is_accepted.to_numpy()
-    shards = rows.select(shard=pl.col("_shard").unique(maintain_order=True))["shard"]
-    sizes = rows.select(pl.col("_shard").unique_counts()).to_series().to_list()
+    shards = rows.group_by("_shard", maintain_order=True).len()
     lo = placed = 0
-    for shard, size in zip(shards.to_list(), sizes, strict=True):
+    for shard, size in shards.iter_rows():
         taking = accepted[lo : lo + size]
         at = np.arange(placed, placed + int(taking.sum()), dtype=np.int64)
         group = groups[at]
@@ -430,7 +435,7 @@ def _near_candidates(
     engine = ctx.config.engine
     count = partition_count(len(text_rows), params, engine.resolved_workers(), engine.partitions)
     search = CandidateSearch(
-        ctx.storage, kind, tuple(int(s) for s in shards), params, len(text_rows), count
+        ctx.storage, kind, tuple(shards["_shard"].to_list()), params, len(text_rows), count
     )
     ctx.on_stage(f"{kind}: dedupe: candidates ({count} partitions)")
     ctx.engine.map(shuffle_step(search), search.shards)
