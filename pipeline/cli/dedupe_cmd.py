@@ -42,7 +42,8 @@ def dedupe_command(
         typer.Option(help="A column compared exactly (repeatable; with or instead of --text)."),
     ] = None,
     config_file: Annotated[
-        Path | None, typer.Option("--config", "-c", help="Campaign config: its [dedupe] table.")
+        Path | None,
+        typer.Option("--config", "-c", help="Campaign config: its [dedupe] and [engine] tables."),
     ] = None,
     threshold: Annotated[
         float | None,
@@ -73,6 +74,13 @@ def dedupe_command(
             help="Near duplicates (default: on, or the config's [dedupe] setting).",
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker processes that read the key columns and stage the row keys "
+            "(default: one per core, or the config's [engine] workers)."
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
 ) -> None:
     """Remove exact, normalised and near duplicates and split contamination from Parquet
@@ -83,6 +91,8 @@ def dedupe_command(
 
     with library_errors(writing_directory(out_dir)):
         config = _dedupe_config(config_file, normalised, near, threshold, survivor, protect)
+        if workers is not None:
+            config = config.override(**{"engine.workers": workers})
         result = dedupe_dataset(
             _dataset_inputs(inputs, split),
             out_dir,
@@ -91,6 +101,7 @@ def dedupe_command(
             text_columns=tuple(text or ()),
             key_columns=tuple(key or ()),
             force=force,
+            engine=config.engine,
         )
     _print_summary(result.summary, out_dir)
 

@@ -35,6 +35,7 @@ partition, a multiple of the workers) also sets how many small reads there are
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -42,14 +43,15 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys
+from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys, pairs_of_codes
 from pipeline.dedupe.row_keys import SHINGLED, SIGNATURE
-from pipeline.engines import Progress, Step
+from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
 
 __all__ = [
     "PARTITION_BYTES",
     "CandidateSearch",
+    "NearSearch",
     "candidate_step",
     "partition_count",
     "shuffle_step",
@@ -94,6 +96,62 @@ def write_text_map(storage: RunStorage, kind: str, shard: int, text: I64, rank: 
     (-1 for a row that takes no part) and that text's survivor rank."""
     table = pa.table({_TEXT: pa.array(text, pa.int64()), _RANK: pa.array(rank, pa.int64())})
     storage.stage_table(shard, text_map_stem(kind), table)
+
+
+@dataclass(frozen=True)
+class NearSearch:
+    """Where the near candidates of one kind are found: the ``engine`` and ``storage``,
+    the ``shards`` whose row keys are staged (shard, staged rows), in the order of the
+    rows, the LSH parameters, and what sets the partition count (``workers``; a given
+    ``partitions`` wins)."""
+
+    engine: Engine
+    storage: RunStorage
+    kind: str
+    shards: tuple[tuple[int, int], ...]
+    params: LshParams
+    workers: int
+    partitions: int | None = None
+
+    def candidates(
+        self,
+        taking: npt.NDArray[np.bool_],
+        groups: I64,
+        text_rows: I64,
+        text_rank: I64,
+        on_stage: Callable[[str], None] = lambda name: None,
+    ) -> tuple[I64, I64]:
+        """The candidate pairs among the texts, as sorted distinct (better, worse) text
+        ids. ``taking``: which staged rows take part (in shard order); ``groups``: each
+        taking row's normalised group, which is its text when ``text_rows[group]`` is that
+        row; ``text_rank``: each text's survivor rank. A text map is staged per shard (built a
+        shard at a time: 24 bytes a row for every row at once), then one engine task
+        per shard (the shuffle) and per partition (the candidates)."""
+        lo = placed = 0
+        for shard, size in self.shards:
+            took = taking[lo : lo + size]
+            at = np.arange(placed, placed + int(took.sum()), dtype=np.int64)
+            group = groups[at]
+            first = text_rows[group] == at
+            text = np.full(size, -1, np.int64)
+            rank = np.full(size, -1, np.int64)
+            text[took] = np.where(first, group, -1)
+            rank[took] = np.where(first, text_rank[group], -1)
+            write_text_map(self.storage, self.kind, shard, text, rank)
+            lo, placed = lo + size, placed + len(at)
+        count = partition_count(len(text_rows), self.params, self.workers, self.partitions)
+        search = CandidateSearch(
+            self.storage,
+            self.kind,
+            tuple(shard for shard, _ in self.shards),
+            self.params,
+            len(text_rows),
+            count,
+        )
+        on_stage(f"{self.kind}: dedupe: candidates ({count} partitions)")
+        self.engine.map(shuffle_step(search), search.shards)
+        codes = self.engine.map(candidate_step(search), range(count))
+        return pairs_of_codes([c for c in codes if len(c)], len(text_rows))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pipeline.dedupe.normalise import Normalisation
 
 I64 = npt.NDArray[np.int64]
 
-__all__ = ["NORMALISED", "SHINGLED", "SIGNATURE", "RowKeys", "row_keys"]
+__all__ = ["NORMALISED", "SHINGLED", "SIGNATURE", "RowKeys", "row_keys", "sha256s"]
 
 #: SHA-256 of the row's normalised key (``[dedupe] normalised``)
 NORMALISED: Final = "_normalised_sha256"
@@ -40,10 +40,12 @@ SIGNATURE: Final = "_minhash"
 SHINGLED: Final = "_shingled"
 
 
-def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) -> pa.RecordBatch:
+def row_keys(
+    batch: pa.RecordBatch | pl.DataFrame, key: DedupeKey, settings: DedupeSettings
+) -> pa.RecordBatch:
     """The row keys of ``batch``'s rows (the key's payload columns, named as the JSON
     members the key reads), in its order: the columns the enabled rules read."""
-    frame = pl.from_arrow(batch)
+    frame = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
     assert isinstance(frame, pl.DataFrame)
     normalisation = Normalisation.from_settings(settings)
     # each field normalised once, for both the key and the text
@@ -52,7 +54,7 @@ def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) ->
     columns: dict[str, pa.Array] = {}
     if settings.normalised:
         keys = frame.select(key_columns(key, normalisation, parts=parts, absent=True)).to_series()
-        columns[NORMALISED] = _sha256s(keys.to_arrow())
+        columns[NORMALISED] = sha256s(keys.to_arrow())
     if settings.near:
         texts = frame.select(text_columns(key, normalisation, parts=parts)).to_series()
         sig, has = signatures(texts, LshParams.from_settings(settings))
@@ -62,7 +64,7 @@ def row_keys(batch: pa.RecordBatch, key: DedupeKey, settings: DedupeSettings) ->
     return pa.RecordBatch.from_pydict(columns)
 
 
-def _sha256s(texts: pa.Array) -> pa.Array:
+def sha256s(texts: pa.Array) -> pa.Array:
     """The SHA-256 of each string's UTF-8 bytes (null for null), hashed where Arrow holds
     them: no Python string per row (2 or 4 bytes a character for non-ASCII text) and no
     encoding back to UTF-8."""

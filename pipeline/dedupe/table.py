@@ -38,6 +38,7 @@ __all__ = [
     "dedupe_table",
     "match_duplicates",
     "required_columns",
+    "splits_of",
 ]
 
 #: removal rule -> its reason code, ``dedupe.<rule>`` (a rule the catalogue lacks fails here)
@@ -137,7 +138,7 @@ def dedupe_table(
 ) -> DedupeOutcome:
     """Decide the duplicates among ``frame``'s rows (see the module docstring)."""
     matches = match_duplicates(frame, key, settings, kind)
-    rows = frame.with_columns(_split=_splits(frame))
+    rows = frame.with_columns(_split=splits_of(frame))
     return matches.complete(rows, group_fields(key, settings, kind), frame.height)
 
 
@@ -169,7 +170,7 @@ class Matches:
         return DedupeOutcome(self.removed, _flagged_frame(groups), self.clusters, groups, stats)
 
 
-def _splits(frame: pl.DataFrame) -> pl.Series:
+def splits_of(frame: pl.DataFrame) -> pl.Series:
     """Each row's split (null throughout when the frame has none)."""
     if "_split" in frame.columns:
         return frame["_split"]
@@ -230,7 +231,7 @@ def match_duplicates(
         else:
             texts = frame[first_rows].select(text_columns(key, normalisation))
             near = near_pairs(texts.to_series(), text_rank, params)
-    splits = _splits(frame)
+    splits = splits_of(frame)
     protected = {name: i + 1 for i, name in enumerate(settings.protected_splits)}
     partition = splits.replace_strict(protected, default=0, return_dtype=pl.Int64).to_numpy()
     found = find_duplicates(rank, exact, normalised, partition, near)

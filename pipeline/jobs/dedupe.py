@@ -15,11 +15,16 @@ the dataset is rowgate output, else they get the file path and 1-based row numbe
 ``OUT`` appears atomically, as a run's output does.
 
 Memory: the decision reads only the columns it needs of every row (lineage, the
-fingerprint or the key columns, the survivor and split-group fields: with exact dedupe
-on a rowgate export, ~0.2 KB a row instead of the whole row); the rows themselves are
-then copied to ``kept.parquet`` and ``duplicates.parquet`` a slice of a file at a time
-(:data:`_WRITE_BYTES`, whole row groups). The decision itself still holds those columns of every row in
-one process: partitioning it is the dedupe stage's work (docs/scale.md).
+fingerprint, the survivor and split-group fields: ~0.2 KB a row of a rowgate export
+instead of the whole row). When a rule reads key texts (normalised or near), the key
+columns are read a slice at a time by the engine's workers, which stage each row's keys
+(:mod:`pipeline.jobs.dataset_keys`, as the gate does for a run); the decision holds ranks
+of their digests and finds near candidates partition by partition, and never holds the
+key texts; so does exact dedupe on inputs without a fingerprint column (``--text`` or
+``--key`` columns). The rows themselves are then copied to
+``kept.parquet`` and ``duplicates.parquet`` a slice of a file at a time
+(:data:`_WRITE_BYTES`, whole row groups). The decision's columns of every row are still
+held in one process: partitioning the decision is the scale issue's (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -38,14 +43,31 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.core.config import ConfigError, DedupeSettings
-from pipeline.dedupe.keys import DedupeKey, KeyField
-from pipeline.dedupe.table import dedupe_table, required_columns
+from pipeline.core.config import ConfigError, DedupeSettings, EngineSettings
+from pipeline.dedupe.keys import DedupeKey
+from pipeline.dedupe.table import (
+    DedupeOutcome,
+    dedupe_table,
+    group_fields,
+    match_duplicates,
+    required_columns,
+    splits_of,
+)
+from pipeline.engines import get_engine
 from pipeline.gate.reader import JSONL_SUFFIXES, InputError, refuse_same_files
+from pipeline.jobs.dataset_keys import (
+    KEY_SLICE_BYTES,
+    DatasetKeys,
+    KeySlice,
+    check_comparable,
+    resolved_key,
+    staged_keys,
+)
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.output.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from pipeline.output.outdir import OutputClaim, claim_output
 from pipeline.records.lineage import file_sha256
+from pipeline.storage import RunStorage
 
 __all__ = ["DEDUPE_FORMAT", "DatasetInput", "DatasetResult", "dedupe_dataset"]
 
@@ -136,19 +158,6 @@ def _refuse_jsonl(path: Path) -> None:
         )
 
 
-def _column_key(text: Sequence[str], keys: Sequence[str]) -> DedupeKey:
-    """A key from explicit columns: text columns are normalised and shingled, key columns
-    compared exactly (any type, as text)."""
-    return DedupeKey(
-        "columns " + ", ".join([*text, *keys]),
-        tuple(dict.fromkeys([*text, *keys])),
-        (
-            *(KeyField(c, pl.col(c).cast(pl.String)) for c in text),
-            *(KeyField(c, pl.col(c).cast(pl.String), prose=False) for c in keys),
-        ),
-    )
-
-
 def _resolve_key(
     files: list[DatasetInput],
     schemas: list[pl.Schema],
@@ -158,7 +167,7 @@ def _resolve_key(
 ) -> tuple[str, DedupeKey | None, bool]:
     """(kind name, key, whether ``_content_sha256`` may serve as the exact key)."""
     if text or keys:
-        return kind or "columns", _column_key(text, keys), False
+        return kind or "columns", resolved_key(kind, text, keys), False
     if kind is None:
         found = {
             value
@@ -178,29 +187,6 @@ def _resolve_key(
     if kind not in KINDS:
         raise InputError(str(UnknownKindError(kind)))
     return kind, get_kind(kind).dedupe_key(), True
-
-
-def _check_comparable(frame: pl.DataFrame, key: DedupeKey | None, rule: str) -> None:
-    """An :class:`InputError` naming a key column that cannot be read as text (a list,
-    bytes that are not UTF-8) or a survivor field that does not exist; the dedupe would
-    otherwise fail inside polars (an internal error). Only types are named: a polars
-    message may quote a value."""
-    probes = [(f.name, f.expr) for f in key.fields] if key is not None else []
-    if ":" in rule:
-        root, *rest = rule.split(":", 1)[1].split(".")
-        value = pl.col(root)
-        for field_name in rest:
-            value = value.struct.field(field_name)
-        probes.append((f"dedupe.survivor {rule}", value))
-    for label, expr in probes:
-        try:
-            frame.select(expr)
-        except pl.exceptions.PolarsError:
-            types = ", ".join(f"{c}: {frame.schema[c]}" for c in expr.meta.root_names())
-            raise InputError(
-                f"dedupe: {label} cannot be compared ({types}); a key is read as text, a "
-                "survivor field must exist"
-            ) from None
 
 
 def _schema(item: DatasetInput) -> pl.Schema:
@@ -303,14 +289,18 @@ def _columns_read(
     settings: DedupeSettings,
     name: str,
     fingerprint: bool,
+    *,
+    texts: bool = True,
 ) -> list[str]:
     """The columns the decision reads, of those the inputs have: the payload the
     matching needs (:func:`~pipeline.dedupe.table.required_columns`), the key columns
     when no fingerprint stands for them (in every input), the fingerprint when it may,
     and lineage."""
-    wanted = required_columns(key, settings, name)
-    # the key columns decide exact duplicates where an input has no fingerprint
-    if key is not None and not (fingerprint and all("_content_sha256" in s for s in schemas)):
+    wanted = required_columns(key, settings, name, texts=texts)
+    # the key columns decide exact duplicates where an input has no fingerprint (unless
+    # the key tasks stage their digests: ``texts=False``)
+    unprinted = not (fingerprint and all("_content_sha256" in s for s in schemas))
+    if texts and key is not None and unprinted:
         wanted += list(key.columns)
     if fingerprint:
         wanted.append("_content_sha256")
@@ -354,7 +344,7 @@ def _write_rows(
     with kept_out, duplicates_out, ThreadPoolExecutor(1) as writer:
         for item, schema in zip(files, schemas, strict=True):
             size = 0
-            for lo, length in _slices(item.path):
+            for lo, length in _slices(item.path, _WRITE_BYTES):
                 part = _rows(item, schema, None, (lo, length))
                 if part.schema != layout.schema:  # another input's columns, or wider types
                     try:
@@ -391,9 +381,9 @@ def _write_slice(
     kept_out.write_table(kept.to_arrow())
 
 
-def _slices(path: str) -> list[tuple[int, int]]:
+def _slices(path: str, nbytes: int) -> list[tuple[int, int]]:
     """(first row, rows) of one input's slices: consecutive whole row groups of about
-    :data:`_WRITE_BYTES` decoded (a larger group alone), so that no group is read twice."""
+    ``nbytes`` decoded (a larger group alone), so that no group is read twice."""
     try:
         metadata = pq.read_metadata(path)
     except (OSError, pa.ArrowException) as exc:
@@ -402,13 +392,60 @@ def _slices(path: str) -> list[tuple[int, int]]:
     start = rows = size = 0
     for i in range(metadata.num_row_groups):
         group = metadata.row_group(i)
-        if rows and size + group.total_byte_size > _WRITE_BYTES:
+        if rows and size + group.total_byte_size > nbytes:
             slices.append((start, rows))
             start, rows, size = start + rows, 0, 0
         rows, size = rows + group.num_rows, size + group.total_byte_size
     if rows:
         slices.append((start, rows))
     return slices
+
+
+def _stages_row_keys(settings: DedupeSettings, printed: bool) -> bool:
+    """Whether the row keys are staged on the engine (:mod:`pipeline.jobs.dataset_keys`):
+    when a rule reads the key columns (normalised, near, or exact on inputs without a
+    fingerprint column: ``printed`` false). Otherwise (and in the tests' reference runs)
+    the decision reads them for every row (:func:`~pipeline.dedupe.table.dedupe_table`)."""
+    return settings.normalised or settings.near or (settings.exact and not printed)
+
+
+def _fingerprinted(frame: pl.DataFrame) -> bool:
+    """Whether every row's content fingerprint stands for its exact key."""
+    return "_content_sha256" in frame.columns and frame["_content_sha256"].null_count() == 0
+
+
+def _key_layout(schemas: list[pl.Schema], key: DedupeKey) -> pl.Schema:
+    """The key columns' unified types over the inputs (those one frame of them holds)."""
+    empty = [pl.DataFrame(schema={c: s[c] for c in key.columns if c in s}) for s in schemas]
+    try:
+        layout = pl.concat(empty, how="diagonal_relaxed")
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(f"the inputs' key columns do not share types ({exc})") from None
+    return layout.select(key.columns).schema
+
+
+def _staged_outcome(
+    job: DatasetKeys,
+    files: list[DatasetInput],
+    schemas: list[pl.Schema],
+    frame: pl.DataFrame,
+    key: DedupeKey,
+    name: str,
+    engine_settings: EngineSettings,
+) -> DedupeOutcome:
+    """The decision with the row keys staged on the engine, slice by slice
+    (:mod:`pipeline.jobs.dataset_keys`): ``frame`` holds no key text."""
+    cuts = [
+        (item.path, lo, length, tuple(c for c in key.columns if c in schema))
+        for item, schema in zip(files, schemas, strict=True)
+        for lo, length in _slices(item.path, KEY_SLICE_BYTES)
+    ]
+    slices = [KeySlice(shard, *cut) for shard, cut in enumerate(cuts)]
+    with get_engine(engine_settings.name).from_settings(engine_settings, len(slices)) as engine:
+        keys = staged_keys(engine, job.storage, job, slices, engine_settings)
+        matches = match_duplicates(frame, key, job.settings, name, keys)
+    rows = frame.with_columns(_split=splits_of(frame))
+    return matches.complete(rows, group_fields(key, job.settings, name), frame.height)
 
 
 def _writer(path: Path, layout: pl.DataFrame) -> pq.ParquetWriter:
@@ -424,14 +461,18 @@ def dedupe_dataset(
     text_columns: Sequence[str] = (),
     key_columns: Sequence[str] = (),
     force: bool = False,
+    engine: EngineSettings | None = None,
 ) -> DatasetResult:
-    """Dedupe Parquet ``inputs`` into ``out`` (see the module docstring)."""
+    """Dedupe Parquet ``inputs`` into ``out`` (see the module docstring); ``engine``:
+    where the row keys are computed (default: the local engine, a worker per core)."""
     settings.validate("dedupe")
     if not inputs:
         raise ConfigError("dedupe: no inputs")
     protect = [Path(given.path) for given in inputs]
     with claim_output(out, force=force, protect=protect) as claim:
-        return _dedupe(claim, inputs, settings, kind, text_columns, key_columns)
+        return _dedupe(
+            claim, inputs, settings, kind, text_columns, key_columns, engine or EngineSettings()
+        )
 
 
 def _dedupe(
@@ -441,6 +482,7 @@ def _dedupe(
     kind: str | None,
     text_columns: Sequence[str],
     key_columns: Sequence[str],
+    engine: EngineSettings,
 ) -> DatasetResult:
     files = _expand(inputs)
     schemas = [_schema(f) for f in files]
@@ -458,18 +500,36 @@ def _dedupe(
     missing = [c for c in needed if c not in available]
     if missing:
         raise InputError(f"dedupe: the inputs have no column {missing[0]!r} ({name})")
-    columns = _columns_read(schemas, key, settings, name, fingerprint)
+    printed = fingerprint and all("_content_sha256" in schema for schema in schemas)
+    staged = key is not None and _stages_row_keys(settings, printed)
+    columns = _columns_read(schemas, key, settings, name, fingerprint, texts=not staged)
     frame, counts = _read(files, schemas, columns)
-    if key is not None and _needs_key_columns(frame, key):  # a null fingerprint: rare
+    if not staged and key is not None and _needs_key_columns(frame, key):  # rare
         frame, counts = _read(files, schemas, [*columns, *key.columns])
     listed = _listed(files, counts)
     # a kind's key reads rowgate output, whose types its schema fixed: only columns named
-    # on the command line are probed (a probe is one more pass over each key column)
-    _check_comparable(frame, None if fingerprint else key, rule)
-    outcome = dedupe_table(frame, key, settings, name)
+    # on the command line are probed (a probe is one more pass over each key column; the
+    # key tasks probe their slices when the key columns are not read here)
+    check_comparable(frame, None if fingerprint or staged else key, rule)
     rows = frame.height
-    del frame  # the rows are copied from the inputs, a slice at a time
     with claim.staging() as tmp:
+        if staged:
+            assert key is not None
+            job = DatasetKeys(
+                RunStorage(tmp),
+                name,
+                tuple(text_columns),
+                tuple(key_columns),
+                _key_layout(schemas, key),
+                settings,
+                exact=settings.exact and not _fingerprinted(frame),
+                probe=not fingerprint,
+            )
+            outcome = _staged_outcome(job, files, schemas, frame, key, name, engine)
+            job.storage.remove_staging()
+        else:
+            outcome = dedupe_table(frame, key, settings, name)
+        del frame  # the rows are copied from the inputs, a slice at a time
         kept, duplicates = _write_rows(files, schemas, outcome.removed, tmp)
         if kept + duplicates != rows:
             raise AssertionError("dedupe lost rows")  # conservation; never expected

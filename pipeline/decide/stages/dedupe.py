@@ -43,15 +43,9 @@ from pipeline.decide.context import (
 )
 from pipeline.decide.repeats import dense_ranks, repeated
 from pipeline.dedupe.keys import DedupeKey, text_columns
-from pipeline.dedupe.minhash import LshParams, pairs_of_codes
+from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.normalise import Normalisation
-from pipeline.dedupe.partitions import (
-    CandidateSearch,
-    candidate_step,
-    partition_count,
-    shuffle_step,
-    write_text_map,
-)
+from pipeline.dedupe.partitions import NearSearch
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.table import group_fields, match_duplicates, required_columns
 from pipeline.kinds import get_kind
@@ -417,30 +411,18 @@ def _near_candidates(
     text if it is the text's row): a text map staged per shard, then one engine task per
     partition. The maps are built a shard at a time (24 bytes a row for the whole run's
     rows at once, ~11 MB of the parent's peak at 440 K rows)."""
-    accepted = is_accepted.to_numpy()
     shards = rows.group_by("_shard", maintain_order=True).len()
-    lo = placed = 0
-    for shard, size in shards.iter_rows():
-        taking = accepted[lo : lo + size]
-        at = np.arange(placed, placed + int(taking.sum()), dtype=np.int64)
-        group = groups[at]
-        first = text_rows[group] == at
-        text = np.full(size, -1, np.int64)
-        rank = np.full(size, -1, np.int64)
-        text[taking] = np.where(first, group, -1)
-        rank[taking] = np.where(first, text_rank[group], -1)
-        write_text_map(ctx.storage, kind, int(shard), text, rank)
-        lo, placed = lo + size, placed + len(at)
-    params = LshParams.from_settings(ctx.config.dedupe)
     engine = ctx.config.engine
-    count = partition_count(len(text_rows), params, engine.resolved_workers(), engine.partitions)
-    search = CandidateSearch(
-        ctx.storage, kind, tuple(shards["_shard"].to_list()), params, len(text_rows), count
+    search = NearSearch(
+        ctx.engine,
+        ctx.storage,
+        kind,
+        tuple(zip(shards["_shard"].to_list(), shards["len"].to_list(), strict=True)),
+        LshParams.from_settings(ctx.config.dedupe),
+        engine.resolved_workers(),
+        engine.partitions,
     )
-    ctx.on_stage(f"{kind}: dedupe: candidates ({count} partitions)")
-    ctx.engine.map(shuffle_step(search), search.shards)
-    codes = ctx.engine.map(candidate_step(search), range(count))
-    return pairs_of_codes([c for c in codes if len(c)], len(text_rows))
+    return search.candidates(is_accepted.to_numpy(), groups, text_rows, text_rank, ctx.on_stage)
 
 
 def _fetched(

@@ -1,0 +1,289 @@
+"""``rowgate dedupe``'s row keys: computed slice by slice on the engine, as the gate
+computes a run's, and staged; the decision then reads them instead of every row's key
+texts.
+
+A dataset's inputs are cut into slices of whole row groups (about
+:data:`KEY_SLICE_BYTES` decoded each), each a task: it reads the key columns of its
+rows and stages their row keys (:func:`~pipeline.dedupe.row_keys.row_keys`: the
+normalised key's digest, the MinHash signature of the key text) and, where no content
+fingerprint stands for the exact key, the SHA-256 of the raw key. The parent then holds
+8 bytes a row of each rule's groups, never the texts; the near candidates are found
+partition by partition on the engine (:class:`~pipeline.dedupe.partitions.NearSearch`),
+and only the candidates' texts and signatures are read back for the exact Jaccard check.
+The decisions are those of the matching over the texts themselves
+(:func:`~pipeline.dedupe.table.dedupe_table`): equal digests are equal keys, and a
+signature depends on its own text alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+import pyarrow as pa
+
+from pipeline.core.config import DedupeSettings, EngineSettings
+from pipeline.decide.repeats import dense_ranks
+from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
+from pipeline.dedupe.minhash import LshParams
+from pipeline.dedupe.normalise import Normalisation
+from pipeline.dedupe.partitions import NearSearch
+from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys, row_keys, sha256s
+from pipeline.engines import Engine, Progress, Step
+from pipeline.gate.reader import InputError
+from pipeline.kinds import get_kind
+from pipeline.storage import RunStorage
+
+__all__ = [
+    "KEY_SLICE_BYTES",
+    "DatasetKeys",
+    "KeySlice",
+    "check_comparable",
+    "resolved_key",
+    "staged_keys",
+]
+
+I64 = npt.NDArray[np.int64]
+
+#: about how many bytes of one input (decoded) a key task reads: whole row groups
+KEY_SLICE_BYTES: Final = 64 << 20
+#: the SHA-256 of a row's raw key (exact duplicates, where no fingerprint stands for it)
+EXACT: Final = "_exact_sha256"
+#: the staged stem of the row keys (a dataset is of one kind, or of columns)
+_STEM: Final = "dataset"
+
+
+def resolved_key(kind: str | None, text: Sequence[str], keys: Sequence[str]) -> DedupeKey:
+    """The key of explicit columns (text columns are normalised and shingled, key columns
+    compared exactly, any type as text), else ``kind``'s."""
+    if text or keys:
+        return DedupeKey(
+            "columns " + ", ".join([*text, *keys]),
+            tuple(dict.fromkeys([*text, *keys])),
+            (
+                *(KeyField(c, pl.col(c).cast(pl.String)) for c in text),
+                *(KeyField(c, pl.col(c).cast(pl.String), prose=False) for c in keys),
+            ),
+        )
+    assert kind is not None
+    key = get_kind(kind).dedupe_key()
+    assert key is not None
+    return key
+
+
+def check_comparable(frame: pl.DataFrame, key: DedupeKey | None, rule: str) -> None:
+    """An :class:`InputError` naming a key column that cannot be read as text (a list,
+    bytes that are not UTF-8) or a survivor field that does not exist; the dedupe would
+    otherwise fail inside polars (an internal error). Only types are named: a polars
+    message may quote a value."""
+    probes = [(f.name, f.expr) for f in key.fields] if key is not None else []
+    if ":" in rule:
+        root, *rest = rule.split(":", 1)[1].split(".")
+        value = pl.col(root)
+        for field_name in rest:
+            value = value.struct.field(field_name)
+        probes.append((f"dedupe.survivor {rule}", value))
+    for label, expr in probes:
+        try:
+            frame.select(expr)
+        except pl.exceptions.PolarsError:
+            types = ", ".join(f"{c}: {frame.schema[c]}" for c in expr.meta.root_names())
+            raise InputError(
+                f"dedupe: {label} cannot be compared ({types}); a key is read as text, a "
+                "survivor field must exist"
+            ) from None
+
+
+@dataclass(frozen=True)
+class KeySlice:
+    """One task: rows [first, first + rows) of the input at ``path``, staged as shard
+    ``shard``."""
+
+    shard: int
+    path: str
+    first: int
+    rows: int
+    #: the key columns this input has (the others are null in its rows)
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DatasetKeys:
+    """What every key task needs: the key (rebuilt in the worker from ``kind`` or the
+    columns, as polars expressions do not cross processes), the settings, the key
+    columns' unified types (``layout``: an input may lack a column, or hold a narrower
+    type), whether to stage the raw key's digest, and the storage."""
+
+    storage: RunStorage
+    kind: str | None
+    text_columns: tuple[str, ...]
+    key_columns: tuple[str, ...]
+    layout: pl.Schema
+    settings: DedupeSettings
+    exact: bool
+    #: whether the key fields are probed (columns named on the command line; a kind's
+    #: key reads rowgate output, whose types its schema fixed)
+    probe: bool
+
+    def key(self) -> DedupeKey:
+        return resolved_key(self.kind, self.text_columns, self.key_columns)
+
+
+def key_step(job: DatasetKeys) -> Step[DatasetKeys, KeySlice, int]:
+    """The step whose task stages one slice's row keys (returns its rows)."""
+    return Step(_init, (job,), _stage_slice)
+
+
+def _init(job: DatasetKeys) -> DatasetKeys:
+    return job
+
+
+def _slice_frame(job: DatasetKeys, task: KeySlice) -> pl.DataFrame:
+    """The key columns of the slice's rows, in the layout's columns and types."""
+    layout = pl.DataFrame(schema=job.layout)
+    if not task.columns:  # an input with none of the key columns: no row has a key
+        return layout.clear(task.rows)
+    try:
+        scan = pl.scan_parquet(task.path, glob=False).select(task.columns)  # a file: no pattern
+        part = scan.slice(task.first, task.rows).collect()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise InputError(f"{task.path}: not a readable Parquet file ({exc})") from None
+    if part.schema != job.layout:
+        try:
+            part = pl.concat([layout, part], how="diagonal_relaxed").select(layout.columns)
+        except pl.exceptions.PolarsError as exc:
+            raise InputError(
+                f"{task.path}: its columns do not fit the other inputs' ({exc})"
+            ) from None
+    if job.probe:
+        check_comparable(part, job.key(), "first")
+    return part
+
+
+def _stage_slice(job: DatasetKeys, task: KeySlice, progress: Progress) -> int:
+    frame = _slice_frame(job, task)
+    key = job.key()
+    columns: dict[str, pa.Array] = {}
+    if job.settings.normalised or job.settings.near:
+        keys = row_keys(frame, key, job.settings)
+        columns = dict(zip(keys.schema.names, keys.columns, strict=True))
+    if job.exact:
+        raw = frame.select(key_columns(key, None, absent=True)).to_series()
+        columns[EXACT] = sha256s(raw.to_arrow())
+    job.storage.stage_table(task.shard, job.storage.row_keys_stem(_STEM), pa.table(columns))
+    progress(0, frame.height)
+    return frame.height
+
+
+def _prefix(chunk: pa.Array) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
+    """The first 8 bytes of each digest of a binary(32) chunk, big-endian (so in the
+    digests' order), and which are not null."""
+    n = len(chunk)
+    data = np.frombuffer(chunk.buffers()[1], np.uint8)[chunk.offset * 32 : (chunk.offset + n) * 32]
+    prefix = data.reshape(n, 32)[:, :8].copy().view(">u8").reshape(n).astype(np.uint64)
+    if not chunk.null_count:
+        return prefix, np.ones(n, np.bool_)
+    return prefix, chunk.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _digest_ranks(chunks: list[pa.Array]) -> I64:
+    """Group ids from 0 of staged digests (binary(32) chunks, memory-mapped; null for a
+    row with no key): equal digests share one, in the digests' order, and each null is a
+    group of its own after the others, in row order (as
+    :func:`pipeline.dedupe.table._dense_ids` numbers them). Ranked on 8-byte prefixes:
+    ~9 bytes a row held, not the digests; a digest is read only where its prefix repeats."""
+    pieces = [_prefix(chunk) for chunk in chunks]
+    prefix = np.concatenate([p for p, _ in pieces]) if pieces else np.zeros(0, np.uint64)
+    valid = np.concatenate([v for _, v in pieces]) if pieces else np.zeros(0, np.bool_)
+    bounds = np.cumsum([0, *(len(c) for c in chunks)])
+
+    def digests(rows: I64) -> pl.Series:
+        """The digests at positions ``rows`` (ascending) of the valid rows."""
+        at = np.flatnonzero(valid)[rows]
+        which = np.searchsorted(bounds, at, side="right") - 1
+        taken = [chunks[i].take(pa.array(at[which == i] - bounds[i])) for i in np.unique(which)]
+        return pl.Series(pa.chunked_array(taken, pa.binary(32)).combine_chunks())
+
+    ids = np.empty(len(prefix), np.int64)
+    at = np.flatnonzero(valid)
+    if len(at):
+        ids[at] = dense_ranks(pl.Series(prefix[at]), digests)
+    missing = np.flatnonzero(~valid)
+    ids[missing] = (int(ids[at].max()) + 1 if len(at) else 0) + np.arange(len(missing))
+    return ids
+
+
+def staged_keys(
+    engine: Engine,
+    storage: RunStorage,
+    job: DatasetKeys,
+    slices: Sequence[KeySlice],
+    engine_settings: EngineSettings,
+) -> RowKeys:
+    """Stage every slice's row keys on ``engine`` and give the matching what it reads of
+    them (:class:`~pipeline.dedupe.row_keys.RowKeys`), for the rows of ``slices`` in
+    order."""
+    engine.map(key_step(job), slices)
+    sizes = np.array([s.rows for s in slices], np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    stem = storage.row_keys_stem(_STEM)
+    staged = [storage.staged_table(s.shard, stem) for s in slices]
+    settings = job.settings
+    key = job.key()
+    normalisation = Normalisation.from_settings(settings)
+
+    def column(name: str) -> list[pa.Array]:
+        return [c for t in staged if t.num_rows for c in t[name].chunks]
+
+    def located(rows: I64) -> list[tuple[int, I64, I64]]:
+        """(slice, the rows' places in it, their places in ``rows``) of each slice hit."""
+        which = np.searchsorted(starts, rows, side="right") - 1
+        return [
+            (int(i), rows[which == i] - starts[i], np.flatnonzero(which == i))
+            for i in np.unique(which)
+        ]
+
+    def signatures(rows: I64) -> npt.NDArray[np.uint32]:
+        out = np.empty((settings.permutations, len(rows)), np.uint32)
+        for i, local, place in located(rows):
+            values = staged[i][SIGNATURE].take(pa.array(local)).combine_chunks()
+            out[:, place] = values.flatten().to_numpy().reshape(len(local), -1).T
+        return out
+
+    def texts(rows: I64) -> pl.Series:
+        parts, order = [], []
+        for i, local, place in located(rows):
+            parts.append(_slice_frame(job, slices[i])[local])
+            order.append(place)
+        frame = pl.concat(parts) if parts else pl.DataFrame(schema=job.layout)
+        back = np.empty(len(rows), np.int64)  # frame row of each of ``rows``
+        if order:
+            back[np.concatenate(order)] = np.arange(len(rows))
+        return frame[back].select(text_columns(key, normalisation)).to_series()
+
+    def candidates(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64]:
+        search = NearSearch(
+            engine,
+            storage,
+            _STEM,
+            tuple((s.shard, s.rows) for s in slices),
+            LshParams.from_settings(settings),
+            engine_settings.resolved_workers(),
+            engine_settings.partitions,
+        )
+        return search.candidates(np.ones(int(starts[-1]), np.bool_), groups, text_rows, text_rank)
+
+    normalised = None
+    if settings.normalised:
+        normalised = pl.Series(NORMALISED, _digest_ranks(column(NORMALISED)))
+    return RowKeys(
+        normalised,
+        candidates if settings.near else None,
+        signatures if settings.near else None,
+        texts,
+        _digest_ranks(column(EXACT)) if job.exact else None,
+    )

@@ -1,0 +1,171 @@
+"""``rowgate dedupe`` with its row keys staged on the engine, slice by slice: the same
+output files, byte for byte, as the decision over every row's key texts in one process."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import numpy as np
+import orjson
+import polars as pl
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.dedupe.table import _dense_ids
+from pipeline.jobs import dedupe as job
+from pipeline.jobs.dataset_keys import _digest_ranks
+from pipeline.testing.corpus import duplicate_corpus
+from tests.dedupe_helpers import write_lines
+
+runner = CliRunner()
+
+
+def _digests(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())}
+
+
+def _dedupe(args: list[str], out: Path) -> dict[str, str]:
+    result = runner.invoke(app, ["dedupe", *args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return _digests(out)
+
+
+@pytest.fixture(scope="module")
+def column_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two files of a text column and an id column (one Int64, one UInt64: their common
+    type is Int128), with planted exact, normalised and near duplicates, null texts, an
+    extra column in one file, and row groups of 40 rows."""
+    root = tmp_path_factory.mktemp("columns")
+    rng = random.Random(3)
+    texts: list[str | None] = []
+    for row in duplicate_corpus(600, seed=11, duplicate_rate=0.4):
+        record = orjson.loads(row.line)
+        turns = [m.get("content", "") for m in record.get("messages") or [] if isinstance(m, dict)]
+        texts.append(
+            None if rng.random() < 0.05 else "\n".join([*turns, str(record.get("response_a"))])
+        )
+    ids = [rng.randint(0, 40) for _ in texts]
+    pl.DataFrame(
+        {"q": texts[:300], "id": pl.Series(ids[:300], dtype=pl.Int64), "extra": range(300)}
+    ).write_parquet(root / "a.parquet", row_group_size=40)
+    pl.DataFrame({"q": texts[300:], "id": pl.Series(ids[300:], dtype=pl.UInt64)}).write_parquet(
+        root / "b.parquet", row_group_size=40
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def undeduped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run's accepted pairwise rows, with its dedupe off (so they hold duplicates)."""
+    root = tmp_path_factory.mktemp("run")
+    write_lines(root / "in.jsonl", list(duplicate_corpus(500, seed=12, duplicate_rate=0.4)))
+    config = root / "c.toml"
+    config.write_text(
+        f'[[inputs]]\npath = "{root / "in.jsonl"}"\nkind = "pairwise-v2"\n\n'
+        "[dedupe]\nenabled = false\n\n[engine]\nworkers = 1\n"
+    )
+    result = runner.invoke(app, ["run", "--config", str(config), "--out", str(root / "out")])
+    assert result.exit_code == 0, result.output
+    return root / "out" / "accepted"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["{columns}/a.parquet", "{columns}/b.parquet", "--text", "q", "--key", "id"],
+        ["{columns}", "--text", "q", "--no-normalised"],
+        ["{columns}", "--text", "q", "--no-normalised", "--no-near"],
+        ["--split", "train={columns}/a.parquet", "--split", "eval={columns}/b.parquet",
+         "--protect", "eval", "--text", "q", "--survivor", "last"],
+        ["{run}", "--kind", "pairwise-v2"],
+        ["{run}", "--no-near"],
+    ],
+)  # fmt: skip
+def test_staged_row_keys_decide_as_the_key_texts_do(
+    args: list[str],
+    column_dataset: Path,
+    undeduped_run: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every output file is byte-identical to the reference decision's (every row's key
+    texts in one frame), with a slice per row group (so many shards, two workers and
+    several partitions), with duplicates found by the staged keys' rules."""
+    given = [a.format(columns=column_dataset, run=undeduped_run) for a in args]
+    monkeypatch.setattr(job, "KEY_SLICE_BYTES", 1)  # a slice per row group
+    staged = _dedupe(given, tmp_path / "staged")
+    with monkeypatch.context() as m:
+        m.setattr(job, "_stages_row_keys", lambda *given: False)
+        reference = _dedupe(given, tmp_path / "reference")
+    assert staged == reference
+    duplicates = pl.read_parquet(tmp_path / "staged" / "duplicates.parquet")
+    assert duplicates.height > 20
+    if "--no-near" not in given:  # found by the staged keys
+        assert set(duplicates["_dedupe_rule"]) - {"exact"}
+
+
+def test_the_decision_reads_no_key_text(
+    column_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the row keys staged, the one process that decides never reads a key column:
+    it holds ranks of digests and reads back only the near candidates' texts."""
+    reads: list[list[str]] = []
+    original = job._read
+
+    def recording(files, schemas, columns):  # type: ignore[no-untyped-def]
+        reads.append(list(columns))
+        return original(files, schemas, columns)
+
+    monkeypatch.setattr(job, "_read", recording)
+    _dedupe([str(column_dataset), "--text", "q", "--key", "id"], tmp_path / "o")
+    assert reads == [[]]  # the rows counted, and their lineage made: no column read
+    monkeypatch.setattr(job, "_stages_row_keys", lambda *given: False)
+    reads.clear()
+    _dedupe([str(column_dataset), "--text", "q", "--key", "id"], tmp_path / "r")
+    assert reads == [["q", "id"]]  # the reference reads them: the check can fail
+
+
+def test_a_slice_that_cannot_be_compared_is_named_from_its_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key column that is no text fails in the key task that reads it (two workers):
+    exit 3 naming the column and its type, as when the parent probed it."""
+    pl.DataFrame({"ids": [[1], [2], [1]] * 10}).write_parquet(
+        tmp_path / "f.parquet", row_group_size=5
+    )
+    monkeypatch.setattr(job, "KEY_SLICE_BYTES", 1)
+    result = runner.invoke(
+        app, ["dedupe", str(tmp_path / "f.parquet"), "--key", "ids", "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 3, result.output
+    assert "ids cannot be compared (ids: List(Int64))" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_digest_ranks_are_the_dense_ids_of_the_digests() -> None:
+    """Ranked on 8-byte prefixes over chunks, with nulls and prefixes shared by distinct
+    digests: the ids of :func:`pipeline.dedupe.table._dense_ids` over the digests."""
+    rng = np.random.default_rng(5)
+    pool = [rng.bytes(32) for _ in range(40)]
+    pool += [pool[0][:8] + rng.bytes(24) for _ in range(5)]  # a shared prefix
+    values = [
+        None if rng.random() < 0.1 else pool[int(rng.integers(len(pool)))] for _ in range(500)
+    ]
+    chunks = [pa.array(values[lo : lo + 70], pa.binary(32)) for lo in range(0, 500, 70)]
+    expected = _dense_ids(pl.DataFrame({"k": pl.Series(values, dtype=pl.Binary)}), pl.col("k"))
+    assert _digest_ranks(chunks).tolist() == expected.tolist()
+
+
+def test_the_workers_do_not_change_the_outputs(
+    column_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One worker (the tasks run in the process) or two: the same bytes."""
+    monkeypatch.setattr(job, "KEY_SLICE_BYTES", 1)
+    given = [str(column_dataset), "--text", "q"]
+    one = _dedupe([*given, "--workers", "1"], tmp_path / "one")
+    two = _dedupe([*given, "--workers", "2"], tmp_path / "two")
+    assert one == two
