@@ -7,6 +7,7 @@ One private local Ray (``num_cpus=2``) serves the module; each engine built in i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -441,3 +442,28 @@ def test_a_stopped_driver_leaves_no_ray_process_and_no_out(tmp_path: Path, signu
     if signum == signal.SIGTERM:
         assert returncode == 143, (tmp_path / "stderr").read_text()
         assert not list(tmp_path.glob(".out.rowgate-tmp-*"))
+
+
+def test_rowgate_dedupe_on_ray_writes_what_the_local_engine_writes(
+    tmp_path: Path, generated: CampaignConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rowgate dedupe``'s key tasks and near candidates as Ray tasks (the config's
+    ``[engine]``): the same bytes as on the local engine."""
+    from pipeline.core.config import DedupeSettings, EngineSettings
+    from pipeline.jobs import dedupe as dedupe_job
+
+    run = run_module.run(generated.override(**{"dedupe.enabled": False}), tmp_path / "run")
+    assert run.manifest["counts"]["by_disposition"]["accepted"] > 500
+    monkeypatch.setattr(dedupe_job, "KEY_SLICE_BYTES", 1)  # a slice per row group
+    inputs = [dedupe_job.DatasetInput(str(tmp_path / "run" / "accepted" / "pairwise-v2"))]
+    settings = DedupeSettings(normalised=True, near=True)
+    outputs = {}
+    for name, engine in (
+        ("local", EngineSettings()),
+        ("ray", EngineSettings(name="ray", workers=2, partitions=7)),
+    ):
+        dedupe_job.dedupe_dataset(inputs, tmp_path / name, settings, engine=engine)
+        outputs[name] = {p.name: p.read_bytes() for p in sorted((tmp_path / name).iterdir())}
+    assert outputs["ray"] == outputs["local"]
+    rules = json.loads(outputs["local"]["summary.json"])["dedupe"]["by_rule"]
+    assert min(rules["exact"], rules["normalised"], rules["near"]) > 0
