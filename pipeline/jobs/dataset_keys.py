@@ -51,8 +51,13 @@ I64 = npt.NDArray[np.int64]
 
 #: about how many bytes of one input (decoded) a key task reads: whole row groups
 KEY_SLICE_BYTES: Final = 64 << 20
-#: the SHA-256 of a row's raw key (exact duplicates, where no fingerprint stands for it)
+#: the exact key's digest: the SHA-256 of a row's raw key (where no fingerprint stands for
+#: it), or its content fingerprint's 32 bytes
 EXACT: Final = "_exact_sha256"
+#: the lineage a row keeps when its input has it (else its file and 1-based row number)
+LINEAGE: Final = ("_source", "_line", "_record_sha256")
+_LINEAGE_TYPES: Final = {"_source": pl.String, "_line": pl.Int64, "_record_sha256": pl.String}
+_FINGERPRINT: Final = "_content_sha256"
 #: the staged stem of the row keys (a dataset is of one kind, or of columns)
 _STEM: Final = "dataset"
 
@@ -109,6 +114,8 @@ class KeySlice:
     rows: int
     #: the key columns this input has (the others are null in its rows)
     columns: tuple[str, ...]
+    #: the columns of :data:`LINEAGE` this input has
+    lineage: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,9 @@ class DatasetKeys:
     key_columns: tuple[str, ...]
     layout: pl.Schema
     settings: DedupeSettings
-    exact: bool
+    #: what the exact digests are: ``"key"`` (the raw key's), ``"fingerprint"`` (every
+    #: row's content fingerprint, 64 lowercase hex digits) or ``None`` (none staged)
+    exact: str | None
     #: whether the key fields are probed (columns named on the command line; a kind's
     #: key reads rowgate output, whose types its schema fixed)
     probe: bool
@@ -142,16 +151,21 @@ def _init(job: DatasetKeys) -> DatasetKeys:
     return job
 
 
+def _read_columns(task: KeySlice, columns: Sequence[str]) -> pl.DataFrame:
+    """``columns`` of the slice's rows, as the input holds them."""
+    try:
+        scan = pl.scan_parquet(task.path, glob=False).select(columns)  # a file: no pattern
+        return scan.slice(task.first, task.rows).collect()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise InputError(f"{task.path}: not a readable Parquet file ({exc})") from None
+
+
 def _slice_frame(job: DatasetKeys, task: KeySlice) -> pl.DataFrame:
     """The key columns of the slice's rows, in the layout's columns and types."""
     layout = pl.DataFrame(schema=job.layout)
     if not task.columns:  # an input with none of the key columns: no row has a key
         return layout.clear(task.rows)
-    try:
-        scan = pl.scan_parquet(task.path, glob=False).select(task.columns)  # a file: no pattern
-        part = scan.slice(task.first, task.rows).collect()
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        raise InputError(f"{task.path}: not a readable Parquet file ({exc})") from None
+    part = _read_columns(task, task.columns)
     if part.schema != job.layout:
         try:
             part = pl.concat([layout, part], how="diagonal_relaxed").select(layout.columns)
@@ -171,9 +185,12 @@ def _stage_slice(job: DatasetKeys, task: KeySlice, progress: Progress) -> int:
     if job.settings.normalised or job.settings.near:
         keys = row_keys(frame, key, job.settings)
         columns = dict(zip(keys.schema.names, keys.columns, strict=True))
-    if job.exact:
+    if job.exact == "key":
         raw = frame.select(key_columns(key, None, absent=True)).to_series()
         columns[EXACT] = sha256s(raw.to_arrow())
+    elif job.exact == "fingerprint":  # hex to its bytes: the same order, 32 bytes
+        printed = _read_columns(task, (_FINGERPRINT,))[_FINGERPRINT].str.decode("hex")
+        columns[EXACT] = printed.to_arrow().cast(pa.binary(32))
     job.storage.stage_table(task.shard, job.storage.row_keys_stem(_STEM), pa.table(columns))
     progress(0, frame.height)
     return frame.height
@@ -217,6 +234,23 @@ def _digest_ranks(chunks: list[pa.Array]) -> I64:
     return ids
 
 
+def _lineage(task: KeySlice, local: I64) -> pl.DataFrame:
+    """:data:`LINEAGE` of some of the slice's rows (``local``: their places in it): the
+    input's own, else its path and the rows' 1-based numbers (no record digest)."""
+    found = _read_columns(task, task.lineage)[local] if task.lineage else pl.DataFrame()
+    lines = pl.Series("_line", task.first + local + 1, pl.Int64)
+    return pl.DataFrame(
+        {
+            "_source": found["_source"] if "_source" in found else [task.path] * len(local),
+            "_line": found["_line"].cast(pl.Int64) if "_line" in found else lines,
+            "_record_sha256": found["_record_sha256"].cast(pl.String)
+            if "_record_sha256" in found
+            else pl.Series([None] * len(local), dtype=pl.String),
+        },
+        schema=_LINEAGE_TYPES,
+    )
+
+
 def staged_keys(
     engine: Engine,
     storage: RunStorage,
@@ -254,16 +288,20 @@ def staged_keys(
             out[:, place] = values.flatten().to_numpy().reshape(len(local), -1).T
         return out
 
+    def lineage(rows: I64) -> pl.DataFrame:
+        parts, order = [], []
+        for i, local, place in located(rows):
+            parts.append(_lineage(slices[i], local))
+            order.append(place)
+        return _in_order(parts, order, len(rows), pl.DataFrame(schema=_LINEAGE_TYPES))
+
     def texts(rows: I64) -> pl.Series:
         parts, order = [], []
         for i, local, place in located(rows):
             parts.append(_slice_frame(job, slices[i])[local])
             order.append(place)
-        frame = pl.concat(parts) if parts else pl.DataFrame(schema=job.layout)
-        back = np.empty(len(rows), np.int64)  # frame row of each of ``rows``
-        if order:
-            back[np.concatenate(order)] = np.arange(len(rows))
-        return frame[back].select(text_columns(key, normalisation)).to_series()
+        frame = _in_order(parts, order, len(rows), pl.DataFrame(schema=job.layout))
+        return frame.select(text_columns(key, normalisation)).to_series()
 
     def candidates(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64]:
         search = NearSearch(
@@ -286,4 +324,17 @@ def staged_keys(
         signatures if settings.near else None,
         texts,
         _digest_ranks(column(EXACT)) if job.exact else None,
+        lineage,
     )
+
+
+def _in_order(
+    parts: list[pl.DataFrame], order: list[I64], n: int, empty: pl.DataFrame
+) -> pl.DataFrame:
+    """The rows of ``parts`` (each the rows of one slice, at places ``order`` of the
+    ``n`` rows asked for) in the order asked for."""
+    if not parts:
+        return empty
+    back = np.empty(n, np.int64)  # the concatenated row of each row asked for
+    back[np.concatenate(order)] = np.arange(n)
+    return pl.concat(parts)[back]

@@ -14,17 +14,17 @@ The order key is (input path as given, sorted; row); rows keep ``_source``/``_li
 the dataset is rowgate output, else they get the file path and 1-based row number.
 ``OUT`` appears atomically, as a run's output does.
 
-Memory: the decision reads only the columns it needs of every row (lineage, the
-fingerprint, the survivor and split-group fields: ~0.2 KB a row of a rowgate export
-instead of the whole row). When a rule reads key texts (normalised or near), the key
-columns are read a slice at a time by the engine's workers, which stage each row's keys
+Memory: the decision reads only the columns it needs of every row. When a rule reads the
+key columns (normalised, near, or exact on inputs without a fingerprint column), they are
+read a slice at a time by the engine's workers, which stage each row's keys
 (:mod:`pipeline.jobs.dataset_keys`, as the gate does for a run); the decision holds ranks
-of their digests and finds near candidates partition by partition, and never holds the
-key texts; so does exact dedupe on inputs without a fingerprint column (``--text`` or
-``--key`` columns). The rows themselves are then copied to
+of their digests, finds near candidates partition by partition, and reads back only the
+candidates' texts and the lineage of the rows pointers name: ~30-50 bytes a row, plus
+the survivor and split-group fields. Otherwise (exact dedupe on fingerprints) it reads
+lineage and the fingerprint, ~0.2 KB a row. The rows themselves are then copied to
 ``kept.parquet`` and ``duplicates.parquet`` a slice of a file at a time
-(:data:`_WRITE_BYTES`, whole row groups). The decision's columns of every row are still
-held in one process: partitioning the decision is the scale issue's (docs/scale.md).
+(:data:`_WRITE_BYTES`, whole row groups). Partitioning the decision itself is the scale
+issue's (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -223,6 +223,8 @@ def _rows(
     schema: pl.Schema,
     columns: Sequence[str] | None,
     rows: tuple[int, int] | None = None,
+    *,
+    lineage: bool = True,
 ) -> pl.DataFrame:
     """One input's rows (``rows``: the slice (first, count) of them, else all), with
     ``columns`` (else all), its lineage (its own, else the file's path and 1-based row
@@ -242,24 +244,32 @@ def _rows(
             frame = pl.DataFrame({_PLACEHOLDER: np.zeros(max(height, 0), np.int8)})
     except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as exc:
         raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
-    lineage: dict[str, pl.Expr] = {}
+    if not lineage:
+        return frame.drop(_PLACEHOLDER, strict=False)
+    made: dict[str, pl.Expr] = {}
     if "_source" not in schema:
-        lineage = {
+        made = {
             "_source": pl.lit(item.path),
             "_line": pl.int_range(first + 1, first + frame.height + 1, dtype=pl.Int64),
         }
     if "_record_sha256" not in schema:
-        lineage["_record_sha256"] = pl.lit(None, pl.String)
-    return frame.with_columns(**lineage).drop(_PLACEHOLDER, strict=False)
+        made["_record_sha256"] = pl.lit(None, pl.String)
+    return frame.with_columns(**made).drop(_PLACEHOLDER, strict=False)
 
 
 def _read(
-    files: list[DatasetInput], schemas: list[pl.Schema], columns: Sequence[str]
+    files: list[DatasetInput],
+    schemas: list[pl.Schema],
+    columns: Sequence[str],
+    *,
+    lineage: bool = True,
 ) -> tuple[pl.DataFrame, list[int]]:
-    """The ``columns`` the decision reads of every row, with lineage and ``_split``, and
-    each input's number of rows."""
+    """The ``columns`` the decision reads of every row, with ``_split`` and (unless not
+    ``lineage``) lineage, and each input's number of rows."""
     frames = [
-        _rows(item, schema, columns).with_columns(_split=pl.lit(item.split, pl.String))
+        _rows(item, schema, columns, lineage=lineage).with_columns(
+            _split=pl.lit(item.split, pl.String)
+        )
         for item, schema in zip(files, schemas, strict=True)
     ]
     try:
@@ -401,6 +411,53 @@ def _slices(path: str, nbytes: int) -> list[tuple[int, int]]:
     return slices
 
 
+def _decide(
+    tmp: Path,
+    files: list[DatasetInput],
+    schemas: list[pl.Schema],
+    settings: DedupeSettings,
+    keyed: tuple[str, DedupeKey | None, bool, tuple[tuple[str, ...], tuple[str, ...]]],
+    engine: EngineSettings,
+) -> tuple[DedupeOutcome, list[int]]:
+    """The decision, and each input's rows. ``keyed``: the kind's name, its key, whether
+    the fingerprint may stand for it, and the ``--text`` and ``--key`` columns. Where a
+    rule reads the key columns, their row keys are staged under ``tmp`` (deleted after)
+    and the decision's frame holds neither the key texts nor lineage (read for the rows
+    a pointer names)."""
+    name, key, fingerprint, (text_columns, key_columns) = keyed
+    printed = fingerprint and all("_content_sha256" in schema for schema in schemas)
+    staged = key is not None and _stages_row_keys(settings, printed)
+    exact = _exact_digests(files, settings, printed) if staged else None
+    columns = _columns_read(schemas, key, settings, name, fingerprint, texts=not staged)
+    if staged:  # only the survivor and split-group fields, and fingerprints if ranked here
+        held = required_columns(key, settings, name, texts=False)
+        printed_here = settings.exact and printed and exact is None
+        columns = [c for c in columns if c in held or (printed_here and c == "_content_sha256")]
+    frame, counts = _read(files, schemas, columns, lineage=not staged)
+    if not staged and key is not None and _needs_key_columns(frame, key):  # rare
+        frame, counts = _read(files, schemas, [*columns, *key.columns])
+    # a kind's key reads rowgate output, whose types its schema fixed: only columns named
+    # on the command line are probed (a probe is one more pass over each key column; the
+    # key tasks probe their slices when the key columns are not read here)
+    check_comparable(frame, None if fingerprint or staged else key, settings.survivor_rule(name))
+    if not staged:
+        return dedupe_table(frame, key, settings, name), counts
+    assert key is not None
+    job = DatasetKeys(
+        RunStorage(tmp),
+        name,
+        text_columns,
+        key_columns,
+        _key_layout(schemas, key),
+        settings,
+        exact,
+        probe=not fingerprint,
+    )
+    outcome = _staged_outcome(job, files, schemas, frame, key, name, engine)
+    job.storage.remove_staging()
+    return outcome, counts
+
+
 def _stages_row_keys(settings: DedupeSettings, printed: bool) -> bool:
     """Whether the row keys are staged on the engine (:mod:`pipeline.jobs.dataset_keys`):
     when a rule reads the key columns (normalised, near, or exact on inputs without a
@@ -409,9 +466,44 @@ def _stages_row_keys(settings: DedupeSettings, printed: bool) -> bool:
     return settings.normalised or settings.near or (settings.exact and not printed)
 
 
-def _fingerprinted(frame: pl.DataFrame) -> bool:
-    """Whether every row's content fingerprint stands for its exact key."""
-    return "_content_sha256" in frame.columns and frame["_content_sha256"].null_count() == 0
+def _exact_digests(
+    files: list[DatasetInput], settings: DedupeSettings, printed: bool
+) -> str | None:
+    """What the key tasks stage for the exact rule (:class:`DatasetKeys`): ``"key"``, the
+    raw key's digest, where an input has no fingerprint column or a row none (the
+    fingerprint then stands for no row's key, as in the matching over every row);
+    ``"fingerprint"`` where every row has one of 64 lowercase hex digits; ``None`` when
+    the rule is off, or (foreign data) a fingerprint is of another form: then the
+    decision ranks the fingerprints themselves. The fingerprints are counted in a
+    streaming pass over that one column."""
+    if not settings.exact:
+        return None
+    if not printed:
+        return "key"
+    fingerprint = pl.col("_content_sha256")
+    nulls = malformed = 0
+    for item in files:
+        try:
+            found = (
+                pl.scan_parquet(item.path, glob=False)
+                .select(
+                    nulls=fingerprint.null_count(),
+                    malformed=fingerprint.str.contains("^[0-9a-f]{64}$").not_().sum(),
+                )
+                .collect(engine="streaming")
+            )
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
+        nulls, malformed = nulls + int(found["nulls"][0]), malformed + int(found["malformed"][0])
+    if nulls:
+        return "key"
+    return None if malformed else "fingerprint"
+
+
+def _lineage_of(schema: pl.Schema) -> tuple[str, ...]:
+    """The lineage columns an input's rows keep (as :func:`_rows` reads them)."""
+    own = ("_source", "_line") if "_source" in schema else ()
+    return (*own, *(("_record_sha256",) if "_record_sha256" in schema else ()))
 
 
 def _key_layout(schemas: list[pl.Schema], key: DedupeKey) -> pl.Schema:
@@ -436,7 +528,7 @@ def _staged_outcome(
     """The decision with the row keys staged on the engine, slice by slice
     (:mod:`pipeline.jobs.dataset_keys`): ``frame`` holds no key text."""
     cuts = [
-        (item.path, lo, length, tuple(c for c in key.columns if c in schema))
+        (item.path, lo, length, tuple(c for c in key.columns if c in schema), _lineage_of(schema))
         for item, schema in zip(files, schemas, strict=True)
         for lo, length in _slices(item.path, KEY_SLICE_BYTES)
     ]
@@ -500,36 +592,12 @@ def _dedupe(
     missing = [c for c in needed if c not in available]
     if missing:
         raise InputError(f"dedupe: the inputs have no column {missing[0]!r} ({name})")
-    printed = fingerprint and all("_content_sha256" in schema for schema in schemas)
-    staged = key is not None and _stages_row_keys(settings, printed)
-    columns = _columns_read(schemas, key, settings, name, fingerprint, texts=not staged)
-    frame, counts = _read(files, schemas, columns)
-    if not staged and key is not None and _needs_key_columns(frame, key):  # rare
-        frame, counts = _read(files, schemas, [*columns, *key.columns])
-    listed = _listed(files, counts)
-    # a kind's key reads rowgate output, whose types its schema fixed: only columns named
-    # on the command line are probed (a probe is one more pass over each key column; the
-    # key tasks probe their slices when the key columns are not read here)
-    check_comparable(frame, None if fingerprint or staged else key, rule)
-    rows = frame.height
     with claim.staging() as tmp:
-        if staged:
-            assert key is not None
-            job = DatasetKeys(
-                RunStorage(tmp),
-                name,
-                tuple(text_columns),
-                tuple(key_columns),
-                _key_layout(schemas, key),
-                settings,
-                exact=settings.exact and not _fingerprinted(frame),
-                probe=not fingerprint,
-            )
-            outcome = _staged_outcome(job, files, schemas, frame, key, name, engine)
-            job.storage.remove_staging()
-        else:
-            outcome = dedupe_table(frame, key, settings, name)
-        del frame  # the rows are copied from the inputs, a slice at a time
+        columns = (tuple(text_columns), tuple(key_columns))
+        outcome, counts = _decide(
+            tmp, files, schemas, settings, (name, key, fingerprint, columns), engine
+        )
+        listed, rows = _listed(files, counts), sum(counts)
         kept, duplicates = _write_rows(files, schemas, outcome.removed, tmp)
         if kept + duplicates != rows:
             raise AssertionError("dedupe lost rows")  # conservation; never expected

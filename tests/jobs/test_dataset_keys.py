@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.core.config import DedupeSettings
 from pipeline.dedupe.table import _dense_ids
 from pipeline.jobs import dedupe as job
 from pipeline.jobs.dataset_keys import _digest_ranks
@@ -73,6 +74,32 @@ def undeduped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "out" / "accepted"
 
 
+@pytest.fixture(scope="module")
+def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's rows with fingerprints a dataset may hold: a null one (the exact rule
+    then compares keys) in ``null/``, one in capitals (then it compares the strings as
+    they are) in ``capital/``."""
+    root = tmp_path_factory.mktemp("reprinted")
+    rows = pl.read_parquet(undeduped_run / "pairwise-v2")
+    fingerprint = pl.col("_content_sha256")
+    for name, changed, exact in (
+        ("null", pl.when(pl.int_range(pl.len()) == 7).then(None).otherwise(fingerprint), "key"),
+        (
+            "capital",
+            pl.when(pl.int_range(pl.len()) == 7)
+            .then(fingerprint.str.to_uppercase())
+            .otherwise(fingerprint),
+            None,
+        ),
+    ):
+        path = root / name / "rows.parquet"
+        path.parent.mkdir()
+        rows.with_columns(changed.alias("_content_sha256")).write_parquet(path, row_group_size=100)
+        # the exact rule's groups: of the keys; of the fingerprints as strings, ranked here
+        assert job._exact_digests([job.DatasetInput(str(path))], DedupeSettings(), True) == exact
+    return root
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -83,19 +110,22 @@ def undeduped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "--protect", "eval", "--text", "q", "--survivor", "last"],
         ["{run}", "--kind", "pairwise-v2"],
         ["{run}", "--no-near"],
+        ["{reprinted}/null", "--kind", "pairwise-v2", "--no-near"],
+        ["{reprinted}/capital", "--kind", "pairwise-v2"],
     ],
 )  # fmt: skip
 def test_staged_row_keys_decide_as_the_key_texts_do(
     args: list[str],
     column_dataset: Path,
     undeduped_run: Path,
+    reprinted: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every output file is byte-identical to the reference decision's (every row's key
     texts in one frame), with a slice per row group (so many shards, two workers and
     several partitions), with duplicates found by the staged keys' rules."""
-    given = [a.format(columns=column_dataset, run=undeduped_run) for a in args]
+    given = [a.format(columns=column_dataset, run=undeduped_run, reprinted=reprinted) for a in args]
     monkeypatch.setattr(job, "KEY_SLICE_BYTES", 1)  # a slice per row group
     staged = _dedupe(given, tmp_path / "staged")
     with monkeypatch.context() as m:
@@ -108,21 +138,27 @@ def test_staged_row_keys_decide_as_the_key_texts_do(
         assert set(duplicates["_dedupe_rule"]) - {"exact"}
 
 
-def test_the_decision_reads_no_key_text(
-    column_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_decision_reads_no_key_text_no_lineage_and_no_fingerprint(
+    column_dataset: Path, undeduped_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the row keys staged, the one process that decides never reads a key column:
-    it holds ranks of digests and reads back only the near candidates' texts."""
+    """With the row keys staged, the one process that decides reads no key column, no
+    lineage and no fingerprint of every row: it holds ranks of digests, and reads back
+    the near candidates' texts and the lineage of the rows pointers name."""
     reads: list[list[str]] = []
     original = job._read
 
-    def recording(files, schemas, columns):  # type: ignore[no-untyped-def]
+    def recording(files, schemas, columns, **options):  # type: ignore[no-untyped-def]
         reads.append(list(columns))
-        return original(files, schemas, columns)
+        return original(files, schemas, columns, **options)
 
     monkeypatch.setattr(job, "_read", recording)
     _dedupe([str(column_dataset), "--text", "q", "--key", "id"], tmp_path / "o")
-    assert reads == [[]]  # the rows counted, and their lineage made: no column read
+    assert reads == [[]]  # the rows counted: no column read
+    reads.clear()
+    _dedupe([str(undeduped_run)], tmp_path / "run")
+    assert len(reads) == 1
+    assert not {"messages", "response_a", "_source", "_line", "_record_sha256"} & set(reads[0])
+    assert "_content_sha256" not in reads[0]
     monkeypatch.setattr(job, "_stages_row_keys", lambda *given: False)
     reads.clear()
     _dedupe([str(column_dataset), "--text", "q", "--key", "id"], tmp_path / "r")
