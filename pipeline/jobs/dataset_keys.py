@@ -58,6 +58,8 @@ EXACT: Final = "_exact_sha256"
 LINEAGE: Final = ("_source", "_line", "_record_sha256")
 _LINEAGE_TYPES: Final = {"_source": pl.String, "_line": pl.Int64, "_record_sha256": pl.String}
 _FINGERPRINT: Final = "_content_sha256"
+#: rows whose keys are computed at a time (as the gate's batches: ``engine.batch_lines``)
+_BATCH_ROWS: Final = 4096
 #: the staged stem of the row keys (a dataset is of one kind, or of columns)
 _STEM: Final = "dataset"
 
@@ -179,7 +181,31 @@ def _slice_frame(job: DatasetKeys, task: KeySlice) -> pl.DataFrame:
 
 
 def _stage_slice(job: DatasetKeys, task: KeySlice, progress: Progress) -> int:
+    """Stage the row keys of the slice's rows, :data:`_BATCH_ROWS` at a time (the
+    normalised texts and tokens of a whole slice took ~7 times its bytes)."""
     frame = _slice_frame(job, task)
+    printed = None
+    if job.exact == "fingerprint":  # hex to its bytes: the same order, 32 bytes
+        printed = _read_columns(task, (_FINGERPRINT,))[_FINGERPRINT].str.decode("hex")
+    stem = job.storage.row_keys_stem(_STEM)
+    writer = None
+    try:
+        for lo in range(0, frame.height, _BATCH_ROWS):
+            rows = frame.slice(lo, _BATCH_ROWS)
+            fingerprints = printed.slice(lo, _BATCH_ROWS) if printed is not None else None
+            batch = _batch_keys(job, rows, fingerprints)
+            if writer is None:
+                writer = job.storage.stage_writer(task.shard, stem, batch.schema)
+            writer.write_table(batch)
+            progress(0, rows.height)
+    finally:
+        if writer is not None:
+            writer.close()
+    return frame.height
+
+
+def _batch_keys(job: DatasetKeys, frame: pl.DataFrame, printed: pl.Series | None) -> pa.Table:
+    """The row keys of some rows: those the enabled rules read."""
     key = job.key()
     columns: dict[str, pa.Array] = {}
     if job.settings.normalised or job.settings.near:
@@ -188,12 +214,9 @@ def _stage_slice(job: DatasetKeys, task: KeySlice, progress: Progress) -> int:
     if job.exact == "key":
         raw = frame.select(key_columns(key, None, absent=True)).to_series()
         columns[EXACT] = sha256s(raw.to_arrow())
-    elif job.exact == "fingerprint":  # hex to its bytes: the same order, 32 bytes
-        printed = _read_columns(task, (_FINGERPRINT,))[_FINGERPRINT].str.decode("hex")
+    elif printed is not None:
         columns[EXACT] = printed.to_arrow().cast(pa.binary(32))
-    job.storage.stage_table(task.shard, job.storage.row_keys_stem(_STEM), pa.table(columns))
-    progress(0, frame.height)
-    return frame.height
+    return pa.table(columns)
 
 
 def _prefix(chunk: pa.Array) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
