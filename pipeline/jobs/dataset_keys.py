@@ -2,14 +2,15 @@
 computes a run's, and staged; the decision then reads them instead of every row's key
 texts.
 
-A dataset's inputs are cut into slices of whole row groups (about
-:data:`KEY_SLICE_BYTES` decoded each), each a task: it reads the key columns of its
-rows and stages their row keys (:func:`~pipeline.dedupe.row_keys.row_keys`: the
-normalised key's digest, the MinHash signature of the key text) and, where no content
-fingerprint stands for the exact key, the SHA-256 of the raw key. The parent then holds
-8 bytes a row of each rule's groups, never the texts; the near candidates are found
-partition by partition on the engine (:class:`~pipeline.dedupe.partitions.NearSearch`),
-and only the candidates' texts and signatures are read back for the exact Jaccard check.
+A dataset's inputs are cut into slices of whole row groups (about :data:`KEY_SLICE_BYTES`
+each by the files' metadata), cut again to at most :data:`KEY_SLICE_ROWS` rows; each is a
+task. It reads the key columns of its rows and stages their row keys
+(:func:`~pipeline.dedupe.row_keys.row_keys`: the normalised key's digest, the MinHash
+signature of the key text) and the exact key's digest (the raw key's SHA-256, or the
+content fingerprint's bytes). The parent then holds 8 bytes a row of each rule's groups,
+never the texts; the near candidates are found partition by partition on the engine
+(:class:`~pipeline.dedupe.partitions.NearSearch`), and only the candidates' texts and
+signatures, and the lineage of the rows pointers name, are read back.
 The decisions are those of the matching over the texts themselves
 (:func:`~pipeline.dedupe.table.dedupe_table`): equal digests are equal keys, and a
 signature depends on its own text alone.
@@ -40,6 +41,7 @@ from pipeline.storage import RunStorage
 
 __all__ = [
     "KEY_SLICE_BYTES",
+    "KEY_SLICE_ROWS",
     "DatasetKeys",
     "KeySlice",
     "check_comparable",
@@ -51,6 +53,9 @@ I64 = npt.NDArray[np.int64]
 
 #: about how many bytes of one input (decoded) a key task reads: whole row groups
 KEY_SLICE_BYTES: Final = 64 << 20
+#: ...and at most this many rows: a dictionary-encoded column of repeated texts takes few
+#: bytes in the file's metadata and many once decoded (a slice then cuts a row group)
+KEY_SLICE_ROWS: Final = 1 << 16
 #: the exact key's digest: the SHA-256 of a row's raw key (where no fingerprint stands for
 #: it), or its content fingerprint's 32 bytes
 EXACT: Final = "_exact_sha256"
@@ -284,11 +289,14 @@ def staged_keys(
     """Stage every slice's row keys on ``engine`` and give the matching what it reads of
     them (:class:`~pipeline.dedupe.row_keys.RowKeys`), for the rows of ``slices`` in
     order."""
-    engine.map(key_step(job), slices)
+    counted = engine.map(key_step(job), slices)
     sizes = np.array([s.rows for s in slices], np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     stem = storage.row_keys_stem(_STEM)
     staged = [storage.staged_table(s.shard, stem) for s in slices]
+    for task, rows, table in zip(slices, counted, staged, strict=True):
+        if not rows == table.num_rows == task.rows:  # the arrays below line up by position
+            raise InputError(f"{task.path}: rows {task.first}+{task.rows} read as {rows} rows")
     settings = job.settings
     key = job.key()
     normalisation = Normalisation.from_settings(settings)

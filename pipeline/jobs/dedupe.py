@@ -57,6 +57,7 @@ from pipeline.engines import get_engine
 from pipeline.gate.reader import JSONL_SUFFIXES, InputError, refuse_same_files
 from pipeline.jobs.dataset_keys import (
     KEY_SLICE_BYTES,
+    KEY_SLICE_ROWS,
     DatasetKeys,
     KeySlice,
     check_comparable,
@@ -193,7 +194,7 @@ def _schema(item: DatasetInput) -> pl.Schema:
     """One input's columns, as polars reads them, checked for the columns dedupe writes
     itself (its bookkeeping, its lineage pair)."""
     try:
-        schema = pl.read_parquet_schema(item.path)
+        schema = pl.scan_parquet(item.path, glob=False).collect_schema()  # a file: no pattern
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
     reserved = [c for c in _RESERVED_COLUMNS if c in schema]
@@ -500,6 +501,16 @@ def _exact_digests(
     return None if malformed else "fingerprint"
 
 
+def _key_slices(path: str) -> list[tuple[int, int]]:
+    """(first row, rows) of one input's key tasks: whole row groups of about
+    :data:`KEY_SLICE_BYTES`, cut to at most :data:`KEY_SLICE_ROWS` rows each."""
+    return [
+        (first, min(KEY_SLICE_ROWS, lo + length - first))
+        for lo, length in _slices(path, KEY_SLICE_BYTES)
+        for first in range(lo, lo + length, KEY_SLICE_ROWS)
+    ]
+
+
 def _lineage_of(schema: pl.Schema) -> tuple[str, ...]:
     """The lineage columns an input's rows keep (as :func:`_rows` reads them)."""
     own = ("_source", "_line") if "_source" in schema else ()
@@ -530,7 +541,7 @@ def _staged_outcome(
     cuts = [
         (item.path, lo, length, tuple(c for c in key.columns if c in schema), _lineage_of(schema))
         for item, schema in zip(files, schemas, strict=True)
-        for lo, length in _slices(item.path, KEY_SLICE_BYTES)
+        for lo, length in _key_slices(item.path)
     ]
     slices = [KeySlice(shard, *cut) for shard, cut in enumerate(cuts)]
     with get_engine(engine_settings.name).from_settings(engine_settings, len(slices)) as engine:
@@ -588,6 +599,12 @@ def _dedupe(
     rule = settings.survivor_rule(name)
     if ":" in rule:
         needed.append(rule.split(":", 1)[1].split(".", 1)[0])
+    stale = [c for c in needed if c in (*_OUTPUT_COLUMNS, "_dedupe_reason")]
+    if stale:
+        raise InputError(
+            f"dedupe: {stale[0]!r} is an earlier dedupe's verdict, which this one replaces: "
+            "it cannot be a key or survivor column"
+        )
     available = {c for schema in schemas for c in schema}
     missing = [c for c in needed if c not in available]
     if missing:

@@ -123,10 +123,11 @@ def test_staged_row_keys_decide_as_the_key_texts_do(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every output file is byte-identical to the reference decision's (every row's key
-    texts in one frame), with a slice per row group (so many shards, two workers and
-    several partitions), with duplicates found by the staged keys' rules."""
+    texts in one frame), with slices of 17 rows cut from row groups of 40 or 100 (so
+    many shards, two workers and several partitions), with duplicates found by the staged keys' rules."""
     given = [a.format(columns=column_dataset, run=undeduped_run, reprinted=reprinted) for a in args]
-    monkeypatch.setattr(job, "KEY_SLICE_BYTES", 1)  # a slice per row group
+    monkeypatch.setattr(job, "KEY_SLICE_BYTES", 1)  # a slice per row group...
+    monkeypatch.setattr(job, "KEY_SLICE_ROWS", 17)  # ...cut in pieces of 17 rows
     staged = _dedupe(given, tmp_path / "staged")
     with monkeypatch.context() as m:
         m.setattr(job, "_stages_row_keys", lambda *given: False)
@@ -205,3 +206,39 @@ def test_the_workers_do_not_change_the_outputs(
     one = _dedupe([*given, "--workers", "1"], tmp_path / "one")
     two = _dedupe([*given, "--workers", "2"], tmp_path / "two")
     assert one == two
+
+
+def test_an_earlier_verdict_is_no_key(tmp_path: Path) -> None:
+    """An earlier dedupe's verdict columns are replaced by this one's, so none can be a
+    key: exit 3 naming it (a key task read it as data, which the write then dropped)."""
+    pl.DataFrame({"q": ["a", "a", "b"], "_dedupe_rule": ["exact", "exact", None]}).write_parquet(
+        tmp_path / "f.parquet"
+    )
+    args = [
+        "dedupe",
+        str(tmp_path / "f.parquet"),
+        "--key",
+        "_dedupe_rule",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 3, result.output
+    assert "'_dedupe_rule' is an earlier dedupe's verdict" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_path_with_pattern_characters_is_a_file(column_dataset: Path, tmp_path: Path) -> None:
+    """``[``, ``*`` and ``?`` in an input's path are its name, never a pattern (reading
+    its schema took it for one: "no such file")."""
+    odd = tmp_path / "we[ir]d*?"
+    odd.mkdir()
+    (odd / "a.parquet").write_bytes((column_dataset / "a.parquet").read_bytes())
+    _dedupe([str(odd / "a.parquet"), "--text", "q"], tmp_path / "odd")
+    _dedupe([str(column_dataset / "a.parquet"), "--text", "q"], tmp_path / "plain")
+    for name in ("kept.parquet", "duplicates.parquet"):
+        found = pl.read_parquet(tmp_path / "odd" / name)
+        assert set(found["_source"]) == {str(odd / "a.parquet")}
+        paths = ["_source", "_duplicate_of"]  # both name the file
+        plain = pl.read_parquet(tmp_path / "plain" / name)
+        assert found.drop(paths, strict=False).equals(plain.drop(paths, strict=False))
