@@ -44,6 +44,7 @@ __all__ = [
     "KEY_SLICE_ROWS",
     "DatasetKeys",
     "KeySlice",
+    "KeyTask",
     "check_comparable",
     "resolved_key",
     "staged_keys",
@@ -112,10 +113,8 @@ def check_comparable(frame: pl.DataFrame, key: DedupeKey | None, rule: str) -> N
 
 @dataclass(frozen=True)
 class KeySlice:
-    """One task: rows [first, first + rows) of the input at ``path``, staged as shard
-    ``shard``."""
+    """Rows [first, first + rows) of the input at ``path``."""
 
-    shard: int
     path: str
     first: int
     rows: int
@@ -123,6 +122,34 @@ class KeySlice:
     columns: tuple[str, ...]
     #: the columns of :data:`LINEAGE` this input has
     lineage: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KeyTask:
+    """One task: consecutive slices (many small files make one task: a task each cost
+    ~10 ms), staged together as shard ``shard``."""
+
+    shard: int
+    pieces: tuple[KeySlice, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(piece.rows for piece in self.pieces)
+
+    def located(self, local: I64) -> list[tuple[KeySlice, I64, I64]]:
+        """(slice, the rows' places in it, their places in ``local``) of each slice that
+        holds some of the task's rows ``local``."""
+        starts = np.cumsum([0, *(piece.rows for piece in self.pieces)])
+        return [(self.pieces[i], at, place) for i, at, place in _located(starts, local)]
+
+
+def _located(starts: I64, rows: I64) -> list[tuple[int, I64, I64]]:
+    """(part, the rows' places in it, their places in ``rows``) of each part that holds
+    some of ``rows`` (part ``i`` holds [starts[i], starts[i + 1]))."""
+    which = np.searchsorted(starts, rows, side="right") - 1
+    return [
+        (int(i), rows[which == i] - starts[i], np.flatnonzero(which == i)) for i in np.unique(which)
+    ]
 
 
 @dataclass(frozen=True)
@@ -149,8 +176,8 @@ class DatasetKeys:
         return resolved_key(self.kind, self.text_columns, self.key_columns)
 
 
-def key_step(job: DatasetKeys) -> Step[DatasetKeys, KeySlice, int]:
-    """The step whose task stages one slice's row keys (returns its rows)."""
+def key_step(job: DatasetKeys) -> Step[DatasetKeys, KeyTask, int]:
+    """The step whose task stages its slices' row keys (returns their rows)."""
     return Step(_init, (job,), _stage_slice)
 
 
@@ -185,13 +212,15 @@ def _slice_frame(job: DatasetKeys, task: KeySlice) -> pl.DataFrame:
     return part
 
 
-def _stage_slice(job: DatasetKeys, task: KeySlice, progress: Progress) -> int:
-    """Stage the row keys of the slice's rows, :data:`_BATCH_ROWS` at a time (the
+def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
+    """Stage the row keys of the task's rows, :data:`_BATCH_ROWS` at a time (the
     normalised texts and tokens of a whole slice took ~7 times its bytes)."""
-    frame = _slice_frame(job, task)
+    frame = pl.concat([_slice_frame(job, piece) for piece in task.pieces])
     printed = None
     if job.exact == "fingerprint":  # hex to its bytes: the same order, 32 bytes
-        printed = _read_columns(task, (_FINGERPRINT,))[_FINGERPRINT].str.decode("hex")
+        printed = pl.concat(
+            [_read_columns(piece, (_FINGERPRINT,))[_FINGERPRINT] for piece in task.pieces]
+        ).str.decode("hex")
     stem = job.storage.row_keys_stem(_STEM)
     writer = None
     try:
@@ -283,20 +312,22 @@ def staged_keys(
     engine: Engine,
     storage: RunStorage,
     job: DatasetKeys,
-    slices: Sequence[KeySlice],
+    tasks: Sequence[KeyTask],
     engine_settings: EngineSettings,
 ) -> RowKeys:
-    """Stage every slice's row keys on ``engine`` and give the matching what it reads of
-    them (:class:`~pipeline.dedupe.row_keys.RowKeys`), for the rows of ``slices`` in
+    """Stage every task's row keys on ``engine`` and give the matching what it reads of
+    them (:class:`~pipeline.dedupe.row_keys.RowKeys`), for the rows of ``tasks`` in
     order."""
-    counted = engine.map(key_step(job), slices)
-    sizes = np.array([s.rows for s in slices], np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
+    counted = engine.map(key_step(job), tasks)
+    starts = np.cumsum([0, *(task.rows for task in tasks)])
     stem = storage.row_keys_stem(_STEM)
-    staged = [storage.staged_table(s.shard, stem) for s in slices]
-    for task, rows, table in zip(slices, counted, staged, strict=True):
+    staged = [storage.staged_table(task.shard, stem) for task in tasks]
+    for task, rows, table in zip(tasks, counted, staged, strict=True):
         if not rows == table.num_rows == task.rows:  # the arrays below line up by position
-            raise InputError(f"{task.path}: rows {task.first}+{task.rows} read as {rows} rows")
+            first = task.pieces[0]
+            raise InputError(
+                f"{first.path}: rows from {first.first} read as {rows}, not {task.rows}"
+            )
     settings = job.settings
     key = job.key()
     normalisation = Normalisation.from_settings(settings)
@@ -304,32 +335,32 @@ def staged_keys(
     def column(name: str) -> list[pa.Array]:
         return [c for t in staged if t.num_rows for c in t[name].chunks]
 
-    def located(rows: I64) -> list[tuple[int, I64, I64]]:
+    def pieces(rows: I64) -> list[tuple[KeySlice, I64, I64]]:
         """(slice, the rows' places in it, their places in ``rows``) of each slice hit."""
-        which = np.searchsorted(starts, rows, side="right") - 1
         return [
-            (int(i), rows[which == i] - starts[i], np.flatnonzero(which == i))
-            for i in np.unique(which)
+            (piece, at, place[inner])
+            for i, local, place in _located(starts, rows)
+            for piece, at, inner in tasks[i].located(local)
         ]
 
     def signatures(rows: I64) -> npt.NDArray[np.uint32]:
         out = np.empty((settings.permutations, len(rows)), np.uint32)
-        for i, local, place in located(rows):
+        for i, local, place in _located(starts, rows):
             values = staged[i][SIGNATURE].take(pa.array(local)).combine_chunks()
             out[:, place] = values.flatten().to_numpy().reshape(len(local), -1).T
         return out
 
     def lineage(rows: I64) -> pl.DataFrame:
         parts, order = [], []
-        for i, local, place in located(rows):
-            parts.append(_lineage(slices[i], local))
+        for piece, local, place in pieces(rows):
+            parts.append(_lineage(piece, local))
             order.append(place)
         return _in_order(parts, order, len(rows), pl.DataFrame(schema=_LINEAGE_TYPES))
 
     def texts(rows: I64) -> pl.Series:
         parts, order = [], []
-        for i, local, place in located(rows):
-            parts.append(_slice_frame(job, slices[i])[local])
+        for piece, local, place in pieces(rows):
+            parts.append(_slice_frame(job, piece)[local])
             order.append(place)
         frame = _in_order(parts, order, len(rows), pl.DataFrame(schema=job.layout))
         return frame.select(text_columns(key, normalisation)).to_series()
@@ -339,7 +370,7 @@ def staged_keys(
             engine,
             storage,
             _STEM,
-            tuple((s.shard, s.rows) for s in slices),
+            tuple((task.shard, task.rows) for task in tasks),
             LshParams.from_settings(settings),
             engine_settings.resolved_workers(),
             engine_settings.partitions,

@@ -60,6 +60,7 @@ from pipeline.jobs.dataset_keys import (
     KEY_SLICE_ROWS,
     DatasetKeys,
     KeySlice,
+    KeyTask,
     check_comparable,
     resolved_key,
     staged_keys,
@@ -355,7 +356,7 @@ def _write_rows(
     with kept_out, duplicates_out, ThreadPoolExecutor(1) as writer:
         for item, schema in zip(files, schemas, strict=True):
             size = 0
-            for lo, length in _slices(item.path, _WRITE_BYTES):
+            for lo, length, _ in _slices(item.path, _WRITE_BYTES):
                 part = _rows(item, schema, None, (lo, length))
                 if part.schema != layout.schema:  # another input's columns, or wider types
                     try:
@@ -392,23 +393,23 @@ def _write_slice(
     kept_out.write_table(kept.to_arrow())
 
 
-def _slices(path: str, nbytes: int) -> list[tuple[int, int]]:
-    """(first row, rows) of one input's slices: consecutive whole row groups of about
-    ``nbytes`` decoded (a larger group alone), so that no group is read twice."""
+def _slices(path: str, nbytes: int) -> list[tuple[int, int, int]]:
+    """(first row, rows, bytes) of one input's slices: consecutive whole row groups of
+    about ``nbytes`` decoded (a larger group alone), so that no group is read twice."""
     try:
         metadata = pq.read_metadata(path)
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
-    slices: list[tuple[int, int]] = []
+    slices: list[tuple[int, int, int]] = []
     start = rows = size = 0
     for i in range(metadata.num_row_groups):
         group = metadata.row_group(i)
         if rows and size + group.total_byte_size > nbytes:
-            slices.append((start, rows))
+            slices.append((start, rows, size))
             start, rows, size = start + rows, 0, 0
         rows, size = rows + group.num_rows, size + group.total_byte_size
     if rows:
-        slices.append((start, rows))
+        slices.append((start, rows, size))
     return slices
 
 
@@ -501,14 +502,29 @@ def _exact_digests(
     return None if malformed else "fingerprint"
 
 
-def _key_slices(path: str) -> list[tuple[int, int]]:
-    """(first row, rows) of one input's key tasks: whole row groups of about
-    :data:`KEY_SLICE_BYTES`, cut to at most :data:`KEY_SLICE_ROWS` rows each."""
-    return [
-        (first, min(KEY_SLICE_ROWS, lo + length - first))
-        for lo, length in _slices(path, KEY_SLICE_BYTES)
-        for first in range(lo, lo + length, KEY_SLICE_ROWS)
-    ]
+def _key_tasks(
+    files: list[DatasetInput], schemas: list[pl.Schema], key: DedupeKey
+) -> list[KeyTask]:
+    """The key tasks: whole row groups of about :data:`KEY_SLICE_BYTES`, cut to at most
+    :data:`KEY_SLICE_ROWS` rows each; consecutive small ones (small files) joined up to
+    those bounds."""
+    tasks: list[KeyTask] = []
+    pieces: list[KeySlice] = []
+    rows = size = 0
+    for item, schema in zip(files, schemas, strict=True):
+        columns = tuple(c for c in key.columns if c in schema)
+        for lo, length, nbytes in _slices(item.path, KEY_SLICE_BYTES):
+            for first in range(lo, lo + length, KEY_SLICE_ROWS):
+                count = min(KEY_SLICE_ROWS, lo + length - first)
+                share = nbytes * count // length
+                if pieces and (rows + count > KEY_SLICE_ROWS or size + share > KEY_SLICE_BYTES):
+                    tasks.append(KeyTask(len(tasks), tuple(pieces)))
+                    pieces, rows, size = [], 0, 0
+                pieces.append(KeySlice(item.path, first, count, columns, _lineage_of(schema)))
+                rows, size = rows + count, size + share
+    if pieces:
+        tasks.append(KeyTask(len(tasks), tuple(pieces)))
+    return tasks
 
 
 def _lineage_of(schema: pl.Schema) -> tuple[str, ...]:
@@ -538,14 +554,9 @@ def _staged_outcome(
 ) -> DedupeOutcome:
     """The decision with the row keys staged on the engine, slice by slice
     (:mod:`pipeline.jobs.dataset_keys`): ``frame`` holds no key text."""
-    cuts = [
-        (item.path, lo, length, tuple(c for c in key.columns if c in schema), _lineage_of(schema))
-        for item, schema in zip(files, schemas, strict=True)
-        for lo, length in _key_slices(item.path)
-    ]
-    slices = [KeySlice(shard, *cut) for shard, cut in enumerate(cuts)]
-    with get_engine(engine_settings.name).from_settings(engine_settings, len(slices)) as engine:
-        keys = staged_keys(engine, job.storage, job, slices, engine_settings)
+    tasks = _key_tasks(files, schemas, key)
+    with get_engine(engine_settings.name).from_settings(engine_settings, len(tasks)) as engine:
+        keys = staged_keys(engine, job.storage, job, tasks, engine_settings)
         matches = match_duplicates(frame, key, job.settings, name, keys)
     rows = frame.with_columns(_split=splits_of(frame))
     return matches.complete(rows, group_fields(key, job.settings, name), frame.height)

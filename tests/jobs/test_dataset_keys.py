@@ -242,3 +242,26 @@ def test_a_path_with_pattern_characters_is_a_file(column_dataset: Path, tmp_path
         paths = ["_source", "_duplicate_of"]  # both name the file
         plain = pl.read_parquet(tmp_path / "plain" / name)
         assert found.drop(paths, strict=False).equals(plain.drop(paths, strict=False))
+
+
+def test_small_files_share_a_task(
+    column_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thirty files of 20 rows make tasks of two files (at most 50 rows a task), whose
+    outputs are the reference decision's, byte for byte."""
+    rows = pl.concat(
+        [pl.read_parquet(column_dataset / n).select("q") for n in ("a.parquet", "b.parquet")]
+    )
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(30):
+        rows.slice(20 * i, 20).write_parquet(many / f"{i:02d}.parquet")
+    monkeypatch.setattr(job, "KEY_SLICE_ROWS", 50)
+    files = job._expand([job.DatasetInput(str(many))])
+    tasks = job._key_tasks(
+        files, [job._schema(f) for f in files], job.resolved_key(None, ("q",), ())
+    )
+    assert [len(task.pieces) for task in tasks] == [2] * 15
+    staged = _dedupe([str(many), "--text", "q"], tmp_path / "staged")
+    monkeypatch.setattr(job, "_stages_row_keys", lambda *given: False)
+    assert staged == _dedupe([str(many), "--text", "q"], tmp_path / "reference")
