@@ -16,6 +16,19 @@ if TYPE_CHECKING:
     from pipeline.jobs.dedupe import DatasetInput
 
 
+_ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Campaign config: its [dedupe] and [engine] tables."),
+]
+_WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Worker processes that read the key columns and stage the row keys "
+        "(default: one per core, or the config's [engine] workers)."
+    ),
+]
+
+
 def dedupe_command(
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Output directory (atomic).")],
     inputs: Annotated[
@@ -41,10 +54,7 @@ def dedupe_command(
         list[str] | None,
         typer.Option(help="A column compared exactly (repeatable; with or instead of --text)."),
     ] = None,
-    config_file: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="Campaign config: its [dedupe] and [engine] tables."),
-    ] = None,
+    config_file: _ConfigOption = None,
     threshold: Annotated[
         float | None,
         typer.Option(
@@ -74,13 +84,7 @@ def dedupe_command(
             help="Near duplicates (default: on, or the config's [dedupe] setting).",
         ),
     ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            help="Worker processes that read the key columns and stage the row keys "
-            "(default: one per core, or the config's [engine] workers)."
-        ),
-    ] = None,
+    workers: _WorkersOption = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
 ) -> None:
     """Remove exact, normalised and near duplicates and split contamination from Parquet
@@ -90,9 +94,9 @@ def dedupe_command(
     from pipeline.jobs.dedupe import dedupe_dataset
 
     with library_errors(writing_directory(out_dir)):
-        config = _dedupe_config(config_file, normalised, near, threshold, survivor, protect)
-        if workers is not None:
-            config = config.override(**{"engine.workers": workers})
+        config = _dedupe_config(
+            config_file, normalised, near, threshold, survivor, protect, workers
+        )
         result = dedupe_dataset(
             _dataset_inputs(inputs, split),
             out_dir,
@@ -113,8 +117,10 @@ def _dedupe_config(
     threshold: float | None,
     survivor: str | None,
     protect: list[str] | None,
+    workers: int | None,
 ) -> CampaignConfig:
-    """The campaign config (its inputs dropped) with the command line's dedupe settings."""
+    """The campaign config (its inputs dropped) with the command line's dedupe settings
+    and worker count."""
     config = load_campaign(config_file) if config_file else CampaignConfig()
     changes: dict[str, object] = {}
     # This command exists to dedupe: without a config, every rule is on (a run keeps
@@ -128,6 +134,8 @@ def _dedupe_config(
         changes["dedupe.survivor"] = survivor
     if protect:
         changes["dedupe.protected_splits"] = tuple(protect)
+    if workers is not None:
+        changes["engine.workers"] = workers
     return dataclasses.replace(config, inputs=()).override(**changes)
 
 
