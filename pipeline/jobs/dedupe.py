@@ -274,11 +274,24 @@ def _read(
         )
         for item, schema in zip(files, schemas, strict=True)
     ]
+    return _combined(frames, files), [f.height for f in frames]
+
+
+def _combined(frames: list[pl.DataFrame], files: list[DatasetInput]) -> pl.DataFrame:
+    """The inputs' frames as one (a column one lacks is null in its rows; a type widened
+    to the common one), or an :class:`InputError` naming the first input whose columns
+    do not fit those before it."""
     try:
-        combined = pl.concat(frames, how="diagonal_relaxed")
+        return pl.concat(frames, how="diagonal_relaxed")
     except pl.exceptions.PolarsError as exc:
+        for i in range(1, len(frames)):
+            try:
+                pl.concat([f.head(0) for f in frames[: i + 1]], how="diagonal_relaxed")
+            except pl.exceptions.PolarsError as first:
+                raise InputError(
+                    f"{files[i].path}: its columns do not fit the inputs' before it ({first})"
+                ) from None
         raise InputError(f"the inputs do not share compatible columns ({exc})") from None
-    return combined, [f.height for f in frames]
 
 
 def _listed(files: list[DatasetInput], rows: list[int]) -> list[dict[str, Any]]:
@@ -337,10 +350,7 @@ def _write_rows(
     file at a time, in the order key; the columns are those of all inputs together (a
     column one input lacks is null in its rows). Returns (kept, duplicates) counts."""
     empty = [_rows(f, s, None, (0, 0)) for f, s in zip(files, schemas, strict=True)]
-    try:
-        layout = pl.concat(empty, how="diagonal_relaxed")
-    except pl.exceptions.PolarsError as exc:
-        raise InputError(f"the inputs do not share compatible columns ({exc})") from None
+    layout = _combined(empty, files)
     # pyarrow has no 128-bit integer (polars' common type of Int64 and UInt64)
     wide = pl.col(pl.Int128).cast(pl.Decimal(38, 0))
     layout = layout.with_columns(wide)

@@ -265,3 +265,18 @@ def test_small_files_share_a_task(
     staged = _dedupe([str(many), "--text", "q"], tmp_path / "staged")
     monkeypatch.setattr(job, "_stages_row_keys", lambda *given: False)
     assert staged == _dedupe([str(many), "--text", "q"], tmp_path / "reference")
+
+
+def test_inputs_whose_columns_do_not_fit_are_named(tmp_path: Path) -> None:
+    """A column of one type in one input and of an incompatible one in the next: exit 3
+    naming the input that does not fit (the message named none)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    pl.DataFrame({"q": ["x"]}).write_parquet(data / "0.parquet")
+    pl.DataFrame({"q": ["a b"], "m": [[1]]}).write_parquet(data / "1.parquet")
+    pl.DataFrame({"q": ["c"], "m": [{"a": 1}]}).write_parquet(data / "2.parquet")
+    args = ["dedupe", str(data), "--text", "q", "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 3, result.output
+    assert f"{data / '2.parquet'}: its columns do not fit the inputs' before it" in result.output
+    assert not (tmp_path / "o").exists()
