@@ -46,6 +46,12 @@ def varying(groups: pl.Series, values: pl.Series) -> pl.Series:
     return pl.Series(groups.name, np.isin(group, group_sorted[1:][changes]))
 
 
+def digest_prefix(column: str) -> pl.Expr:
+    """A binary digest's first 64 bits, big-endian: they order as its bytes (the prefixes
+    :func:`dense_ranks` ranks on); null for a null digest."""
+    return pl.col(column).bin.head(8).bin.reinterpret(dtype=pl.UInt64, endianness="big")
+
+
 def dense_ranks(
     prefixes: pl.Series, exact: Callable[[npt.NDArray[np.int64]], pl.Series]
 ) -> npt.NDArray[np.int64]:

@@ -18,7 +18,7 @@ signature depends on its own text alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,7 +28,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.core.config import DedupeSettings, EngineSettings
-from pipeline.decide.repeats import dense_ranks
+from pipeline.decide.repeats import dense_ranks, digest_prefix
 from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.normalise import Normalisation
@@ -46,6 +46,7 @@ __all__ = [
     "KeySlice",
     "KeyTask",
     "check_comparable",
+    "made_lineage",
     "resolved_key",
     "staged_keys",
 ]
@@ -62,7 +63,9 @@ KEY_SLICE_ROWS: Final = 1 << 16
 EXACT: Final = "_exact_sha256"
 #: the lineage a row keeps when its input has it (else its file and 1-based row number)
 LINEAGE: Final = ("_source", "_line", "_record_sha256")
-_LINEAGE_TYPES: Final = {"_source": pl.String, "_line": pl.Int64, "_record_sha256": pl.String}
+_LINEAGE_TYPES: Final = pl.Schema(
+    {"_source": pl.String, "_line": pl.Int64, "_record_sha256": pl.String}
+)
 _FINGERPRINT: Final = "_content_sha256"
 #: rows whose keys are computed at a time (as the gate's batches: ``engine.batch_lines``)
 _BATCH_ROWS: Final = 4096
@@ -253,26 +256,18 @@ def _batch_keys(job: DatasetKeys, frame: pl.DataFrame, printed: pl.Series | None
     return pa.table(columns)
 
 
-def _prefix(chunk: pa.Array) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
-    """The first 8 bytes of each digest of a binary(32) chunk, big-endian (so in the
-    digests' order), and which are not null."""
-    n = len(chunk)
-    data = np.frombuffer(chunk.buffers()[1], np.uint8)[chunk.offset * 32 : (chunk.offset + n) * 32]
-    prefix = data.reshape(n, 32)[:, :8].copy().view(">u8").reshape(n).astype(np.uint64)
-    if not chunk.null_count:
-        return prefix, np.ones(n, np.bool_)
-    return prefix, chunk.is_valid().to_numpy(zero_copy_only=False)
-
-
 def _digest_ranks(chunks: list[pa.Array]) -> I64:
     """Group ids from 0 of staged digests (binary(32) chunks, memory-mapped; null for a
     row with no key): equal digests share one, in the digests' order, and each null is a
     group of its own after the others, in row order (as
     :func:`pipeline.dedupe.table._dense_ids` numbers them). Ranked on 8-byte prefixes:
     ~9 bytes a row held, not the digests; a digest is read only where its prefix repeats."""
-    pieces = [_prefix(chunk) for chunk in chunks]
-    prefix = np.concatenate([p for p, _ in pieces]) if pieces else np.zeros(0, np.uint64)
-    valid = np.concatenate([v for _, v in pieces]) if pieces else np.zeros(0, np.bool_)
+    prefixes = pl.concat(
+        [pl.DataFrame({"d": pl.Series(c)}).select(digest_prefix("d")) for c in chunks]
+        or [pl.DataFrame(schema={"d": pl.UInt64})]
+    ).to_series()
+    valid = prefixes.is_not_null().to_numpy()
+    prefix = prefixes.fill_null(0).to_numpy()
     bounds = np.cumsum([0, *(len(c) for c in chunks)])
 
     def digests(rows: I64) -> pl.Series:
@@ -291,21 +286,26 @@ def _digest_ranks(chunks: list[pa.Array]) -> I64:
     return ids
 
 
+def made_lineage(present: Collection[str], path: str, lines: pl.Expr) -> dict[str, pl.Expr]:
+    """The lineage columns a row of the input at ``path`` is given where the input has
+    none (``present``: its columns): its file and 1-based row number (``lines``), and no
+    record digest. The rows' lineage wherever they are read (the copy to the outputs, the
+    rows pointers name)."""
+    made: dict[str, pl.Expr] = {}
+    if "_source" not in present:
+        made = {"_source": pl.lit(path, pl.String), "_line": lines}
+    if "_record_sha256" not in present:
+        made["_record_sha256"] = pl.lit(None, pl.String)
+    return made
+
+
 def _lineage(task: KeySlice, local: I64) -> pl.DataFrame:
-    """:data:`LINEAGE` of some of the slice's rows (``local``: their places in it): the
-    input's own, else its path and the rows' 1-based numbers (no record digest)."""
+    """:data:`LINEAGE` of some of the slice's rows (``local``: their places in it)."""
     found = _read_columns(task, task.lineage)[local] if task.lineage else pl.DataFrame()
-    lines = pl.Series("_line", task.first + local + 1, pl.Int64)
-    return pl.DataFrame(
-        {
-            "_source": found["_source"] if "_source" in found else [task.path] * len(local),
-            "_line": found["_line"].cast(pl.Int64) if "_line" in found else lines,
-            "_record_sha256": found["_record_sha256"].cast(pl.String)
-            if "_record_sha256" in found
-            else pl.Series([None] * len(local), dtype=pl.String),
-        },
-        schema=_LINEAGE_TYPES,
-    )
+    lines = pl.lit(pl.Series(task.first + local + 1, dtype=pl.Int64))
+    made = made_lineage(found.columns, task.path, lines)
+    rows = pl.DataFrame({"_rows": local}).hstack(found).with_columns(**made)
+    return rows.select(LINEAGE).cast(_LINEAGE_TYPES)
 
 
 def staged_keys(

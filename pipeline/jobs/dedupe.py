@@ -62,6 +62,7 @@ from pipeline.jobs.dataset_keys import (
     KeySlice,
     KeyTask,
     check_comparable,
+    made_lineage,
     resolved_key,
     staged_keys,
 )
@@ -248,14 +249,8 @@ def _rows(
         raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
     if not lineage:
         return frame.drop(_PLACEHOLDER, strict=False)
-    made: dict[str, pl.Expr] = {}
-    if "_source" not in schema:
-        made = {
-            "_source": pl.lit(item.path),
-            "_line": pl.int_range(first + 1, first + frame.height + 1, dtype=pl.Int64),
-        }
-    if "_record_sha256" not in schema:
-        made["_record_sha256"] = pl.lit(None, pl.String)
+    lines = pl.int_range(first + 1, first + frame.height + 1, dtype=pl.Int64)
+    made = made_lineage(schema.names(), item.path, lines)
     return frame.with_columns(**made).drop(_PLACEHOLDER, strict=False)
 
 
@@ -460,7 +455,7 @@ def _decide(
         name,
         text_columns,
         key_columns,
-        _key_layout(schemas, key),
+        _key_layout(files, schemas, key),
         settings,
         exact,
         probe=not fingerprint,
@@ -543,14 +538,10 @@ def _lineage_of(schema: pl.Schema) -> tuple[str, ...]:
     return (*own, *(("_record_sha256",) if "_record_sha256" in schema else ()))
 
 
-def _key_layout(schemas: list[pl.Schema], key: DedupeKey) -> pl.Schema:
+def _key_layout(files: list[DatasetInput], schemas: list[pl.Schema], key: DedupeKey) -> pl.Schema:
     """The key columns' unified types over the inputs (those one frame of them holds)."""
     empty = [pl.DataFrame(schema={c: s[c] for c in key.columns if c in s}) for s in schemas]
-    try:
-        layout = pl.concat(empty, how="diagonal_relaxed")
-    except pl.exceptions.PolarsError as exc:
-        raise InputError(f"the inputs' key columns do not share types ({exc})") from None
-    return layout.select(key.columns).schema
+    return _combined(empty, files).select(key.columns).schema
 
 
 def _staged_outcome(

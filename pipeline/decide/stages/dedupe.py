@@ -41,7 +41,7 @@ from pipeline.decide.context import (
     OutputColumn,
     register_stage,
 )
-from pipeline.decide.repeats import dense_ranks, repeated
+from pipeline.decide.repeats import dense_ranks, digest_prefix, repeated
 from pipeline.dedupe.keys import DedupeKey, text_columns
 from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.normalise import Normalisation
@@ -250,8 +250,8 @@ def _fingerprint_prefix() -> pl.Expr:
 
 
 def _digest_prefix() -> pl.Expr:
-    """The normalised key digest's first 64 bits, big-endian: they order as its bytes."""
-    return pl.col(NORMALISED).bin.head(8).bin.reinterpret(dtype=pl.UInt64, endianness="big")
+    """The normalised key digest's first 64 bits (:func:`digest_prefix`)."""
+    return digest_prefix(NORMALISED)
 
 
 def _exact_ranks(
