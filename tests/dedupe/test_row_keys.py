@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.config import DedupeSettings
 from pipeline.dedupe import minhash
+from pipeline.dedupe import row_keys as row_keys_module
 from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, near_pairs, signatures, verified_pairs
 from pipeline.dedupe.normalise import Normalisation
@@ -88,6 +89,29 @@ def test_row_keys_are_the_digest_and_signature_of_each_rows_key() -> None:
     assert has.tolist() == [True, True, False]
     only_near = row_keys(batch.select(list(key.columns)), key, DedupeSettings(near=True))
     assert NORMALISED not in only_near.schema.names
+
+
+def test_row_keys_in_slices_equal_the_keys_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """row_keys computes a batch SLICE_ROWS rows at a time; slices of 7 rows over 50 rows
+    (a last slice of 1) give the keys of the whole batch, in its order."""
+    key = get_kind("pairwise-v2").dedupe_key()
+    assert key is not None
+    rng = np.random.default_rng(11)
+    rows = [
+        {
+            "messages": [{"role": "user", "content": " ".join(rng.choice(WORDS, 9))}],
+            "response_a": " ".join(rng.choice(WORDS, rng.integers(0, 12))),
+            "response_b": " ".join(rng.choice(WORDS, 6)),
+        }
+        for _ in range(50)
+    ]
+    batch = pa.RecordBatch.from_pylist(rows)
+    whole = row_keys(batch, key, SETTINGS)
+    monkeypatch.setattr(row_keys_module, "SLICE_ROWS", 7)
+    sliced = row_keys(batch, key, SETTINGS)
+    assert sliced.num_rows == 50
+    assert sliced.equals(whole)
+    assert len(set(whole.column(NORMALISED).to_pylist())) > 40  # not one key repeated
 
 
 @settings(max_examples=40, deadline=None)
