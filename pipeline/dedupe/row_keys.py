@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
+import xxhash
 
 from pipeline.core.config import DedupeSettings
 from pipeline.dedupe.keys import DedupeKey, key_columns, normalised_parts, text_columns
@@ -30,7 +31,15 @@ from pipeline.dedupe.normalise import Normalisation
 
 I64 = npt.NDArray[np.int64]
 
-__all__ = ["NORMALISED", "SHINGLED", "SIGNATURE", "RowKeys", "row_keys", "sha256s"]
+__all__ = [
+    "NORMALISED",
+    "SHINGLED",
+    "SIGNATURE",
+    "RowKeys",
+    "SignatureMemo",
+    "row_keys",
+    "sha256s",
+]
 
 #: SHA-256 of the row's normalised key (``[dedupe] normalised``)
 NORMALISED: Final = "_normalised_sha256"
@@ -48,23 +57,29 @@ SLICE_ROWS: Final = 1024
 
 
 def row_keys(
-    batch: pa.RecordBatch | pl.DataFrame, key: DedupeKey, settings: DedupeSettings
+    batch: pa.RecordBatch | pl.DataFrame,
+    key: DedupeKey,
+    settings: DedupeSettings,
+    memo: SignatureMemo | None = None,
 ) -> pa.RecordBatch:
     """The row keys of ``batch``'s rows (the key's payload columns, named as the JSON
     members the key reads), in its order: the columns the enabled rules read, computed
-    :data:`SLICE_ROWS` rows at a time."""
+    :data:`SLICE_ROWS` rows at a time. With a ``memo`` (one per shard or task), a key
+    text seen before in it is not signed again."""
     frame = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
     assert isinstance(frame, pl.DataFrame)
     if frame.height <= SLICE_ROWS:
-        return _slice_keys(frame, key, settings)
+        return _slice_keys(frame, key, settings, memo)
     slices = [
-        _slice_keys(frame.slice(lo, SLICE_ROWS), key, settings)
+        _slice_keys(frame.slice(lo, SLICE_ROWS), key, settings, memo)
         for lo in range(0, frame.height, SLICE_ROWS)
     ]
     return pa.Table.from_batches(slices).combine_chunks().to_batches()[0]
 
 
-def _slice_keys(frame: pl.DataFrame, key: DedupeKey, settings: DedupeSettings) -> pa.RecordBatch:
+def _slice_keys(
+    frame: pl.DataFrame, key: DedupeKey, settings: DedupeSettings, memo: SignatureMemo | None
+) -> pa.RecordBatch:
     normalisation = Normalisation.from_settings(settings)
     # each field normalised once, for both the key and the text
     frame = frame.select(normalised_parts(key, normalisation))
@@ -75,15 +90,80 @@ def _slice_keys(frame: pl.DataFrame, key: DedupeKey, settings: DedupeSettings) -
         columns[NORMALISED] = sha256s(keys.to_arrow())
     if settings.near:
         texts = frame.select(text_columns(key, normalisation, parts=parts)).to_series()
-        sig, has = signatures(texts, LshParams.from_settings(settings))
-        values = pa.array(np.ascontiguousarray(sig.T).reshape(-1), pa.uint32())
+        params = LshParams.from_settings(settings)
+        if memo is None:
+            sig, has = signatures(texts, params)
+            sig = np.ascontiguousarray(sig.T)
+        elif memo.params != params:
+            raise ValueError("a signature memo is for the settings it was made with")
+        else:
+            sig, has = memo.signatures(texts)
+        values = pa.array(sig.reshape(-1), pa.uint32())
         columns[SIGNATURE] = pa.FixedSizeListArray.from_arrays(values, settings.permutations)
         columns[SHINGLED] = pa.array(has, pa.bool_())
     return pa.RecordBatch.from_pydict(columns)
 
 
+#: the signatures a :class:`SignatureMemo` holds: 16,384 texts at 128 permutations
+MEMO_BYTES: Final = 8 << 20
+
+
+class SignatureMemo:
+    """The MinHash signatures of key texts signed before, by each text's 128-bit xxh3
+    digest: a text repeated within a shard or task (retries, copies: what dedupe is for)
+    is tokenised, shingled and signed once. A signature depends on its text alone, so a
+    remembered one is the one signing would give; two texts would have to share all
+    128 bits for a row to get another's, and even then the pair's exact Jaccard check
+    reads the texts themselves. Holds at most :data:`MEMO_BYTES` of signatures, then
+    starts over."""
+
+    def __init__(self, params: LshParams) -> None:
+        self.params = params
+        self._capacity = max(1, MEMO_BYTES // (4 * params.permutations))
+        self._sig = np.empty((self._capacity, params.permutations), np.uint32)
+        self._has = np.empty(self._capacity, np.bool_)
+        self._index: dict[bytes | None, int] = {}
+
+    def signatures(self, texts: pl.Series) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.bool_]]:
+        """Signatures (texts × permutations) and which texts have shingles, as
+        :func:`~pipeline.dedupe.minhash.signatures` gives them (transposed)."""
+        params = self.params
+        if len(texts) > self._capacity:
+            sig, has = signatures(texts, params)
+            return np.ascontiguousarray(sig.T), has
+        if len(self._index) + len(texts) > self._capacity:
+            self._index.clear()
+        index = self._index
+        known = len(index)
+        at = np.empty(len(texts), np.int64)
+        new: list[int] = []
+        for row, digest in enumerate(_xxh128s(texts.to_arrow())):
+            slot = index.get(digest)
+            if slot is None:
+                slot = index[digest] = known + len(new)
+                new.append(row)
+            at[row] = slot
+        if new:
+            fresh = texts if len(new) == len(texts) else texts.gather(new)
+            sig, has = signatures(fresh, params)
+            self._sig[known : known + len(new)] = sig.T
+            self._has[known : known + len(new)] = has
+        return self._sig[at], self._has[at]
+
+
 def sha256s(texts: pa.Array) -> pa.Array:
-    """The SHA-256 of each string's UTF-8 bytes (null for null), hashed where Arrow holds
+    """The SHA-256 of each string's UTF-8 bytes (null for null)."""
+    sha256 = hashlib.sha256
+    return pa.array(_each_string(texts, lambda b: sha256(b).digest()), pa.binary(32))
+
+
+def _xxh128s(texts: pa.Array) -> list[bytes | None]:
+    """The 128-bit xxh3 digest of each string's UTF-8 bytes (None for null)."""
+    return _each_string(texts, xxhash.xxh3_128_digest)
+
+
+def _each_string(texts: pa.Array, digest: Callable[[memoryview], bytes]) -> list[bytes | None]:
+    """``digest`` of each string's UTF-8 bytes (None for null), read where Arrow holds
     them: no Python string per row (2 or 4 bytes a character for non-ASCII text) and no
     encoding back to UTF-8."""
     texts = texts.cast(pa.large_string())
@@ -94,14 +174,7 @@ def sha256s(texts: pa.Array) -> pa.Array:
     offsets = np.frombuffer(offsets_buffer, np.int64)[texts.offset : texts.offset + n + 1].tolist()
     data = memoryview(data_buffer if data_buffer is not None else b"")
     valid = texts.is_valid().to_pylist() if texts.null_count else [True] * n
-    sha256 = hashlib.sha256
-    return pa.array(
-        [
-            sha256(data[offsets[i] : offsets[i + 1]]).digest() if valid[i] else None
-            for i in range(n)
-        ],
-        pa.binary(32),
-    )
+    return [digest(data[offsets[i] : offsets[i + 1]]) if valid[i] else None for i in range(n)]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -22,6 +23,9 @@ from pipeline.gate.gate import Gate
 from pipeline.gate.reader import Shard, read_batches
 from pipeline.kinds import KINDS
 from pipeline.storage import REJECTED_STEM, RunStorage
+
+if TYPE_CHECKING:
+    from pipeline.dedupe.row_keys import SignatureMemo
 
 __all__ = ["GateTask", "ShardSummary", "gate_step"]
 
@@ -58,6 +62,7 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
     limits = gate.config.limits
     summary = ShardSummary(task.shard.index)
     writers: dict[str, ipc.RecordBatchFileWriter] = {}
+    memos: dict[str, SignatureMemo] = {}  # a kind's signature memo, for the shard
 
     def write(stem: str, batch: pa.RecordBatch) -> None:
         writer = writers.get(stem)
@@ -77,7 +82,7 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
             gated = gate.gate_batch(batch, task.shard.input.kind)
             for kind_id, record_batch in gated.kinds.items():
                 write(kind_id, record_batch)
-                keys = _row_keys(gate.config, kind_id, record_batch)
+                keys = _row_keys(gate.config, kind_id, record_batch, memos)
                 if keys is not None:
                     write(task.storage.row_keys_stem(kind_id), keys)
             if gated.rejected is not None:
@@ -96,10 +101,13 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
     return summary
 
 
-def _row_keys(config: CampaignConfig, kind_id: str, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+def _row_keys(
+    config: CampaignConfig, kind_id: str, batch: pa.RecordBatch, memos: dict[str, SignatureMemo]
+) -> pa.RecordBatch | None:
     """The dedupe row keys of a kind's staged batch, where the campaign's dedupe reads
     them (normalised or near rules on, and the kind has a duplicate key): computed here,
-    in parallel, not for every row in the parent (:mod:`pipeline.dedupe.row_keys`)."""
+    in parallel, not for every row in the parent (:mod:`pipeline.dedupe.row_keys`).
+    ``memos``: each kind's signature memo in this shard, made here on first use."""
     settings = config.dedupe
     if not (settings.enabled and (settings.normalised or settings.near)):
         return None  # then the gate never imports polars (below)
@@ -107,13 +115,16 @@ def _row_keys(config: CampaignConfig, kind_id: str, batch: pa.RecordBatch) -> pa
     key = kind.dedupe_key()
     if key is None:
         return None
-    from pipeline.dedupe.row_keys import row_keys
+    from pipeline.dedupe.minhash import LshParams
+    from pipeline.dedupe.row_keys import SignatureMemo, row_keys
 
     # the key names JSON members; a kind stores some apart under another column name
     back = {column: member for member, column in kind.apart.items()}
     present = [c for c in (kind.apart.get(c, c) for c in key.columns) if c in batch.schema.names]
     payload = batch.select(present).rename_columns([back.get(c, c) for c in present])
-    keys = row_keys(payload, key, settings)
+    if settings.near and kind_id not in memos:
+        memos[kind_id] = SignatureMemo(LshParams.from_settings(settings))
+    keys = row_keys(payload, key, settings, memos.get(kind_id))
     shard_line = batch.column(batch.schema.get_field_index("_shard_line"))
     return pa.RecordBatch.from_arrays(
         [shard_line, *keys.columns], names=["_shard_line", *keys.schema.names]

@@ -33,7 +33,14 @@ from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.partitions import NearSearch
-from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys, row_keys, sha256s
+from pipeline.dedupe.row_keys import (
+    NORMALISED,
+    SIGNATURE,
+    RowKeys,
+    SignatureMemo,
+    row_keys,
+    sha256s,
+)
 from pipeline.engines import Engine, Progress, Step
 from pipeline.gate.reader import InputError
 from pipeline.kinds import get_kind
@@ -225,12 +232,13 @@ def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
             [_read_columns(piece, (_FINGERPRINT,))[_FINGERPRINT] for piece in task.pieces]
         ).str.decode("hex")
     stem = job.storage.row_keys_stem(_STEM)
+    memo = SignatureMemo(LshParams.from_settings(job.settings)) if job.settings.near else None
     writer = None
     try:
         for lo in range(0, frame.height, _BATCH_ROWS):
             rows = frame.slice(lo, _BATCH_ROWS)
             fingerprints = printed.slice(lo, _BATCH_ROWS) if printed is not None else None
-            batch = _batch_keys(job, rows, fingerprints)
+            batch = _batch_keys(job, rows, fingerprints, memo)
             if writer is None:
                 writer = job.storage.stage_writer(task.shard, stem, batch.schema)
             writer.write_table(batch)
@@ -241,12 +249,14 @@ def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
     return frame.height
 
 
-def _batch_keys(job: DatasetKeys, frame: pl.DataFrame, printed: pl.Series | None) -> pa.Table:
-    """The row keys of some rows: those the enabled rules read."""
+def _batch_keys(
+    job: DatasetKeys, frame: pl.DataFrame, printed: pl.Series | None, memo: SignatureMemo | None
+) -> pa.Table:
+    """The row keys of some rows: those the enabled rules read (``memo``: the task's)."""
     key = job.key()
     columns: dict[str, pa.Array] = {}
     if job.settings.normalised or job.settings.near:
-        keys = row_keys(frame, key, job.settings)
+        keys = row_keys(frame, key, job.settings, memo)
         columns = dict(zip(keys.schema.names, keys.columns, strict=True))
     if job.exact == "key":
         raw = frame.select(key_columns(key, None, absent=True)).to_series()

@@ -18,7 +18,7 @@ from pipeline.dedupe import row_keys as row_keys_module
 from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, near_pairs, signatures, verified_pairs
 from pipeline.dedupe.normalise import Normalisation
-from pipeline.dedupe.row_keys import NORMALISED, SHINGLED, SIGNATURE, row_keys
+from pipeline.dedupe.row_keys import NORMALISED, SHINGLED, SIGNATURE, SignatureMemo, row_keys
 from pipeline.dedupe.table import _dense_ids
 from pipeline.kinds import get_kind
 
@@ -112,6 +112,93 @@ def test_row_keys_in_slices_equal_the_keys_at_once(monkeypatch: pytest.MonkeyPat
     assert sliced.num_rows == 50
     assert sliced.equals(whole)
     assert len(set(whole.column(NORMALISED).to_pylist())) > 40  # not one key repeated
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(
+            st.sampled_from(["a b c d e f", "x", "", "données  STRASSE 数据 x1"])
+            | st.text(max_size=20),
+            max_size=12,
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    memo_texts=st.sampled_from([1, 3, 16384]),
+)
+def test_a_signature_memo_gives_the_signatures_signing_gives(
+    batches: list[list[str]], memo_texts: int
+) -> None:
+    """Batches of a shard through one memo (repeated texts, empty texts, a memo that
+    fills and starts over, a batch larger than it) give every text's own signature."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(row_keys_module, "MEMO_BYTES", memo_texts * 4 * PARAMS.permutations)
+        memo = SignatureMemo(PARAMS)
+    for texts in batches:
+        series = pl.Series(texts, dtype=pl.String)
+        sig, has = signatures(series, PARAMS)
+        remembered, remembered_has = memo.signatures(series)
+        assert np.array_equal(remembered, sig.T)
+        assert np.array_equal(remembered_has, has)
+
+
+def test_a_signature_memo_that_starts_over_keeps_each_texts_own_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """3,000 texts (1,000 distinct, repeated out of order) in batches of 250 through a
+    memo of 300 texts, which fills and starts over: each row has its own text's
+    signature, and the memo signed fewer texts than there are rows."""
+    rng = np.random.default_rng(3)
+    distinct = [f"text {i} " + " ".join(rng.choice(WORDS, 8)) for i in range(1000)]
+    texts = pl.Series([distinct[i] for i in rng.integers(0, 1000, 3000)])
+    expected, expected_has = signatures(texts, PARAMS)
+    monkeypatch.setattr(row_keys_module, "MEMO_BYTES", 300 * 4 * PARAMS.permutations)
+    memo = SignatureMemo(PARAMS)
+    signed: list[int] = []
+
+    def counting(texts: pl.Series, params: LshParams) -> tuple[np.ndarray, np.ndarray]:
+        signed.append(len(texts))
+        return signatures(texts, params)
+
+    monkeypatch.setattr(row_keys_module, "signatures", counting)
+    parts = [memo.signatures(texts.slice(lo, 250)) for lo in range(0, 3000, 250)]
+    assert np.array_equal(np.vstack([p[0] for p in parts]), expected.T)
+    assert np.array_equal(np.concatenate([p[1] for p in parts]), expected_has)
+    assert 1000 <= sum(signed) < 3000
+
+
+def test_a_signature_memo_signs_a_repeated_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row keys through a memo sign each distinct text once, across slices and calls,
+    and equal the keys without one."""
+    key = get_kind("pairwise-v2").dedupe_key()
+    assert key is not None
+    rows = [
+        {
+            "messages": [{"role": "user", "content": "q"}],
+            "response_a": f"answer {i % 5}",
+            "response_b": "no",
+        }
+        for i in range(40)
+    ]
+    batch = pa.RecordBatch.from_pylist(rows)
+    signed: list[int] = []
+
+    def counting(texts: pl.Series, params: LshParams) -> tuple[np.ndarray, np.ndarray]:
+        signed.append(len(texts))
+        return signatures(texts, params)
+
+    monkeypatch.setattr(row_keys_module, "SLICE_ROWS", 16)
+    without = row_keys(batch, key, SETTINGS)
+    monkeypatch.setattr(row_keys_module, "signatures", counting)
+    memo = SignatureMemo(PARAMS)
+    first = row_keys(batch, key, SETTINGS, memo)
+    again = row_keys(batch, key, SETTINGS, memo)
+    assert first.equals(without)
+    assert again.equals(without)
+    assert signed == [5]  # five distinct texts in the first slice; none after
+    with pytest.raises(ValueError, match="memo"):
+        row_keys(batch, key, DedupeSettings(near=True, permutations=64), memo)
 
 
 @settings(max_examples=40, deadline=None)
