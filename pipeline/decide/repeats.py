@@ -13,6 +13,7 @@ here 10 MB (~17 bytes per row); ``n_unique().over(a, b)`` took 93 MB for what
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -60,12 +61,16 @@ def dense_ranks(
     values of those rows, read only where a prefix repeats. The ranks are those of the
     values themselves (``rank("dense") - 1``): rows share one when their values are equal,
     whatever the prefixes, and the order is the values' order. 8 bytes a row instead of
-    the values (80 bytes a row as polars strings) and their sort."""
+    the values (80 bytes a row as polars strings) and their sort: rows whose prefix
+    repeats are read a chunk at a time to check that their values are equal too, and only
+    the values of a prefix that stands for more than one value are ranked."""
     prefix = prefixes.to_numpy()
     within = np.zeros(len(prefix), dtype=np.int64)
     shared = np.flatnonzero(repeated(prefixes).to_numpy())
-    if len(shared):  # equal prefixes: ordered (and told apart) by the values
-        within[shared] = exact(shared).rank("dense").to_numpy()
+    # equal prefixes: told apart (and ordered) by the values, where they differ at all
+    mixed = _mixed(shared, prefix, exact) if len(shared) else shared
+    if len(mixed):
+        within[mixed] = exact(mixed).rank("dense").to_numpy()
     order = np.lexsort((within, prefix))
     ordered, tie = prefix[order], within[order]
     new = np.ones(len(order), dtype=np.int64)
@@ -73,3 +78,41 @@ def dense_ranks(
     ranks = np.empty(len(order), dtype=np.int64)
     ranks[order] = np.cumsum(new) - 1
     return ranks
+
+
+#: rows whose values :func:`_mixed` reads at a time
+_CHECK_ROWS: Final = 1 << 17
+
+
+def _mixed(
+    shared: npt.NDArray[np.int64],
+    prefix: npt.NDArray[np.uint64],
+    exact: Callable[[npt.NDArray[np.int64]], pl.Series],
+) -> npt.NDArray[np.int64]:
+    """The rows among ``shared`` (rows whose prefix repeats, ascending) whose prefix
+    stands for more than one value, ascending: each prefix's rows are read in turn (a
+    chunk of rows at a time, each chunk read in row order) and compared with the row
+    before them. Where every repeated prefix is one value (a dataset of copies: 1 M rows
+    of 500 texts), nothing is ranked; before, every such row's value was read and ranked
+    at once (~260 bytes a row)."""
+    order = shared[np.argsort(prefix[shared], kind="stable")]
+    keys = prefix[order]
+    same_prefix = np.zeros(len(order), dtype=np.bool_)
+    same_prefix[1:] = keys[1:] == keys[:-1]
+    differs = np.zeros(len(order), dtype=np.bool_)
+    previous = None
+    for lo in range(0, len(order), _CHECK_ROWS):
+        rows = order[lo : lo + _CHECK_ROWS]
+        ascending = np.sort(rows)
+        values = exact(ascending).gather(np.searchsorted(ascending, rows))
+        if previous is not None:
+            values = pl.concat([previous, values])
+        # differs[i]: row order[i]'s value is not row order[i - 1]'s
+        step = (values.slice(1) != values.slice(0, len(values) - 1)).to_numpy()
+        differs[lo + len(rows) - len(step) : lo + len(rows)] = step
+        previous = values.slice(len(values) - 1)
+    differs &= same_prefix
+    if not differs.any():
+        return np.zeros(0, dtype=np.int64)
+    run = np.cumsum(~same_prefix) - 1
+    return np.sort(order[np.isin(run, run[differs])])

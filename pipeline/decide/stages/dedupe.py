@@ -120,8 +120,7 @@ class Dedupe:
             everyone = frame if len(splits) > 1 else pl.DataFrame(schema={"_split": pl.String})
         else:
             # the removed rows' places among all accepted rows, which are the row ids
-            place = frame["_place"].cast(pl.Int64).gather(matches.removed["_row"])
-            matches.removed = matches.removed.with_columns(_row=place)
+            matches.removed = matches.removed.placed(frame["_place"].cast(pl.Int64).to_numpy())
             if len(splits) > 1:  # a task (or group) of rows matched or not may straddle
                 roots = {apart.get(f, f) for f in map(_root, fields)}
                 grouping = _payload(
@@ -142,8 +141,9 @@ class Dedupe:
         )
         ctx.notes.setdefault(self.name, {})[kind] = outcome.stats
         keys = accepted.select(KEYS)
+        verdicts = outcome.removed.frame()
         removed = pl.concat(
-            [keys[outcome.removed["_row"]], outcome.removed.drop("_row")], how="horizontal"
+            [keys[verdicts["_row"]], verdicts.drop("_row")], how="horizontal"
         ).select(
             pl.exclude("_reason"),
             _disposition=pl.lit(Disposition.DUPLICATE.value),
