@@ -343,7 +343,11 @@ def staged_keys(
     normalisation = Normalisation.from_settings(settings)
 
     def column(name: str) -> list[pa.Array]:
-        return [c for t in staged if t.num_rows for c in t[name].chunks]
+        """A digest column through maps of its own, unmapped once it is ranked: every
+        page of it is read, and the maps the matching keeps would hold them resident
+        (32 bytes a row per rule)."""
+        tables = [storage.staged_table(task.shard, stem) for task in tasks]
+        return [c for t in tables if t.num_rows for c in t[name].chunks]
 
     def pieces(rows: I64) -> list[tuple[KeySlice, I64, I64]]:
         """(slice, the rows' places in it, their places in ``rows``) of each slice hit."""

@@ -23,7 +23,7 @@ candidates' texts and the lineage of the rows pointers name: ~30-50 bytes a row,
 the survivor and split-group fields. Otherwise (exact dedupe on fingerprints) it reads
 lineage and the fingerprint, ~0.2 KB a row. The rows themselves are then copied to
 ``kept.parquet`` and ``duplicates.parquet`` a slice of a file at a time
-(:data:`_WRITE_BYTES`, whole row groups). Partitioning the decision itself is the scale
+(:data:`_WRITE_BYTES` and :data:`_WRITE_ROWS`, whole row groups). Partitioning the decision itself is the scale
 issue's (docs/scale.md).
 """
 
@@ -91,6 +91,11 @@ _RESERVED_COLUMNS: Final = ("_split", "_row")
 #: about how many bytes of one input (decoded) are copied to the outputs at a time: whole
 #: row groups, as many as fit (at least one)
 _WRITE_BYTES: Final = 8 << 20
+#: ...and at most this many rows, unless one row group holds more: the metadata's sizes
+#: are encoded sizes, and a dictionary-encoded column of repeated texts decodes to far
+#: more (7 groups of 100,000 rows, 0.2 MB each by the metadata, were one 700,000-row
+#: slice of ~280 MB)
+_WRITE_ROWS: Final = 1 << 16
 #: a column that holds a file's row count while none of its columns is read
 _PLACEHOLDER: Final = "__rowgate_rows"
 #: lineage and digests the decision reads when a dataset has them
@@ -364,10 +369,11 @@ def _write_rows(
     # a slice is written (compressed, on one core) while the next is read and decoded:
     # both release the GIL (8.1 -> 6.3 s for 338 K rows); at most two slices are held
     writing: Future[None] | None = None
+    kept_groups, removed_groups = _RowGroups(), _RowGroups()
     with kept_out, duplicates_out, ThreadPoolExecutor(1) as writer:
         for item, schema in zip(files, schemas, strict=True):
             size = 0
-            for lo, length, _ in _slices(item.path, _WRITE_BYTES):
+            for lo, length, _ in _slices(item.path, _WRITE_BYTES, _WRITE_ROWS):
                 part = _rows(item, schema, None, (lo, length))
                 if part.schema != layout.schema:  # another input's columns, or wider types
                     try:
@@ -383,30 +389,65 @@ def _write_rows(
                     is_removed = np.zeros(part.height, np.bool_)
                     is_removed[hit] = True
                     part = part.filter(~is_removed)
-                if writing is not None:
-                    writing.result()
-                writing = writer.submit(_write_slice, kept_out, part, duplicates_out, found)
+                ready = (kept_groups.add(part), removed_groups.add(found))
+                if ready[0] is not None or ready[1] is not None:
+                    if writing is not None:
+                        writing.result()
+                    writing = writer.submit(
+                        _write_slice, kept_out, ready[0], duplicates_out, ready[1]
+                    )
                 kept, done, size = kept + part.height, done + len(hit), size + length
             base += size
         if writing is not None:
             writing.result()
+        _write_slice(kept_out, kept_groups.take(), duplicates_out, removed_groups.take())
     return kept, done
 
 
 def _write_slice(
     kept_out: pq.ParquetWriter,
-    kept: pl.DataFrame,
+    kept: pl.DataFrame | None,
     removed_out: pq.ParquetWriter,
-    removed: pl.DataFrame,
+    removed: pl.DataFrame | None,
 ) -> None:
-    if removed.height:
+    if removed is not None:
         removed_out.write_table(removed.to_arrow())
-    kept_out.write_table(kept.to_arrow())
+    if kept is not None:
+        kept_out.write_table(kept.to_arrow())
 
 
-def _slices(path: str, nbytes: int) -> list[tuple[int, int, int]]:
+class _RowGroups:
+    """Rows bound for one output file, gathered into row groups of about
+    :data:`_WRITE_BYTES` or :data:`_WRITE_ROWS`, whichever comes first, whatever slices
+    they were read in: 500 kept rows of 3 M are one group, not one per slice read."""
+
+    def __init__(self) -> None:
+        self._frames: list[pl.DataFrame] = []
+        self._rows = self._bytes = 0
+
+    def add(self, frame: pl.DataFrame) -> pl.DataFrame | None:
+        """Hold ``frame``'s rows; a row group to write once the held rows fill one."""
+        if frame.height:
+            self._frames.append(frame)
+            self._rows += frame.height
+            self._bytes += int(frame.estimated_size())
+        if self._rows >= _WRITE_ROWS or self._bytes >= _WRITE_BYTES:
+            return self.take()
+        return None
+
+    def take(self) -> pl.DataFrame | None:
+        """The rows held, as one frame (none held: None), and hold none."""
+        if not self._frames:
+            return None
+        frame = pl.concat(self._frames)
+        self._frames, self._rows, self._bytes = [], 0, 0
+        return frame
+
+
+def _slices(path: str, nbytes: int, max_rows: int | None = None) -> list[tuple[int, int, int]]:
     """(first row, rows, bytes) of one input's slices: consecutive whole row groups of
-    about ``nbytes`` decoded (a larger group alone), so that no group is read twice."""
+    about ``nbytes`` by the metadata and at most ``max_rows`` rows (a larger group alone),
+    so that no group is read twice."""
     try:
         metadata = pq.read_metadata(path)
     except (OSError, pa.ArrowException) as exc:
@@ -415,7 +456,8 @@ def _slices(path: str, nbytes: int) -> list[tuple[int, int, int]]:
     start = rows = size = 0
     for i in range(metadata.num_row_groups):
         group = metadata.row_group(i)
-        if rows and size + group.total_byte_size > nbytes:
+        too_long = max_rows is not None and rows + group.num_rows > max_rows
+        if rows and (size + group.total_byte_size > nbytes or too_long):
             slices.append((start, rows, size))
             start, rows, size = start + rows, 0, 0
         rows, size = rows + group.num_rows, size + group.total_byte_size
