@@ -342,13 +342,6 @@ def staged_keys(
     key = job.key()
     normalisation = Normalisation.from_settings(settings)
 
-    def column(name: str) -> list[pa.Array]:
-        """A digest column through maps of its own, unmapped once it is ranked: every
-        page of it is read, and the maps the matching keeps would hold them resident
-        (32 bytes a row per rule)."""
-        tables = [storage.staged_table(task.shard, stem) for task in tasks]
-        return [c for t in tables if t.num_rows for c in t[name].chunks]
-
     def pieces(rows: I64) -> list[tuple[KeySlice, I64, I64]]:
         """(slice, the rows' places in it, their places in ``rows``) of each slice hit."""
         return [
@@ -393,15 +386,24 @@ def staged_keys(
 
     normalised = None
     if settings.normalised:
-        normalised = pl.Series(NORMALISED, _digest_ranks(column(NORMALISED)))
+        normalised = pl.Series(NORMALISED, _digest_ranks(_column(storage, tasks, NORMALISED)))
     return RowKeys(
         normalised,
         candidates if settings.near else None,
         signatures if settings.near else None,
         texts,
-        _digest_ranks(column(EXACT)) if job.exact else None,
+        _digest_ranks(_column(storage, tasks, EXACT)) if job.exact else None,
         lineage,
     )
+
+
+def _column(storage: RunStorage, tasks: Sequence[KeyTask], name: str) -> list[pa.Array]:
+    """A staged digest column of every task, through maps of its own, unmapped once it is
+    ranked: every page of it is read, and the maps the matching keeps would hold those
+    pages resident (32 bytes a row per rule)."""
+    stem = storage.row_keys_stem(_STEM)
+    tables = [storage.staged_table(task.shard, stem) for task in tasks]
+    return [c for t in tables if t.num_rows for c in t[name].chunks]
 
 
 def _in_order(
