@@ -49,11 +49,13 @@ SIGNATURE: Final = "_minhash"
 SHINGLED: Final = "_shingled"
 
 
-#: rows whose keys are computed at a time: a slice's normalised texts, tokens and shingles
-#: are transient and take many times its bytes. A gate batch (16 MiB, 4,931 pairwise rows)
-#: at once raised a worker's peak by 145 MB; 1,024 rows at a time, by 65 MB, for the same
-#: CPU. A row's keys depend on that row alone, so the slicing changes no key.
-SLICE_ROWS: Final = 1024
+#: key bytes (the payload columns, as polars estimates them) whose keys are computed at a
+#: time: a slice's normalised texts, tokens and shingles are transient and take many times
+#: its bytes. A gate batch (16 MiB, 4,931 pairwise rows) at once raised a worker's peak by
+#: 145 MB; 1,024 rows (2.7 MB) at a time, by 65 MB, for the same CPU. Bytes, not rows: 1,024
+#: short texts (60 bytes) a slice cost 1.5 µs a row more than 65,536. A row's keys depend on
+#: that row alone, so the slicing changes no key.
+SLICE_BYTES: Final = 4 << 20
 
 
 def row_keys(
@@ -64,15 +66,16 @@ def row_keys(
 ) -> pa.RecordBatch:
     """The row keys of ``batch``'s rows (the key's payload columns, named as the JSON
     members the key reads), in its order: the columns the enabled rules read, computed
-    :data:`SLICE_ROWS` rows at a time. With a ``memo`` (one per shard or task), a key
-    text seen before in it is not signed again."""
+    about :data:`SLICE_BYTES` of rows at a time. With a ``memo`` (one per shard or task),
+    a key text seen before in it is not signed again."""
     frame = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
     assert isinstance(frame, pl.DataFrame)
-    if frame.height <= SLICE_ROWS:
+    step = max(1, int(SLICE_BYTES * frame.height // max(frame.estimated_size(), 1)))
+    if frame.height <= step:
         return _slice_keys(frame, key, settings, memo)
     slices = [
-        _slice_keys(frame.slice(lo, SLICE_ROWS), key, settings, memo)
-        for lo in range(0, frame.height, SLICE_ROWS)
+        _slice_keys(frame.slice(lo, step), key, settings, memo)
+        for lo in range(0, frame.height, step)
     ]
     return pa.Table.from_batches(slices).combine_chunks().to_batches()[0]
 

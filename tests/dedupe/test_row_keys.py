@@ -92,8 +92,8 @@ def test_row_keys_are_the_digest_and_signature_of_each_rows_key() -> None:
 
 
 def test_row_keys_in_slices_equal_the_keys_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """row_keys computes a batch SLICE_ROWS rows at a time; slices of 7 rows over 50 rows
-    (a last slice of 1) give the keys of the whole batch, in its order."""
+    """row_keys computes a batch SLICE_BYTES at a time; slices of about 7 rows over 50
+    rows give the keys of the whole batch, in its order."""
     key = get_kind("pairwise-v2").dedupe_key()
     assert key is not None
     rng = np.random.default_rng(11)
@@ -107,7 +107,9 @@ def test_row_keys_in_slices_equal_the_keys_at_once(monkeypatch: pytest.MonkeyPat
     ]
     batch = pa.RecordBatch.from_pylist(rows)
     whole = row_keys(batch, key, SETTINGS)
-    monkeypatch.setattr(row_keys_module, "SLICE_ROWS", 7)
+    frame = pl.from_arrow(batch)
+    assert isinstance(frame, pl.DataFrame)
+    monkeypatch.setattr(row_keys_module, "SLICE_BYTES", frame.estimated_size() * 7 // 50)
     sliced = row_keys(batch, key, SETTINGS)
     assert sliced.num_rows == 50
     assert sliced.equals(whole)
@@ -188,7 +190,7 @@ def test_a_signature_memo_signs_a_repeated_text_once(monkeypatch: pytest.MonkeyP
         signed.append(len(texts))
         return signatures(texts, params)
 
-    monkeypatch.setattr(row_keys_module, "SLICE_ROWS", 16)
+    monkeypatch.setattr(row_keys_module, "SLICE_BYTES", 1)  # a row at a time
     without = row_keys(batch, key, SETTINGS)
     monkeypatch.setattr(row_keys_module, "signatures", counting)
     memo = SignatureMemo(PARAMS)
@@ -196,7 +198,7 @@ def test_a_signature_memo_signs_a_repeated_text_once(monkeypatch: pytest.MonkeyP
     again = row_keys(batch, key, SETTINGS, memo)
     assert first.equals(without)
     assert again.equals(without)
-    assert signed == [5]  # five distinct texts in the first slice; none after
+    assert signed == [1] * 5  # each distinct text once (a row a slice); none after
     with pytest.raises(ValueError, match="memo"):
         row_keys(batch, key, DedupeSettings(near=True, permutations=64), memo)
 
