@@ -107,8 +107,8 @@ def _mixed(
         values = exact(ascending).gather(np.searchsorted(ascending, rows))
         if previous is not None:
             values = pl.concat([previous, values])
-        # differs[i]: row order[i]'s value is not row order[i - 1]'s
-        step = (values.slice(1) != values.slice(0, len(values) - 1)).to_numpy()
+        # differs[i]: row order[i]'s value is not row order[i - 1]'s (a null is a value)
+        step = values.slice(1).ne_missing(values.slice(0, len(values) - 1)).to_numpy()
         differs[lo + len(rows) - len(step) : lo + len(rows)] = step
         previous = values.slice(len(values) - 1)
     differs &= same_prefix

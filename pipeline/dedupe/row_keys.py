@@ -107,8 +107,11 @@ def _slice_keys(
     return pa.RecordBatch.from_pydict(columns)
 
 
-#: the signatures a :class:`SignatureMemo` holds: 16,384 texts at 128 permutations
+#: what a :class:`SignatureMemo` holds, its index included: 12,945 texts at 128 permutations
 MEMO_BYTES: Final = 8 << 20
+#: a remembered text's share of the memo's index besides its signature: its 16-byte
+#: digest as a bytes object, its slot as an int and the dict's entry (measured: 133 bytes)
+_ENTRY_BYTES: Final = 136
 
 
 class SignatureMemo:
@@ -117,12 +120,12 @@ class SignatureMemo:
     is tokenised, shingled and signed once. A signature depends on its text alone, so a
     remembered one is the one signing would give; two texts would have to share all
     128 bits for a row to get another's, and even then the pair's exact Jaccard check
-    reads the texts themselves. Holds at most :data:`MEMO_BYTES` of signatures, then
-    starts over."""
+    reads the texts themselves. Holds at most :data:`MEMO_BYTES`, index included; when a
+    slice's new texts would not fit, it starts over with that slice's."""
 
     def __init__(self, params: LshParams) -> None:
         self.params = params
-        self._capacity = max(1, MEMO_BYTES // (4 * params.permutations))
+        self._capacity = max(1, MEMO_BYTES // (4 * params.permutations + _ENTRY_BYTES))
         self._sig = np.empty((self._capacity, params.permutations), np.uint32)
         self._has = np.empty(self._capacity, np.bool_)
         self._index: dict[bytes | None, int] = {}
@@ -134,24 +137,34 @@ class SignatureMemo:
         if len(texts) > self._capacity:
             sig, has = signatures(texts, params)
             return np.ascontiguousarray(sig.T), has
-        if len(self._index) + len(texts) > self._capacity:
+        digests = _xxh128s(texts.to_arrow())
+        known = len(self._index)
+        at, new = self._place(digests)
+        if len(self._index) > self._capacity:  # this slice's new texts do not fit: start over
             self._index.clear()
-        index = self._index
-        known = len(index)
-        at = np.empty(len(texts), np.int64)
-        new: list[int] = []
-        for row, digest in enumerate(_xxh128s(texts.to_arrow())):
-            slot = index.get(digest)
-            if slot is None:
-                slot = index[digest] = known + len(new)
-                new.append(row)
-            at[row] = slot
+            known = 0
+            at, new = self._place(digests)
         if new:
             fresh = texts if len(new) == len(texts) else texts.gather(new)
             sig, has = signatures(fresh, params)
             self._sig[known : known + len(new)] = sig.T
             self._has[known : known + len(new)] = has
         return self._sig[at], self._has[at]
+
+    def _place(self, digests: list[bytes | None]) -> tuple[npt.NDArray[np.int64], list[int]]:
+        """Each text's slot, the new texts given the next free ones; and the rows of the
+        new texts (each text's first), to be signed."""
+        index = self._index
+        known = len(index)
+        at = np.empty(len(digests), np.int64)
+        new: list[int] = []
+        for row, digest in enumerate(digests):
+            slot = index.get(digest)
+            if slot is None:
+                slot = index[digest] = known + len(new)
+                new.append(row)
+            at[row] = slot
+        return at, new
 
 
 def sha256s(texts: pa.Array) -> pa.Array:

@@ -85,3 +85,14 @@ def test_a_prefix_of_one_value_is_not_ranked() -> None:
     ranks = dense_ranks(prefixes, exact)
     assert ranks.tolist() == (series.rank("dense") - 1).to_list()
     assert reads == [[0, 1, 2, 3, 4, 6], [0, 2, 3, 6]]
+
+
+@pytest.mark.parametrize("values", [[None, "a"], ["a", None], ["a", None, "a"]])
+def test_a_prefix_shared_by_a_null_and_a_value_stands_for_two(values: list[str | None]) -> None:
+    """A null read under a shared prefix is a value of its own: the prefix's rows are
+    ranked, not taken for copies of one value."""
+    series = pl.Series("d", values, dtype=pl.String)
+    shared = np.arange(len(values), dtype=np.int64)
+    prefix = np.zeros(len(values), dtype=np.uint64)
+    mixed = repeats._mixed(shared, prefix, series.gather)
+    assert mixed.tolist() == shared.tolist()

@@ -117,6 +117,11 @@ def test_row_keys_in_slices_equal_the_keys_at_once(monkeypatch: pytest.MonkeyPat
 
 
 @settings(max_examples=40, deadline=None)
+def memo_bytes(texts: int) -> int:
+    """The :data:`~pipeline.dedupe.row_keys.MEMO_BYTES` of a memo of ``texts`` texts."""
+    return texts * (4 * PARAMS.permutations + row_keys_module._ENTRY_BYTES)
+
+
 @given(
     batches=st.lists(
         st.lists(
@@ -135,7 +140,7 @@ def test_a_signature_memo_gives_the_signatures_signing_gives(
     """Batches of a shard through one memo (repeated texts, empty texts, a memo that
     fills and starts over, a batch larger than it) give every text's own signature."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(row_keys_module, "MEMO_BYTES", memo_texts * 4 * PARAMS.permutations)
+        patch.setattr(row_keys_module, "MEMO_BYTES", memo_bytes(memo_texts))
         memo = SignatureMemo(PARAMS)
     for texts in batches:
         series = pl.Series(texts, dtype=pl.String)
@@ -155,7 +160,7 @@ def test_a_signature_memo_that_starts_over_keeps_each_texts_own_signature(
     distinct = [f"text {i} " + " ".join(rng.choice(WORDS, 8)) for i in range(1000)]
     texts = pl.Series([distinct[i] for i in rng.integers(0, 1000, 3000)])
     expected, expected_has = signatures(texts, PARAMS)
-    monkeypatch.setattr(row_keys_module, "MEMO_BYTES", 300 * 4 * PARAMS.permutations)
+    monkeypatch.setattr(row_keys_module, "MEMO_BYTES", memo_bytes(300))
     memo = SignatureMemo(PARAMS)
     signed: list[int] = []
 
@@ -168,6 +173,32 @@ def test_a_signature_memo_that_starts_over_keeps_each_texts_own_signature(
     assert np.array_equal(np.vstack([p[0] for p in parts]), expected.T)
     assert np.array_equal(np.concatenate([p[1] for p in parts]), expected_has)
     assert 1000 <= sum(signed) < 3000
+
+
+def test_a_signature_memo_that_holds_the_texts_never_starts_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """250 distinct texts, then 4,000 of them in random order, in slices of 100 through
+    a memo of 300 texts: each text is signed once, though every slice is more than the
+    room left (a memo that started over whenever a slice might not fit signed them again
+    and again)."""
+    rng = np.random.default_rng(5)
+    distinct = [f"text {i} " + " ".join(rng.choice(WORDS, 6)) for i in range(250)]
+    order = np.concatenate([np.arange(250), rng.integers(0, 250, 4000)])
+    texts = pl.Series([distinct[i] for i in order])
+    expected, _ = signatures(texts, PARAMS)
+    monkeypatch.setattr(row_keys_module, "MEMO_BYTES", memo_bytes(300))
+    memo = SignatureMemo(PARAMS)
+    signed: list[int] = []
+
+    def counting(texts: pl.Series, params: LshParams) -> tuple[np.ndarray, np.ndarray]:
+        signed.append(len(texts))
+        return signatures(texts, params)
+
+    monkeypatch.setattr(row_keys_module, "signatures", counting)
+    parts = [memo.signatures(texts.slice(lo, 100))[0] for lo in range(0, len(texts), 100)]
+    assert np.array_equal(np.vstack(parts), expected.T)
+    assert sum(signed) == 250
 
 
 def test_a_signature_memo_signs_a_repeated_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
