@@ -15,7 +15,7 @@ A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with 
 * the extra output columns the stage declared in :meth:`GlobalStage.output_columns`.
 
 Memory: this phase runs in the parent over every row of the run, so what it holds per row
-is what grows with the input. The state is :data:`STATE_COLUMNS` (~50 bytes a row); a
+is what grows with the input. The state is :data:`STATE_COLUMNS` (28 bytes a row); a
 stage reads what else it needs shard by shard (:meth:`GlobalContext.evaluate`), groups
 on 64-bit hashes with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash
 repeats in full (:meth:`GlobalContext.fetch`, which takes them alone out of the staged
@@ -60,10 +60,11 @@ KEYS: Final = ("_shard", "_shard_line")
 #: Columns every stage finds in the frame it is given. The parent holds them for every
 #: staged row through the whole phase, so they are the compact ones: a stage that needs
 #: the digests (two 64-character strings, 3/4 of this state when it held them) or
-#: payload columns reads them itself (:meth:`GlobalContext.evaluate`, ``fetch``, ``scan``).
-STATE_COLUMNS: Final = (
-    "_shard", "_shard_line", "_input", "_source", "_line", "_disposition", "_reason_codes",
-)  # fmt: skip
+#: payload columns reads them itself (:meth:`GlobalContext.evaluate`, ``fetch``, ``scan``),
+#: and a row's input, source and line follow from its shard
+#: (:meth:`GlobalContext.with_lineage`, :meth:`GlobalContext.split`): held for every row
+#: they were 34 of the state's 62 bytes a row.
+STATE_COLUMNS: Final = ("_shard", "_shard_line", "_disposition", "_reason_codes")
 
 
 #: DESIGN §3.6: a duplicate points at the kept row's ``_source``, ``_line`` and
@@ -124,8 +125,9 @@ class GlobalContext:
         return {shard.input.index: shard.input.split for shard in self.shards}
 
     def split(self) -> pl.Expr:
-        """A row's split, from its ``_input`` column."""
-        return pl.col("_input").replace_strict(self.split_of(), return_dtype=pl.String)
+        """A row's split, from its ``_shard`` column (the shard's input's)."""
+        splits = {shard.index: shard.input.split for shard in self.shards}
+        return pl.col("_shard").replace_strict(splits, return_dtype=pl.String)
 
     def staged(self, shard: int, kind: str) -> pl.LazyFrame:
         """One shard's staged rows of ``kind`` as a lazy scan (project what you need)."""
@@ -253,7 +255,7 @@ class GlobalContext:
 
     def scan(self, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame:
         """Staged columns of every row of ``kind`` in the stable order key, with the
-        state columns (``_shard``, ``_line``, ``_source``, ``_disposition``, ...).
+        state columns (:data:`STATE_COLUMNS`).
 
         Collected shard by shard and kept as one chunk per shard: collecting the shards'
         scans at once, into one chunk, took twice the result's size above it (34 against
@@ -264,15 +266,11 @@ class GlobalContext:
         for summary in self.summaries:
             if kind not in summary.kinds:
                 continue
-            shard = self.shards[summary.shard]
             wanted = list(dict.fromkeys([*staged, *columns]))
             frame = self.staged(summary.shard, kind).select(wanted)
             frames.append(
                 frame.with_columns(
                     _shard=pl.lit(summary.shard, pl.Int32),
-                    _input=pl.lit(shard.input.index, pl.Int32),
-                    _source=pl.lit(shard.input.path),
-                    _line=pl.col("_shard_line") + self.line_bases[summary.shard],
                     _reason_codes=pl.col("_reasons").list.eval(pl.element().struct.field("code")),
                 )
                 .select([*head, *(c for c in columns if c not in head)])

@@ -129,8 +129,10 @@ class QuarantineOriginals:
         return []
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
-        return rows.filter(pl.col("_line").is_in(self.lines)).select(
-            "_shard", "_shard_line", _disposition=pl.lit("quarantined")
+        return (
+            ctx.with_lineage(rows)
+            .filter(pl.col("_line").is_in(self.lines))
+            .select("_shard", "_shard_line", _disposition=pl.lit("quarantined"))
         )
 
 

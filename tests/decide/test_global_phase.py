@@ -39,6 +39,7 @@ class FlagEveryThird:
         ]
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        rows = ctx.with_lineage(rows)
         assert rows["_line"].is_sorted() or rows["_input"].n_unique() > 1
         accepted = rows.filter(pl.col("_disposition") == "accepted").with_row_index("n")
         ctx.write_artifact(
@@ -181,7 +182,7 @@ class ProbeReads:
         )
         expected = whole.join(keys, on=["_shard", "_shard_line"], how="semi", maintain_order="left")
         lineage = ctx.with_lineage(keys).select("_input", "_source", "_line")
-        truth = rows.gather_every(7).select("_input", "_source", "_line")
+        truth = ctx.fetch(kind, keys, ["_offset"])  # where each line starts in the input
         self.seen.append((fetched, expected, lineage, truth))
         exprs = {"_h": pl.col("messages").hash(1), "_n": pl.col("response_a").str.len_bytes()}
         self.evaluated.append(
@@ -198,9 +199,9 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int
 ) -> None:
     """``fetch`` takes the rows asked for out of the memory-mapped staged files (each
-    once, in file order, of several Arrow batches a shard); ``with_lineage`` gives them
-    the state's lineage columns without joining the state: both equal the staged rows
-    and the state read whole."""
+    once, in file order, of several Arrow batches a shard): they equal the staged rows
+    read whole; ``with_lineage`` gives rows their input, source and line from their
+    shard: those of the input line at each row's staged byte offset."""
     import pipeline.decide.stages  # noqa: F401
 
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeReads])
@@ -221,7 +222,14 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
     assert expected.height > 20
     assert fetched.select(expected.columns).schema == expected.schema
     assert fetched.select(expected.columns).equals(expected)
-    assert lineage.equals(truth)
+    assert truth.select("_shard", "_shard_line").equals(expected.select("_shard", "_shard_line"))
+    data = source.read_bytes()
+    lines = [data[:offset].count(b"\n") + 1 for offset in truth["_offset"]]
+    assert lineage.to_dict(as_series=False) == {
+        "_input": [0] * len(lines),
+        "_source": [str(source)] * len(lines),
+        "_line": lines,
+    }
     # row-wise expressions evaluated a staged batch at a time give the shard's values
     [(by_shard, by_batch)] = ProbeReads.evaluated
     assert by_shard.height > 100

@@ -85,13 +85,9 @@ class Dedupe:
         is_accepted = rows["_disposition"] == Disposition.ACCEPTED.value
         # the gate's row keys stand in for the key texts (normalised and near rules)
         keyed = _keyed(ctx, kind, key is not None)
-        # with them, the lineage of the few rows pointers and clusters name is read for
-        # those rows only (every row's source and line was ~40 bytes a row)
-        lineage = () if keyed else ("_source", "_line")
-        accepted = rows.select(*KEYS, "_input", *lineage).filter(is_accepted)
-        split_of = ctx.split_of()
+        accepted = rows.select(KEYS).filter(is_accepted)
         split = ctx.split().alias("_split")
-        splits = {split_of[i] for i in accepted["_input"].unique()} - {None}
+        splits = {ctx.shards[s].input.split for s in accepted["_shard"].unique()} - {None}
         # Keys name JSON members; a kind may store one apart under another column name
         # (pw-decide-row's ``meta`` is the ``_meta`` column).
         apart = get_kind(kind).apart
@@ -105,10 +101,14 @@ class Dedupe:
             if _exact_only(settings)
             else None
         )
+        part = accepted if participants is None else participants
+        # without row keys the rows taking part carry their lineage (with them, only the
+        # few rows pointers and clusters name are read: every row's was ~40 bytes a row)
+        part = part if keyed else ctx.with_lineage(part).drop("_input")
         if participants is None:  # every accepted row takes part, with its payload
-            frame = accepted.hstack(_payload(ctx, kind, rows, is_accepted, columns))
+            frame = part.hstack(_payload(ctx, kind, rows, is_accepted, columns))
         else:
-            frame = _fetched(ctx, kind, participants, columns)
+            frame = _fetched(ctx, kind, part, columns)
         frame = frame.with_columns(split).rename(back, strict=False)
         row_keys = None
         if keyed and key is not None:
@@ -377,9 +377,9 @@ def _row_keys(
         return _near_candidates(ctx, kind, rows, is_accepted, groups, text_rows, text_rank)
 
     def lineage(at: npt.NDArray[np.int64]) -> pl.DataFrame:
-        found = rows.select("_source", "_line")[np.flatnonzero(is_accepted.to_numpy())[at]]
-        digests = _fetched(ctx, kind, frame.select(KEYS)[at], ["_record_sha256"])
-        return found.with_columns(digests["_record_sha256"])
+        named = frame.select(KEYS)[at]
+        digests = _fetched(ctx, kind, named, ["_record_sha256"])
+        return ctx.with_lineage(named).select("_source", "_line", digests["_record_sha256"])
 
     normalised = None
     if ctx.config.dedupe.normalised:

@@ -60,7 +60,6 @@ from pipeline.rubrics.scoring import WEIGHTED_STATE, score_frame
 __all__ = ["ReviewStage"]
 
 _GROUP: Final = "_subject"
-_STATE: Final = ("_input", "_source", "_line")
 
 
 @register_stage
@@ -142,14 +141,15 @@ def _subject_hash(subject: DedupeKey) -> pl.Expr:
 def _votes(
     ctx: GlobalContext, kind: str, plan: ScoringPlan, rows: pl.DataFrame, subject: pl.Expr
 ) -> pl.DataFrame:
-    """The accepted rows with their order key, subject hash and ``_vote``: whether their
-    own criteria scores meet every minimum and the weighted acceptance score."""
+    """The accepted rows with their order key, lineage (``_input``, ``_source``,
+    ``_line``), subject hash and ``_vote``: whether their own criteria scores meet every
+    minimum and the weighted acceptance score."""
     exprs = {"_h_subject": subject, **criteria_inputs(plan)}
     observed = pl.concat(ctx.evaluate(kind, exprs))
     if not observed.select(KEYS).equals(rows.select(KEYS)):
         raise AssertionError("staged rows and the global state are out of step")
     accepted = rows["_disposition"] == Disposition.ACCEPTED.value
-    observed = pl.concat([rows.select(_STATE), observed], how="horizontal").filter(accepted)
+    observed = observed.filter(accepted)
     gates = frozenset(g.name for g in plan.rubric.gates)
     scored = score_frame(plan.rubric, observed, not_applicable_gates=gates)
     met = [State.MET.value, State.NOT_APPLICABLE.value]
@@ -157,7 +157,7 @@ def _votes(
     vote = (pl.col(WEIGHTED_STATE) == State.MET.value) & pl.all_horizontal(
         [pl.col(c).is_in(met) for c in criteria] or [pl.lit(True)]
     )
-    return scored.select(*KEYS, *_STATE, "_h_subject", vote.alias("_vote"))
+    return ctx.with_lineage(scored.select(*KEYS, "_h_subject", vote.alias("_vote")))
 
 
 def _apply(reviews: pl.DataFrame, policy: ReviewPolicy) -> pl.DataFrame | None:

@@ -253,7 +253,7 @@ class FakeCrossRules:
         return []
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
-        first_two = rows.sort("_line").head(2).with_row_index("n")
+        first_two = ctx.with_lineage(rows).sort("_line").head(2).with_row_index("n")
         return first_two.select(
             "_shard",
             "_shard_line",
