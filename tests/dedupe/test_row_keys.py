@@ -117,6 +117,18 @@ def test_row_keys_in_slices_equal_the_keys_at_once(monkeypatch: pytest.MonkeyPat
 
 
 @settings(max_examples=40, deadline=None)
+def count_signing(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts, from now on, the texts row keys sign (one entry a call)."""
+    signed: list[int] = []
+
+    def counting(texts: pl.Series, params: LshParams) -> tuple[np.ndarray, np.ndarray]:
+        signed.append(len(texts))
+        return signatures(texts, params)
+
+    monkeypatch.setattr(row_keys_module, "signatures", counting)
+    return signed
+
+
 def memo_bytes(texts: int) -> int:
     """The :data:`~pipeline.dedupe.row_keys.MEMO_BYTES` of a memo of ``texts`` texts."""
     return texts * (4 * PARAMS.permutations + row_keys_module._ENTRY_BYTES)
@@ -162,13 +174,7 @@ def test_a_signature_memo_that_starts_over_keeps_each_texts_own_signature(
     expected, expected_has = signatures(texts, PARAMS)
     monkeypatch.setattr(row_keys_module, "MEMO_BYTES", memo_bytes(300))
     memo = SignatureMemo(PARAMS)
-    signed: list[int] = []
-
-    def counting(texts: pl.Series, params: LshParams) -> tuple[np.ndarray, np.ndarray]:
-        signed.append(len(texts))
-        return signatures(texts, params)
-
-    monkeypatch.setattr(row_keys_module, "signatures", counting)
+    signed = count_signing(monkeypatch)
     parts = [memo.signatures(texts.slice(lo, 250)) for lo in range(0, 3000, 250)]
     assert np.array_equal(np.vstack([p[0] for p in parts]), expected.T)
     assert np.array_equal(np.concatenate([p[1] for p in parts]), expected_has)
@@ -189,13 +195,7 @@ def test_a_signature_memo_that_holds_the_texts_never_starts_over(
     expected, _ = signatures(texts, PARAMS)
     monkeypatch.setattr(row_keys_module, "MEMO_BYTES", memo_bytes(300))
     memo = SignatureMemo(PARAMS)
-    signed: list[int] = []
-
-    def counting(texts: pl.Series, params: LshParams) -> tuple[np.ndarray, np.ndarray]:
-        signed.append(len(texts))
-        return signatures(texts, params)
-
-    monkeypatch.setattr(row_keys_module, "signatures", counting)
+    signed = count_signing(monkeypatch)
     parts = [memo.signatures(texts.slice(lo, 100))[0] for lo in range(0, len(texts), 100)]
     assert np.array_equal(np.vstack(parts), expected.T)
     assert sum(signed) == 250
@@ -215,15 +215,9 @@ def test_a_signature_memo_signs_a_repeated_text_once(monkeypatch: pytest.MonkeyP
         for i in range(40)
     ]
     batch = pa.RecordBatch.from_pylist(rows)
-    signed: list[int] = []
-
-    def counting(texts: pl.Series, params: LshParams) -> tuple[np.ndarray, np.ndarray]:
-        signed.append(len(texts))
-        return signatures(texts, params)
-
     monkeypatch.setattr(row_keys_module, "SLICE_BYTES", 1)  # a row at a time
     without = row_keys(batch, key, SETTINGS)
-    monkeypatch.setattr(row_keys_module, "signatures", counting)
+    signed = count_signing(monkeypatch)
     memo = SignatureMemo(PARAMS)
     first = row_keys(batch, key, SETTINGS, memo)
     again = row_keys(batch, key, SETTINGS, memo)
