@@ -116,7 +116,6 @@ def test_row_keys_in_slices_equal_the_keys_at_once(monkeypatch: pytest.MonkeyPat
     assert len(set(whole.column(NORMALISED).to_pylist())) > 40  # not one key repeated
 
 
-@settings(max_examples=40, deadline=None)
 def count_signing(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts, from now on, the texts row keys sign (one entry a call)."""
     signed: list[int] = []
@@ -134,6 +133,7 @@ def memo_bytes(texts: int) -> int:
     return texts * (4 * PARAMS.permutations + row_keys_module._ENTRY_BYTES)
 
 
+@settings(max_examples=40, deadline=None)
 @given(
     batches=st.lists(
         st.lists(
