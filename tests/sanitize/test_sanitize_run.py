@@ -116,9 +116,11 @@ class _RejectSome:
         return []
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
-        chosen = ctx.with_lineage(rows).filter(
-            (pl.col("_disposition") == "accepted") & (pl.col("_line") % 3 == 0)
-        ).select("_shard", "_shard_line")
+        chosen = (
+            ctx.with_lineage(rows)
+            .filter((pl.col("_disposition") == "accepted") & (pl.col("_line") % 3 == 0))
+            .select("_shard", "_shard_line")
+        )
         reason = [{"code": "cross.test", "path": "", "detail": "late rejection"}]
         return chosen.with_columns(
             _disposition=pl.lit("rejected"),
