@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Final
 
 # these modules import nothing else (~1 ms): only the command line is deferred
-from pipeline.core.allocator import parent_allocator
+from pipeline.core.allocator import hand_back_large_blocks, parent_allocator
 from pipeline.core.errors import EXIT_FAILED, RowgateError
 
 #: 128 + SIGTERM
@@ -57,6 +57,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _terminate)
     # before polars loads (the command line imports it): its allocator reads this once
     os.environ.update(parent_allocator())
+    # numpy's large arrays unmapped when freed (glibc): pipeline.core.allocator
+    hand_back_large_blocks()
     from pipeline.cli import main as cli_main
 
     try:
