@@ -120,12 +120,9 @@ class GlobalContext:
     def kinds(self) -> list[str]:
         return sorted({k for s in self.summaries for k in s.kinds})
 
-    def split_of(self) -> dict[int, str | None]:
-        """Each input's split label (``--split``, ``[[inputs]] split``), by input index."""
-        return {shard.input.index: shard.input.split for shard in self.shards}
-
     def split(self) -> pl.Expr:
-        """A row's split, from its ``_shard`` column (the shard's input's)."""
+        """A row's split label (``--split``, ``[[inputs]] split``), from its ``_shard``
+        column: its shard's input's."""
         splits = {shard.index: shard.input.split for shard in self.shards}
         return pl.col("_shard").replace_strict(splits, return_dtype=pl.String)
 
