@@ -24,16 +24,25 @@ __all__ = ["dense_ranks", "repeated", "varying"]
 
 def repeated(values: pl.Series) -> pl.Series:
     """A mask, in ``values``' order, of the values that occur more than once."""
-    array = values.to_numpy()
+    order, _, twice = _sorted_repeats(values.to_numpy())
+    mask = np.empty(len(order), dtype=bool)
+    mask[order] = twice
+    return pl.Series(values.name, mask)
+
+
+def _sorted_repeats(
+    array: npt.NDArray[np.generic],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """``array``'s stable sort order; whether each sorted value equals the one before it
+    (one shorter); and whether each sorted value occurs more than once."""
     order = np.argsort(array, kind="stable")
     ranked = array[order]
     same = ranked[1:] == ranked[:-1]
+    del ranked
     twice = np.zeros(len(array), dtype=bool)
     twice[1:] |= same
     twice[:-1] |= same
-    mask = np.empty(len(array), dtype=bool)
-    mask[order] = twice
-    return pl.Series(values.name, mask)
+    return order, same, twice
 
 
 def varying(groups: pl.Series, values: pl.Series) -> pl.Series:
@@ -69,13 +78,7 @@ def dense_ranks(
     one value (nearly always), gives the ranks (~35 bytes a row at its peak); a prefix
     of several values is ordered by its values in a second sort."""
     prefix = prefixes.to_numpy()
-    order = np.argsort(prefix, kind="stable")
-    ordered = prefix[order]
-    same = ordered[1:] == ordered[:-1]
-    del ordered
-    shared = np.zeros(len(prefix), dtype=np.bool_)
-    shared[1:] |= same
-    shared[:-1] |= same
+    order, same, shared = _sorted_repeats(prefix)
     rows = order[shared]  # in prefix order, and in row order within a prefix
     del shared
     # equal prefixes: told apart (and ordered) by the values, where they differ at all

@@ -138,17 +138,16 @@ class SignatureMemo:
             sig, has = signatures(texts, params)
             return np.ascontiguousarray(sig.T), has
         digests = _xxh128s(texts.to_arrow())
-        known = len(self._index)
         at, new = self._place(digests)
         if len(self._index) > self._capacity:  # this slice's new texts do not fit: start over
             self._index.clear()
-            known = 0
             at, new = self._place(digests)
         if new:
             fresh = texts if len(new) == len(texts) else texts.gather(new)
             sig, has = signatures(fresh, params)
-            self._sig[known : known + len(new)] = sig.T
-            self._has[known : known + len(new)] = has
+            taken = slice(len(self._index) - len(new), len(self._index))  # the last slots
+            self._sig[taken] = sig.T
+            self._has[taken] = has
         return self._sig[at], self._has[at]
 
     def _place(self, digests: list[bytes | None]) -> tuple[npt.NDArray[np.int64], list[int]]:
