@@ -16,13 +16,14 @@ A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with 
 
 Memory: this phase runs in the parent over every row of the run, so what it holds per row
 is what grows with the input. The state is :data:`STATE_COLUMNS` (28 bytes a row); a
-stage reads what else it needs shard by shard (:meth:`GlobalContext.evaluate`), groups
-on 64-bit hashes with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash
-repeats in full (:meth:`GlobalContext.fetch`, which takes them alone out of the staged
-files). Measured on the scale benchmark's exports (90k and 359k rows of 3.3 KB), the run's
-parent peak grows ~65–75 bytes a row, with or without near and normalised dedupe (polars'
-allocator returning freed pages at once: :mod:`pipeline.core.allocator`): the bytes per
-row of each structure are in docs/scale.md ("The driver's memory, per row").
+stage reads what else it needs shard by shard (:meth:`GlobalContext.evaluate`; the values
+alone, lined up with its rows, with :meth:`GlobalContext.values`), groups on 64-bit hashes
+with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash repeats in full
+(:meth:`GlobalContext.fetch`, which takes them alone out of the staged files). On
+1,000,000 pairwise-v2 rows the run's parent peaks ~85 bytes a row above where the gate
+phase left it plain, ~145 with near and normalised dedupe (polars' allocator returning
+freed pages at once: :mod:`pipeline.core.allocator`): the bytes a row of each structure
+are in docs/scale.md ("The driver's memory, per row").
 """
 
 from __future__ import annotations
@@ -136,7 +137,12 @@ class GlobalContext:
         return self.staged(shard, kind).collect_schema().names()
 
     def evaluate(
-        self, kind: str, exprs: Mapping[str, pl.Expr], *, row_wise: bool = False
+        self,
+        kind: str,
+        exprs: Mapping[str, pl.Expr],
+        *,
+        row_wise: bool = False,
+        stem: str | None = None,
     ) -> Iterator[pl.DataFrame]:
         """Evaluate expressions over the staged payload of ``kind`` one shard at a time,
         in the stable order key: frames of ``_shard``, ``_shard_line`` and one column per
@@ -146,16 +152,19 @@ class GlobalContext:
         ``row_wise``: each expression's value for a row reads that row alone, so they are
         evaluated a staged batch at a time, and the columns they read take a batch's
         memory, not a shard's (the contradiction rule's texts: ~100 MB of a 67 MB shard,
-        half as polars holds them and half the mapped file's pages)."""
+        half as polars holds them and half the mapped file's pages).
+
+        ``stem``: over a file staged beside the kind's rows (its row keys) instead."""
         for summary in self.summaries:
             if kind not in summary.kinds:
                 continue
-            batches = self._evaluate_by_batch(summary.shard, kind, exprs) if row_wise else []
+            file = stem or kind
+            batches = self._evaluate_by_batch(summary.shard, file, exprs) if row_wise else []
             if batches:
                 yield pl.concat(batches)
                 continue
             yield (
-                self.staged(summary.shard, kind)
+                self.storage.scan_staged(summary.shard, file)
                 .select(
                     pl.lit(summary.shard, pl.Int32).alias("_shard"),
                     pl.col("_shard_line"),
@@ -164,12 +173,65 @@ class GlobalContext:
                 .collect()
             )
 
+    def aligned(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        exprs: Mapping[str, pl.Expr],
+        *,
+        row_wise: bool = False,
+        stem: str | None = None,
+    ) -> Iterator[pl.DataFrame]:
+        """:meth:`evaluate` for a stage's ``rows`` of ``kind`` (every staged row, in the
+        stable order key): each shard's values alone, without its keys, checked to line
+        up with ``rows`` as they come."""
+        lines, shards = rows["_shard_line"], rows["_shard"]
+        at = 0
+        for frame in self.evaluate(kind, exprs, row_wise=row_wise, stem=stem):
+            n = frame.height
+            if at + n > rows.height or not (
+                frame["_shard_line"].equals(lines.slice(at, n))
+                and frame["_shard"].equals(shards.slice(at, n), check_dtypes=False)
+            ):
+                raise AssertionError("staged rows and the global state are out of step")
+            at += n
+            yield frame.drop(KEYS)
+        if at != rows.height:
+            raise AssertionError("staged rows and the global state are out of step")
+
+    def values(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        exprs: Mapping[str, pl.Expr],
+        *,
+        row_wise: bool = False,
+        stem: str | None = None,
+    ) -> dict[str, npt.NDArray[Any]]:
+        """Each expression's value for every one of ``rows`` as one numpy array, filled
+        shard by shard (:meth:`aligned`).
+
+        For the hash-first checks: the values alone, lined up with the rows, and never
+        the frame of every row's keys and values. The checks' working sets were a frame
+        per shard and their concatenation, keys included (~56 bytes a row for two
+        hashes); a row's keys are read off ``rows`` for the few rows found."""
+        found = {name: np.empty(0) for name in exprs}
+        at = 0
+        for frame in self.aligned(kind, rows, exprs, row_wise=row_wise, stem=stem):
+            for name in exprs:
+                column = frame[name].to_numpy()
+                if at == 0:
+                    found[name] = np.empty(rows.height, column.dtype)
+                found[name][at : at + frame.height] = column
+            at += frame.height
+        return found
+
     def _evaluate_by_batch(
-        self, shard: int, kind: str, exprs: Mapping[str, pl.Expr]
+        self, shard: int, stem: str, exprs: Mapping[str, pl.Expr]
     ) -> list[pl.DataFrame]:
         read = {"_shard_line"} | {c for e in exprs.values() for c in e.meta.root_names()}
         frames = []
-        for batch in self.storage.staged_column_batches(shard, kind, sorted(read)):
+        for batch in self.storage.staged_column_batches(shard, stem, sorted(read)):
             frame = cast(pl.DataFrame, pl.from_arrow(batch))
             # copied: a column still pointing into the batch's map would keep every page
             # the expressions read resident

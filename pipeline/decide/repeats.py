@@ -22,12 +22,20 @@ import polars as pl
 __all__ = ["dense_ranks", "repeated", "varying"]
 
 
-def repeated(values: pl.Series) -> pl.Series:
+def repeated(values: pl.Series | npt.NDArray[np.generic]) -> pl.Series:
     """A mask, in ``values``' order, of the values that occur more than once."""
-    order, _, twice = _sorted_repeats(values.to_numpy())
+    order, _, twice = _sorted_repeats(_array(values))
     mask = np.empty(len(order), dtype=bool)
     mask[order] = twice
-    return pl.Series(values.name, mask)
+    return pl.Series(_name(values), mask)
+
+
+def _array(values: pl.Series | npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+    return values if isinstance(values, np.ndarray) else values.to_numpy()
+
+
+def _name(values: pl.Series | npt.NDArray[np.generic]) -> str:
+    return "" if isinstance(values, np.ndarray) else values.name
 
 
 def _sorted_repeats(
@@ -45,15 +53,19 @@ def _sorted_repeats(
     return order, same, twice
 
 
-def varying(groups: pl.Series, values: pl.Series) -> pl.Series:
+def varying(
+    groups: pl.Series | npt.NDArray[np.generic], values: pl.Series | npt.NDArray[np.generic]
+) -> pl.Series:
     """A mask, in the rows' order, of the rows whose group (equal ``groups``) holds more
     than one distinct value of ``values``."""
-    group, value = groups.to_numpy(), values.to_numpy()
+    group, value = _array(groups), _array(values)
     order = np.lexsort((value, group))
     group_sorted, value_sorted = group[order], value[order]
+    del order
     # sorted by group then value: a group varies where its value changes inside it
     changes = (group_sorted[1:] == group_sorted[:-1]) & (value_sorted[1:] != value_sorted[:-1])
-    return pl.Series(groups.name, np.isin(group, group_sorted[1:][changes]))
+    del value_sorted
+    return pl.Series(_name(groups), np.isin(group, group_sorted[1:][changes]))
 
 
 def digest_prefix(column: str) -> pl.Expr:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import polars as pl
 import pyarrow as pa
@@ -157,6 +157,8 @@ class ProbeReads:
     order = 1
     seen: ClassVar[list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]]] = []
     evaluated: ClassVar[list[tuple[pl.DataFrame, pl.DataFrame]]] = []
+    #: ``values`` by shard and by batch, and whether each misaligned rows was refused
+    valued: ClassVar[list[tuple[dict[str, Any], dict[str, Any], list[bool]]]] = []
 
     def enabled(self, config: CampaignConfig) -> bool:
         return True
@@ -191,6 +193,23 @@ class ProbeReads:
                 pl.concat(ctx.evaluate(kind, exprs, row_wise=True)),
             )
         )
+        misaligned = [
+            rows.slice(1),
+            rows.head(rows.height - 1),
+            rows.reverse(),
+            rows.with_columns(_shard=pl.col("_shard") + 1),  # the lines, in other shards
+        ]
+        refused = []
+        for wrong in misaligned:
+            try:
+                ctx.values(kind, wrong, exprs)
+            except AssertionError:
+                refused.append(True)
+            else:
+                refused.append(False)
+        self.valued.append(
+            (ctx.values(kind, rows, exprs), ctx.values(kind, rows, exprs, row_wise=True), refused)
+        )
         return None
 
 
@@ -207,6 +226,7 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeReads])
     ProbeReads.seen.clear()
     ProbeReads.evaluated.clear()
+    ProbeReads.valued.clear()
     source = tmp_path / "in.jsonl"
     source.write_bytes(
         b"".join(
@@ -234,6 +254,13 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
     [(by_shard, by_batch)] = ProbeReads.evaluated
     assert by_shard.height > 100
     assert by_batch.equals(by_shard)
+    # values: the same values as arrays lined up with the state's rows, which must be
+    # every staged row in order (misaligned rows are refused, never read as others')
+    [(values, values_by_batch, refused)] = ProbeReads.valued
+    for name in ("_h", "_n"):
+        assert values[name].tolist() == by_shard[name].to_list()
+        assert values_by_batch[name].tolist() == by_shard[name].to_list()
+    assert refused == [True, True, True, True]
 
 
 def _advance_by_join(

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from pipeline.core.config import CampaignConfig
@@ -165,8 +166,8 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     # keys and 64-character digests; see pipeline.decide.repeats); only those rows (retries,
     # duplicates, conflicts: a few percent) are re-read and decided on the exact keys and
     # digests, so a collision of key hashes can never invent a conflict, nor hide one.
-    hashed = pl.concat(ctx.evaluate(kind, {"_h_key": _key_hash(keys)}))
-    candidates = hashed.filter(repeated(hashed["_h_key"])).select(KEYS)
+    hashed = ctx.values(kind, rows, {"_h_key": _key_hash(keys)})["_h_key"]
+    candidates = rows.select(KEYS).filter(repeated(hashed))
     del hashed
     if candidates.height == 0:
         return None
@@ -228,7 +229,7 @@ def contradictory_preference(
     # Texts are hashed shard by shard (memory stays bounded by one shard, whatever the
     # run's size), grouped on 64-bit hashes, and only candidate groups are re-read and
     # confirmed on the exact texts, so a hash collision can never invent a contradiction.
-    decisive = pl.col("preference").is_in(["A", "B"])
+    decisive = pl.col("preference").is_in(["A", "B"]).fill_null(False)
     preferred = pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b")
     # Hashed where the texts are, never copied: building each row's conversation key and
     # its preferred and rejected texts took ~40 MB a shard, the largest working set of
@@ -245,19 +246,20 @@ def contradictory_preference(
         .otherwise(pl.col("response_b").hash(3))
     )
     comparison = pl.struct(conversation.hash(1), pair)
-    hashes = pl.concat(
-        shard.filter("_decisive").drop("_decisive")
-        for shard in ctx.evaluate(
-            kind,
-            {
-                "_decisive": decisive,
-                "_h_comparison": comparison.hash(4),
-                "_h_pref": preferred_hash,
-            },
-            row_wise=True,
-        )
+    hashes = ctx.values(
+        kind,
+        rows,
+        {"_decisive": decisive, "_h_comparison": comparison.hash(4), "_h_pref": preferred_hash},
+        row_wise=True,
     )
-    candidates = hashes.filter(varying(hashes["_h_comparison"], hashes["_h_pref"]))
+    is_decisive = hashes.pop("_decisive")
+    groups, preferences = hashes.pop("_h_comparison"), hashes.pop("_h_pref")
+    if not is_decisive.all():  # the decisive rows' hashes alone (nearly always every row's)
+        groups, preferences = groups[is_decisive], preferences[is_decisive]
+    found = np.zeros(rows.height, dtype=np.bool_)
+    found[is_decisive] = varying(groups, preferences).to_numpy()
+    del groups, preferences
+    candidates = rows.select(KEYS).filter(found)
     if candidates.height == 0:
         return None
     texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])

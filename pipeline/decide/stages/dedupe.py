@@ -24,7 +24,7 @@ Without staged row keys the stage computes them from the key texts (the referenc
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -225,19 +225,16 @@ def _repeated_fingerprints(
     (:mod:`pipeline.decide.repeats`) and only rows whose hash repeats (duplicates, and the rare
     collision) are read in full and matched on the exact digest, so a collision can never
     invent a duplicate."""
-    hashed = _payload(
+    found = _values(
         ctx,
         kind,
         rows,
         is_accepted,
-        {
-            "_h_content": _fingerprint_hash(),
-            "_unprinted": pl.col("_content_sha256").is_null(),
-        },
+        {"_h_content": _fingerprint_hash(), "_unprinted": pl.col("_content_sha256").is_null()},
     )
-    if hashed["_unprinted"].any():
+    if found["_unprinted"].any():
         return None
-    return accepted.with_row_index("_place").filter(repeated(hashed["_h_content"]))
+    return accepted.with_row_index("_place").filter(repeated(found["_h_content"]))
 
 
 def _fingerprint_hash() -> pl.Expr:
@@ -266,13 +263,14 @@ def _exact_ranks(
     ranked on the fingerprints' prefixes (:func:`~pipeline.decide.repeats.dense_ranks`);
     ``None`` if a row has no fingerprint or one that is not a lowercase hex digest (then
     the digests decide)."""
-    found = _payload(
+    found = _values(
         ctx,
         kind,
         rows,
         is_accepted,
         {
-            "_prefix": _fingerprint_prefix(),
+            # (a prefix of a digest that is not one is never read: 0, not null)
+            "_prefix": _fingerprint_prefix().fill_null(0),
             "_hex": pl.col("_content_sha256").str.contains("^[0-9a-f]{64}$").fill_null(False),
         },
     )
@@ -280,20 +278,9 @@ def _exact_ranks(
         return None
     keys = accepted.select(KEYS)
     return dense_ranks(
-        found["_prefix"],
+        pl.Series("_prefix", found["_prefix"]),
         lambda at: _fetched(ctx, kind, keys[at], ["_content_sha256"])["_content_sha256"],
     )
-
-
-def _staged_row_keys(
-    ctx: GlobalContext, kind: str, rows: pl.DataFrame, columns: Mapping[str, pl.Expr]
-) -> pl.DataFrame:
-    """The gate's row keys of ``kind`` (``columns`` of them), checked to line up with the
-    state's rows: the stage reads them only where the gate staged them."""
-    staged = ctx.row_keys(kind, columns)
-    if staged is None or not staged.select(*KEYS).equals(rows.select(*KEYS)):
-        raise AssertionError("staged row keys and the global state are out of step")
-    return staged
 
 
 def _normalised_ranks(
@@ -305,20 +292,27 @@ def _normalised_ranks(
 ) -> pl.Series:
     """The accepted rows' normalised groups: the dense ranks of their normalised key
     digests, ranked on the digests' prefixes; the digests themselves if one is missing."""
-    staged = _staged_row_keys(ctx, kind, rows, {_NORMALISED_PREFIX: _digest_prefix()})
-    prefix = staged[_NORMALISED_PREFIX].filter(is_accepted)
-    del staged  # ~20 bytes a row, not held through the matching
-    if prefix.null_count():
+    stem = ctx.storage.row_keys_stem(kind)
+    prefix = _digest_prefix()
+    found = _values(
+        ctx,
+        kind,
+        rows,
+        is_accepted,
+        {_NORMALISED_PREFIX: prefix.fill_null(0), "_missing": prefix.is_null()},
+        stem=stem,
+    )
+    if found.pop("_missing").any():
         whole = ctx.row_keys(kind, [NORMALISED])
         assert whole is not None  # the prefixes were read from them
         return whole[NORMALISED].filter(is_accepted)
-    stem = ctx.storage.row_keys_stem(kind)
     keys = frame.select(KEYS)
 
     def digests(at: npt.NDArray[np.int64]) -> pl.Series:
         return _fetched(ctx, kind, keys[at], [NORMALISED], stem)[NORMALISED]
 
-    return pl.Series(NORMALISED, dense_ranks(prefix, digests))
+    ranks = dense_ranks(pl.Series(_NORMALISED_PREFIX, found.pop(_NORMALISED_PREFIX)), digests)
+    return pl.Series(NORMALISED, ranks)
 
 
 def _payload(
@@ -333,10 +327,22 @@ def _payload(
     key, as shards are read: the results line up with ``rows`` with no join (a join of
     every row on its key cost ~250 bytes per row of hash tables)."""
     exprs = columns if isinstance(columns, Mapping) else {c: pl.col(c) for c in columns}
-    frame = pl.concat(ctx.evaluate(kind, exprs))
-    if not frame.select(*KEYS).equals(rows.select(*KEYS)):
-        raise AssertionError("staged rows and the global state are out of step")
-    return frame.drop(*KEYS).filter(is_accepted)
+    return pl.concat(ctx.aligned(kind, rows, exprs)).filter(is_accepted)
+
+
+def _values(
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    is_accepted: pl.Series,
+    exprs: Mapping[str, pl.Expr],
+    stem: str | None = None,
+) -> dict[str, npt.NDArray[Any]]:
+    """Expressions over the staged rows (or ``stem``'s: :meth:`GlobalContext.values`),
+    the accepted rows' values only."""
+    accepted = is_accepted.to_numpy()
+    found = ctx.values(kind, rows, exprs, stem=stem)
+    return {name: found.pop(name)[accepted] for name in list(found)}
 
 
 def _row_keys(
@@ -385,7 +391,7 @@ def _row_keys(
     if ctx.config.dedupe.normalised:
         normalised = _normalised_ranks(ctx, kind, rows, is_accepted, frame)
     else:  # the near rule's tasks pair the text maps with the row keys by position
-        _staged_row_keys(ctx, kind, rows, {})
+        ctx.values(kind, rows, {}, stem=stem)
     near = ctx.config.dedupe.near
     return RowKeys(
         normalised,
