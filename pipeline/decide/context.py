@@ -21,7 +21,7 @@ alone, lined up with its rows, with :meth:`GlobalContext.values`), groups on 64-
 with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash repeats in full
 (:meth:`GlobalContext.fetch`, which takes them alone out of the staged files). On
 1,000,000 pairwise-v2 rows the run's parent peaks ~85 bytes a row above where the gate
-phase left it plain, ~145 with near and normalised dedupe (polars' allocator returning
+phase left it plain, ~130 with near and normalised dedupe (polars' allocator returning
 freed pages at once: :mod:`pipeline.core.allocator`): the bytes a row of each structure
 are in docs/scale.md ("The driver's memory, per row").
 """
