@@ -388,29 +388,40 @@ def _clusters_frame(
     kind: str,
     lineage: Callable[[I64], pl.DataFrame] | None,
 ) -> pl.DataFrame:
+    """One row per cluster: its kept row's lineage and split, its size, the rules that
+    removed its other rows and the splits of its rows. Only the kept rows' lineage is
+    read, and rules stay codes until each cluster's are collected: reading every member's
+    lineage and naming every member's rule took ~100 bytes a member (+206 MB on 3 M
+    copies of 500 texts, the command's peak)."""
     at = np.flatnonzero(found.cluster >= 0)
     members = found.rows[at]
-    named = _lineage(frame, members, lineage)
+    is_kept = found.kept[at] < 0
     table = pl.DataFrame(
         {
             "cluster": found.cluster[at],
-            "row": members,
-            "kept": found.kept[at] < 0,
-            "rule": [RULES[int(c)] for c in found.rule[at]],
+            "kept": is_kept,
+            "rule": found.rule[at],
             "split": splits.gather(members) if len(members) else pl.Series([], dtype=pl.String),
         }
-    ).with_columns(
-        source=named["_source"], line=named["_line"].cast(pl.Int64),
-        record_sha256=named["_record_sha256"].cast(pl.String),
-    )  # fmt: skip
+    )
+    named = _lineage(frame, members[is_kept], lineage)
     kept = table.filter("kept").select(
         "cluster",
-        kept=pl.struct("source", "line", "record_sha256"),
+        kept=pl.struct(
+            source=named["_source"],
+            line=named["_line"].cast(pl.Int64),
+            record_sha256=named["_record_sha256"].cast(pl.String),
+        ),
         kept_split="split",
     )
+    names = dict(enumerate(RULES))
     summary = table.group_by("cluster").agg(
         size=pl.len().cast(pl.Int64),
-        rules=pl.col("rule").filter(~pl.col("kept")).unique().sort(),
+        rules=pl.col("rule")
+        .filter(~pl.col("kept"))
+        .unique()
+        .replace_strict(names, return_dtype=pl.String)
+        .sort(),
         splits=pl.col("split").drop_nulls().unique().sort(),
     )
     return (
