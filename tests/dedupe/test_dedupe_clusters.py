@@ -165,6 +165,34 @@ def test_tiny_tables(rows: int) -> None:
     assert outcome.stats["rows"] == rows
 
 
+def test_the_cluster_table_has_one_schema_with_or_without_clusters() -> None:
+    """An empty cluster table is typed as a full one (its ``rules`` were a list of
+    nulls), so tables of several runs or kinds concatenate."""
+    import random
+
+    from pipeline.core.config import DedupeSettings
+    from pipeline.dedupe.table import dedupe_table
+    from pipeline.kinds import get_kind
+    from pipeline.testing.synthetic import make_record
+    from tests.dedupe_helpers import kind_frame
+
+    records = [make_record("pairwise-v2", random.Random(i), i) for i in range(3)]
+    frame = kind_frame("pairwise-v2", records).with_columns(
+        _source=pl.lit("x"),
+        _line=pl.int_range(1, 4, dtype=pl.Int64),
+        _record_sha256=pl.lit("r"),
+        _split=pl.lit(None, pl.String),
+    )
+    key, settings = get_kind("pairwise-v2").dedupe_key(), DedupeSettings()
+    copies = dedupe_table(frame.with_columns(_content_sha256=pl.lit("c")), key, settings, "k")
+    distinct = frame.with_columns(_content_sha256=pl.format("c{}", pl.col("_line")))
+    alone = dedupe_table(distinct, key, settings, "k")
+    assert copies.clusters.height == 1
+    assert alone.clusters.height == 0
+    assert alone.clusters.schema == copies.clusters.schema
+    assert copies.clusters["rules"].to_list() == [["exact"]]
+
+
 def test_rows_that_share_nothing_take_no_part() -> None:
     # rows 0 and 3 share a group, 1 and 4 are a near pair, 2 and 5 are alone
     exact = _ids(0, 1, 2, 0, 3, 4)
