@@ -28,7 +28,7 @@ are in docs/scale.md ("The driver's memory, per row").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, cast
 
@@ -174,30 +174,12 @@ class GlobalContext:
             )
 
     def aligned(
-        self,
-        kind: str,
-        rows: pl.DataFrame,
-        exprs: Mapping[str, pl.Expr],
-        *,
-        row_wise: bool = False,
-        stem: str | None = None,
+        self, kind: str, rows: pl.DataFrame, exprs: Mapping[str, pl.Expr]
     ) -> Iterator[pl.DataFrame]:
         """:meth:`evaluate` for a stage's ``rows`` of ``kind`` (every staged row, in the
         stable order key): each shard's values alone, without its keys, checked to line
         up with ``rows`` as they come."""
-        lines, shards = rows["_shard_line"], rows["_shard"]
-        at = 0
-        for frame in self.evaluate(kind, exprs, row_wise=row_wise, stem=stem):
-            n = frame.height
-            if at + n > rows.height or not (
-                frame["_shard_line"].equals(lines.slice(at, n))
-                and frame["_shard"].equals(shards.slice(at, n), check_dtypes=False)
-            ):
-                raise AssertionError("staged rows and the global state are out of step")
-            at += n
-            yield frame.drop(KEYS)
-        if at != rows.height:
-            raise AssertionError("staged rows and the global state are out of step")
+        return _aligned(self.evaluate(kind, exprs), rows)
 
     def values(
         self,
@@ -214,10 +196,11 @@ class GlobalContext:
         For the hash-first checks: the values alone, lined up with the rows, and never
         the frame of every row's keys and values. The checks' working sets were a frame
         per shard and their concatenation, keys included (~56 bytes a row for two
-        hashes); a row's keys are read off ``rows`` for the few rows found."""
+        hashes); a row's keys are read off ``rows`` for the few rows found. ``row_wise``
+        and ``stem``: as for :meth:`evaluate`."""
         found = {name: np.empty(0) for name in exprs}
         at = 0
-        for frame in self.aligned(kind, rows, exprs, row_wise=row_wise, stem=stem):
+        for frame in _aligned(self.evaluate(kind, exprs, row_wise=row_wise, stem=stem), rows):
             for name in exprs:
                 column = frame[name].to_numpy()
                 if at == 0:
@@ -338,6 +321,25 @@ class GlobalContext:
         if not frames:
             return pl.DataFrame()
         return pl.concat(frames, rechunk=False)
+
+
+def _aligned(frames: Iterable[pl.DataFrame], rows: pl.DataFrame) -> Iterator[pl.DataFrame]:
+    """``frames`` (a shard's keys and values each, in the stable order key) without their
+    keys, each checked to line up with the next of ``rows`` as it comes; and all of them
+    with all of ``rows``."""
+    lines, shards = rows["_shard_line"], rows["_shard"]
+    at = 0
+    for frame in frames:
+        n = frame.height
+        if at + n > rows.height or not (
+            frame["_shard_line"].equals(lines.slice(at, n))
+            and frame["_shard"].equals(shards.slice(at, n), check_dtypes=False)
+        ):
+            raise AssertionError("staged rows and the global state are out of step")
+        at += n
+        yield frame.drop(KEYS)
+    if at != rows.height:
+        raise AssertionError("staged rows and the global state are out of step")
 
 
 def _take(table: pa.Table, lines: pl.Series | None) -> pa.Table:
