@@ -197,11 +197,14 @@ class GlobalContext:
         the frame of every row's keys and values. The checks' working sets were a frame
         per shard and their concatenation, keys included (~56 bytes a row for two
         hashes); a row's keys are read off ``rows`` for the few rows found. ``row_wise``
-        and ``stem``: as for :meth:`evaluate`."""
+        and ``stem``: as for :meth:`evaluate`. An expression must give no null (fill
+        them): numpy has none for integers, and polars would give floats or objects."""
         found = {name: np.empty(0) for name in exprs}
         at = 0
         for frame in _aligned(self.evaluate(kind, exprs, row_wise=row_wise, stem=stem), rows):
             for name in exprs:
+                if frame[name].null_count():
+                    raise ValueError(f"{name}: a value is null (values holds no nulls)")
                 column = frame[name].to_numpy()
                 if at == 0:
                     found[name] = np.empty(rows.height, column.dtype)

@@ -198,6 +198,7 @@ class ProbeReads:
             rows.head(rows.height - 1),
             rows.reverse(),
             rows.with_columns(_shard=pl.col("_shard") + 1),  # the lines, in other shards
+            pl.concat([rows, rows.tail(1)]),  # a row more than staged
         ]
         refused = []
         for wrong in misaligned:
@@ -207,6 +208,14 @@ class ProbeReads:
                 refused.append(True)
             else:
                 refused.append(False)
+        # a null would become a float or an object in numpy: refused, never cast
+        nullable = {"_n": pl.when(pl.col("_shard_line") % 5 != 3).then(pl.col("_shard_line"))}
+        try:
+            ctx.values(kind, rows, nullable)
+        except ValueError:
+            refused.append(True)
+        else:
+            refused.append(False)
         self.valued.append(
             (ctx.values(kind, rows, exprs), ctx.values(kind, rows, exprs, row_wise=True), refused)
         )
@@ -260,7 +269,7 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
     for name in ("_h", "_n"):
         assert values[name].tolist() == by_shard[name].to_list()
         assert values_by_batch[name].tolist() == by_shard[name].to_list()
-    assert refused == [True, True, True, True]
+    assert refused == [True] * 6
 
 
 def _advance_by_join(

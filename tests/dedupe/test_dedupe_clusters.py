@@ -193,6 +193,40 @@ def test_the_cluster_table_has_one_schema_with_or_without_clusters() -> None:
     assert copies.clusters["rules"].to_list() == [["exact"]]
 
 
+def test_a_cluster_names_its_kept_row_and_the_rules_that_removed_the_others() -> None:
+    """Each cluster's ``kept`` is its kept row's lineage and ``rules`` the rules of its
+    removed rows, sorted: an exact copy, a copy in other case and a near copy of a
+    row make one cluster, an exact copy of another row a second one."""
+    import copy
+    import random
+
+    from pipeline.core.config import DedupeSettings
+    from pipeline.dedupe.table import dedupe_table
+    from pipeline.kinds import get_kind
+    from pipeline.testing.synthetic import make_record
+    from tests.dedupe_helpers import kind_frame
+
+    other, kept = (make_record("pairwise-v2", random.Random(i), i) for i in (7, 1))
+    upper, near = copy.deepcopy(kept), copy.deepcopy(kept)
+    upper["response_a"] = upper["response_a"].upper()
+    near["response_b"] += "\n    return acc"
+    records = [other, kept, copy.deepcopy(kept), upper, near, copy.deepcopy(other)]
+    frame = kind_frame("pairwise-v2", records).with_columns(
+        _source=pl.format("in-{}.jsonl", pl.int_range(6)),
+        _line=pl.int_range(10, 16, dtype=pl.Int64),
+        _record_sha256=pl.format("r{}", pl.int_range(6)),
+        _content_sha256=pl.Series(["c0", "c1", "c1", "c3", "c4", "c0"]),
+        _split=pl.lit(None, pl.String),
+    )
+    settings = DedupeSettings(normalised=True, near=True, threshold=0.7)
+    outcome = dedupe_table(frame, get_kind("pairwise-v2").dedupe_key(), settings, "k")
+    first, second = outcome.clusters.to_dicts()
+    assert first["kept"] == {"source": "in-0.jsonl", "line": 10, "record_sha256": "r0"}
+    assert (first["size"], first["rules"]) == (2, ["exact"])
+    assert second["kept"] == {"source": "in-1.jsonl", "line": 11, "record_sha256": "r1"}
+    assert (second["size"], second["rules"]) == (4, ["exact", "near", "normalised"])
+
+
 def test_rows_that_share_nothing_take_no_part() -> None:
     # rows 0 and 3 share a group, 1 and 4 are a near pair, 2 and 5 are alone
     exact = _ids(0, 1, 2, 0, 3, 4)
