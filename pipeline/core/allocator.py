@@ -26,15 +26,18 @@ it when freed, but raises that threshold to the size of each mapped block freed 
 32 MiB): after the first such free, arrays of a few MB come from the heap, whose freed
 middle is never handed back. On 3,000,000 rows of 500 texts ``rowgate dedupe`` peaked at
 867 MB, 713 MB with the threshold held at 1 MiB (:func:`hand_back_large_blocks`), in the
-same time. The parent holds it there; a threshold the user gave glibc
+same time. The parent holds it there, but while it runs an engine's tasks itself (one
+worker: :func:`tasks_in_this_process`); a threshold the user gave glibc
 (``MALLOC_MMAP_THRESHOLD_``) is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Final
+from collections.abc import Callable, Iterator
+from typing import Final, cast
 
 __all__ = [
     "ALLOCATOR_VARIABLE",
@@ -42,6 +45,7 @@ __all__ = [
     "RELEASE_AT_ONCE",
     "hand_back_large_blocks",
     "parent_allocator",
+    "tasks_in_this_process",
     "worker_allocator",
 ]
 
@@ -73,16 +77,56 @@ _MALLOC_VARIABLE: Final = "MALLOC_MMAP_THRESHOLD_"
 _M_MMAP_THRESHOLD: Final = -3
 
 
+#: ``mallopt``'s parameter number for the trim threshold (malloc.h): free memory at the
+#: heap's top above it is handed back
+_M_TRIM_THRESHOLD: Final = -1
+#: glibc's trim threshold while the mapping threshold is set by hand (malloc.h's default)
+_TRIM_THRESHOLD: Final = 128 << 10
+#: the mapping threshold while the parent runs tasks itself: the most glibc's raising
+#: reaches in a worker (``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit), with the trim threshold
+#: twice it, as the raising sets it
+TASK_MMAP_THRESHOLD: Final = 32 << 20
+#: whether this process holds the threshold (:func:`hand_back_large_blocks`)
+_held = False
+
+
+def _mallopt() -> Callable[[int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return cast(Callable[[int, int], int], ctypes.CDLL(None).mallopt)
+    except (OSError, AttributeError):
+        return None
+
+
 def hand_back_large_blocks() -> bool:
     """Hold glibc's mapping threshold at :data:`MMAP_THRESHOLD` in this process (setting
     it turns off the raising), unless the user set one; whether it was set. Elsewhere
     than glibc (``mallopt`` absent, or musl's, which does nothing) nothing changes."""
-    if not sys.platform.startswith("linux") or _MALLOC_VARIABLE in os.environ:
-        return False
-    import ctypes
+    global _held
+    mallopt = None if _MALLOC_VARIABLE in os.environ else _mallopt()
+    _held = mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return _held
 
+
+@contextlib.contextmanager
+def tasks_in_this_process() -> Iterator[None]:
+    """While the parent runs an engine's tasks itself (one worker), glibc's thresholds as a
+    worker's reach them; held again after. A task's arrays of a few MB then come from the
+    heap and are taken again without faulting their pages in (the engine hands the heap
+    back after each task): on a 100 MB export gated in the parent with near and
+    normalised dedupe, ~300,000 fewer page faults and ~0.5 s less system time. Nothing
+    changes where this process does not hold the threshold."""
+    mallopt = _mallopt() if _held else None
+    if mallopt is None:
+        yield
+        return
+    mallopt(_M_MMAP_THRESHOLD, TASK_MMAP_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, 2 * TASK_MMAP_THRESHOLD)
     try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+        yield
+    finally:
+        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)

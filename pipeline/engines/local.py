@@ -39,7 +39,7 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from types import TracebackType
 from typing import Any, Final, NoReturn, TypeVar
 
-from pipeline.core.allocator import worker_allocator
+from pipeline.core.allocator import tasks_in_this_process, worker_allocator
 from pipeline.core.config import EngineSettings
 from pipeline.engines.base import Engine, EngineError, Progress, Step, register_engine
 
@@ -360,11 +360,12 @@ class LocalEngine(Engine):
             self._report_error = None
         try:
             if self.workers == 1:
-                state = step.init(*step.init_args)
-                inline: list[R] = []
-                for task in tasks:
-                    inline.append(step.run(state, task, self._report))
-                    release_memory()
+                with tasks_in_this_process():
+                    state = step.init(*step.init_args)
+                    inline: list[R] = []
+                    for task in tasks:
+                        inline.append(step.run(state, task, self._report))
+                        release_memory()
                 return inline
             return self._map_pool(step, tasks, cost)
         finally:

@@ -100,3 +100,73 @@ def test_nothing_changes_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     monkeypatch.setattr(allocator.sys, "platform", "darwin")
     assert allocator.hand_back_large_blocks() is False
+
+
+# kB an 8 MB array leaves resident once freed: held, none (it is unmapped); while tasks
+# run in this process, all of it (kept in the heap for the next task to take); held again
+# after, none. Prints whether the threshold was held, then the three.
+_TASKS = """
+import numpy as np
+from pipeline.core import allocator
+
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+
+def kept():
+    before = anon()
+    block = np.ones(1_000_000)
+    del block
+    return anon() - before
+
+print(allocator.hand_back_large_blocks())
+held = kept()
+with allocator.tasks_in_this_process():
+    in_tasks = kept()
+print(held, in_tasks, kept())
+"""
+
+
+@glibc
+def test_tasks_run_in_the_parent_keep_freed_blocks_for_the_next() -> None:
+    """While the parent runs tasks itself, a freed array stays in the heap for the next
+    to take instead of being unmapped and faulted in again (the check can fail: held,
+    it is unmapped); after, the threshold is held again."""
+    done = python_script(_TASKS, env=_environment())
+    assert done.returncode == 0, done.stderr
+    was_set, counts = done.stdout.splitlines()
+    held, in_tasks, after = map(int, counts.split())
+    assert was_set == "True"
+    assert held < 1_000
+    assert in_tasks > 7_000
+    assert after < 1_000
+
+
+def test_the_local_engine_runs_tasks_in_the_parent_under_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With one worker the engine runs each task inside ``tasks_in_this_process``."""
+    import contextlib
+    from collections.abc import Iterator
+
+    from pipeline.engines import local
+    from pipeline.engines.base import Step
+
+    inside: list[bool] = [False]
+
+    @contextlib.contextmanager
+    def recording() -> Iterator[None]:
+        inside[0] = True
+        try:
+            yield
+        finally:
+            inside[0] = False
+
+    def run(state: None, task: int, progress: object) -> bool:
+        return inside[0]
+
+    monkeypatch.setattr(local, "tasks_in_this_process", recording)
+    with local.LocalEngine(1) as engine:
+        assert engine.map(Step(lambda: None, (), run), [1, 2]) == [True, True]
+    assert inside == [False]
