@@ -105,14 +105,10 @@ def test_nothing_changes_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
 # kB an 8 MB array leaves resident once freed: held, none (it is unmapped); while tasks
 # run in this process, all of it (kept in the heap for the next task to take); held again
 # after, none. Prints whether the threshold was held, then the three.
-_TASKS = """
-import numpy as np
+_TASKS = (
+    _RETAINED
+    + """
 from pipeline.core import allocator
-
-def anon():
-    for line in open("/proc/self/status"):
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1])
 
 def kept():
     before = anon()
@@ -126,6 +122,7 @@ with allocator.tasks_in_this_process():
     in_tasks = kept()
 print(held, in_tasks, kept())
 """
+)
 
 
 @glibc

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -200,26 +200,26 @@ class ProbeReads:
             rows.with_columns(_shard=pl.col("_shard") + 1),  # the lines, in other shards
             pl.concat([rows, rows.tail(1)]),  # a row more than staged
         ]
-        refused = []
-        for wrong in misaligned:
-            try:
-                ctx.values(kind, wrong, exprs)
-            except AssertionError:
-                refused.append(True)
-            else:
-                refused.append(False)
+        refused = [
+            _refuses(lambda wrong=wrong: ctx.values(kind, wrong, exprs), AssertionError)
+            for wrong in misaligned
+        ]
         # a null would become a float or an object in numpy: refused, never cast
         nullable = {"_n": pl.when(pl.col("_shard_line") % 5 != 3).then(pl.col("_shard_line"))}
-        try:
-            ctx.values(kind, rows, nullable)
-        except ValueError:
-            refused.append(True)
-        else:
-            refused.append(False)
+        refused.append(_refuses(lambda: ctx.values(kind, rows, nullable), ValueError))
         self.valued.append(
             (ctx.values(kind, rows, exprs), ctx.values(kind, rows, exprs, row_wise=True), refused)
         )
         return None
+
+
+def _refuses(call: Callable[[], object], error: type[Exception]) -> bool:
+    """Whether ``call`` raises ``error``."""
+    try:
+        call()
+    except error:
+        return True
+    return False
 
 
 @pytest.mark.parametrize("workers", [1, 2])
