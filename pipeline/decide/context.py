@@ -37,6 +37,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
+from pipeline.core.arrays import distinct
 from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import CATALOGUE, REASONS_TYPE, Disposition
 from pipeline.decide.columns import OutputColumn
@@ -353,7 +354,7 @@ def _take(table: pa.Table, lines: pl.Series | None) -> pa.Table:
     shard's columns whole (~77 MB of texts a 64 MiB shard, for a few rows), and a take
     over the whole (chunked) table concatenates nested columns first (measured: 48 MB
     more anonymous memory over 18 shards of texts than taking batch by batch)."""
-    asked = np.unique(lines.to_numpy()) if lines is not None else np.empty(0, np.int64)
+    asked = distinct(lines.to_numpy()) if lines is not None else np.empty(0, np.int64)
     parts = []
     for batch in table.to_batches():
         at = np.flatnonzero(np.isin(batch.column("_shard_line").to_numpy(), asked))

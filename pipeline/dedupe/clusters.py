@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from pipeline.core.arrays import distinct
 from pipeline.dedupe.minhash import NearPairs
 
 __all__ = ["RULES", "Duplicates", "decide", "find_duplicates"]
@@ -114,7 +115,7 @@ def _near_stage(
     u, v = pairs["u"].to_numpy(), pairs["v"].to_numpy()
     swap = rank[u] > rank[v]
     src, dst = np.where(swap, v, u), np.where(swap, u, v)
-    nodes = np.unique(np.concatenate([src, dst]))
+    nodes = distinct(np.concatenate([src, dst]))
     ls = np.searchsorted(nodes, src)
     ld = np.searchsorted(nodes, dst)
     status = np.zeros(len(nodes), np.int8)  # 0 undecided, 1 kept, 2 removed
@@ -341,7 +342,7 @@ def _finish(
         ).join(edges, on=["a", "b"], how="left", maintain_order="left")
         estimated[linked] = found["estimated"].fill_null(np.nan).to_numpy()
         verified[linked] = found["verified"].fill_null(np.nan).to_numpy()
-    kept_rows = np.unique(final[removed])
+    kept_rows = distinct(final[removed])
     cluster = np.full(n, -1, np.int64)
     cluster[kept_rows] = np.arange(len(kept_rows))
     cluster[removed] = cluster[final[removed]]

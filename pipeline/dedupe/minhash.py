@@ -29,6 +29,7 @@ import numpy.typing as npt
 import polars as pl
 import xxhash
 
+from pipeline.core.arrays import distinct
 from pipeline.core.config import DedupeSettings
 
 __all__ = [
@@ -345,7 +346,7 @@ def pairs_of_codes(codes: list[U64], texts: int) -> tuple[I64, I64]:
     if not codes:
         empty = np.zeros(0, np.int64)
         return empty, empty
-    unique = np.unique(np.concatenate(codes))
+    unique = distinct(np.concatenate(codes))
     return (unique // np.uint64(texts)).astype(np.int64), (unique % np.uint64(texts)).astype(
         np.int64
     )

@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from pipeline.core.arrays import distinct
 from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys, pairs_of_codes
 from pipeline.dedupe.row_keys import SHINGLED, SIGNATURE
 from pipeline.engines import Engine, Progress, Step
@@ -223,7 +224,7 @@ def _partition_candidates(search: CandidateSearch, partition: int, progress: Pro
         rank: I64 = np.concatenate([r[_RANK].to_numpy() for r in ranges])
         if len(key) > 1:
             found.append(band_candidates(key, text, rank, search.texts, search.params.max_bucket))
-    return np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
+    return distinct(np.concatenate(found)) if found else np.zeros(0, np.uint64)
 
 
 def _partition_slice(search: CandidateSearch, shard: int, partition: int) -> tuple[pa.Table, I64]:

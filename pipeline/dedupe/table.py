@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from pipeline.core.arrays import distinct
 from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP
 from pipeline.dedupe.clusters import CONTAMINATION, NEAR, RULES, Duplicates, find_duplicates
@@ -302,7 +303,7 @@ def _removed_rows(
     """The removed rows' verdicts, built when asked for: what is held is the decision's
     arrays and the lineage of each kept row that has duplicates, read once."""
     removed = np.flatnonzero(found.removed)
-    targets = np.unique(found.kept[removed])
+    targets = distinct(found.kept[removed])
     target_lineage = _lineage(frame, targets, lineage)
     described = key.description if key is not None else "key"
 
