@@ -250,20 +250,7 @@ class GlobalContext:
         if not self.has_row_keys(kind):
             return None
         exprs = columns if isinstance(columns, Mapping) else {c: pl.col(c) for c in columns}
-        frames = []
-        stem = self.storage.row_keys_stem(kind)
-        for summary in self.summaries:
-            if kind not in summary.kinds:
-                continue
-            frames.append(
-                self.storage.scan_staged(summary.shard, stem)
-                .select(
-                    pl.lit(summary.shard, pl.Int32).alias("_shard"),
-                    "_shard_line",
-                    *(expr.alias(name) for name, expr in exprs.items()),
-                )
-                .collect()
-            )
+        frames = list(self.evaluate(kind, exprs, stem=self.storage.row_keys_stem(kind)))
         return pl.concat(frames) if frames else None
 
     def with_lineage(self, frame: pl.DataFrame) -> pl.DataFrame:

@@ -13,7 +13,7 @@ here 10 MB (~17 bytes per row); ``n_unique().over(a, b)`` took 93 MB for what
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -75,7 +75,8 @@ def digest_prefix(column: str) -> pl.Expr:
 
 
 def dense_ranks(
-    prefixes: pl.Series, exact: Callable[[npt.NDArray[np.int64]], pl.Series]
+    prefixes: pl.Series | npt.NDArray[np.uint64],
+    exact: Callable[[npt.NDArray[np.int64]], pl.Series],
 ) -> npt.NDArray[np.int64]:
     """Each row's dense rank (from 0) among long values (64-character digests), known by
     an order-preserving 64-bit prefix: ``prefixes`` (no nulls), and ``exact(rows)`` the
@@ -89,7 +90,7 @@ def dense_ranks(
     One sort of the prefixes finds the repeated ones and, where each prefix stands for
     one value (nearly always), gives the ranks (~35 bytes a row at its peak); a prefix
     of several values is ordered by its values in a second sort."""
-    prefix = prefixes.to_numpy()
+    prefix = cast(npt.NDArray[np.uint64], _array(prefixes))
     order, same, shared = _sorted_repeats(prefix)
     rows = order[shared]  # in prefix order, and in row order within a prefix
     del shared

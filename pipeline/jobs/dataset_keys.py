@@ -290,7 +290,7 @@ def _digest_ranks(chunks: list[pa.Array]) -> I64:
     ids = np.empty(len(prefix), np.int64)
     at = np.flatnonzero(valid)
     if len(at):
-        ids[at] = dense_ranks(pl.Series(prefix[at]), digests)
+        ids[at] = dense_ranks(prefix[at], digests)
     missing = np.flatnonzero(~valid)
     ids[missing] = (int(ids[at].max()) + 1 if len(at) else 0) + np.arange(len(missing))
     return ids

@@ -278,7 +278,7 @@ def _exact_ranks(
         return None
     keys = accepted.select(KEYS)
     return dense_ranks(
-        pl.Series("_prefix", found["_prefix"]),
+        found["_prefix"],
         lambda at: _fetched(ctx, kind, keys[at], ["_content_sha256"])["_content_sha256"],
     )
 
@@ -311,8 +311,7 @@ def _normalised_ranks(
     def digests(at: npt.NDArray[np.int64]) -> pl.Series:
         return _fetched(ctx, kind, keys[at], [NORMALISED], stem)[NORMALISED]
 
-    ranks = dense_ranks(pl.Series(_NORMALISED_PREFIX, found.pop(_NORMALISED_PREFIX)), digests)
-    return pl.Series(NORMALISED, ranks)
+    return pl.Series(NORMALISED, dense_ranks(found.pop(_NORMALISED_PREFIX), digests))
 
 
 def _payload(
