@@ -19,7 +19,7 @@ signature depends on its own text alone.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -367,7 +367,11 @@ def staged_keys(
     def texts(rows: I64) -> pl.Series:
         parts, order = [], []
         for piece, local, place in pieces(rows):
-            parts.append(_slice_frame(job, piece)[local])
+            # only the span of the slice's rows asked for: the exact check asks its
+            # texts in order, a span at a time, so the slices are read about once
+            first = int(local.min())
+            span = replace(piece, first=piece.first + first, rows=int(local.max()) + 1 - first)
+            parts.append(_slice_frame(job, span)[local - first])
             order.append(place)
         frame = _in_order(parts, order, len(rows), pl.DataFrame(schema=job.layout))
         return frame.select(text_columns(key, normalisation)).to_series()

@@ -117,6 +117,62 @@ def test_near_pairs_drop_lsh_false_positives_and_keep_true_pairs() -> None:
     assert all(shingle_jaccard(texts[i], texts[j]) >= PARAMS.threshold for i, j in pairs)
 
 
+def test_the_exact_check_reads_its_texts_once_in_order_a_piece_at_a_time(monkeypatch) -> None:
+    rng = random.Random(5)
+    texts = []
+    for _ in range(60):
+        base = [rng.choice(WORDS) + str(rng.randint(0, 99)) for _ in range(80)]
+        texts += [
+            " ".join(base),
+            " ".join(_variant(base, 3, rng)),
+            " ".join(_variant(base, 30, rng)),
+        ]
+    series = pl.Series(texts)
+    sig, has = minhash.signatures(series, PARAMS)
+    left, right = minhash.candidate_pairs(sig, has, np.arange(len(texts), dtype=np.int64), PARAMS)
+    asked: list[np.ndarray] = []
+
+    def texts_of(ids: np.ndarray) -> pl.Series:
+        asked.append(ids.copy())
+        return series.gather(ids)
+
+    # ~4 texts of ~600 bytes a read
+    monkeypatch.setattr(minhash, "_VERIFY_FIRST_TEXTS", 3)
+    monkeypatch.setattr(minhash, "_VERIFY_BYTES", 2500)
+    found = minhash.verified_pairs(left, right, texts_of, lambda at: sig[:, at], PARAMS)
+    exact = jaccard(series, left, right, PARAMS)
+    keep = exact >= PARAMS.threshold
+    assert (found.left == left[keep]).all()
+    assert (found.right == right[keep]).all()
+    assert (found.verified == exact[keep]).all()
+    assert found.candidates == len(left)
+    assert keep.any()
+    assert not keep.all()
+    assert len(asked) > 10
+    assert max(len(ids) for ids in asked) <= 5
+    assert (np.concatenate(asked) == np.unique(np.concatenate([left, right]))).all()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 30), max_size=12), max_size=20),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 63),
+)
+def test_shingle_sets_keep_each_texts_distinct_hashes_in_first_seen_order(
+    sets: list[list[int]], base: int, shift: int
+) -> None:
+    # hashes that differ in their low bits only: the sort key of the texts and the
+    # hashes' high bits sees many of them equal, and only the whole hashes tell them apart
+    hashes = [[(base + (v << shift)) % 2**64 for v in values] for values in sets]
+    flat = np.array([h for values in hashes for h in values], dtype=np.uint64)
+    offsets = np.cumsum([0, *(len(values) for values in hashes)]).astype(np.int64)
+    got = minhash._unique_sets(minhash.Shingles(flat, offsets))
+    expected = [list(dict.fromkeys(values)) for values in hashes]
+    assert got.counts.tolist() == [len(values) for values in expected]
+    assert got.hashes.tolist() == [h for values in expected for h in values]
+
+
 def test_a_huge_bucket_is_compared_star_wise() -> None:
     same = " ".join(f"w{i}" for i in range(50))
     series = pl.Series([same] * 30)
