@@ -222,6 +222,15 @@ def _slice_frame(job: DatasetKeys, task: KeySlice) -> pl.DataFrame:
     return part
 
 
+def _span_frame(job: DatasetKeys, task: KeySlice, local: I64) -> pl.DataFrame:
+    """The key columns of some of the slice's rows (``local``: their places in it), read
+    from the span of rows they lie in: the exact check asks for its texts in order, a
+    span at a time, so each slice is read about once, not once a span."""
+    first = int(local.min())
+    span = replace(task, first=task.first + first, rows=int(local.max()) + 1 - first)
+    return _slice_frame(job, span)[local - first]
+
+
 def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
     """Stage the row keys of the task's rows, :data:`_BATCH_ROWS` at a time (the
     normalised texts and tokens of a whole slice took ~7 times its bytes)."""
@@ -367,11 +376,7 @@ def staged_keys(
     def texts(rows: I64) -> pl.Series:
         parts, order = [], []
         for piece, local, place in pieces(rows):
-            # only the span of the slice's rows asked for: the exact check asks its
-            # texts in order, a span at a time, so the slices are read about once
-            first = int(local.min())
-            span = replace(piece, first=piece.first + first, rows=int(local.max()) + 1 - first)
-            parts.append(_slice_frame(job, span)[local - first])
+            parts.append(_span_frame(job, piece, local))
             order.append(place)
         frame = _in_order(parts, order, len(rows), pl.DataFrame(schema=job.layout))
         return frame.select(text_columns(key, normalisation)).to_series()
