@@ -8,25 +8,25 @@ shard's staged rows (:func:`write_text_map`, 16 bytes a row). Then, on the engin
 
 1. **shuffle**, a task per shard (:func:`shuffle_step`): the LSH band keys of the
    shard's texts, from their signatures, as one entry (band, key, text, rank) per band,
-   staged ordered by partition (``key % partitions``) and band, with each partition's
-   start in the file's metadata;
-2. **candidates**, a task per partition (:func:`candidate_step`): band by band, that
-   band's range of partition ``p``'s slice of every shard's entries (memory-mapped: only
-   those pages are read), paired up among the texts that share a key
-   (:func:`~pipeline.dedupe.minhash.band_candidates`).
+   staged ordered by partition (``key % partitions``) and band, a record batch per
+   partition;
+2. **candidates**, a task per partition (:func:`candidate_step`): partition ``p``'s
+   batch of every shard's entries (read alone), band by band, paired up among the texts
+   that share a key (:func:`~pipeline.dedupe.minhash.band_candidates`).
 
 Equal keys always fall in one partition, so every bucket is whole in one task and the
 union of the tasks' pairs is exactly the pairs of the whole run: the result is the same
 for any partition count, worker count and engine (a test compares 1, 7 and 64
 partitions with the stage computing everything in one process).
 
-Memory and I/O: a shuffle task holds one shard's entries; a candidate task maps its
-partition's slice of every shard's entries (pages read stay in the page cache) and
-copies out and sorts one band of them at a time, and the parent holds only the pairs
-returned. Copying out the whole partition and sorting it by band peaked at ~3 times
-the partition's bytes of the task's own memory, which grew with the run until the
-partitions reached their size (~200 MB a task at 1.2 GB of pairwise rows against ~80 MB
-at 300 MB). Each entry is written once and read once; a candidate task opens every
+Memory and I/O: a shuffle task holds one shard's entries; a candidate task reads its
+partition's batch of every shard's entries (~64 MiB in all) and copies out and sorts one
+band of them at a time, and the parent holds only the pairs returned. (A memory map of
+each shard's entries kept ~3 times the partition's pages resident: the page cache's
+pages around each page touched; ~400 MB a task at 3 M texts.) Copying out the whole
+partition and sorting it by band peaked at ~3 times the partition's bytes of the task's
+own memory, which grew with the run until the partitions reached their size (~200 MB a
+task at 1.2 GB of pairwise rows against ~80 MB at 300 MB). Each entry is written once and read once; a candidate task opens every
 shard's entries file, so the count (:func:`partition_count`, ~64 MiB of entries a
 partition, a multiple of the workers) also sets how many small reads there are
 (shards × partitions).
@@ -34,6 +34,7 @@ partition, a multiple of the workers) also sets how many small reads there are
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,8 +73,6 @@ _TEXT: Final = "_text"
 _RANK: Final = "_text_rank"
 _BAND: Final = "_band"
 _KEY: Final = "_key"
-#: the entries' metadata: where each partition starts (partitions + 1 little-endian int64)
-_STARTS: Final = b"partition_starts"
 
 
 def text_map_stem(kind: str) -> str:
@@ -191,7 +190,7 @@ def _entries_stem(kind: str) -> str:
 
 def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> int:
     """One (band, key, text, rank) entry per band of each of the shard's texts, staged
-    ordered by partition and band, with each partition's start in the file's metadata."""
+    ordered by partition and band, a record batch per partition (empty ones too)."""
     text, rank, keys = _shard_entries(search, shard)
     bands, partitions = search.params.bands, search.partitions
     key = keys.reshape(-1)  # text-major: entry i * bands + b
@@ -199,22 +198,24 @@ def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> i
     band = np.tile(np.arange(bands, dtype=np.int16), len(text))
     order = np.lexsort((band, partition))  # by partition, then band: a band is one range
     starts = np.searchsorted(partition[order], np.arange(partitions + 1, dtype=np.uint64))
-    table = pa.table(
+    entries = pa.record_batch(
         {
             _BAND: pa.array(band[order]),
             _KEY: pa.array(key[order]),
             _TEXT: pa.array(np.repeat(text, bands)[order]),
             _RANK: pa.array(np.repeat(rank, bands)[order]),
         }
-    ).replace_schema_metadata({_STARTS: starts.astype("<i8").tobytes()})
-    search.storage.stage_table(shard, _entries_stem(search.kind), table)
+    )
+    with search.storage.stage_writer(shard, _entries_stem(search.kind), entries.schema) as out:
+        for lo, hi in itertools.pairwise(starts.tolist()):
+            out.write_batch(entries.slice(lo, hi - lo))
     return len(key)
 
 
 def _partition_candidates(search: CandidateSearch, partition: int, progress: Progress) -> U64:
     """The candidate pair codes of the entries in ``partition``, from every shard's
-    staged entries (memory-mapped, only that partition's slice of each), band by band:
-    a band's entries are copied out of the files and sorted, then freed."""
+    staged entries (that partition's record batch of each, read alone), band by band:
+    a band's entries are copied out of the batches and sorted, then freed."""
     slices = [_partition_slice(search, shard, partition) for shard in search.shards]
     found = []
     for band in range(search.params.bands if slices else 0):
@@ -227,13 +228,14 @@ def _partition_candidates(search: CandidateSearch, partition: int, progress: Pro
     return distinct(np.concatenate(found)) if found else np.zeros(0, np.uint64)
 
 
-def _partition_slice(search: CandidateSearch, shard: int, partition: int) -> tuple[pa.Table, I64]:
-    """One shard's entries in ``partition`` (memory-mapped) and where each band starts in
-    them (bands + 1 offsets: the shuffle ordered a partition's entries by band)."""
-    table = search.storage.staged_table(shard, _entries_stem(search.kind))
-    starts = np.frombuffer((table.schema.metadata or {})[_STARTS], dtype="<i8")
-    lo, hi = int(starts[partition]), int(starts[partition + 1])
-    part = table.slice(lo, hi - lo)
+def _partition_slice(
+    search: CandidateSearch, shard: int, partition: int
+) -> tuple[pa.RecordBatch, I64]:
+    """One shard's entries in ``partition`` and where each band starts in them (bands +
+    1 offsets: the shuffle ordered a partition's entries by band). Read, not mapped:
+    a map of the file kept ~3 times the partition's pages resident (the page cache's
+    pages around each one touched), ~400 MB a task at 3 M texts against 63 MB read."""
+    part = search.storage.staged_batch(shard, _entries_stem(search.kind), partition)
     bands = np.arange(search.params.bands + 1)
     return part, np.searchsorted(part[_BAND].to_numpy(), bands).astype(np.int64)
 

@@ -149,6 +149,11 @@ class RunStorage:
             for i in range(reader.num_record_batches):
                 yield pa.Table.from_batches([reader.get_batch(i)])
 
+    def staged_batch(self, shard: int, stem: str, index: int) -> pa.RecordBatch:
+        """One record batch of a staged file, read into memory (only its own bytes)."""
+        with ipc.open_file(pa.OSFile(str(self.staged_path(shard, stem)))) as reader:
+            return reader.get_batch(index)
+
     def staged_column_batches(
         self, shard: int, stem: str, columns: Sequence[str]
     ) -> Iterator[pa.RecordBatch]:

@@ -47,6 +47,15 @@ def test_staged_rows_read_back_batch_by_batch_and_as_a_scan(tmp_path: Path) -> N
     assert list(storage.rejected_batches(1)) == []  # nothing rejected: nothing staged
 
 
+def test_one_staged_batch_reads_alone(tmp_path: Path) -> None:
+    storage = RunStorage(tmp_path)
+    _stage(storage, 2, "k", [[0, 1], [], [2, 3, 4]])  # an empty batch keeps its place
+    read = [storage.staged_batch(2, "k", i)["_shard_line"].to_pylist() for i in range(3)]
+    assert read == [[0, 1], [], [2, 3, 4]]
+    with pytest.raises(ValueError, match="out of range"):
+        storage.staged_batch(2, "k", 3)
+
+
 @pytest.mark.parametrize("name", ["out[1]", "out*", "out?"])
 def test_staged_paths_are_never_patterns(tmp_path: Path, name: str) -> None:
     """A root whose name holds ``[``, ``*`` or ``?`` is read as the name it is: as a
