@@ -20,7 +20,7 @@ stable and ranked by the survivor order.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -61,9 +61,11 @@ _CHUNK_TOKENS: Final = 1 << 20
 #: cache through the permutations.
 _BLOCK_SHINGLES: Final = 1 << 16
 #: Texts the exact check reads at once (:func:`verified_pairs`): as many as make about
-#: ``_VERIFY_BYTES``, at the mean size of those read before (the first time, a number).
+#: ``_VERIFY_BYTES`` at the mean size of the last piece read (the first time, a number),
+#: at most twice the last piece's and ``_VERIFY_MAX_TEXTS``.
 _VERIFY_BYTES: Final = 32 << 20
 _VERIFY_FIRST_TEXTS: Final = 1 << 14
+_VERIFY_MAX_TEXTS: Final = 1 << 17
 #: Shingle hashes gathered at once, a side, when verifying candidate pairs: the join
 #: that counts the shared ones peaks at ~200 bytes a hash. 9,000 rows of similar texts
 #: (661,763 candidate pairs) peaked at 613 MB with 4 M at once, at 257 MB with 512 K,
@@ -369,26 +371,62 @@ def candidate_pairs(
     return pairs_of_codes([codes for codes in found if len(codes)], n)
 
 
-def _shingle_sets(texts: pl.Series, params: LshParams) -> Shingles:
+def _shingle_sets(texts: pl.Series, params: LshParams) -> list[Shingles]:
     """Each text's distinct shingle hashes (:func:`_unique_sets`), shingled a chunk of
     texts at a time (:func:`_chunks`): the tokens and windows of one chunk at once, never
-    of all the texts."""
-    return _joined(
-        [
-            _unique_sets(shingle_hashes(texts.slice(lo, hi - lo), params.shingle_size, params.seed))
-            for lo, hi in _chunks(texts)
-        ]
-    )
+    of all the texts. A part per chunk (:class:`_SetParts`)."""
+    return [
+        _unique_sets(shingle_hashes(texts.slice(lo, hi - lo), params.shingle_size, params.seed))
+        for lo, hi in _chunks(texts)
+    ]
 
 
-def _joined(parts: list[Shingles]) -> Shingles:
-    """The shingles of consecutive runs of texts, as those of all of them."""
-    counts = [part.counts for part in parts]
-    offsets = np.zeros(sum(len(c) for c in counts) + 1, np.int64)
-    if counts:
-        np.cumsum(np.concatenate(counts), out=offsets[1:])
-    hashes = [part.hashes for part in parts]
-    return Shingles(np.concatenate(hashes) if hashes else np.zeros(0, np.uint64), offsets)
+@dataclass(frozen=True)
+class _SetParts:
+    """The shingle sets of consecutive runs of texts, as those of all of them, without
+    copying the runs' hashes into one array (that copy doubled the sets at its peak)."""
+
+    parts: tuple[Shingles, ...]
+    #: each text's first hash, over all the parts (texts + 1)
+    offsets: I64
+    #: where each part's hashes begin among all of them
+    first: I64
+
+    @classmethod
+    def of(cls, parts: Sequence[Shingles]) -> _SetParts:
+        counts = [part.counts for part in parts]
+        offsets = np.zeros(sum(len(c) for c in counts) + 1, np.int64)
+        if counts:
+            np.cumsum(np.concatenate(counts), out=offsets[1:])
+        sizes = [len(part.hashes) for part in parts]
+        first = np.cumsum([0, *sizes[:-1]]).astype(np.int64) if sizes else np.zeros(0, np.int64)
+        return cls(tuple(parts), offsets, first)
+
+    @property
+    def counts(self) -> I64:
+        return np.diff(self.offsets)
+
+    def joined(self) -> Shingles:
+        """The parts as one (a copy: for the few parts of one piece of texts)."""
+        if len(self.parts) == 1:
+            return self.parts[0]
+        hashes = [part.hashes for part in self.parts]
+        return Shingles(np.concatenate(hashes) if hashes else np.zeros(0, np.uint64), self.offsets)
+
+    def take(self, index: I64) -> U64:
+        """The hashes at places ``index`` among all of them."""
+        if len(self.parts) == 1:
+            return self.parts[0].hashes[index]
+        # grouped by part with one sort of small integers (radix), not a pass per part
+        small = np.uint16 if len(self.parts) < 1 << 16 else np.int64
+        part = (np.searchsorted(self.first, index, side="right") - 1).astype(small)
+        order = np.argsort(part, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(part, minlength=len(self.parts)))])
+        out = np.empty(len(index), np.uint64)
+        for i, shingles in enumerate(self.parts):
+            at = order[bounds[i] : bounds[i + 1]]
+            out[at] = shingles.hashes[index[at] - self.first[i]]
+        return out
 
 
 def _unique_sets(sh: Shingles) -> Shingles:
@@ -423,11 +461,11 @@ def _unique_sets(sh: Shingles) -> Shingles:
     return Shingles(sh.hashes[keep], offsets)
 
 
-def _gather(sets: Shingles, texts: I64) -> tuple[I64, U64]:
+def _gather(sets: _SetParts, texts: I64) -> tuple[I64, U64]:
     """(pair index, shingle hash) for the sets of ``texts`` (one text per pair)."""
     counts = sets.counts[texts]
     index = np.repeat(sets.offsets[texts], counts) + _ragged_arange(counts)
-    return np.repeat(np.arange(len(texts), dtype=np.int64), counts), sets.hashes[index]
+    return np.repeat(np.arange(len(texts), dtype=np.int64), counts), sets.take(index)
 
 
 def jaccard(texts: pl.Series, left: I64, right: I64, params: LshParams) -> F64:
@@ -435,11 +473,11 @@ def jaccard(texts: pl.Series, left: I64, right: I64, params: LshParams) -> F64:
     if not len(left):
         return np.zeros(0, np.float64)
     involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
-    sets = _shingle_sets(texts.gather(involved), params)
+    sets = _SetParts.of(_shingle_sets(texts.gather(involved), params))
     return _jaccard_of_sets(sets, local[: len(left)], local[len(left) :])
 
 
-def _jaccard_of_sets(sets: Shingles, left: I64, right: I64) -> F64:
+def _jaccard_of_sets(sets: _SetParts, left: I64, right: I64) -> F64:
     """Exact Jaccard similarity of each pair of ``sets``: the shared hashes are counted
     by a join of ``_VERIFY_CHUNK`` hashes a side at a time."""
     sizes = sets.counts
@@ -500,35 +538,52 @@ def verified_pairs(
     texts_of: Callable[[I64], pl.Series],
     signatures_of: Callable[[I64], U32],
     params: LshParams,
+    stored: I64 | None = None,
 ) -> NearPairs:
     """The candidate pairs (text ids) whose exact Jaccard similarity reaches the
     threshold, with their estimated similarity. ``texts_of(ids)`` and
     ``signatures_of(ids)`` (permutations × ids) give what the check reads of the texts
     involved, the only ones it reads: candidates and signatures may come from elsewhere
-    (the gate's, per batch: a text's signature depends on that text alone).
+    (the gate's, per batch: a text's signature depends on that text alone). ``stored``:
+    where each text is stored (its row), the order to ask for them in (else their ids').
 
-    The texts are read ~64 MB at a time, in order, and only their shingle sets are kept (8 bytes a distinct shingle). Shingling every involved text at once
-    held their texts, tokens and windows together: 3 M rows of short similar texts
-    (2,984,746 candidate pairs) peaked at 2.9 GB."""
+    The texts are asked for in that order, ~``_VERIFY_BYTES`` at a time, so each piece
+    is a run of the stored rows and each is read once; only their shingle sets are kept
+    (8 bytes a distinct shingle). Shingling every involved text at once held their
+    texts, tokens and windows together: 3 M rows of short similar texts (2,984,746
+    candidate pairs) peaked at 2.9 GB."""
     verified = np.zeros(len(left), np.float64)
     if len(left):
-        involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
-        local = local.reshape(-1).astype(np.int64)
-        parts, lo, count = [], 0, _VERIFY_FIRST_TEXTS
+        involved, local = _in_order(left, right, stored)
+        parts: list[Shingles] = []
+        lo, count = 0, _VERIFY_FIRST_TEXTS
         while lo < len(involved):
             texts = texts_of(involved[lo : lo + count])
-            parts.append(_shingle_sets(texts, params))
+            parts.append(_SetParts.of(_shingle_sets(texts, params)).joined())
             lo += count
-            # as many texts as fill _VERIFY_BYTES, at the texts' mean size so far
+            # as many texts as make _VERIFY_BYTES at the mean size of the last piece; at
+            # most twice as many as it, and _VERIFY_MAX_TEXTS, should the texts grow
             mean = max(int(texts.str.len_bytes().fill_null(0).sum()) // max(len(texts), 1), 1)
-            count = max(_VERIFY_BYTES // mean, 1)
-        sets = _joined(parts)
+            count = min(max(_VERIFY_BYTES // mean, 1), 2 * count, _VERIFY_MAX_TEXTS)
+        verified = _jaccard_of_sets(_SetParts.of(parts), local[: len(left)], local[len(left) :])
         del parts
-        verified = _jaccard_of_sets(sets, local[: len(left)], local[len(left) :])
     keep = verified >= params.threshold
     left, right, verified = left[keep], right[keep], verified[keep]
-    involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
-    local = local.reshape(-1).astype(np.int64)
-    sig = signatures_of(involved.astype(np.int64))
+    involved, local = _in_order(left, right, stored)
+    sig = signatures_of(involved)
     estimated = estimated_similarity(sig, local[: len(left)], local[len(left) :])
     return NearPairs(left, right, estimated, verified, len(keep))
+
+
+def _in_order(left: I64, right: I64, stored: I64 | None) -> tuple[I64, I64]:
+    """The distinct texts of the pairs, in the order of ``stored`` (their rows; else of
+    their ids), and each pair's two texts' places among them (the lefts, then the
+    rights)."""
+    involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
+    local = local.reshape(-1).astype(np.int64)
+    if stored is None:
+        return involved.astype(np.int64), local
+    by_row = np.argsort(stored[involved], kind="stable")
+    place = np.empty(len(by_row), np.int64)
+    place[by_row] = np.arange(len(by_row), dtype=np.int64)
+    return involved[by_row].astype(np.int64), place[local]

@@ -256,6 +256,7 @@ def match_duplicates(
                 lambda texts: texts_of(first_rows[texts]),
                 lambda texts: signatures_of(first_rows[texts]),
                 params,
+                stored=first_rows,  # a text's id is its normalised key's rank
             )
         else:
             texts = frame[first_rows].select(text_columns(key, normalisation))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -150,7 +151,29 @@ def test_the_exact_check_reads_its_texts_once_in_order_a_piece_at_a_time(monkeyp
     assert not keep.all()
     assert len(asked) > 10
     assert max(len(ids) for ids in asked) <= 5
-    assert (np.concatenate(asked) == np.unique(np.concatenate([left, right]))).all()
+    involved = np.unique(np.concatenate([left, right]))
+    assert (np.concatenate(asked) == involved).all()
+    # asked for in the order they are stored in, when told where that is
+    stored = np.random.default_rng(1).permutation(len(texts))
+    asked.clear()
+    again = minhash.verified_pairs(
+        left, right, texts_of, lambda at: sig[:, at], PARAMS, stored=stored
+    )
+    assert (np.concatenate(asked) == involved[np.argsort(stored[involved])]).all()
+    for name in ("left", "right", "verified", "estimated"):
+        assert (getattr(again, name) == getattr(found, name)).all()
+    # a piece grows at most twofold, however short the texts before it
+    asked.clear()
+    short = pl.Series(["a b"] * 40 + texts[: len(texts) - 40])
+    minhash.verified_pairs(
+        left,
+        right,
+        lambda ids: short.gather(asked.append(ids) or ids),
+        lambda at: sig[:, at],
+        PARAMS,
+    )
+    sizes = [len(ids) for ids in asked]
+    assert all(b <= 2 * a for a, b in itertools.pairwise(sizes))
 
 
 @settings(max_examples=150, deadline=None)

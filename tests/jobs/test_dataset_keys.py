@@ -280,3 +280,39 @@ def test_inputs_whose_columns_do_not_fit_are_named(tmp_path: Path) -> None:
     assert result.exit_code == 3, result.output
     assert f"{data / '2.parquet'}: its columns do not fit the inputs' before it" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_the_exact_check_reads_each_slice_about_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check asks for its texts a piece at a time in the order they are stored, not
+    by their ids (their normalised keys' ranks, scattered over the input): read by id,
+    every piece spanned nearly every slice (14.6 times the rows of this dataset)."""
+    from pipeline.dedupe import minhash
+    from pipeline.jobs import dataset_keys
+
+    rng = random.Random(1)
+    words = [f"w{i}" for i in range(3000)]
+    texts = []
+    for _ in range(2000):
+        base = [rng.choice(words) for _ in range(40)]
+        texts += [" ".join(base), " ".join([*base[:-1], rng.choice(words)])]
+    rng.shuffle(texts)
+    pl.DataFrame({"q": texts}).write_parquet(tmp_path / "a.parquet", row_group_size=500)
+    monkeypatch.setattr(job, "KEY_SLICE_ROWS", 500)  # 8 slices
+    monkeypatch.setattr(minhash, "_VERIFY_FIRST_TEXTS", 250)  # ~16 pieces
+    monkeypatch.setattr(minhash, "_VERIFY_BYTES", 250 * 250)
+    spans: list[int] = []
+    read = dataset_keys._span_frame
+
+    def span(job: object, task: object, local: np.ndarray) -> pl.DataFrame:
+        spans.append(int(local.max()) + 1 - int(local.min()))
+        return read(job, task, local)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dataset_keys, "_span_frame", span)
+    out = tmp_path / "out"
+    _dedupe([str(tmp_path / "a.parquet"), "--text", "q", "--workers", "1"], out)
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert summary["dedupe"]["near"]["candidate_pairs"] > 1000
+    assert len(spans) > 10
+    assert sum(spans) <= 1.2 * len(texts)
