@@ -5,16 +5,20 @@ asked for the inverse too: on millions of values that is ~50 times slower than s
 them (1.5 M uint64: 0.73 s against 0.02 s; 30 M: 38 s against 2.8 s, measured here). The
 near candidate search deduplicates tens of millions of pair codes this way on texts that
 share templates.
+
+``np.isin`` of millions of values in more than a few (~75 for 1 M) sorts both arrays
+together: ~25 bytes a value, for a mask of one. :func:`isin` finds each value by a binary
+search among the few, a chunk at a time.
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["distinct"]
+__all__ = ["distinct", "isin"]
 
 G = TypeVar("G", bound=np.generic)
 
@@ -28,3 +32,28 @@ def distinct(values: npt.NDArray[G]) -> npt.NDArray[G]:
     keep = np.ones(len(ordered), dtype=np.bool_)
     keep[1:] = ordered[1:] != ordered[:-1]
     return ordered[keep]
+
+
+#: values :func:`isin` looks up at once (8 bytes each of positions)
+_LOOKUP: Final = 1 << 16
+
+
+def isin(values: npt.NDArray[Any], among: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """``np.isin(values, among)`` (flattened ``among``), for many values among fewer:
+    ``among``'s distinct values sorted once and each value found by a binary search,
+    ``_LOOKUP`` values at a time (their positions: 8 bytes each), instead of numpy's sort
+    of both arrays together. Arrays of different types go to ``np.isin`` (a binary
+    search would compare them as floats)."""
+    if values.dtype != among.dtype:
+        return np.isin(values, among)
+    keys = distinct(among)
+    found = np.zeros(values.shape, dtype=np.bool_)
+    if len(keys) == 0:
+        return found
+    flat, out = values.reshape(-1), found.reshape(-1)
+    for lo in range(0, len(flat), _LOOKUP):
+        part = flat[lo : lo + _LOOKUP]
+        at = np.searchsorted(keys, part)
+        np.minimum(at, len(keys) - 1, out=at)
+        out[lo : lo + len(part)] = keys[at] == part
+    return found

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.core.arrays import distinct
+from pipeline.core.arrays import distinct, isin
 from pipeline.dedupe.minhash import NearPairs
 
 __all__ = ["RULES", "Duplicates", "decide", "find_duplicates"]
@@ -257,7 +257,7 @@ def _participants(exact: I64, normalised: I64, near: NearPairs | None) -> I64:
     taking_part = np.bincount(exact)[exact] > 1
     taking_part |= np.bincount(normalised)[normalised] > 1
     if near is not None:
-        taking_part |= np.isin(normalised, np.concatenate([near.left, near.right]))
+        taking_part |= isin(normalised, np.concatenate([near.left, near.right]))
     return np.flatnonzero(taking_part).astype(np.int64)
 
 

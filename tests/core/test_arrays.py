@@ -1,13 +1,16 @@
-"""``distinct``: ``np.unique``'s sorted distinct values, by a sort for integers."""
+"""``distinct``: ``np.unique``'s sorted distinct values, by a sort for integers; ``isin``:
+``np.isin`` by binary searches among the distinct values looked for."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pipeline.core.arrays import distinct
+from pipeline.core import arrays
+from pipeline.core.arrays import distinct, isin
 
 _INTEGERS = st.sampled_from([np.int8, np.int32, np.int64, np.uint32, np.uint64, np.bool_])
 
@@ -24,3 +27,28 @@ def test_other_kinds_are_numpy_unique_nans_included() -> None:
     values = np.array([2.0, np.nan, 1.0, np.nan, 2.0])
     assert np.array_equal(distinct(values), np.unique(values), equal_nan=True)
     assert np.isnan(distinct(values)).sum() == 1
+
+
+@given(
+    hnp.arrays(_INTEGERS, hnp.array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=40)),
+    st.data(),
+    st.integers(min_value=1, max_value=7),
+)
+def test_isin_is_numpy_isin(values: np.ndarray, data: st.DataObject, lookup: int) -> None:
+    among = data.draw(hnp.arrays(values.dtype, st.integers(0, 12)))
+    if values.size and data.draw(st.booleans()):  # some of the values themselves
+        among = np.concatenate([among, values.reshape(-1)[: data.draw(st.integers(0, 5))]])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(arrays, "_LOOKUP", lookup)  # several chunks
+        found = isin(values, among)
+    assert found.shape == values.shape
+    assert np.array_equal(found, np.isin(values, among))
+
+
+def test_isin_of_other_kinds_and_types_is_numpy_isin() -> None:
+    floats = np.array([1.0, np.nan, 2.5, -0.0])
+    assert np.array_equal(isin(floats, np.array([np.nan, 0.0, 2.5])), [False, False, True, True])
+    # uint64 beyond int64, against int64: compared exactly, never as floats
+    big = np.array([2**63 + 1, 2**63], dtype=np.uint64)
+    assert np.array_equal(isin(big, np.array([-1], dtype=np.int64)), np.isin(big, [-1]))
+    assert np.array_equal(isin(big, np.array([2**63], dtype=np.uint64)), [False, True])
