@@ -66,6 +66,11 @@ _BLOCK_SHINGLES: Final = 1 << 16
 _VERIFY_BYTES: Final = 32 << 20
 _VERIFY_FIRST_TEXTS: Final = 1 << 14
 _VERIFY_MAX_TEXTS: Final = 1 << 17
+#: Shingle hashes up to which the pieces' sets are copied into one (128 MB): a lookup
+#: across pieces costs a sort of each chunk's places, which made 79.8 M candidate pairs
+#: of templated texts (~5 G hashes gathered) ~15 % slower; above it, the copy's memory
+#: matters more.
+_JOINED_HASHES: Final = 1 << 24
 #: Shingle hashes gathered at once, a side, when verifying candidate pairs: the join
 #: that counts the shared ones peaks at ~200 bytes a hash. 9,000 rows of similar texts
 #: (661,763 candidate pairs) peaked at 613 MB with 4 M at once, at 257 MB with 512 K,
@@ -565,8 +570,12 @@ def verified_pairs(
             # most twice as many as it, and _VERIFY_MAX_TEXTS, should the texts grow
             mean = max(int(texts.str.len_bytes().fill_null(0).sum()) // max(len(texts), 1), 1)
             count = min(max(_VERIFY_BYTES // mean, 1), 2 * count, _VERIFY_MAX_TEXTS)
-        verified = _jaccard_of_sets(_SetParts.of(parts), local[: len(left)], local[len(left) :])
+        sets = _SetParts.of(parts)
         del parts
+        if len(sets.parts) > 1 and sets.offsets[-1] <= _JOINED_HASHES:
+            sets = _SetParts.of([sets.joined()])
+        verified = _jaccard_of_sets(sets, local[: len(left)], local[len(left) :])
+        del sets
     keep = verified >= params.threshold
     left, right, verified = left[keep], right[keep], verified[keep]
     involved, local = _in_order(left, right, stored)
