@@ -71,6 +71,8 @@ _VERIFY_MAX_TEXTS: Final = 1 << 17
 #: of templated texts (~5 G hashes gathered) ~15 % slower; above it, the copy's memory
 #: matters more.
 _JOINED_HASHES: Final = 1 << 24
+#: Candidate pairs whose per-pair arrays (costs, chunk bounds) are built at once
+_PAIR_BLOCK: Final = 1 << 20
 #: Shingle hashes gathered at once, a side, when verifying candidate pairs: the join
 #: that counts the shared ones peaks at ~200 bytes a hash. 9,000 rows of similar texts
 #: (661,763 candidate pairs) peaked at 613 MB with 4 M at once, at 257 MB with 512 K,
@@ -485,6 +487,16 @@ def jaccard(texts: pl.Series, left: I64, right: I64, params: LshParams) -> F64:
 def _jaccard_of_sets(sets: _SetParts, left: I64, right: I64) -> F64:
     """Exact Jaccard similarity of each pair of ``sets``: the shared hashes are counted
     by a join of ``_VERIFY_CHUNK`` hashes a side at a time."""
+    result = np.zeros(len(left), np.float64)
+    for start in range(0, len(left), _PAIR_BLOCK):
+        stop = min(start + _PAIR_BLOCK, len(left))
+        result[start:stop] = _jaccard_block(sets, left[start:stop], right[start:stop])
+    return result
+
+
+def _jaccard_block(sets: _SetParts, left: I64, right: I64) -> F64:
+    """:func:`_jaccard_of_sets` of a block of pairs: their costs and chunks are a
+    block's arrays, not arrays over every candidate pair."""
     sizes = sets.counts
     result = np.zeros(len(left), np.float64)
     cost = sizes[left] + sizes[right]
@@ -559,7 +571,7 @@ def verified_pairs(
     candidate pairs) peaked at 2.9 GB."""
     verified = np.zeros(len(left), np.float64)
     if len(left):
-        involved, local = _in_order(left, right, stored)
+        involved, local_left, local_right = _in_order(left, right, stored)
         parts: list[Shingles] = []
         lo, count = 0, _VERIFY_FIRST_TEXTS
         while lo < len(involved):
@@ -574,25 +586,24 @@ def verified_pairs(
         del parts
         if len(sets.parts) > 1 and sets.offsets[-1] <= _JOINED_HASHES:
             sets = _SetParts.of([sets.joined()])
-        verified = _jaccard_of_sets(sets, local[: len(left)], local[len(left) :])
-        del sets
+        verified = _jaccard_of_sets(sets, local_left, local_right)
+        del sets, local_left, local_right
     keep = verified >= params.threshold
     left, right, verified = left[keep], right[keep], verified[keep]
-    involved, local = _in_order(left, right, stored)
+    involved, local_left, local_right = _in_order(left, right, stored)
     sig = signatures_of(involved)
-    estimated = estimated_similarity(sig, local[: len(left)], local[len(left) :])
+    estimated = estimated_similarity(sig, local_left, local_right)
     return NearPairs(left, right, estimated, verified, len(keep))
 
 
-def _in_order(left: I64, right: I64, stored: I64 | None) -> tuple[I64, I64]:
+def _in_order(left: I64, right: I64, stored: I64 | None) -> tuple[I64, I64, I64]:
     """The distinct texts of the pairs, in the order of ``stored`` (their rows; else of
-    their ids), and each pair's two texts' places among them (the lefts, then the
-    rights)."""
-    involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
-    local = local.reshape(-1).astype(np.int64)
-    if stored is None:
-        return involved.astype(np.int64), local
-    by_row = np.argsort(stored[involved], kind="stable")
-    place = np.empty(len(by_row), np.int64)
-    place[by_row] = np.arange(len(by_row), dtype=np.int64)
-    return involved[by_row].astype(np.int64), place[local]
+    their ids), and the places among them of each pair's left and right text. Each side
+    is deduplicated on its own and the places are read off a table by text id: sorting
+    the two sides together with ``np.unique``'s inverse held ~5 copies of the pairs."""
+    involved = distinct(np.concatenate([distinct(left), distinct(right)])).astype(np.int64)
+    if stored is not None:
+        involved = involved[np.argsort(stored[involved], kind="stable")]
+    place = np.zeros(int(involved.max()) + 1 if len(involved) else 0, np.int64)
+    place[involved] = np.arange(len(involved), dtype=np.int64)
+    return involved, place[left], place[right]

@@ -141,6 +141,7 @@ def test_the_exact_check_reads_its_texts_once_in_order_a_piece_at_a_time(monkeyp
     monkeypatch.setattr(minhash, "_VERIFY_FIRST_TEXTS", 3)
     monkeypatch.setattr(minhash, "_VERIFY_BYTES", 2500)
     monkeypatch.setattr(minhash, "_JOINED_HASHES", 0)  # the pieces' sets kept apart
+    monkeypatch.setattr(minhash, "_PAIR_BLOCK", 7)  # the pairs checked in blocks
     found = minhash.verified_pairs(left, right, texts_of, lambda at: sig[:, at], PARAMS)
     exact = jaccard(series, left, right, PARAMS)
     keep = exact >= PARAMS.threshold
