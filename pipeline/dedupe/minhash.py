@@ -29,7 +29,7 @@ import numpy.typing as npt
 import polars as pl
 import xxhash
 
-from pipeline.core.arrays import distinct
+from pipeline.core.arrays import distinct, isin
 from pipeline.core.config import DedupeSettings
 
 __all__ = [
@@ -455,7 +455,7 @@ def _unique_sets(sh: Shingles) -> Shingles:
         return sh
     suspects = distinct(key[1:][clash] >> np.uint64(64 - bits))
     del key, clash
-    at = np.flatnonzero(np.isin(owner, suspects))
+    at = np.flatnonzero(isin(owner, suspects))
     order = at[np.lexsort((at, sh.hashes[at], owner[at]))]
     hashes, owners = sh.hashes[order], owner[order]
     repeat = np.zeros(len(order), dtype=np.bool_)
@@ -479,9 +479,9 @@ def jaccard(texts: pl.Series, left: I64, right: I64, params: LshParams) -> F64:
     """Exact Jaccard similarity of the shingle sets of each pair of texts."""
     if not len(left):
         return np.zeros(0, np.float64)
-    involved, local = np.unique(np.concatenate([left, right]), return_inverse=True)
+    involved, local_left, local_right = _in_order(left, right, None)
     sets = _SetParts.of(_shingle_sets(texts.gather(involved), params))
-    return _jaccard_of_sets(sets, local[: len(left)], local[len(left) :])
+    return _jaccard_of_sets(sets, local_left, local_right)
 
 
 def _jaccard_of_sets(sets: _SetParts, left: I64, right: I64) -> F64:

@@ -26,10 +26,10 @@ each shard's entries kept ~3 times the partition's pages resident: the page cach
 pages around each page touched; ~400 MB a task at 3 M texts.) Copying out the whole
 partition and sorting it by band peaked at ~3 times the partition's bytes of the task's
 own memory, which grew with the run until the partitions reached their size (~200 MB a
-task at 1.2 GB of pairwise rows against ~80 MB at 300 MB). Each entry is written once and read once; a candidate task opens every
-shard's entries file, so the count (:func:`partition_count`, ~64 MiB of entries a
-partition, a multiple of the workers) also sets how many small reads there are
-(shards × partitions).
+task at 1.2 GB of pairwise rows against ~80 MB at 300 MB). Each entry is written once
+and read once; a candidate task opens every shard's entries file, so the count
+(:func:`partition_count`, ~64 MiB of entries a partition, a multiple of the workers)
+also sets how many small reads there are (shards × partitions).
 """
 
 from __future__ import annotations
