@@ -15,7 +15,7 @@ A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with 
 * the extra output columns the stage declared in :meth:`GlobalStage.output_columns`.
 
 Memory: this phase runs in the parent over every row of the run, so what it holds per row
-is what grows with the input. The state is :data:`STATE_COLUMNS` (28 bytes a row); a
+is what grows with the input. The state is :data:`STATE_COLUMNS` (21 bytes a row); a
 stage reads what else it needs shard by shard (:meth:`GlobalContext.evaluate`; the values
 alone, lined up with its rows, with :meth:`GlobalContext.values`), groups on 64-bit hashes
 with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash repeats in full
@@ -67,6 +67,9 @@ KEYS: Final = ("_shard", "_shard_line")
 #: (:meth:`GlobalContext.with_lineage`, :meth:`GlobalContext.split`): held for every row
 #: they were 34 of the state's 62 bytes a row.
 STATE_COLUMNS: Final = ("_shard", "_shard_line", "_disposition", "_reason_codes")
+#: The state's ``_disposition``: an enum of the dispositions, one byte a row (a string
+#: column took 16: polars' string views)
+DISPOSITIONS: Final = pl.Enum([d.value for d in Disposition])
 
 
 #: DESIGN §3.6: a duplicate points at the kept row's ``_source``, ``_line`` and
@@ -304,6 +307,7 @@ class GlobalContext:
             frames.append(
                 frame.with_columns(
                     _shard=pl.lit(summary.shard, pl.Int32),
+                    _disposition=pl.col("_disposition").cast(DISPOSITIONS),
                     _reason_codes=pl.col("_reasons").list.eval(pl.element().struct.field("code")),
                 )
                 .select([*head, *(c for c in columns if c not in head)])
@@ -465,7 +469,7 @@ def _advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) ->
     if "_disposition" in decided.columns:
         new = decided["_disposition"]
         disposition = current["_disposition"].clone()  # scatter writes into its series
-        disposition.scatter(at[new.is_not_null().to_numpy()], new.drop_nulls())
+        disposition.scatter(at[new.is_not_null().to_numpy()], new.drop_nulls().cast(DISPOSITIONS))
         updates.append(disposition)
     if extras or reasons:
         codes = pl.col("_reasons_add").list.eval(pl.element().struct.field("code"))

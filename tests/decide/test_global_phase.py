@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.core.reasons import Disposition
 from pipeline.decide import context as global_phase
-from pipeline.decide.context import GlobalContext, OutputColumn
+from pipeline.decide.context import DISPOSITIONS, GlobalContext, OutputColumn
 from pipeline.jobs.run import run
 from pipeline.output.verify import verify_run
 from pipeline.testing.synthetic import export_lines
@@ -294,7 +294,7 @@ def _advance_by_join(
     return (
         current.join(update, on=["_shard", "_shard_line"], how="left", maintain_order="left")
         .with_columns(
-            _disposition=pl.coalesce("_new", "_disposition"),
+            _disposition=pl.coalesce(pl.col("_new").cast(DISPOSITIONS), "_disposition"),
             _reason_codes=pl.when(pl.col("_new_codes").is_null())
             .then(pl.col("_reason_codes"))
             .otherwise(pl.concat_list("_reason_codes", "_new_codes")),
@@ -320,7 +320,11 @@ def test_the_state_is_updated_as_a_join_of_every_row_would(data: st.DataObject) 
             "_disposition": ["accepted"] * len(keys),
             "_reason_codes": [["x.old"] if i % 3 == 0 else [] for i in range(len(keys))],
         },
-        schema_overrides={"_shard": pl.Int32, "_reason_codes": pl.List(pl.String)},
+        schema_overrides={
+            "_shard": pl.Int32,
+            "_disposition": DISPOSITIONS,
+            "_reason_codes": pl.List(pl.String),
+        },
     )
     chosen = data.draw(st.lists(st.sampled_from(keys), unique=True))
     reason = pl.struct(code=pl.lit("y.new"), path=pl.lit(""), detail=pl.lit(""))
