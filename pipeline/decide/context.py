@@ -3,10 +3,10 @@
 It never re-parses JSON. It reads compact columns of every shard's staged rows
 (memory-mapped Arrow IPC), runs the registered :class:`GlobalStage` plug-ins in order
 (cross-record rules, then dedupe, then scoring and policy), and hands the writer one
-decision table per kind and shard. Each stage sees the dispositions and reason codes
-left by the stages before it, and the extra columns they returned that are declared
-``carried`` (the policy reads the scores), and returns rows only for what it changes or
-annotates.
+decision table per kind and shard. Each stage sees the dispositions left by the stages
+before it (and every reason code so far, if it asks: ``reads_reason_codes``), and the
+extra columns they returned that are declared ``carried`` (the policy reads the scores),
+and returns rows only for what it changes or annotates.
 
 A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with any of:
 
@@ -15,7 +15,9 @@ A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with 
 * the extra output columns the stage declared in :meth:`GlobalStage.output_columns`.
 
 Memory: this phase runs in the parent over every row of the run, so what it holds per row
-is what grows with the input. The state is :data:`STATE_COLUMNS` (21 bytes a row); a
+is what grows with the input. The state is :data:`STATE_COLUMNS` (13 bytes a row: a
+stage that reads the reason codes is given them, built for it alone:
+:data:`REASON_CODES`); a
 stage reads what else it needs shard by shard (:meth:`GlobalContext.evaluate`; the values
 alone, lined up with its rows, with :meth:`GlobalContext.values`), groups on 64-bit hashes
 with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash repeats in full
@@ -48,8 +50,10 @@ from pipeline.storage import RunStorage, WrittenFile
 
 __all__ = [
     "DEDUPE_RULE",
+    "DISPOSITIONS",
     "DUPLICATE_OF",
     "GLOBAL_STAGES",
+    "REASON_CODES",
     "GlobalContext",
     "GlobalResult",
     "GlobalStage",
@@ -66,7 +70,12 @@ KEYS: Final = ("_shard", "_shard_line")
 #: and a row's input, source and line follow from its shard
 #: (:meth:`GlobalContext.with_lineage`, :meth:`GlobalContext.split`): held for every row
 #: they were 34 of the state's 62 bytes a row.
-STATE_COLUMNS: Final = ("_shard", "_shard_line", "_disposition", "_reason_codes")
+STATE_COLUMNS: Final = ("_shard", "_shard_line", "_disposition")
+#: Every row's reason codes so far (the gate's, then each earlier stage's, in order), in
+#: the state given a stage whose ``reads_reason_codes`` is true (the policy's), and built
+#: for it alone: held through the phase, their offsets were 8 of the state's 21 bytes a
+#: row, rebuilt by every stage that added a reason.
+REASON_CODES: Final = "_reason_codes"
 #: The state's ``_disposition``: an enum of the dispositions, one byte a row (a string
 #: column took 16: polars' string views)
 DISPOSITIONS: Final = pl.Enum([d.value for d in Disposition])
@@ -289,16 +298,19 @@ class GlobalContext:
         groups = keys.partition_by("_shard", as_dict=True).items()
         return pl.concat([read(int(shard), wanted["_shard_line"]) for (shard,), wanted in groups])
 
-    def scan(self, kind: str, columns: Sequence[str] = ()) -> pl.DataFrame:
+    def scan(
+        self, kind: str, columns: Sequence[str] = (), *, reason_codes: bool = False
+    ) -> pl.DataFrame:
         """Staged columns of every row of ``kind`` in the stable order key, with the
-        state columns (:data:`STATE_COLUMNS`).
+        state columns (:data:`STATE_COLUMNS`); ``reason_codes``: and the codes of the
+        reasons the gate gave each row (:data:`REASON_CODES`).
 
         Collected shard by shard and kept as one chunk per shard: collecting the shards'
         scans at once, into one chunk, took twice the result's size above it (34 against
         18 MB for 349k rows of state), which polars' allocator then kept."""
         frames = []
-        staged = ["_shard_line", "_disposition", "_reasons"]
-        head = list(STATE_COLUMNS)
+        staged = ["_shard_line", "_disposition", *(["_reasons"] if reason_codes else [])]
+        head = [*STATE_COLUMNS, *([REASON_CODES] if reason_codes else [])]
         for summary in self.summaries:
             if kind not in summary.kinds:
                 continue
@@ -308,7 +320,7 @@ class GlobalContext:
                 frame.with_columns(
                     _shard=pl.lit(summary.shard, pl.Int32),
                     _disposition=pl.col("_disposition").cast(DISPOSITIONS),
-                    _reason_codes=pl.col("_reasons").list.eval(pl.element().struct.field("code")),
+                    **({REASON_CODES: _codes(pl.col("_reasons"))} if reason_codes else {}),
                 )
                 .select([*head, *(c for c in columns if c not in head)])
                 .collect()
@@ -316,6 +328,11 @@ class GlobalContext:
         if not frames:
             return pl.DataFrame()
         return pl.concat(frames, rechunk=False)
+
+
+def _codes(reasons: pl.Expr) -> pl.Expr:
+    """The codes of a list of reasons (``{code, path, detail}`` structs)."""
+    return reasons.list.eval(pl.element().struct.field("code"))
 
 
 def _aligned(frames: Iterable[pl.DataFrame], rows: pl.DataFrame) -> Iterator[pl.DataFrame]:
@@ -379,7 +396,9 @@ class GlobalStage(Protocol):
         ...
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
-        """Decisions for ``rows`` (the kind's current state, see :data:`STATE_COLUMNS`)."""
+        """Decisions for ``rows`` (the kind's current state, see :data:`STATE_COLUMNS`;
+        with :data:`REASON_CODES` for a stage whose class sets ``reads_reason_codes =
+        True``, an optional attribute)."""
         ...
 
 
@@ -429,11 +448,17 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
             continue
         ctx.on_stage(f"{kind}: read")
         current = ctx.scan(kind)
-        decided_frames = []
+        decided_frames: list[pl.DataFrame] = []
         for i, stage in enumerate(stages):
             ctx.on_stage(f"{kind}: {stage.name}")
             started = time.perf_counter()
-            decided = stage.decide(ctx, kind, current)
+            given = (
+                _with_reason_codes(ctx, kind, current, decided_frames)
+                if getattr(stage, "reads_reason_codes", False)
+                else current
+            )
+            decided = stage.decide(ctx, kind, given)
+            del given
             result.timings[stage.name] = (
                 result.timings.get(stage.name, 0.0) + time.perf_counter() - started
             )
@@ -450,8 +475,23 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
     return result
 
 
+def _with_reason_codes(
+    ctx: GlobalContext, kind: str, current: pl.DataFrame, decided: Sequence[pl.DataFrame]
+) -> pl.DataFrame:
+    """The state with every row's reason codes: the gate's, then those the stages before
+    added (``decided``, in stage order), as :func:`_advance` places them."""
+    codes = ctx.scan(kind, reason_codes=True).select(*KEYS, REASON_CODES)
+    for frame in decided:
+        if "_reasons_add" in frame.columns:
+            codes = _advance(codes, frame.select(*KEYS, "_reasons_add"), set())
+    if not codes.select(KEYS).equals(current.select(KEYS)):
+        raise AssertionError("the reason codes do not line up with the state")
+    return current.with_columns(codes[REASON_CODES])
+
+
 def _advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) -> pl.DataFrame:
-    """Apply one stage's dispositions, reasons and carried columns to the running state.
+    """Apply one stage's dispositions, reasons and carried columns to the running state
+    (the reasons to its :data:`REASON_CODES` when it has them).
 
     Only the columns that change are rebuilt, from each decided row's place in the state
     (:func:`_places`): the dispositions by a scatter, the reason codes and carried columns
@@ -461,7 +501,7 @@ def _advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) ->
     replaced (344 MB when it also added a retry's pointer column)."""
     extras = [c for c in decided.columns if c in carried]
     current = current.drop([c for c in extras if c in current.columns])
-    reasons = "_reasons_add" in decided.columns
+    reasons = "_reasons_add" in decided.columns and REASON_CODES in current.columns
     if not (extras or reasons or "_disposition" in decided.columns):
         return current
     at = _places(current, decided)
@@ -472,7 +512,7 @@ def _advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) ->
         disposition.scatter(at[new.is_not_null().to_numpy()], new.drop_nulls().cast(DISPOSITIONS))
         updates.append(disposition)
     if extras or reasons:
-        codes = pl.col("_reasons_add").list.eval(pl.element().struct.field("code"))
+        codes = _codes(pl.col("_reasons_add"))
         changes = decided.select(*extras, *([codes.alias("_new_codes")] if reasons else []))
         aligned = changes.select(pl.all().gather(_spread(at, current.height)))
         updates += [aligned[c] for c in extras]
@@ -480,9 +520,9 @@ def _advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) ->
         added = aligned["_new_codes"]
         updates.append(
             pl.when(added.is_null())
-            .then(pl.col("_reason_codes"))
-            .otherwise(pl.concat_list("_reason_codes", added))
-            .alias("_reason_codes")
+            .then(pl.col(REASON_CODES))
+            .otherwise(pl.concat_list(REASON_CODES, added))
+            .alias(REASON_CODES)
         )
     return current.with_columns(updates)
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import orjson
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,6 +28,7 @@ class FlagEveryThird:
 
     name = "flag"
     order = 1
+    given: ClassVar[list[list[str]]] = []
 
     def enabled(self, config: CampaignConfig) -> bool:
         return True
@@ -39,6 +41,7 @@ class FlagEveryThird:
         ]
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        self.given.append(rows.columns)
         rows = ctx.with_lineage(rows)
         assert rows["_line"].is_sorted() or rows["_input"].n_unique() > 1
         accepted = rows.filter(pl.col("_disposition") == "accepted").with_row_index("n")
@@ -86,6 +89,38 @@ class RejectFirst:
         )
 
 
+class ReadCodes:
+    """Keeps the reason codes it is given (it asks for them), and adds one of its own to
+    the rows the stages before it added to, for the stage after it."""
+
+    name = "codes"
+    order = 3
+    reads_reason_codes = True
+    seen: ClassVar[list[pl.DataFrame]] = []
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        self.seen.append(ctx.with_lineage(rows).select("_line", "_reason_codes"))
+        tests = pl.col("_reason_codes").list.eval(pl.element().str.starts_with("test.")).list.any()
+        return rows.filter(tests).select(
+            "_shard",
+            "_shard_line",
+            _reasons_add=pl.concat_list(
+                pl.struct(code=pl.lit("test.codes"), path=pl.lit(""), detail=pl.lit(""))
+            ),
+        )
+
+
+class ReadCodesAgain(ReadCodes):
+    name = "codes-again"
+    order = 4
+
+
 @pytest.fixture
 def stages(monkeypatch: pytest.MonkeyPatch) -> None:
     # The stage plug-ins register themselves on first import (the run's preflight imports
@@ -93,6 +128,18 @@ def stages(monkeypatch: pytest.MonkeyPatch) -> None:
     import pipeline.decide.stages  # noqa: F401
 
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [FlagEveryThird, RejectFirst])
+
+
+@pytest.fixture
+def coded_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two stages above, then two that ask for the reason codes."""
+    import pipeline.decide.stages  # noqa: F401
+
+    monkeypatch.setattr(
+        global_phase, "GLOBAL_STAGES", [FlagEveryThird, RejectFirst, ReadCodes, ReadCodesAgain]
+    )
+    ReadCodes.seen.clear()
+    FlagEveryThird.given.clear()
 
 
 @pytest.mark.slow
@@ -147,6 +194,58 @@ def test_decisions_reach_outputs(stages: None, tmp_path: Path) -> None:
     counts = results[1].manifest["counts"]
     assert counts["by_reason"]["quarantined"]["test.third"] == quarantined.height
     assert sum(counts["by_disposition"].values()) == 300
+
+
+def test_a_stage_that_asks_is_given_every_reason_code_so_far(
+    coded_stages: None, tmp_path: Path
+) -> None:
+    """A stage that asks for the reason codes gets every row's so far, in order: the
+    gate's, then each earlier stage's; the others get the state without them."""
+    lines = []
+    for i, line in enumerate(export_lines("pairwise-v2", 300, seed=5, defect_rate=0.05)):
+        record = _record(line)
+        if i % 10 == 0 and record is not None and record.get("preference") == "A":
+            # the rationale calls the other response better: the gate quarantines the row
+            record["rationale"] = "Response B is better: it covers the edge cases well."
+            line = orjson.dumps(record)
+        lines.append(line + b"\n")
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"".join(lines))
+    out = tmp_path / "out"
+    run(CampaignConfig(inputs=(InputSpec(str(source)),)), out)
+    accepted = pl.read_parquet(out / "accepted" / "pairwise-v2")
+    quarantined = pl.read_parquet(out / "quarantined" / "pairwise-v2")
+    rejected = pl.read_parquet(out / "rejected")
+    assert FlagEveryThird.given
+    assert all(
+        columns == ["_shard", "_shard_line", "_disposition"] for columns in FlagEveryThird.given
+    )
+    written = pl.concat(
+        [accepted, quarantined, rejected.filter(pl.col("_kind") == "pairwise-v2")],
+        how="diagonal_relaxed",
+    ).select("_line", _codes=pl.col("_reasons").list.eval(pl.element().struct.field("code")))
+    # each ReadCodes stage adds test.codes after the stages before it added a test.* code:
+    # the first saw none of them, the second the first's
+    codes = pl.col("_codes")
+    once = codes.list.eval(pl.element().filter(pl.element() != "test.codes"))
+    twice = pl.when(codes.list.last() == "test.codes").then(codes.list.head(codes.list.len() - 1))
+    assert len(ReadCodes.seen) == 2
+    for seen, expected in zip(ReadCodes.seen, (once, twice.otherwise(codes)), strict=True):
+        joined = seen.join(written, on="_line", how="left")
+        # (the lines the gate rejected before staging them are no rows of the state)
+        assert joined.height > 280
+        assert joined["_codes"].null_count() == 0
+        assert joined.select((pl.col("_reason_codes") == expected).all()).item()
+        gate = pl.col("_reason_codes").list.eval(~pl.element().str.starts_with("test."))
+        assert joined.filter(gate.list.any()).height > 0  # the gate's codes are among them
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 class ProbeReads:

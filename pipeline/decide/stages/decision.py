@@ -56,6 +56,7 @@ _SEVERITY: Final = {
 class DecisionPolicy:
     name = "policy"
     order = 400
+    reads_reason_codes = True  # rules may match the reasons rows got before
     reason_codes = (*_CODES.values(), CALIBRATION_UNAVAILABLE)
 
     def __init__(self) -> None:
