@@ -234,7 +234,11 @@ def _repeated_fingerprints(
     )
     if found["_unprinted"].any():
         return None
-    return accepted.with_row_index("_place").filter(repeated(found["_h_content"]))
+    taken = repeated(found.pop("_h_content")).to_numpy()
+    del found
+    # the places of the rows taken alone: numbering every accepted row first copied them all
+    place = pl.Series("_place", np.flatnonzero(taken), pl.UInt32)
+    return accepted.filter(taken).insert_column(0, place)
 
 
 def _fingerprint_hash() -> pl.Expr:
@@ -341,6 +345,8 @@ def _values(
     the accepted rows' values only."""
     accepted = is_accepted.to_numpy()
     found = ctx.values(kind, rows, exprs, stem=stem)
+    if accepted.all():  # every row: no copy
+        return found
     return {name: found.pop(name)[accepted] for name in list(found)}
 
 
