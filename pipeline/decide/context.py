@@ -17,15 +17,15 @@ A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with 
 Memory: this phase runs in the parent over every row of the run, so what it holds per row
 is what grows with the input. The state is :data:`STATE_COLUMNS` (13 bytes a row: a
 stage that reads the reason codes is given them, built for it alone:
-:data:`REASON_CODES`); a
-stage reads what else it needs shard by shard (:meth:`GlobalContext.evaluate`; the values
-alone, lined up with its rows, with :meth:`GlobalContext.values`), groups on 64-bit hashes
-with :mod:`pipeline.decide.repeats` and reads only the few rows whose hash repeats in full
-(:meth:`GlobalContext.fetch`, which takes them alone out of the staged files). On
-1,000,000 pairwise-v2 rows the run's parent peaks ~85 bytes a row above where the gate
-phase left it plain, ~130 with near and normalised dedupe (polars' allocator returning
-freed pages at once: :mod:`pipeline.core.allocator`): the bytes a row of each structure
-are in docs/scale.md ("The driver's memory, per row").
+:data:`REASON_CODES`). A stage finds the few rows a check needs on 64-bit hashes,
+partition by partition on the engine (:meth:`GlobalContext.repeats`,
+:mod:`pipeline.decide.partitioned`), or reads values shard by shard
+(:meth:`GlobalContext.evaluate`; lined up with its rows: :meth:`GlobalContext.values`),
+and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them alone out
+of the staged files). On 1,000,000 pairwise-v2 rows the global phase peaks ~32 bytes a
+row above where the gate phase left the parent plain, ~111 with near and normalised
+dedupe (polars' allocator returning freed pages at once: :mod:`pipeline.core.allocator`):
+the bytes a row of each structure are in docs/scale.md ("The driver's memory, per row").
 """
 
 from __future__ import annotations
@@ -43,6 +43,14 @@ from pipeline.core.arrays import distinct
 from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import CATALOGUE, REASONS_TYPE, Disposition
 from pipeline.decide.columns import OutputColumn
+from pipeline.decide.partitioned import (
+    GROUP,
+    VALUE,
+    WHERE,
+    HashCheck,
+    evaluate_shard,
+    partition_count,
+)
 from pipeline.engines import Engine
 from pipeline.gate.reader import Shard
 from pipeline.gate.staging import ShardSummary
@@ -169,22 +177,10 @@ class GlobalContext:
 
         ``stem``: over a file staged beside the kind's rows (its row keys) instead."""
         for summary in self.summaries:
-            if kind not in summary.kinds:
-                continue
-            file = stem or kind
-            batches = self._evaluate_by_batch(summary.shard, file, exprs) if row_wise else []
-            if batches:
-                yield pl.concat(batches)
-                continue
-            yield (
-                self.storage.scan_staged(summary.shard, file)
-                .select(
-                    pl.lit(summary.shard, pl.Int32).alias("_shard"),
-                    pl.col("_shard_line"),
-                    *(expr.alias(name) for name, expr in exprs.items()),
+            if kind in summary.kinds:
+                yield evaluate_shard(
+                    self.storage, summary.shard, stem or kind, exprs, row_wise=row_wise
                 )
-                .collect()
-            )
 
     def aligned(
         self, kind: str, rows: pl.DataFrame, exprs: Mapping[str, pl.Expr]
@@ -225,24 +221,51 @@ class GlobalContext:
             at += frame.height
         return found
 
-    def _evaluate_by_batch(
-        self, shard: int, stem: str, exprs: Mapping[str, pl.Expr]
-    ) -> list[pl.DataFrame]:
-        read = {"_shard_line"} | {c for e in exprs.values() for c in e.meta.root_names()}
-        frames = []
-        for batch in self.storage.staged_column_batches(shard, stem, sorted(read)):
-            frame = cast(pl.DataFrame, pl.from_arrow(batch))
-            # copied: a column still pointing into the batch's map would keep every page
-            # the expressions read resident
-            lines = np.array(batch.column("_shard_line"), dtype=np.int64)
-            frames.append(
-                frame.select(
-                    pl.lit(shard, pl.Int32).alias("_shard"),
-                    pl.Series("_shard_line", lines),
-                    *(expr.alias(name) for name, expr in exprs.items()),
-                )
-            )
-        return frames
+    def repeats(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        name: str,
+        group: pl.Expr,
+        *,
+        value: pl.Expr | None = None,
+        where: pl.Expr | None = None,
+        row_wise: bool = False,
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
+        """Which of ``rows`` (every staged row of ``kind``, in the stable order key) share
+        their ``group`` (a 64-bit hash) with another row, or, given ``value`` (a hash
+        too), whose group holds more than one value; only rows where ``where`` holds take
+        part. A mask over ``rows``, and the group of each row found, in their order.
+
+        Found partition by partition on the engine (:mod:`pipeline.decide.partitioned`,
+        ``name`` naming the check's staged entries): the driver holds the rows found and
+        the mask, not every row's hashes (8 to 17 bytes a row, and a sort of them)."""
+        exprs = {GROUP: group, **({VALUE: value} if value is not None else {})}
+        if where is not None:
+            exprs[WHERE] = where
+        engine = self.config.engine
+        shards = tuple(s.shard for s in self.summaries if kind in s.kinds)
+        # no more parallel tasks than shards: a worker per partition would otherwise
+        # start for a one-shard run given many workers
+        workers = min(engine.resolved_workers(), len(shards))
+        count = partition_count(
+            rows.height, len(exprs) - (where is not None), workers, engine.partitions
+        )
+        check = HashCheck.of(
+            self.storage, kind, name, shards, exprs, row_wise=row_wise, partitions=count
+        )
+        found = check.run(self.engine)
+        order = np.lexsort((found.lines, found.shards))
+        keys = pl.DataFrame(
+            {"_shard": found.shards[order], "_shard_line": found.lines[order]},
+            schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
+        )
+        at = _places(rows, keys)
+        mask = np.zeros(rows.height, np.bool_)
+        mask[at] = True
+        groups = np.empty(len(at), np.uint64)
+        groups[np.argsort(at)] = found.groups[order]
+        return mask, groups
 
     def has_row_keys(self, kind: str) -> bool:
         """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""
@@ -528,9 +551,44 @@ def _advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) ->
 
 
 def _places(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int64]:
-    """Each decided row's place in the state. The state is in the order key, so its
-    (shard, line) keys are sorted and each decided row is found by a binary search (a
-    state out of order is sorted first)."""
+    """Each decided row's place in the state. The state is in the order key: each shard's
+    rows are one run, the runs in shard order, and a shard's lines ascend, so a decided
+    row is found by a binary search among its shard's lines, read a shard at a time (a
+    state out of order is sorted first: :func:`_places_sorting`). Keys of every row at
+    once (three 8-byte arrays) were the plain run's peak."""
+    runs = current["_shard"].rle()
+    run_shard = runs.struct.field("value").to_numpy().astype(np.int64)
+    run_start = np.zeros(len(runs) + 1, np.int64)
+    np.cumsum(runs.struct.field("len").to_numpy(), out=run_start[1:])
+    if not bool((run_shard[1:] > run_shard[:-1]).all()):
+        return _places_sorting(current, decided)
+    wanted_shard = decided["_shard"].to_numpy().astype(np.int64)
+    wanted_line = decided["_shard_line"].to_numpy().astype(np.int64)
+    by_shard = np.argsort(wanted_shard, kind="stable")
+    bounds = np.flatnonzero(np.diff(wanted_shard[by_shard])) + 1
+    at = np.empty(len(decided), np.int64)
+    for rows in np.split(by_shard, bounds) if len(by_shard) else []:
+        run = int(np.searchsorted(run_shard, wanted_shard[rows[0]]))
+        if run == len(run_shard) or run_shard[run] != wanted_shard[rows[0]]:
+            raise AssertionError("a stage decided a row of a shard the state does not hold")
+        lo, hi = int(run_start[run]), int(run_start[run + 1])
+        lines = current["_shard_line"].slice(lo, hi - lo).to_numpy()
+        if not bool((lines[1:] > lines[:-1]).all()):
+            return _places_sorting(current, decided)
+        place = np.searchsorted(lines, wanted_line[rows])
+        found = place < len(lines)
+        found[found] = lines[place[found]] == wanted_line[rows][found]
+        if not found.all():
+            raise AssertionError("a stage decided a row the state does not hold")
+        at[rows] = lo + place
+    if len(np.unique(at)) != len(at):
+        raise AssertionError("a stage decided a row twice")
+    return at
+
+
+def _places_sorting(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int64]:
+    """:func:`_places` for a state in any order: every row's (shard, line) key, sorted
+    where it is not, and a binary search of each decided row's."""
     shards = [f["_shard"].to_numpy().astype(np.int64) for f in (current, decided)]
     lines = [f["_shard_line"].to_numpy().astype(np.int64) for f in (current, decided)]
     line_bits = max(int(a.max(initial=0)) for a in lines).bit_length()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
@@ -18,6 +20,7 @@ from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.core.reasons import Disposition
 from pipeline.decide import context as global_phase
 from pipeline.decide.context import DISPOSITIONS, GlobalContext, OutputColumn
+from pipeline.decide.repeats import repeated, varying
 from pipeline.jobs.run import run
 from pipeline.output.verify import verify_run
 from pipeline.testing.synthetic import export_lines
@@ -312,6 +315,45 @@ class ProbeReads:
         return None
 
 
+class ProbeRepeats:
+    """Finds repeated and varying hashes with ``repeats`` (on the engine, at several
+    partition counts) and with :mod:`pipeline.decide.repeats` over every row's values
+    (decides nothing)."""
+
+    name = "probe-repeats"
+    order = 1
+    #: (expected mask, expected groups, got mask, got groups) per check and count
+    found: ClassVar[list[tuple[Any, Any, Any, Any]]] = []
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        natural = pl.col("task_id").hash(1)  # repeats where a task repeats (retries)
+        few = pl.col("task_id").hash(1) % 5  # five groups: every row repeats
+        value = pl.col("preference").hash(2)
+        where = pl.col("_shard_line") % 5 != 3
+        for group in (natural, few):
+            got = ctx.values(kind, rows, {"g": group, "v": value, "w": where})
+            repeats = repeated(got["g"]).to_numpy()
+            varies = np.zeros(rows.height, np.bool_)
+            varies[got["w"]] = varying(got["g"][got["w"]], got["v"][got["w"]]).to_numpy()
+            for count in (1, 7, 64):
+                at = dataclasses.replace(
+                    ctx, config=ctx.config.override(**{"engine.partitions": count})
+                )
+                mask, groups = at.repeats(kind, rows, "probe", group)
+                self.found.append((repeats, got["g"][repeats], mask, groups))
+                mask, groups = at.repeats(
+                    kind, rows, "probe", group, value=value, where=where, row_wise=count == 7
+                )
+                self.found.append((varies, got["g"][varies], mask, groups))
+        return None
+
+
 def _refuses(call: Callable[[], object], error: type[Exception]) -> bool:
     """Whether ``call`` raises ``error``."""
     try:
@@ -319,6 +361,39 @@ def _refuses(call: Callable[[], object], error: type[Exception]) -> bool:
     except error:
         return True
     return False
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_repeats_on_the_engine_find_what_every_row_would(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int
+) -> None:
+    """``repeats`` finds, partition by partition on the engine, the rows whose hash
+    repeats (or whose group's value varies, among the rows ``where`` holds) that the
+    check over every row's values finds, with their groups, at any partition count."""
+    import pipeline.decide.stages  # noqa: F401
+
+    monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeRepeats])
+    ProbeRepeats.found.clear()
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(
+        b"".join(
+            line + b"\n"
+            for line in export_lines(
+                "pairwise-v2", 400, seed=3, defect_rate=0.05, duplicate_rate=0.1
+            )
+        )
+    )
+    config = CampaignConfig(inputs=(InputSpec(str(source)),)).override(
+        **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
+    )
+    run(config, tmp_path / "out")
+    assert len(ProbeRepeats.found) == 12
+    # natural groups: the retries repeat, and none varies; five groups: every row
+    # repeats, and the rows where ``where`` holds vary
+    assert [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found] == [True, False] * 3 + [True] * 6
+    for expected, groups, mask, got in ProbeRepeats.found:
+        assert np.array_equal(mask, expected)
+        assert np.array_equal(got, groups)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -442,3 +517,39 @@ def test_the_state_is_updated_as_a_join_of_every_row_would(data: st.DataObject) 
         got = global_phase._advance(current, frame, {"_kept"})
         assert got.equals(_advance_by_join(current, frame, {"_kept"}))
         assert "_dropped" not in got.columns
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_places_find_each_decided_row_in_the_state(data: st.DataObject) -> None:
+    """A decided row's place in the state: read a shard at a time in a state in the
+    order key, by sorting every key otherwise; a row the state lacks, or a row decided
+    twice, is refused."""
+    keys = sorted(
+        data.draw(
+            st.lists(st.tuples(st.integers(0, 5), st.integers(1, 1 << 40)), min_size=1, unique=True)
+        )
+    )
+    state = pl.DataFrame(
+        {"_shard": [k[0] for k in keys], "_shard_line": [k[1] for k in keys]},
+        schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
+    )
+    if data.draw(st.booleans()):  # one chunk a shard, as the state is read
+        state = pl.concat([part for _, part in state.group_by("_shard", maintain_order=True)])
+    chosen = data.draw(st.lists(st.integers(0, len(keys) - 1), unique=True))
+    decided = state[chosen]
+    expected = np.array(chosen, dtype=np.int64)
+    assert np.array_equal(global_phase._places(state, decided), expected)
+    assert np.array_equal(global_phase._places_sorting(state, decided), expected)
+    shuffled = state.sample(fraction=1.0, shuffle=True, seed=data.draw(st.integers(0, 9)))
+    at = global_phase._places(shuffled, decided)
+    assert shuffled[at].equals(decided)
+    missing = [
+        decided.with_columns(_shard=pl.lit(9, pl.Int32)),  # a shard the state lacks
+        decided.with_columns(_shard_line=pl.col("_shard_line") + (1 << 41)),
+        pl.concat([decided, decided.head(1)]),  # a row twice
+    ]
+    for wrong in missing if chosen else []:
+        for state_in in (state, shuffled):
+            call = lambda state_in=state_in, wrong=wrong: global_phase._places(state_in, wrong)  # noqa: E731
+            assert _refuses(call, AssertionError)

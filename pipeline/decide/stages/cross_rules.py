@@ -30,7 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import numpy as np
 import polars as pl
 
 from pipeline.core.config import CampaignConfig
@@ -49,7 +48,6 @@ from pipeline.decide.context import (
     OutputColumn,
     register_stage,
 )
-from pipeline.decide.repeats import repeated, varying
 from pipeline.kinds import KINDS
 from pipeline.kinds.pairwise import conversation_key
 
@@ -162,13 +160,13 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     if not keys:
         return None
     # Only keys that occur more than once can conflict. They are found on a 64-bit hash
-    # of the key (20 bytes per row in the parent with the row's place, instead of the
-    # keys and 64-character digests; see pipeline.decide.repeats); only those rows (retries,
-    # duplicates, conflicts: a few percent) are re-read and decided on the exact keys and
-    # digests, so a collision of key hashes can never invent a conflict, nor hide one.
-    hashed = ctx.values(kind, rows, {"_h_key": _key_hash(keys)})["_h_key"]
-    candidates = rows.select(KEYS).filter(repeated(hashed))
-    del hashed
+    # of the key, partition by partition on the engine (the parent holds the rows found,
+    # not every row's hash); only those rows (retries, duplicates, conflicts: a few
+    # percent) are re-read and decided on the exact keys and digests, so a collision of
+    # key hashes can never invent a conflict, nor hide one.
+    found, _ = ctx.repeats(kind, rows, "submission-keys", _key_hash(keys))
+    candidates = rows.select(KEYS).filter(found)
+    del found
     if candidates.height == 0:
         return None
     exact = ctx.with_lineage(ctx.fetch(kind, candidates, [*keys, "_record_sha256"])).sort(
@@ -246,19 +244,17 @@ def contradictory_preference(
         .otherwise(pl.col("response_b").hash(3))
     )
     comparison = pl.struct(conversation.hash(1), pair)
-    hashes = ctx.values(
+    # the decisive rows whose comparison is preferred both ways, found partition by
+    # partition on the engine (each row's hashes read a batch at a time: row-wise)
+    found, _ = ctx.repeats(
         kind,
         rows,
-        {"_decisive": decisive, "_h_comparison": comparison.hash(4), "_h_pref": preferred_hash},
+        "comparisons",
+        comparison.hash(4),
+        value=preferred_hash,
+        where=decisive,
         row_wise=True,
     )
-    is_decisive = hashes.pop("_decisive")
-    groups, preferences = hashes.pop("_h_comparison"), hashes.pop("_h_pref")
-    if not is_decisive.all():  # the decisive rows' hashes alone (nearly always every row's)
-        groups, preferences = groups[is_decisive], preferences[is_decisive]
-    found = np.zeros(rows.height, dtype=np.bool_)
-    found[is_decisive] = varying(groups, preferences).to_numpy()
-    del groups, preferences
     candidates = rows.select(KEYS).filter(found)
     if candidates.height == 0:
         return None

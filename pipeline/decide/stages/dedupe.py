@@ -225,17 +225,18 @@ def _repeated_fingerprints(
     (:mod:`pipeline.decide.repeats`) and only rows whose hash repeats (duplicates, and the rare
     collision) are read in full and matched on the exact digest, so a collision can never
     invent a duplicate."""
-    found = _values(
-        ctx,
-        kind,
-        rows,
-        is_accepted,
-        {"_h_content": _fingerprint_hash(), "_unprinted": pl.col("_content_sha256").is_null()},
-    )
-    if found["_unprinted"].any():
+    unprinted = _values(ctx, kind, rows, is_accepted, {"_u": pl.col("_content_sha256").is_null()})
+    if unprinted["_u"].any():
         return None
-    taken = repeated(found.pop("_h_content")).to_numpy()
-    del found
+    del unprinted
+    # found among every row on the engine; a hash that repeats among the accepted rows
+    # repeats among them all, so the accepted rows found are checked again among
+    # themselves (few)
+    found, groups = ctx.repeats(kind, rows, "fingerprints", _fingerprint_hash())
+    shared = found & is_accepted.to_numpy()
+    among_accepted = np.zeros(rows.height, np.bool_)
+    among_accepted[shared] = repeated(groups[shared[found]]).to_numpy()
+    taken = among_accepted[is_accepted.to_numpy()]
     # the places of the rows taken alone: numbering every accepted row first copied them all
     place = pl.Series("_place", np.flatnonzero(taken), pl.UInt32)
     return accepted.filter(taken).insert_column(0, place)
@@ -432,7 +433,7 @@ def _near_candidates(
         kind,
         tuple(zip(shards["value"].to_list(), shards["len"].to_list(), strict=True)),
         LshParams.from_settings(ctx.config.dedupe),
-        engine.resolved_workers(),
+        min(engine.resolved_workers(), shards.height),  # no more tasks at once than shards
         engine.partitions,
     )
     return search.candidates(is_accepted.to_numpy(), groups, text_rows, text_rank, ctx.on_stage)

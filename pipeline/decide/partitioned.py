@@ -1,0 +1,217 @@
+"""The hash-first checks partition by partition on the engine: the rows whose 64-bit
+hash another row shares (:func:`~pipeline.decide.repeats.repeated`), or whose group
+holds more than one value (:func:`~pipeline.decide.repeats.varying`), found without
+every row's hash in the driver. A shuffle through staged files, as near dedupe's
+candidate search (:mod:`pipeline.dedupe.partitions`):
+
+1. **shuffle**, a task per shard (:func:`_shuffle_shard`): the check's expressions over
+   the shard's staged rows (:func:`evaluate_shard`), the rows kept where ``where`` holds,
+   staged as (line, group hash, value hash) ordered by partition (``group %
+   partitions``), a record batch per partition;
+2. **find**, a task per partition (:func:`_partition_rows`): that partition's batch of
+   every shard (read alone), and the rows of it whose group repeats (or varies).
+
+Equal groups fall in one partition, so each task sees every row of its groups and the
+union of the tasks' rows is exactly the rows the check over every row would find: the
+same for any partition count, worker count and engine (a test compares them with
+:mod:`pipeline.decide.repeats` over every row). The driver holds only the rows found
+(their shard, line and group hash) and a mask over its rows; a shuffle task holds one
+shard's hashes, a find task one partition's.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, cast
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+import pyarrow as pa
+
+from pipeline.decide.repeats import repeated, varying
+from pipeline.engines import Engine, Progress, Step
+from pipeline.storage import RunStorage
+
+__all__ = ["GROUP", "VALUE", "WHERE", "Found", "HashCheck", "evaluate_shard"]
+
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+
+#: The check's expressions, by name: the group's 64-bit hash; for a varying check, the
+#: value's; and, optionally, which rows take part (a boolean, no nulls).
+GROUP: Final = "_group"
+VALUE: Final = "_value"
+WHERE: Final = "_where"
+#: A partition's entries, about: the line and one or two hashes a row.
+PARTITION_BYTES: Final = 64 << 20
+
+
+def evaluate_shard(
+    storage: RunStorage,
+    shard: int,
+    stem: str,
+    exprs: Mapping[str, pl.Expr],
+    *,
+    row_wise: bool = False,
+) -> pl.DataFrame:
+    """``exprs`` over one shard's staged file ``stem``: a frame of ``_shard``,
+    ``_shard_line`` and one column per expression, in line order. ``row_wise``: each
+    value reads its row alone, so the file is read a staged batch at a time (the columns
+    read take a batch's memory, not a shard's)."""
+    if not row_wise:
+        return (
+            storage.scan_staged(shard, stem)
+            .select(
+                pl.lit(shard, pl.Int32).alias("_shard"),
+                pl.col("_shard_line"),
+                *(expr.alias(name) for name, expr in exprs.items()),
+            )
+            .collect()
+        )
+    read = {"_shard_line"} | {c for e in exprs.values() for c in e.meta.root_names()}
+    frames = []
+    for batch in storage.staged_column_batches(shard, stem, sorted(read)):
+        frame = cast(pl.DataFrame, pl.from_arrow(batch))
+        # copied: a column still pointing into the batch's map would keep every page
+        # the expressions read resident
+        lines = np.array(batch.column("_shard_line"), dtype=np.int64)
+        frames.append(
+            frame.select(
+                pl.lit(shard, pl.Int32).alias("_shard"),
+                pl.Series("_shard_line", lines),
+                *(expr.alias(name) for name, expr in exprs.items()),
+            )
+        )
+    if frames:
+        return pl.concat(frames)
+    return evaluate_shard(storage, shard, stem, exprs)  # no batch: the empty frame, typed
+
+
+@dataclass(frozen=True)
+class Found:
+    """The rows a check found: their shards, lines and group hashes, in no order."""
+
+    shards: npt.NDArray[np.int32]
+    lines: I64
+    groups: U64
+
+
+@dataclass(frozen=True)
+class HashCheck:
+    """One check, as every task needs it: where the kind's rows are staged (``shards``,
+    in the stable order key), its expressions serialized (they travel to the workers and
+    compare by value), whether they read a row alone, and the partition count."""
+
+    storage: RunStorage
+    kind: str
+    name: str
+    shards: tuple[int, ...]
+    exprs: tuple[tuple[str, bytes], ...]
+    row_wise: bool
+    partitions: int
+
+    @classmethod
+    def of(
+        cls,
+        storage: RunStorage,
+        kind: str,
+        name: str,
+        shards: tuple[int, ...],
+        exprs: Mapping[str, pl.Expr],
+        *,
+        row_wise: bool,
+        partitions: int,
+    ) -> HashCheck:
+        if GROUP not in exprs or set(exprs) - {GROUP, VALUE, WHERE}:
+            raise ValueError(
+                f"a hash check's expressions are {GROUP} and, optionally, "
+                f"{VALUE} and {WHERE}: not {sorted(exprs)}"
+            )
+        serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
+        return cls(storage, kind, name, shards, serialized, row_wise, partitions)
+
+    @property
+    def varying(self) -> bool:
+        return any(name == VALUE for name, _ in self.exprs)
+
+    @property
+    def stem(self) -> str:
+        """The staged stem of a shard's entries of this check."""
+        return f"{self.kind}.hash-{self.name}"
+
+    def expressions(self) -> dict[str, pl.Expr]:
+        return {n: pl.Expr.deserialize(io.BytesIO(b), format="binary") for n, b in self.exprs}
+
+    def run(self, engine: Engine) -> Found:
+        """The rows the check finds, from a shuffle task per shard and a find task per
+        partition on ``engine``."""
+        engine.map(Step(_init, (self,), _shuffle_shard), self.shards)
+        found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
+        if not found:
+            return Found(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.uint64))
+        return Found(
+            np.concatenate([f.shards for f in found]),
+            np.concatenate([f.lines for f in found]),
+            np.concatenate([f.groups for f in found]),
+        )
+
+
+def partition_count(rows: int, hashes: int, workers: int, given: int | None) -> int:
+    """``given`` when set; else enough partitions for at most ~:data:`PARTITION_BYTES`
+    of entries (``rows`` × a line and ``hashes`` hashes), a multiple of the workers."""
+    if given is not None:
+        return given
+    workers = max(workers, 1)
+    entries = rows * 8 * (1 + hashes)
+    return max(math.ceil(entries / PARTITION_BYTES / workers), 1) * workers
+
+
+def _init(check: HashCheck) -> HashCheck:
+    return check
+
+
+def _shuffle_shard(check: HashCheck, shard: int, progress: Progress) -> int:
+    """Stage the shard's (line, group, value) entries where ``where`` holds, ordered by
+    partition, a record batch per partition (empty ones too); returns how many."""
+    frame = evaluate_shard(
+        check.storage, shard, check.kind, check.expressions(), row_wise=check.row_wise
+    )
+    if WHERE in frame.columns:
+        frame = frame.filter(pl.col(WHERE).fill_null(False))
+    group = frame[GROUP].to_numpy().astype(np.uint64, copy=False)
+    partition = group % np.uint64(check.partitions)
+    order = np.argsort(partition, kind="stable")
+    starts = np.searchsorted(partition[order], np.arange(check.partitions + 1, dtype=np.uint64))
+    columns = {
+        "_shard_line": pa.array(frame["_shard_line"].to_numpy()[order], pa.int64()),
+        GROUP: pa.array(group[order], pa.uint64()),
+    }
+    if check.varying:
+        value = frame[VALUE].to_numpy().astype(np.uint64, copy=False)
+        columns[VALUE] = pa.array(value[order], pa.uint64())
+    entries = pa.record_batch(columns)
+    with check.storage.stage_writer(shard, check.stem, entries.schema) as out:
+        for lo, hi in itertools.pairwise(starts.tolist()):
+            out.write_batch(entries.slice(lo, hi - lo))
+    return len(group)
+
+
+def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Found:
+    """The rows of ``partition`` (its batch of every shard's entries, read alone) whose
+    group another row shares, or, for a varying check, holds another value."""
+    batches = [check.storage.staged_batch(s, check.stem, partition) for s in check.shards]
+    sizes = [b.num_rows for b in batches]
+    group: U64 = np.concatenate([b[GROUP].to_numpy() for b in batches])
+    if check.varying:
+        value: U64 = np.concatenate([b[VALUE].to_numpy() for b in batches])
+        hit = varying(group, value).to_numpy()
+    else:
+        hit = repeated(group).to_numpy()
+    shards = np.repeat(np.array(check.shards, np.int32), sizes)
+    lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])
+    return Found(shards[hit], lines[hit], group[hit])
