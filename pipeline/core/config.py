@@ -213,9 +213,10 @@ class EngineSettings:
     max_retries: int = bounded(
         3, 0, 100, "a task that kills its worker 100 times will not succeed the 101st"
     )
-    #: Partitions of the global phase's partitioned work (near-dedupe candidates); unset:
-    #: from the run's size (:func:`pipeline.dedupe.partitions.partition_count`). Outputs
-    #: are the same for any count.
+    #: Partitions of each of the global phase's partitioned steps (near-dedupe candidates,
+    #: the hash-first checks); unset: each step's own, from its size
+    #: (:func:`pipeline.dedupe.partitions.partitions_for`). Outputs are the same for any
+    #: count.
     partitions: int | None = bounded(
         None,
         1,

@@ -245,8 +245,10 @@ class GlobalContext:
             exprs[WHERE] = where
         engine = self.config.engine
         shards = tuple(s.shard for s in self.summaries if kind in s.kinds)
-        # no more parallel tasks than shards: a worker per partition would otherwise
-        # start for a one-shard run given many workers
+        if not shards:
+            return np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64)
+        # the automatic count: a multiple of no more workers than shards (a one-shard run
+        # given six workers started six processes for six partitions)
         workers = min(engine.resolved_workers(), len(shards))
         count = partition_count(
             rows.height, len(exprs) - (where is not None), workers, engine.partitions
@@ -263,9 +265,8 @@ class GlobalContext:
         at = _places(rows, keys)
         mask = np.zeros(rows.height, np.bool_)
         mask[at] = True
-        groups = np.empty(len(at), np.uint64)
-        groups[np.argsort(at)] = found.groups[order]
-        return mask, groups
+        # the groups in the rows' order: by place (the found rows are in key order)
+        return mask, found.groups[order][np.argsort(at)]
 
     def has_row_keys(self, kind: str) -> bool:
         """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""
@@ -398,7 +399,9 @@ class GlobalStage(Protocol):
     """A whole-run decision step, registered with :func:`register_stage`.
 
     Stages run in ascending ``order`` (rules 100, review 150, dedupe 200, scoring 300,
-    policy 400).
+    policy 400). A stage that reads the rows' reason codes so far sets the class
+    attribute ``reads_reason_codes = True`` (optional; default false: the state it is
+    given has no :data:`REASON_CODES`).
     """
 
     name: str
@@ -421,7 +424,8 @@ class GlobalStage(Protocol):
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         """Decisions for ``rows`` (the kind's current state, see :data:`STATE_COLUMNS`;
         with :data:`REASON_CODES` for a stage whose class sets ``reads_reason_codes =
-        True``, an optional attribute)."""
+        True``, an optional attribute: a stage without it that reads them finds no
+        such column)."""
         ...
 
 

@@ -16,14 +16,16 @@ union of the tasks' rows is exactly the rows the check over every row would find
 same for any partition count, worker count and engine (a test compares them with
 :mod:`pipeline.decide.repeats` over every row). The driver holds only the rows found
 (their shard, line and group hash) and a mask over its rows; a shuffle task holds one
-shard's hashes, a find task one partition's.
+shard's hashes, a find task one partition's (with one worker the engine runs the tasks
+in the driver, a task at a time: one partition's entries, ~64 MiB at most). The hashes
+of one row are computed in one process and compared across processes, so every
+process runs the same polars (its ``hash`` is stable within a version).
 """
 
 from __future__ import annotations
 
 import io
 import itertools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, cast
@@ -34,21 +36,21 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.decide.repeats import repeated, varying
+from pipeline.dedupe.partitions import partitions_for
 from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
 
-__all__ = ["GROUP", "VALUE", "WHERE", "Found", "HashCheck", "evaluate_shard"]
+__all__ = ["GROUP", "VALUE", "WHERE", "Found", "HashCheck", "evaluate_shard", "partition_count"]
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 
 #: The check's expressions, by name: the group's 64-bit hash; for a varying check, the
-#: value's; and, optionally, which rows take part (a boolean, no nulls).
+#: value's (neither may be null: refused); and, optionally, which rows take part (a
+#: boolean; null: not).
 GROUP: Final = "_group"
 VALUE: Final = "_value"
 WHERE: Final = "_where"
-#: A partition's entries, about: the line and one or two hashes a row.
-PARTITION_BYTES: Final = 64 << 20
 
 
 def evaluate_shard(
@@ -127,6 +129,8 @@ class HashCheck:
         row_wise: bool,
         partitions: int,
     ) -> HashCheck:
+        """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE`, :data:`WHERE`) over
+        ``kind``'s rows in ``shards``, its entries staged as ``<kind>.hash-<name>``."""
         if GROUP not in exprs or set(exprs) - {GROUP, VALUE, WHERE}:
             raise ValueError(
                 f"a hash check's expressions are {GROUP} and, optionally, "
@@ -137,6 +141,7 @@ class HashCheck:
 
     @property
     def varying(self) -> bool:
+        """Whether the check finds varying groups (it has a value), not repeats."""
         return any(name == VALUE for name, _ in self.exprs)
 
     @property
@@ -145,6 +150,7 @@ class HashCheck:
         return f"{self.kind}.hash-{self.name}"
 
     def expressions(self) -> dict[str, pl.Expr]:
+        """The check's expressions, deserialized (in a worker: once a task)."""
         return {n: pl.Expr.deserialize(io.BytesIO(b), format="binary") for n, b in self.exprs}
 
     def run(self, engine: Engine) -> Found:
@@ -152,8 +158,6 @@ class HashCheck:
         partition on ``engine``."""
         engine.map(Step(_init, (self,), _shuffle_shard), self.shards)
         found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
-        if not found:
-            return Found(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.uint64))
         return Found(
             np.concatenate([f.shards for f in found]),
             np.concatenate([f.lines for f in found]),
@@ -162,13 +166,9 @@ class HashCheck:
 
 
 def partition_count(rows: int, hashes: int, workers: int, given: int | None) -> int:
-    """``given`` when set; else enough partitions for at most ~:data:`PARTITION_BYTES`
-    of entries (``rows`` × a line and ``hashes`` hashes), a multiple of the workers."""
-    if given is not None:
-        return given
-    workers = max(workers, 1)
-    entries = rows * 8 * (1 + hashes)
-    return max(math.ceil(entries / PARTITION_BYTES / workers), 1) * workers
+    """A check's partitions: :func:`~pipeline.dedupe.partitions.partitions_for` its
+    entries, ``rows`` × a line and ``hashes`` hashes (8 bytes each)."""
+    return partitions_for(rows * 8 * (1 + hashes), workers, given)
 
 
 def _init(check: HashCheck) -> HashCheck:
@@ -183,6 +183,11 @@ def _shuffle_shard(check: HashCheck, shard: int, progress: Progress) -> int:
     )
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
+    for name in (GROUP, VALUE):
+        if name in frame.columns and frame[name].null_count():
+            # numpy has no null integer: the column would become floats, whose
+            # rounding makes distinct hashes equal
+            raise ValueError(f"{check.kind}: {check.name}: a {name} hash is null")
     group = frame[GROUP].to_numpy().astype(np.uint64, copy=False)
     partition = group % np.uint64(check.partitions)
     order = np.argsort(partition, kind="stable")

@@ -56,6 +56,7 @@ __all__ = [
     "NearSearch",
     "candidate_step",
     "partition_count",
+    "partitions_for",
     "shuffle_step",
     "text_map_stem",
     "write_text_map",
@@ -81,14 +82,19 @@ def text_map_stem(kind: str) -> str:
 
 
 def partition_count(texts: int, params: LshParams, workers: int, given: int | None) -> int:
-    """``given`` when set; else enough partitions for at most ~:data:`PARTITION_BYTES`
-    of entries each, as a multiple of the workers, so that they finish together (3
-    partitions on 2 workers took two tasks' time, against half of 4)."""
+    """The candidate search's partitions (:func:`partitions_for` its entries)."""
+    return partitions_for(texts * params.bands * _ENTRY_BYTES, workers, given)
+
+
+def partitions_for(entry_bytes: int, workers: int, given: int | None) -> int:
+    """A shuffle's partition count: ``given`` when set; else enough partitions for at
+    most ~:data:`PARTITION_BYTES` of entries each, as a multiple of the workers, so that
+    they finish together (3 partitions on 2 workers took two tasks' time, against half
+    of 4)."""
     if given is not None:
         return given
-    entries = texts * params.bands * _ENTRY_BYTES
     workers = max(workers, 1)
-    return max(math.ceil(entries / PARTITION_BYTES / workers), 1) * workers
+    return max(math.ceil(entry_bytes / PARTITION_BYTES / workers), 1) * workers
 
 
 def write_text_map(storage: RunStorage, kind: str, shard: int, text: I64, rank: I64) -> None:

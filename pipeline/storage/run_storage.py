@@ -66,7 +66,8 @@ class RunStorage:
                                         a kind's row keys (``<kind>.row-keys``), or
                                         a global stage's per-shard input to its
                                         tasks (``<kind>.near-texts``,
-                                        ``<kind>.near-entries``)
+                                        ``<kind>.near-entries``, a hash-first
+                                        check's ``<kind>.hash-<check>``)
                                         (Arrow IPC files, one record batch per gate batch)
         _staging/spill/                 compressed inputs decompressed, a file per shard
         <relative>                      the published files (``accepted/<kind>/part-…``,

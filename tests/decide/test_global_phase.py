@@ -324,6 +324,7 @@ class ProbeRepeats:
     order = 1
     #: (expected mask, expected groups, got mask, got groups) per check and count
     found: ClassVar[list[tuple[Any, Any, Any, Any]]] = []
+    refused: ClassVar[list[str]] = []
 
     def enabled(self, config: CampaignConfig) -> bool:
         return True
@@ -351,6 +352,19 @@ class ProbeRepeats:
                     kind, rows, "probe", group, value=value, where=where, row_wise=count == 7
                 )
                 self.found.append((varies, got["g"][varies], mask, groups))
+            # a null hash is refused (numpy would make the column floats, and round
+            # distinct hashes to one)
+            nullable = pl.when(pl.col("_shard_line") % 5 != 3).then(group)
+            try:
+                ctx.repeats(kind, rows, "probe", nullable)
+            except Exception as error:
+                self.refused.append(str(error))
+            # a state in another order: the mask and groups in its order
+            shuffled = np.random.default_rng(5).permutation(rows.height)
+            mask, groups = ctx.repeats(kind, rows[shuffled], "probe", group)
+            self.found.append(
+                (repeats[shuffled], got["g"][shuffled][repeats[shuffled]], mask, groups)
+            )
         return None
 
 
@@ -374,6 +388,7 @@ def test_repeats_on_the_engine_find_what_every_row_would(
 
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeRepeats])
     ProbeRepeats.found.clear()
+    ProbeRepeats.refused.clear()
     source = tmp_path / "in.jsonl"
     source.write_bytes(
         b"".join(
@@ -387,10 +402,12 @@ def test_repeats_on_the_engine_find_what_every_row_would(
         **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeRepeats.found) == 12
+    assert len(ProbeRepeats.found) == 14
+    assert len(ProbeRepeats.refused) == 2
+    assert all("hash is null" in message for message in ProbeRepeats.refused)
     # natural groups: the retries repeat, and none varies; five groups: every row
     # repeats, and the rows where ``where`` holds vary
-    assert [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found] == [True, False] * 3 + [True] * 6
+    assert [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found] == [True, False] * 3 + [True] * 8
     for expected, groups, mask, got in ProbeRepeats.found:
         assert np.array_equal(mask, expected)
         assert np.array_equal(got, groups)
