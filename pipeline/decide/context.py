@@ -247,26 +247,22 @@ class GlobalContext:
         shards = tuple(s.shard for s in self.summaries if kind in s.kinds)
         if not shards:
             return np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64)
-        # the automatic count: a multiple of no more workers than shards (a one-shard run
-        # given six workers started six processes for six partitions)
-        workers = min(engine.resolved_workers(), len(shards))
+        hashes = len(exprs) - (where is not None)
         count = partition_count(
-            rows.height, len(exprs) - (where is not None), workers, engine.partitions
+            rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
         check = HashCheck.of(
             self.storage, kind, name, shards, exprs, row_wise=row_wise, partitions=count
         )
         found = check.run(self.engine)
-        order = np.lexsort((found.lines, found.shards))
         keys = pl.DataFrame(
-            {"_shard": found.shards[order], "_shard_line": found.lines[order]},
+            {"_shard": found.shards, "_shard_line": found.lines},
             schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
         )
         at = _places(rows, keys)
         mask = np.zeros(rows.height, np.bool_)
         mask[at] = True
-        # the groups in the rows' order: by place (the found rows are in key order)
-        return mask, found.groups[order][np.argsort(at)]
+        return mask, found.groups[np.argsort(at)]  # in the rows' order
 
     def has_row_keys(self, kind: str) -> bool:
         """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""
@@ -585,7 +581,7 @@ def _places(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int6
         if not found.all():
             raise AssertionError("a stage decided a row the state does not hold")
         at[rows] = lo + place
-    if len(np.unique(at)) != len(at):
+    if len(distinct(at)) != len(at):
         raise AssertionError("a stage decided a row twice")
     return at
 
@@ -605,7 +601,7 @@ def _places_sorting(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray
     at: npt.NDArray[np.int64] = np.searchsorted(ordered, wanted)
     found: npt.NDArray[np.bool_] = at < len(ordered)
     found[found] = ordered[at[found]] == wanted[found]
-    if not found.all() or len(np.unique(at)) != len(at):
+    if not found.all() or len(distinct(at)) != len(at):
         raise AssertionError("a stage decided a row the state does not hold, or one twice")
     return at if order is None else order[at]
 

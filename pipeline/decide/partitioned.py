@@ -165,10 +165,10 @@ class HashCheck:
         )
 
 
-def partition_count(rows: int, hashes: int, workers: int, given: int | None) -> int:
+def partition_count(rows: int, hashes: int, workers: int, shards: int, given: int | None) -> int:
     """A check's partitions: :func:`~pipeline.dedupe.partitions.partitions_for` its
     entries, ``rows`` × a line and ``hashes`` hashes (8 bytes each)."""
-    return partitions_for(rows * 8 * (1 + hashes), workers, given)
+    return partitions_for(rows * 8 * (1 + hashes), workers, shards, given)
 
 
 def _init(check: HashCheck) -> HashCheck:

@@ -81,19 +81,23 @@ def text_map_stem(kind: str) -> str:
     return f"{kind}.near-texts"
 
 
-def partition_count(texts: int, params: LshParams, workers: int, given: int | None) -> int:
+def partition_count(
+    texts: int, params: LshParams, workers: int, shards: int, given: int | None
+) -> int:
     """The candidate search's partitions (:func:`partitions_for` its entries)."""
-    return partitions_for(texts * params.bands * _ENTRY_BYTES, workers, given)
+    return partitions_for(texts * params.bands * _ENTRY_BYTES, workers, shards, given)
 
 
-def partitions_for(entry_bytes: int, workers: int, given: int | None) -> int:
+def partitions_for(entry_bytes: int, workers: int, shards: int, given: int | None) -> int:
     """A shuffle's partition count: ``given`` when set; else enough partitions for at
-    most ~:data:`PARTITION_BYTES` of entries each, as a multiple of the workers, so that
-    they finish together (3 partitions on 2 workers took two tasks' time, against half
-    of 4)."""
+    most ~:data:`PARTITION_BYTES` of entries each, as a multiple of the workers that
+    run at once, so that they finish together (3 partitions on 2 workers took two
+    tasks' time, against half of 4). No more workers count than the shuffle has
+    ``shards``: a one-shard run given six workers made six partitions, and the engine
+    started a process for each."""
     if given is not None:
         return given
-    workers = max(workers, 1)
+    workers = max(min(workers, shards), 1)
     return max(math.ceil(entry_bytes / PARTITION_BYTES / workers), 1) * workers
 
 
@@ -145,7 +149,9 @@ class NearSearch:
             rank[took] = np.where(first, text_rank[group], -1)
             write_text_map(self.storage, self.kind, shard, text, rank)
             lo, placed = lo + size, placed + len(at)
-        count = partition_count(len(text_rows), self.params, self.workers, self.partitions)
+        count = partition_count(
+            len(text_rows), self.params, self.workers, len(self.shards), self.partitions
+        )
         search = CandidateSearch(
             self.storage,
             self.kind,

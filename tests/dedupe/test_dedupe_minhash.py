@@ -275,10 +275,13 @@ def test_partitions_are_a_multiple_of_the_workers_of_at_most_their_bytes() -> No
 
     for texts in (0, 1, 10_000, 338_000, 3_000_000):
         for workers in (1, 2, 3, 8):
-            count = partition_count(texts, PARAMS, workers, None)
+            count = partition_count(texts, PARAMS, workers, 100, None)
             assert count % workers == 0
             assert count >= workers
             assert texts * PARAMS.bands * _ENTRY_BYTES / count <= PARTITION_BYTES
             fewer = count - workers
             assert fewer == 0 or texts * PARAMS.bands * _ENTRY_BYTES / fewer > PARTITION_BYTES
-    assert partition_count(10, PARAMS, 2, 7) == 7
+    assert partition_count(10, PARAMS, 2, 100, 7) == 7
+    # no more workers at once than shards: one shard of few texts is one partition
+    assert partition_count(10, PARAMS, 6, 1, None) == 1
+    assert partition_count(10, PARAMS, 6, 4, None) == 4

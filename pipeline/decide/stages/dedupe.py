@@ -233,10 +233,11 @@ def _repeated_fingerprints(
     # repeats among them all, so the accepted rows found are checked again among
     # themselves (few)
     found, groups = ctx.repeats(kind, rows, "fingerprints", _fingerprint_hash())
-    shared = found & is_accepted.to_numpy()
+    accepting = is_accepted.to_numpy()
+    shared = found & accepting
     among_accepted = np.zeros(rows.height, np.bool_)
     among_accepted[shared] = repeated(groups[shared[found]]).to_numpy()
-    taken = among_accepted[is_accepted.to_numpy()]
+    taken = among_accepted[accepting]
     # the places of the rows taken alone: numbering every accepted row first copied them all
     place = pl.Series("_place", np.flatnonzero(taken), pl.UInt32)
     return accepted.filter(taken).insert_column(0, place)
@@ -433,7 +434,7 @@ def _near_candidates(
         kind,
         tuple(zip(shards["value"].to_list(), shards["len"].to_list(), strict=True)),
         LshParams.from_settings(ctx.config.dedupe),
-        min(engine.resolved_workers(), shards.height),  # no more tasks at once than shards
+        engine.resolved_workers(),
         engine.partitions,
     )
     return search.candidates(is_accepted.to_numpy(), groups, text_rows, text_rank, ctx.on_stage)
