@@ -68,6 +68,7 @@ __all__ = [
     "OutputColumn",
     "register_stage",
     "run_global",
+    "staged_rows",
 ]
 
 KEYS: Final = ("_shard", "_shard_line")
@@ -306,17 +307,10 @@ class GlobalContext:
         read shard by shard: for the few rows a hash-first check needs in full. ``stem``:
         read them from another file staged beside the kind's rows (its row keys)."""
 
-        wanted = list(dict.fromkeys(["_shard_line", *columns]))
-
-        def read(shard: int, lines: pl.Series | None) -> pl.DataFrame:
-            table = self.storage.staged_table(shard, stem or kind).select(wanted)
-            found = cast(pl.DataFrame, pl.from_arrow(_take(table, lines)))
-            return found.with_columns(_shard=pl.lit(shard, pl.Int32))
-
         if keys.height == 0:
-            return read(next(s.shard for s in self.summaries if kind in s.kinds), None)
-        groups = keys.partition_by("_shard", as_dict=True).items()
-        return pl.concat([read(int(shard), wanted["_shard_line"]) for (shard,), wanted in groups])
+            shard = next(s.shard for s in self.summaries if kind in s.kinds)
+            return _staged_shard_rows(self.storage, shard, stem or kind, None, columns)
+        return staged_rows(self.storage, kind, keys, columns, stem)
 
     def scan(
         self, kind: str, columns: Sequence[str] = (), *, reason_codes: bool = False
@@ -372,6 +366,35 @@ def _aligned(frames: Iterable[pl.DataFrame], rows: pl.DataFrame) -> Iterator[pl.
         yield frame.drop(KEYS)
     if at != rows.height:
         raise AssertionError("staged rows and the global state are out of step")
+
+
+def staged_rows(
+    storage: RunStorage,
+    kind: str,
+    keys: pl.DataFrame,
+    columns: Sequence[str],
+    stem: str | None = None,
+) -> pl.DataFrame:
+    """Staged ``columns`` (and ``_shard``, ``_shard_line``) of the rows named by ``keys``
+    (some of them), shard by shard in the order the shards first appear in ``keys``,
+    each shard's rows in file order: what :meth:`GlobalContext.fetch` reads, for any
+    process that has the run's storage (a task on the engine)."""
+    groups = keys.partition_by("_shard", as_dict=True).items()
+    return pl.concat(
+        [
+            _staged_shard_rows(storage, int(shard), stem or kind, wanted["_shard_line"], columns)
+            for (shard,), wanted in groups
+        ]
+    )
+
+
+def _staged_shard_rows(
+    storage: RunStorage, shard: int, stem: str, lines: pl.Series | None, columns: Sequence[str]
+) -> pl.DataFrame:
+    """One shard's staged rows whose ``_shard_line`` is in ``lines`` (:func:`_take`)."""
+    table = storage.staged_table(shard, stem).select(list(dict.fromkeys(["_shard_line", *columns])))
+    found = cast(pl.DataFrame, pl.from_arrow(_take(table, lines)))
+    return found.with_columns(_shard=pl.lit(shard, pl.Int32))
 
 
 def _take(table: pa.Table, lines: pl.Series | None) -> pa.Table:

@@ -39,6 +39,7 @@ __all__ = [
     "band_keys",
     "candidate_pairs",
     "choose_bands",
+    "exact_similarities",
     "near_pairs",
     "pairs_of_codes",
     "shingle_hashes",
@@ -556,6 +557,7 @@ def verified_pairs(
     signatures_of: Callable[[I64], U32],
     params: LshParams,
     stored: I64 | None = None,
+    check: Callable[[I64, I64], tuple[I64, F64]] | None = None,
 ) -> NearPairs:
     """The candidate pairs (text ids) whose exact Jaccard similarity reaches the
     threshold, with their estimated similarity. ``texts_of(ids)`` and
@@ -563,37 +565,59 @@ def verified_pairs(
     involved, the only ones it reads: candidates and signatures may come from elsewhere
     (the gate's, per batch: a text's signature depends on that text alone). ``stored``:
     where each text is stored (its row), the order to ask for them in (else their ids').
+    ``check(left, right)``: the check made elsewhere (a run's, on the engine): the
+    places (ascending) of the pairs whose exact similarity reaches the threshold and
+    those similarities, as :func:`exact_similarities` would give them; then
+    ``texts_of`` is not called."""
+    if check is not None:
+        keep, verified = check(left, right)
+    else:
+        similarity = exact_similarities(left, right, texts_of, params, stored)
+        keep = np.flatnonzero(similarity >= params.threshold)
+        verified = similarity[keep]
+        del similarity
+    candidates = len(left)
+    left, right = left[keep], right[keep]
+    involved, local_left, local_right = _in_order(left, right, stored)
+    sig = signatures_of(involved)
+    estimated = estimated_similarity(sig, local_left, local_right)
+    return NearPairs(left, right, estimated, verified, candidates)
 
-    The texts are asked for in that order, ~``_VERIFY_BYTES`` at a time, so each piece
+
+def exact_similarities(
+    left: I64,
+    right: I64,
+    texts_of: Callable[[I64], pl.Series],
+    params: LshParams,
+    stored: I64 | None = None,
+) -> F64:
+    """The exact Jaccard similarity of each pair of texts (ids; ``texts_of`` and
+    ``stored`` as for :func:`verified_pairs`). A pair's value depends on its two texts
+    alone, so any split of the pairs gives the same values.
+
+    The texts are asked for in ``stored`` order, ~``_VERIFY_BYTES`` at a time, so each piece
     is a run of the stored rows and each is read once; only their shingle sets are kept
     (8 bytes a distinct shingle). Shingling every involved text at once held their
     texts, tokens and windows together: 3 M rows of short similar texts (2,984,746
     candidate pairs) peaked at 2.9 GB."""
-    verified = np.zeros(len(left), np.float64)
-    if len(left):
-        involved, local_left, local_right = _in_order(left, right, stored)
-        parts: list[Shingles] = []
-        lo, count = 0, _VERIFY_FIRST_TEXTS
-        while lo < len(involved):
-            texts = texts_of(involved[lo : lo + count])
-            parts.append(_SetParts.of(_shingle_sets(texts, params)).joined())
-            lo += count
-            # as many texts as make _VERIFY_BYTES at the mean size of the last piece; at
-            # most twice as many as it, and _VERIFY_MAX_TEXTS, should the texts grow
-            mean = max(int(texts.str.len_bytes().fill_null(0).sum()) // max(len(texts), 1), 1)
-            count = min(max(_VERIFY_BYTES // mean, 1), 2 * count, _VERIFY_MAX_TEXTS)
-        sets = _SetParts.of(parts)
-        del parts
-        if len(sets.parts) > 1 and sets.offsets[-1] <= _JOINED_HASHES:
-            sets = _SetParts.of([sets.joined()])
-        verified = _jaccard_of_sets(sets, local_left, local_right)
-        del sets, local_left, local_right
-    keep = verified >= params.threshold
-    left, right, verified = left[keep], right[keep], verified[keep]
+    if not len(left):
+        return np.zeros(0, np.float64)
     involved, local_left, local_right = _in_order(left, right, stored)
-    sig = signatures_of(involved)
-    estimated = estimated_similarity(sig, local_left, local_right)
-    return NearPairs(left, right, estimated, verified, len(keep))
+    parts: list[Shingles] = []
+    lo, count = 0, _VERIFY_FIRST_TEXTS
+    while lo < len(involved):
+        texts = texts_of(involved[lo : lo + count])
+        parts.append(_SetParts.of(_shingle_sets(texts, params)).joined())
+        lo += count
+        # as many texts as make _VERIFY_BYTES at the mean size of the last piece; at
+        # most twice as many as it, and _VERIFY_MAX_TEXTS, should the texts grow
+        mean = max(int(texts.str.len_bytes().fill_null(0).sum()) // max(len(texts), 1), 1)
+        count = min(max(_VERIFY_BYTES // mean, 1), 2 * count, _VERIFY_MAX_TEXTS)
+    sets = _SetParts.of(parts)
+    del parts
+    if len(sets.parts) > 1 and sets.offsets[-1] <= _JOINED_HASHES:
+        sets = _SetParts.of([sets.joined()])
+    return _jaccard_of_sets(sets, local_left, local_right)
 
 
 def _in_order(left: I64, right: I64, stored: I64 | None) -> tuple[I64, I64, I64]:

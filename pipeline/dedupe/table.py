@@ -250,6 +250,7 @@ def match_duplicates(
             texts_of, signatures_of = row_keys.texts, row_keys.signatures
             assert signatures_of is not None
             left, right = row_keys.candidates(normalised, first_rows, text_rank)
+            check = row_keys.check
             near = verified_pairs(
                 left,
                 right,
@@ -257,6 +258,7 @@ def match_duplicates(
                 lambda texts: signatures_of(first_rows[texts]),
                 params,
                 stored=first_rows,  # a text's id is its normalised key's rank
+                check=(lambda lt, rt: check(first_rows[lt], first_rows[rt])) if check else None,
             )
         else:
             texts = frame[first_rows].select(text_columns(key, normalisation))

@@ -18,7 +18,8 @@ signature depends on its own text alone.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import functools
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -31,6 +32,7 @@ from pipeline.core.config import DedupeSettings, EngineSettings
 from pipeline.decide.repeats import dense_ranks, digest_prefix
 from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams
+from pipeline.dedupe.near_check import NearCheck
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.partitions import NearSearch
 from pipeline.dedupe.row_keys import (
@@ -348,16 +350,6 @@ def staged_keys(
                 f"{first.path}: rows from {first.first} read as {rows}, not {task.rows}"
             )
     settings = job.settings
-    key = job.key()
-    normalisation = Normalisation.from_settings(settings)
-
-    def pieces(rows: I64) -> list[tuple[KeySlice, I64, I64]]:
-        """(slice, the rows' places in it, their places in ``rows``) of each slice hit."""
-        return [
-            (piece, at, place[inner])
-            for i, local, place in _located(starts, rows)
-            for piece, at, inner in tasks[i].located(local)
-        ]
 
     def signatures(rows: I64) -> npt.NDArray[np.uint32]:
         out = np.empty((settings.permutations, len(rows)), np.uint32)
@@ -367,19 +359,9 @@ def staged_keys(
         return out
 
     def lineage(rows: I64) -> pl.DataFrame:
-        parts, order = [], []
-        for piece, local, place in pieces(rows):
-            parts.append(_lineage(piece, local))
-            order.append(place)
-        return _in_order(parts, order, len(rows), pl.DataFrame(schema=_LINEAGE_TYPES))
+        return _rows_of(tasks, rows, _lineage, pl.DataFrame(schema=_LINEAGE_TYPES))
 
-    def texts(rows: I64) -> pl.Series:
-        parts, order = [], []
-        for piece, local, place in pieces(rows):
-            parts.append(_span_frame(job, piece, local))
-            order.append(place)
-        frame = _in_order(parts, order, len(rows), pl.DataFrame(schema=job.layout))
-        return frame.select(text_columns(key, normalisation)).to_series()
+    source = DatasetTexts(job, tuple(tasks))
 
     def candidates(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64]:
         search = NearSearch(
@@ -396,14 +378,62 @@ def staged_keys(
     normalised = None
     if settings.normalised:
         normalised = pl.Series(NORMALISED, _digest_ranks(_column(storage, tasks, NORMALISED)))
+    check = NearCheck(engine, storage, _STEM, _addresses, source, LshParams.from_settings(settings))
     return RowKeys(
         normalised,
         candidates if settings.near else None,
         signatures if settings.near else None,
-        texts,
+        lambda rows: source.texts(_addresses(rows)),
         _digest_ranks(_column(storage, tasks, EXACT)) if job.exact else None,
         lineage,
+        check if settings.near else None,
     )
+
+
+#: a dataset text's address: its row among every task's rows, in order
+_ROW: Final = "_row"
+
+
+def _addresses(rows: I64) -> pa.Table:
+    """Where the texts of ``rows`` are, as :class:`DatasetTexts` reads them."""
+    return pa.table({_ROW: pa.array(rows, pa.int64())})
+
+
+def _rows_of(
+    tasks: Sequence[KeyTask],
+    rows: I64,
+    read: Callable[[KeySlice, I64], pl.DataFrame],
+    empty: pl.DataFrame,
+) -> pl.DataFrame:
+    """``read(slice, places in it)`` of each slice's rows among ``rows`` (places among
+    every task's rows), in the order of ``rows``."""
+    starts = np.cumsum([0, *(task.rows for task in tasks)])
+    parts, order = [], []
+    for i, local, place in _located(starts, rows):
+        for piece, at, inner in tasks[i].located(local):
+            parts.append(read(piece, at))
+            order.append(place[inner])
+    return _in_order(parts, order, len(rows), empty)
+
+
+@dataclass(frozen=True)
+class DatasetTexts:
+    """The normalised key texts of a dataset's rows, read from its slices wherever the
+    job's tasks can read them (the driver, or a near check task:
+    :class:`~pipeline.dedupe.near_check.TextSource`)."""
+
+    job: DatasetKeys
+    tasks: tuple[KeyTask, ...]
+
+    def texts(self, addresses: pa.Table) -> pl.Series:
+        """The texts of the rows ``addresses`` name (``_row``: places among every task's
+        rows, in order), in their order."""
+        rows = addresses[_ROW].to_numpy()
+        read = functools.partial(_span_frame, self.job)
+        frame = _rows_of(self.tasks, rows, read, pl.DataFrame(schema=self.job.layout))
+        key = self.job.key()
+        normalisation = Normalisation.from_settings(self.job.settings)
+        return frame.select(text_columns(key, normalisation)).to_series()
 
 
 def _column(storage: RunStorage, tasks: Sequence[KeyTask], name: str) -> list[pa.Array]:

@@ -69,6 +69,10 @@ class RunStorage:
                                         ``<kind>.near-entries``, a hash-first
                                         check's ``<kind>.hash-<check>``)
                                         (Arrow IPC files, one record batch per gate batch)
+        _staging/<block>/<stem>.arrow   a near check block's texts and pairs
+                                        (``<kind>.near-check-texts``,
+                                        ``<kind>.near-check-pairs``), under the block's
+                                        number (:mod:`pipeline.dedupe.near_check`)
         _staging/spill/                 compressed inputs decompressed, a file per shard
         <relative>                      the published files (``accepted/<kind>/part-…``,
                                         artifacts such as ``dedupe/clusters/<kind>.parquet``)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import polars as pl
@@ -16,6 +17,7 @@ from pipeline.decide import context as global_phase
 from pipeline.decide.context import GlobalContext, OutputColumn
 from pipeline.decide.stages import dedupe
 from pipeline.decide.stages.dedupe import Dedupe
+from pipeline.dedupe import near_check
 from pipeline.dedupe.table import match_duplicates
 from pipeline.jobs.run import run
 from pipeline.output.verify import verify_run
@@ -370,15 +372,29 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
     assert rules["normalised" if campaign == "normalised only" else "near"] > 0
     if campaign == "protected eval split":
         assert rules["contamination"] > 0
-    # the near rule's candidates are found partition by partition on the engine
-    partitions = [None, 1, 7, 64] if campaign == "normalised and near" else [None]
-    for count in partitions:
+    # the near rule's candidates are found partition by partition on the engine, and
+    # checked a block of pairs at a time there: blocks of 2 texts are blocks of one pair
+    cuts = [(None, None), (1, 2), (7, 5), (64, None)]
+    blocked: list[int] = []
+    blocks = near_check.blocks
+
+    def blocks_spy(*args: Any) -> list[tuple[int, int]]:
+        found = blocks(*args)
+        blocked.append(len(found))
+        return found
+
+    for count, block_texts in cuts if campaign == "normalised and near" else cuts[:1]:
         if count is not None:
             config = config.override(**{"engine.partitions": count})
         with monkeypatch.context() as patched:
             patched.setattr(GlobalContext, "has_row_keys", spy)
+            patched.setattr(near_check, "blocks", blocks_spy)
+            if block_texts is not None:
+                patched.setattr(near_check, "BLOCK_TEXTS", block_texts)
             gated, gated_notes = outcome(f"gated-{count}")
         assert staged.pop() is True
+        if campaign != "normalised only":
+            assert blocked.pop() > (1 if block_texts else 0)
         assert gated_notes == reference_notes
         assert gated.keys() == reference.keys()
         for name in gated:

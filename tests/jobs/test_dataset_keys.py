@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.core.config import DedupeSettings
+from pipeline.dedupe import near_check
 from pipeline.dedupe.table import _dense_ids
 from pipeline.jobs import dedupe as job
 from pipeline.jobs.dataset_keys import _digest_ranks
@@ -124,10 +125,12 @@ def test_staged_row_keys_decide_as_the_key_texts_do(
 ) -> None:
     """Every output file is byte-identical to the reference decision's (every row's key
     texts in one frame), with slices of 17 rows cut from row groups of 40 or 100 (so
-    many shards, two workers and several partitions), with duplicates found by the staged keys' rules."""
+    many shards, two workers and several partitions; the near rule's exact check in
+    blocks of at most 5 texts), with duplicates found by the staged keys' rules."""
     given = [a.format(columns=column_dataset, run=undeduped_run, reprinted=reprinted) for a in args]
     monkeypatch.setattr(job, "KEY_SLICE_BYTES", 1)  # a slice per row group...
     monkeypatch.setattr(job, "KEY_SLICE_ROWS", 17)  # ...cut in pieces of 17 rows
+    monkeypatch.setattr(near_check, "BLOCK_TEXTS", 5)
     staged = _dedupe(given, tmp_path / "staged")
     with monkeypatch.context() as m:
         m.setattr(job, "_stages_row_keys", lambda *given: False)

@@ -24,7 +24,8 @@ Without staged row keys the stage computes them from the key texts (the referenc
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -40,15 +41,18 @@ from pipeline.decide.context import (
     GlobalContext,
     OutputColumn,
     register_stage,
+    staged_rows,
 )
 from pipeline.decide.repeats import dense_ranks, digest_prefix, repeated
 from pipeline.dedupe.keys import DedupeKey, text_columns
 from pipeline.dedupe.minhash import LshParams
+from pipeline.dedupe.near_check import NearCheck
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.partitions import NearSearch
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.table import group_fields, match_duplicates, required_columns
 from pipeline.kinds import get_kind
+from pipeline.storage import RunStorage
 
 __all__ = ["Dedupe"]
 
@@ -367,14 +371,15 @@ def _row_keys(
     of only the rows asked for (the near candidates; the rows pointers name). ``exact``:
     the exact groups (:func:`_exact_ranks`), if ranked."""
     apart = get_kind(kind).apart
-    back = {column: member for member, column in apart.items()}
     columns = _available(ctx, kind, [apart.get(c, c) for c in key.columns])
     normalisation = Normalisation.from_settings(ctx.config.dedupe)
     stem = ctx.storage.row_keys_stem(kind)
 
+    source = StagedTexts(ctx.storage, kind, tuple(columns), normalisation)
+    keys = frame.select(KEYS)
+
     def texts(at: npt.NDArray[np.int64]) -> pl.Series:
-        found = _fetched(ctx, kind, frame.select(KEYS)[at], columns).rename(back, strict=False)
-        return found.select(text_columns(key, normalisation)).to_series()
+        return source.texts(keys[at].to_arrow())
 
     def signatures(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
         found = _fetched(ctx, kind, frame.select(KEYS)[at], [SIGNATURE], stem)
@@ -400,6 +405,8 @@ def _row_keys(
     else:  # the near rule's tasks pair the text maps with the row keys by position
         ctx.values(kind, rows, {}, stem=stem)
     near = ctx.config.dedupe.near
+    params = LshParams.from_settings(ctx.config.dedupe)
+    check = NearCheck(ctx.engine, ctx.storage, kind, lambda at: keys[at].to_arrow(), source, params)
     return RowKeys(
         normalised,
         candidates if near else None,
@@ -407,7 +414,39 @@ def _row_keys(
         texts,
         exact,
         lineage,
+        check if near else None,
     )
+
+
+@dataclass(frozen=True)
+class StagedTexts:
+    """The normalised key texts of a kind's staged rows, read where the run's storage
+    is (the driver, or a near check task: :class:`~pipeline.dedupe.near_check.TextSource`)
+    from the staged payload ``columns`` (the kind's column names)."""
+
+    storage: RunStorage
+    kind: str
+    columns: tuple[str, ...]
+    normalisation: Normalisation
+
+    def texts(self, addresses: pa.Table) -> pl.Series:
+        """The texts of the rows ``addresses`` name (``_shard``, ``_shard_line``), in
+        their order."""
+        kind = get_kind(self.kind)
+        key = kind.dedupe_key()
+        if key is None:
+            raise ValueError(f"{self.kind} has no duplicate key")
+        wanted = cast(pl.DataFrame, pl.from_arrow(addresses)).select(KEYS)
+        if wanted.height == 0:
+            return pl.Series("_text", [], pl.String)
+        found = staged_rows(self.storage, self.kind, wanted, self.columns)
+        rows = wanted.join(found, on=list(KEYS), how="left", maintain_order="left")
+        back = {column: member for member, column in kind.apart.items()}
+        return (
+            rows.rename(back, strict=False)
+            .select(text_columns(key, self.normalisation))
+            .to_series()
+        )
 
 
 def _near_candidates(
