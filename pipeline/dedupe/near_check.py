@@ -107,17 +107,23 @@ class NearCheck:
     source: TextSource
     params: LshParams
 
-    def __call__(self, left: I64, right: I64) -> tuple[I64, F64]:
+    def __call__(self, left: I64, right: I64, stored: I64) -> tuple[I64, F64]:
+        """``left``/``right``: each pair's two texts (ids); ``stored[text]``: the row
+        that text is read from (the order they are stored in)."""
         cut = blocks(left, right, BLOCK_TEXTS, BLOCK_PAIRS)
         for index, (lo, hi) in enumerate(cut):
             named = distinct(np.concatenate([left[lo:hi], right[lo:hi]]))
+            rows = stored[named]
+            order = np.argsort(rows, kind="stable")  # the block's texts in stored order
+            place = np.empty(len(named), np.int64)
+            place[order] = np.arange(len(named), dtype=np.int64)
             pairs = pa.table(
                 {
-                    _LEFT: pa.array(np.searchsorted(named, left[lo:hi]), pa.int64()),
-                    _RIGHT: pa.array(np.searchsorted(named, right[lo:hi]), pa.int64()),
+                    _LEFT: pa.array(place[np.searchsorted(named, left[lo:hi])], pa.int64()),
+                    _RIGHT: pa.array(place[np.searchsorted(named, right[lo:hi])], pa.int64()),
                 }
             )
-            self.storage.stage_table(index, _texts_stem(self.stem), self.addresses(named))
+            self.storage.stage_table(index, _texts_stem(self.stem), self.addresses(rows[order]))
             self.storage.stage_table(index, _pairs_stem(self.stem), pairs)
         task = _CheckTask(self.storage, self.stem, self.source, self.params)
         found = self.engine.map(Step(_init, (task,), _check_block), range(len(cut)))

@@ -162,8 +162,8 @@ class NearSearch:
         )
         on_stage(f"{self.kind}: dedupe: candidates ({count} partitions)")
         self.engine.map(shuffle_step(search), search.shards)
-        codes = self.engine.map(candidate_step(search), range(count))
-        return pairs_of_codes([c for c in codes if len(c)], len(text_rows))
+        found = [c for c in self.engine.map(candidate_step(search), range(count)) if len(c)]
+        return pairs_of_codes(found, len(text_rows))  # frees the parts once joined
 
 
 @dataclass(frozen=True)

@@ -209,10 +209,10 @@ class RowKeys:
     the content fingerprints;
     ``lineage(rows)`` gives the ``_source``, ``_line`` and ``_record_sha256`` of some
     rows (those a pointer or a cluster names): then the frame need not hold them for
-    every row. ``check(left, right)``, given the candidate pairs as rows, gives the
-    places (ascending) of those whose exact Jaccard similarity reaches the threshold and
-    their similarities, computed where the texts are (a run's check on the engine); then
-    ``texts`` is not read (:func:`~pipeline.dedupe.minhash.verified_pairs`)."""
+    every row. ``check(left, right, rows)``, given the candidate pairs (text ids) and each
+    text's row, gives the places (ascending) of the pairs whose exact Jaccard similarity
+    reaches the threshold and their similarities, computed where the texts are (on the
+    engine); then ``texts`` is not read (:func:`~pipeline.dedupe.minhash.verified_pairs`)."""
 
     normalised: pl.Series | None
     candidates: Callable[[I64, I64, I64], tuple[I64, I64]] | None
@@ -220,4 +220,4 @@ class RowKeys:
     texts: Callable[[I64], pl.Series]
     exact: I64 | None = None
     lineage: Callable[[I64], pl.DataFrame] | None = None
-    check: Callable[[I64, I64], tuple[I64, npt.NDArray[np.float64]]] | None = None
+    check: Callable[[I64, I64, I64], tuple[I64, npt.NDArray[np.float64]]] | None = None

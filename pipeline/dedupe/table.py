@@ -258,7 +258,7 @@ def match_duplicates(
                 lambda texts: signatures_of(first_rows[texts]),
                 params,
                 stored=first_rows,  # a text's id is its normalised key's rank
-                check=(lambda lt, rt: check(first_rows[lt], first_rows[rt])) if check else None,
+                check=(lambda lt, rt: check(lt, rt, first_rows)) if check else None,
             )
         else:
             texts = frame[first_rows].select(text_columns(key, normalisation))
