@@ -39,6 +39,7 @@ __all__ = [
     "band_keys",
     "candidate_pairs",
     "choose_bands",
+    "estimated_pairs",
     "exact_similarities",
     "near_pairs",
     "pairs_of_codes",
@@ -568,27 +569,31 @@ def verified_pairs(
     signatures_of: Callable[[I64], U32],
     params: LshParams,
     stored: I64 | None = None,
-    check: Callable[[I64, I64], tuple[I64, F64]] | None = None,
 ) -> NearPairs:
     """The candidate pairs (text ids) whose exact Jaccard similarity reaches the
     threshold, with their estimated similarity. ``texts_of(ids)`` and
     ``signatures_of(ids)`` (permutations × ids) give what the check reads of the texts
     involved, the only ones it reads: candidates and signatures may come from elsewhere
     (the gate's, per batch: a text's signature depends on that text alone). ``stored``:
-    where each text is stored (its row), the order to ask for them in (else their ids').
-    ``check(left, right)``: the check made elsewhere (a run's, on the engine): the
-    places (ascending) of the pairs whose exact similarity reaches the threshold and
-    those similarities, as :func:`exact_similarities` would give them; then
-    ``texts_of`` is not called."""
-    if check is not None:
-        keep, verified = check(left, right)
-    else:
-        similarity = exact_similarities(left, right, texts_of, params, stored)
-        keep = np.flatnonzero(similarity >= params.threshold)
-        verified = similarity[keep]
-        del similarity
-    candidates = len(left)
-    left, right = left[keep], right[keep]
+    where each text is stored (its row), the order to ask for them in (else their ids')."""
+    similarity = exact_similarities(left, right, texts_of, params, stored)
+    keep = np.flatnonzero(similarity >= params.threshold)
+    return estimated_pairs(
+        left[keep], right[keep], similarity[keep], len(left), signatures_of, stored
+    )
+
+
+def estimated_pairs(
+    left: I64,
+    right: I64,
+    verified: F64,
+    candidates: int,
+    signatures_of: Callable[[I64], U32],
+    stored: I64 | None = None,
+) -> NearPairs:
+    """The verified pairs (text ids, their exact similarities, out of ``candidates``)
+    with their estimated similarity, from the signatures of their texts only
+    (``signatures_of`` and ``stored`` as for :func:`verified_pairs`)."""
     involved, local_left, local_right = _in_order(left, right, stored)
     sig = signatures_of(involved)
     estimated = estimated_similarity(sig, local_left, local_right)

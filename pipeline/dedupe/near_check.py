@@ -1,26 +1,40 @@
-"""The near rule's exact check on the engine: the candidate pairs' exact Jaccard
-similarities computed a block of pairs at a time, each block by a task that reads its
-own texts, so no process holds the shingle sets of every candidate text.
+"""The near rule's exact check on the engine: the candidate pairs are deduplicated and
+checked by tasks, a range of pair codes each, so no process holds every candidate pair
+or the shingle sets of every candidate text.
 
-The driver cuts the candidate pairs (sorted) into blocks of consecutive pairs, each
-naming at most :data:`BLOCK_TEXTS` distinct texts and :data:`BLOCK_PAIRS` pairs
-(:func:`blocks`), and stages each block: where its texts are (their *addresses*, in
-the order they are stored: a run's shard and line, a dataset's row) and its pairs as
-places among them. A task per block reads its texts through the caller's
-:class:`TextSource`, shingles them and compares its pairs
-(:func:`~pipeline.dedupe.minhash.exact_similarities`), and returns only the pairs that
-reach the threshold. A pair's similarity depends on its two texts alone, so the pairs
-kept are the same for any cut into blocks, any worker count and any engine.
+Each candidate task (:mod:`pipeline.dedupe.partitions`) stages its partition's distinct
+pair codes (``better * texts + worse``), sorted, and returns how many and every
+:data:`SAMPLE_EVERY`-th of them. From those samples the driver cuts the codes' space
+into ranges of about :data:`RANGE_CODES` codes (:func:`code_ranges`), and stages where
+each text is stored (its *address*: a run's shard and line, a dataset's row; and its
+row, the order texts are stored in). Then a task per range:
 
-Memory: a task holds its block's texts' shingle sets (8 bytes a distinct shingle: ~26
-MB for 32,768 texts of 100 shingles) and the check's join of ``_VERIFY_CHUNK`` hashes a
-side (~100 MB); the driver holds the pairs (16 bytes each) and what the tasks return.
-A text named by several blocks is read by each of them.
+1. reads its range of every partition's codes (a pair found by bands in several
+   partitions is there several times) and keeps the distinct ones: the range's
+   candidate pairs, counted once;
+2. cuts them into blocks of consecutive pairs that name at most :data:`BLOCK_TEXTS`
+   distinct texts and hold at most :data:`BLOCK_PAIRS` pairs (:func:`blocks`); for each
+   block, reads its texts through the caller's :class:`TextSource` in stored order,
+   shingles them and compares its pairs
+   (:func:`~pipeline.dedupe.minhash.exact_similarities`, the reference path's code);
+3. returns its count and the codes and similarities of the pairs that reach the
+   threshold.
+
+Every code falls in one range and a pair's similarity depends on its two texts alone,
+so the pairs kept and the candidate count are the same for any partition count, range
+cut, block cut, worker count and engine; the ranges are in code order, so the pairs
+come back sorted as the driver would sort them.
+
+Memory: the driver holds the samples, the ranges and the verified pairs; a task, its
+range's codes (~8 bytes each, twice while deduplicating), a block's shingle sets (8
+bytes a distinct shingle: ~120 MB for 32,768 texts of ~450 shingles) and the check's
+join of ``_VERIFY_CHUNK`` hashes a side (~100 MB). A text named by several blocks is
+read by each of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -31,21 +45,74 @@ import pyarrow as pa
 
 from pipeline.core.arrays import distinct
 from pipeline.dedupe.minhash import LshParams, exact_similarities
-from pipeline.engines import Engine, Progress, Step
+from pipeline.engines import Progress, Step
 from pipeline.storage import RunStorage
 
-__all__ = ["BLOCK_PAIRS", "BLOCK_TEXTS", "NearCheck", "TextSource", "blocks"]
+__all__ = [
+    "BLOCK_PAIRS",
+    "BLOCK_TEXTS",
+    "RANGE_CODES",
+    "SAMPLE_EVERY",
+    "STORED",
+    "CheckRanges",
+    "TextSource",
+    "addresses_stem",
+    "blocks",
+    "check_step",
+    "code_ranges",
+    "codes_stem",
+    "stage_codes",
+]
 
 I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
 
 #: Distinct texts a block names at most (its task holds their shingle sets)
 BLOCK_TEXTS: Final = 1 << 15
 #: Pairs a block holds at most
 BLOCK_PAIRS: Final = 1 << 20
-#: the staged columns of a block's pairs: their texts' places among its addresses
-_LEFT: Final = "_left"
-_RIGHT: Final = "_right"
+#: Codes a range holds, about (a check task reads them all: 8 bytes each)
+RANGE_CODES: Final = 1 << 22
+#: A candidate task returns every this-many-th of its codes, from which ranges are cut
+SAMPLE_EVERY: Final = 1 << 12
+#: the address table's column of each text's row (the order texts are stored in)
+STORED: Final = "_stored"
+_CODE: Final = "_code"
+
+
+class TextSource(Protocol):
+    """Where a check task reads texts: picklable, compared by value (a worker keeps it).
+    ``texts(addresses)``: the normalised key texts at ``addresses`` (rows of the address
+    table the driver staged, in stored order), in their order."""
+
+    def texts(self, addresses: pa.Table) -> pl.Series: ...
+
+
+def codes_stem(stem: str) -> str:
+    """The staged stem of a candidate task's sorted distinct pair codes."""
+    return f"{stem}.near-codes"
+
+
+def addresses_stem(stem: str) -> str:
+    """The staged stem of the whole run's text addresses (a row per text id)."""
+    return f"{stem}.near-text-addresses"
+
+
+def code_ranges(samples: list[U64], total: int, workers: int, every: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of pair codes that cover every code (from 0 to ``2**64``), cut at
+    the candidate tasks' ``samples`` (every ``every``-th of each task's sorted codes) so
+    that each holds about :data:`RANGE_CODES` of the ``total`` codes, and at least as
+    many ranges as ``workers`` where there are samples enough (so that they run
+    together). Two cuts at one sample make one range."""
+    wanted = max(-(-total // RANGE_CODES), min(workers, total // every), 1)
+    merged = np.sort(np.concatenate(samples)) if samples else np.zeros(0, np.uint64)
+    cuts: list[int] = []
+    if wanted > 1 and len(merged):
+        at = (np.arange(1, wanted) * len(merged)) // wanted
+        cuts = sorted({int(merged[i]) for i in at} - {0})
+    bounds = [0, *cuts, 1 << 64]
+    return list(itertools.pairwise(bounds))
 
 
 def blocks(left: I64, right: I64, texts: int, pairs: int) -> list[tuple[int, int]]:
@@ -82,90 +149,91 @@ def _named(left: I64, right: I64, lo: int, hi: int) -> int:
     return len(distinct(np.concatenate([left[lo:hi], right[lo:hi]])))
 
 
-class TextSource(Protocol):
-    """Where a check task reads texts: picklable, compared by value (a worker keeps it).
-    ``texts(addresses)``: the normalised key texts at ``addresses`` (a table the
-    caller's ``addresses`` made), in their order."""
-
-    def texts(self, addresses: pa.Table) -> pl.Series: ...
-
-
-@dataclass(frozen=True, eq=False)
-class NearCheck:
-    """The exact check of one stem's candidates (a run's kind, a dataset), on the
-    ``engine``, its blocks staged in ``storage``. ``addresses(rows)``: where the texts
-    of some rows are, a table with a row per text (in the driver); ``source`` reads
-    texts from such a table (in a task); ``params`` gives the threshold. Called with
-    each pair's two texts as rows (in stored order), it gives the places (ascending) of
-    the pairs whose exact similarity reaches the threshold, and those similarities
-    (:attr:`~pipeline.dedupe.row_keys.RowKeys.check`)."""
-
-    engine: Engine
-    storage: RunStorage
-    stem: str
-    addresses: Callable[[I64], pa.Table]
-    source: TextSource
-    params: LshParams
-
-    def __call__(self, left: I64, right: I64, stored: I64) -> tuple[I64, F64]:
-        """``left``/``right``: each pair's two texts (ids); ``stored[text]``: the row
-        that text is read from (the order they are stored in)."""
-        cut = blocks(left, right, BLOCK_TEXTS, BLOCK_PAIRS)
-        for index, (lo, hi) in enumerate(cut):
-            named = distinct(np.concatenate([left[lo:hi], right[lo:hi]]))
-            rows = stored[named]
-            order = np.argsort(rows, kind="stable")  # the block's texts in stored order
-            place = np.empty(len(named), np.int64)
-            place[order] = np.arange(len(named), dtype=np.int64)
-            pairs = pa.table(
-                {
-                    _LEFT: pa.array(place[np.searchsorted(named, left[lo:hi])], pa.int64()),
-                    _RIGHT: pa.array(place[np.searchsorted(named, right[lo:hi])], pa.int64()),
-                }
-            )
-            self.storage.stage_table(index, _texts_stem(self.stem), self.addresses(rows[order]))
-            self.storage.stage_table(index, _pairs_stem(self.stem), pairs)
-        task = _CheckTask(self.storage, self.stem, self.source, self.params)
-        found = self.engine.map(Step(_init, (task,), _check_block), range(len(cut)))
-        places = [at + lo for (lo, _), (at, _) in zip(cut, found, strict=True)]
-        values = [similarity for _, similarity in found]
-        if not places:
-            return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        return np.concatenate(places), np.concatenate(values)
+def stage_codes(
+    storage: RunStorage, stem: str, partition: int, codes: U64, every: int
+) -> tuple[int, U64]:
+    """Stage a candidate task's sorted distinct ``codes``; return how many, and every
+    ``every``-th of them (the samples ranges are cut at)."""
+    storage.stage_table(partition, codes_stem(stem), pa.table({_CODE: pa.array(codes)}))
+    return len(codes), codes[every - 1 :: every].copy()
 
 
 @dataclass(frozen=True)
-class _CheckTask:
-    """What every check task needs (compared by value: a worker keeps it as its state)."""
+class CheckRanges:
+    """What every check task needs (compared by value: a worker keeps it): where the
+    candidate tasks' codes are (``stem``, ``partitions``), how many texts there are
+    (codes are ``better * texts + worse``), the staged addresses of the texts, read
+    through ``source``, ``params`` (the threshold), and a block's bounds (texts, pairs:
+    :data:`BLOCK_TEXTS`, :data:`BLOCK_PAIRS`)."""
 
     storage: RunStorage
     stem: str
+    partitions: int
+    texts: int
     source: TextSource
     params: LshParams
+    block: tuple[int, int] = (BLOCK_TEXTS, BLOCK_PAIRS)
 
 
-def _texts_stem(stem: str) -> str:
-    return f"{stem}.near-check-texts"
+def check_step(ranges: CheckRanges) -> Step[CheckRanges, tuple[int, int], tuple[int, U64, F64]]:
+    """The step whose task ``(lo, hi)`` returns the count of distinct candidate codes in
+    that range and the codes and similarities of those that reach the threshold."""
+    return Step(_init, (ranges,), _check_range)
 
 
-def _pairs_stem(stem: str) -> str:
-    return f"{stem}.near-check-pairs"
+def _init(ranges: CheckRanges) -> CheckRanges:
+    return ranges
 
 
-def _init(task: _CheckTask) -> _CheckTask:
-    return task
+def _check_range(
+    task: CheckRanges, bounds: tuple[int, int], progress: Progress
+) -> tuple[int, U64, F64]:
+    """The candidate pairs with codes in ``bounds``: how many, and those that verify."""
+    codes = _range_codes(task, *bounds)
+    better, worse = np.divmod(codes, np.uint64(task.texts))
+    left, right = better.view(np.int64), worse.view(np.int64)
+    addresses = task.storage.whole_table(addresses_stem(task.stem))
+    kept: list[I64] = []
+    values: list[F64] = []
+    for lo, hi in blocks(left, right, *task.block):
+        at, similarity = _check_block(task, addresses, left[lo:hi], right[lo:hi])
+        kept.append(at + lo)
+        values.append(similarity)
+    keep = np.concatenate(kept) if kept else np.zeros(0, np.int64)
+    return len(codes), codes[keep], np.concatenate(values) if values else np.zeros(0)
 
 
-def _check_block(task: _CheckTask, block: int, progress: Progress) -> tuple[I64, F64]:
-    """Block ``block``'s pairs that reach the threshold (places in the block) and their
-    exact similarities."""
-    addresses = task.storage.staged_table(block, _texts_stem(task.stem))
-    pairs = task.storage.staged_table(block, _pairs_stem(task.stem))
-    left, right = pairs[_LEFT].to_numpy(), pairs[_RIGHT].to_numpy()
+def _range_codes(task: CheckRanges, lo: int, hi: int) -> U64:
+    """The distinct codes in [lo, hi) of every candidate task, sorted: each task's are
+    sorted, so its range is found by a binary search of its memory-mapped codes."""
+    parts = []
+    for partition in range(task.partitions):
+        table = task.storage.staged_table(partition, codes_stem(task.stem))
+        codes = table[_CODE].to_numpy()
+        first = int(np.searchsorted(codes, np.uint64(lo)))
+        last = int(np.searchsorted(codes, np.uint64(hi))) if hi < 1 << 64 else len(codes)
+        parts.append(np.array(codes[first:last]))  # a copy: the map's pages are let go
+    return distinct(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+
+
+def _check_block(task: CheckRanges, addresses: pa.Table, left: I64, right: I64) -> tuple[I64, F64]:
+    """A block's pairs (text ids) that reach the threshold (places in the block) and
+    their similarities: its texts read in stored order."""
+    named = distinct(np.concatenate([left, right]))
+    found = addresses.take(pa.array(named, pa.int64()))
+    order = np.argsort(found[STORED].to_numpy(), kind="stable")
+    place = np.empty(len(named), np.int64)
+    place[order] = np.arange(len(named), dtype=np.int64)
+    ordered = found.take(pa.array(order, pa.int64()))
 
     def texts_of(at: I64) -> pl.Series:
-        return task.source.texts(addresses.take(pa.array(at, pa.int64())))
+        return task.source.texts(ordered.take(pa.array(at, pa.int64())))
 
-    similarity = exact_similarities(left, right, texts_of, task.params)
+    similarity = exact_similarities(
+        place[np.searchsorted(named, left)],
+        place[np.searchsorted(named, right)],
+        texts_of,
+        task.params,
+    )
     keep = np.flatnonzero(similarity >= task.params.threshold)
     return keep.astype(np.int64), similarity[keep]

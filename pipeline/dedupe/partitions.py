@@ -45,7 +45,9 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from pipeline.core.arrays import distinct
-from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys, pairs_of_codes
+from pipeline.dedupe import near_check
+from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys
+from pipeline.dedupe.near_check import CheckRanges, TextSource, addresses_stem, check_step
 from pipeline.dedupe.row_keys import SHINGLED, SIGNATURE
 from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
@@ -64,6 +66,7 @@ __all__ = [
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
+F64 = npt.NDArray[np.float64]
 
 #: A partition's entries, about: (band, key, text, rank) per text and band.
 PARTITION_BYTES: Final = 64 << 20
@@ -123,20 +126,28 @@ class NearSearch:
     workers: int
     partitions: int | None = None
 
-    def candidates(
+    def verified(
         self,
         taking: npt.NDArray[np.bool_],
         groups: I64,
         text_rows: I64,
         text_rank: I64,
+        addresses: pa.Table,
+        source: TextSource,
         on_stage: Callable[[str], None] = lambda name: None,
-    ) -> tuple[I64, I64]:
-        """The candidate pairs among the texts, as sorted distinct (better, worse) text
-        ids. ``taking``: which staged rows take part (in shard order); ``groups``: each
-        taking row's normalised group, which is its text when ``text_rows[group]`` is that
-        row; ``text_rank``: each text's survivor rank. A text map is staged per shard (built a
-        shard at a time: 24 bytes a row for every row at once), then one engine task
-        per shard (the shuffle) and per partition (the candidates)."""
+    ) -> tuple[I64, I64, F64, int]:
+        """The near pairs among the texts: the candidate pairs whose exact similarity
+        reaches the threshold, as sorted (better, worse) text ids, their similarities,
+        and how many distinct candidate pairs there were. ``taking``: which staged rows
+        take part (in shard order); ``groups``: each taking row's normalised group, which
+        is its text when ``text_rows[group]`` is that row; ``text_rank``: each text's
+        survivor rank; ``addresses``: where each text is stored (a row per text id, with
+        its row as :data:`~pipeline.dedupe.near_check.STORED`), read through ``source``.
+
+        A text map is staged per shard (built a shard at a time: 24 bytes a row for
+        every row at once), then engine tasks: one per shard (the shuffle), one per
+        partition (the candidates, staged) and one per range of pair codes (the check,
+        :mod:`pipeline.dedupe.near_check`). The driver never holds the candidate pairs."""
         lo = placed = 0
         for shard, size in self.shards:
             took = taking[lo : lo + size]
@@ -159,11 +170,31 @@ class NearSearch:
             self.params,
             len(text_rows),
             count,
+            near_check.SAMPLE_EVERY,
         )
         on_stage(f"{self.kind}: dedupe: candidates ({count} partitions)")
         self.engine.map(shuffle_step(search), search.shards)
-        found = [c for c in self.engine.map(candidate_step(search), range(count)) if len(c)]
-        return pairs_of_codes(found, len(text_rows))  # frees the parts once joined
+        found = self.engine.map(candidate_step(search), range(count))
+        total = sum(codes for codes, _ in found)
+        samples = [sample for _, sample in found]
+        ranges = near_check.code_ranges(samples, total, self.workers, search.sample_every)
+        self.storage.stage_whole(addresses_stem(self.kind), addresses)
+        check = CheckRanges(
+            self.storage,
+            self.kind,
+            count,
+            len(text_rows),
+            source,
+            self.params,
+            (near_check.BLOCK_TEXTS, near_check.BLOCK_PAIRS),
+        )
+        on_stage(f"{self.kind}: dedupe: exact check ({len(ranges)} range{'s' * (len(ranges) > 1)})")
+        checked = self.engine.map(check_step(check), ranges)
+        codes = np.concatenate([c for _, c, _ in checked]) if checked else np.zeros(0, np.uint64)
+        better, worse = np.divmod(codes, np.uint64(len(text_rows)))
+        similarity = np.concatenate([v for _, _, v in checked]) if checked else np.zeros(0)
+        candidates = sum(n for n, _, _ in checked)
+        return better.view(np.int64), worse.view(np.int64), similarity, candidates
 
 
 @dataclass(frozen=True)
@@ -178,6 +209,8 @@ class CandidateSearch:
     params: LshParams
     texts: int
     partitions: int
+    #: a candidate task returns every this-many-th of its codes (ranges are cut at them)
+    sample_every: int = near_check.SAMPLE_EVERY
 
 
 def shuffle_step(search: CandidateSearch) -> Step[CandidateSearch, int, int]:
@@ -186,9 +219,10 @@ def shuffle_step(search: CandidateSearch) -> Step[CandidateSearch, int, int]:
     return Step(_init, (search,), _shuffle_shard)
 
 
-def candidate_step(search: CandidateSearch) -> Step[CandidateSearch, int, U64]:
-    """The step whose task ``p`` returns partition ``p``'s candidate pair codes (after
-    :func:`shuffle_step` ran over every shard)."""
+def candidate_step(search: CandidateSearch) -> Step[CandidateSearch, int, tuple[int, U64]]:
+    """The step whose task ``p`` stages partition ``p``'s candidate pair codes, sorted
+    and distinct (after :func:`shuffle_step` ran over every shard), and returns how many
+    and a sample of them (:func:`~pipeline.dedupe.near_check.stage_codes`)."""
     return Step(_init, (search,), _partition_candidates)
 
 
@@ -224,10 +258,12 @@ def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> i
     return len(key)
 
 
-def _partition_candidates(search: CandidateSearch, partition: int, progress: Progress) -> U64:
+def _partition_candidates(
+    search: CandidateSearch, partition: int, progress: Progress
+) -> tuple[int, U64]:
     """The candidate pair codes of the entries in ``partition``, from every shard's
-    staged entries (that partition's record batch of each, read alone), band by band:
-    a band's entries are copied out of the batches and sorted, then freed."""
+    staged entries (that partition's record batch of each, read alone), band by band
+    (a band's entries are copied out of the batches and sorted, then freed); staged."""
     slices = [_partition_slice(search, shard, partition) for shard in search.shards]
     found = []
     for band in range(search.params.bands if slices else 0):
@@ -237,7 +273,10 @@ def _partition_candidates(search: CandidateSearch, partition: int, progress: Pro
         rank: I64 = np.concatenate([r[_RANK].to_numpy() for r in ranges])
         if len(key) > 1:
             found.append(band_candidates(key, text, rank, search.texts, search.params.max_bucket))
-    return distinct(np.concatenate(found)) if found else np.zeros(0, np.uint64)
+    codes = distinct(np.concatenate(found)) if found else np.zeros(0, np.uint64)
+    return near_check.stage_codes(
+        search.storage, search.kind, partition, codes, search.sample_every
+    )
 
 
 def _partition_slice(

@@ -196,28 +196,25 @@ def _each_string(texts: pa.Array, digest: Callable[[memoryview], bytes]) -> list
 class RowKeys:
     """What the gate's row keys give the matching, for a frame of rows (positions in it
     are row ids): the ``normalised`` digests lined up with the rows, when that rule is
-    on; and for the near rule, ``candidates(groups, rows, rank)``, the candidate pairs
-    among the texts (``rows[i]`` is text ``i``'s row, ``rank[i]`` its survivor rank;
-    ``groups[r]`` is row ``r``'s normalised group, which is its text when
-    ``rows[groups[r]] == r``) as sorted distinct (better, worse) text ids, as
-    :func:`~pipeline.dedupe.minhash.candidate_pairs` gives them; ``signatures(rows)``
-    and ``texts(rows)`` give the signatures (permutations × rows) and normalised key
-    texts of some rows (the pairs' check reads only the candidates').
+    on; and for the near rule, ``near(groups, rows, rank)``: the near pairs among the
+    texts (``rows[i]`` is text ``i``'s row, ``rank[i]`` its survivor rank; ``groups[r]``
+    is row ``r``'s normalised group, which is its text when ``rows[groups[r]] == r``),
+    found and checked on the engine: the candidate pairs whose exact Jaccard similarity
+    reaches the threshold as sorted (better, worse) text ids, their similarities and
+    how many candidate pairs there were, as
+    :func:`~pipeline.dedupe.minhash.candidate_pairs` and
+    :func:`~pipeline.dedupe.minhash.verified_pairs` give them; ``signatures(rows)``
+    gives the signatures (permutations × rows) of some rows (the verified pairs').
 
     ``normalised`` may hold the digests' dense ranks from 0 (an integer series) instead
     of the digests (the same groups in the same order), and ``exact`` the dense ranks of
     the content fingerprints;
     ``lineage(rows)`` gives the ``_source``, ``_line`` and ``_record_sha256`` of some
     rows (those a pointer or a cluster names): then the frame need not hold them for
-    every row. ``check(left, right, rows)``, given the candidate pairs (text ids) and each
-    text's row, gives the places (ascending) of the pairs whose exact Jaccard similarity
-    reaches the threshold and their similarities, computed where the texts are (on the
-    engine); then ``texts`` is not read (:func:`~pipeline.dedupe.minhash.verified_pairs`)."""
+    every row."""
 
     normalised: pl.Series | None
-    candidates: Callable[[I64, I64, I64], tuple[I64, I64]] | None
+    near: Callable[[I64, I64, I64], tuple[I64, I64, npt.NDArray[np.float64], int]] | None
     signatures: Callable[[I64], npt.NDArray[np.uint32]] | None
-    texts: Callable[[I64], pl.Series]
     exact: I64 | None = None
     lineage: Callable[[I64], pl.DataFrame] | None = None
-    check: Callable[[I64, I64, I64], tuple[I64, npt.NDArray[np.float64]]] | None = None

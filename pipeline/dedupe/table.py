@@ -26,7 +26,7 @@ from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP
 from pipeline.dedupe.clusters import CONTAMINATION, NEAR, RULES, Duplicates, find_duplicates
 from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
-from pipeline.dedupe.minhash import LshParams, NearPairs, near_pairs, verified_pairs
+from pipeline.dedupe.minhash import LshParams, NearPairs, estimated_pairs, near_pairs
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.row_keys import RowKeys
 from pipeline.dedupe.splits import field_expr, straddling_groups
@@ -246,19 +246,17 @@ def match_duplicates(
     near: NearPairs | None = None
     if settings.near and key is not None and n > 1:
         first_rows, text_rank = _texts(normalised, rank)
-        if row_keys is not None and row_keys.candidates is not None:
-            texts_of, signatures_of = row_keys.texts, row_keys.signatures
+        if row_keys is not None and row_keys.near is not None:
+            signatures_of = row_keys.signatures
             assert signatures_of is not None
-            left, right = row_keys.candidates(normalised, first_rows, text_rank)
-            check = row_keys.check
-            near = verified_pairs(
+            left, right, verified, candidates = row_keys.near(normalised, first_rows, text_rank)
+            near = estimated_pairs(
                 left,
                 right,
-                lambda texts: texts_of(first_rows[texts]),
+                verified,
+                candidates,
                 lambda texts: signatures_of(first_rows[texts]),
-                params,
                 stored=first_rows,  # a text's id is its normalised key's rank
-                check=(lambda lt, rt: check(lt, rt, first_rows)) if check else None,
             )
         else:
             texts = frame[first_rows].select(text_columns(key, normalisation))

@@ -8,9 +8,11 @@ task. It reads the key columns of its rows and stages their row keys
 (:func:`~pipeline.dedupe.row_keys.row_keys`: the normalised key's digest, the MinHash
 signature of the key text) and the exact key's digest (the raw key's SHA-256, or the
 content fingerprint's bytes). The parent then holds 8 bytes a row of each rule's groups,
-never the texts; the near candidates are found partition by partition on the engine
-(:class:`~pipeline.dedupe.partitions.NearSearch`), and only the candidates' texts and
-signatures, and the lineage of the rows pointers name, are read back.
+never the texts; the near candidates are found partition by partition and checked a
+range of them at a time on the engine (:class:`~pipeline.dedupe.partitions.NearSearch`,
+:mod:`pipeline.dedupe.near_check`, whose tasks read the texts: :class:`DatasetTexts`),
+and only the verified pairs' signatures and the lineage of the rows pointers name are
+read back.
 The decisions are those of the matching over the texts themselves
 (:func:`~pipeline.dedupe.table.dedupe_table`): equal digests are equal keys, and a
 signature depends on its own text alone.
@@ -32,7 +34,7 @@ from pipeline.core.config import DedupeSettings, EngineSettings
 from pipeline.decide.repeats import dense_ranks, digest_prefix
 from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams
-from pipeline.dedupe.near_check import NearCheck
+from pipeline.dedupe.near_check import STORED
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.partitions import NearSearch
 from pipeline.dedupe.row_keys import (
@@ -61,6 +63,7 @@ __all__ = [
 ]
 
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
 #: about how many bytes of one input (decoded) a key task reads: whole row groups
 KEY_SLICE_BYTES: Final = 64 << 20
@@ -226,8 +229,8 @@ def _slice_frame(job: DatasetKeys, task: KeySlice) -> pl.DataFrame:
 
 def _span_frame(job: DatasetKeys, task: KeySlice, local: I64) -> pl.DataFrame:
     """The key columns of some of the slice's rows (``local``: their places in it), read
-    from the span of rows they lie in: the exact check asks for its texts in order, a
-    span at a time, so each slice is read about once, not once a span."""
+    from the span of rows they lie in: the exact check asks for a block's texts in
+    order, a span at a time, so each slice is read about once a block, not once a span."""
     first = int(local.min())
     span = replace(task, first=task.first + first, rows=int(local.max()) + 1 - first)
     return _slice_frame(job, span)[local - first]
@@ -361,9 +364,7 @@ def staged_keys(
     def lineage(rows: I64) -> pl.DataFrame:
         return _rows_of(tasks, rows, _lineage, pl.DataFrame(schema=_LINEAGE_TYPES))
 
-    source = DatasetTexts(job, tuple(tasks))
-
-    def candidates(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64]:
+    def near(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64, F64, int]:
         search = NearSearch(
             engine,
             storage,
@@ -373,20 +374,20 @@ def staged_keys(
             engine_settings.resolved_workers(),
             engine_settings.partitions,
         )
-        return search.candidates(np.ones(int(starts[-1]), np.bool_), groups, text_rows, text_rank)
+        taking = np.ones(int(starts[-1]), np.bool_)
+        addresses = _addresses(text_rows).append_column(STORED, pa.array(text_rows, pa.int64()))
+        source = DatasetTexts(job, tuple(tasks))
+        return search.verified(taking, groups, text_rows, text_rank, addresses, source)
 
     normalised = None
     if settings.normalised:
         normalised = pl.Series(NORMALISED, _digest_ranks(_column(storage, tasks, NORMALISED)))
-    check = NearCheck(engine, storage, _STEM, _addresses, source, LshParams.from_settings(settings))
     return RowKeys(
         normalised,
-        candidates if settings.near else None,
+        near if settings.near else None,
         signatures if settings.near else None,
-        lambda rows: source.texts(_addresses(rows)),
         _digest_ranks(_column(storage, tasks, EXACT)) if job.exact else None,
         lineage,
-        check if settings.near else None,
     )
 
 

@@ -18,8 +18,9 @@ Memory: the decision reads only the columns it needs of every row. When a rule r
 key columns (normalised, near, or exact on inputs without a fingerprint column), they are
 read a slice at a time by the engine's workers, which stage each row's keys
 (:mod:`pipeline.jobs.dataset_keys`, as the gate does for a run); the decision holds ranks
-of their digests, finds near candidates partition by partition, and reads back only the
-candidates' texts and the lineage of the rows pointers name: ~30-50 bytes a row, plus
+of their digests, finds and checks near candidates on the engine, and reads back only
+the verified pairs' signatures and the lineage of the rows pointers name: ~30-50 bytes a
+row, plus
 the survivor and split-group fields. Otherwise (exact dedupe on fingerprints) it reads
 lineage and the fingerprint, ~0.2 KB a row. The rows themselves are then copied to
 ``kept.parquet`` and ``duplicates.parquet`` a slice of a file at a time

@@ -69,10 +69,13 @@ class RunStorage:
                                         ``<kind>.near-entries``, a hash-first
                                         check's ``<kind>.hash-<check>``)
                                         (Arrow IPC files, one record batch per gate batch)
-        _staging/<block>/<stem>.arrow   a near check block's texts and pairs
-                                        (``<kind>.near-check-texts``,
-                                        ``<kind>.near-check-pairs``), under the block's
+        _staging/<partition>/<stem>.arrow
+                                        a near candidate task's pair codes, sorted
+                                        (``<kind>.near-codes``), under its partition's
                                         number (:mod:`pipeline.dedupe.near_check`)
+        _staging/<stem>.arrow           a table of the whole run (:meth:`stage_whole`):
+                                        where each near text is stored
+                                        (``<kind>.near-text-addresses``)
         _staging/spill/                 compressed inputs decompressed, a file per shard
         <relative>                      the published files (``accepted/<kind>/part-…``,
                                         artifacts such as ``dedupe/clusters/<kind>.parquet``)
@@ -124,6 +127,20 @@ class RunStorage:
         engine's tasks, such as the near-dedupe text map)."""
         with self.stage_writer(shard, stem, table.schema) as writer:
             writer.write_table(table)
+
+    def stage_whole(self, stem: str, table: pa.Table) -> None:
+        """Stage a table that belongs to the whole run, not to a shard (e.g. where each
+        near-dedupe text is stored, for the exact check's tasks)."""
+        path = self.staging_root / f"{stem.replace('/', '_')}.arrow"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with ipc.new_file(str(path), table.schema) as writer:
+            writer.write_table(table)
+
+    def whole_table(self, stem: str) -> pa.Table:
+        """A table :meth:`stage_whole` staged, memory-mapped (a take reads its pages)."""
+        path = self.staging_root / f"{stem.replace('/', '_')}.arrow"
+        with ipc.open_file(pa.memory_map(str(path))) as reader:
+            return reader.read_all()
 
     def staged_table(self, shard: int, stem: str) -> pa.Table:
         """A staged file as one memory-mapped table: nothing is read until used, so a

@@ -373,28 +373,32 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
     if campaign == "protected eval split":
         assert rules["contamination"] > 0
     # the near rule's candidates are found partition by partition on the engine, and
-    # checked a block of pairs at a time there: blocks of 2 texts are blocks of one pair
-    cuts = [(None, None), (1, 2), (7, 5), (64, None)]
-    blocked: list[int] = []
-    blocks = near_check.blocks
+    # checked there a range of pair codes at a time, each range a block of pairs at a
+    # time: (partitions, codes a sample is taken every, codes a range, texts a block),
+    # where 2 texts a block is a pair a block
+    cuts = [(None, None, None, None), (1, 1, 3, 2), (7, 2, 5, 5), (64, None, None, None)]
+    ranged: list[int] = []
+    code_ranges = near_check.code_ranges
 
-    def blocks_spy(*args: Any) -> list[tuple[int, int]]:
-        found = blocks(*args)
-        blocked.append(len(found))
+    def ranges_spy(*args: Any) -> list[tuple[int, int]]:
+        found = code_ranges(*args)
+        ranged.append(len(found))
         return found
 
-    for count, block_texts in cuts if campaign == "normalised and near" else cuts[:1]:
+    for count, every, codes, texts in cuts if campaign == "normalised and near" else cuts[:1]:
         if count is not None:
             config = config.override(**{"engine.partitions": count})
         with monkeypatch.context() as patched:
             patched.setattr(GlobalContext, "has_row_keys", spy)
-            patched.setattr(near_check, "blocks", blocks_spy)
-            if block_texts is not None:
-                patched.setattr(near_check, "BLOCK_TEXTS", block_texts)
+            patched.setattr(near_check, "code_ranges", ranges_spy)
+            if every is not None:
+                patched.setattr(near_check, "SAMPLE_EVERY", every)
+                patched.setattr(near_check, "RANGE_CODES", codes)
+                patched.setattr(near_check, "BLOCK_TEXTS", texts)
             gated, gated_notes = outcome(f"gated-{count}")
         assert staged.pop() is True
         if campaign != "normalised only":
-            assert blocked.pop() > (1 if block_texts else 0)
+            assert ranged.pop() > (5 if every else 0)
         assert gated_notes == reference_notes
         assert gated.keys() == reference.keys()
         for name in gated:

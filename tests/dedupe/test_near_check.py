@@ -1,14 +1,25 @@
-"""The near rule's exact check cut into blocks of pairs (:mod:`pipeline.dedupe.near_check`);
-that the blocks' checks decide as one check over every pair does is proved on whole runs
-(``tests/decide/test_dedupe_stage.py``, ``tests/jobs/test_dataset_keys.py``)."""
+"""The near rule's exact check cut into ranges of pair codes and blocks of pairs
+(:mod:`pipeline.dedupe.near_check`); that the cuts' checks decide as one check over
+every pair does is proved on whole runs (``tests/decide/test_dedupe_stage.py``,
+``tests/jobs/test_dataset_keys.py``)."""
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.dedupe.near_check import blocks
+from pipeline.dedupe import near_check
+from pipeline.dedupe.minhash import LshParams, exact_similarities
+from pipeline.dedupe.near_check import STORED, CheckRanges, blocks, check_step, code_ranges
+from pipeline.storage import RunStorage
 
 
 @settings(max_examples=300, deadline=None)
@@ -48,3 +59,96 @@ def test_pairs_that_share_their_better_text_fill_a_block() -> None:
     cut = blocks(left, right, 300, 1 << 20)
     assert all(263 <= hi - lo <= 299 for lo, hi in cut[:-1])  # within an eighth of 299
     assert blocks(left, right, 4096, 100) == [(i, min(i + 100, 1000)) for i in range(0, 1000, 100)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.integers(0, 2**64 - 1), max_size=60).map(lambda v: sorted(set(v))),
+        max_size=5,
+    ),
+    st.integers(1, 8),
+    st.integers(1, 4),
+    st.integers(1, 20),
+)
+def test_code_ranges_cover_every_code_once(
+    tasks: list[list[int]], every: int, workers: int, per_range: int
+) -> None:
+    """Consecutive [lo, hi) ranges from 0 to 2**64, each cut at a sample, no more than
+    the codes need at ``RANGE_CODES`` a range (or the workers); each holds at most its
+    share of the samples, and one more per task, times ``every`` codes."""
+    samples = [np.array(codes[every - 1 :: every], np.uint64) for codes in tasks]
+    total = sum(len(codes) for codes in tasks)
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(near_check, "RANGE_CODES", per_range)
+        ranges = code_ranges(samples, total, workers, every)
+    assert ranges[0][0] == 0
+    assert ranges[-1][1] == 2**64
+    assert all(lo < hi for lo, hi in ranges)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    merged = sorted(int(v) for part in samples for v in part)
+    assert {hi for _, hi in ranges[:-1]} <= set(merged)
+    wanted = max(-(-total // per_range), min(workers, total // every), 1)
+    assert len(ranges) <= wanted
+    if len(set(merged) - {0}) >= wanted - 1 and len(set(merged)) == len(merged):
+        assert len(ranges) == wanted  # distinct samples: every cut is taken
+    share = -(-len(merged) // wanted) + len(tasks)
+    for lo, hi in ranges:
+        assert sum(lo <= c < hi for codes in tasks for c in codes) <= share * every
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """Texts by their place in a list (a :class:`~pipeline.dedupe.near_check.TextSource`)."""
+
+    listed: tuple[str, ...]
+
+    def texts_at(self, at: list[int]) -> pl.Series:
+        return pl.Series("_text", [self.listed[i] for i in at], pl.String)
+
+    def texts(self, addresses: pa.Table) -> pl.Series:
+        return self.texts_at(addresses["_i"].to_pylist())
+
+
+def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path) -> None:
+    """Every pair of 12 texts, its codes split over three candidate tasks that share some
+    (a pair found in several partitions), checked a range of codes at a time and a block
+    of five texts at a time: the pairs kept, their similarities and the candidate count
+    are those of one check of every pair. Two of the texts are exactly at the threshold
+    (4 of 5 shingles shared: 0.8), and are kept."""
+    words = [f"w{i}" for i in range(30)]
+    texts = (
+        " ".join(words[:8]),  # 4 shingles of 5 words
+        " ".join(words[:9]),  # 5 shingles, the 4 above among them: Jaccard 0.8
+        *(" ".join(words[i : i + 9]) for i in range(1, 6)),
+        *(" ".join(words[i : i + 12]) for i in range(10, 15)),
+    )
+    n = len(texts)
+    left, right = (
+        np.array(side, np.int64) for side in zip(*itertools.combinations(range(n), 2), strict=True)
+    )
+    codes = left.astype(np.uint64) * np.uint64(n) + right.astype(np.uint64)
+    params = LshParams()
+    source = _Listed(texts)
+    reference = exact_similarities(left, right, lambda at: source.texts_at(at.tolist()), params)
+    assert reference[0] == params.threshold  # texts 0 and 1
+    storage = RunStorage(tmp_path)
+    parts = [codes[0::2], codes[1::2], codes[::3]]  # all of them, some twice; each sorted
+    found = [near_check.stage_codes(storage, "k", p, part, 2) for p, part in enumerate(parts)]
+    ids = np.arange(n, dtype=np.int64)
+    storage.stage_whole(near_check.addresses_stem("k"), pa.table({"_i": ids, STORED: ids[::-1]}))
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(near_check, "RANGE_CODES", 9)
+        ranges = code_ranges([sample for _, sample in found], len(codes), 2, 2)
+    assert len(ranges) > 3
+    task = CheckRanges(storage, "k", len(parts), n, source, params, (5, 1 << 20))
+    step = check_step(task)
+    state = step.init(*step.init_args)
+    checked = [step.run(state, bounds, lambda *_: None) for bounds in ranges]
+    assert sum(count for count, _, _ in checked) == len(codes)
+    kept = np.concatenate([c for _, c, _ in checked])
+    similarity = np.concatenate([s for _, _, s in checked])
+    expected = np.flatnonzero(reference >= params.threshold)
+    assert kept.tolist() == codes[expected].tolist()
+    assert similarity.tolist() == reference[expected].tolist()
+    assert codes[0] in kept

@@ -126,11 +126,14 @@ def test_staged_row_keys_decide_as_the_key_texts_do(
     """Every output file is byte-identical to the reference decision's (every row's key
     texts in one frame), with slices of 17 rows cut from row groups of 40 or 100 (so
     many shards, two workers and several partitions; the near rule's exact check in
-    blocks of at most 5 texts), with duplicates found by the staged keys' rules."""
+    ranges of ~4 pair codes and blocks of at most 5 texts), with duplicates found by
+    the staged keys' rules."""
     given = [a.format(columns=column_dataset, run=undeduped_run, reprinted=reprinted) for a in args]
     monkeypatch.setattr(job, "KEY_SLICE_BYTES", 1)  # a slice per row group...
     monkeypatch.setattr(job, "KEY_SLICE_ROWS", 17)  # ...cut in pieces of 17 rows
     monkeypatch.setattr(near_check, "BLOCK_TEXTS", 5)
+    monkeypatch.setattr(near_check, "SAMPLE_EVERY", 2)
+    monkeypatch.setattr(near_check, "RANGE_CODES", 4)
     staged = _dedupe(given, tmp_path / "staged")
     with monkeypatch.context() as m:
         m.setattr(job, "_stages_row_keys", lambda *given: False)
@@ -147,7 +150,7 @@ def test_the_decision_reads_no_key_text_no_lineage_and_no_fingerprint(
 ) -> None:
     """With the row keys staged, the one process that decides reads no key column, no
     lineage and no fingerprint of every row: it holds ranks of digests, and reads back
-    the near candidates' texts and the lineage of the rows pointers name."""
+    the lineage of the rows pointers name (the near check's tasks read the texts)."""
     reads: list[list[str]] = []
     original = job._read
 

@@ -17,7 +17,8 @@ group ranks; the matching then decides among the rows that share a group or a ne
 pair, :func:`~pipeline.dedupe.clusters.find_duplicates`): the
 gate's workers computed each row's normalised key digest and MinHash signature
 (:mod:`pipeline.dedupe.row_keys`, read through :meth:`GlobalContext.row_keys`), and the
-stage reads those and, for the exact Jaccard check, the texts of the near candidates only.
+stage reads those; the near candidates are found and checked on the engine, whose check
+tasks read the candidates' texts (:class:`StagedTexts`).
 Without staged row keys the stage computes them from the key texts (the reference path).
 """
 
@@ -46,7 +47,7 @@ from pipeline.decide.context import (
 from pipeline.decide.repeats import dense_ranks, digest_prefix, repeated
 from pipeline.dedupe.keys import DedupeKey, text_columns
 from pipeline.dedupe.minhash import LshParams
-from pipeline.dedupe.near_check import NearCheck
+from pipeline.dedupe.near_check import STORED
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.partitions import NearSearch
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
@@ -55,6 +56,8 @@ from pipeline.kinds import get_kind
 from pipeline.storage import RunStorage
 
 __all__ = ["Dedupe"]
+
+I64 = npt.NDArray[np.int64]
 
 _ON_DUPLICATES: Final = frozenset({Disposition.DUPLICATE})
 #: staged lineage the stage reads for its rows: exact groups, and what pointers name
@@ -366,20 +369,13 @@ def _row_keys(
     exact: npt.NDArray[np.int64] | None,
 ) -> RowKeys:
     """The gate's row keys of the accepted rows (``frame``'s rows, in order): the
-    normalised groups ranked here, the near candidates found on the engine
-    (:mod:`pipeline.dedupe.partitions`), and the key texts, signatures and record digests
-    of only the rows asked for (the near candidates; the rows pointers name). ``exact``:
-    the exact groups (:func:`_exact_ranks`), if ranked."""
+    normalised groups ranked here, the near pairs found and checked on the engine
+    (:mod:`pipeline.dedupe.partitions`, :mod:`pipeline.dedupe.near_check`), and the
+    signatures and record digests of only the rows asked for (the verified pairs'; the
+    rows pointers name). ``exact``: the exact groups (:func:`_exact_ranks`), if ranked."""
+    stem = ctx.storage.row_keys_stem(kind)
     apart = get_kind(kind).apart
     columns = _available(ctx, kind, [apart.get(c, c) for c in key.columns])
-    normalisation = Normalisation.from_settings(ctx.config.dedupe)
-    stem = ctx.storage.row_keys_stem(kind)
-
-    source = StagedTexts(ctx.storage, kind, tuple(columns), normalisation)
-    keys = frame.select(KEYS)
-
-    def texts(at: npt.NDArray[np.int64]) -> pl.Series:
-        return source.texts(keys[at].to_arrow())
 
     def signatures(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
         found = _fetched(ctx, kind, frame.select(KEYS)[at], [SIGNATURE], stem)
@@ -387,12 +383,14 @@ def _row_keys(
         values = found[SIGNATURE].to_numpy().astype(np.uint32).reshape(len(at), permutations)
         return np.ascontiguousarray(values.T)
 
-    def candidates(
+    def near(
         groups: npt.NDArray[np.int64],
         text_rows: npt.NDArray[np.int64],
         text_rank: npt.NDArray[np.int64],
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        return _near_candidates(ctx, kind, rows, is_accepted, groups, text_rows, text_rank)
+    ) -> tuple[I64, I64, npt.NDArray[np.float64], int]:
+        return _near_pairs(
+            ctx, kind, columns, rows, is_accepted, frame, groups, text_rows, text_rank
+        )
 
     def lineage(at: npt.NDArray[np.int64]) -> pl.DataFrame:
         named = frame.select(KEYS)[at]
@@ -404,18 +402,8 @@ def _row_keys(
         normalised = _normalised_ranks(ctx, kind, rows, is_accepted, frame)
     else:  # the near rule's tasks pair the text maps with the row keys by position
         ctx.values(kind, rows, {}, stem=stem)
-    near = ctx.config.dedupe.near
-    params = LshParams.from_settings(ctx.config.dedupe)
-    check = NearCheck(ctx.engine, ctx.storage, kind, lambda at: keys[at].to_arrow(), source, params)
-    return RowKeys(
-        normalised,
-        candidates if near else None,
-        signatures if near else None,
-        texts,
-        exact,
-        lineage,
-        check if near else None,
-    )
+    on = ctx.config.dedupe.near
+    return RowKeys(normalised, near if on else None, signatures if on else None, exact, lineage)
 
 
 @dataclass(frozen=True)
@@ -449,34 +437,50 @@ class StagedTexts:
         )
 
 
-def _near_candidates(
+def _near_pairs(
     ctx: GlobalContext,
     kind: str,
+    columns: Sequence[str],
     rows: pl.DataFrame,
     is_accepted: pl.Series,
-    groups: npt.NDArray[np.int64],
-    text_rows: npt.NDArray[np.int64],
-    text_rank: npt.NDArray[np.int64],
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The near candidate pairs among the texts (``text_rows``: each text's place among
-    the accepted rows; ``groups``: each accepted row's normalised group, which is its
-    text if it is the text's row): a text map staged per shard, then one engine task per
-    partition. The maps are built a shard at a time (24 bytes a row for the whole run's
-    rows at once, ~11 MB of the parent's peak at 440 K rows). A shard's rows are one run
-    of the state's rows: counted as such (grouping every row by its shard took ~36 MB,
-    the near run's peak, at 1 M rows)."""
+    frame: pl.DataFrame,
+    groups: I64,
+    text_rows: I64,
+    text_rank: I64,
+) -> tuple[I64, I64, npt.NDArray[np.float64], int]:
+    """The near pairs among the texts (``text_rows``: each text's place among the
+    accepted rows, ``frame``'s; ``groups``: each accepted row's normalised group, which
+    is its text if it is the text's row), found and checked on the engine
+    (:meth:`~pipeline.dedupe.partitions.NearSearch.verified`): a text map staged per
+    shard, built a shard at a time (24 bytes a row for the whole run's rows at once,
+    ~11 MB of the parent's peak at 440 K rows). A shard's rows are one run of the
+    state's rows: counted as such (grouping every row by its shard took ~36 MB, the
+    near run's peak, at 1 M rows). The check's tasks read the texts from the staged
+    rows (:class:`StagedTexts`: their payload ``columns``) at each text's shard and
+    line."""
     shards = rows["_shard"].rle().struct.unnest()
     engine = ctx.config.engine
+    settings = ctx.config.dedupe
     search = NearSearch(
         ctx.engine,
         ctx.storage,
         kind,
         tuple(zip(shards["value"].to_list(), shards["len"].to_list(), strict=True)),
-        LshParams.from_settings(ctx.config.dedupe),
+        LshParams.from_settings(settings),
         engine.resolved_workers(),
         engine.partitions,
     )
-    return search.candidates(is_accepted.to_numpy(), groups, text_rows, text_rank, ctx.on_stage)
+    source = StagedTexts(ctx.storage, kind, tuple(columns), Normalisation.from_settings(settings))
+    addresses = frame.select(KEYS)[text_rows].with_columns(pl.Series(STORED, text_rows))
+    return search.verified(
+        is_accepted.to_numpy(),
+        groups,
+        text_rows,
+        text_rank,
+        addresses.to_arrow(),
+        source,
+        ctx.on_stage,
+    )
 
 
 def _fetched(
