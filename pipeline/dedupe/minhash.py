@@ -39,6 +39,7 @@ __all__ = [
     "band_keys",
     "candidate_pairs",
     "choose_bands",
+    "decoded_pairs",
     "estimated_pairs",
     "exact_similarities",
     "near_pairs",
@@ -357,24 +358,17 @@ def band_candidates(keys: U64, members: I64, rank: I64, texts: int, max_bucket: 
 
 
 def pairs_of_codes(codes: list[U64], texts: int) -> tuple[I64, I64]:
-    """Distinct (better, worse) text pairs from :func:`band_candidates`' codes, sorted.
-    Empties ``codes`` once it has joined them, so that the parts are freed then (if the
-    caller holds them nowhere else): on 10.8 M candidate pairs of templated texts, the
-    parts, their join, its sorted copy and the pairs decoded with copies held ~28 bytes a
-    pair at once (over 8 for the parts); the join sorted in place and decoded by one
-    ``divmod`` into views hold ~25 with no parts."""
+    """Distinct (better, worse) text pairs from :func:`band_candidates`' codes, sorted."""
     if not codes:
         empty = np.zeros(0, np.int64)
         return empty, empty
-    joined = np.concatenate(codes)
-    codes.clear()
-    joined.sort()
-    keep = np.ones(len(joined), dtype=np.bool_)
-    np.not_equal(joined[1:], joined[:-1], out=keep[1:])
-    unique = joined[keep]
-    del joined, keep
-    better, worse = np.divmod(unique, np.uint64(texts))
-    # quotients and remainders are text ids, far below 2**63: the views read them as is
+    return decoded_pairs(distinct(np.concatenate(codes)), texts)
+
+
+def decoded_pairs(codes: U64, texts: int) -> tuple[I64, I64]:
+    """The (better, worse) text ids of pair codes ``better * texts + worse``, by one
+    ``divmod``; the ids, far below 2**63, are read as signed integers without a copy."""
+    better, worse = np.divmod(codes, np.uint64(texts))
     return better.view(np.int64), worse.view(np.int64)
 
 

@@ -44,7 +44,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.core.arrays import distinct
-from pipeline.dedupe.minhash import LshParams, exact_similarities
+from pipeline.dedupe.minhash import LshParams, decoded_pairs, exact_similarities
 from pipeline.engines import Progress, Step
 from pipeline.storage import RunStorage
 
@@ -172,7 +172,7 @@ class CheckRanges:
     texts: int
     source: TextSource
     params: LshParams
-    block: tuple[int, int] = (BLOCK_TEXTS, BLOCK_PAIRS)
+    block: tuple[int, int]
 
 
 def check_step(ranges: CheckRanges) -> Step[CheckRanges, tuple[int, int], tuple[int, U64, F64]]:
@@ -190,8 +190,7 @@ def _check_range(
 ) -> tuple[int, U64, F64]:
     """The candidate pairs with codes in ``bounds``: how many, and those that verify."""
     codes = _range_codes(task, *bounds)
-    better, worse = np.divmod(codes, np.uint64(task.texts))
-    left, right = better.view(np.int64), worse.view(np.int64)
+    left, right = decoded_pairs(codes, task.texts)
     addresses = task.storage.whole_table(addresses_stem(task.stem))
     kept: list[I64] = []
     values: list[F64] = []

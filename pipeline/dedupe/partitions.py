@@ -46,7 +46,7 @@ import pyarrow as pa
 
 from pipeline.core.arrays import distinct
 from pipeline.dedupe import near_check
-from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys
+from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys, decoded_pairs
 from pipeline.dedupe.near_check import CheckRanges, TextSource, addresses_stem, check_step
 from pipeline.dedupe.row_keys import SHINGLED, SIGNATURE
 from pipeline.engines import Engine, Progress, Step
@@ -191,10 +191,10 @@ class NearSearch:
         on_stage(f"{self.kind}: dedupe: exact check ({len(ranges)} range{'s' * (len(ranges) > 1)})")
         checked = self.engine.map(check_step(check), ranges)
         codes = np.concatenate([c for _, c, _ in checked]) if checked else np.zeros(0, np.uint64)
-        better, worse = np.divmod(codes, np.uint64(len(text_rows)))
+        better, worse = decoded_pairs(codes, len(text_rows))
         similarity = np.concatenate([v for _, _, v in checked]) if checked else np.zeros(0)
         candidates = sum(n for n, _, _ in checked)
-        return better.view(np.int64), worse.view(np.int64), similarity, candidates
+        return better, worse, similarity, candidates
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class CandidateSearch:
     texts: int
     partitions: int
     #: a candidate task returns every this-many-th of its codes (ranges are cut at them)
-    sample_every: int = near_check.SAMPLE_EVERY
+    sample_every: int
 
 
 def shuffle_step(search: CandidateSearch) -> Step[CandidateSearch, int, int]:
