@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["distinct", "isin"]
+__all__ = ["distinct", "isin", "ragged_arange"]
 
 G = TypeVar("G", bound=np.generic)
 
@@ -57,3 +57,11 @@ def isin(values: npt.NDArray[Any], among: npt.NDArray[Any]) -> npt.NDArray[np.bo
         np.minimum(at, len(keys) - 1, out=at)
         out[lo : lo + len(part)] = keys[at] == part
     return found
+
+
+def ragged_arange(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``concat(arange(c) for c in counts)``, vectorised: the place of each item of a
+    ragged array within its row, for rows of ``counts`` items."""
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)

@@ -29,12 +29,13 @@ import numpy.typing as npt
 import polars as pl
 import xxhash
 
-from pipeline.core.arrays import distinct, isin
+from pipeline.core.arrays import distinct, isin, ragged_arange
 from pipeline.core.config import DedupeSettings
 
 __all__ = [
     "LshParams",
     "NearPairs",
+    "Shingles",
     "band_candidates",
     "band_keys",
     "candidate_pairs",
@@ -44,7 +45,9 @@ __all__ = [
     "exact_similarities",
     "near_pairs",
     "pairs_of_codes",
+    "set_similarities",
     "shingle_hashes",
+    "shingle_sets",
     "signatures",
     "verified_pairs",
 ]
@@ -169,13 +172,6 @@ class Shingles:
     @property
     def counts(self) -> I64:
         return np.diff(self.offsets)
-
-
-def _ragged_arange(counts: I64) -> I64:
-    """``concat(arange(c) for c in counts)``, vectorised."""
-    total = int(counts.sum())
-    starts = np.cumsum(counts) - counts
-    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
 
 
 def _tokens(texts: pl.Series) -> tuple[pl.Series, I64]:
@@ -343,7 +339,7 @@ def _bucket_pairs(members: I64, keys: U64, max_bucket: int) -> tuple[I64, I64]:
     pos = np.arange(n, dtype=np.int64) - start_of
     partners = np.where(pos < max_bucket, size_of - 1 - pos, 0).astype(np.int64)
     left = np.repeat(np.arange(n, dtype=np.int64), partners)
-    right = left + 1 + _ragged_arange(partners)
+    right = left + 1 + ragged_arange(partners)
     return members[left], members[right]
 
 
@@ -478,7 +474,7 @@ def _unique_sets(sh: Shingles) -> Shingles:
 def _gather(sets: _SetParts, texts: I64) -> tuple[I64, U64]:
     """(pair index, shingle hash) for the sets of ``texts`` (one text per pair)."""
     counts = sets.counts[texts]
-    index = np.repeat(sets.offsets[texts], counts) + _ragged_arange(counts)
+    index = np.repeat(sets.offsets[texts], counts) + ragged_arange(counts)
     return np.repeat(np.arange(len(texts), dtype=np.int64), counts), sets.take(index)
 
 
@@ -613,21 +609,40 @@ def exact_similarities(
     if not len(left):
         return np.zeros(0, np.float64)
     involved, local_left, local_right = _in_order(left, right, stored)
+    sets = _read_sets(involved, texts_of, params)
+    if len(sets.parts) > 1 and sets.offsets[-1] <= _JOINED_HASHES:
+        sets = _SetParts.of([sets.joined()])
+    return _jaccard_of_sets(sets, local_left, local_right)
+
+
+def shingle_sets(ids: I64, texts_of: Callable[[I64], pl.Series], params: LshParams) -> Shingles:
+    """The distinct shingle hashes of the texts ``ids``, in their order (``texts_of`` as
+    for :func:`verified_pairs`, asked for as :func:`exact_similarities` asks): what the
+    exact check compares, for :func:`set_similarities` to compare elsewhere."""
+    return _read_sets(ids, texts_of, params).joined()
+
+
+def set_similarities(sets: Shingles, left: I64, right: I64) -> F64:
+    """The exact Jaccard similarity of each pair (``left[i]``, ``right[i]``) of
+    ``sets`` (places among them): :func:`exact_similarities` of the texts they are the
+    :func:`shingle_sets` of."""
+    return _jaccard_of_sets(_SetParts.of([sets]), left, right)
+
+
+def _read_sets(ids: I64, texts_of: Callable[[I64], pl.Series], params: LshParams) -> _SetParts:
+    """The shingle sets of the texts ``ids``, in their order: asked for ~``_VERIFY_BYTES``
+    at a time, and only the sets kept (a part per piece)."""
     parts: list[Shingles] = []
     lo, count = 0, _VERIFY_FIRST_TEXTS
-    while lo < len(involved):
-        texts = texts_of(involved[lo : lo + count])
+    while lo < len(ids):
+        texts = texts_of(ids[lo : lo + count])
         parts.append(_SetParts.of(_shingle_sets(texts, params)).joined())
         lo += count
         # as many texts as make _VERIFY_BYTES at the mean size of the last piece; at
         # most twice as many as it, and _VERIFY_MAX_TEXTS, should the texts grow
         mean = max(int(texts.str.len_bytes().fill_null(0).sum()) // max(len(texts), 1), 1)
         count = min(max(_VERIFY_BYTES // mean, 1), 2 * count, _VERIFY_MAX_TEXTS)
-    sets = _SetParts.of(parts)
-    del parts
-    if len(sets.parts) > 1 and sets.offsets[-1] <= _JOINED_HASHES:
-        sets = _SetParts.of([sets.joined()])
-    return _jaccard_of_sets(sets, local_left, local_right)
+    return _SetParts.of(parts)
 
 
 def _in_order(left: I64, right: I64, stored: I64 | None) -> tuple[I64, I64, I64]:

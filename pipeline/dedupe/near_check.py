@@ -1,35 +1,45 @@
 """The near rule's exact check on the engine: the candidate pairs are deduplicated and
 checked by tasks, a range of pair codes each, so no process holds every candidate pair
-or the shingle sets of every candidate text.
+or the shingle sets of every candidate text, and each text is read and shingled once.
 
 Each candidate task (:mod:`pipeline.dedupe.partitions`) stages its partition's distinct
-pair codes (``better * texts + worse``), sorted, and returns how many and every
-:data:`SAMPLE_EVERY`-th of them. From those samples the driver cuts the codes' space
-into ranges of about :data:`RANGE_CODES` codes (:func:`code_ranges`), and stages where
-each text is stored (its *address*: a run's shard and line, a dataset's row; and its
-row, the order texts are stored in). Then a task per range:
+pair codes (``better * texts + worse``), sorted, and the distinct texts they name, and
+returns how many codes and every :data:`SAMPLE_EVERY`-th of them. From those samples the
+driver cuts the codes' space into ranges of about :data:`RANGE_CODES` codes
+(:func:`code_ranges`), and stages where each text is stored (its *address*: a run's
+shard and line, a dataset's row; and its row, the order texts are stored in). Then:
 
-1. reads its range of every partition's codes (a pair found by bands in several
-   partitions is there several times) and keeps the distinct ones: the range's
-   candidate pairs, counted once;
-2. cuts them into blocks of consecutive pairs that name at most :data:`BLOCK_TEXTS`
-   distinct texts and hold at most :data:`BLOCK_PAIRS` pairs (:func:`blocks`); for each
-   block, reads its texts through the caller's :class:`TextSource` in stored order,
-   shingles them and compares its pairs
-   (:func:`~pipeline.dedupe.minhash.exact_similarities`, the reference path's code);
-3. returns its count and the codes and similarities of the pairs that reach the
-   threshold.
+1. **sets**, a task per shard (:func:`stage_sets`): the shard's texts that some
+   candidate pair names, read in stored order through the caller's
+   :class:`TextSource` (one read of the shard), shingled, and their shingle sets staged
+   by row;
+2. **check**, a task per range of codes (:func:`check_step`):
+
+   a. reads its range of every partition's codes (a pair found by bands in several
+      partitions is there several times) and keeps the distinct ones: the range's
+      candidate pairs, counted once;
+   b. cuts them into blocks of consecutive pairs that name at most :data:`BLOCK_TEXTS`
+      distinct texts and hold at most :data:`BLOCK_PAIRS` pairs (:func:`blocks`); for
+      each block, gathers its texts' shingle sets from the memory-mapped sets of the
+      shards they are stored in and compares its pairs
+      (:func:`~pipeline.dedupe.minhash.set_similarities`: the reference path's
+      comparison of the same sets);
+   c. returns its count and the codes and similarities of the pairs that reach the
+      threshold.
 
 Every code falls in one range and a pair's similarity depends on its two texts alone,
 so the pairs kept and the candidate count are the same for any partition count, range
 cut, block cut, worker count and engine; the ranges are in code order, so the pairs
-come back sorted as the driver would sort them.
+come back sorted as the driver would sort them. The sets are staged first because a
+block names texts from all over the input (text ids are ranks of digests): a block that
+read its own texts read nearly every shard, so many blocks read the input many times.
 
-Memory: the driver holds the samples, the ranges and the verified pairs; a task, its
-range's codes (~8 bytes each, twice while deduplicating), a block's shingle sets (8
-bytes a distinct shingle: ~120 MB for 32,768 texts of ~450 shingles) and the check's
-join of ``_VERIFY_CHUNK`` hashes a side (~100 MB). A text named by several blocks is
-read by each of them.
+Memory: the driver holds the samples, the ranges and the verified pairs; a sets task,
+its shard's candidate texts' sets (8 bytes a distinct shingle); a check task, its
+range's codes (~8 bytes each, twice while deduplicating), a block's shingle sets
+(~120 MB for 32,768 texts of ~450 shingles) and the check's join of ``_VERIFY_CHUNK``
+hashes a side (~100 MB). Staged: 8 bytes a distinct id per partition, and 8 bytes a
+shingle of each candidate text (about 1.3 times its text).
 """
 
 from __future__ import annotations
@@ -43,8 +53,14 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline.core.arrays import distinct
-from pipeline.dedupe.minhash import LshParams, decoded_pairs, exact_similarities
+from pipeline.core.arrays import distinct, ragged_arange
+from pipeline.dedupe.minhash import (
+    LshParams,
+    Shingles,
+    decoded_pairs,
+    set_similarities,
+    shingle_sets,
+)
 from pipeline.engines import Progress, Step
 from pipeline.storage import RunStorage
 
@@ -62,6 +78,7 @@ __all__ = [
     "code_ranges",
     "codes_stem",
     "stage_codes",
+    "stage_sets",
 ]
 
 I64 = npt.NDArray[np.int64]
@@ -79,10 +96,13 @@ SAMPLE_EVERY: Final = 1 << 12
 #: the address table's column of each text's row (the order texts are stored in)
 STORED: Final = "_stored"
 _CODE: Final = "_code"
+#: the staged texts a partition's codes name, and a shard's candidate texts' sets
+_ID: Final = "_text_id"
+_SHINGLES: Final = "_shingles"
 
 
 class TextSource(Protocol):
-    """Where a check task reads texts: picklable, compared by value (a worker keeps it).
+    """Where a sets task reads texts: picklable, compared by value (a worker keeps it).
     ``texts(addresses)``: the normalised key texts at ``addresses`` (rows of the address
     table the driver staged, in stored order), in their order."""
 
@@ -92,6 +112,14 @@ class TextSource(Protocol):
 def codes_stem(stem: str) -> str:
     """The staged stem of a candidate task's sorted distinct pair codes."""
     return f"{stem}.near-codes"
+
+
+def _ids_stem(stem: str) -> str:
+    return f"{stem}.near-ids"
+
+
+def _sets_stem(stem: str) -> str:
+    return f"{stem}.near-sets"
 
 
 def addresses_stem(stem: str) -> str:
@@ -150,21 +178,26 @@ def _named(left: I64, right: I64, lo: int, hi: int) -> int:
 
 
 def stage_codes(
-    storage: RunStorage, stem: str, partition: int, codes: U64, every: int
+    storage: RunStorage, stem: str, partition: int, codes: U64, every: int, texts: int
 ) -> tuple[int, U64]:
-    """Stage a candidate task's sorted distinct ``codes``; return how many, and every
-    ``every``-th of them (the samples ranges are cut at)."""
+    """Stage a candidate task's sorted distinct ``codes`` (of ``texts`` texts) and the
+    distinct texts they name; return how many codes, and every ``every``-th of them (the
+    samples ranges are cut at)."""
     storage.stage_table(partition, codes_stem(stem), pa.table({_CODE: pa.array(codes)}))
+    better, worse = decoded_pairs(codes, texts)
+    named = distinct(np.concatenate([distinct(better), distinct(worse)]))
+    storage.stage_table(partition, _ids_stem(stem), pa.table({_ID: pa.array(named)}))
     return len(codes), codes[every - 1 :: every].copy()
 
 
 @dataclass(frozen=True)
 class CheckRanges:
-    """What every check task needs (compared by value: a worker keeps it): where the
-    candidate tasks' codes are (``stem``, ``partitions``), how many texts there are
-    (codes are ``better * texts + worse``), the staged addresses of the texts, read
-    through ``source``, ``params`` (the threshold), and a block's bounds (texts, pairs:
-    :data:`BLOCK_TEXTS`, :data:`BLOCK_PAIRS`)."""
+    """What every sets and check task needs (compared by value: a worker keeps it):
+    where the candidate tasks' codes are (``stem``, ``partitions``), how many texts there
+    are (codes are ``better * texts + worse``), the staged addresses of the texts, read
+    through ``source``, ``params`` (the threshold), a block's bounds (texts, pairs:
+    :data:`BLOCK_TEXTS`, :data:`BLOCK_PAIRS`), and the ``shards`` whose texts are stored
+    in order, from rows ``starts`` on (the first :data:`STORED` of each)."""
 
     storage: RunStorage
     stem: str
@@ -173,6 +206,34 @@ class CheckRanges:
     source: TextSource
     params: LshParams
     block: tuple[int, int]
+    shards: tuple[int, ...]
+    starts: tuple[int, ...]
+
+
+def stage_sets(task: CheckRanges, shard: int, ids: I64) -> int:
+    """Stage the shingle sets of those of ``ids`` (a shard's texts, in stored order) that
+    a candidate pair names, by their :data:`STORED` rows; return how many. The texts are
+    read through the task's source in stored order, ~32 MB at a time."""
+    named = np.zeros(len(ids), np.bool_)
+    for partition in range(task.partitions):
+        among = task.storage.staged_table(partition, _ids_stem(task.stem))[_ID].to_numpy()
+        named |= _found(among, ids)
+    candidates = ids[named]
+    if not len(candidates):
+        return 0
+    addresses = task.storage.whole_table(addresses_stem(task.stem))
+    found = addresses.take(pa.array(candidates, pa.int64()))
+
+    def texts_of(at: I64) -> pl.Series:
+        return task.source.texts(found.take(pa.array(at, pa.int64())))
+
+    sets = shingle_sets(np.arange(len(candidates), dtype=np.int64), texts_of, task.params)
+    shingles = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes))
+    stored = found[STORED].combine_chunks()
+    task.storage.stage_table(
+        shard, _sets_stem(task.stem), pa.table({STORED: stored, _SHINGLES: shingles})
+    )
+    return len(candidates)
 
 
 def check_step(ranges: CheckRanges) -> Step[CheckRanges, tuple[int, int], tuple[int, U64, F64]]:
@@ -217,22 +278,49 @@ def _range_codes(task: CheckRanges, lo: int, hi: int) -> U64:
 
 def _check_block(task: CheckRanges, addresses: pa.Table, left: I64, right: I64) -> tuple[I64, F64]:
     """A block's pairs (text ids) that reach the threshold (places in the block) and
-    their similarities: its texts read in stored order."""
+    their similarities: its texts' staged sets gathered in stored order."""
     named = distinct(np.concatenate([left, right]))
-    found = addresses.take(pa.array(named, pa.int64()))
-    order = np.argsort(found[STORED].to_numpy(), kind="stable")
+    stored = addresses[STORED].take(pa.array(named, pa.int64())).to_numpy()
+    order = np.argsort(stored, kind="stable")
     place = np.empty(len(named), np.int64)
     place[order] = np.arange(len(named), dtype=np.int64)
-    ordered = found.take(pa.array(order, pa.int64()))
-
-    def texts_of(at: I64) -> pl.Series:
-        return task.source.texts(ordered.take(pa.array(at, pa.int64())))
-
-    similarity = exact_similarities(
-        place[np.searchsorted(named, left)],
-        place[np.searchsorted(named, right)],
-        texts_of,
-        task.params,
+    sets = _gathered_sets(task, stored[order])
+    similarity = set_similarities(
+        sets, place[np.searchsorted(named, left)], place[np.searchsorted(named, right)]
     )
     keep = np.flatnonzero(similarity >= task.params.threshold)
     return keep.astype(np.int64), similarity[keep]
+
+
+def _gathered_sets(task: CheckRanges, stored: I64) -> Shingles:
+    """The staged shingle sets of the texts stored at rows ``stored`` (sorted), in that
+    order: each shard's from its memory-mapped sets, found by a binary search."""
+    owner = np.searchsorted(np.array(task.starts, np.int64), stored, side="right") - 1
+    bounds = np.searchsorted(owner, np.arange(len(task.shards) + 1))
+    counts = np.zeros(len(stored), np.int64)
+    hashes: list[U64] = []
+    for index in np.flatnonzero(np.diff(bounds)).tolist():
+        lo, hi = int(bounds[index]), int(bounds[index + 1])
+        table = task.storage.staged_table(task.shards[index], _sets_stem(task.stem))
+        keys = table[STORED].to_numpy()
+        if not _found(keys, stored[lo:hi]).all():
+            raise AssertionError(f"shard {task.shards[index]}: a candidate text has no set")
+        at = np.searchsorted(keys, stored[lo:hi])
+        # the one batch stage_sets wrote: combining chunks would copy the whole file
+        (column,) = table[_SHINGLES].chunks
+        offsets = column.offsets.to_numpy()
+        first, count = offsets[at], offsets[at + 1] - offsets[at]
+        counts[lo:hi] = count
+        hashes.append(column.values.to_numpy()[np.repeat(first, count) + ragged_arange(count)])
+    offsets = np.zeros(len(stored) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return Shingles(np.concatenate(hashes) if hashes else np.zeros(0, np.uint64), offsets)
+
+
+def _found(among: npt.NDArray[np.int64], values: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Whether each of ``values`` is in ``among`` (sorted), by a binary search of each."""
+    if not len(among):
+        return np.zeros(len(values), np.bool_)
+    at = np.minimum(np.searchsorted(among, values), len(among) - 1)
+    found: npt.NDArray[np.bool_] = among[at] == values
+    return found

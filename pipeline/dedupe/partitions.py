@@ -38,7 +38,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +59,7 @@ __all__ = [
     "candidate_step",
     "partition_count",
     "partitions_for",
+    "sets_step",
     "shuffle_step",
     "text_map_stem",
     "write_text_map",
@@ -67,6 +68,7 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
+_Kept = TypeVar("_Kept")
 
 #: A partition's entries, about: (band, key, text, rank) per text and band.
 PARTITION_BYTES: Final = 64 << 20
@@ -149,7 +151,9 @@ class NearSearch:
         partition (the candidates, staged) and one per range of pair codes (the check,
         :mod:`pipeline.dedupe.near_check`). The driver never holds the candidate pairs."""
         lo = placed = 0
+        starts = []
         for shard, size in self.shards:
+            starts.append(placed)
             took = taking[lo : lo + size]
             at = np.arange(placed, placed + int(took.sum()), dtype=np.int64)
             group = groups[at]
@@ -187,7 +191,12 @@ class NearSearch:
             source,
             self.params,
             (near_check.BLOCK_TEXTS, near_check.BLOCK_PAIRS),
+            search.shards,
+            tuple(starts),
         )
+        if total:
+            on_stage(f"{self.kind}: dedupe: candidate texts' shingle sets")
+            self.engine.map(sets_step(check), search.shards)
         on_stage(f"{self.kind}: dedupe: exact check ({len(ranges)} range{'s' * (len(ranges) > 1)})")
         checked = self.engine.map(check_step(check), ranges)
         codes = np.concatenate([c for _, c, _ in checked]) if checked else np.zeros(0, np.uint64)
@@ -226,8 +235,21 @@ def candidate_step(search: CandidateSearch) -> Step[CandidateSearch, int, tuple[
     return Step(_init, (search,), _partition_candidates)
 
 
-def _init(search: CandidateSearch) -> CandidateSearch:
+def sets_step(check: CheckRanges) -> Step[CheckRanges, int, int]:
+    """The step whose task ``shard`` stages the shingle sets of that shard's texts that a
+    candidate pair names (:func:`~pipeline.dedupe.near_check.stage_sets`; after
+    :func:`candidate_step` ran over every partition), and returns how many."""
+    return Step(_init, (check,), _shard_sets)
+
+
+def _init(search: _Kept) -> _Kept:
     return search
+
+
+def _shard_sets(check: CheckRanges, shard: int, progress: Progress) -> int:
+    """The shard's texts from its text map (in stored order), to :func:`stage_sets`."""
+    text = check.storage.staged_table(shard, text_map_stem(check.stem))[_TEXT].to_numpy()
+    return near_check.stage_sets(check, shard, text[text >= 0].astype(np.int64))
 
 
 def _entries_stem(kind: str) -> str:
@@ -275,7 +297,7 @@ def _partition_candidates(
             found.append(band_candidates(key, text, rank, search.texts, search.params.max_bucket))
     codes = distinct(np.concatenate(found)) if found else np.zeros(0, np.uint64)
     return near_check.stage_codes(
-        search.storage, search.kind, partition, codes, search.sample_every
+        search.storage, search.kind, partition, codes, search.sample_every, search.texts
     )
 
 

@@ -229,8 +229,8 @@ def _slice_frame(job: DatasetKeys, task: KeySlice) -> pl.DataFrame:
 
 def _span_frame(job: DatasetKeys, task: KeySlice, local: I64) -> pl.DataFrame:
     """The key columns of some of the slice's rows (``local``: their places in it), read
-    from the span of rows they lie in: the exact check asks for a block's texts in
-    order, a span at a time, so each slice is read about once a block, not once a span."""
+    from the span of rows they lie in: the near check's sets task asks for its slice's
+    candidate texts in stored order, a piece at a time, so each row is read once."""
     first = int(local.min())
     span = replace(task, first=task.first + first, rows=int(local.max()) + 1 - first)
     return _slice_frame(job, span)[local - first]
@@ -420,7 +420,7 @@ def _rows_of(
 @dataclass(frozen=True)
 class DatasetTexts:
     """The normalised key texts of a dataset's rows, read from its slices wherever the
-    job's tasks can read them (the driver, or a near check task:
+    job's tasks can read them (the driver, or a near sets task:
     :class:`~pipeline.dedupe.near_check.TextSource`)."""
 
     job: DatasetKeys

@@ -111,11 +111,13 @@ class _Listed:
 
 
 def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path) -> None:
-    """Every pair of 12 texts, its codes split over three candidate tasks that share some
-    (a pair found in several partitions), checked a range of codes at a time and a block
-    of five texts at a time: the pairs kept, their similarities and the candidate count
-    are those of one check of every pair. Two of the texts are exactly at the threshold
-    (4 of 5 shingles shared: 0.8), and are kept."""
+    """Every pair of 12 texts but the last's, its codes split over three candidate tasks
+    that share some (a pair found in several partitions), the texts stored in reverse
+    over three shards, checked a range of codes at a time and a block of five texts at a
+    time: the pairs kept, their similarities and the candidate count are those of one
+    check of every pair, and the last text, which no pair names, has no set staged. Two
+    of the texts are exactly at the threshold (4 of 5 shingles shared: 0.8), and are
+    kept."""
     words = [f"w{i}" for i in range(30)]
     texts = (
         " ".join(words[:8]),  # 4 shingles of 5 words
@@ -125,7 +127,8 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
     )
     n = len(texts)
     left, right = (
-        np.array(side, np.int64) for side in zip(*itertools.combinations(range(n), 2), strict=True)
+        np.array(side, np.int64)
+        for side in zip(*itertools.combinations(range(n - 1), 2), strict=True)
     )
     codes = left.astype(np.uint64) * np.uint64(n) + right.astype(np.uint64)
     params = LshParams()
@@ -134,14 +137,20 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
     assert reference[0] == params.threshold  # texts 0 and 1
     storage = RunStorage(tmp_path)
     parts = [codes[0::2], codes[1::2], codes[::3]]  # all of them, some twice; each sorted
-    found = [near_check.stage_codes(storage, "k", p, part, 2) for p, part in enumerate(parts)]
+    found = [near_check.stage_codes(storage, "k", p, part, 2, n) for p, part in enumerate(parts)]
     ids = np.arange(n, dtype=np.int64)
     storage.stage_whole(near_check.addresses_stem("k"), pa.table({"_i": ids, STORED: ids[::-1]}))
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(near_check, "RANGE_CODES", 9)
         ranges = code_ranges([sample for _, sample in found], len(codes), 2, 2)
     assert len(ranges) > 3
-    task = CheckRanges(storage, "k", len(parts), n, source, params, (5, 1 << 20))
+    shards = (7, 8, 9)  # rows 0-3, 4-7, 8-11: texts 11-8, 7-4, 3-0
+    task = CheckRanges(storage, "k", len(parts), n, source, params, (5, 1 << 20), shards, (0, 4, 8))
+    staged = [
+        near_check.stage_sets(task, shard, (n - 1 - np.arange(4 * i, 4 * i + 4)).astype(np.int64))
+        for i, shard in enumerate(shards)
+    ]
+    assert staged == [3, 4, 4]
     step = check_step(task)
     state = step.init(*step.init_args)
     checked = [step.run(state, bounds, lambda *_: None) for bounds in ranges]

@@ -409,7 +409,7 @@ def _row_keys(
 @dataclass(frozen=True)
 class StagedTexts:
     """The normalised key texts of a kind's staged rows, read where the run's storage
-    is (the driver, or a near check task: :class:`~pipeline.dedupe.near_check.TextSource`)
+    is (the driver, or a near sets task: :class:`~pipeline.dedupe.near_check.TextSource`)
     from the staged payload ``columns`` (the kind's column names)."""
 
     storage: RunStorage
