@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from pipeline.core.arrays import distinct
+from pipeline.core.arrays import distinct_union
 from pipeline.dedupe import near_check
 from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys, decoded_pairs
 from pipeline.dedupe.near_check import CheckRanges, TextSource, addresses_stem, check_step
@@ -285,17 +285,20 @@ def _partition_candidates(
 ) -> tuple[int, U64]:
     """The candidate pair codes of the entries in ``partition``, from every shard's
     staged entries (that partition's record batch of each, read alone), band by band
-    (a band's entries are copied out of the batches and sorted, then freed); staged."""
+    (a band's entries are copied out of the batches and sorted, then freed, and its
+    pairs merged into the distinct codes so far: a pair whose texts share keys in many
+    bands is held once, not once a band); staged."""
     slices = [_partition_slice(search, shard, partition) for shard in search.shards]
-    found = []
+    codes = np.zeros(0, np.uint64)
     for band in range(search.params.bands if slices else 0):
         ranges = [part.slice(at[band], at[band + 1] - at[band]) for part, at in slices]
         key: U64 = np.concatenate([r[_KEY].to_numpy() for r in ranges])
         text: I64 = np.concatenate([r[_TEXT].to_numpy() for r in ranges])
         rank: I64 = np.concatenate([r[_RANK].to_numpy() for r in ranges])
         if len(key) > 1:
-            found.append(band_candidates(key, text, rank, search.texts, search.params.max_bucket))
-    codes = distinct(np.concatenate(found)) if found else np.zeros(0, np.uint64)
+            found = band_candidates(key, text, rank, search.texts, search.params.max_bucket)
+            codes = distinct_union(codes, found)
+            del found
     return near_check.stage_codes(
         search.storage, search.kind, partition, codes, search.sample_every, search.texts
     )

@@ -1,5 +1,7 @@
-"""``distinct``: ``np.unique``'s sorted distinct values, by a sort for integers; ``isin``:
-``np.isin`` by binary searches among the distinct values looked for."""
+"""``distinct``: ``np.unique``'s sorted distinct values, by a sort for integers;
+``distinct_union``: those of two arrays, the first already distinct; ``isin``:
+``np.isin`` by binary searches among the distinct values looked for; ``ragged_arange``:
+each item's place in its row."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from pipeline.core import arrays
-from pipeline.core.arrays import distinct, isin
+from pipeline.core.arrays import distinct, distinct_union, isin, ragged_arange
 
 _INTEGERS = st.sampled_from([np.int8, np.int32, np.int64, np.uint32, np.uint64, np.bool_])
 
@@ -21,6 +23,25 @@ def test_distinct_is_numpy_unique_for_integers(values: np.ndarray) -> None:
     expected = np.unique(values)
     assert found.dtype == expected.dtype
     assert np.array_equal(found, expected)
+
+
+@given(
+    st.sampled_from([np.int64, np.uint64, np.uint32]),
+    st.lists(st.integers(0, 60), max_size=80),
+    st.lists(st.integers(0, 60), max_size=80),
+)
+def test_distinct_union_is_numpy_union1d(dtype: type, known: list[int], more: list[int]) -> None:
+    first = np.unique(np.array(known, dtype))
+    found = distinct_union(first, np.array(more, dtype))
+    expected = np.union1d(first, np.array(more, dtype))
+    assert found.dtype == expected.dtype
+    assert np.array_equal(found, expected)
+
+
+@given(st.lists(st.integers(0, 6), max_size=20))
+def test_ragged_arange_numbers_each_rows_items(counts: list[int]) -> None:
+    expected = [place for count in counts for place in range(count)]
+    assert ragged_arange(np.array(counts, np.int64)).tolist() == expected
 
 
 def test_other_kinds_are_numpy_unique_nans_included() -> None:
