@@ -36,14 +36,16 @@ def distinct(values: npt.NDArray[G]) -> npt.NDArray[G]:
 
 def distinct_union(known: npt.NDArray[G], more: npt.NDArray[G]) -> npt.NDArray[G]:
     """``distinct(concatenate([known, more]))`` of integers, for ``known`` already sorted and
-    distinct: ``more`` is sorted alone, then the two runs are merged by numpy's stable sort,
-    which finds them and merges in linear time (35 M values: 0.1 s against 1.0 s for a
-    sort of the whole). Holds ~3 times the two, not every part that came before."""
-    joined = np.concatenate([known, np.sort(more)])
-    joined.sort(kind="stable")
-    keep = np.ones(len(joined), dtype=np.bool_)
-    keep[1:] = joined[1:] != joined[:-1]
-    return joined[keep]
+    distinct: the distinct values of ``more`` that ``known`` lacks, found by a binary
+    search each, inserted in place. Holds ``known``, the result and ``more``'s own arrays:
+    a 32 M-value union a band at a time peaked at ~3.5 times ``known`` when the two were
+    concatenated and sorted (a sort that merges two sorted runs), at ~2 times now."""
+    more = distinct(more)
+    at = np.searchsorted(known, more)
+    if len(known):
+        new = (at == len(known)) | (known[np.minimum(at, len(known) - 1)] != more)
+        at, more = at[new], more[new]
+    return np.insert(known, at, more)
 
 
 #: values :func:`isin` looks up at once (8 bytes each of positions)

@@ -322,35 +322,44 @@ def _band_key(band: U32) -> U64:
     return key
 
 
-def _bucket_pairs(members: I64, keys: U64, max_bucket: int) -> tuple[I64, I64]:
-    """Pairs (earlier, later) inside runs of equal ``keys`` (``members`` are sorted by key,
-    then by rank). A run longer than ``max_bucket`` is compared star-wise: each member
-    only with the run's first ``max_bucket`` members."""
+def band_candidates(keys: U64, members: I64, rank: I64, texts: int, max_bucket: int) -> U64:
+    """The candidate pairs one band gives among ``members`` (text ids, with their band
+    ``keys`` and survivor ``rank``), as codes ``better * texts + worse``: the pairs
+    (earlier, later) inside each run of equal keys, members ordered by key, then rank. A
+    run longer than ``max_bucket`` is compared star-wise: each member only with the
+    run's first ``max_bucket`` members. Every pair comes from one run of equal keys, so
+    the members may be split by key (partitions) and the union of the parts' codes is
+    the whole band's.
+
+    The pairs are made :data:`_PAIR_BLOCK` at a time into the codes: making them all at
+    once held ~48 bytes a pair (the pairs' places, their members, the codes), 1.1 GB for
+    one band of 24 M pairs of templated texts; now the codes' 8 and a block's."""
     n = len(keys)
     if n < 2:
-        empty = np.zeros(0, np.int64)
-        return empty, empty
+        return np.zeros(0, np.uint64)
+    order = np.lexsort((rank, keys))
+    members, keys = members[order], keys[order]
     boundary = np.ones(n, dtype=np.bool_)
     boundary[1:] = keys[1:] != keys[:-1]
     run_start = np.flatnonzero(boundary)
     run_len = np.diff(np.append(run_start, n))
-    start_of = np.repeat(run_start, run_len)
     size_of = np.repeat(run_len, run_len)
-    pos = np.arange(n, dtype=np.int64) - start_of
+    pos = np.arange(n, dtype=np.int64) - np.repeat(run_start, run_len)
     partners = np.where(pos < max_bucket, size_of - 1 - pos, 0).astype(np.int64)
-    left = np.repeat(np.arange(n, dtype=np.int64), partners)
-    right = left + 1 + ragged_arange(partners)
-    return members[left], members[right]
-
-
-def band_candidates(keys: U64, members: I64, rank: I64, texts: int, max_bucket: int) -> U64:
-    """The candidate pairs one band gives among ``members`` (text ids, with their band
-    ``keys`` and survivor ``rank``), as codes ``better * texts + worse``. Every pair comes
-    from one run of equal keys, so the members may be split by key (partitions) and the
-    union of the parts' codes is the whole band's."""
-    order = np.lexsort((rank, keys))
-    left, right = _bucket_pairs(members[order], keys[order], max_bucket)
-    return left.astype(np.uint64) * np.uint64(texts) + right.astype(np.uint64)
+    del boundary, size_of, pos
+    ends = np.cumsum(partners)
+    codes = np.empty(int(ends[-1]), np.uint64)
+    lo = 0
+    while lo < n:
+        done = int(ends[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(ends, done + _PAIR_BLOCK, side="right")), lo + 1)
+        left = np.repeat(np.arange(lo, hi, dtype=np.int64), partners[lo:hi])
+        right = left + 1 + ragged_arange(partners[lo:hi])
+        block = codes[done : int(ends[hi - 1])]
+        np.multiply(members[left].astype(np.uint64), np.uint64(texts), out=block)
+        block += members[right].astype(np.uint64)
+        lo = hi
+    return codes
 
 
 def pairs_of_codes(codes: list[U64], texts: int) -> tuple[I64, I64]:

@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import polars as pl
+import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -196,6 +197,35 @@ def test_shingle_sets_keep_each_texts_distinct_hashes_in_first_seen_order(
     expected = [list(dict.fromkeys(values)) for values in hashes]
     assert got.counts.tolist() == [len(values) for values in expected]
     assert got.hashes.tolist() == [h for values in expected for h in values]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9)), max_size=40),
+    st.integers(1, 5),
+    st.integers(1, 9),
+)
+def test_band_candidates_pair_each_run_of_equal_keys(
+    entries: list[tuple[int, int]], max_bucket: int, block: int
+) -> None:
+    """Each member (key, rank) meets every later one of its key's run, ordered by rank
+    then member, if it is among the run's first ``max_bucket``; the codes come in that
+    order, however many pairs are made at a time."""
+    texts = len(entries) + 1
+    members = np.arange(len(entries), dtype=np.int64)[::-1].copy()
+    keys = np.array([key for key, _ in entries], np.uint64)
+    rank = np.array([r for _, r in entries], np.int64)
+    ordered = sorted(range(len(entries)), key=lambda i: (entries[i][0], entries[i][1], i))
+    expected = []
+    for _, run in itertools.groupby(ordered, key=lambda i: entries[i][0]):
+        run_members = [int(members[i]) for i in run]
+        for at, better in enumerate(run_members[:max_bucket]):
+            expected += [better * texts + worse for worse in run_members[at + 1 :]]
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(minhash, "_PAIR_BLOCK", block)
+        found = minhash.band_candidates(keys, members, rank, texts, max_bucket)
+    assert found.dtype == np.uint64
+    assert found.tolist() == expected
 
 
 def test_a_huge_bucket_is_compared_star_wise() -> None:
