@@ -47,7 +47,7 @@ __all__ = [
     "pairs_of_codes",
     "set_similarities",
     "shingle_hashes",
-    "shingle_sets",
+    "shingle_set_pieces",
     "signatures",
     "verified_pairs",
 ]
@@ -618,40 +618,35 @@ def exact_similarities(
     if not len(left):
         return np.zeros(0, np.float64)
     involved, local_left, local_right = _in_order(left, right, stored)
-    sets = _read_sets(involved, texts_of, params)
+    sets = _SetParts.of(list(shingle_set_pieces(involved, texts_of, params)))
     if len(sets.parts) > 1 and sets.offsets[-1] <= _JOINED_HASHES:
         sets = _SetParts.of([sets.joined()])
     return _jaccard_of_sets(sets, local_left, local_right)
 
 
-def shingle_sets(ids: I64, texts_of: Callable[[I64], pl.Series], params: LshParams) -> Shingles:
-    """The distinct shingle hashes of the texts ``ids``, in their order (``texts_of`` as
-    for :func:`verified_pairs`, asked for as :func:`exact_similarities` asks): what the
-    exact check compares, for :func:`set_similarities` to compare elsewhere."""
-    return _read_sets(ids, texts_of, params).joined()
-
-
-def set_similarities(sets: Shingles, left: I64, right: I64) -> F64:
-    """The exact Jaccard similarity of each pair (``left[i]``, ``right[i]``) of
-    ``sets`` (places among them): :func:`exact_similarities` of the texts they are the
-    :func:`shingle_sets` of."""
-    return _jaccard_of_sets(_SetParts.of([sets]), left, right)
-
-
-def _read_sets(ids: I64, texts_of: Callable[[I64], pl.Series], params: LshParams) -> _SetParts:
-    """The shingle sets of the texts ``ids``, in their order: asked for ~``_VERIFY_BYTES``
-    at a time, and only the sets kept (a part per piece)."""
-    parts: list[Shingles] = []
+def shingle_set_pieces(
+    ids: I64, texts_of: Callable[[I64], pl.Series], params: LshParams
+) -> Iterator[Shingles]:
+    """The distinct shingle hashes of the texts ``ids``, in their order, a piece of
+    consecutive texts at a time (``texts_of`` as for :func:`verified_pairs`): what the
+    exact check compares, for :func:`set_similarities` to compare elsewhere. The texts
+    are asked for ~``_VERIFY_BYTES`` at a time, and only each piece's sets are kept."""
     lo, count = 0, _VERIFY_FIRST_TEXTS
     while lo < len(ids):
         texts = texts_of(ids[lo : lo + count])
-        parts.append(_SetParts.of(_shingle_sets(texts, params)).joined())
+        yield _SetParts.of(_shingle_sets(texts, params)).joined()
         lo += count
         # as many texts as make _VERIFY_BYTES at the mean size of the last piece; at
         # most twice as many as it, and _VERIFY_MAX_TEXTS, should the texts grow
         mean = max(int(texts.str.len_bytes().fill_null(0).sum()) // max(len(texts), 1), 1)
         count = min(max(_VERIFY_BYTES // mean, 1), 2 * count, _VERIFY_MAX_TEXTS)
-    return _SetParts.of(parts)
+
+
+def set_similarities(sets: Shingles, left: I64, right: I64) -> F64:
+    """The exact Jaccard similarity of each pair (``left[i]``, ``right[i]``) of
+    ``sets`` (places among them): :func:`exact_similarities` of the texts they are the
+    :func:`shingle_set_pieces` of."""
+    return _jaccard_of_sets(_SetParts.of([sets]), left, right)
 
 
 def _in_order(left: I64, right: I64, stored: I64 | None) -> tuple[I64, I64, I64]:

@@ -9,10 +9,11 @@ driver cuts the codes' space into ranges of about :data:`RANGE_CODES` codes
 (:func:`code_ranges`), and stages where each text is stored (its *address*: a run's
 shard and line, a dataset's row; and its row, the order texts are stored in). Then:
 
-1. **sets**, a task per shard (:func:`stage_sets`): the shard's texts that some
-   candidate pair names, read in stored order through the caller's
-   :class:`TextSource` (one read of the shard), shingled, and their shingle sets staged
-   by row;
+1. **sets**, a task per run of consecutive shards (:func:`set_groups`: about
+   :data:`SETS_ROWS` rows, at least one task per worker; :func:`stage_sets`): the
+   run's texts that some candidate pair names, read in stored order through the
+   caller's :class:`TextSource` (one read of each shard), shingled, and their shingle
+   sets staged by row, a record batch per piece of texts read;
 2. **check**, a task per range of codes (:func:`check_step`):
 
    a. reads its range of every partition's codes (a pair found by bands in several
@@ -35,16 +36,18 @@ block names texts from all over the input (text ids are ranks of digests): a blo
 read its own texts read nearly every shard, so many blocks read the input many times.
 
 Memory: the driver holds the samples, the ranges and the verified pairs; a sets task,
-its shard's candidate texts' sets (8 bytes a distinct shingle); a check task, its
-range's codes (~8 bytes each, twice while deduplicating), a block's shingle sets
-(~120 MB for 32,768 texts of ~450 shingles) and the check's join of ``_VERIFY_CHUNK``
-hashes a side (~100 MB). Staged: 8 bytes a distinct id per partition, and 8 bytes a
-shingle of each candidate text (about 1.3 times its text).
+its texts' ids (8 bytes a row) and one piece of texts (~32 MB), its tokens and sets; a
+check task, its range's codes (~8 bytes each, twice while deduplicating), a block's
+shingle sets (~120 MB for 32,768 texts of ~450 shingles) and the check's join of
+``_VERIFY_CHUNK`` hashes a side (~100 MB). Staged: 8 bytes a distinct text per
+partition, and 8 bytes a distinct shingle of each candidate text (1.15 to 1.3 times
+its text, measured).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -59,7 +62,7 @@ from pipeline.dedupe.minhash import (
     Shingles,
     decoded_pairs,
     set_similarities,
-    shingle_sets,
+    shingle_set_pieces,
 )
 from pipeline.engines import Progress, Step
 from pipeline.storage import RunStorage
@@ -69,6 +72,7 @@ __all__ = [
     "BLOCK_TEXTS",
     "RANGE_CODES",
     "SAMPLE_EVERY",
+    "SETS_ROWS",
     "STORED",
     "CheckRanges",
     "TextSource",
@@ -77,6 +81,7 @@ __all__ = [
     "check_step",
     "code_ranges",
     "codes_stem",
+    "set_groups",
     "stage_codes",
     "stage_sets",
 ]
@@ -91,6 +96,8 @@ BLOCK_TEXTS: Final = 1 << 15
 BLOCK_PAIRS: Final = 1 << 20
 #: Codes a range holds, about (a check task reads them all: 8 bytes each)
 RANGE_CODES: Final = 1 << 22
+#: Rows (of the shards' text maps) a sets task covers, about
+SETS_ROWS: Final = 1 << 20
 #: A candidate task returns every this-many-th of its codes, from which ranges are cut
 SAMPLE_EVERY: Final = 1 << 12
 #: the address table's column of each text's row (the order texts are stored in)
@@ -207,8 +214,9 @@ class CheckRanges:
     where the candidate tasks' codes are (``stem``, ``partitions``), how many texts there
     are (codes are ``better * texts + worse``), the staged addresses of the texts, read
     through ``source``, ``params`` (the threshold), a block's bounds (texts, pairs:
-    :data:`BLOCK_TEXTS`, :data:`BLOCK_PAIRS`), and the ``shards`` whose texts are stored
-    in order, from rows ``starts`` on (the first :data:`STORED` of each)."""
+    :data:`BLOCK_TEXTS`, :data:`BLOCK_PAIRS`), the ``shards`` whose texts are stored in
+    order, and their sets tasks: the place in ``shards`` where each task's run of shards
+    begins (``groups``) and the first :data:`STORED` row of each (``starts``)."""
 
     storage: RunStorage
     stem: str
@@ -218,13 +226,33 @@ class CheckRanges:
     params: LshParams
     block: tuple[int, int]
     shards: tuple[int, ...]
+    groups: tuple[int, ...]
     starts: tuple[int, ...]
 
+    def group_shards(self, group: int) -> tuple[int, ...]:
+        """The shards of sets task ``group``, in order."""
+        end = self.groups[group + 1] if group + 1 < len(self.groups) else len(self.shards)
+        return self.shards[self.groups[group] : end]
 
-def stage_sets(task: CheckRanges, shard: int, ids: I64) -> int:
-    """Stage the shingle sets of those of ``ids`` (a shard's texts, in stored order) that
-    a candidate pair names, by their :data:`STORED` rows; return how many. The texts are
-    read through the task's source in stored order, ~32 MB at a time."""
+
+def set_groups(rows: Sequence[int], workers: int) -> list[int]:
+    """Where each sets task's run of consecutive shards begins (places among shards of
+    ``rows`` rows each): about :data:`SETS_ROWS` rows a task, and at least as many tasks
+    as ``workers`` where there are shards enough. A task per shard cost a text read and
+    a search of every partition's texts per shard, however few of its texts are
+    candidates: ~8 ms a shard, 11 s for 898 small shards against 1 s before."""
+    total = sum(rows)
+    wanted = min(max(-(-total // SETS_ROWS), workers, 1), max(len(rows), 1))
+    ends = np.cumsum(rows)
+    cuts = {int(np.searchsorted(ends, k * total // wanted, side="right")) for k in range(1, wanted)}
+    return sorted(cut for cut in cuts | {0} if cut < len(rows)) if rows else []
+
+
+def stage_sets(task: CheckRanges, group: int, ids: I64) -> int:
+    """Stage the shingle sets of those of ``ids`` (a sets task's texts, in stored order)
+    that a candidate pair names, by their :data:`STORED` rows, a record batch per piece
+    of texts read (~32 MB of texts, read through the task's source in stored order);
+    return how many."""
     named = np.zeros(len(ids), np.bool_)
     for partition in range(task.partitions):
         among = task.storage.staged_table(partition, _ids_stem(task.stem))[_ID].to_numpy()
@@ -234,16 +262,19 @@ def stage_sets(task: CheckRanges, shard: int, ids: I64) -> int:
         return 0
     addresses = task.storage.whole_table(addresses_stem(task.stem))
     found = addresses.take(pa.array(candidates, pa.int64()))
+    stored = found[STORED].to_numpy()
 
     def texts_of(at: I64) -> pl.Series:
         return task.source.texts(found.take(pa.array(at, pa.int64())))
 
-    sets = shingle_sets(np.arange(len(candidates), dtype=np.int64), texts_of, task.params)
-    shingles = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes))
-    stored = found[STORED].combine_chunks()
-    task.storage.stage_table(
-        shard, _sets_stem(task.stem), pa.table({STORED: stored, _SHINGLES: shingles})
-    )
+    schema = pa.schema([(STORED, pa.int64()), (_SHINGLES, pa.large_list(pa.uint64()))])
+    done = 0
+    with task.storage.stage_writer(group, _sets_stem(task.stem), schema) as out:
+        for sets in shingle_set_pieces(np.arange(len(candidates)), texts_of, task.params):
+            shingles = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes))
+            piece = pa.array(stored[done : done + len(sets.offsets) - 1])
+            out.write_batch(pa.record_batch([piece, shingles], schema=schema))
+            done += len(piece)
     return len(candidates)
 
 
@@ -305,24 +336,31 @@ def _check_block(task: CheckRanges, addresses: pa.Table, left: I64, right: I64) 
 
 def _gathered_sets(task: CheckRanges, stored: I64) -> Shingles:
     """The staged shingle sets of the texts stored at rows ``stored`` (sorted), in that
-    order: each shard's from its memory-mapped sets, found by a binary search."""
+    order, from the memory-mapped sets of the tasks that staged them."""
     owner = np.searchsorted(np.array(task.starts, np.int64), stored, side="right") - 1
-    bounds = np.searchsorted(owner, np.arange(len(task.shards) + 1))
+    bounds = np.searchsorted(owner, np.arange(len(task.groups) + 1))
     counts = np.zeros(len(stored), np.int64)
     hashes: list[U64] = []
-    for index in np.flatnonzero(np.diff(bounds)).tolist():
-        lo, hi = int(bounds[index]), int(bounds[index + 1])
-        table = task.storage.staged_table(task.shards[index], _sets_stem(task.stem))
-        keys = table[STORED].to_numpy()
-        if not _found(keys, stored[lo:hi]).all():
-            raise AssertionError(f"shard {task.shards[index]}: a candidate text has no set")
-        at = np.searchsorted(keys, stored[lo:hi])
-        # the one batch stage_sets wrote: combining chunks would copy the whole file
-        (column,) = table[_SHINGLES].chunks
-        offsets = column.offsets.to_numpy()
-        first, count = offsets[at], offsets[at + 1] - offsets[at]
-        counts[lo:hi] = count
-        hashes.append(column.values.to_numpy()[np.repeat(first, count) + ragged_arange(count)])
+    for group in np.flatnonzero(np.diff(bounds)).tolist():
+        table = task.storage.staged_table(group, _sets_stem(task.stem))
+        rows = table[STORED].chunks
+        firsts = np.array([chunk[0].as_py() for chunk in rows], np.int64)
+        lo, hi = int(bounds[group]), int(bounds[group + 1])
+        piece = np.searchsorted(firsts, stored[lo:hi], side="right") - 1
+        edges = np.searchsorted(piece, np.arange(len(rows) + 1)).tolist()
+        for index, (first, last) in enumerate(itertools.pairwise(edges)):
+            if first < last:  # a piece's sets, found by a binary search of its rows
+                chunk = table[_SHINGLES].chunk(index)
+                wanted = stored[lo + first : lo + last]
+                keys = rows[index].to_numpy()
+                if not _found(keys, wanted).all():
+                    raise AssertionError(f"near sets {group}: a candidate text has no set")
+                at = np.searchsorted(keys, wanted)
+                offsets = chunk.offsets.to_numpy()
+                begin, count = offsets[at], offsets[at + 1] - offsets[at]
+                counts[lo + first : lo + last] = count
+                values = chunk.values.to_numpy()
+                hashes.append(values[np.repeat(begin, count) + ragged_arange(count)])
     offsets = np.zeros(len(stored) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     return Shingles(np.concatenate(hashes) if hashes else np.zeros(0, np.uint64), offsets)

@@ -183,6 +183,7 @@ class NearSearch:
         samples = [sample for _, sample in found]
         ranges = near_check.code_ranges(samples, total, self.workers, search.sample_every)
         self.storage.stage_whole(addresses_stem(self.kind), addresses)
+        firsts = near_check.set_groups([size for _, size in self.shards], self.workers)
         check = CheckRanges(
             self.storage,
             self.kind,
@@ -192,11 +193,12 @@ class NearSearch:
             self.params,
             (near_check.BLOCK_TEXTS, near_check.BLOCK_PAIRS),
             search.shards,
-            tuple(starts),
+            tuple(firsts),
+            tuple(starts[first] for first in firsts),
         )
         if total:
-            on_stage(f"{self.kind}: dedupe: candidate texts' shingle sets")
-            self.engine.map(sets_step(check), search.shards)
+            on_stage(f"{self.kind}: dedupe: candidate texts' shingle sets ({len(firsts)} tasks)")
+            self.engine.map(sets_step(check), range(len(firsts)))
         on_stage(f"{self.kind}: dedupe: exact check ({len(ranges)} range{'s' * (len(ranges) > 1)})")
         checked = self.engine.map(check_step(check), ranges)
         codes = np.concatenate([c for _, c, _ in checked]) if checked else np.zeros(0, np.uint64)
@@ -236,7 +238,8 @@ def candidate_step(search: CandidateSearch) -> Step[CandidateSearch, int, tuple[
 
 
 def sets_step(check: CheckRanges) -> Step[CheckRanges, int, int]:
-    """The step whose task ``shard`` stages the shingle sets of that shard's texts that a
+    """The step whose task ``group`` stages the shingle sets of the texts of that run of
+    shards (:meth:`~pipeline.dedupe.near_check.CheckRanges.group_shards`) that a
     candidate pair names (:func:`~pipeline.dedupe.near_check.stage_sets`; after
     :func:`candidate_step` ran over every partition), and returns how many."""
     return Step(_init, (check,), _shard_sets)
@@ -246,10 +249,15 @@ def _init(search: _Kept) -> _Kept:
     return search
 
 
-def _shard_sets(check: CheckRanges, shard: int, progress: Progress) -> int:
-    """The shard's texts from its text map (in stored order), to :func:`stage_sets`."""
-    text = check.storage.staged_table(shard, text_map_stem(check.stem))[_TEXT].to_numpy()
-    return near_check.stage_sets(check, shard, text[text >= 0].astype(np.int64))
+def _shard_sets(check: CheckRanges, group: int, progress: Progress) -> int:
+    """The texts of the group's shards from their text maps (in stored order), to
+    :func:`~pipeline.dedupe.near_check.stage_sets`."""
+    maps = [
+        check.storage.staged_table(shard, text_map_stem(check.stem))[_TEXT].to_numpy()
+        for shard in check.group_shards(group)
+    ]
+    text = np.concatenate(maps) if maps else np.zeros(0, np.int64)
+    return near_check.stage_sets(check, group, text[text >= 0].astype(np.int64))
 
 
 def _entries_stem(kind: str) -> str:

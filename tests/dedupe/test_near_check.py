@@ -16,9 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.dedupe import near_check
+from pipeline.dedupe import minhash, near_check
 from pipeline.dedupe.minhash import LshParams, exact_similarities
-from pipeline.dedupe.near_check import STORED, CheckRanges, blocks, check_step, code_ranges
+from pipeline.dedupe.near_check import (
+    STORED,
+    CheckRanges,
+    blocks,
+    check_step,
+    code_ranges,
+    set_groups,
+)
 from pipeline.storage import RunStorage
 
 
@@ -97,6 +104,30 @@ def test_code_ranges_cover_every_code_once(
         assert sum(lo <= c < hi for codes in tasks for c in codes) <= share * every
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=30), st.integers(1, 8), st.integers(1, 100))
+def test_set_groups_cut_the_shards_into_runs(rows: list[int], workers: int, per: int) -> None:
+    """Runs of consecutive shards that cover them all, one at least per worker where
+    there are shards enough, and about ``SETS_ROWS`` rows each."""
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(near_check, "SETS_ROWS", per)
+        firsts = set_groups(rows, workers)
+    if not rows:
+        assert firsts == []
+        return
+    assert firsts[0] == 0
+    assert firsts == sorted(set(firsts))
+    assert firsts[-1] < len(rows)
+    wanted = min(max(-(-sum(rows) // per), workers), len(rows))
+    assert len(firsts) <= wanted
+    if len(set(rows)) == 1 and rows[0]:
+        assert len(firsts) == wanted
+    ends = [*firsts[1:], len(rows)]
+    share = -(-sum(rows) // wanted)
+    for lo, hi in zip(firsts, ends, strict=True):  # a run stops at the shard that fills it
+        assert sum(rows[lo:hi]) <= share + max(rows)
+
+
 @dataclass(frozen=True)
 class _Listed:
     """Texts by their place in a list (a :class:`~pipeline.dedupe.near_check.TextSource`)."""
@@ -145,12 +176,20 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
         ranges = code_ranges([sample for _, sample in found], len(codes), 2, 2)
     assert len(ranges) > 3
     shards = (7, 8, 9)  # rows 0-3, 4-7, 8-11: texts 11-8, 7-4, 3-0
-    task = CheckRanges(storage, "k", len(parts), n, source, params, (5, 1 << 20), shards, (0, 4, 8))
-    staged = [
-        near_check.stage_sets(task, shard, (n - 1 - np.arange(4 * i, 4 * i + 4)).astype(np.int64))
-        for i, shard in enumerate(shards)
-    ]
-    assert staged == [3, 4, 4]
+    # two sets tasks: shards 7 and 8 (rows 0-7), shard 9 (rows 8-11)
+    task = CheckRanges(
+        storage, "k", len(parts), n, source, params, (5, 1 << 20), shards, (0, 2), (0, 8)
+    )
+    assert task.group_shards(0) == (7, 8)
+    assert task.group_shards(1) == (9,)
+    with pytest.MonkeyPatch.context() as patched:  # a record batch of sets per 2 texts
+        patched.setattr(minhash, "_VERIFY_FIRST_TEXTS", 2)
+        patched.setattr(minhash, "_VERIFY_BYTES", 1)
+        staged = [
+            near_check.stage_sets(task, group, (n - 1 - rows).astype(np.int64))
+            for group, rows in enumerate([np.arange(8), np.arange(8, 12)])
+        ]
+    assert staged == [7, 4]
     step = check_step(task)
     state = step.init(*step.init_args)
     checked = [step.run(state, bounds, lambda *_: None) for bounds in ranges]
