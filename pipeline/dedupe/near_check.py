@@ -21,8 +21,8 @@ shard and line, a dataset's row; and its row, the order texts are stored in). Th
       candidate pairs, counted once;
    b. cuts them into blocks of consecutive pairs that name at most :data:`BLOCK_TEXTS`
       distinct texts and hold at most :data:`BLOCK_PAIRS` pairs (:func:`blocks`); for
-      each block, gathers its texts' shingle sets from the memory-mapped sets of the
-      shards they are stored in and compares its pairs
+      each block, gathers its texts' shingle sets from the memory-mapped files of the
+      sets tasks that staged them and compares its pairs
       (:func:`~pipeline.dedupe.minhash.set_similarities`: the reference path's
       comparison of the same sets);
    c. returns its count and the codes and similarities of the pairs that reach the
@@ -103,7 +103,7 @@ SAMPLE_EVERY: Final = 1 << 12
 #: the address table's column of each text's row (the order texts are stored in)
 STORED: Final = "_stored"
 _CODE: Final = "_code"
-#: the staged texts a partition's codes name, and a shard's candidate texts' sets
+#: the staged texts a partition's codes name, and a sets task's candidate texts' sets
 _ID: Final = "_text_id"
 _SHINGLES: Final = "_shingles"
 
@@ -240,7 +240,8 @@ def set_groups(rows: Sequence[int], workers: int) -> list[int]:
     ``rows`` rows each): about :data:`SETS_ROWS` rows a task, and at least as many tasks
     as ``workers`` where there are shards enough. A task per shard cost a text read and
     a search of every partition's texts per shard, however few of its texts are
-    candidates: ~8 ms a shard, 11 s for 898 small shards against 1 s before."""
+    candidates: ~8 ms a shard (898 shards of 16 KB: 11 s of sets tasks, where the
+    check's blocks had read the same texts in 1 s)."""
     total = sum(rows)
     wanted = min(max(-(-total // SETS_ROWS), workers, 1), max(len(rows), 1))
     ends = np.cumsum(rows)
@@ -336,34 +337,40 @@ def _check_block(task: CheckRanges, addresses: pa.Table, left: I64, right: I64) 
 
 def _gathered_sets(task: CheckRanges, stored: I64) -> Shingles:
     """The staged shingle sets of the texts stored at rows ``stored`` (sorted), in that
-    order, from the memory-mapped sets of the tasks that staged them."""
+    order, from the memory-mapped files of the sets tasks that staged them: each text's
+    task by its row, its piece (record batch) by the pieces' first rows."""
     owner = np.searchsorted(np.array(task.starts, np.int64), stored, side="right") - 1
     bounds = np.searchsorted(owner, np.arange(len(task.groups) + 1))
     counts = np.zeros(len(stored), np.int64)
     hashes: list[U64] = []
     for group in np.flatnonzero(np.diff(bounds)).tolist():
         table = task.storage.staged_table(group, _sets_stem(task.stem))
-        rows = table[STORED].chunks
+        rows, sets = table[STORED].chunks, table[_SHINGLES].chunks
         firsts = np.array([chunk[0].as_py() for chunk in rows], np.int64)
-        lo, hi = int(bounds[group]), int(bounds[group + 1])
-        piece = np.searchsorted(firsts, stored[lo:hi], side="right") - 1
+        lo = int(bounds[group])
+        wanted = stored[lo : int(bounds[group + 1])]
+        piece = np.searchsorted(firsts, wanted, side="right") - 1
         edges = np.searchsorted(piece, np.arange(len(rows) + 1)).tolist()
         for index, (first, last) in enumerate(itertools.pairwise(edges)):
-            if first < last:  # a piece's sets, found by a binary search of its rows
-                chunk = table[_SHINGLES].chunk(index)
-                wanted = stored[lo + first : lo + last]
-                keys = rows[index].to_numpy()
-                if not _found(keys, wanted).all():
-                    raise AssertionError(f"near sets {group}: a candidate text has no set")
-                at = np.searchsorted(keys, wanted)
-                offsets = chunk.offsets.to_numpy()
-                begin, count = offsets[at], offsets[at + 1] - offsets[at]
+            if first < last:
+                count, found = _piece_sets(rows[index], sets[index], wanted[first:last])
                 counts[lo + first : lo + last] = count
-                values = chunk.values.to_numpy()
-                hashes.append(values[np.repeat(begin, count) + ragged_arange(count)])
+                hashes.append(found)
     offsets = np.zeros(len(stored) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     return Shingles(np.concatenate(hashes) if hashes else np.zeros(0, np.uint64), offsets)
+
+
+def _piece_sets(rows: pa.Array, sets: pa.Array, wanted: I64) -> tuple[I64, U64]:
+    """The sizes and hashes of the sets of the texts at rows ``wanted`` (sorted) in one
+    staged piece (its ``rows``, sorted, and their ``sets``), found by a binary search."""
+    keys = rows.to_numpy()
+    if not _found(keys, wanted).all():
+        raise AssertionError("the near check asked for a text that has no staged set")
+    at = np.searchsorted(keys, wanted)
+    offsets = sets.offsets.to_numpy()
+    begin, count = offsets[at], offsets[at + 1] - offsets[at]
+    return count, sets.values.to_numpy()[np.repeat(begin, count) + ragged_arange(count)]
 
 
 def _found(among: npt.NDArray[np.int64], values: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:

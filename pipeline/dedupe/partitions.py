@@ -148,7 +148,8 @@ class NearSearch:
 
         A text map is staged per shard (built a shard at a time: 24 bytes a row for
         every row at once), then engine tasks: one per shard (the shuffle), one per
-        partition (the candidates, staged) and one per range of pair codes (the check,
+        partition (the candidates, staged), one per run of shards (the candidate texts'
+        shingle sets, staged) and one per range of pair codes (the check,
         :mod:`pipeline.dedupe.near_check`). The driver never holds the candidate pairs."""
         lo = placed = 0
         starts = []
@@ -242,14 +243,14 @@ def sets_step(check: CheckRanges) -> Step[CheckRanges, int, int]:
     shards (:meth:`~pipeline.dedupe.near_check.CheckRanges.group_shards`) that a
     candidate pair names (:func:`~pipeline.dedupe.near_check.stage_sets`; after
     :func:`candidate_step` ran over every partition), and returns how many."""
-    return Step(_init, (check,), _shard_sets)
+    return Step(_init, (check,), _group_sets)
 
 
 def _init(search: _Kept) -> _Kept:
     return search
 
 
-def _shard_sets(check: CheckRanges, group: int, progress: Progress) -> int:
+def _group_sets(check: CheckRanges, group: int, progress: Progress) -> int:
     """The texts of the group's shards from their text maps (in stored order), to
     :func:`~pipeline.dedupe.near_check.stage_sets`."""
     maps = [
