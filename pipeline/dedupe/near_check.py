@@ -10,7 +10,8 @@ driver cuts the codes' space into ranges of about :data:`RANGE_CODES` codes
 shard and line, a dataset's row; and its row, the order texts are stored in). Then:
 
 1. **sets**, a task per run of consecutive shards (:func:`set_groups`: about
-   :data:`SETS_ROWS` rows, at least one task per worker; :func:`stage_sets`): the
+   :data:`SETS_ROWS` rows, and a task per worker where the shards allow;
+   :func:`stage_sets`): the
    run's texts that some candidate pair names, read in stored order through the
    caller's :class:`TextSource` (one read of each shard), shingled, and their shingle
    sets staged by row, a record batch per piece of texts read;
@@ -237,16 +238,21 @@ class CheckRanges:
 
 def set_groups(rows: Sequence[int], workers: int) -> list[int]:
     """Where each sets task's run of consecutive shards begins (places among shards of
-    ``rows`` rows each): about :data:`SETS_ROWS` rows a task, and at least as many tasks
-    as ``workers`` where there are shards enough. A task per shard cost a text read and
-    a search of every partition's texts per shard, however few of its texts are
-    candidates: ~8 ms a shard (898 shards of 16 KB: 11 s of sets tasks, where the
+    ``rows`` rows each): about :data:`SETS_ROWS` rows a task, and as many tasks as
+    ``workers`` where the shards' sizes allow (runs are cut at the shard boundary nearest
+    each share, so shards of very unequal sizes give fewer). A task per shard cost a text
+    read and a search of every partition's texts per shard, however few of its texts
+    are candidates: ~8 ms a shard (898 shards of 16 KB: 11 s of sets tasks, where the
     check's blocks had read the same texts in 1 s)."""
     total = sum(rows)
     wanted = min(max(-(-total // SETS_ROWS), workers, 1), max(len(rows), 1))
     ends = np.cumsum(rows)
-    cuts = {int(np.searchsorted(ends, k * total // wanted, side="right")) for k in range(1, wanted)}
-    return sorted(cut for cut in cuts | {0} if cut < len(rows)) if rows else []
+    cuts = {0}
+    for share in range(1, wanted):
+        target = -(-share * total // wanted)
+        at = int(np.searchsorted(ends, target))  # the shard whose rows reach it
+        cuts.add(at if target - (ends[at] - rows[at]) <= ends[at] - target else at + 1)
+    return sorted(cut for cut in cuts if cut < len(rows)) if rows else []
 
 
 def stage_sets(task: CheckRanges, group: int, ids: I64) -> int:
@@ -350,6 +356,8 @@ def _gathered_sets(task: CheckRanges, stored: I64) -> Shingles:
         lo = int(bounds[group])
         wanted = stored[lo : int(bounds[group + 1])]
         piece = np.searchsorted(firsts, wanted, side="right") - 1
+        if len(piece) and piece[0] < 0:
+            raise AssertionError("the near check asked for a text that has no staged set")
         edges = np.searchsorted(piece, np.arange(len(rows) + 1)).tolist()
         for index, (first, last) in enumerate(itertools.pairwise(edges)):
             if first < last:

@@ -38,6 +38,14 @@ def test_distinct_union_is_numpy_union1d(dtype: type, known: list[int], more: li
     assert np.array_equal(found, expected)
 
 
+def test_distinct_union_refuses_two_types() -> None:
+    """A binary search of uint64 among int64 compares them as floats: 2**53 + 1 falls
+    between 2**53 and 2**53 + 2 unsorted."""
+    known = np.array([2**53, 2**53 + 2], np.uint64)
+    with pytest.raises(TypeError, match="uint64 and int64"):
+        distinct_union(known, np.array([2**53 + 1], np.int64))
+
+
 @given(st.lists(st.integers(0, 6), max_size=20))
 def test_ragged_arange_numbers_each_rows_items(counts: list[int]) -> None:
     expected = [place for count in counts for place in range(count)]

@@ -107,8 +107,8 @@ def test_code_ranges_cover_every_code_once(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, 50), max_size=30), st.integers(1, 8), st.integers(1, 100))
 def test_set_groups_cut_the_shards_into_runs(rows: list[int], workers: int, per: int) -> None:
-    """Runs of consecutive shards that cover them all, one at least per worker where
-    there are shards enough, and about ``SETS_ROWS`` rows each."""
+    """Runs of consecutive shards that cover them all, a run per worker where the
+    shards allow, and about ``SETS_ROWS`` rows each."""
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(near_check, "SETS_ROWS", per)
         firsts = set_groups(rows, workers)
@@ -122,6 +122,8 @@ def test_set_groups_cut_the_shards_into_runs(rows: list[int], workers: int, per:
     assert len(firsts) <= wanted
     if len(set(rows)) == 1 and rows[0]:
         assert len(firsts) == wanted
+    if len(rows) == 2 and min(rows) and workers == 2 and sum(rows) <= per:
+        assert firsts == [0, 1]  # two slices of unequal sizes, two workers
     ends = [*firsts[1:], len(rows)]
     share = -(-sum(rows) // wanted)
     for lo, hi in zip(firsts, ends, strict=True):  # a run stops at the shard that fills it
