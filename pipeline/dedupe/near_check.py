@@ -2,19 +2,21 @@
 checked by tasks, a range of pair codes each, so no process holds every candidate pair
 or the shingle sets of every candidate text, and each text is read and shingled once.
 
-Each candidate task (:mod:`pipeline.dedupe.partitions`) stages its partition's distinct
-pair codes (``better * texts + worse``), sorted, and the distinct texts they name, and
-returns how many codes and every :data:`SAMPLE_EVERY`-th of them. From those samples the
-driver cuts the codes' space into ranges of about :data:`RANGE_CODES` codes
-(:func:`code_ranges`), and stages where each text is stored (its *address*: a run's
-shard and line, a dataset's row; and its row, the order texts are stored in). Then:
+The driver stages where each text is stored (its *address*: a run's shard and line, a
+dataset's row; and its row, the order texts are stored in), and cuts the shards into
+runs for the sets tasks (:func:`set_groups`: about :data:`SETS_ROWS` rows, and a task
+per worker where the shards allow). Each candidate task (:mod:`pipeline.dedupe.partitions`)
+stages its partition's distinct pair codes (``better * texts + worse``), sorted, and the
+distinct texts they name with their rows, a record batch per sets task
+(:func:`stage_codes`), and returns how many codes and every :data:`SAMPLE_EVERY`-th of
+them. From those samples the driver cuts the codes' space into ranges of about
+:data:`RANGE_CODES` codes (:func:`code_ranges`). Then:
 
-1. **sets**, a task per run of consecutive shards (:func:`set_groups`: about
-   :data:`SETS_ROWS` rows, and a task per worker where the shards allow;
-   :func:`stage_sets`): the
-   run's texts that some candidate pair names, read in stored order through the
-   caller's :class:`TextSource` (one read of each shard), shingled, and their shingle
-   sets staged by row, a record batch per piece of texts read;
+1. **sets**, a task per run of shards (:func:`stage_sets`): its batch of each candidate
+   task's texts, deduplicated (a text several partitions name comes once), read in
+   stored order through the caller's :class:`TextSource` (one read of each shard),
+   shingled, and their shingle sets staged by row, a record batch per piece of texts
+   read;
 2. **check**, a task per range of codes (:func:`check_step`):
 
    a. reads its range of every partition's codes (a pair found by bands in several
@@ -37,12 +39,13 @@ block names texts from all over the input (text ids are ranks of digests): a blo
 read its own texts read nearly every shard, so many blocks read the input many times.
 
 Memory: the driver holds the samples, the ranges and the verified pairs; a sets task,
-its texts' ids (8 bytes a row) and one piece of texts (~32 MB), its tokens and sets; a
+its candidate texts' ids and rows (16 bytes each, a copy for each partition that names
+a text while it deduplicates them) and one piece of texts (~32 MB), its tokens and sets; a
 check task, its range's codes (~8 bytes each, twice while deduplicating), a block's
 shingle sets (~120 MB for 32,768 texts of ~450 shingles) and the check's join of
-``_VERIFY_CHUNK`` hashes a side (~100 MB). Staged: 8 bytes a distinct text per
-partition, and 8 bytes a distinct shingle of each candidate text (1.15 to 1.3 times
-its text, measured).
+``_VERIFY_CHUNK`` hashes a side (~100 MB). Staged: 16 bytes a distinct text per
+partition that names it, each read once (by its sets task), and 8 bytes a distinct
+shingle of each candidate text (1.15 to 1.3 times its text, measured).
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ __all__ = [
     "code_ranges",
     "codes_stem",
     "set_groups",
+    "sets_step",
     "stage_codes",
     "stage_sets",
 ]
@@ -186,15 +190,30 @@ def _named(left: I64, right: I64, lo: int, hi: int) -> int:
 
 
 def stage_codes(
-    storage: RunStorage, stem: str, partition: int, codes: U64, every: int, texts: int
+    storage: RunStorage,
+    stem: str,
+    partition: int,
+    codes: U64,
+    every: int,
+    texts: int,
+    starts: Sequence[int],
 ) -> tuple[int, U64]:
-    """Stage a candidate task's sorted distinct ``codes`` (of ``texts`` texts) and the
-    distinct texts they name; return how many codes, and every ``every``-th of them (the
-    samples ranges are cut at)."""
+    """Stage a candidate task's sorted distinct ``codes`` (of ``texts`` texts), and the
+    distinct texts they name with their :data:`STORED` rows, a record batch per sets task
+    (whose rows begin at ``starts``: the texts stored there); return how many codes, and
+    every ``every``-th of them (the samples ranges are cut at). So a sets task reads its
+    own batch of each candidate task's texts, and the texts are read once in all."""
     storage.stage_table(partition, codes_stem(stem), pa.table({_CODE: pa.array(codes)}))
-    storage.stage_table(
-        partition, _ids_stem(stem), pa.table({_ID: pa.array(_texts_named(codes, texts))})
-    )
+    named = _texts_named(codes, texts)
+    addresses = storage.whole_table(addresses_stem(stem))
+    stored = addresses[STORED].take(pa.array(named, pa.int64())).to_numpy()
+    owner = np.searchsorted(np.array(starts, np.int64), stored, side="right") - 1
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(len(starts) + 1)).tolist()
+    texts_stored = pa.record_batch({_ID: named[order], STORED: stored[order]})
+    with storage.stage_writer(partition, _ids_stem(stem), texts_stored.schema) as out:
+        for lo, hi in itertools.pairwise(bounds):
+            out.write_batch(texts_stored.slice(lo, hi - lo))
     return len(codes), codes[every - 1 :: every].copy()
 
 
@@ -215,9 +234,8 @@ class CheckRanges:
     where the candidate tasks' codes are (``stem``, ``partitions``), how many texts there
     are (codes are ``better * texts + worse``), the staged addresses of the texts, read
     through ``source``, ``params`` (the threshold), a block's bounds (texts, pairs:
-    :data:`BLOCK_TEXTS`, :data:`BLOCK_PAIRS`), the ``shards`` whose texts are stored in
-    order, and their sets tasks: the place in ``shards`` where each task's run of shards
-    begins (``groups``) and the first :data:`STORED` row of each (``starts``)."""
+    :data:`BLOCK_TEXTS`, :data:`BLOCK_PAIRS`), and where each sets task's texts begin
+    (``starts``: the first :data:`STORED` row of each; :func:`set_groups`)."""
 
     storage: RunStorage
     stem: str
@@ -226,14 +244,7 @@ class CheckRanges:
     source: TextSource
     params: LshParams
     block: tuple[int, int]
-    shards: tuple[int, ...]
-    groups: tuple[int, ...]
     starts: tuple[int, ...]
-
-    def group_shards(self, group: int) -> tuple[int, ...]:
-        """The shards of sets task ``group``, in order."""
-        end = self.groups[group + 1] if group + 1 < len(self.groups) else len(self.shards)
-        return self.shards[self.groups[group] : end]
 
 
 def set_groups(rows: Sequence[int], workers: int) -> list[int]:
@@ -241,9 +252,9 @@ def set_groups(rows: Sequence[int], workers: int) -> list[int]:
     ``rows`` rows each): about :data:`SETS_ROWS` rows a task, and as many tasks as
     ``workers`` where the shards' sizes allow (runs are cut at the shard boundary nearest
     each share, so shards of very unequal sizes give fewer). A task per shard cost a text
-    read and a search of every partition's texts per shard, however few of its texts
-    are candidates: ~8 ms a shard (898 shards of 16 KB: 11 s of sets tasks, where the
-    check's blocks had read the same texts in 1 s)."""
+    read and a search of every partition's list of texts per shard, however few of its
+    texts were candidates: ~8 ms a shard (898 shards of 16 KB: 11 s of sets tasks,
+    where the check's blocks had read the same texts in 1 s)."""
     total = sum(rows)
     wanted = min(max(-(-total // SETS_ROWS), workers, 1), max(len(rows), 1))
     ends = np.cumsum(rows)
@@ -255,21 +266,37 @@ def set_groups(rows: Sequence[int], workers: int) -> list[int]:
     return sorted(cut for cut in cuts if cut < len(rows)) if rows else []
 
 
-def stage_sets(task: CheckRanges, group: int, ids: I64) -> int:
-    """Stage the shingle sets of those of ``ids`` (a sets task's texts, in stored order)
-    that a candidate pair names, by their :data:`STORED` rows, a record batch per piece
-    of texts read (~32 MB of texts, read through the task's source in stored order);
+def sets_step(ranges: CheckRanges) -> Step[CheckRanges, int, int]:
+    """The step whose task ``group`` stages the shingle sets of the candidate texts stored
+    from row ``starts[group]`` on (:func:`stage_sets`; after every candidate task staged
+    its texts), and returns how many."""
+    return Step(_init, (ranges,), _stage_group)
+
+
+def _stage_group(task: CheckRanges, group: int, progress: Progress) -> int:
+    return stage_sets(task, group)
+
+
+def stage_sets(task: CheckRanges, group: int) -> int:
+    """Stage the shingle sets of sets task ``group``'s candidate texts (its batch of each
+    candidate task's texts), by their :data:`STORED` rows, a record batch per piece of
+    texts read in stored order through the task's source (16,384 texts, then ~32 MB);
     return how many."""
-    named = np.zeros(len(ids), np.bool_)
-    for partition in range(task.partitions):
-        among = task.storage.staged_table(partition, _ids_stem(task.stem))[_ID].to_numpy()
-        named |= _found(among, ids)
-    candidates = ids[named]
+    parts = [
+        task.storage.staged_batch(partition, _ids_stem(task.stem), group)
+        for partition in range(task.partitions)
+    ]
+    stored = np.concatenate([part[STORED].to_numpy() for part in parts])
+    ids = np.concatenate([part[_ID].to_numpy() for part in parts])
+    del parts
+    order = np.argsort(stored, kind="stable")
+    stored, ids = stored[order], ids[order]
+    first = np.ones(len(stored), np.bool_)  # a text several candidate tasks name, once
+    first[1:] = stored[1:] != stored[:-1]
+    stored, candidates = stored[first], ids[first]
     if not len(candidates):
         return 0
-    addresses = task.storage.whole_table(addresses_stem(task.stem))
-    found = addresses.take(pa.array(candidates, pa.int64()))
-    stored = found[STORED].to_numpy()
+    found = task.storage.whole_table(addresses_stem(task.stem)).take(pa.array(candidates))
 
     def texts_of(at: I64) -> pl.Series:
         return task.source.texts(found.take(pa.array(at, pa.int64())))
@@ -346,7 +373,7 @@ def _gathered_sets(task: CheckRanges, stored: I64) -> Shingles:
     order, from the memory-mapped files of the sets tasks that staged them: each text's
     task by its row, its piece (record batch) by the pieces' first rows."""
     owner = np.searchsorted(np.array(task.starts, np.int64), stored, side="right") - 1
-    bounds = np.searchsorted(owner, np.arange(len(task.groups) + 1))
+    bounds = np.searchsorted(owner, np.arange(len(task.starts) + 1))
     counts = np.zeros(len(stored), np.int64)
     hashes: list[U64] = []
     for group in np.flatnonzero(np.diff(bounds)).tolist():

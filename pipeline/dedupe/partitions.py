@@ -38,7 +38,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -47,7 +47,13 @@ import pyarrow as pa
 from pipeline.core.arrays import distinct_union
 from pipeline.dedupe import near_check
 from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys, decoded_pairs
-from pipeline.dedupe.near_check import CheckRanges, TextSource, addresses_stem, check_step
+from pipeline.dedupe.near_check import (
+    CheckRanges,
+    TextSource,
+    addresses_stem,
+    check_step,
+    sets_step,
+)
 from pipeline.dedupe.row_keys import SHINGLED, SIGNATURE
 from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
@@ -59,7 +65,6 @@ __all__ = [
     "candidate_step",
     "partition_count",
     "partitions_for",
-    "sets_step",
     "shuffle_step",
     "text_map_stem",
     "write_text_map",
@@ -68,7 +73,6 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
-_Kept = TypeVar("_Kept")
 
 #: A partition's entries, about: (band, key, text, rank) per text and band.
 PARTITION_BYTES: Final = 64 << 20
@@ -168,6 +172,8 @@ class NearSearch:
         count = partition_count(
             len(text_rows), self.params, self.workers, len(self.shards), self.partitions
         )
+        self.storage.stage_whole(addresses_stem(self.kind), addresses)
+        firsts = near_check.set_groups([size for _, size in self.shards], self.workers)
         search = CandidateSearch(
             self.storage,
             self.kind,
@@ -176,6 +182,7 @@ class NearSearch:
             len(text_rows),
             count,
             near_check.SAMPLE_EVERY,
+            tuple(starts[first] for first in firsts),
         )
         on_stage(f"{self.kind}: dedupe: candidates ({count} partitions)")
         self.engine.map(shuffle_step(search), search.shards)
@@ -183,8 +190,6 @@ class NearSearch:
         total = sum(codes for codes, _ in found)
         samples = [sample for _, sample in found]
         ranges = near_check.code_ranges(samples, total, self.workers, search.sample_every)
-        self.storage.stage_whole(addresses_stem(self.kind), addresses)
-        firsts = near_check.set_groups([size for _, size in self.shards], self.workers)
         check = CheckRanges(
             self.storage,
             self.kind,
@@ -193,9 +198,7 @@ class NearSearch:
             source,
             self.params,
             (near_check.BLOCK_TEXTS, near_check.BLOCK_PAIRS),
-            search.shards,
-            tuple(firsts),
-            tuple(starts[first] for first in firsts),
+            search.set_starts,
         )
         if total:
             on_stage(f"{self.kind}: dedupe: candidate texts' shingle sets ({len(firsts)} tasks)")
@@ -223,6 +226,9 @@ class CandidateSearch:
     partitions: int
     #: a candidate task returns every this-many-th of its codes (ranges are cut at them)
     sample_every: int
+    #: where each near sets task's texts begin (their first stored row): a candidate
+    #: task stages its texts by sets task (:func:`~pipeline.dedupe.near_check.set_groups`)
+    set_starts: tuple[int, ...]
 
 
 def shuffle_step(search: CandidateSearch) -> Step[CandidateSearch, int, int]:
@@ -238,27 +244,8 @@ def candidate_step(search: CandidateSearch) -> Step[CandidateSearch, int, tuple[
     return Step(_init, (search,), _partition_candidates)
 
 
-def sets_step(check: CheckRanges) -> Step[CheckRanges, int, int]:
-    """The step whose task ``group`` stages the shingle sets of the texts of that run of
-    shards (:meth:`~pipeline.dedupe.near_check.CheckRanges.group_shards`) that a
-    candidate pair names (:func:`~pipeline.dedupe.near_check.stage_sets`; after
-    :func:`candidate_step` ran over every partition), and returns how many."""
-    return Step(_init, (check,), _group_sets)
-
-
-def _init(search: _Kept) -> _Kept:
+def _init(search: CandidateSearch) -> CandidateSearch:
     return search
-
-
-def _group_sets(check: CheckRanges, group: int, progress: Progress) -> int:
-    """The texts of the group's shards from their text maps (in stored order), to
-    :func:`~pipeline.dedupe.near_check.stage_sets`."""
-    maps = [
-        check.storage.staged_table(shard, text_map_stem(check.stem))[_TEXT].to_numpy()
-        for shard in check.group_shards(group)
-    ]
-    text = np.concatenate(maps) if maps else np.zeros(0, np.int64)
-    return near_check.stage_sets(check, group, text[text >= 0].astype(np.int64))
 
 
 def _entries_stem(kind: str) -> str:
@@ -309,7 +296,13 @@ def _partition_candidates(
             codes = distinct_union(codes, found)
             del found
     return near_check.stage_codes(
-        search.storage, search.kind, partition, codes, search.sample_every, search.texts
+        search.storage,
+        search.kind,
+        partition,
+        codes,
+        search.sample_every,
+        search.texts,
+        search.set_starts,
     )
 
 

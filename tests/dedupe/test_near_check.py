@@ -146,7 +146,7 @@ class _Listed:
 def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path) -> None:
     """Every pair of 12 texts but the last's, its codes split over three candidate tasks
     that share some (a pair found in several partitions), the texts stored in reverse
-    over three shards, checked a range of codes at a time and a block of five texts at a
+    and their sets staged by two tasks, checked a range of codes at a time and a block of five texts at a
     time: the pairs kept, their similarities and the candidate count are those of one
     check of every pair, and the last text, which no pair names, has no set staged. Two
     of the texts are exactly at the threshold (4 of 5 shingles shared: 0.8), and are
@@ -169,29 +169,23 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
     reference = exact_similarities(left, right, lambda at: source.texts_at(at.tolist()), params)
     assert reference[0] == params.threshold  # texts 0 and 1
     storage = RunStorage(tmp_path)
-    parts = [codes[0::2], codes[1::2], codes[::3]]  # all of them, some twice; each sorted
-    found = [near_check.stage_codes(storage, "k", p, part, 2, n) for p, part in enumerate(parts)]
     ids = np.arange(n, dtype=np.int64)
     storage.stage_whole(near_check.addresses_stem("k"), pa.table({"_i": ids, STORED: ids[::-1]}))
+    starts = (0, 8)  # two sets tasks: rows 0-7 (texts 11-4) and 8-11 (texts 3-0)
+    parts = [codes[0::2], codes[1::2], codes[::3]]  # all of them, some twice; each sorted
+    found = [
+        near_check.stage_codes(storage, "k", p, part, 2, n, starts) for p, part in enumerate(parts)
+    ]
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(near_check, "RANGE_CODES", 9)
         ranges = code_ranges([sample for _, sample in found], len(codes), 2, 2)
     assert len(ranges) > 3
-    shards = (7, 8, 9)  # rows 0-3, 4-7, 8-11: texts 11-8, 7-4, 3-0
-    # two sets tasks: shards 7 and 8 (rows 0-7), shard 9 (rows 8-11)
-    task = CheckRanges(
-        storage, "k", len(parts), n, source, params, (5, 1 << 20), shards, (0, 2), (0, 8)
-    )
-    assert task.group_shards(0) == (7, 8)
-    assert task.group_shards(1) == (9,)
+    task = CheckRanges(storage, "k", len(parts), n, source, params, (5, 1 << 20), starts)
     with pytest.MonkeyPatch.context() as patched:  # a record batch of sets per 2 texts
         patched.setattr(minhash, "_VERIFY_FIRST_TEXTS", 2)
         patched.setattr(minhash, "_VERIFY_BYTES", 1)
-        staged = [
-            near_check.stage_sets(task, group, (n - 1 - rows).astype(np.int64))
-            for group, rows in enumerate([np.arange(8), np.arange(8, 12)])
-        ]
-    assert staged == [7, 4]
+        staged = [near_check.stage_sets(task, group) for group in range(len(starts))]
+    assert staged == [7, 4]  # text 11 is in no pair
     step = check_step(task)
     state = step.init(*step.init_args)
     checked = [step.run(state, bounds, lambda *_: None) for bounds in ranges]
