@@ -84,7 +84,6 @@ __all__ = [
     "blocks",
     "check_step",
     "code_ranges",
-    "codes_stem",
     "set_groups",
     "sets_step",
     "stage_codes",
@@ -121,7 +120,7 @@ class TextSource(Protocol):
     def texts(self, addresses: pa.Table) -> pl.Series: ...
 
 
-def codes_stem(stem: str) -> str:
+def _codes_stem(stem: str) -> str:
     """The staged stem of a candidate task's sorted distinct pair codes."""
     return f"{stem}.near-codes"
 
@@ -203,7 +202,7 @@ def stage_codes(
     (whose rows begin at ``starts``: the texts stored there); return how many codes, and
     every ``every``-th of them (the samples ranges are cut at). So a sets task reads its
     own batch of each candidate task's texts, and the texts are read once in all."""
-    storage.stage_table(partition, codes_stem(stem), pa.table({_CODE: pa.array(codes)}))
+    storage.stage_table(partition, _codes_stem(stem), pa.table({_CODE: pa.array(codes)}))
     named = _texts_named(codes, texts)
     addresses = storage.whole_table(addresses_stem(stem))
     stored = addresses[STORED].take(pa.array(named, pa.int64())).to_numpy()
@@ -344,7 +343,7 @@ def _range_codes(task: CheckRanges, lo: int, hi: int) -> U64:
     sorted, so its range is found by a binary search of its memory-mapped codes."""
     parts = []
     for partition in range(task.partitions):
-        table = task.storage.staged_table(partition, codes_stem(task.stem))
+        table = task.storage.staged_table(partition, _codes_stem(task.stem))
         codes = table[_CODE].to_numpy()
         first = int(np.searchsorted(codes, np.uint64(lo)))
         last = int(np.searchsorted(codes, np.uint64(hi))) if hi < 1 << 64 else len(codes)

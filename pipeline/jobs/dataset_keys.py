@@ -10,7 +10,8 @@ signature of the key text) and the exact key's digest (the raw key's SHA-256, or
 content fingerprint's bytes). The parent then holds 8 bytes a row of each rule's groups,
 never the texts; the near candidates are found partition by partition and checked a
 range of them at a time on the engine (:class:`~pipeline.dedupe.partitions.NearSearch`,
-:mod:`pipeline.dedupe.near_check`, whose tasks read the texts: :class:`DatasetTexts`),
+:mod:`pipeline.dedupe.near_check`, whose sets tasks read the candidates' texts once:
+:class:`DatasetTexts`),
 and only the verified pairs' signatures and the lineage of the rows pointers name are
 read back.
 The decisions are those of the matching over the texts themselves

@@ -71,8 +71,12 @@ class RunStorage:
                                         (Arrow IPC files, one record batch per gate batch)
         _staging/<partition>/<stem>.arrow
                                         a near candidate task's pair codes, sorted
-                                        (``<kind>.near-codes``), under its partition's
-                                        number (:mod:`pipeline.dedupe.near_check`)
+                                        (``<kind>.near-codes``), and the texts they
+                                        name, a record batch per sets task
+                                        (``<kind>.near-ids``), under its partition's
+                                        number; or a near sets task's shingle sets
+                                        (``<kind>.near-sets``), under its own number
+                                        (:mod:`pipeline.dedupe.near_check`)
         _staging/<stem>.arrow           a table of the whole run (:meth:`stage_whole`):
                                         where each near text is stored
                                         (``<kind>.near-text-addresses``)
@@ -130,17 +134,19 @@ class RunStorage:
 
     def stage_whole(self, stem: str, table: pa.Table) -> None:
         """Stage a table that belongs to the whole run, not to a shard (e.g. where each
-        near-dedupe text is stored, for the exact check's tasks)."""
-        path = self.staging_root / f"{stem.replace('/', '_')}.arrow"
+        near-dedupe text is stored, for the near candidate and sets tasks)."""
+        path = self._whole_path(stem)
         path.parent.mkdir(parents=True, exist_ok=True)
         with ipc.new_file(str(path), table.schema) as writer:
             writer.write_table(table)
 
     def whole_table(self, stem: str) -> pa.Table:
         """A table :meth:`stage_whole` staged, memory-mapped (a take reads its pages)."""
-        path = self.staging_root / f"{stem.replace('/', '_')}.arrow"
-        with ipc.open_file(pa.memory_map(str(path))) as reader:
+        with ipc.open_file(pa.memory_map(str(self._whole_path(stem)))) as reader:
             return reader.read_all()
+
+    def _whole_path(self, stem: str) -> Path:
+        return self.staging_root / f"{stem.replace('/', '_')}.arrow"
 
     def staged_table(self, shard: int, stem: str) -> pa.Table:
         """A staged file as one memory-mapped table: nothing is read until used, so a

@@ -17,8 +17,8 @@ group ranks; the matching then decides among the rows that share a group or a ne
 pair, :func:`~pipeline.dedupe.clusters.find_duplicates`): the
 gate's workers computed each row's normalised key digest and MinHash signature
 (:mod:`pipeline.dedupe.row_keys`, read through :meth:`GlobalContext.row_keys`), and the
-stage reads those; the near candidates are found and checked on the engine, whose check
-tasks read the candidates' texts (:class:`StagedTexts`).
+stage reads those; the near candidates are found and checked on the engine, whose sets
+tasks read the candidates' texts once (:class:`StagedTexts`).
 Without staged row keys the stage computes them from the key texts (the reference path).
 """
 
@@ -455,9 +455,9 @@ def _near_pairs(
     shard, built a shard at a time (24 bytes a row for the whole run's rows at once,
     ~11 MB of the parent's peak at 440 K rows). A shard's rows are one run of the
     state's rows: counted as such (grouping every row by its shard took ~36 MB, the
-    near run's peak, at 1 M rows). The check's tasks read the texts from the staged
-    rows (:class:`StagedTexts`: their payload ``columns``) at each text's shard and
-    line."""
+    near run's peak, at 1 M rows). The sets tasks read the candidates' texts from the
+    staged rows (:class:`StagedTexts`: their payload ``columns``) at each text's shard
+    and line."""
     shards = rows["_shard"].rle().struct.unnest()
     engine = ctx.config.engine
     settings = ctx.config.dedupe
