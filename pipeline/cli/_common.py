@@ -11,13 +11,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from pipeline.core.errors import EXIT_FAILED, EXIT_INPUT, EXIT_USAGE, RowgateError
+from pipeline.output.remote import RemoteOut, output_target, work_directory
 
 __all__ = [
     "EXIT_FAILED",
@@ -91,6 +92,30 @@ def library_errors(writing: str | None = None) -> Iterator[None]:
         sys.exit(130)
 
 
-def writing_directory(out_dir: Path) -> str:
+def out_option(what: str) -> Any:
+    """The ``--out`` option of a command that publishes ``what``."""
+    return typer.Option(
+        "--out",
+        "-o",
+        help=f"{what}, or an object-store URI such as s3://bucket/prefix (uploaded once complete).",
+    )
+
+
+def output_argument(text: str) -> Path | RemoteOut:
+    """``--out`` as given: a local path, or an object-store URI
+    (:func:`pipeline.output.remote.output_target`); a URI rowgate cannot write exits 2."""
+    with library_errors():
+        return output_target(text)
+    raise AssertionError("unreachable: library_errors exits")  # pragma: no cover
+
+
+def writing_directory(out_dir: Path | RemoteOut) -> str:
     """What a command that publishes ``out_dir`` atomically is writing while it works."""
+    if isinstance(out_dir, RemoteOut):
+        return f"{out_dir}'s work directory (in {work_directory()}, uploaded once complete)"
     return f"{out_dir}'s temporary directory (beside it, in {out_dir.parent})"
+
+
+def located(out_dir: Path | RemoteOut, relative: str) -> str:
+    """Where a file of an output is, for messages."""
+    return out_dir.join(relative) if isinstance(out_dir, RemoteOut) else str(out_dir / relative)

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from pipeline.cli._common import library_errors, out, writing_directory
+from pipeline.cli._common import library_errors, out, out_option, output_argument, writing_directory
 from pipeline.core.config import CampaignConfig, DedupeSettings, InputSpec, load_campaign
+from pipeline.output.remote import RemoteOut
 
 if TYPE_CHECKING:
     from pipeline.jobs.dedupe import DatasetInput
@@ -30,7 +31,7 @@ _WorkersOption = Annotated[
 
 
 def dedupe_command(
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Output directory (atomic).")],
+    out_arg: Annotated[str, out_option("Output directory (atomic)")],
     inputs: Annotated[
         list[str] | None,
         typer.Argument(help="Parquet files or directories of them (no split label)."),
@@ -93,6 +94,7 @@ def dedupe_command(
     # lazy: polars and the dedupe tables load only when this command runs
     from pipeline.jobs.dedupe import dedupe_dataset
 
+    out_dir = output_argument(out_arg)
     with library_errors(writing_directory(out_dir)):
         config = _dedupe_config(
             config_file, normalised, near, threshold, survivor, protect, workers
@@ -150,7 +152,7 @@ def _dataset_inputs(inputs: list[str] | None, split: list[str] | None) -> list[D
     return given
 
 
-def _print_summary(summary: dict[str, Any], out_dir: Path) -> None:
+def _print_summary(summary: dict[str, Any], out_dir: Path | RemoteOut) -> None:
     """Rows removed per rule, then the totals."""
     counts = summary["counts"]
     table = Table("rule", "rows", title=f"rowgate dedupe → {out_dir}", box=None)

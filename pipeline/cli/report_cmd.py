@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from pipeline.cli._common import err, library_errors, out, styled, writing_directory
+from pipeline.cli._common import (
+    err,
+    library_errors,
+    located,
+    out,
+    out_option,
+    output_argument,
+    styled,
+    writing_directory,
+)
 from pipeline.output.outdir import claim_output
 from pipeline.reports.presets import PRESETS
 from pipeline.reports.settings import ReportSettings
@@ -39,9 +48,7 @@ DataArgument = Annotated[
         show_default=False,
     ),
 ]
-OutOption = Annotated[
-    Path, typer.Option("--out", "-o", help="Report directory (written atomically).")
-]
+OutOption = Annotated[str, out_option("Report directory (written atomically)")]
 ByOption = Annotated[
     list[str] | None,
     typer.Option("--by", help="Slice by this column or SQL expression (repeatable)."),
@@ -174,7 +181,7 @@ def selective_command(
     _report(data, given, out_dir, force, quiet)
 
 
-def _report(data: str, given: dict[str, Any], out_dir: Path, force: bool, quiet: bool) -> None:
+def _report(data: str, given: dict[str, Any], out_arg: str, force: bool, quiet: bool) -> None:
     # imported here, not at the top: they load matplotlib, which every other command
     # (and `rowgate --help`) would otherwise pay for at start-up
     from pipeline.reports.evaluation import evaluate
@@ -182,6 +189,7 @@ def _report(data: str, given: dict[str, Any], out_dir: Path, force: bool, quiet:
     from pipeline.reports.sources import load_table
 
     started = time.perf_counter()
+    out_dir = output_argument(out_arg)
     read = (
         [Path(data)]
         if os.path.lexists(data)
@@ -203,7 +211,7 @@ def _report(data: str, given: dict[str, Any], out_dir: Path, force: bool, quiet:
     if not quiet:
         _summary(report)
     out.print(
-        f"wrote {out_dir}/report.html, report.json and tables for "
+        f"wrote {located(out_dir, 'report.html')}, report.json and tables for "
         f"{report.data['rows_evaluated']:,} rows in {time.perf_counter() - started:.2f} s",
     )
 

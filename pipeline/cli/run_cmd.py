@@ -26,11 +26,15 @@ from pipeline.cli._common import (
     EXIT_REJECTED_SHARE,
     err,
     library_errors,
+    located,
     out,
+    out_option,
+    output_argument,
     styled,
     writing_directory,
 )
 from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
+from pipeline.output.remote import RemoteOut
 
 if TYPE_CHECKING:
     from pipeline.jobs.run import RunObserver, RunResult
@@ -59,9 +63,7 @@ _RayAddressOption = Annotated[
 
 
 def run_command(
-    out_dir: Annotated[
-        Path, typer.Option("--out", "-o", help="Output directory (created atomically).")
-    ],
+    out_arg: Annotated[str, out_option("Output directory (created atomically)")],
     config_file: Annotated[
         Path | None, typer.Option("--config", "-c", help="Campaign config (TOML).")
     ] = None,
@@ -115,6 +117,7 @@ def run_command(
     """Gate every line of the inputs: accepted rows become typed Parquet with SHA-256
     lineage; every other line lands in rejected/ (or quarantined/, duplicates/) with its
     reasons. Writes OUT/manifest.json; `rowgate verify OUT` re-checks it all."""
+    out_dir = output_argument(out_arg)
     with library_errors(writing_directory(out_dir)):
         flags = {
             "dedupe.normalised": normalised,
@@ -169,7 +172,7 @@ def _run_config(
     return config.validate()
 
 
-def _exit_over_rejected_share(result: RunResult, out_dir: Path) -> NoReturn:
+def _exit_over_rejected_share(result: RunResult, out_dir: Path | RemoteOut) -> NoReturn:
     """Say that too many lines were rejected or quarantined, and exit 5 (OUT stays)."""
     limit = result.manifest["config"]["run"]["max_rejected_share"]
     err.print(
@@ -271,7 +274,7 @@ class _progress:
             self.current.stop()
 
 
-def _summary(manifest: dict[str, Any], out_dir: Path) -> None:
+def _summary(manifest: dict[str, Any], out_dir: Path | RemoteOut) -> None:
     counts = manifest["counts"]
     total = counts["lines"] or 1
     table = Table("disposition", "rows", "share", title=f"rowgate run → {out_dir}", box=None)
@@ -295,7 +298,7 @@ def _summary(manifest: dict[str, Any], out_dir: Path) -> None:
         styled("ok", "green") if manifest["conservation"]["ok"] else styled("FAILED", "red"),
     )
     for report in manifest.get("reports", []):
-        out.print(f"report: {out_dir / report['path']}")
+        out.print(f"report: {located(out_dir, report['path'])}")
     from pipeline.cli.hints import run_hints  # lazy: it loads the reason catalogue (pyarrow)
 
     for hint in run_hints(manifest):

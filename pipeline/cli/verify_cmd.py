@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled
+from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, output_argument, styled
+from pipeline.output.remote import RemoteOut, download, work_directory
 
 
 def verify_command(
-    directory: Annotated[Path, typer.Argument(help="A run's output directory.")],
+    given: Annotated[
+        str,
+        typer.Argument(
+            help="A run's output directory, or its object-store URI (s3://bucket/prefix).",
+            metavar="DIRECTORY",
+        ),
+    ],
     sources: Annotated[
         Path | None,
         typer.Option(help="Look inputs up under this directory instead of their recorded paths."),
@@ -25,8 +36,9 @@ def verify_command(
     from pipeline.output.verify import verify_run
     from pipeline.reports.run_report import render_run_report
 
-    with library_errors():
-        report = verify_run(directory, sources, render_report=render_run_report)
+    directory = output_argument(given)
+    with library_errors(), _local_copy(directory) as local:
+        report = verify_run(local, sources, render_report=render_run_report)
     checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
     for note in report.notes:
         err.print(styled("note:", "yellow"), note)
@@ -37,3 +49,21 @@ def verify_command(
         err.print(styled("mismatch:", "red"), problem)
     err.print(styled("verification failed", "bold red"), f"({checked})")
     raise typer.Exit(EXIT_MISMATCH)
+
+
+@contextmanager
+def _local_copy(directory: Path | RemoteOut) -> Iterator[Path]:
+    """The output to verify on this machine: a local OUT itself; an object-store OUT
+    copied whole into the work directory first (removed afterwards), so that every
+    byte verify reads is a byte the store holds."""
+    if isinstance(directory, Path):
+        yield directory
+        return
+    work = work_directory()
+    work.mkdir(parents=True, exist_ok=True)
+    local = Path(tempfile.mkdtemp(prefix=".rowgate-verify-", dir=work))
+    try:
+        download(directory, local)
+        yield local
+    finally:
+        shutil.rmtree(local, ignore_errors=True)

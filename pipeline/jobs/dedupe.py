@@ -71,6 +71,7 @@ from pipeline.jobs.dataset_keys import (
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.output.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from pipeline.output.outdir import OutputClaim, claim_output
+from pipeline.output.remote import RemoteClaim, RemoteOut
 from pipeline.records.lineage import file_sha256
 from pipeline.storage import RunStorage
 
@@ -113,7 +114,7 @@ class DatasetInput:
 
 @dataclass
 class DatasetResult:
-    out: Path
+    out: Path | RemoteOut
     summary: dict[str, Any]
 
 
@@ -618,7 +619,7 @@ def _writer(path: Path, layout: pl.DataFrame) -> pq.ParquetWriter:
 
 def dedupe_dataset(
     inputs: Sequence[DatasetInput],
-    out: Path,
+    out: Path | RemoteOut,
     settings: DedupeSettings,
     *,
     kind: str | None = None,
@@ -640,7 +641,7 @@ def dedupe_dataset(
 
 
 def _dedupe(
-    claim: OutputClaim,
+    claim: OutputClaim | RemoteClaim,
     inputs: Sequence[DatasetInput],
     settings: DedupeSettings,
     kind: str | None,

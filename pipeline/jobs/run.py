@@ -42,6 +42,7 @@ from pipeline.gate.staging import GateTask, ShardSummary, gate_step
 from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.output.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
 from pipeline.output.outdir import claim_output
+from pipeline.output.remote import Out
 from pipeline.records.lineage import file_sha256, source_name
 from pipeline.records.schemas import SchemaError
 from pipeline.storage import RunStorage
@@ -84,7 +85,7 @@ class RunObserver:
 
 @dataclass
 class RunResult:
-    out: Path
+    out: Out
     manifest: dict[str, Any]
     summaries: list[ShardSummary] = field(default_factory=list)
 
@@ -263,11 +264,12 @@ def _preflight(config: CampaignConfig) -> Gate:
 
 
 def run(
-    config: CampaignConfig, out: Path, *, force: bool = False, observer: RunObserver | None = None
+    config: CampaignConfig, out: Out, *, force: bool = False, observer: RunObserver | None = None
 ) -> RunResult:
-    """Run a campaign over its inputs and write ``out`` atomically."""
+    """Run a campaign over its inputs and write ``out`` atomically (on an object store:
+    uploaded once complete, :mod:`pipeline.output.remote`)."""
     # absolute: staged paths travel to workers, which (on a cluster) start elsewhere
-    out = Path(os.path.abspath(out))
+    out = Path(os.path.abspath(out)) if isinstance(out, Path) else out
     observer = observer or RunObserver()
     started = time.perf_counter()
     if not config.inputs:

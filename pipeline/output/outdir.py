@@ -35,12 +35,16 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
 
+if TYPE_CHECKING:
+    from pipeline.output.remote import RemoteClaim, RemoteOut
+
 __all__ = [
     "FILE_SECTIONS",
+    "PROOFS",
     "OutputBusyError",
     "OutputClaim",
     "OutputExistsError",
@@ -57,7 +61,7 @@ _OLD: Final = "-old"
 _LOCK: Final = ".rowgate-lock"
 #: files whose ``format`` (``rowgate-run/1``, ``rowgate-report/1``, ``rowgate-dedupe/1``)
 #: proves that rowgate wrote the directory holding them
-_PROOFS: Final = ("manifest.json", "report.json", "summary.json")
+PROOFS: Final = ("manifest.json", "report.json", "summary.json")
 _PROOF_MAX_BYTES: Final = 256 << 20
 #: a run manifest's lists of the files the run wrote (``{path, bytes, sha256, ...}``
 #: each): with ``manifest.json`` itself, they account for everything in OUT (defined here,
@@ -191,10 +195,10 @@ def written_by_rowgate(directory: Path) -> bool:
 
 
 def _proof(directory: Path) -> tuple[str, dict[str, Any]] | None:
-    """The first of ``_PROOFS`` in ``directory`` that names a rowgate format, read."""
+    """The first of ``PROOFS`` in ``directory`` that names a rowgate format, read."""
     if directory.is_symlink() or not directory.is_dir():
         return None
-    for name in _PROOFS:
+    for name in PROOFS:
         proof = directory / name
         try:
             if proof.is_symlink() or proof.stat().st_size > _PROOF_MAX_BYTES:
@@ -465,14 +469,26 @@ class OutputClaim:
 
 
 @contextmanager
-def claim_output(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iterator[OutputClaim]:
+def claim_output(
+    out: Path | RemoteOut, *, force: bool, protect: Iterable[Path] = ()
+) -> Iterator[OutputClaim | RemoteClaim]:
     """Lock and check ``out`` for the whole command (see the module docstring).
 
     Raises, before any work: :class:`UnsafeOutputError` (OUT's path is not UTF-8; OUT
-    is, contains or lies inside a path in ``protect``; or ``force`` would replace a file, a link or a directory
-    rowgate did not write), :class:`OutputExistsError` (OUT exists, no ``force``),
-    :class:`OutputBusyError` (another command holds OUT).
+    is, contains or lies inside a path in ``protect``; or ``force`` would replace a file,
+    a link or a directory rowgate did not write), :class:`OutputExistsError` (OUT exists,
+    no ``force``), :class:`OutputBusyError` (another command holds OUT).
+
+    An OUT on an object store (:class:`~pipeline.output.remote.RemoteOut`) is claimed by
+    :func:`~pipeline.output.remote.claim_remote` instead: the command works in a local
+    directory and uploads the result, never over an existing output.
     """
+    if not isinstance(out, Path):
+        from pipeline.output.remote import claim_remote
+
+        with claim_remote(out, force=force) as remote:
+            yield remote
+        return
     protect = list(protect)
     _check_utf8(out)
     _check_overlap(out, protect)
@@ -484,7 +500,9 @@ def claim_output(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Ite
 
 
 @contextmanager
-def atomic_directory(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iterator[Path]:
+def atomic_directory(
+    out: Path | RemoteOut, *, force: bool, protect: Iterable[Path] = ()
+) -> Iterator[Path]:
     """:func:`claim_output` and :meth:`OutputClaim.staging` in one: a temporary directory
     that becomes ``out`` when the block completes."""
     with claim_output(out, force=force, protect=protect) as claim, claim.staging() as tmp:

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from pipeline.output.manifest import dependency_versions
 from pipeline.output.outdir import OutputClaim, atomic_directory
+from pipeline.output.remote import RemoteClaim
 from pipeline.reports import html, plots
 from pipeline.reports.conventions import evaluation_conventions
 from pipeline.reports.evaluation import EvaluationReport, SliceResult
@@ -35,20 +36,22 @@ REPORT_FORMAT: Final = "rowgate-report/1"
 
 
 def write_evaluation(
-    report: EvaluationReport, out: Path | OutputClaim, *, force: bool = False
-) -> list[Path]:
-    """Write every file of ``report`` into ``out`` atomically; return the paths written.
+    report: EvaluationReport, out: Path | OutputClaim | RemoteClaim, *, force: bool = False
+) -> list[str]:
+    """Write every file of ``report`` into ``out`` atomically; return the names of the
+    files written.
 
     ``out`` may be an output directory the command has already claimed
-    (:func:`pipeline.output.outdir.claim_output`, which then decides on replacing it).
+    (:func:`pipeline.output.outdir.claim_output`, which then decides on replacing it; on
+    an object store, uploads it).
 
     Raises
     ------
     OutputExistsError
         ``out`` exists and ``force`` is false.
     """
-    if isinstance(out, OutputClaim):
-        staging, out = out.staging(), out.out
+    if isinstance(out, OutputClaim | RemoteClaim):
+        staging = out.staging()
     else:
         staging = atomic_directory(out, force=force)
     with staging as tmp:
@@ -65,7 +68,7 @@ def write_evaluation(
             json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n", "utf-8"
         )
         (tmp / "report.html").write_text(render_evaluation_html(report, document), "utf-8")
-    return sorted(out.iterdir())
+        return sorted(p.name for p in tmp.iterdir())
 
 
 def report_document(

@@ -89,8 +89,9 @@ class RunStorage:
     worker reads and writes through it. Paths are never patterns: OUT's name may hold
     ``[``, ``*`` or ``?`` (polars globs the paths it scans unless told not to).
 
-    Only local paths today. A root on a filesystem pyarrow understands (an object-store
-    URI, ``s3://bucket/run``) would need: a ``pyarrow.fs.FileSystem`` resolved from the
+    Only local paths today: an OUT on an object store is written here, in a local work
+    directory, and uploaded once complete (:mod:`pipeline.output.remote`). A root on a
+    filesystem pyarrow understands (an object-store URI, ``s3://bucket/run``) would need: a ``pyarrow.fs.FileSystem`` resolved from the
     URI (``FileSystem.from_uri``) kept beside the root path (pyarrow's filesystems
     pickle); every open through it (``open_output_stream`` for staged IPC files and
     Parquet parts, ``open_input_file`` for staged batches) instead of ``open``/``mkdir``

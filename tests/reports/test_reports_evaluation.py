@@ -252,7 +252,7 @@ def test_slice_intervals_do_not_move_when_slices_are_added() -> None:
 def test_written_report_is_strict_json_with_conventions(tmp_path: Path) -> None:
     report = _evaluate(_synthetic(500), confidence="p", correct="ok", by=("model",), bootstrap=50)
     paths = write_evaluation(report, tmp_path / "r")
-    assert sorted(p.name for p in paths) == [
+    assert paths == [
         "bins.parquet",
         "rc_curve.parquet",
         "report.html",

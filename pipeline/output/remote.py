@@ -1,0 +1,259 @@
+"""Outputs on a filesystem pyarrow understands other than the local one: an object store
+(``s3://bucket/prefix``, ``gs://…``, ``abfs://…``) or HDFS (``hdfs://…``), named by URI.
+
+An object store cannot rename a prefix, so the atomic publish of
+:mod:`pipeline.output.outdir` is not available there. A command whose OUT is such a URI
+(:class:`RemoteOut`) works instead in a private local directory
+(:func:`work_directory`), exactly as it would beside a local OUT, and publishes the
+complete result by uploading it (:class:`RemoteClaim`):
+
+- before any work, OUT's prefix must hold no object: rowgate never replaces or adds to an
+  output on an object store, ``--force`` included (it could not do so atomically; a
+  crash halfway would lose the old output with no new one in its place);
+- every file but the output's proof (``manifest.json``, ``summary.json`` or
+  ``report.json``, which names the files the output holds) is uploaded first; the prefix
+  is then listed, and only when it holds exactly those files at their sizes is the proof
+  written, last: the proof is the commit marker, and an output without one is refused by
+  ``rowgate verify`` and by every later command that would replace it;
+- if anything fails before the proof is written, every object the command uploaded is
+  deleted (best effort) and the command fails (exit 4): no OUT.
+
+Object stores offer no lock, so two commands publishing to the same prefix at once are
+not kept apart as the local lock keeps them; the listing before the proof catches one
+that wrote files of its own, and then neither commits. The bytes, the manifest included,
+are those a local OUT would hold: the work directory is the run's OUT until the upload.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
+from pipeline.output.outdir import PROOFS, OutputExistsError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+__all__ = [
+    "WORK_DIR_ENV",
+    "Out",
+    "OutputURIError",
+    "RemoteClaim",
+    "RemoteOut",
+    "RemotePublishError",
+    "claim_remote",
+    "download",
+    "output_target",
+    "work_directory",
+]
+
+#: where a command with an object-store OUT works before it uploads (default: the
+#: system's temporary directory); on a Ray cluster, a path every node shares
+WORK_DIR_ENV: Final = "ROWGATE_WORK_DIR"
+#: files uploaded at once (an object store's latency, not its bandwidth, bounds one)
+_UPLOADS: Final = 8
+_COPY_BYTES: Final = 8 << 20
+_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+class OutputURIError(RowgateError, ValueError):
+    """OUT's URI names no filesystem pyarrow can open, or one rowgate will not write."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
+
+
+class RemotePublishError(RowgateError, RuntimeError):
+    """The upload could not be committed: OUT's prefix changed while it ran."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
+
+
+@dataclass(frozen=True)
+class RemoteOut:
+    """An OUT given as a URI other than ``file://``; resolved to a filesystem only when a
+    command claims it (pyarrow loads then, not at the command line's start-up)."""
+
+    uri: str
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def join(self, relative: str) -> str:
+        """Where a file of the output is, for messages."""
+        return f"{self.uri.rstrip('/')}/{relative}"
+
+    def resolve(self) -> tuple[pafs.FileSystem, str]:
+        """The filesystem and the path of OUT's prefix in it."""
+        return _resolver(self.uri)
+
+
+#: where a command writes its output: a local directory, or a prefix on an object store
+Out = Path | RemoteOut
+
+
+def output_target(text: str) -> Out:
+    """``--out`` as given: a local path, or a :class:`RemoteOut` for a URI (``file://``
+    URIs are local paths, published atomically as any other)."""
+    match = _SCHEME.match(text)
+    if match is None:
+        return Path(text)
+    if match.group(1).lower() == "file":
+        from urllib.parse import unquote, urlparse
+
+        parsed = urlparse(text)
+        if parsed.netloc not in ("", "localhost"):
+            raise OutputURIError(f"{text}: a file:// URI names a path on this machine")
+        return Path(unquote(parsed.path))
+    return RemoteOut(text)
+
+
+def _from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+        raise OutputURIError(f"{uri}: not a filesystem pyarrow can open ({exc})") from None
+    path = path.rstrip("/")
+    if not path:
+        raise OutputURIError(f"{uri}: names no prefix to write into (a bucket's root)")
+    return filesystem, path
+
+
+#: resolves a URI; tests put an in-memory object store here
+_resolver: Callable[[str], tuple[pafs.FileSystem, str]] = _from_uri
+
+
+def work_directory() -> Path:
+    """Where a command with an object-store OUT works: ``$ROWGATE_WORK_DIR``, else the
+    system's temporary directory."""
+    return Path(os.environ.get(WORK_DIR_ENV) or tempfile.gettempdir())
+
+
+# --- claiming and publishing --------------------------------------------------------
+
+
+def _objects(filesystem: pafs.FileSystem, root: str) -> dict[str, int]:
+    """Every object under ``root``, by its path relative to it, with its size."""
+    import pyarrow.fs as pafs
+
+    if filesystem.get_file_info(root).type == pafs.FileType.File:
+        return {"": filesystem.get_file_info(root).size}
+    selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+    return {
+        info.path[len(root) + 1 :]: info.size
+        for info in filesystem.get_file_info(selector)
+        if info.type == pafs.FileType.File
+    }
+
+
+@dataclass(frozen=True)
+class RemoteClaim:
+    """An output prefix on an object store, checked empty (:func:`claim_remote`)."""
+
+    out: RemoteOut
+    filesystem: Any  # a pyarrow.fs.FileSystem (pickles; only the parent uses it)
+    path: str
+    force: bool
+
+    @contextmanager
+    def staging(self) -> Iterator[Path]:
+        """Yield an empty private work directory; when the block completes its files are
+        uploaded to OUT, the proof last. It is removed in every case."""
+        work = work_directory()
+        work.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".rowgate-out-", dir=work))
+        try:
+            yield tmp
+            upload(tmp, self.filesystem, self.path, self.out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def claim_remote(out: RemoteOut, *, force: bool) -> Iterator[RemoteClaim]:
+    """Check, before any work, that OUT's prefix holds no object (see the module
+    docstring); raises :class:`~pipeline.output.outdir.OutputExistsError` if it does, and
+    :class:`OutputURIError` with ``force`` (nothing is replaced on an object store)."""
+    filesystem, path = out.resolve()
+    existing = _objects(filesystem, path)
+    if existing:
+        count = len(existing)
+        what = "is an object" if "" in existing else f"holds {count:,} object{'s' * (count > 1)}"
+        if force:
+            raise OutputURIError(
+                f"{out} {what}: rowgate does not replace an output on an object store, "
+                "--force included (it cannot swap one atomically); delete it or choose "
+                "another prefix"
+            )
+        raise OutputExistsError(
+            f"{out} {what}; rowgate writes only to an empty prefix on an object store"
+        )
+    yield RemoteClaim(out, filesystem, path, force)
+
+
+def upload(tmp: Path, filesystem: pafs.FileSystem, root: str, out: RemoteOut) -> None:
+    """Upload every file under ``tmp`` to ``root``, the proof last, once a listing shows
+    exactly the uploaded files; on failure delete every object uploaded."""
+    files = {p.relative_to(tmp).as_posix(): p for p in sorted(tmp.rglob("*")) if p.is_file()}
+    proofs = [rel for rel in files if rel in PROOFS]
+    if not proofs:
+        raise RemotePublishError(f"nothing to publish to {out}: the output has no proof")
+    rest = [rel for rel in files if rel not in PROOFS]
+    sent: list[str] = []
+
+    def send(relative: str) -> None:
+        sent.append(relative)  # before the first byte: a failure may leave part of it
+        _copy(files[relative], filesystem, f"{root}/{relative}")
+
+    try:
+        with ThreadPoolExecutor(_UPLOADS) as pool:
+            list(pool.map(send, rest))
+        expected = {rel: files[rel].stat().st_size for rel in rest}
+        found = _objects(filesystem, root)
+        if found != expected:
+            others = sorted(set(found) - set(expected)) or sorted(
+                rel for rel in expected if found.get(rel) != expected[rel]
+            )
+            raise RemotePublishError(
+                f"{out} changed while this command uploaded to it ({others[0]!r}: another "
+                "command may be writing there); nothing was published"
+            )
+        for relative in proofs:
+            send(relative)
+    except BaseException:
+        for relative in sent:
+            with suppress(OSError):
+                filesystem.delete_file(f"{root}/{relative}")
+        raise
+
+
+def _copy(source: Path, filesystem: pafs.FileSystem, destination: str) -> None:
+    with source.open("rb") as src, filesystem.open_output_stream(destination) as dst:
+        while block := src.read(_COPY_BYTES):
+            dst.write(block)
+
+
+def download(out: RemoteOut, into: Path) -> None:
+    """Copy every object under OUT into the empty directory ``into`` (for ``rowgate
+    verify``, which reads a local copy)."""
+    filesystem, root = out.resolve()
+    objects = _objects(filesystem, root)
+    if not objects or "" in objects:
+        raise OutputURIError(f"{out} holds no output (no object under the prefix)")
+    for relative in sorted(objects):
+        target = into / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with filesystem.open_input_stream(f"{root}/{relative}") as src, target.open("wb") as dst:
+            while block := src.read(_COPY_BYTES):
+                dst.write(block)

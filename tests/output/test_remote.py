@@ -1,0 +1,151 @@
+"""Outputs on an object store (pipeline.output.remote): the same bytes as a local OUT,
+uploaded with the proof last, never over an existing output, and nothing left behind
+when an upload fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE
+from pipeline.output import remote
+from pipeline.output.remote import OutputURIError, RemoteOut, output_target
+from tests.conftest import DATA
+from tests.output.object_store import MemoryStore
+from tests.parity import output_digests
+
+runner = CliRunner()
+MATH = ["run", str(DATA / "math-reasoning-v1.jsonl"), "--kind", "math-reasoning-v1"]
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> MemoryStore:
+    """``mem://KEY`` names KEY in one in-memory store; the work directory is watched."""
+    memory = MemoryStore()
+    filesystem = pafs.PyFileSystem(memory)
+
+    def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+        assert uri.startswith("mem://")
+        return filesystem, uri.removeprefix("mem://").rstrip("/")
+
+    monkeypatch.setattr(remote, "_resolver", resolve)
+    monkeypatch.setenv(remote.WORK_DIR_ENV, str(tmp_path / "work"))
+    return memory
+
+
+def _download(memory: MemoryStore, prefix: str, into: Path) -> Path:
+    for key, data in memory.objects.items():
+        if key.startswith(prefix + "/"):
+            target = into / key[len(prefix) + 1 :]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    return into
+
+
+def test_output_targets() -> None:
+    assert output_target("out/run") == Path("out/run")
+    assert output_target("/data/run") == Path("/data/run")
+    assert output_target("file:///data/my%20run") == Path("/data/my run")
+    assert output_target("s3://bucket/run") == RemoteOut("s3://bucket/run")
+    assert output_target("gs://bucket/a/b/") == RemoteOut("gs://bucket/a/b/")
+    with pytest.raises(OutputURIError, match="this machine"):
+        output_target("file://elsewhere/data/run")
+
+
+def test_an_unknown_scheme_or_a_bare_bucket_exits_2(tmp_path: Path) -> None:
+    for uri, why in (("nosuch://bucket/run", "not a filesystem"), ("mock://", "no prefix")):
+        result = runner.invoke(app, [*MATH, "--out", uri])
+        assert result.exit_code == EXIT_USAGE, result.output
+        assert why in result.output
+
+
+@pytest.mark.slow
+def test_a_run_on_an_object_store_holds_the_local_runs_bytes(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    config = ["run", "--config", str(DATA / "campaign.toml"), "--workers", "1"]
+    local = tmp_path / "local"
+    assert runner.invoke(app, [*config, "--out", str(local)]).exit_code == 0
+    result = runner.invoke(app, [*config, "--out", "mem://bucket/runs/one"])
+    assert result.exit_code == 0, result.output
+    assert "mem://bucket/runs/one/report.html" in result.stdout
+    assert store.committed[-1] == "bucket/runs/one/manifest.json"  # the proof, last
+    assert len(store.committed) == len(set(store.committed))  # each object written once
+    copy = _download(store, "bucket/runs/one", tmp_path / "copy")
+    assert output_digests(copy) == output_digests(local)
+    assert list((tmp_path / "work").iterdir()) == []  # the work directory is removed
+
+    verified = runner.invoke(app, ["verify", "mem://bucket/runs/one"])
+    assert verified.exit_code == 0, verified.output
+    part = next(k for k in store.objects if k.endswith(".parquet") and "/accepted/" in k)
+    store.objects[part] = store.objects[part][:-1] + b"\0"
+    assert runner.invoke(app, ["verify", "mem://bucket/runs/one"]).exit_code == 1
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_an_existing_output_is_never_replaced(store: MemoryStore) -> None:
+    store.objects["bucket/run/manifest.json"] = b'{"format": "rowgate-run/1"}'
+    before = dict(store.objects)
+    result = runner.invoke(app, [*MATH, "--out", "mem://bucket/run"])
+    assert result.exit_code == EXIT_FAILED
+    assert "holds 1 object;" in result.output
+    assert "empty prefix" in result.output
+    forced = runner.invoke(app, [*MATH, "--out", "mem://bucket/run", "--force"])
+    assert forced.exit_code == EXIT_USAGE
+    assert "does not replace" in forced.output
+    assert store.objects == before
+    # an object at OUT's own key is refused too
+    store.objects["bucket/file"] = b"x"
+    assert runner.invoke(app, [*MATH, "--out", "mem://bucket/file"]).exit_code == EXIT_FAILED
+
+
+@pytest.mark.parametrize("failing", [1, 3, "proof"])
+def test_a_failed_upload_leaves_no_output(
+    store: MemoryStore, tmp_path: Path, failing: int | str
+) -> None:
+    # how many files the output has: the proof is the last uploaded
+    assert runner.invoke(app, [*MATH, "--out", str(tmp_path / "probe")]).exit_code == 0
+    files = [p for p in (tmp_path / "probe").rglob("*") if p.is_file()]
+    store.fail_upload = len(files) if failing == "proof" else int(failing)
+    result = runner.invoke(app, [*MATH, "--out", "mem://bucket/run"])
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "injected" in result.output
+    assert store.objects == {}  # every uploaded object deleted, the proof never written
+    assert "bucket/run/manifest.json" not in store.committed
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_another_writer_under_the_prefix_blocks_the_commit(store: MemoryStore) -> None:
+    def intrude(key: str) -> None:
+        if key.endswith(".parquet") and "bucket/run/theirs.txt" not in store.objects:
+            store.objects["bucket/run/theirs.txt"] = b"another command's file"
+
+    store.on_commit = intrude
+    result = runner.invoke(app, [*MATH, "--out", "mem://bucket/run"])
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "changed while this command uploaded" in result.output
+    assert "theirs.txt" in result.output
+    # ours are deleted, never theirs; nothing was committed
+    assert store.objects == {"bucket/run/theirs.txt": b"another command's file"}
+    assert "bucket/run/manifest.json" not in store.committed
+
+
+def test_dedupe_publishes_to_an_object_store(store: MemoryStore, tmp_path: Path) -> None:
+    run_out = tmp_path / "run"
+    assert runner.invoke(app, [*MATH, "--out", str(run_out)]).exit_code == 0
+    parts = sorted(str(p) for p in (run_out / "accepted").rglob("*.parquet"))
+    local = runner.invoke(app, ["dedupe", *parts, "--out", str(tmp_path / "dd")])
+    assert local.exit_code == 0, local.output
+    result = runner.invoke(app, ["dedupe", *parts, "--out", "mem://bucket/dd"])
+    assert result.exit_code == 0, result.output
+    assert store.committed[-1] == "bucket/dd/summary.json"
+    copy = _download(store, "bucket/dd", tmp_path / "dd-copy")
+    for path in (tmp_path / "dd").iterdir():
+        assert (copy / path.name).read_bytes() == path.read_bytes(), path.name
+    summary = json.loads(store.objects["bucket/dd/summary.json"])
+    assert summary["format"] == "rowgate-dedupe/1"
