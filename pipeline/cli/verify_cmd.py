@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Annotated
 import typer
 
 from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, output_argument, styled
-from pipeline.output.remote import RemoteOut, download, work_directory
+from pipeline.output.remote import RemoteOut, download, private_directory
 
 
 def verify_command(
@@ -59,9 +58,7 @@ def _local_copy(directory: Path | RemoteOut) -> Iterator[Path]:
     if isinstance(directory, Path):
         yield directory
         return
-    work = work_directory()
-    work.mkdir(parents=True, exist_ok=True)
-    local = Path(tempfile.mkdtemp(prefix=".rowgate-verify-", dir=work))
+    local = private_directory("verify")
     try:
         download(directory, local)
         yield local

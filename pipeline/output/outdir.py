@@ -52,6 +52,7 @@ __all__ = [
     "atomic_directory",
     "claim_output",
     "foreign_entries",
+    "pid_alive",
     "unexpected_entries",
     "written_by_rowgate",
 ]
@@ -108,7 +109,7 @@ class OutputBusyError(RowgateError, RuntimeError):
     exit_code: ClassVar[int] = EXIT_FAILED
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -396,7 +397,7 @@ def _leftovers(out: Path, protected: Iterable[Path] = ()) -> list[tuple[Path, in
         pid = rest.removesuffix(_OLD)
         # this process has no sibling of OUT yet when it recovers: one with its pid is a
         # dead process's whose pid was reused
-        if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
+        if pid.isdigit() and (int(pid) == os.getpid() or not pid_alive(int(pid))):
             found.append((entry, int(pid), old))
     return found
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
-from pipeline.output.outdir import PROOFS, OutputExistsError
+from pipeline.output.outdir import PROOFS, OutputExistsError, pid_alive
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -53,6 +54,7 @@ __all__ = [
     "claim_remote",
     "download",
     "output_target",
+    "private_directory",
     "work_directory",
 ]
 
@@ -126,7 +128,7 @@ def _from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
         raise OutputURIError(f"{uri}: not a filesystem pyarrow can open ({exc})") from None
     path = path.rstrip("/")
     if not path:
-        raise OutputURIError(f"{uri}: names no prefix to write into (a bucket's root)")
+        raise OutputURIError(f"{uri}: names no bucket or path to write into")
     return filesystem, path
 
 
@@ -138,6 +140,26 @@ def work_directory() -> Path:
     """Where a command with an object-store OUT works: ``$ROWGATE_WORK_DIR``, else the
     system's temporary directory."""
     return Path(os.environ.get(WORK_DIR_ENV) or tempfile.gettempdir())
+
+
+def private_directory(purpose: str) -> Path:
+    """A new empty directory in the work directory, named for ``purpose``, this process
+    and this host (``.rowgate-out-PID-HOST-…``); first removes the ones this host's dead
+    processes left (a killed command cannot remove its own). Another host's are never
+    touched: the work directory may be shared, and its processes are not visible here."""
+    work = work_directory()
+    work.mkdir(parents=True, exist_ok=True)
+    prefix, host = f".rowgate-{purpose}-", socket.gethostname()
+    for entry in work.iterdir():
+        if not entry.name.startswith(prefix) or not entry.is_dir() or entry.is_symlink():
+            continue
+        pid, _, rest = entry.name[len(prefix) :].partition("-")
+        # mkdtemp's random suffix holds no "-": the host is everything before the last one
+        if rest.rpartition("-")[0] != host or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        if not pid_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-{host}-", dir=work))
 
 
 # --- claiming and publishing --------------------------------------------------------
@@ -170,9 +192,7 @@ class RemoteClaim:
     def staging(self) -> Iterator[Path]:
         """Yield an empty private work directory; when the block completes its files are
         uploaded to OUT, the proof last. It is removed in every case."""
-        work = work_directory()
-        work.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".rowgate-out-", dir=work))
+        tmp = private_directory("out")
         try:
             yield tmp
             upload(tmp, self.filesystem, self.path, self.out)

@@ -5,6 +5,10 @@ when an upload fails."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -58,7 +62,7 @@ def test_output_targets() -> None:
 
 
 def test_an_unknown_scheme_or_a_bare_bucket_exits_2(tmp_path: Path) -> None:
-    for uri, why in (("nosuch://bucket/run", "not a filesystem"), ("mock://", "no prefix")):
+    for uri, why in (("nosuch://bucket/run", "not a filesystem"), ("mock://", "no bucket or path")):
         result = runner.invoke(app, [*MATH, "--out", uri])
         assert result.exit_code == EXIT_USAGE, result.output
         assert why in result.output
@@ -149,3 +153,44 @@ def test_dedupe_publishes_to_an_object_store(store: MemoryStore, tmp_path: Path)
         assert (copy / path.name).read_bytes() == path.read_bytes(), path.name
     summary = json.loads(store.objects["bucket/dd/summary.json"])
     assert summary["format"] == "rowgate-dedupe/1"
+
+
+def test_a_killed_commands_work_directory_is_removed_by_the_next(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid is free: nothing of this host runs as it
+    host = socket.gethostname()
+    work = tmp_path / "work"
+    left = {
+        "killed": work / f".rowgate-out-{dead.pid}-{host}-abc123",
+        "killed-verify": work / f".rowgate-verify-{dead.pid}-{host}-abc123",
+        "another host's": work / f".rowgate-out-{dead.pid}-{host}x-abc123",
+        "a live one": work / f".rowgate-out-{os.getpid()}-{host}-abc123",
+        "not rowgate's": work / f"rowgate-out-{dead.pid}-{host}-abc123",
+    }
+    for directory in left.values():
+        (directory / "_staging").mkdir(parents=True)
+    assert runner.invoke(app, [*MATH, "--out", "mem://bucket/run"]).exit_code == 0
+    assert not left["killed"].exists()
+    assert left["killed-verify"].exists()  # only verify sweeps its own
+    assert runner.invoke(app, ["verify", "mem://bucket/run"]).exit_code == 0
+    assert not left["killed-verify"].exists()
+    kept = sorted(p.name for p in work.iterdir())
+    assert kept == sorted(left[k].name for k in ("another host's", "a live one", "not rowgate's"))
+
+
+def test_report_publishes_to_an_object_store(store: MemoryStore, tmp_path: Path) -> None:
+    scores = tmp_path / "scores.jsonl"
+    rows = [{"p": (i % 10) / 10, "y": int(i % 3 != 0)} for i in range(60)]
+    scores.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    command = ["report", "calibration", str(scores), "--confidence", "p", "--correct", "y = 1"]
+    result = runner.invoke(app, [*command, "--out", "mem://bucket/rep", "--bootstrap", "20"])
+    assert result.exit_code == 0, result.output
+    assert "mem://bucket/rep/report.html" in result.output
+    assert store.committed[-1] == "bucket/rep/report.json"
+    names = sorted(k.removeprefix("bucket/rep/") for k in store.objects)
+    assert "report.html" in names
+    assert "summary.parquet" in names
+    document = json.loads(store.objects["bucket/rep/report.json"])
+    assert document["format"] == "rowgate-report/1"
