@@ -90,8 +90,8 @@ class RemoteOut:
         return self.uri
 
     def join(self, relative: str) -> str:
-        """Where a file of the output is, for messages."""
-        return f"{self.uri.rstrip('/')}/{relative}"
+        """Where a file of the output is, for messages (without the URI's query)."""
+        return f"{self.uri.partition('?')[0].rstrip('/')}/{relative}"
 
     def resolve(self) -> tuple[pafs.FileSystem, str]:
         """The filesystem and the path of OUT's prefix in it."""
@@ -219,7 +219,27 @@ def claim_remote(out: RemoteOut, *, force: bool) -> Iterator[RemoteClaim]:
         raise OutputExistsError(
             f"{out} {what}; rowgate writes only to an empty prefix on an object store"
         )
+    _probe(filesystem, path, out)
     yield RemoteClaim(out, filesystem, path, force)
+
+
+def _probe(filesystem: pafs.FileSystem, root: str, out: RemoteOut) -> None:
+    """Write and delete one empty object under OUT, before any work: a missing bucket,
+    missing credentials or a missing permission (a failed upload must delete what it
+    wrote) fails the command now, not after the run."""
+    probe = f"{root}/.rowgate-probe-{os.getpid()}-{socket.gethostname()}"
+    try:
+        with filesystem.open_output_stream(probe):
+            pass
+    except OSError as exc:
+        raise RemotePublishError(f"cannot write under {out}: {exc}") from None
+    try:
+        filesystem.delete_file(probe)
+    except OSError as exc:
+        raise RemotePublishError(
+            f"cannot delete under {out} ({exc}): rowgate needs it to remove what a failed "
+            f"upload wrote; delete {probe} by hand"
+        ) from None
 
 
 def upload(tmp: Path, filesystem: pafs.FileSystem, root: str, out: RemoteOut) -> None:
@@ -227,14 +247,19 @@ def upload(tmp: Path, filesystem: pafs.FileSystem, root: str, out: RemoteOut) ->
     exactly the uploaded files; on failure delete every object uploaded."""
     files = {p.relative_to(tmp).as_posix(): p for p in sorted(tmp.rglob("*")) if p.is_file()}
     proofs = [rel for rel in files if rel in PROOFS]
-    if not proofs:
-        raise RemotePublishError(f"nothing to publish to {out}: the output has no proof")
+    if len(proofs) != 1:  # every command writes one: the commit marker
+        raise RemotePublishError(f"cannot publish to {out}: the output's proofs are {proofs}")
     rest = [rel for rel in files if rel not in PROOFS]
     sent: list[str] = []
 
     def send(relative: str) -> None:
         sent.append(relative)  # before the first byte: a failure may leave part of it
-        _copy(files[relative], filesystem, f"{root}/{relative}")
+        try:
+            _copy(files[relative], filesystem, f"{root}/{relative}")
+        except OSError as exc:
+            raise RemotePublishError(
+                f"uploading {out.join(relative)} failed ({exc}); nothing was published"
+            ) from None
 
     try:
         with ThreadPoolExecutor(_UPLOADS) as pool:
@@ -249,8 +274,7 @@ def upload(tmp: Path, filesystem: pafs.FileSystem, root: str, out: RemoteOut) ->
                 f"{out} changed while this command uploaded to it ({others[0]!r}: another "
                 "command may be writing there); nothing was published"
             )
-        for relative in proofs:
-            send(relative)
+        send(proofs[0])
     except BaseException:
         for relative in sent:
             with suppress(OSError):

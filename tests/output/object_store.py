@@ -30,6 +30,7 @@ class MemoryStore(pafs.FileSystemHandler):
         self.committed: list[str] = []  # keys, in the order their uploads completed
         self.fail_upload: int | None = None  # the N-th upload (from 1) raises
         self.on_commit: Callable[[str], None] | None = None
+        self.refuse_deletes = False
         self._uploads = 0
 
     def commit(self, key: str, data: bytes) -> None:
@@ -78,6 +79,8 @@ class MemoryStore(pafs.FileSystemHandler):
         raise AssertionError("rowgate never empties a store")
 
     def delete_file(self, path: str) -> None:
+        if self.refuse_deletes:
+            raise PermissionError(f"injected: access denied deleting {path}")
         if path not in self.objects:
             raise FileNotFoundError(path)
         del self.objects[path]

@@ -57,6 +57,7 @@ def test_output_targets() -> None:
     assert output_target("file:///data/my%20run") == Path("/data/my run")
     assert output_target("s3://bucket/run") == RemoteOut("s3://bucket/run")
     assert output_target("gs://bucket/a/b/") == RemoteOut("gs://bucket/a/b/")
+    assert RemoteOut("s3://b/run/?region=x").join("a/b.json") == "s3://b/run/a/b.json"
     with pytest.raises(OutputURIError, match="this machine"):
         output_target("file://elsewhere/data/run")
 
@@ -108,20 +109,36 @@ def test_an_existing_output_is_never_replaced(store: MemoryStore) -> None:
     assert runner.invoke(app, [*MATH, "--out", "mem://bucket/file"]).exit_code == EXIT_FAILED
 
 
-@pytest.mark.parametrize("failing", [1, 3, "proof"])
+@pytest.mark.parametrize("failing", [2, 4, "proof"])
 def test_a_failed_upload_leaves_no_output(
     store: MemoryStore, tmp_path: Path, failing: int | str
 ) -> None:
-    # how many files the output has: the proof is the last uploaded
-    assert runner.invoke(app, [*MATH, "--out", str(tmp_path / "probe")]).exit_code == 0
-    files = [p for p in (tmp_path / "probe").rglob("*") if p.is_file()]
-    store.fail_upload = len(files) if failing == "proof" else int(failing)
+    # the probe is upload 1; the output's files follow, the proof last
+    assert runner.invoke(app, [*MATH, "--out", str(tmp_path / "local")]).exit_code == 0
+    files = [p for p in (tmp_path / "local").rglob("*") if p.is_file()]
+    store.fail_upload = 1 + len(files) if failing == "proof" else int(failing)
     result = runner.invoke(app, [*MATH, "--out", "mem://bucket/run"])
     assert result.exit_code == EXIT_FAILED, result.output
     assert "injected" in result.output
     assert store.objects == {}  # every uploaded object deleted, the proof never written
     assert "bucket/run/manifest.json" not in store.committed
     assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_a_store_that_refuses_writes_or_deletes_fails_before_any_work(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    store.fail_upload = 1
+    result = runner.invoke(app, [*MATH, "--out", "mem://bucket/run"])
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "cannot write under mem://bucket/run" in result.output
+    assert not (tmp_path / "work").exists()  # refused before the run began
+    store.fail_upload, store.refuse_deletes = None, True
+    result = runner.invoke(app, [*MATH, "--out", "mem://bucket/run"])
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "cannot delete under mem://bucket/run" in result.output
+    assert not (tmp_path / "work").exists()
+    assert list(store.objects) == [next(k for k in store.committed if ".rowgate-probe-" in k)]
 
 
 def test_another_writer_under_the_prefix_blocks_the_commit(store: MemoryStore) -> None:
