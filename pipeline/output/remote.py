@@ -9,19 +9,23 @@ complete result by uploading it (:class:`RemoteClaim`):
 
 - before any work, OUT's prefix must hold no object: rowgate never replaces or adds to an
   output on an object store, ``--force`` included (it could not do so atomically; a
-  crash halfway would lose the old output with no new one in its place);
+  crash halfway would lose the old output with no new one). An empty probe object is
+  written and deleted there (a missing bucket, credentials or permission fails now, not
+  after the run), and an empty claim object is written and kept until the commit, so a
+  second command finds the prefix taken;
 - every file but the output's proof (``manifest.json``, ``summary.json`` or
   ``report.json``, which names the files the output holds) is uploaded first; the prefix
-  is then listed, and only when it holds exactly those files at their sizes is the proof
-  written, last: the proof is the commit marker, and an output without one is refused by
-  ``rowgate verify`` and by every later command that would replace it;
-- if anything fails before the proof is written, every object the command uploaded is
-  deleted (best effort) and the command fails (exit 4): no OUT.
+  is then listed, and only when it holds exactly those files at their sizes and the
+  claim are the claim deleted and the proof written, last: the proof is the commit
+  marker, and an output without one is refused by ``rowgate verify`` and by every later
+  command that would write there;
+- if an upload fails first, the uploads not started are cancelled and every object the
+  command uploaded is deleted (best effort); if the listing shows another writer's
+  objects, nothing is deleted (the same names may hold that writer's bytes now). Either
+  way the command fails (exit 4): no OUT.
 
-Object stores offer no lock, so two commands publishing to the same prefix at once are
-not kept apart as the local lock keeps them; the listing before the proof catches one
-that wrote files of its own, and then neither commits. The bytes, the manifest included,
-are those a local OUT would hold: the work directory is the run's OUT until the upload.
+The bytes, the manifest included, are those a local OUT would hold: the work directory
+is the run's OUT until the upload.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import re
 import shutil
 import socket
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -87,15 +92,27 @@ class RemoteOut:
     uri: str
 
     def __str__(self) -> str:
-        return self.uri
+        """The URI for messages: without credentials (``user:secret@``) or query."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.uri)
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
     def join(self, relative: str) -> str:
-        """Where a file of the output is, for messages (without the URI's query)."""
-        return f"{self.uri.partition('?')[0].rstrip('/')}/{relative}"
+        """Where a file of the output is, for messages."""
+        return f"{str(self).rstrip('/')}/{relative}"
 
     def resolve(self) -> tuple[pafs.FileSystem, str]:
-        """The filesystem and the path of OUT's prefix in it."""
-        return _resolver(self.uri)
+        """The filesystem and the path of OUT's prefix in it: refused (exit 2) when
+        it has an empty, ``.`` or ``..`` segment (a store may resolve them where the
+        listing did not look) or names a bucket's root."""
+        filesystem, path = _resolver(self.uri)
+        segments = path.split("/")
+        if any(s in ("", ".", "..") for s in segments):
+            raise OutputURIError(f"{self}: a path with an empty, '.' or '..' segment")
+        if len(segments) < 2:
+            raise OutputURIError(f"{self}: names a bucket, not a prefix in it")
+        return filesystem, path
 
 
 #: where a command writes its output: a local directory, or a prefix on an object store
@@ -108,12 +125,14 @@ def output_target(text: str) -> Out:
     match = _SCHEME.match(text)
     if match is None:
         return Path(text)
-    if match.group(1).lower() == "file":
-        from urllib.parse import unquote, urlparse
+    if match.group(1).lower() in ("file", "local"):  # pyarrow's local filesystem
+        from urllib.parse import unquote, urlsplit
 
-        parsed = urlparse(text)
+        parsed = urlsplit(text)
         if parsed.netloc not in ("", "localhost"):
-            raise OutputURIError(f"{text}: a file:// URI names a path on this machine")
+            raise OutputURIError(f"{text}: a {parsed.scheme}:// URI names a path on this machine")
+        if not parsed.path or parsed.query or parsed.fragment:
+            raise OutputURIError(f"{text}: give a path, without '?' or '#'")
         return Path(unquote(parsed.path))
     return RemoteOut(text)
 
@@ -124,12 +143,10 @@ def _from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
 
     try:
         filesystem, path = pafs.FileSystem.from_uri(uri)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
-        raise OutputURIError(f"{uri}: not a filesystem pyarrow can open ({exc})") from None
-    path = path.rstrip("/")
-    if not path:
-        raise OutputURIError(f"{uri}: names no bucket or path to write into")
-    return filesystem, path
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        shown = RemoteOut(uri)
+        raise OutputURIError(f"{shown}: not a filesystem pyarrow can open") from None
+    return filesystem, path.rstrip("/")
 
 
 #: resolves a URI; tests put an in-memory object store here
@@ -181,12 +198,14 @@ def _objects(filesystem: pafs.FileSystem, root: str) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class RemoteClaim:
-    """An output prefix on an object store, checked empty (:func:`claim_remote`)."""
+    """An output prefix on an object store, checked empty and marked as this command's
+    by ``marker``, an empty object under it (:func:`claim_remote`)."""
 
     out: RemoteOut
     filesystem: Any  # a pyarrow.fs.FileSystem (pickles; only the parent uses it)
     path: str
     force: bool
+    marker: str
 
     @contextmanager
     def staging(self) -> Iterator[Path]:
@@ -195,7 +214,7 @@ class RemoteClaim:
         tmp = private_directory("out")
         try:
             yield tmp
-            upload(tmp, self.filesystem, self.path, self.out)
+            upload(tmp, self)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -203,48 +222,71 @@ class RemoteClaim:
 @contextmanager
 def claim_remote(out: RemoteOut, *, force: bool) -> Iterator[RemoteClaim]:
     """Check, before any work, that OUT's prefix holds no object (see the module
-    docstring); raises :class:`~pipeline.output.outdir.OutputExistsError` if it does, and
-    :class:`OutputURIError` with ``force`` (nothing is replaced on an object store)."""
+    docstring), then mark it as this command's for the whole command; raises
+    :class:`~pipeline.output.outdir.OutputExistsError` if it holds one,
+    :class:`OutputURIError` with ``force`` (nothing is replaced on an object store) and
+    :class:`RemotePublishError` when the store refuses to write or delete there."""
+    import pyarrow.fs as pafs
+
     filesystem, path = out.resolve()
-    existing = _objects(filesystem, path)
-    if existing:
-        count = len(existing)
-        what = "is an object" if "" in existing else f"holds {count:,} object{'s' * (count > 1)}"
-        if force:
-            raise OutputURIError(
-                f"{out} {what}: rowgate does not replace an output on an object store, "
-                "--force included (it cannot swap one atomically); delete it or choose "
-                "another prefix"
-            )
-        raise OutputExistsError(
-            f"{out} {what}; rowgate writes only to an empty prefix on an object store"
-        )
-    _probe(filesystem, path, out)
-    yield RemoteClaim(out, filesystem, path, force)
-
-
-def _probe(filesystem: pafs.FileSystem, root: str, out: RemoteOut) -> None:
-    """Write and delete one empty object under OUT, before any work: a missing bucket,
-    missing credentials or a missing permission (a failed upload must delete what it
-    wrote) fails the command now, not after the run."""
-    probe = f"{root}/.rowgate-probe-{os.getpid()}-{socket.gethostname()}"
+    _refuse_existing(_objects(filesystem, path), out, force)
+    marker = f"{path}/.rowgate-claim-{os.getpid()}-{socket.gethostname()}-{uuid.uuid4().hex}"
+    _write_and_delete(filesystem, f"{marker}-probe", out)
+    _write_empty(filesystem, marker, out)
     try:
-        with filesystem.open_output_stream(probe):
+        others = sorted(set(_objects(filesystem, path)) - {marker[len(path) + 1 :]})
+        if others:  # another command claimed it at the same moment: neither goes on
+            raise OutputExistsError(f"{out}: another command is writing there ({others[0]})")
+        yield RemoteClaim(out, filesystem, path, force, marker)
+    finally:
+        if filesystem.get_file_info(marker).type != pafs.FileType.NotFound:
+            with suppress(OSError):
+                filesystem.delete_file(marker)
+
+
+def _refuse_existing(existing: dict[str, int], out: RemoteOut, force: bool) -> None:
+    if not existing:
+        return
+    count = len(existing)
+    what = "is an object" if "" in existing else f"holds {count:,} object{'s' * (count > 1)}"
+    if force:
+        raise OutputURIError(
+            f"{out} {what}: rowgate does not replace an output on an object store, "
+            "--force included (it cannot swap one atomically); delete it or choose "
+            "another prefix"
+        )
+    raise OutputExistsError(
+        f"{out} {what}; rowgate writes only to an empty prefix on an object store"
+    )
+
+
+def _write_empty(filesystem: pafs.FileSystem, key: str, out: RemoteOut) -> None:
+    try:
+        with filesystem.open_output_stream(key):
             pass
     except OSError as exc:
         raise RemotePublishError(f"cannot write under {out}: {exc}") from None
+
+
+def _write_and_delete(filesystem: pafs.FileSystem, key: str, out: RemoteOut) -> None:
+    """A missing bucket, credentials or permission (a failed upload must delete what it
+    wrote) fails the command before any work, not after the run."""
+    _write_empty(filesystem, key, out)
     try:
-        filesystem.delete_file(probe)
+        filesystem.delete_file(key)
     except OSError as exc:
         raise RemotePublishError(
             f"cannot delete under {out} ({exc}): rowgate needs it to remove what a failed "
-            f"upload wrote; delete {probe} by hand"
+            f"upload wrote; delete {key.rpartition('/')[2]} there by hand"
         ) from None
 
 
-def upload(tmp: Path, filesystem: pafs.FileSystem, root: str, out: RemoteOut) -> None:
-    """Upload every file under ``tmp`` to ``root``, the proof last, once a listing shows
-    exactly the uploaded files; on failure delete every object uploaded."""
+def upload(tmp: Path, claim: RemoteClaim) -> None:
+    """Upload every file under ``tmp`` to the claimed prefix, the proof last, once a
+    listing shows exactly the uploaded files and the claim's marker; on failure delete
+    every object uploaded, unless another writer's objects are there too (then the
+    same names may be theirs: nothing is deleted but the marker)."""
+    filesystem, root, out = claim.filesystem, claim.path, claim.out
     files = {p.relative_to(tmp).as_posix(): p for p in sorted(tmp.rglob("*")) if p.is_file()}
     proofs = [rel for rel in files if rel in PROOFS]
     if len(proofs) != 1:  # every command writes one: the commit marker
@@ -262,24 +304,36 @@ def upload(tmp: Path, filesystem: pafs.FileSystem, root: str, out: RemoteOut) ->
             ) from None
 
     try:
-        with ThreadPoolExecutor(_UPLOADS) as pool:
-            list(pool.map(send, rest))
+        _send_all(send, rest)
         expected = {rel: files[rel].stat().st_size for rel in rest}
+        expected[claim.marker[len(root) + 1 :]] = 0
         found = _objects(filesystem, root)
         if found != expected:
+            sent.clear()  # the same names may now be another writer's: delete none
             others = sorted(set(found) - set(expected)) or sorted(
                 rel for rel in expected if found.get(rel) != expected[rel]
             )
             raise RemotePublishError(
                 f"{out} changed while this command uploaded to it ({others[0]!r}: another "
-                "command may be writing there); nothing was published"
+                "writer is there); nothing was published, and nothing deleted"
             )
+        filesystem.delete_file(claim.marker)
         send(proofs[0])
     except BaseException:
         for relative in sent:
             with suppress(OSError):
                 filesystem.delete_file(f"{root}/{relative}")
         raise
+
+
+def _send_all(send: Callable[[str], None], files: list[str]) -> None:
+    """``send`` each file, :data:`_UPLOADS` at a time; after a failure none is started."""
+    pool = ThreadPoolExecutor(_UPLOADS)
+    try:
+        for future in [pool.submit(send, relative) for relative in files]:
+            future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _copy(source: Path, filesystem: pafs.FileSystem, destination: str) -> None:
@@ -296,6 +350,8 @@ def download(out: RemoteOut, into: Path) -> None:
     if not objects or "" in objects:
         raise OutputURIError(f"{out} holds no output (no object under the prefix)")
     for relative in sorted(objects):
+        if any(part in ("", ".", "..") for part in relative.split("/")):
+            raise OutputURIError(f"{out} holds an object named {relative!r}: not an output's")
         target = into / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         with filesystem.open_input_stream(f"{root}/{relative}") as src, target.open("wb") as dst:

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE
 from pipeline.output import remote
+from pipeline.output.outdir import OutputExistsError
 from pipeline.output.remote import OutputURIError, RemoteOut, output_target
 from tests.conftest import DATA
 from tests.output.object_store import MemoryStore
@@ -63,10 +64,30 @@ def test_output_targets() -> None:
 
 
 def test_an_unknown_scheme_or_a_bare_bucket_exits_2(tmp_path: Path) -> None:
-    for uri, why in (("nosuch://bucket/run", "not a filesystem"), ("mock://", "no bucket or path")):
+    for uri, why in (("nosuch://bucket/run", "not a filesystem"), ("mock://", "empty")):
         result = runner.invoke(app, [*MATH, "--out", uri])
         assert result.exit_code == EXIT_USAGE, result.output
         assert why in result.output
+
+
+def test_a_prefix_a_store_could_resolve_elsewhere_is_refused(store: MemoryStore) -> None:
+    store.objects["bucket/run/manifest.json"] = b"{}"
+    for uri, why in (
+        ("mem://bucket", "names a bucket"),
+        ("mem://bucket/x/../run", "'..'"),
+        ("mem://bucket//run", "empty"),
+        ("mem://bucket/./run", "'.'"),
+    ):
+        result = runner.invoke(app, [*MATH, "--out", uri])
+        assert result.exit_code == EXIT_USAGE, result.output
+        assert why in result.output
+    assert store.committed == []
+
+
+def test_messages_never_show_a_uris_credentials_or_query() -> None:
+    out = RemoteOut("s3://KEY:SECRET@bucket/run?region=x&secret_key=S")
+    assert str(out) == "s3://bucket/run"
+    assert out.join("report.html") == "s3://bucket/run/report.html"
 
 
 @pytest.mark.slow
@@ -104,19 +125,21 @@ def test_an_existing_output_is_never_replaced(store: MemoryStore) -> None:
     assert forced.exit_code == EXIT_USAGE
     assert "does not replace" in forced.output
     assert store.objects == before
+    assert store.committed == []  # refused before any write
     # an object at OUT's own key is refused too
     store.objects["bucket/file"] = b"x"
     assert runner.invoke(app, [*MATH, "--out", "mem://bucket/file"]).exit_code == EXIT_FAILED
 
 
-@pytest.mark.parametrize("failing", [2, 4, "proof"])
+@pytest.mark.parametrize("failing", [3, 5, "proof"])
 def test_a_failed_upload_leaves_no_output(
     store: MemoryStore, tmp_path: Path, failing: int | str
 ) -> None:
-    # the probe is upload 1; the output's files follow, the proof last
+    # the probe and the claim's marker are uploads 1 and 2; the output's files follow,
+    # the proof last
     assert runner.invoke(app, [*MATH, "--out", str(tmp_path / "local")]).exit_code == 0
     files = [p for p in (tmp_path / "local").rglob("*") if p.is_file()]
-    store.fail_upload = 1 + len(files) if failing == "proof" else int(failing)
+    store.fail_upload = 2 + len(files) if failing == "proof" else int(failing)
     result = runner.invoke(app, [*MATH, "--out", "mem://bucket/run"])
     assert result.exit_code == EXIT_FAILED, result.output
     assert "injected" in result.output
@@ -138,7 +161,7 @@ def test_a_store_that_refuses_writes_or_deletes_fails_before_any_work(
     assert result.exit_code == EXIT_FAILED, result.output
     assert "cannot delete under mem://bucket/run" in result.output
     assert not (tmp_path / "work").exists()
-    assert list(store.objects) == [next(k for k in store.committed if ".rowgate-probe-" in k)]
+    assert list(store.objects) == [next(k for k in store.committed if "-probe" in k)]
 
 
 def test_another_writer_under_the_prefix_blocks_the_commit(store: MemoryStore) -> None:
@@ -151,9 +174,52 @@ def test_another_writer_under_the_prefix_blocks_the_commit(store: MemoryStore) -
     assert result.exit_code == EXIT_FAILED, result.output
     assert "changed while this command uploaded" in result.output
     assert "theirs.txt" in result.output
-    # ours are deleted, never theirs; nothing was committed
-    assert store.objects == {"bucket/run/theirs.txt": b"another command's file"}
-    assert "bucket/run/manifest.json" not in store.committed
+    # nothing is deleted (the same names may be another writer's), nothing committed
+    assert store.objects["bucket/run/theirs.txt"] == b"another command's file"
+    assert "bucket/run/manifest.json" not in store.objects
+    assert any(key.endswith(".parquet") for key in store.objects)
+    assert not any(".rowgate-claim-" in key for key in store.objects)
+
+
+def test_an_object_rewritten_under_the_prefix_blocks_the_commit(store: MemoryStore) -> None:
+    def rewrite(key: str) -> None:
+        if key.endswith("clusters/math-reasoning-v1.parquet"):
+            store.objects[key] = b"another writer's bytes"
+
+    store.on_commit = rewrite
+    result = runner.invoke(app, [*MATH, "--out", "mem://bucket/run"])
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "clusters/math-reasoning-v1.parquet" in result.output
+    assert "bucket/run/manifest.json" not in store.objects
+
+
+def test_a_claimed_prefix_is_refused_to_a_second_command(store: MemoryStore) -> None:
+    out = RemoteOut("mem://bucket/run")
+    with remote.claim_remote(out, force=False) as first:
+        second = remote.claim_remote(out, force=False)
+        with pytest.raises(OutputExistsError, match="holds 1 object"):
+            second.__enter__()
+        assert first.marker in store.objects
+    assert store.objects == {}  # the marker leaves with the claim
+
+    def race(key: str) -> None:  # another command's marker lands beside ours
+        if ".rowgate-claim-" in key and "bucket/run/.rowgate-claim-other" not in store.objects:
+            store.objects["bucket/run/.rowgate-claim-other"] = b""
+
+    store.on_commit = race
+    racing = remote.claim_remote(out, force=False)
+    with pytest.raises(OutputExistsError, match="another command is writing there"):
+        racing.__enter__()
+    assert list(store.objects) == ["bucket/run/.rowgate-claim-other"]
+
+
+def test_verify_refuses_object_names_outside_the_output(store: MemoryStore, tmp_path: Path) -> None:
+    store.objects["bucket/run/manifest.json"] = b"{}"
+    store.objects["bucket/run/../../escaped"] = b"x"
+    result = runner.invoke(app, ["verify", "mem://bucket/run"])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "not an output's" in result.output
+    assert not list(tmp_path.rglob("escaped"))
 
 
 def test_dedupe_publishes_to_an_object_store(store: MemoryStore, tmp_path: Path) -> None:
