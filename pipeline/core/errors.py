@@ -11,7 +11,8 @@ classes). A class may keep a built-in secondary base (``ValueError``, ``KeyError
     │   ├── ConfigError (core.config)
     │   │   └── LineageKeyError (records.lineage): the lineage key cannot be read
     │   ├── SelectorError (sanitize.paths): a sanitize policy's field path
-    │   └── UnsafeOutputError (output.outdir)
+    │   ├── UnsafeOutputError (output.outdir)
+    │   └── OutputURIError (output.remote): an OUT URI rowgate cannot or will not write
     ├── exit 3, input: something the command reads is missing, corrupt or refused
     │   ├── InputError
     │   │   ├── DecompressionLimitError (gate.reader)
@@ -28,6 +29,7 @@ classes). A class may keep a built-in secondary base (``ValueError``, ``KeyError
         ├── CanonicalJSONError (records.canonical): a value with no canonical JSON form
         ├── EngineError (engines)
         ├── OutputExistsError, OutputBusyError (output.outdir)
+        ├── RemotePublishError (output.remote): an upload to OUT's store not committed
         └── RunError (jobs.run)
 
 Messages name files, keys, kinds and rules, never a record's value: the command line
