@@ -186,8 +186,9 @@ def _objects(filesystem: pafs.FileSystem, root: str) -> dict[str, int]:
     """Every object under ``root``, by its path relative to it, with its size."""
     import pyarrow.fs as pafs
 
-    if filesystem.get_file_info(root).type == pafs.FileType.File:
-        return {"": filesystem.get_file_info(root).size}
+    info = filesystem.get_file_info(root)
+    if info.type == pafs.FileType.File:
+        return {"": info.size}
     selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
     return {
         info.path[len(root) + 1 :]: info.size
@@ -204,7 +205,6 @@ class RemoteClaim:
     out: RemoteOut
     filesystem: Any  # a pyarrow.fs.FileSystem (pickles; only the parent uses it)
     path: str
-    force: bool
     marker: str
 
     @contextmanager
@@ -237,7 +237,7 @@ def claim_remote(out: RemoteOut, *, force: bool) -> Iterator[RemoteClaim]:
         others = sorted(set(_objects(filesystem, path)) - {marker[len(path) + 1 :]})
         if others:  # another command claimed it at the same moment: neither goes on
             raise OutputExistsError(f"{out}: another command is writing there ({others[0]})")
-        yield RemoteClaim(out, filesystem, path, force, marker)
+        yield RemoteClaim(out, filesystem, path, marker)
     finally:
         if filesystem.get_file_info(marker).type != pafs.FileType.NotFound:
             with suppress(OSError):
@@ -338,8 +338,7 @@ def _send_all(send: Callable[[str], None], files: list[str]) -> None:
 
 def _copy(source: Path, filesystem: pafs.FileSystem, destination: str) -> None:
     with source.open("rb") as src, filesystem.open_output_stream(destination) as dst:
-        while block := src.read(_COPY_BYTES):
-            dst.write(block)
+        shutil.copyfileobj(src, dst, _COPY_BYTES)
 
 
 def download(out: RemoteOut, into: Path) -> None:
@@ -355,5 +354,4 @@ def download(out: RemoteOut, into: Path) -> None:
         target = into / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         with filesystem.open_input_stream(f"{root}/{relative}") as src, target.open("wb") as dst:
-            while block := src.read(_COPY_BYTES):
-                dst.write(block)
+            shutil.copyfileobj(src, dst, _COPY_BYTES)
