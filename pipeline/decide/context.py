@@ -14,8 +14,10 @@ A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with 
 * ``_reasons_add``: reasons to append, a list of ``{code, path, detail}`` structs;
 * the extra output columns the stage declared in :meth:`GlobalStage.output_columns`.
 
-Memory: this phase runs in the parent over every row of the run, so what it holds per row
-is what grows with the input. The state is :data:`STATE_COLUMNS` (13 bytes a row: a
+Memory: the whole-run stages run in the parent over every row of the run, so what they
+hold per row is what grows with the input. The row-local stages after them (scoring, the
+policy) and the merge of every stage's decisions run a task per shard on the engine
+(:mod:`pipeline.decide.by_shard`): their scores and decisions never reach the parent. The state is :data:`STATE_COLUMNS` (13 bytes a row: a
 stage that reads the reason codes is given them, built for it alone:
 :data:`REASON_CODES`). A stage finds the few rows a check needs on 64-bit hashes,
 partition by partition on the engine (:meth:`GlobalContext.repeats`,
@@ -119,7 +121,8 @@ class GlobalContext:
     storage: RunStorage
     shards: Sequence[Shard]
     summaries: Sequence[ShardSummary]
-    line_bases: Sequence[int]
+    #: the line number before each shard's first line, within its input (by shard index)
+    line_bases: Sequence[int] | Mapping[int, int]
     #: the run's worker pool, for stages that fan work out per shard
     engine: Engine
     #: whole-run tables stages wrote (e.g. a duplicate-cluster table), for the manifest
@@ -127,7 +130,8 @@ class GlobalContext:
     #: facts stages record for the manifest (e.g. rubric digests), by stage name
     notes: dict[str, Any] = field(default_factory=dict)
     #: told each step as it begins, for a progress display: :func:`run_global` reports
-    #: ``KIND: read``, ``KIND: STAGE``, ``KIND: merge``; a long stage may report its own
+    #: ``KIND: read``, ``KIND: STAGE``, then ``KIND: ROW-LOCAL STAGES, merge`` (a shard
+    #: at a time: ``KIND: scoring, policy, merge``); a long stage may report its own
     #: steps (``KIND: dedupe: match``)
     on_stage: Callable[[str], None] = lambda name: None
 
@@ -297,7 +301,9 @@ class GlobalContext:
             _input=shard.replace_strict(inputs, return_dtype=pl.Int32),
             _source=shard.replace_strict(sources, return_dtype=pl.String),
             _line=pl.col("_shard_line")
-            + shard.replace_strict(dict(enumerate(self.line_bases)), return_dtype=pl.Int64),
+            + shard.replace_strict(
+                {s.index: self.line_bases[s.index] for s in self.shards}, return_dtype=pl.Int64
+            ),
         )
 
     def fetch(
@@ -421,6 +427,15 @@ class GlobalStage(Protocol):
     policy 400). A stage that reads the rows' reason codes so far sets the class
     attribute ``reads_reason_codes = True`` (optional; default false: the state it is
     given has no :data:`REASON_CODES`).
+
+    A stage whose decision for a row reads that row alone (its staged values, state and
+    reasons so far) sets ``row_local = True`` (optional; default false). The row-local
+    stages after the last stage that is not run a shard at a time on the engine
+    (:mod:`pipeline.decide.by_shard`): ``decide`` is given one shard's state and a
+    context of that shard alone, in a worker, so the class must be importable there (a
+    module's, not a function's). Its note goes in ``ctx.notes[name][kind]`` and nowhere
+    else, and it then has ``combine_notes(parts)``, which makes the run's note from the
+    shards' (in shard order; a shard whose ``decide`` made none gives none).
     """
 
     name: str
@@ -462,23 +477,29 @@ def register_stage(factory: Callable[[], GlobalStage]) -> Callable[[], GlobalSta
 
 @dataclass
 class GlobalResult:
-    """What the writer needs: decisions per kind and shard, and the declared columns."""
+    """What the writer needs: which shards have a decisions table staged, per kind
+    (:meth:`RunStorage.decisions_stem`), and the declared columns."""
 
-    decisions: dict[str, dict[int, pa.Table]] = field(default_factory=dict)
+    decided: dict[str, tuple[int, ...]] = field(default_factory=dict)
     columns: dict[str, list[OutputColumn]] = field(default_factory=dict)
-    #: stage name -> seconds
+    #: stage name -> seconds (a row-local stage's summed over its shards' tasks)
     timings: dict[str, float] = field(default_factory=dict)
 
 
 def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) -> GlobalResult:
-    """Run the enabled stages over every kind, in order, telling ``ctx.on_stage`` each."""
+    """Run the enabled stages over every kind, in order, telling ``ctx.on_stage`` each:
+    the whole-run stages here, then the row-local ones and the merge a shard at a time
+    on the engine (:mod:`pipeline.decide.by_shard`)."""
     import time
+
+    from pipeline.decide.by_shard import decide_by_shard, row_local_from
 
     if stages is None:
         import pipeline.decide.stages  # noqa: F401 - discovers and registers the stage plug-ins
 
         stages = sorted((factory() for factory in GLOBAL_STAGES), key=lambda s: s.order)
     stages = [s for s in stages if s.enabled(ctx.config)]
+    whole_run, row_local = stages[: row_local_from(stages)], stages[row_local_from(stages) :]
     result = GlobalResult()
     for kind in ctx.kinds():
         columns: list[OutputColumn] = []
@@ -495,11 +516,11 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
         ctx.on_stage(f"{kind}: read")
         current = ctx.scan(kind)
         decided_frames: list[pl.DataFrame] = []
-        for i, stage in enumerate(stages):
+        for i, stage in enumerate(whole_run):
             ctx.on_stage(f"{kind}: {stage.name}")
             started = time.perf_counter()
             given = (
-                _with_reason_codes(ctx, kind, current, decided_frames)
+                with_reason_codes(ctx, kind, current, decided_frames)
                 if getattr(stage, "reads_reason_codes", False)
                 else current
             )
@@ -512,30 +533,30 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
                 continue
             decided_frames.append(decided)
             if i + 1 < len(stages):  # the state only matters to the stages after this one
-                current = _advance(current, decided, {c.name for c in columns if c.carried})
-        del current
-        if decided_frames:
-            ctx.on_stage(f"{kind}: merge")
-            result.decisions[kind] = _by_shard(_merge(decided_frames), columns)
+                current = advance(current, decided, {c.name for c in columns if c.carried})
+        ctx.on_stage(f"{kind}: {', '.join([*(s.name for s in row_local), 'merge'])}")
+        result.decided[kind] = decide_by_shard(
+            ctx, kind, row_local, current, decided_frames, columns, result.timings
+        )
     _check_rejected_columns(result.columns)
     return result
 
 
-def _with_reason_codes(
+def with_reason_codes(
     ctx: GlobalContext, kind: str, current: pl.DataFrame, decided: Sequence[pl.DataFrame]
 ) -> pl.DataFrame:
     """The state with every row's reason codes: the gate's, then those the stages before
-    added (``decided``, in stage order), as :func:`_advance` places them."""
+    added (``decided``, in stage order), as :func:`advance` places them."""
     codes = ctx.scan(kind, reason_codes=True).select(*KEYS, REASON_CODES)
     for frame in decided:
         if "_reasons_add" in frame.columns:
-            codes = _advance(codes, frame.select(*KEYS, "_reasons_add"), set())
+            codes = advance(codes, frame.select(*KEYS, "_reasons_add"), set())
     if not codes.select(KEYS).equals(current.select(KEYS)):
         raise AssertionError("the reason codes do not line up with the state")
     return current.with_columns(codes[REASON_CODES])
 
 
-def _advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) -> pl.DataFrame:
+def advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) -> pl.DataFrame:
     """Apply one stage's dispositions, reasons and carried columns to the running state
     (the reasons to its :data:`REASON_CODES` when it has them).
 
@@ -587,10 +608,10 @@ def _places(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int6
         return _places_sorting(current, decided)
     wanted_shard = decided["_shard"].to_numpy().astype(np.int64)
     wanted_line = decided["_shard_line"].to_numpy().astype(np.int64)
-    by_shard = np.argsort(wanted_shard, kind="stable")
-    bounds = np.flatnonzero(np.diff(wanted_shard[by_shard])) + 1
+    in_shard_order = np.argsort(wanted_shard, kind="stable")
+    bounds = np.flatnonzero(np.diff(wanted_shard[in_shard_order])) + 1
     at = np.empty(len(decided), np.int64)
-    for rows in np.split(by_shard, bounds) if len(by_shard) else []:
+    for rows in np.split(in_shard_order, bounds) if len(in_shard_order) else []:
         run = int(np.searchsorted(run_shard, wanted_shard[rows[0]]))
         if run == len(run_shard) or run_shard[run] != wanted_shard[rows[0]]:
             raise AssertionError("a stage decided a row of a shard the state does not hold")
@@ -638,7 +659,7 @@ def _spread(at: npt.NDArray[np.int64], rows: int) -> pl.Series:
     return cast(pl.Series, pl.from_arrow(pa.array(where, mask=~taken)))
 
 
-def _merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
+def merge_decisions(frames: list[pl.DataFrame]) -> pl.DataFrame:
     """One row per key: the last disposition set, all reasons in stage order, columns."""
     tagged = [f.with_columns(_stage=pl.lit(i, pl.Int32)) for i, f in enumerate(frames)]
     merged = pl.concat(tagged, how="diagonal_relaxed").sort([*KEYS, "_stage"])
@@ -658,7 +679,7 @@ def _merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
     return merged.group_by(list(KEYS), maintain_order=True).agg(aggregations)
 
 
-def _by_shard(decisions: pl.DataFrame, columns: list[OutputColumn]) -> dict[int, pa.Table]:
+def by_shard(decisions: pl.DataFrame, columns: list[OutputColumn]) -> dict[int, pa.Table]:
     """Split decisions per shard as Arrow tables with exact types for the writer."""
     fields = [
         pa.field("_shard_line", pa.int64()),

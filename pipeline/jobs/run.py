@@ -439,7 +439,7 @@ def _write_tasks(
             line_base=line_bases[s.shard],
             storage=storage,
             kinds=tuple(s.kinds),
-            decisions={k: d[s.shard] for k, d in outcome.decisions.items() if s.shard in d},
+            decided=tuple(k for k, shards in outcome.decided.items() if s.shard in shards),
             columns=outcome.columns,
             rejected_columns=extra_rejected,
         )

@@ -68,8 +68,9 @@ class WriteTask:
     line_base: int
     storage: RunStorage
     kinds: tuple[str, ...]
-    #: the global phase's decisions for this shard, per kind
-    decisions: dict[str, pa.Table]
+    #: the kinds whose global decisions for this shard are staged
+    #: (:meth:`RunStorage.decisions_stem`)
+    decided: tuple[str, ...]
     #: extra output columns declared by the global stages, per kind
     columns: dict[str, list[OutputColumn]]
     #: extra columns of rejected/ (the same for every kind)
@@ -307,8 +308,13 @@ def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) ->
         sanitizer = sanitizer_version(config)
         for kind in task.kinds:
             late = []
+            decisions = (
+                task.storage.staged_table(task.shard.index, task.storage.decisions_stem(kind))
+                if kind in task.decided
+                else None
+            )
             for staged in task.storage.staged_batches(task.shard.index, kind):
-                rows = _write_batch(parts, staged, task, kind, part, sanitizer)
+                rows = _write_batch(parts, staged, decisions, task, kind, part, sanitizer)
                 if rows is not None:
                     late.append(rows.select([c for c in layout if c in rows.column_names]))
             if late:
@@ -349,12 +355,19 @@ def _rejected_in_line_order(task: WriteTask, late: pa.Table | None) -> Iterator[
 
 
 def _write_batch(
-    parts: _Parts, staged: pa.Table, task: WriteTask, kind: str, part: str, sanitizer: str | None
+    parts: _Parts,
+    staged: pa.Table,
+    decisions: pa.Table | None,
+    task: WriteTask,
+    kind: str,
+    part: str,
+    sanitizer: str | None,
 ) -> pa.Table | None:
-    """Write one staged batch's kept rows to their parts; return the rows the global
-    phase rejected (they go to ``rejected/`` with the gate's, in line order)."""
+    """Write one staged batch's kept rows to their parts, with the shard's ``decisions``
+    of ``kind`` applied; return the rows the global phase rejected (they go to
+    ``rejected/`` with the gate's, in line order)."""
     columns = task.columns.get(kind, [])
-    staged = _apply_decisions(staged, task.decisions.get(kind), columns)
+    staged = _apply_decisions(staged, decisions, columns)
     disposition = staged["_disposition"]
     counts = dict(zip(*_value_counts(disposition), strict=True))
     for outcome in (Disposition.ACCEPTED, Disposition.QUARANTINED, Disposition.DUPLICATE):

@@ -34,6 +34,8 @@ STAGING_DIR: Final = "_staging"
 REJECTED_STEM: Final = "rejected"
 #: A kind's stem plus this names its row keys (:meth:`RunStorage.row_keys_stem`).
 ROW_KEYS_SUFFIX: Final = ".row-keys"
+#: the staged stem's suffix of a shard's global decisions of a kind
+DECISIONS_SUFFIX: Final = ".decisions"
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class RunStorage:
         _staging/<shard>/<stem>.arrow   a shard's gated rows of one kind (``stem`` is the
                                         kind, ``/`` written ``_``) or ``rejected``; or
                                         a kind's row keys (``<kind>.row-keys``), or
+                                        its global decisions (``<kind>.decisions``), or
                                         a global stage's per-shard input to its
                                         tasks (``<kind>.near-texts``,
                                         ``<kind>.near-entries``, a hash-first
@@ -160,6 +163,12 @@ class RunStorage:
         computes per row, :mod:`pipeline.dedupe.row_keys`), one row per staged row of the
         kind, in the same order; the writer never reads it."""
         return f"{kind}{ROW_KEYS_SUFFIX}"
+
+    def decisions_stem(self, kind: str) -> str:
+        """The staged stem of a shard's decisions of ``kind``: the global phase's merged
+        decisions for its rows (:mod:`pipeline.decide.by_shard`), which its write task
+        overlays on the staged rows."""
+        return f"{kind}{DECISIONS_SUFFIX}"
 
     def has_staged(self, shard: int, stem: str) -> bool:
         return self.staged_path(shard, stem).exists()

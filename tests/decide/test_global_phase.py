@@ -466,7 +466,7 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
 def _advance_by_join(
     current: pl.DataFrame, decided: pl.DataFrame, carried: set[str]
 ) -> pl.DataFrame:
-    """The state's update as a join of every row (the reference :func:`_advance` replaced)."""
+    """The state's update as a join of every row (the reference :func:`advance` replaced)."""
     extras = [c for c in decided.columns if c in carried]
     current = current.drop([c for c in extras if c in current.columns])
     update = decided.select(
@@ -531,7 +531,7 @@ def test_the_state_is_updated_as_a_join_of_every_row_would(data: st.DataObject) 
     )
     for columns in (["_disposition", "_reasons_add"], ["_reasons_add"], ["_disposition"], []):
         frame = decided.drop([c for c in ("_disposition", "_reasons_add") if c not in columns])
-        got = global_phase._advance(current, frame, {"_kept"})
+        got = global_phase.advance(current, frame, {"_kept"})
         assert got.equals(_advance_by_join(current, frame, {"_kept"}))
         assert "_dropped" not in got.columns
 
@@ -570,3 +570,43 @@ def test_places_find_each_decided_row_in_the_state(data: st.DataObject) -> None:
         for state_in in (state, shuffled):
             call = lambda state_in=state_in, wrong=wrong: global_phase._places(state_in, wrong)  # noqa: E731
             assert _refuses(call, AssertionError)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_merging_a_shard_at_a_time_gives_the_merge_of_every_row(data: st.DataObject) -> None:
+    """The decisions' merge runs in a task per shard (pipeline.decide.by_shard), over each
+    stage's frame cut to the shard (kept when empty, for its columns): each shard's
+    table is the one the merge of every row gives for it."""
+    reason = pl.struct(code=pl.lit("y.new"), path=pl.lit(""), detail=pl.lit(""))
+    columns = [
+        OutputColumn("_kept", pa.int64(), frozenset({Disposition.ACCEPTED})),
+        OutputColumn("_noted", pa.string(), frozenset({Disposition.ACCEPTED})),
+    ]
+    frames = []
+    for stage in range(data.draw(st.integers(1, 4))):
+        keys = data.draw(
+            st.lists(st.tuples(st.integers(0, 4), st.integers(0, 30)), unique=True, max_size=25)
+        )
+        frame = pl.DataFrame(
+            {"_shard": [k[0] for k in keys], "_shard_line": [k[1] for k in keys]},
+            schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
+        )
+        made = {
+            "_disposition": pl.when(pl.col("_shard_line") % 2 == stage % 2).then(
+                pl.lit(["quarantined", "duplicate", "rejected", "accepted"][stage])
+            ),
+            "_reasons_add": pl.when(pl.col("_shard_line") % 3 > 0).then(pl.concat_list(reason)),
+            "_kept": pl.col("_shard_line") * (stage + 1),
+            "_noted": pl.lit(f"stage {stage}"),
+        }
+        chosen = data.draw(st.lists(st.sampled_from(sorted(made)), unique=True))
+        frames.append(frame.with_columns(**{name: made[name] for name in chosen}))
+    whole = global_phase.by_shard(global_phase.merge_decisions(frames), columns)
+    for shard in range(5):
+        cut = [f.filter(pl.col("_shard") == shard) for f in frames]
+        if not any(f.height for f in cut):
+            assert shard not in whole
+            continue
+        alone = global_phase.by_shard(global_phase.merge_decisions(cut), columns)
+        assert alone[shard].equals(whole[shard])

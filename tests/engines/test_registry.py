@@ -136,17 +136,18 @@ def test_a_registered_engine_is_chosen_by_name(
     recording: type[_RecordingEngine], tmp_path: Path
 ) -> None:
     """The run builds the engine ``engine.name`` names, from the config's settings, runs
-    the gate, the global phase's partitioned checks and the writer on it, closes it, and writes the same files as on the local
-    engine."""
+    the gate, the global phase's partitioned checks, its merge by shard and the writer on
+    it, closes it, and writes the same files as on the local engine."""
     result = run(_config(_NAME), tmp_path / "recorded")
     [engine] = recording.built
     assert engine.settings.name == _NAME
     assert engine.shards is not None
     assert engine.shards > 1
     # the gate; the hash-first checks of the replay rule and of exact dedupe (a shuffle,
-    # then a task per partition; math rows have no contradiction rule); the writer
+    # then a task per partition; math rows have no contradiction rule); the decisions
+    # merged a shard at a time; the writer
     checks = ["_shuffle_shard", "_partition_rows"] * 2
-    assert engine.steps == ["_gate_shard", *checks, "_write_shard"]
+    assert engine.steps == ["_gate_shard", *checks, "_decide_shard", "_write_shard"]
     assert engine.closed
     run(_config("local"), tmp_path / "local")
     files = _parquet_bytes(tmp_path / "recorded")

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import POLICY_CODES, Disposition
+from pipeline.decide.by_shard import summed_counts
 from pipeline.decide.context import GlobalContext, OutputColumn, register_stage
 from pipeline.decide.stages.scoring import SCORED_DISPOSITIONS
 from pipeline.rubrics.campaign import kind_policy, scoring_plan
@@ -57,6 +58,8 @@ class DecisionPolicy:
     name = "policy"
     order = 400
     reads_reason_codes = True  # rules may match the reasons rows got before
+    #: a row's decision reads its own scores and reasons: run a shard at a time
+    row_local = True
     reason_codes = (*_CODES.values(), CALIBRATION_UNAVAILABLE)
 
     def __init__(self) -> None:
@@ -90,6 +93,24 @@ class DecisionPolicy:
             OutputColumn("_policy_sha256", pa.string(), SCORED_DISPOSITIONS),
             *columns[2:],
         ]
+
+    def combine_notes(self, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The run's note from its shards' (:func:`_notes`): every count summed."""
+        first = parts[0]
+        combined = {
+            **first,
+            "decisions": summed_counts([p["decisions"] for p in parts]),
+            "rules_matched": {
+                rule: sum(p["rules_matched"][rule] for p in parts)
+                for rule in first["rules_matched"]
+            },
+        }
+        if "decisions_by_target" in first:
+            combined["decisions_by_target"] = {
+                target: summed_counts([p["decisions_by_target"][target] for p in parts])
+                for target in first["decisions_by_target"]
+            }
+        return combined
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         found = self.policy(ctx, kind)

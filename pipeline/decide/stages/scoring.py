@@ -25,6 +25,7 @@ import pyarrow as pa
 from pipeline.core.config import CampaignConfig
 from pipeline.core.expression_errors import EVALUATION_ERRORS
 from pipeline.core.reasons import Disposition
+from pipeline.decide.by_shard import summed_counts
 from pipeline.decide.context import GlobalContext, OutputColumn, register_stage
 from pipeline.engines import Progress, Step
 from pipeline.rubrics.bindings import BindingError, GateMode, ScoringPlan
@@ -63,6 +64,8 @@ class RubricScoring:
     name = "scoring"
     order = 300
     reason_codes = REASON_CODES
+    #: a row's scores read its own values: run a shard at a time on the engine
+    row_local = True
 
     def __init__(self) -> None:
         self._plans: dict[str, ScoringPlan | None] = {}
@@ -86,6 +89,25 @@ class RubricScoring:
             OutputColumn(n, _ARROW[type(t)], SCORED_DISPOSITIONS, carried=True)
             for n, t in names.items()
         ]
+
+    def combine_notes(self, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The run's note from its shards' (:func:`_notes`): rows, sources parsed and
+        state counts summed."""
+        first = parts[0]
+        analyzer = {
+            **first["analyzer"],
+            "distinct_sources_parsed": sum(p["analyzer"]["distinct_sources_parsed"] for p in parts),
+        }
+        states = {
+            column: summed_counts([p["states"][column] for p in parts])
+            for column in first["states"]
+        }
+        return {
+            **first,
+            "analyzer": analyzer,
+            "rows": sum(p["rows"] for p in parts),
+            "states": states,
+        }
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
         plan = self.plan(ctx, kind)

@@ -23,6 +23,7 @@ from pipeline.jobs.run import InputError, run
 from pipeline.output.verify import verify_run
 from pipeline.rubrics.model import RUBRIC_DIR
 from tests.conftest import DATA
+from tests.parity import output_digests
 
 GOOD = "def unique_values(values):\n    return list(dict.fromkeys(values))\n"
 COMPLEX = (
@@ -520,3 +521,43 @@ def test_contract_targets_calibration_and_explanations(tmp_path: Path) -> None:
     assert notes["decisions_by_target"]["attempt"]["accept"] == 3
     report = verify_run(tmp_path / "out")
     assert report.ok, report.problems
+
+
+def _contract_campaign(tmp_path: Path) -> CampaignConfig:
+    """The crafted rows under a policy of two targets (``decisions_by_target``)."""
+    bundled = (RUBRIC_DIR / "code-review-v1.policy.toml").read_text()
+    head, rules = bundled.split("\n[[rules]]", 1)
+    policy = tmp_path / "contract.policy.toml"
+    policy.write_text(head + CONTRACT_HEAD + "\n[[rules]]" + rules + CONTRACT_RULES)
+    path = campaign(tmp_path)
+    path.write_text(
+        path.read_text().replace(str(RUBRIC_DIR / "code-review-v1.policy.toml"), str(policy))
+    )
+    return load_campaign(path).override(**{"engine.shard_bytes": 4096})
+
+
+@pytest.mark.parametrize(("name", "workers"), [("bundled", 1), ("bundled", 2), ("contract", 2)])
+def test_row_local_stages_by_shard_give_the_whole_run_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, workers: int
+) -> None:
+    """Scoring and the policy run a shard at a time on the engine, and the run's notes
+    are combined from the shards' (pipeline.decide.by_shard): every output byte, the
+    manifest's notes included, is what the two stages give run over the whole run in
+    the driver."""
+    if name == "bundled":
+        config = load_campaign(DATA / "campaign-pairwise-rubric.toml").override(
+            **{"engine.shard_bytes": 8192, "dedupe.normalised": True, "dedupe.near": True}
+        )
+    else:
+        config = _contract_campaign(tmp_path)
+    config = config.override(**{"engine.workers": workers})
+    by_shard = run(config, tmp_path / "by-shard")
+    for stage in (RubricScoring, DecisionPolicy):
+        monkeypatch.setattr(stage, "row_local", False)
+    whole = run(config, tmp_path / "whole")
+    assert output_digests(tmp_path / "by-shard") == output_digests(tmp_path / "whole")
+    assert by_shard.manifest["global"] == whole.manifest["global"]
+    assert len(by_shard.summaries) >= 2  # several shards' notes were combined
+    notes = by_shard.manifest["global"]["policy"]["pairwise-v2"]
+    assert sum(notes["decisions"].values()) > 0
+    assert verify_run(tmp_path / "by-shard").ok
