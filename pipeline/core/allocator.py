@@ -88,6 +88,8 @@ _TRIM_THRESHOLD: Final = 128 << 10
 TASK_MMAP_THRESHOLD: Final = 32 << 20
 #: whether this process holds the threshold (:func:`hand_back_large_blocks`)
 _held = False
+#: how many :func:`tasks_in_this_process` blocks this process is inside
+_inside = 0
 
 
 def _mallopt() -> Callable[[int, int], int] | None:
@@ -118,15 +120,22 @@ def tasks_in_this_process() -> Iterator[None]:
     heap and are taken again without faulting their pages in (the engine hands the heap
     back after each task): on a 100 MB export gated in the parent with near and
     normalised dedupe, ~300,000 fewer page faults and ~0.5 s less system time. Nothing
-    changes where this process does not hold the threshold."""
-    mallopt = _mallopt() if _held else None
-    if mallopt is None:
-        yield
-        return
-    mallopt(_M_MMAP_THRESHOLD, TASK_MMAP_THRESHOLD)
-    mallopt(_M_TRIM_THRESHOLD, 2 * TASK_MMAP_THRESHOLD)
+    changes where this process does not hold the threshold. Nested (a task that runs
+    tasks of its own in this process, as the global phase's shard tasks run scoring's
+    code gates), only the outermost sets and restores them."""
+    global _inside
+    mallopt = _mallopt() if _held and not _inside else None
+    _inside += 1
     try:
-        yield
+        if mallopt is None:
+            yield
+            return
+        mallopt(_M_MMAP_THRESHOLD, TASK_MMAP_THRESHOLD)
+        mallopt(_M_TRIM_THRESHOLD, 2 * TASK_MMAP_THRESHOLD)
+        try:
+            yield
+        finally:
+            mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+            mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     finally:
-        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
-        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        _inside -= 1

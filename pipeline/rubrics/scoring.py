@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from pipeline.core.reasons import (
@@ -307,6 +308,26 @@ def _criterion_verdict(
     return _Verdict(state, columns, reasons, score)
 
 
+def _quotient(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
+    """``numerator / denominator`` row by row, the IEEE quotient whatever the frame.
+
+    polars divides a column by a scalar (a denominator every row shares: a rubric whose
+    criteria all apply) as a multiplication by its reciprocal, except in a frame of one
+    row, so the last bit of a score depended on how many rows were scored together:
+    3.25 / 0.9999999999999999 gave 3.250000000000001 beside other rows, 3.2500000000000004
+    alone (the quotient). Scored a shard at a time (:mod:`pipeline.decide.by_shard`), a
+    row's score must not depend on its shard's other rows."""
+    return pl.struct(_n=numerator, _d=denominator).map_batches(
+        _divided, return_dtype=pl.Float64, is_elementwise=True
+    )
+
+
+def _divided(pair: pl.Series) -> pl.Series:
+    with np.errstate(divide="ignore", invalid="ignore"):  # rows the caller leaves out
+        quotient = np.divide(pair.struct.field("_n").to_numpy(), pair.struct.field("_d").to_numpy())
+    return pl.Series(pair.name, quotient, pl.Float64)
+
+
 def _weighted_verdict(rubric: Rubric, gates: list[_Verdict], criteria: list[_Verdict]) -> _Verdict:
     """The weighted score and its state: a score only when every gate passes (or does not
     apply) and every applicable criterion is known, so nothing compensates for a failing
@@ -334,7 +355,7 @@ def _weighted_verdict(rubric: Rubric, gates: list[_Verdict], criteria: list[_Ver
     )
     weighted = (
         pl.when(gates_pass & all_known & (denominator > 0))
-        .then(numerator / denominator)
+        .then(_quotient(numerator, denominator))
         .otherwise(pl.lit(None, pl.Float64))
     )
     acceptance = rubric.weighted_acceptance_score

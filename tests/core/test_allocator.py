@@ -119,6 +119,8 @@ def kept():
 print(allocator.hand_back_large_blocks())
 held = kept()
 with allocator.tasks_in_this_process():
+    with allocator.tasks_in_this_process():  # a task running tasks of its own
+        pass
     in_tasks = kept()
 print(held, in_tasks, kept())
 """
@@ -129,7 +131,8 @@ print(held, in_tasks, kept())
 def test_tasks_run_in_the_parent_keep_freed_blocks_for_the_next() -> None:
     """While the parent runs tasks itself, a freed array stays in the heap for the next
     to take instead of being unmapped and faulted in again (the check can fail: held,
-    it is unmapped); after, the threshold is held again."""
+    it is unmapped), also after a nested block ended; after, the threshold is held
+    again."""
     done = python_script(_TASKS, env=_environment())
     assert done.returncode == 0, done.stderr
     was_set, counts = done.stdout.splitlines()

@@ -284,7 +284,23 @@ def test_vectorised_score_equals_the_reference(data: st.DataObject) -> None:
             if column == "codes":
                 if not borderline:
                     assert [r["code"] for r in got["_reasons_add"]] == value
-            elif column == "_weighted_score" and value is not None:
-                assert got[column] == pytest.approx(value, rel=1e-12, abs=1e-12), column
             elif not (borderline and column == "_weighted_state"):
                 assert got[column] == value, column
+
+
+def test_a_score_is_the_quotient_whatever_rows_are_scored_beside_it() -> None:
+    """Scoring runs a shard at a time: a row's weighted score may not depend on its
+    shard's other rows. polars divides a column by a scalar denominator (every criterion
+    applies) by multiplying with its reciprocal, except in a frame of one row; the score
+    is now the IEEE quotient, ``Σ wᵢ·sᵢ / Σ wᵢ`` as the reference computes it, in both."""
+    ratings = {"correctness": 3, "instruction_adherence": 3, "reasoning_evidence": 4}
+    row = _row({**ratings, "readability": 3}, ALL_GATES_PASS)
+    expected = reference_score(RUBRIC, row, frozenset())["_weighted_score"]
+    numerator = sum(c.weight * row[f"criterion:{c.id}"] for c in RUBRIC.criteria)
+    denominator = sum(c.weight for c in RUBRIC.criteria)
+    # a row whose quotient the reciprocal's product misses (the reason for this test)
+    assert expected == numerator / denominator != numerator * (1 / denominator)
+    alone = _scored(row)["_weighted_score"].to_list()
+    beside = _scored(row, _row(PERFECT, ALL_GATES_PASS), row)["_weighted_score"].to_list()
+    assert alone == [expected]
+    assert beside[0] == beside[2] == expected

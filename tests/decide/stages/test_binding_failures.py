@@ -123,3 +123,30 @@ def test_failure_kind_withholds_the_values_polars_quotes() -> None:
         kind = failure_kind(raised.value)
         assert SECRET not in kind
         assert expected in kind
+
+
+def test_two_bindings_failing_in_two_shards_name_the_first_shards(tmp_path: Path) -> None:
+    """Scoring runs a shard at a time: every shard's task runs to its end, and the error
+    raised is the first shard's (input order), whichever task failed first, for any
+    worker count. An applies binding fails on a '[' in the first shard, a criterion on a
+    '(' in the last."""
+    first = "REGEXP_LIKE('x', REPLACE(REPLACE(rationale, '(', ''), '[', '('))"
+    last = "CASE WHEN REGEXP_LIKE('x', REPLACE(rationale, '[', '')) THEN 5 ELSE 1 END"
+    path = campaign(tmp_path, extra=f'\n[scoring."pairwise-v2".applies]\nreadability = "{first}"\n')
+    path.write_text(
+        path.read_text().replace('correctness = "ratings.factuality"', f'correctness = "{last}"')
+        + "\n[engine]\nshard_bytes = 4096\n"
+    )
+    filler = [record(f"filler-{i}") for i in range(30)]
+    rows = [record("early", rationale="Response A is better: it keeps the [first order."), *filler]
+    rows.append(record("late", rationale="Response A is better: it keeps the (first order."))
+    (tmp_path / "crafted.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    messages = set()
+    for workers in (1, 2, 2):
+        out = tmp_path / f"out{workers}"
+        done = _rowgate("run", "--config", str(path), "--out", str(out), "--workers", str(workers))
+        assert done.returncode == 3, done.stderr
+        assert not out.exists()
+        messages.add(done.stderr.strip().splitlines()[-1])
+    [message] = messages
+    assert "scoring.pairwise-v2.applies.readability" in message
