@@ -19,14 +19,13 @@ values they failed on (a record value may be a secret).
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from types import FrameType
 from typing import Final
 
 # these modules import nothing else (~1 ms): only the command line is deferred
-from pipeline.core.allocator import hand_back_large_blocks, parent_allocator
+from pipeline.core.allocator import apply_parent_allocator, hand_back_large_blocks
 from pipeline.core.errors import EXIT_FAILED, RowgateError
 
 #: 128 + SIGTERM
@@ -55,8 +54,8 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 def main() -> None:
     _signalled.clear()
     signal.signal(signal.SIGTERM, _terminate)
-    # before polars loads (the command line imports it): its allocator reads this once
-    os.environ.update(parent_allocator())
+    # before polars and pyarrow load (the command line imports them): they read these once
+    apply_parent_allocator()
     # numpy's large arrays unmapped when freed (glibc): pipeline.core.allocator
     hand_back_large_blocks()
     from pipeline.cli import main as cli_main

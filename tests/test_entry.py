@@ -11,7 +11,12 @@ import pytest
 
 import pipeline.cli
 from pipeline import entry
-from pipeline.core.allocator import ALLOCATOR_VARIABLE, RELEASE_AT_ONCE
+from pipeline.core.allocator import (
+    ALLOCATOR_VARIABLE,
+    ARROW_POOL_VARIABLE,
+    PARENT_ARROW_POOL,
+    RELEASE_AT_ONCE,
+)
 from pipeline.core.config import ConfigError
 from tests.conftest import ROOT, python_script
 
@@ -164,3 +169,50 @@ def test_the_parents_polars_allocator_hands_memory_back_unless_the_user_chose(
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"when polars loads: {chosen or RELEASE_AT_ONCE}"]
     assert done.stderr.splitlines()[-1] == f"workers: {chosen or ''!r}"
+
+
+_ARROW_POOL_SCRIPT = """
+import atexit, os, sys, importlib.abc
+from pipeline.core.allocator import ARROW_POOL_VARIABLE
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "pyarrow":
+            print("when pyarrow loads:", os.environ.get(ARROW_POOL_VARIABLE), flush=True)
+            sys.meta_path.remove(self)
+        return None
+
+def pools():  # at exit: the command line closes stdout
+    import pyarrow
+    from pipeline.engines.local import worker_environment
+    print("parent:", pyarrow.default_memory_pool().backend_name, file=sys.stderr)
+    print("workers:", worker_environment().get(ARROW_POOL_VARIABLE), file=sys.stderr)
+
+sys.meta_path.insert(0, Watch())
+atexit.register(pools)
+sys.argv = ["rowgate", "run", *sys.argv[1:]]
+from pipeline.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("chosen", [None, "jemalloc"])
+def test_the_parents_arrow_pool_is_glibcs_unless_the_user_chose(
+    tmp_path: Path, chosen: str | None
+) -> None:
+    """pyarrow's default pool (mimalloc) kept what the parent freed for a second or more,
+    so reading one output file after another for the report kept growing; the parent
+    allocates Arrow memory from glibc's, whose large blocks it hands back at once. The
+    workers keep Arrow's jemalloc pool (:mod:`pipeline.engines.local`); a pool the user
+    chose is every process's."""
+    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL_VARIABLE}
+    if chosen is not None:
+        env[ARROW_POOL_VARIABLE] = chosen
+    math = ROOT / "data" / "math-reasoning-v1.jsonl"
+    arguments = [str(math), "--kind", "math-reasoning-v1", "--out", str(tmp_path / "o"), "-q"]
+    done = python_script(_ARROW_POOL_SCRIPT, *arguments, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"when pyarrow loads: {chosen or PARENT_ARROW_POOL}"]
+    parent, workers = done.stderr.splitlines()[-2:]
+    assert parent == f"parent: {chosen or PARENT_ARROW_POOL}"
+    assert workers == ("workers: None" if chosen else "workers: jemalloc")

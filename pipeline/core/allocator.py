@@ -1,4 +1,5 @@
-"""How rowgate's processes ask polars' allocator to hand freed memory back.
+"""How rowgate's processes ask polars', Arrow's and glibc's allocators to hand freed
+memory back.
 
 polars allocates through its own jemalloc, configured by ``_RJEM_MALLOC_CONF`` when the
 library loads (pola-rs/polars#23128). jemalloc's defaults keep freed pages resident for
@@ -19,6 +20,12 @@ took the workers' value while they started, and peaked at 403 MB instead of 339 
 ~1.6 s more system CPU on a 300 MB run with near and normalised dedupe (+8 % CPU; every
 gate batch's polars work frees and takes pages again), for a process-tree peak already
 under its target. A value the user set is kept, for every process.
+
+Arrow's pool: pyarrow's default here, mimalloc, keeps freed memory for a second or more,
+so the parent's report phase grew by ~16 MB a rejected file it read; the parent uses
+glibc's pool (:data:`PARENT_ARROW_POOL`, whose large blocks the threshold below hands
+back), the workers Arrow's jemalloc (:mod:`pipeline.engines.local`). A pool the user
+chose (``ARROW_DEFAULT_MEMORY_POOL``) is every process's.
 
 numpy's arrays (the global phase's and ``rowgate dedupe``'s ranks, masks and matching
 arrays) come from glibc's ``malloc``, which maps a large allocation on its own and unmaps
@@ -41,8 +48,12 @@ from typing import Final, cast
 
 __all__ = [
     "ALLOCATOR_VARIABLE",
+    "ARROW_POOL_VARIABLE",
     "MMAP_THRESHOLD",
+    "PARENT_ARROW_POOL",
     "RELEASE_AT_ONCE",
+    "apply_parent_allocator",
+    "arrow_pool_chosen",
     "hand_back_large_blocks",
     "parent_allocator",
     "tasks_in_this_process",
@@ -59,9 +70,41 @@ RELEASE_AT_ONCE: Final = "dirty_decay_ms:0,muzzy_decay_ms:0"
 _CHOSEN: Final = os.environ.get(ALLOCATOR_VARIABLE)
 
 
+#: pyarrow's variable naming the allocator of Arrow's default memory pool, read when
+#: pyarrow is imported
+ARROW_POOL_VARIABLE: Final = "ARROW_DEFAULT_MEMORY_POOL"
+#: the parent's Arrow pool: glibc's, whose large blocks this process hands back at once
+#: (:func:`hand_back_large_blocks`). pyarrow's default here, mimalloc, kept what it freed
+#: for a second or more (``purge_delay``), so the report phase, reading the rejected rows'
+#: reasons one file after another, kept growing.
+PARENT_ARROW_POOL: Final = "system"
+#: what :func:`apply_parent_allocator` set in this process's environment
+_set_here: dict[str, str] = {}
+
+
 def parent_allocator() -> dict[str, str]:
-    """The variable for the parent process: the user's value, else :data:`RELEASE_AT_ONCE`."""
-    return {ALLOCATOR_VARIABLE: RELEASE_AT_ONCE if _CHOSEN is None else _CHOSEN}
+    """The variables for the parent process: polars' (the user's value, else
+    :data:`RELEASE_AT_ONCE`), and Arrow's pool (:data:`PARENT_ARROW_POOL`, unless the
+    user chose one)."""
+    found = {ALLOCATOR_VARIABLE: RELEASE_AT_ONCE if _CHOSEN is None else _CHOSEN}
+    if ARROW_POOL_VARIABLE not in os.environ:
+        found[ARROW_POOL_VARIABLE] = PARENT_ARROW_POOL
+    return found
+
+
+def apply_parent_allocator() -> None:
+    """Set :func:`parent_allocator`'s variables in this process's environment (before
+    polars and pyarrow load: they read them once), remembering which it set."""
+    found = parent_allocator()
+    os.environ.update(found)
+    _set_here.update(found)
+
+
+def arrow_pool_chosen() -> bool:
+    """Whether Arrow's pool in the environment is the user's choice, not the parent's
+    own (:func:`apply_parent_allocator`): the workers then keep it."""
+    value = os.environ.get(ARROW_POOL_VARIABLE)
+    return value is not None and value != _set_here.get(ARROW_POOL_VARIABLE)
 
 
 def worker_allocator() -> dict[str, str]:

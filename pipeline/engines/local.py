@@ -39,7 +39,7 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from types import TracebackType
 from typing import Any, Final, NoReturn, TypeVar
 
-from pipeline.core.allocator import tasks_in_this_process, worker_allocator
+from pipeline.core.allocator import arrow_pool_chosen, tasks_in_this_process, worker_allocator
 from pipeline.core.config import EngineSettings
 from pipeline.engines.base import Engine, EngineError, Progress, Step, register_engine
 
@@ -229,8 +229,9 @@ def release_memory() -> None:
 
 
 #: Arrow's allocator for the workers, unless the user chose one
-#: (``ARROW_DEFAULT_MEMORY_POOL``, which pyarrow reads when it is imported). Steps run
-#: inline (one worker) use the calling process's pool.
+#: (``ARROW_DEFAULT_MEMORY_POOL``, which pyarrow reads when it is imported; the parent's
+#: own, glibc's, set by the command line, is not a choice: :mod:`pipeline.core.allocator`).
+#: Steps run inline (one worker) use the calling process's pool.
 #:
 #: Profile-guided: pyarrow's default on Linux is mimalloc, which keeps the pages a task
 #: freed. A worker writing a 64 MB shard's Parquet peaked 136 MB above its baseline with
@@ -253,7 +254,7 @@ def worker_environment() -> dict[str, str]:
 def _arrow_environment() -> dict[str, str]:
     import pyarrow
 
-    if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
+    if arrow_pool_chosen():
         return {}
     if _WORKER_ARROW_POOL not in pyarrow.supported_memory_backends():
         return {}
