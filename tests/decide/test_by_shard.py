@@ -7,19 +7,25 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import polars as pl
+import pytest
 
 from pipeline.decide import by_shard
 from pipeline.decide.context import DISPOSITIONS, GlobalContext
 
 
-def test_a_shard_task_carries_its_own_rows_and_no_others_bytes() -> None:
+@pytest.mark.parametrize("in_shard_order", [False, True])
+def test_a_shard_task_carries_its_own_rows_and_no_others_bytes(in_shard_order: bool) -> None:
     """A shard's part of a stage's decisions was cut from the frame of every row, whose
-    string buffers it shared: pickled to its task, it carried every duplicate's pointer
-    strings (~190 KB a task at 60,000 rows, for its 30). Now about its own rows' bytes;
-    a stage with no row in the shard still gives a frame, for its columns."""
+    buffers it shared: pickled to its task, it carried every duplicate's pointer strings
+    (~190 KB a task at 60,000 rows, for its 30), and, cut as a slice (a frame in shard
+    order), every row's reasons. Now about its own rows' bytes; a stage with no row in
+    the shard still gives a frame, for its columns."""
     shards, rows = 40, 40_000
     lines = pl.int_range(0, rows, eager=True)
-    decided = pl.DataFrame({"_shard": (lines % (shards - 1)).cast(pl.Int32), "_line": lines})
+    shard = lines // (rows // (shards - 1) + 1) if in_shard_order else lines % (shards - 1)
+    decided = pl.DataFrame({"_shard": shard.cast(pl.Int32), "_line": lines})
+    if in_shard_order:
+        decided = decided.set_sorted("_shard")  # partition_by then slices
     decided = decided.select(
         "_shard",
         _shard_line=pl.col("_line").cast(pl.Int64),
@@ -27,6 +33,9 @@ def test_a_shard_task_carries_its_own_rows_and_no_others_bytes() -> None:
         _duplicate_of=pl.struct(
             _source=pl.lit("/data/exports/" + "x" * 60) + pl.col("_line").cast(pl.String),
             _line=pl.col("_line"),
+        ),
+        _reasons_add=pl.concat_list(
+            pl.struct(code=pl.lit("dedupe.near"), detail=pl.format("of line {}", "_line"))
         ),
     )
     state = pl.DataFrame(
