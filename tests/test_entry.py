@@ -130,27 +130,48 @@ def test_a_command_that_completes_after_sigterm_keeps_its_exit(
     assert exited.value.code == 0
 
 
+#: runs ``rowgate run ARGS``: prints the variable (argv[2]) when the module (argv[1])
+#: loads, and at exit the parent's Arrow pool and the workers' value of the variable
 _ALLOCATOR_SCRIPT = """
 import atexit, os, sys, importlib.abc
-from pipeline.core.allocator import ALLOCATOR_VARIABLE
+module, variable = sys.argv[1:3]
 
 class Watch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "polars":
-            print("when polars loads:", os.environ.get(ALLOCATOR_VARIABLE), flush=True)
+        if name == module:
+            print(f"when {module} loads:", os.environ.get(variable), flush=True)
             sys.meta_path.remove(self)
         return None
 
 def workers():  # at exit: the command line closes stdout
+    import pyarrow
     from pipeline.engines.local import worker_environment
-    print("workers:", repr(worker_environment()[ALLOCATOR_VARIABLE]), file=sys.stderr)
+    print("parent:", pyarrow.default_memory_pool().backend_name, file=sys.stderr)
+    print("workers:", repr(worker_environment().get(variable)), file=sys.stderr)
 
 sys.meta_path.insert(0, Watch())
 atexit.register(workers)
-sys.argv = ["rowgate", "run", *sys.argv[1:]]
+sys.argv = ["rowgate", "run", *sys.argv[3:]]
 from pipeline.entry import main
 main()
 """
+
+
+def _watched_run(
+    tmp_path: Path, module: str, variable: str, chosen: str | None
+) -> tuple[str, str, str]:
+    """A run of the math sample with ``variable`` set to ``chosen`` (None: unset): what
+    it held when ``module`` loaded, the parent's Arrow pool and the workers' value."""
+    env = {k: v for k, v in os.environ.items() if k != variable}
+    if chosen is not None:
+        env[variable] = chosen
+    math = ROOT / "data" / "math-reasoning-v1.jsonl"
+    arguments = [str(math), "--kind", "math-reasoning-v1", "--out", str(tmp_path / "o"), "-q"]
+    done = python_script(_ALLOCATOR_SCRIPT, module, variable, *arguments, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [loaded] = done.stdout.splitlines()
+    parent, workers = done.stderr.splitlines()[-2:]
+    return loaded, parent, workers
 
 
 @pytest.mark.parametrize("chosen", [None, "narenas:2"])
@@ -160,40 +181,9 @@ def test_the_parents_polars_allocator_hands_memory_back_unless_the_user_chose(
     """polars' jemalloc kept freed pages resident for seconds, so the parent's peak grew
     with the run; the command sets how it releases them before polars loads (it reads
     the variable once). The workers keep jemalloc's defaults; a user's value is kept."""
-    env = {k: v for k, v in os.environ.items() if k != ALLOCATOR_VARIABLE}
-    if chosen is not None:
-        env[ALLOCATOR_VARIABLE] = chosen
-    math = ROOT / "data" / "math-reasoning-v1.jsonl"
-    arguments = [str(math), "--kind", "math-reasoning-v1", "--out", str(tmp_path / "o"), "-q"]
-    done = python_script(_ALLOCATOR_SCRIPT, *arguments, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"when polars loads: {chosen or RELEASE_AT_ONCE}"]
-    assert done.stderr.splitlines()[-1] == f"workers: {chosen or ''!r}"
-
-
-_ARROW_POOL_SCRIPT = """
-import atexit, os, sys, importlib.abc
-from pipeline.core.allocator import ARROW_POOL_VARIABLE
-
-class Watch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name == "pyarrow":
-            print("when pyarrow loads:", os.environ.get(ARROW_POOL_VARIABLE), flush=True)
-            sys.meta_path.remove(self)
-        return None
-
-def pools():  # at exit: the command line closes stdout
-    import pyarrow
-    from pipeline.engines.local import worker_environment
-    print("parent:", pyarrow.default_memory_pool().backend_name, file=sys.stderr)
-    print("workers:", worker_environment().get(ARROW_POOL_VARIABLE), file=sys.stderr)
-
-sys.meta_path.insert(0, Watch())
-atexit.register(pools)
-sys.argv = ["rowgate", "run", *sys.argv[1:]]
-from pipeline.entry import main
-main()
-"""
+    loaded, _, workers = _watched_run(tmp_path, "polars", ALLOCATOR_VARIABLE, chosen)
+    assert loaded == f"when polars loads: {chosen or RELEASE_AT_ONCE}"
+    assert workers == f"workers: {chosen or ''!r}"
 
 
 @pytest.mark.parametrize("chosen", [None, "jemalloc"])
@@ -205,14 +195,7 @@ def test_the_parents_arrow_pool_is_glibcs_unless_the_user_chose(
     allocates Arrow memory from glibc's, whose large blocks it hands back at once. The
     workers keep Arrow's jemalloc pool (:mod:`pipeline.engines.local`); a pool the user
     chose is every process's."""
-    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL_VARIABLE}
-    if chosen is not None:
-        env[ARROW_POOL_VARIABLE] = chosen
-    math = ROOT / "data" / "math-reasoning-v1.jsonl"
-    arguments = [str(math), "--kind", "math-reasoning-v1", "--out", str(tmp_path / "o"), "-q"]
-    done = python_script(_ARROW_POOL_SCRIPT, *arguments, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"when pyarrow loads: {chosen or PARENT_ARROW_POOL}"]
-    parent, workers = done.stderr.splitlines()[-2:]
+    loaded, parent, workers = _watched_run(tmp_path, "pyarrow", ARROW_POOL_VARIABLE, chosen)
+    assert loaded == f"when pyarrow loads: {chosen or PARENT_ARROW_POOL}"
     assert parent == f"parent: {chosen or PARENT_ARROW_POOL}"
-    assert workers == ("workers: None" if chosen else "workers: jemalloc")
+    assert workers == ("workers: None" if chosen else "workers: 'jemalloc'")

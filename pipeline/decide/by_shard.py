@@ -22,7 +22,6 @@ groups decisions by row (tests compare every output byte).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -37,10 +36,9 @@ from pipeline.decide.columns import OutputColumn
 from pipeline.decide.context import (
     GlobalContext,
     GlobalStage,
-    advance,
     by_shard,
     merge_decisions,
-    with_reason_codes,
+    run_stages,
 )
 from pipeline.engines import Progress, Step
 from pipeline.engines.local import LocalEngine
@@ -216,8 +214,13 @@ def _decide_shard(
         {shard: task.line_base},
         LocalEngine(1),
     )
+    frames = list(task.decided)
+    seconds: dict[str, float] = {}
     try:
-        frames, seconds = _run_stages(ctx, settings, stages, task)
+        if task.state is not None:  # a task of row-local stages carries the state
+            run_stages(
+                ctx, kind, stages, task.state, frames, settings.carried, seconds, read_after=False
+            )
     except RowgateError as error:
         return _ShardOutcome({}, {}, False, error)
     if ctx.artifacts or set(ctx.notes) - {s.name for s in stages}:
@@ -229,34 +232,6 @@ def _decide_shard(
         settings.storage.stage_table(shard, settings.storage.decisions_stem(kind), table)
         staged = True
     return _ShardOutcome(notes, seconds, staged)
-
-
-def _run_stages(
-    ctx: GlobalContext, settings: _Settings, stages: list[GlobalStage], task: _ShardTask
-) -> tuple[list[pl.DataFrame], dict[str, float]]:
-    """The row-local stages over one shard's state: every stage's decisions for its rows
-    (the whole-run stages' first), and the seconds each stage took."""
-    kind = settings.kind
-    frames = list(task.decided)
-    current = task.state
-    seconds: dict[str, float] = {}
-    for i, stage in enumerate(stages):
-        assert current is not None  # a row-local stage's task carries the state
-        started = time.perf_counter()
-        given = (
-            with_reason_codes(ctx, kind, current, frames)
-            if getattr(stage, "reads_reason_codes", False)
-            else current
-        )
-        made = stage.decide(ctx, kind, given)
-        del given
-        seconds[stage.name] = time.perf_counter() - started
-        if made is None or made.height == 0:
-            continue
-        frames.append(made)
-        if i + 1 < len(stages):
-            current = advance(current, made, settings.carried)
-    return frames, seconds
 
 
 def summed_counts(parts: Sequence[Mapping[str, int]]) -> dict[str, int]:

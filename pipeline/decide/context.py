@@ -32,6 +32,7 @@ the bytes a row of each structure are in docs/scale.md ("The driver's memory, pe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, cast
@@ -490,8 +491,6 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
     """Run the enabled stages over every kind, in order, telling ``ctx.on_stage`` each:
     the whole-run stages here, then the row-local ones and the merge a shard at a time
     on the engine (:mod:`pipeline.decide.by_shard`)."""
-    import time
-
     from pipeline.decide.by_shard import decide_by_shard, row_local_from
 
     if stages is None:
@@ -514,32 +513,58 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
         if not stages:
             continue
         ctx.on_stage(f"{kind}: read")
-        current = ctx.scan(kind)
         decided_frames: list[pl.DataFrame] = []
-        for i, stage in enumerate(whole_run):
-            ctx.on_stage(f"{kind}: {stage.name}")
-            started = time.perf_counter()
-            given = (
-                with_reason_codes(ctx, kind, current, decided_frames)
-                if getattr(stage, "reads_reason_codes", False)
-                else current
-            )
-            decided = stage.decide(ctx, kind, given)
-            del given
-            result.timings[stage.name] = (
-                result.timings.get(stage.name, 0.0) + time.perf_counter() - started
-            )
-            if decided is None or decided.height == 0:
-                continue
-            decided_frames.append(decided)
-            if i + 1 < len(stages):  # the state only matters to the stages after this one
-                current = advance(current, decided, {c.name for c in columns if c.carried})
+        current = run_stages(
+            ctx,
+            kind,
+            whole_run,
+            ctx.scan(kind),
+            decided_frames,
+            {c.name for c in columns if c.carried},
+            result.timings,
+            read_after=bool(row_local),
+        )
         ctx.on_stage(f"{kind}: {', '.join([*(s.name for s in row_local), 'merge'])}")
         result.decided[kind] = decide_by_shard(
             ctx, kind, row_local, current, decided_frames, columns, result.timings
         )
     _check_rejected_columns(result.columns)
     return result
+
+
+def run_stages(
+    ctx: GlobalContext,
+    kind: str,
+    stages: Sequence[GlobalStage],
+    current: pl.DataFrame,
+    decided: list[pl.DataFrame],
+    carried: Set[str],
+    seconds: dict[str, float],
+    *,
+    read_after: bool,
+) -> pl.DataFrame:
+    """Run ``stages`` in order over ``current`` (the kind's state), telling
+    ``ctx.on_stage`` each: each stage's decisions are appended to ``decided`` (the
+    earlier stages' first) and its seconds added to ``seconds``; the state after them.
+    The state is advanced by a stage's decisions only for the stages after it
+    (``read_after``: more stages read it once these are done)."""
+    for i, stage in enumerate(stages):
+        ctx.on_stage(f"{kind}: {stage.name}")
+        started = time.perf_counter()
+        given = (
+            with_reason_codes(ctx, kind, current, decided)
+            if getattr(stage, "reads_reason_codes", False)
+            else current
+        )
+        made = stage.decide(ctx, kind, given)
+        del given
+        seconds[stage.name] = seconds.get(stage.name, 0.0) + time.perf_counter() - started
+        if made is None or made.height == 0:
+            continue
+        decided.append(made)
+        if read_after or i + 1 < len(stages):
+            current = advance(current, made, carried)
+    return current
 
 
 def with_reason_codes(

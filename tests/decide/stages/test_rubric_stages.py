@@ -469,9 +469,8 @@ terminal = true
 """
 
 
-def test_contract_targets_calibration_and_explanations(tmp_path: Path) -> None:
-    """AutoQA contract §5.2 (targets side by side, each with its trace), §13.4 (an
-    uncalibrated gate cannot reject automatically), §14.1 (explanation templates)."""
+def _contract_campaign(tmp_path: Path) -> Path:
+    """The crafted rows under a policy of two targets (``decisions_by_target``)."""
     bundled = (RUBRIC_DIR / "code-review-v1.policy.toml").read_text()
     head, rules = bundled.split("\n[[rules]]", 1)
     policy = tmp_path / "contract.policy.toml"
@@ -480,7 +479,13 @@ def test_contract_targets_calibration_and_explanations(tmp_path: Path) -> None:
     path.write_text(
         path.read_text().replace(str(RUBRIC_DIR / "code-review-v1.policy.toml"), str(policy))
     )
-    result = run(load_campaign(path), tmp_path / "out")
+    return path
+
+
+def test_contract_targets_calibration_and_explanations(tmp_path: Path) -> None:
+    """AutoQA contract §5.2 (targets side by side, each with its trace), §13.4 (an
+    uncalibrated gate cannot reject automatically), §14.1 (explanation templates)."""
+    result = run(load_campaign(_contract_campaign(tmp_path)), tmp_path / "out")
     rows = dict(zip(CASES, outputs(tmp_path / "out").to_dicts(), strict=False))
     accepted = pl.read_parquet(tmp_path / "out/accepted/pairwise-v2")
     assert {"_decision_attempt", "_policy_trace_attempt"} <= set(accepted.columns)
@@ -523,19 +528,6 @@ def test_contract_targets_calibration_and_explanations(tmp_path: Path) -> None:
     assert report.ok, report.problems
 
 
-def _contract_campaign(tmp_path: Path) -> CampaignConfig:
-    """The crafted rows under a policy of two targets (``decisions_by_target``)."""
-    bundled = (RUBRIC_DIR / "code-review-v1.policy.toml").read_text()
-    head, rules = bundled.split("\n[[rules]]", 1)
-    policy = tmp_path / "contract.policy.toml"
-    policy.write_text(head + CONTRACT_HEAD + "\n[[rules]]" + rules + CONTRACT_RULES)
-    path = campaign(tmp_path)
-    path.write_text(
-        path.read_text().replace(str(RUBRIC_DIR / "code-review-v1.policy.toml"), str(policy))
-    )
-    return load_campaign(path).override(**{"engine.shard_bytes": 4096})
-
-
 @pytest.mark.parametrize(("name", "workers"), [("bundled", 1), ("bundled", 2), ("contract", 2)])
 def test_row_local_stages_by_shard_give_the_whole_run_outputs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, workers: int
@@ -549,7 +541,9 @@ def test_row_local_stages_by_shard_give_the_whole_run_outputs(
             **{"engine.shard_bytes": 8192, "dedupe.normalised": True, "dedupe.near": True}
         )
     else:
-        config = _contract_campaign(tmp_path)
+        config = load_campaign(_contract_campaign(tmp_path)).override(
+            **{"engine.shard_bytes": 4096}
+        )
     config = config.override(**{"engine.workers": workers})
     by_shard = run(config, tmp_path / "by-shard")
     for stage in (RubricScoring, DecisionPolicy):
