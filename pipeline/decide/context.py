@@ -168,25 +168,19 @@ class GlobalContext:
         kind: str,
         exprs: Mapping[str, pl.Expr],
         *,
-        row_wise: bool = False,
         stem: str | None = None,
     ) -> Iterator[pl.DataFrame]:
         """Evaluate expressions over the staged payload of ``kind`` one shard at a time,
         in the stable order key: frames of ``_shard``, ``_shard_line`` and one column per
-        expression. Only the results are materialised, never the payload columns they
-        read, so memory stays bounded by one shard's results.
-
-        ``row_wise``: each expression's value for a row reads that row alone, so they are
-        evaluated a staged batch at a time, and the columns they read take a batch's
-        memory, not a shard's (the contradiction rule's texts: ~100 MB of a 67 MB shard,
-        half as polars holds them and half the mapped file's pages).
+        expression. Each expression's value for a row must read that row alone: they are
+        evaluated a staged batch at a time, so the columns they read take a batch's
+        memory, and a row's value does not depend on the rows beside it (``evaluate_shard``
+        and ``row_values`` in :mod:`pipeline.decide.partitioned`).
 
         ``stem``: over a file staged beside the kind's rows (its row keys) instead."""
         for summary in self.summaries:
             if kind in summary.kinds:
-                yield evaluate_shard(
-                    self.storage, summary.shard, stem or kind, exprs, row_wise=row_wise
-                )
+                yield evaluate_shard(self.storage, summary.shard, stem or kind, exprs)
 
     def aligned(
         self, kind: str, rows: pl.DataFrame, exprs: Mapping[str, pl.Expr]
@@ -202,7 +196,6 @@ class GlobalContext:
         rows: pl.DataFrame,
         exprs: Mapping[str, pl.Expr],
         *,
-        row_wise: bool = False,
         stem: str | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
         """Each expression's value for every one of ``rows`` as one numpy array, filled
@@ -211,12 +204,12 @@ class GlobalContext:
         For the hash-first checks: the values alone, lined up with the rows, and never
         the frame of every row's keys and values. The checks' working sets were a frame
         per shard and their concatenation, keys included (~56 bytes a row for two
-        hashes); a row's keys are read off ``rows`` for the few rows found. ``row_wise``
-        and ``stem``: as for :meth:`evaluate`. An expression must give no null (fill
+        hashes); a row's keys are read off ``rows`` for the few rows found. ``stem``: as for
+        :meth:`evaluate`. An expression must give no null (fill
         them): numpy has none for integers, and polars would give floats or objects."""
         found = {name: np.empty(0) for name in exprs}
         at = 0
-        for frame in _aligned(self.evaluate(kind, exprs, row_wise=row_wise, stem=stem), rows):
+        for frame in _aligned(self.evaluate(kind, exprs, stem=stem), rows):
             for name in exprs:
                 if frame[name].null_count():
                     raise ValueError(f"{name}: a value is null (values holds no nulls)")
@@ -236,7 +229,6 @@ class GlobalContext:
         *,
         value: pl.Expr | None = None,
         where: pl.Expr | None = None,
-        row_wise: bool = False,
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
         """Which of ``rows`` (every staged row of ``kind``, in the stable order key) share
         their ``group`` (a 64-bit hash) with another row, or, given ``value`` (a hash
@@ -257,9 +249,7 @@ class GlobalContext:
         count = partition_count(
             rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
-        check = HashCheck.of(
-            self.storage, kind, name, shards, exprs, row_wise=row_wise, partitions=count
-        )
+        check = HashCheck.of(self.storage, kind, name, shards, exprs, partitions=count)
         found = check.run(self.engine)
         keys = pl.DataFrame(
             {"_shard": found.shards, "_shard_line": found.lines},

@@ -40,7 +40,16 @@ from pipeline.dedupe.partitions import partitions_for
 from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
 
-__all__ = ["GROUP", "VALUE", "WHERE", "Found", "HashCheck", "evaluate_shard", "partition_count"]
+__all__ = [
+    "GROUP",
+    "VALUE",
+    "WHERE",
+    "Found",
+    "HashCheck",
+    "evaluate_shard",
+    "partition_count",
+    "row_values",
+]
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -54,44 +63,63 @@ WHERE: Final = "_where"
 
 
 def evaluate_shard(
-    storage: RunStorage,
-    shard: int,
-    stem: str,
-    exprs: Mapping[str, pl.Expr],
-    *,
-    row_wise: bool = False,
+    storage: RunStorage, shard: int, stem: str, exprs: Mapping[str, pl.Expr]
 ) -> pl.DataFrame:
     """``exprs`` over one shard's staged file ``stem``: a frame of ``_shard``,
-    ``_shard_line`` and one column per expression, in line order. ``row_wise``: each
-    value reads its row alone, so the file is read a staged batch at a time (the columns
-    read take a batch's memory, not a shard's)."""
-    if not row_wise:
-        return (
-            storage.scan_staged(shard, stem)
-            .select(
-                pl.lit(shard, pl.Int32).alias("_shard"),
-                pl.col("_shard_line"),
-                *(expr.alias(name) for name, expr in exprs.items()),
-            )
-            .collect()
-        )
+    ``_shard_line`` and one column per expression, in line order.
+
+    Each expression's value for a row reads that row alone (every expression rowgate
+    evaluates here, the campaign's bindings included), so the file is read a staged batch
+    at a time: the columns read take a batch's memory, not a shard's (the contradiction
+    rule's texts: ~100 MB of a 67 MB shard, half as polars holds them and half the mapped
+    file's pages), and each batch is evaluated by :func:`row_values`."""
     read = {"_shard_line"} | {c for e in exprs.values() for c in e.meta.root_names()}
     frames = []
     for batch in storage.staged_column_batches(shard, stem, sorted(read)):
-        frame = cast(pl.DataFrame, pl.from_arrow(batch))
         # copied: a column still pointing into the batch's map would keep every page
         # the expressions read resident
         lines = np.array(batch.column("_shard_line"), dtype=np.int64)
+        values = row_values(batch, exprs)
         frames.append(
-            frame.select(
+            values.select(
                 pl.lit(shard, pl.Int32).alias("_shard"),
                 pl.Series("_shard_line", lines),
-                *(expr.alias(name) for name, expr in exprs.items()),
+                pl.all(),
             )
         )
     if frames:
         return pl.concat(frames)
-    return evaluate_shard(storage, shard, stem, exprs)  # no batch: the empty frame, typed
+    # no batch: the empty frame, typed
+    return (
+        storage.scan_staged(shard, stem)
+        .select(
+            pl.lit(shard, pl.Int32).alias("_shard"),
+            pl.col("_shard_line"),
+            *(expr.alias(name) for name, expr in exprs.items()),
+        )
+        .collect()
+    )
+
+
+def row_values(batch: pa.RecordBatch, exprs: Mapping[str, pl.Expr]) -> pl.DataFrame:
+    """Each of ``exprs`` (each value reading its row alone) over ``batch``'s rows, a
+    column each, computed alike for every row whatever rows stand beside it.
+
+    polars divides a column by a constant by multiplying with its reciprocal, except
+    where it holds the column as a single value (a frame of one row), where it divides;
+    the two differ in the last bit for about a third of quotients (``10 / 3``:
+    3.333333333333333 beside other rows, 3.3333333333333335 alone; pola-rs/polars#20038
+    and #27753, kept as designed). So a binding such as ``(a + b + c) / 3`` gave a row
+    another score, and a score at a criterion's minimum another state, when the gate
+    staged it in a batch of its own. A lone row is therefore evaluated beside a copy of
+    itself, taken in Arrow (copies made in polars stay single values)."""
+    alone = batch.num_rows == 1
+    rows = batch.take(pa.array([0, 0])) if alone else batch
+    frame = cast(pl.DataFrame, pl.from_arrow(rows))
+    # with_columns: a literal's value for every row (select would give it once)
+    values = frame.with_columns(*(expr.alias(name) for name, expr in exprs.items()))
+    values = values.select(list(exprs))
+    return values.head(1) if alone else values
 
 
 @dataclass(frozen=True)
@@ -107,14 +135,13 @@ class Found:
 class HashCheck:
     """One check, as every task needs it: where the kind's rows are staged (``shards``,
     in the stable order key), its expressions serialized (they travel to the workers and
-    compare by value), whether they read a row alone, and the partition count."""
+    compare by value), and the partition count."""
 
     storage: RunStorage
     kind: str
     name: str
     shards: tuple[int, ...]
     exprs: tuple[tuple[str, bytes], ...]
-    row_wise: bool
     partitions: int
 
     @classmethod
@@ -126,7 +153,6 @@ class HashCheck:
         shards: tuple[int, ...],
         exprs: Mapping[str, pl.Expr],
         *,
-        row_wise: bool,
         partitions: int,
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE`, :data:`WHERE`) over
@@ -137,7 +163,7 @@ class HashCheck:
                 f"{VALUE} and {WHERE}: not {sorted(exprs)}"
             )
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
-        return cls(storage, kind, name, shards, serialized, row_wise, partitions)
+        return cls(storage, kind, name, shards, serialized, partitions)
 
     @property
     def varying(self) -> bool:
@@ -178,9 +204,7 @@ def _init(check: HashCheck) -> HashCheck:
 def _shuffle_shard(check: HashCheck, shard: int, progress: Progress) -> int:
     """Stage the shard's (line, group, value) entries where ``where`` holds, ordered by
     partition, a record batch per partition (empty ones too); returns how many."""
-    frame = evaluate_shard(
-        check.storage, shard, check.kind, check.expressions(), row_wise=check.row_wise
-    )
+    frame = evaluate_shard(check.storage, shard, check.kind, check.expressions())
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
     for name in (GROUP, VALUE):

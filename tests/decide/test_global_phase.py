@@ -259,8 +259,8 @@ class ProbeReads:
     order = 1
     seen: ClassVar[list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]]] = []
     evaluated: ClassVar[list[tuple[pl.DataFrame, pl.DataFrame]]] = []
-    #: ``values`` by shard and by batch, and whether each misaligned rows was refused
-    valued: ClassVar[list[tuple[dict[str, Any], dict[str, Any], list[bool]]]] = []
+    #: ``values``, and whether each misaligned rows was refused
+    valued: ClassVar[list[tuple[dict[str, Any], list[bool]]]] = []
 
     def enabled(self, config: CampaignConfig) -> bool:
         return True
@@ -289,12 +289,19 @@ class ProbeReads:
         truth = ctx.fetch(kind, keys, ["_offset"])  # where each line starts in the input
         self.seen.append((fetched, expected, lineage, truth))
         exprs = {"_h": pl.col("messages").hash(1), "_n": pl.col("response_a").str.len_bytes()}
-        self.evaluated.append(
-            (
-                pl.concat(ctx.evaluate(kind, exprs)),
-                pl.concat(ctx.evaluate(kind, exprs, row_wise=True)),
+        # the same expressions over each shard's staged rows read whole
+        whole_shards = pl.concat(
+            ctx.staged(s.shard, kind)
+            .select(
+                pl.lit(s.shard, pl.Int32).alias("_shard"),
+                "_shard_line",
+                *(e.alias(name) for name, e in exprs.items()),
             )
+            .collect()
+            for s in ctx.summaries
+            if kind in s.kinds
         )
+        self.evaluated.append((whole_shards, pl.concat(ctx.evaluate(kind, exprs))))
         misaligned = [
             rows.slice(1),
             rows.head(rows.height - 1),
@@ -309,9 +316,7 @@ class ProbeReads:
         # a null would become a float or an object in numpy: refused, never cast
         nullable = {"_n": pl.when(pl.col("_shard_line") % 5 != 3).then(pl.col("_shard_line"))}
         refused.append(_refuses(lambda: ctx.values(kind, rows, nullable), ValueError))
-        self.valued.append(
-            (ctx.values(kind, rows, exprs), ctx.values(kind, rows, exprs, row_wise=True), refused)
-        )
+        self.valued.append((ctx.values(kind, rows, exprs), refused))
         return None
 
 
@@ -348,9 +353,7 @@ class ProbeRepeats:
                 )
                 mask, groups = at.repeats(kind, rows, "probe", group)
                 self.found.append((repeats, got["g"][repeats], mask, groups))
-                mask, groups = at.repeats(
-                    kind, rows, "probe", group, value=value, where=where, row_wise=count == 7
-                )
+                mask, groups = at.repeats(kind, rows, "probe", group, value=value, where=where)
                 self.found.append((varies, got["g"][varies], mask, groups))
             # a null hash is refused (numpy would make the column floats, and round
             # distinct hashes to one)
@@ -450,16 +453,15 @@ def test_fetch_and_lineage_read_the_rows_asked_for(
         "_source": [str(source)] * len(lines),
         "_line": lines,
     }
-    # row-wise expressions evaluated a staged batch at a time give the shard's values
+    # expressions evaluated a staged batch at a time give the values of the shard read whole
     [(by_shard, by_batch)] = ProbeReads.evaluated
     assert by_shard.height > 100
     assert by_batch.equals(by_shard)
     # values: the same values as arrays lined up with the state's rows, which must be
     # every staged row in order (misaligned rows are refused, never read as others')
-    [(values, values_by_batch, refused)] = ProbeReads.valued
+    [(values, refused)] = ProbeReads.valued
     for name in ("_h", "_n"):
         assert values[name].tolist() == by_shard[name].to_list()
-        assert values_by_batch[name].tolist() == by_shard[name].to_list()
     assert refused == [True] * 6
 
 

@@ -245,7 +245,7 @@ def contradictory_preference(
     )
     comparison = pl.struct(conversation.hash(1), pair)
     # the decisive rows whose comparison is preferred both ways, found partition by
-    # partition on the engine (each row's hashes read a batch at a time: row-wise)
+    # partition on the engine (each row's hashes read a batch at a time)
     found, _ = ctx.repeats(
         kind,
         rows,
@@ -253,7 +253,6 @@ def contradictory_preference(
         comparison.hash(4),
         value=preferred_hash,
         where=decisive,
-        row_wise=True,
     )
     candidates = rows.select(KEYS).filter(found)
     if candidates.height == 0:

@@ -555,3 +555,49 @@ def test_row_local_stages_by_shard_give_the_whole_run_outputs(
     notes = by_shard.manifest["global"]["policy"]["pairwise-v2"]
     assert sum(notes["decisions"].values()) > 0
     assert verify_run(tmp_path / "by-shard").ok
+
+
+def test_a_binding_scores_a_row_alike_whatever_rows_are_staged_beside_it(
+    tmp_path: Path,
+) -> None:
+    """A binding that divides by a constant gives a row the same score (and so the same
+    state and decision) whether the gate staged it beside other rows or in a batch of its
+    own: polars divides a column of one value otherwise than a longer one
+    (pipeline.decide.partitioned.row_values)."""
+    text = (DATA / "campaign-pairwise-rubric.toml").read_text()
+    bound = 'correctness = "ratings.factuality"'
+    assert bound in text
+    text = (
+        text.replace(bound, 'correctness = "(ratings.factuality + ratings.reasoning) / 3"')
+        .replace('"pairwise-v2.jsonl"', json.dumps(str(DATA / "pairwise-v2.jsonl")))
+        .replace('"../rubrics/', json.dumps(str(RUBRIC_DIR))[:-1] + "/")
+    )
+    (tmp_path / "campaign.toml").write_text(text)
+    config = load_campaign(tmp_path / "campaign.toml")
+    run(config, tmp_path / "together")  # one shard, in batches of many rows
+    run(config.override(**{"engine.batch_lines": 1}), tmp_path / "alone")
+    together, alone = outputs(tmp_path / "together"), outputs(tmp_path / "alone")
+    assert together.height > 100
+    assert alone.equals(together)
+    # not vacuous: polars gives some of these rows' quotients another last bit alone
+    sums = [
+        r["factuality"] + r["reasoning"]
+        for r in _ratings(DATA / "pairwise-v2.jsonl")
+        if isinstance(r.get("factuality"), int) and isinstance(r.get("reasoning"), int)
+    ]
+    alone_values = [pl.DataFrame({"s": [s]}).select(pl.col("s") / 3).item() for s in sums]
+    beside = pl.DataFrame({"s": sums}).select(pl.col("s") / 3)["s"].to_list()
+    assert alone_values != beside
+
+
+def _ratings(path: Path) -> list[dict[str, Any]]:
+    """The ``ratings`` of each line of ``path`` that parses to an object holding them."""
+    found = []
+    for line in path.read_bytes().splitlines():
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # the sample's malformed lines
+        if isinstance(record, dict) and isinstance(record.get("ratings"), dict):
+            found.append(record["ratings"])
+    return found

@@ -1,0 +1,82 @@
+"""A row's value of an expression does not depend on the rows staged beside it
+(:func:`pipeline.decide.partitioned.row_values`, :func:`evaluate_shard`): polars divides
+a column by a constant by multiplying with its reciprocal, except where it holds the
+column as one value (a frame of one row), where it divides."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.decide.partitioned import evaluate_shard, row_values
+from pipeline.storage import RunStorage
+
+EXPRS = {
+    "q": (pl.col("a") + pl.col("b")) / 3,  # a quotient by a constant
+    "n": pl.lit(None, pl.Float64),  # a literal: a value for every row, not once
+}
+
+
+def _beside_others(a: list[int], b: list[int]) -> pl.DataFrame:
+    """The expressions over every row at once: what a row gets beside other rows."""
+    table = pa.table({"a": pa.array(a * 2, pa.int64()), "b": pa.array(b * 2, pa.int64())})
+    return row_values(table.to_batches()[0], EXPRS).head(len(a))
+
+
+def _staged(tmp_path: Path, a: list[int], b: list[int], sizes: list[int]) -> pl.DataFrame:
+    """``evaluate_shard`` over one shard staged in batches of ``sizes`` rows."""
+    storage = RunStorage(tmp_path)
+    schema = pa.schema([("_shard_line", pa.int64()), ("a", pa.int64()), ("b", pa.int64())])
+    with storage.stage_writer(0, "k", schema) as writer:
+        start = 0
+        for size in sizes:
+            writer.write_batch(
+                pa.record_batch(
+                    [
+                        pa.array(range(start + 1, start + size + 1), pa.int64()),
+                        pa.array(a[start : start + size], pa.int64()),
+                        pa.array(b[start : start + size], pa.int64()),
+                    ],
+                    schema=schema,
+                )
+            )
+            start += size
+    return evaluate_shard(storage, 0, "k", EXPRS)
+
+
+def test_a_row_staged_alone_gets_the_value_it_gets_beside_others(tmp_path: Path) -> None:
+    a, b = [5, 7, 10, 5, 14, 1, 2, 3, 4, 20], [0, 0, 0, 0, 0, 1, 1, 1, 1, 0]
+    # the premise: polars gives 5 / 3 another last bit in a frame of one row
+    alone = pl.DataFrame({"a": [5], "b": [0]}).select(EXPRS["q"]).item()
+    assert alone != _beside_others(a, b)["q"][0] == 1.6666666666666665
+    got = _staged(tmp_path, a, b, [1, 3, 1, 5])
+    assert got["_shard"].to_list() == [0] * 10
+    assert got["_shard_line"].to_list() == list(range(1, 11))
+    assert got["q"].to_list() == _beside_others(a, b)["q"].to_list()
+    assert got["n"].to_list() == [None] * 10
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.tuples(st.integers(-50, 50), st.integers(-50, 50)), min_size=1, max_size=30),
+    st.data(),
+)
+def test_values_are_the_same_for_any_batching(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[tuple[int, int]],
+    data: st.DataObject,
+) -> None:
+    a, b = [r[0] for r in rows], [r[1] for r in rows]
+    cuts = data.draw(st.lists(st.integers(1, len(rows)), unique=True, max_size=len(rows)))
+    bounds = [0, *sorted(set(cuts) - {len(rows)}), len(rows)]
+    sizes = [hi - lo for lo, hi in itertools.pairwise(bounds)]
+    got = _staged(tmp_path_factory.mktemp("staged"), a, b, sizes)
+    assert got["q"].to_list() == _beside_others(a, b)["q"].to_list()
