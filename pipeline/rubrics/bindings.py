@@ -28,7 +28,9 @@ A binding that can fail on a row's value is refused before any line is read wher
 type says so: a strict ``CAST`` (or ``::``) of text to anything else, of a float to an
 integer, or of an integer to a narrower one, is a config error that asks for ``TRY_CAST``
 (a value that does not convert is then null: the criterion or gate is unknown, never a
-pass). Any other failure while the bindings are evaluated is a :class:`BindingError`
+pass). A binding that reads other rows (an aggregate such as ``AVG(x)``, a window
+function, ``COUNT(*)``, ``UNNEST``) is refused too: a row's value must read that row
+alone, since rows are scored a staged batch at a time. Any other failure while the bindings are evaluated is a :class:`BindingError`
 naming the campaign key, the rubric, the expression and the kind of failure; never the
 value, which polars' own message quotes (a record value may be a secret).
 """
@@ -188,6 +190,13 @@ def compile_expression(source: str, fields: Sequence[pa.Field], wanted: str, whe
             f"{where}: {source!r} is not a usable expression "
             f"({type(exc).__name__}: {first_line(exc)})"
         ) from None
+    other_rows = _other_rows(expr)
+    if other_rows is not None:
+        raise ConfigError(
+            f"{where}: {source!r} reads other rows ({other_rows}); a binding's value for a "
+            "row reads that row alone (rows are scored a staged batch at a time, so it "
+            "would depend on which rows the gate staged beside it)"
+        )
     conversion = _fallible_conversion(expr, _empty_frame(fields))
     if conversion is not None:
         raise ConfigError(
@@ -247,6 +256,80 @@ def _subtrees(tree: Any) -> Iterator[dict[str, Any]]:
     elif isinstance(tree, list):
         for value in tree:
             yield from _subtrees(value)
+
+
+#: Expression nodes whose value for a row reads other rows, as polars serializes them
+_OTHER_ROWS_NODES: Final = {
+    "Agg": "an aggregate such as AVG, SUM, MIN, MAX, FIRST or COUNT(x)",
+    "Len": "COUNT(*)",
+    "Over": "a window function (OVER)",
+    "Window": "a window function (OVER)",
+    "Explode": "UNNEST",
+    "Sort": "a sort",
+    "SortBy": "a sort",
+    "Gather": "a row taken by position",
+    "Filter": "a filter",
+    "Slice": "a slice of the rows",
+}
+#: Functions (``{"Function": {"function": NAME}}``, or under ``Boolean``) that read
+#: other rows; functions under a namespace (``ListExpr``, ``StringExpr``, ...) read the
+#: row's own value
+_OTHER_ROWS_FUNCTIONS: Final = frozenset(
+    {
+        "Rank", "Shift", "ShiftAndFill", "CumCount", "CumSum", "CumProd", "CumMin",
+        "CumMax", "Diff", "Unique", "Reverse", "FillNullWithStrategy", "Interpolate",
+        "RollingExpr", "RollingExprBy", "PctChange", "Mode", "ArgUnique", "UniqueCounts",
+        "ValueCounts", "Hist", "IsDuplicated", "IsUnique", "IsFirstDistinct",
+        "IsLastDistinct", "Range",
+    }
+)  # fmt: skip
+
+
+def _other_rows(expr: pl.Expr) -> str | None:
+    """What in ``expr`` reads rows other than the one its value is for (an aggregate, a
+    window, ``COUNT(*)``, ...), else ``None``; inside a list's own evaluation (``Eval``:
+    ``ARRAY_UNIQUE``, ...) the "rows" are the list's elements, which is fine. Read from
+    polars' serialized tree; a tree it cannot serialize is not checked."""
+    try:
+        tree = json.loads(expr.meta.serialize(format="json"))
+    except Exception:
+        return None
+    return _other_rows_in(tree)
+
+
+def _other_rows_in(tree: Any) -> str | None:
+    if isinstance(tree, list):
+        return next((found for t in tree if (found := _other_rows_in(t))), None)
+    if isinstance(tree, str):
+        return _OTHER_ROWS_NODES.get(tree)  # a node without fields: "Len"
+    if not isinstance(tree, dict):
+        return None
+    for key, value in tree.items():
+        if key in _OTHER_ROWS_NODES:
+            return _OTHER_ROWS_NODES[key]
+        if key == "Eval" and isinstance(value, dict):
+            found = _other_rows_in(value.get("expr"))  # not its per-list evaluation
+        elif key == "Function" and isinstance(value, dict):
+            name = _function_name(value.get("function"))
+            if name in _OTHER_ROWS_FUNCTIONS:
+                return f"polars' {name}, over the column's rows (ROW_NUMBER, RANK, LAG, ...)"
+            found = _other_rows_in(value.get("input"))
+        else:
+            found = _other_rows_in(value)
+        if found:
+            return found
+    return None
+
+
+def _function_name(function: Any) -> str | None:
+    """A serialized function's name: ``"Shift"``, ``{"Rank": {...}}``, or under
+    ``Boolean`` (``{"Boolean": "IsDuplicated"}``); a namespace's name otherwise."""
+    if isinstance(function, dict) and len(function) == 1:
+        ((name, inner),) = function.items()
+        if name == "Boolean":
+            return _function_name(inner)
+        return str(name)
+    return function if isinstance(function, str) else None
 
 
 def _dtype(tree: Any, frame: pl.DataFrame) -> pl.DataType | None:

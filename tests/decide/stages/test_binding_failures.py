@@ -150,3 +150,47 @@ def test_two_bindings_failing_in_two_shards_name_the_first_shards(tmp_path: Path
         messages.add(done.stderr.strip().splitlines()[-1])
     [message] = messages
     assert "scoring.pairwise-v2.applies.readability" in message
+
+
+@pytest.mark.parametrize(
+    ("source", "what"),
+    [
+        ("ratings.factuality - AVG(ratings.factuality) + 3", "an aggregate"),
+        ("MAX(ratings.factuality) OVER (PARTITION BY preference)", "a window function"),
+        ("LAG(ratings.factuality) OVER (ORDER BY task_id)", "a window function"),
+        ("RANK() OVER (ORDER BY ratings.style)", "polars' Rank"),
+        ("COUNT(*)", "COUNT"),
+        ("ROW_NUMBER() OVER ()", "polars' Range"),
+    ],
+)
+def test_a_binding_reading_other_rows_is_refused_before_any_work(
+    tmp_path: Path, source: str, what: str
+) -> None:
+    """Rows are scored a staged batch at a time: an aggregate or a window would give a
+    row a value that depends on the rows the gate staged beside it."""
+    path = _planted_campaign(
+        tmp_path, 'correctness = "ratings.factuality"', f'correctness = "{source}"'
+    )
+    with pytest.raises(ConfigError, match=rf"criteria\.correctness: .* reads other rows \({what}"):
+        run(load_campaign(path), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "(ratings.factuality + ratings.reasoning) / 3",
+        "COALESCE(ratings.factuality, 1)",
+        "CASE WHEN LENGTH(rationale) > 3 THEN ratings.style ELSE 1 END",
+        "GREATEST(ratings.style, 2)",
+        "ARRAY_LENGTH(ARRAY_UNIQUE(messages)) + 2",
+    ],
+)
+def test_a_binding_reading_its_own_row_is_not_refused(tmp_path: Path, source: str) -> None:
+    """Functions of the row's own values, a list's own elements included, are not taken
+    for aggregates."""
+    path = _planted_campaign(
+        tmp_path, 'correctness = "ratings.factuality"', f'correctness = "{source}"'
+    )
+    result = run(load_campaign(path), tmp_path / "out")
+    assert result.manifest["counts"]["lines"] > 0
