@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 
@@ -62,6 +62,13 @@ VALUE: Final = "_value"
 WHERE: Final = "_where"
 
 
+#: Consecutive staged batches are evaluated together until they hold this many rows or
+#: bytes: each polars call costs ~0.9 ms, so a shard staged in batches of one row took
+#: ~20 times as long as read whole
+_EVALUATED_ROWS: Final = 4096
+_EVALUATED_BYTES: Final = 16 << 20
+
+
 def evaluate_shard(
     storage: RunStorage, shard: int, stem: str, exprs: Mapping[str, pl.Expr]
 ) -> pl.DataFrame:
@@ -69,17 +76,18 @@ def evaluate_shard(
     ``_shard_line`` and one column per expression, in line order.
 
     Each expression's value for a row reads that row alone (every expression rowgate
-    evaluates here, the campaign's bindings included), so the file is read a staged batch
-    at a time: the columns read take a batch's memory, not a shard's (the contradiction
-    rule's texts: ~100 MB of a 67 MB shard, half as polars holds them and half the mapped
-    file's pages), and each batch is evaluated by :func:`row_values`."""
-    read = {"_shard_line"} | {c for e in exprs.values() for c in e.meta.root_names()}
+    evaluates here, the campaign's bindings included), so the file is read a few staged
+    batches at a time (:data:`_EVALUATED_ROWS`): the columns read take that much memory,
+    not a shard's (the contradiction rule's texts: ~100 MB of a 67 MB shard, half as
+    polars holds them and half the mapped file's pages), and each piece is evaluated by
+    :func:`row_values`."""
     frames = []
-    for batch in storage.staged_column_batches(shard, stem, sorted(read)):
+    batches = storage.staged_column_batches(shard, stem, _read_columns(storage, shard, stem, exprs))
+    for piece in _pieces(batches):
         # copied: a column still pointing into the batch's map would keep every page
         # the expressions read resident
-        lines = np.array(batch.column("_shard_line"), dtype=np.int64)
-        values = row_values(batch, exprs)
+        lines = np.array(piece.column("_shard_line"), dtype=np.int64)
+        values = row_values(piece, exprs)
         frames.append(
             values.select(
                 pl.lit(shard, pl.Int32).alias("_shard"),
@@ -101,6 +109,31 @@ def evaluate_shard(
     )
 
 
+def _read_columns(
+    storage: RunStorage, shard: int, stem: str, exprs: Mapping[str, pl.Expr]
+) -> list[str]:
+    """The staged columns ``exprs`` read: those they name, or every column where one
+    selects columns by pattern (``COLUMNS('^pref')``: polars names no root column)."""
+    if any('"Selector"' in e.meta.serialize(format="json") for e in exprs.values()):
+        return list(storage.staged_table(shard, stem).schema.names)
+    return sorted({"_shard_line"} | {c for e in exprs.values() for c in e.meta.root_names()})
+
+
+def _pieces(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Consecutive ``batches`` as one, up to :data:`_EVALUATED_ROWS` rows or
+    :data:`_EVALUATED_BYTES` bytes at a time (a batch larger than that alone)."""
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
+    for batch in batches:
+        pending.append(batch)
+        rows, size = rows + batch.num_rows, size + batch.nbytes
+        if rows >= _EVALUATED_ROWS or size >= _EVALUATED_BYTES:
+            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            pending, rows, size = [], 0, 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+
+
 def row_values(batch: pa.RecordBatch, exprs: Mapping[str, pl.Expr]) -> pl.DataFrame:
     """Each of ``exprs`` (each value reading its row alone) over ``batch``'s rows, a
     column each, computed alike for every row whatever rows stand beside it.
@@ -112,7 +145,12 @@ def row_values(batch: pa.RecordBatch, exprs: Mapping[str, pl.Expr]) -> pl.DataFr
     and #27753, kept as designed). So a binding such as ``(a + b + c) / 3`` gave a row
     another score, and a score at a criterion's minimum another state, when the gate
     staged it in a batch of its own. A lone row is therefore evaluated beside a copy of
-    itself, taken in Arrow (copies made in polars stay single values)."""
+    itself, taken in Arrow (copies made in polars stay single values).
+
+    This holds for the frame's rows. Inside an expression, a list evaluated element by
+    element (``list.eval``) is one frame per row's list: an element alone in its list
+    divides otherwise than one beside others. Bindings cannot express that (SQL's list
+    functions do no arithmetic per element), and rowgate's own list evaluations do none."""
     alone = batch.num_rows == 1
     rows = batch.take(pa.array([0, 0])) if alone else batch
     frame = cast(pl.DataFrame, pl.from_arrow(rows))

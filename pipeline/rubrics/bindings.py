@@ -258,10 +258,10 @@ def _subtrees(tree: Any) -> Iterator[dict[str, Any]]:
             yield from _subtrees(value)
 
 
-#: Expression nodes whose value for a row reads other rows, as polars serializes them
+#: Expression nodes whose value for a row reads other rows, as polars serializes them,
+#: most telling first (an aggregate's tree may hold a ``Len`` check too)
 _OTHER_ROWS_NODES: Final = {
-    "Agg": "an aggregate such as AVG, SUM, MIN, MAX, FIRST or COUNT(x)",
-    "Len": "COUNT(*)",
+    "Agg": "an aggregate such as AVG, SUM, MIN, MAX, FIRST, COUNT(x) or ARRAY_AGG",
     "Over": "a window function (OVER)",
     "Window": "a window function (OVER)",
     "Explode": "UNNEST",
@@ -270,6 +270,7 @@ _OTHER_ROWS_NODES: Final = {
     "Gather": "a row taken by position",
     "Filter": "a filter",
     "Slice": "a slice of the rows",
+    "Len": "COUNT(*)",
 }
 #: Functions (``{"Function": {"function": NAME}}``, or under ``Boolean``) that read
 #: other rows; functions under a namespace (``ListExpr``, ``StringExpr``, ...) read the
@@ -280,45 +281,67 @@ _OTHER_ROWS_FUNCTIONS: Final = frozenset(
         "CumMax", "Diff", "Unique", "Reverse", "FillNullWithStrategy", "Interpolate",
         "RollingExpr", "RollingExprBy", "PctChange", "Mode", "ArgUnique", "UniqueCounts",
         "ValueCounts", "Hist", "IsDuplicated", "IsUnique", "IsFirstDistinct",
-        "IsLastDistinct", "Range",
+        "IsLastDistinct", "Range", "Quantile", "Correlation", "Any", "All", "Entropy",
+        "Skew", "Kurtosis", "ArgMin", "ArgMax", "NullCount", "SearchSorted", "Implode",
+        "NUnique", "ApproxNUnique", "Std", "Var", "Median", "Mean", "Sum", "Min", "Max",
+        "Product", "First", "Last", "Count", "Len", "Sort", "ArgSort", "TopK", "BottomK",
+        "Repeat", "ExtendConstant", "DropNulls", "DropNans", "GatherEvery", "Head", "Tail",
     }
 )  # fmt: skip
+#: Values that hold no expression: a literal's value, a column's or selector's name
+_NOT_EXPRESSIONS: Final = frozenset({"Literal", "Column", "Columns", "Selector", "DtypeColumn"})
+#: ``Eval`` variants whose evaluation reads one row's own list or array
+_PER_ROW_EVAL: Final = frozenset({"List", "Array"})
 
 
 def _other_rows(expr: pl.Expr) -> str | None:
     """What in ``expr`` reads rows other than the one its value is for (an aggregate, a
-    window, ``COUNT(*)``, ...), else ``None``; inside a list's own evaluation (``Eval``:
-    ``ARRAY_UNIQUE``, ...) the "rows" are the list's elements, which is fine. Read from
-    polars' serialized tree; a tree it cannot serialize is not checked."""
+    window, ``COUNT(*)``, ...), else ``None``; inside a list's own evaluation (``Eval``
+    of a list or array: ``ARRAY_UNIQUE``, ...) the "rows" are that row's elements,
+    which is fine. Read from polars' serialized tree; a tree it cannot serialize is not
+    checked."""
     try:
         tree = json.loads(expr.meta.serialize(format="json"))
     except Exception:
         return None
-    return _other_rows_in(tree)
+    found: list[str] = []
+    _collect_other_rows(tree, found)
+    ranked = [*_OTHER_ROWS_NODES.values()]
+    # a function is named before COUNT(*), which is often only an aggregate's own check
+    function = ranked.index(_OTHER_ROWS_NODES["Len"]) - 0.5
+    return min(
+        found, key=lambda what: ranked.index(what) if what in ranked else function, default=None
+    )
 
 
-def _other_rows_in(tree: Any) -> str | None:
+def _collect_other_rows(tree: Any, found: list[str]) -> None:
+    """Append to ``found`` what in ``tree`` reads other rows."""
     if isinstance(tree, list):
-        return next((found for t in tree if (found := _other_rows_in(t))), None)
-    if isinstance(tree, str):
-        return _OTHER_ROWS_NODES.get(tree)  # a node without fields: "Len"
+        for item in tree:
+            _collect_other_rows(item, found)
+        return
+    if tree == "Len":  # a node without fields, where an expression stands
+        found.append(_OTHER_ROWS_NODES["Len"])
     if not isinstance(tree, dict):
-        return None
+        return
     for key, value in tree.items():
+        if key in _NOT_EXPRESSIONS:
+            continue
+        if key == "Alias" and isinstance(value, list):
+            value = value[:1]  # [expression, name]
         if key in _OTHER_ROWS_NODES:
-            return _OTHER_ROWS_NODES[key]
-        if key == "Eval" and isinstance(value, dict):
-            found = _other_rows_in(value.get("expr"))  # not its per-list evaluation
+            found.append(_OTHER_ROWS_NODES[key])
+        elif key == "Eval" and isinstance(value, dict):
+            variant = value.get("variant")
+            per_row = (variant if isinstance(variant, str) else None) in _PER_ROW_EVAL
+            _collect_other_rows(value.get("expr") if per_row else value, found)
         elif key == "Function" and isinstance(value, dict):
             name = _function_name(value.get("function"))
             if name in _OTHER_ROWS_FUNCTIONS:
-                return f"polars' {name}, over the column's rows (ROW_NUMBER, RANK, LAG, ...)"
-            found = _other_rows_in(value.get("input"))
+                found.append(f"polars' {name}, which reads the column's other rows")
+            _collect_other_rows(value.get("input"), found)
         else:
-            found = _other_rows_in(value)
-        if found:
-            return found
-    return None
+            _collect_other_rows(value, found)
 
 
 def _function_name(function: Any) -> str | None:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline.decide import partitioned
 from pipeline.decide.partitioned import evaluate_shard, row_values
 from pipeline.storage import RunStorage
 
@@ -50,7 +51,13 @@ def _staged(tmp_path: Path, a: list[int], b: list[int], sizes: list[int]) -> pl.
     return evaluate_shard(storage, 0, "k", EXPRS)
 
 
-def test_a_row_staged_alone_gets_the_value_it_gets_beside_others(tmp_path: Path) -> None:
+@pytest.mark.parametrize("together", [1, 4096])
+def test_a_row_staged_alone_gets_the_value_it_gets_beside_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, together: int
+) -> None:
+    """Batches evaluated one at a time (``together``: 1 row at least), or several as
+    one."""
+    monkeypatch.setattr(partitioned, "_EVALUATED_ROWS", together)
     a, b = [5, 7, 10, 5, 14, 1, 2, 3, 4, 20], [0, 0, 0, 0, 0, 1, 1, 1, 1, 0]
     # the premise: polars gives 5 / 3 another last bit in a frame of one row
     alone = pl.DataFrame({"a": [5], "b": [0]}).select(EXPRS["q"]).item()
@@ -80,3 +87,22 @@ def test_values_are_the_same_for_any_batching(
     sizes = [hi - lo for lo, hi in itertools.pairwise(bounds)]
     got = _staged(tmp_path_factory.mktemp("staged"), a, b, sizes)
     assert got["q"].to_list() == _beside_others(a, b)["q"].to_list()
+
+
+def test_a_shard_of_one_row_gets_the_value_it_gets_beside_others(tmp_path: Path) -> None:
+    got = _staged(tmp_path, [5], [0], [1])
+    assert got["q"].to_list() == _beside_others([5], [0])["q"].to_list() == [1.6666666666666665]
+
+
+def test_small_batches_are_evaluated_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """polars' cost per call made a shard of one-row batches ~20 times slower: batches
+    are joined up to ``_EVALUATED_ROWS`` rows (a larger one alone), in order."""
+    monkeypatch.setattr(partitioned, "_EVALUATED_ROWS", 4)
+    batches = [
+        pa.record_batch({"x": pa.array(range(n), pa.int64())}) for n in (1, 1, 1, 2, 7, 1, 0, 2)
+    ]
+    pieces = list(partitioned._pieces(batches))
+    assert [p.num_rows for p in pieces] == [5, 7, 3]
+    assert pa.Table.from_batches(pieces).equals(pa.Table.from_batches(batches))

@@ -158,7 +158,11 @@ def test_two_bindings_failing_in_two_shards_name_the_first_shards(tmp_path: Path
         ("ratings.factuality - AVG(ratings.factuality) + 3", "an aggregate"),
         ("MAX(ratings.factuality) OVER (PARTITION BY preference)", "a window function"),
         ("LAG(ratings.factuality) OVER (ORDER BY task_id)", "a window function"),
-        ("RANK() OVER (ORDER BY ratings.style)", "polars' Rank"),
+        ("RANK() OVER (ORDER BY ratings.style)", ""),
+        ("ratings.factuality - QUANTILE_CONT(ratings.factuality, 0.5) + 3", "polars' Quantile"),
+        ("COVAR(ratings.factuality, ratings.style) + ratings.factuality", "polars'"),
+        ("CORR(ratings.factuality, ratings.style) + 3", "polars'"),
+        ("LENGTH(STRING_AGG(rationale, ','))", "an aggregate"),
         ("COUNT(*)", "COUNT"),
         ("ROW_NUMBER() OVER ()", "polars' Range"),
     ],
@@ -184,6 +188,10 @@ def test_a_binding_reading_other_rows_is_refused_before_any_work(
         "CASE WHEN LENGTH(rationale) > 3 THEN ratings.style ELSE 1 END",
         "GREATEST(ratings.style, 2)",
         "ARRAY_LENGTH(ARRAY_UNIQUE(messages)) + 2",
+        # words that name polars' cross-row nodes, as text and as a pattern
+        "CASE WHEN rationale = 'Len' OR rationale = 'Filter' OR STARTS_WITH(rationale, 'Sort') "
+        "THEN 1 ELSE 4 END",
+        "CASE WHEN COLUMNS('^preference$') = 'A' THEN 5 ELSE 1 END",
     ],
 )
 def test_a_binding_reading_its_own_row_is_not_refused(tmp_path: Path, source: str) -> None:
