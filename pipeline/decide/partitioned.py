@@ -128,10 +128,15 @@ def _pieces(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pending.append(batch)
         rows, size = rows + batch.num_rows, size + batch.nbytes
         if rows >= _EVALUATED_ROWS or size >= _EVALUATED_BYTES:
-            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            yield _joined(pending)
             pending, rows, size = [], 0, 0
     if pending:
-        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+        yield _joined(pending)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """``batches`` as one; a lone batch as it is (joining copies it)."""
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 def row_values(batch: pa.RecordBatch, exprs: Mapping[str, pl.Expr]) -> pl.DataFrame:

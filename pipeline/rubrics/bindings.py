@@ -30,9 +30,10 @@ integer, or of an integer to a narrower one, is a config error that asks for ``T
 (a value that does not convert is then null: the criterion or gate is unknown, never a
 pass). A binding that reads other rows (an aggregate such as ``AVG(x)``, a window
 function, ``COUNT(*)``, ``UNNEST``) is refused too: a row's value must read that row
-alone, since rows are scored a staged batch at a time. Any other failure while the bindings are evaluated is a :class:`BindingError`
-naming the campaign key, the rubric, the expression and the kind of failure; never the
-value, which polars' own message quotes (a record value may be a secret).
+alone, since rows are scored a staged batch at a time. Any other failure while the
+bindings are evaluated is a :class:`BindingError` naming the campaign key, the rubric,
+the expression and the kind of failure; never the value, which polars' own message
+quotes (a record value may be a secret).
 """
 
 from __future__ import annotations
@@ -190,14 +191,15 @@ def compile_expression(source: str, fields: Sequence[pa.Field], wanted: str, whe
             f"{where}: {source!r} is not a usable expression "
             f"({type(exc).__name__}: {first_line(exc)})"
         ) from None
-    other_rows = _other_rows(expr)
+    tree = _tree(expr)
+    other_rows = _other_rows(tree)
     if other_rows is not None:
         raise ConfigError(
             f"{where}: {source!r} reads other rows ({other_rows}); a binding's value for a "
             "row reads that row alone (rows are scored a staged batch at a time, so it "
             "would depend on which rows the gate staged beside it)"
         )
-    conversion = _fallible_conversion(expr, _empty_frame(fields))
+    conversion = _fallible_conversion(tree, _empty_frame(fields))
     if conversion is not None:
         raise ConfigError(
             f"{where}: {source!r} casts {conversion} with CAST, which stops the run at the "
@@ -294,16 +296,21 @@ _NOT_EXPRESSIONS: Final = frozenset({"Literal", "Column", "Columns", "Selector",
 _PER_ROW_EVAL: Final = frozenset({"List", "Array"})
 
 
-def _other_rows(expr: pl.Expr) -> str | None:
-    """What in ``expr`` reads rows other than the one its value is for (an aggregate, a
-    window, ``COUNT(*)``, ...), else ``None``; inside a list's own evaluation (``Eval``
-    of a list or array: ``ARRAY_UNIQUE``, ...) the "rows" are that row's elements,
-    which is fine. Read from polars' serialized tree; a tree it cannot serialize is not
-    checked."""
+def _tree(expr: pl.Expr) -> Any:
+    """polars' serialized tree of ``expr`` (JSON), read by the checks below; ``None`` for
+    an expression it cannot serialize, which they then do not check (the run still stops
+    with a :class:`BindingError` naming the binding, should it fail)."""
     try:
-        tree = json.loads(expr.meta.serialize(format="json"))
+        return json.loads(expr.meta.serialize(format="json"))
     except Exception:
         return None
+
+
+def _other_rows(tree: Any) -> str | None:
+    """What in an expression's ``tree`` (:func:`_tree`) reads rows other than the one its
+    value is for (an aggregate, a window, ``COUNT(*)``, ...), else ``None``; inside a
+    list's own evaluation (``Eval`` of a list or array: ``ARRAY_UNIQUE``, ...) the "rows"
+    are that row's elements, which is fine."""
     found: list[str] = []
     _collect_other_rows(tree, found)
     ranked = [*_OTHER_ROWS_NODES.values()]
@@ -363,17 +370,10 @@ def _dtype(tree: Any, frame: pl.DataFrame) -> pl.DataType | None:
         return None
 
 
-def _fallible_conversion(expr: pl.Expr, frame: pl.DataFrame) -> str | None:
-    """``"<from> to <to>"`` for the first strict cast in ``expr`` that can fail on a value
-    of its operand's type in the layout (an empty frame), else ``None``.
-
-    Read from polars' serialized expression tree; a tree it cannot serialize is not
-    checked here (the run still stops with a :class:`BindingError`, naming the binding).
-    """
-    try:
-        tree = json.loads(expr.meta.serialize(format="json"))
-    except Exception:
-        return None
+def _fallible_conversion(tree: Any, frame: pl.DataFrame) -> str | None:
+    """``"<from> to <to>"`` for the first strict cast in an expression's ``tree``
+    (:func:`_tree`) that can fail on a value of its operand's type in the layout (an
+    empty frame), else ``None``."""
     for node in _subtrees(tree):
         cast = node.get("Cast")
         if not isinstance(cast, dict) or cast.get("options") != "Strict":
