@@ -175,7 +175,7 @@ class GlobalContext:
         expression. Each expression's value for a row must read that row alone: they are
         evaluated a staged batch at a time, so the columns they read take a batch's
         memory, and a row's value does not depend on the rows beside it (``evaluate_shard``
-        and ``row_values`` in :mod:`pipeline.decide.partitioned`).
+        in :mod:`pipeline.decide.partitioned`; ``row_values`` in :mod:`pipeline.core.row_local`).
 
         ``stem``: over a file staged beside the kind's rows (its row keys) instead."""
         for summary in self.summaries:

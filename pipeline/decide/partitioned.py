@@ -28,13 +28,14 @@ import io
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
+from pipeline.core.row_local import row_values
 from pipeline.decide.repeats import repeated, varying
 from pipeline.dedupe.partitions import partitions_for
 from pipeline.engines import Engine, Progress, Step
@@ -48,7 +49,6 @@ __all__ = [
     "HashCheck",
     "evaluate_shard",
     "partition_count",
-    "row_values",
 ]
 
 I64 = npt.NDArray[np.int64]
@@ -80,7 +80,7 @@ def evaluate_shard(
     batches at a time (:data:`_EVALUATED_ROWS`): the columns read take that much memory,
     not a shard's (the contradiction rule's texts: ~100 MB of a 67 MB shard, half as
     polars holds them and half the mapped file's pages), and each piece is evaluated by
-    :func:`row_values`."""
+    :func:`~pipeline.core.row_local.row_values`."""
     frames = []
     batches = storage.staged_column_batches(shard, stem, _read_columns(storage, shard, stem, exprs))
     for piece in _pieces(batches):
@@ -137,32 +137,6 @@ def _pieces(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     """``batches`` as one; a lone batch as it is (joining copies it)."""
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
-
-
-def row_values(batch: pa.RecordBatch, exprs: Mapping[str, pl.Expr]) -> pl.DataFrame:
-    """Each of ``exprs`` (each value reading its row alone) over ``batch``'s rows, a
-    column each, computed alike for every row whatever rows stand beside it.
-
-    polars divides a column by a constant by multiplying with its reciprocal, except
-    where it holds the column as a single value (a frame of one row), where it divides;
-    the two differ in the last bit for about a third of quotients (``10 / 3``:
-    3.333333333333333 beside other rows, 3.3333333333333335 alone; pola-rs/polars#20038
-    and #27753, kept as designed). So a binding such as ``(a + b + c) / 3`` gave a row
-    another score, and a score at a criterion's minimum another state, when the gate
-    staged it in a batch of its own. A lone row is therefore evaluated beside a copy of
-    itself, taken in Arrow (copies made in polars stay single values).
-
-    This holds for the frame's rows. Inside an expression, a list evaluated element by
-    element (``list.eval``) is one frame per row's list: an element alone in its list
-    divides otherwise than one beside others. Bindings cannot express that (SQL's list
-    functions do no arithmetic per element), and rowgate's own list evaluations do none."""
-    alone = batch.num_rows == 1
-    rows = batch.take(pa.array([0, 0])) if alone else batch
-    frame = cast(pl.DataFrame, pl.from_arrow(rows))
-    # with_columns: a literal's value for every row (select would give it once)
-    values = frame.with_columns(*(expr.alias(name) for name, expr in exprs.items()))
-    values = values.select(list(exprs))
-    return values.head(1) if alone else values
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,9 @@ integer, or of an integer to a narrower one, is a config error that asks for ``T
 (a value that does not convert is then null: the criterion or gate is unknown, never a
 pass). A binding that reads other rows (an aggregate such as ``AVG(x)``, a window
 function, ``COUNT(*)``, ``UNNEST``) is refused too: a row's value must read that row
-alone, since rows are scored a staged batch at a time. Any other failure while the
+alone, since rows are scored a staged batch at a time. It is found by name in polars'
+expression tree, and by behaviour over sample rows of the layout
+(:mod:`pipeline.core.row_local`). Any other failure while the
 bindings are evaluated is a :class:`BindingError` naming the campaign key, the rubric,
 the expression and the kind of failure; never the value, which polars' own message
 quotes (a record value may be a secret).
@@ -38,6 +40,7 @@ quotes (a record value may be a secret).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -51,6 +54,7 @@ import pyarrow as pa
 
 from pipeline.core.config import ConfigError, KindScoring
 from pipeline.core.expression_errors import failure_kind, first_line
+from pipeline.core.row_local import changes_beside_others, sample_rows
 from pipeline.rubrics.builtin_gates import BUILTIN_GATES
 from pipeline.rubrics.model import Criterion, Gate, GateKind, Rubric, RubricError
 
@@ -193,6 +197,8 @@ def compile_expression(source: str, fields: Sequence[pa.Field], wanted: str, whe
         ) from None
     tree = _tree(expr)
     other_rows = _other_rows(tree)
+    if other_rows is None:
+        other_rows = _changes_beside_others(source, tuple(fields))
     if other_rows is not None:
         raise ConfigError(
             f"{where}: {source!r} reads other rows ({other_rows}); a binding's value for a "
@@ -283,8 +289,9 @@ _OTHER_ROWS_FUNCTIONS: Final = frozenset(
         "CumMax", "Diff", "Unique", "Reverse", "FillNullWithStrategy", "Interpolate",
         "RollingExpr", "RollingExprBy", "PctChange", "Mode", "ArgUnique", "UniqueCounts",
         "ValueCounts", "Hist", "IsDuplicated", "IsUnique", "IsFirstDistinct",
-        "IsLastDistinct", "Range", "Quantile", "Correlation", "Any", "All", "Entropy",
-        "Skew", "Kurtosis", "ArgMin", "ArgMax", "NullCount", "SearchSorted", "Implode",
+        "IsLastDistinct", "Range", "Quantile", "ApproxQuantile", "Correlation", "Any",
+        "All", "Entropy", "Skew", "Kurtosis", "ArgMin", "ArgMax", "NullCount",
+        "SearchSorted", "Implode",
         "NUnique", "ApproxNUnique", "Std", "Var", "Median", "Mean", "Sum", "Min", "Max",
         "Product", "First", "Last", "Count", "Len", "Sort", "ArgSort", "TopK", "BottomK",
         "Repeat", "ExtendConstant", "DropNulls", "DropNans", "GatherEvery", "Head", "Tail",
@@ -349,6 +356,21 @@ def _collect_other_rows(tree: Any, found: list[str]) -> None:
             _collect_other_rows(value.get("input"), found)
         else:
             _collect_other_rows(value, found)
+
+
+@functools.lru_cache(maxsize=256)
+def _changes_beside_others(source: str, fields: tuple[pa.Field, ...]) -> str | None:
+    """How the expression ``source`` shows it reads other rows when no construct in its
+    tree names it: over sample rows of the layout
+    (:func:`~pipeline.core.row_local.sample_rows`), a row's value alone is not its value
+    beside the others; else ``None``. This catches a function that reads other rows
+    under a name :data:`_OTHER_ROWS_FUNCTIONS` does not hold (``APPROX_QUANTILE``; a
+    polars release may add or rename one). Remembered: a run compiles its bindings in
+    several stages and in every shard's task, and this takes ~5 ms a binding."""
+    rows = sample_rows(fields)
+    if rows is None or changes_beside_others(pl.sql_expr(source), rows) is None:
+        return None
+    return "a row's value alone differs from its value beside other rows"
 
 
 def _function_name(function: Any) -> str | None:

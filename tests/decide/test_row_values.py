@@ -1,5 +1,5 @@
 """A row's value of an expression does not depend on the rows staged beside it
-(:func:`pipeline.decide.partitioned.row_values`, :func:`evaluate_shard`): polars divides
+(:func:`pipeline.core.row_local.row_values`, :func:`evaluate_shard`): polars divides
 a column by a constant by multiplying with its reciprocal, except where it holds the
 column as one value (a frame of one row), where it divides."""
 
@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline.core.row_local import row_values
 from pipeline.decide import partitioned
-from pipeline.decide.partitioned import evaluate_shard, row_values
+from pipeline.decide.partitioned import evaluate_shard
 from pipeline.storage import RunStorage
 
 EXPRS = {

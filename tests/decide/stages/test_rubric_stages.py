@@ -563,7 +563,7 @@ def test_a_binding_scores_a_row_alike_whatever_rows_are_staged_beside_it(
     """A binding that divides by a constant gives a row the same score (and so the same
     state and decision) whether the gate staged it beside other rows or in a batch of its
     own: polars divides a column of one value otherwise than a longer one
-    (pipeline.decide.partitioned.row_values)."""
+    (pipeline.core.row_local.row_values)."""
     text = (DATA / "campaign-pairwise-rubric.toml").read_text()
     bound = 'correctness = "ratings.factuality"'
     assert bound in text
