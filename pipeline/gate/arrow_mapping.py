@@ -21,6 +21,9 @@ optional *and* nullable property            canonical JSON text (keeps absent â‰
 Round trip: ``decode(encode(record))`` has the same canonical JSON as ``record`` for
 every record the schema accepts (property-tested). Numbers go through float64, so an
 integer in a ``number`` field beyond 2**53 cannot be stored exactly: :class:`MappingError`.
+JSON Schema counts an integral float (``1e19``) as an integer, and int64 cannot hold one
+beyond its range: :meth:`Codec.wide_integer` finds it, and the gate rejects the line
+(``json.number_range``) as it does an integer literal beyond int64.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ __all__ = ["EXTRA_FIELD", "Codec", "MappingError", "RecordLayout", "derive_layou
 
 EXTRA_FIELD: Final = "__extra__"
 _EXACT_FLOAT_INT: Final = 2**53
+_INT64_MIN: Final = -(2**63)
+_INT64_END: Final = 2**63
 
 
 class MappingError(RowgateError, ValueError):
@@ -55,6 +60,8 @@ class Codec:
     #: True when ``encode`` returns its argument unchanged for every valid value, which
     #: lets whole batches skip the per-value Python calls.
     identity: bool = True
+    #: True when a value may hold an int64 position (:meth:`wide_integer` looks there)
+    integers: bool = False
 
     def encode(self, value: Any) -> Any:
         return value
@@ -62,10 +69,23 @@ class Codec:
     def decode(self, value: Any) -> Any:
         return value
 
+    def wide_integer(self, value: Any) -> bool:
+        """Whether a schema-valid ``value`` holds, at an int64 position, an integral
+        float outside int64 (``1e19``: an integer to JSON Schema, not to Arrow)."""
+        return False
+
 
 @dataclass(eq=False)
 class Scalar(Codec):
     arrow_type: pa.DataType
+
+
+class Integer(Codec):
+    arrow_type = pa.int64()
+    integers = True
+
+    def wide_integer(self, value: Any) -> bool:
+        return type(value) is float and not _INT64_MIN <= value < _INT64_END
 
 
 class Number(Codec):
@@ -98,6 +118,7 @@ class ListOf(Codec):
     def __post_init__(self) -> None:
         self.arrow_type = pa.list_(self.item.arrow_type)
         self.identity = self.item.identity
+        self.integers = self.item.integers
 
     def encode(self, value: Any) -> Any:
         if value is None or self.identity:
@@ -109,6 +130,10 @@ class ListOf(Codec):
             return None
         return [None if v is None else self.item.decode(v) for v in value]
 
+    def wide_integer(self, value: Any) -> bool:
+        item = self.item
+        return item.integers and any(v is not None and item.wide_integer(v) for v in value)
+
 
 @dataclass(eq=False)
 class MapOf(Codec):
@@ -117,6 +142,7 @@ class MapOf(Codec):
     def __post_init__(self) -> None:
         self.arrow_type = pa.map_(pa.string(), self.value.arrow_type)
         self.identity = self.value.identity
+        self.integers = self.value.integers
 
     def encode(self, value: Any) -> Any:
         if value is None or self.identity:
@@ -127,6 +153,12 @@ class MapOf(Codec):
         if value is None:
             return None
         return {k: None if v is None else self.value.decode(v) for k, v in value}
+
+    def wide_integer(self, value: Any) -> bool:
+        codec = self.value
+        return codec.integers and any(
+            v is not None and codec.wide_integer(v) for v in value.values()
+        )
 
 
 @dataclass(frozen=True)
@@ -149,7 +181,16 @@ class Struct(Codec):
             fields.append(pa.field(EXTRA_FIELD, pa.string()))
         self.arrow_type = pa.struct(fields)
         self.identity = self.closed and all(m.codec.identity for m in self.members)
+        self.integers = any(m.codec.integers for m in self.members)
         self._names = frozenset(m.name for m in self.members)
+        self._integer_members = tuple(m for m in self.members if m.codec.integers)
+
+    def wide_integer(self, value: Any) -> bool:
+        for m in self._integer_members:
+            v = value.get(m.name)
+            if v is not None and m.codec.wide_integer(v):
+                return True
+        return False
 
     def encode(self, value: Any) -> Any:
         if value is None or self.identity:
@@ -282,7 +323,7 @@ def _codec(schema: Any, root: dict[str, Any], seen: frozenset[str]) -> Codec:
     if kind == "string":
         return Scalar(pa.string())
     if kind == "integer":
-        return Scalar(pa.int64())
+        return Integer()
     if kind == "number":
         return Number()
     if kind == "boolean":

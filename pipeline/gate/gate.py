@@ -104,6 +104,10 @@ REJECTED_FIELDS: Final = (
     pa.field("_raw", pa.binary()),
 )
 REJECTED_SCHEMA: Final = pa.schema(REJECTED_FIELDS)
+#: the detail of a line holding an integral float beyond int64 in an integer field
+_WIDE_INTEGER: Final = (
+    "an integral number outside int64 in an integer field (such as 1e19) cannot be stored exactly"
+)
 
 
 #: a valid record's disposition, reasons, the record as stored, its record and content
@@ -148,6 +152,9 @@ class KindGate:
         self.keys_safe = depth < float("inf") and all(ch < "\ue000" for ch in schema_text)
         #: every integer a valid record holds is within int64 (the fast parser's premise)
         self.integers_bounded = integers_bounded(entry.schema)
+        #: a valid record may hold an integral float beyond int64 where the layout holds
+        #: int64 (the schema bounds no such position): looked for where it holds a float
+        self.wide_integers = self.layout.root.integers and not self.integers_bounded
         paths = number_paths(entry.schema)
         #: where a valid record can hold a number (``None``: anywhere)
         self.number_paths = None if paths is None else tuple(sorted(paths))
@@ -278,6 +285,8 @@ class Gate:
             if errors:
                 return self._rejected(errors, raw_sha, kind_gate, record)
             kind_gate.layout.root.encode(record)
+            if kind_gate.layout.root.wide_integer(record):
+                raise MappingError(_WIDE_INTEGER)
         except LocatedReject as exc:
             reason = dataclasses.replace(exc.reason, path=self._located_path(exc, declared))
             return self._rejected([reason], raw_sha, kind_gate, record)
@@ -563,6 +572,8 @@ class Gate:
         if saw_float is None:
             saw_float = kind_gate.holds_float(record) if kind_gate.keys_safe else True
         root = kind_gate.layout.root
+        if saw_float and kind_gate.wide_integers and root.wide_integer(record):
+            raise MappingError(_WIDE_INTEGER)
         return kind_gate, record, record if root.identity else root.encode(record), saw_float
 
     @staticmethod

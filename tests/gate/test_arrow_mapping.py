@@ -119,6 +119,31 @@ def test_large_integer_in_number_field_is_refused() -> None:
     assert layout.root.encode({"x": 2**53}) == {"x": 2**53}
 
 
+def test_an_integral_float_beyond_int64_is_found_where_the_layout_holds_int64() -> None:
+    """Only at int64 positions (lists, maps and structs searched), never in a number
+    field (float64 holds it) or a field stored as JSON text."""
+    layout = derive_layout(
+        {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer"},
+                "x": {"type": "number"},
+                "l": {"type": "array", "items": {"type": "integer"}},
+                "m": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "s": {"type": "object", "properties": {"i": {"type": "integer"}}},
+                "t": {"type": ["integer", "null"]},  # optional and nullable: JSON text
+            },
+        }
+    )
+    root = layout.root
+    assert root.integers
+    assert not root.wide_integer({"n": 2**63 - 1, "x": 1e300, "l": [1, None], "t": 1e19})
+    assert not root.wide_integer({"n": 9.2e18, "s": None, "m": {"a": -9.2e18}})
+    for wide in ({"n": 1e19}, {"n": -9.3e18}, {"l": [1, 2e19]}, {"m": {"a": 1e19}},
+                 {"s": {"i": 1e19}}):  # fmt: skip
+        assert root.wide_integer(wide), wide
+
+
 def test_refs_are_json_pointers() -> None:
     """``~1``, ``~0`` and percent-encoding are read as the validator reads them: the
     percent-encoded reference raised KeyError (an internal error) before."""

@@ -229,7 +229,7 @@ _TOKENS = (
     b"1e400", b"18446744073709551615", b"99999999999999999999999", b"-0", b"0.0", b"1.5",
     b"NaN", b"null", b"true", b'"a":1,',
 )  # fmt: skip
-_ODD_VALUES = (None, 1.5, -0.0, 2**63, 2**64, "", "x:y", [], {}, [[[]]], {"\ue000": 1}, 4.0)
+_ODD_VALUES = (None, 1.5, -0.0, 2**63, 2**64, "", "x:y", [], {}, [[[]]], {"\ue000": 1}, 4.0, 1e19)
 
 
 def _mutated(rng: random.Random, record: dict[str, Any]) -> bytes:
@@ -320,6 +320,36 @@ def _assert_paths_agree(gate: Gate, corpus: list[tuple[bytes, str | None]]) -> l
             compared += 1
     assert compared == len(corpus)
     return codes
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "value", "rejected"),
+    [
+        ("pw-decide-row-1", ("receipt",), 1e19, True),
+        ("pw-decide-row-1", ("receipt",), -9.3e18, True),
+        ("pw-decide-row-1", ("receipt",), 1e21, True),
+        ("pw-decide-row-1", ("receipt",), 9.2e18, False),  # within int64
+        ("pw-decide-row-1", ("receipt",), 12.0, False),
+        ("grounded-qa-v1", ("citations", 0, "start"), 1e19, True),  # inside a list
+        ("ari-replication-rubric-v2", ("generator", "seed"), 1e19, True),  # in a struct
+    ],
+)
+def test_an_integral_float_beyond_int64_in_an_integer_field_is_rejected_alike_on_both_paths(
+    kind: str, path: tuple[str | int, ...], value: float, rejected: bool
+) -> None:
+    """JSON Schema counts 1e19 as an integer, and int64 cannot hold it: one such line
+    (json.dumps writes large floats so) stopped the whole run with an internal error
+    (exit 4) when its batch became Arrow columns. It is rejected, as an integer literal
+    beyond int64 is, in ``json.dumps``' layout (``1e+19``) and orjson's (``1e19``)."""
+    record = make_record(kind, random.Random(11), 3)
+    node: Any = record
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    declared = None if kind in ("pw-decide-row-1",) else kind
+    lines = [(orjson.dumps(record), declared), (json.dumps(record).encode(), declared)]
+    codes = _assert_paths_agree(GATE, lines)
+    assert codes == ([["json.number_range"]] * 2 if rejected else [[], []])
 
 
 def test_corpus_covers_every_defect_class() -> None:
