@@ -13,6 +13,8 @@ import pytest
 from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.jobs.run import run
 from pipeline.output import writer
+from pipeline.testing.synthetic import export_lines
+from tests.parity import output_digests
 
 
 def test_rejected_rows_are_written_a_staged_batch_at_a_time(
@@ -165,3 +167,28 @@ def test_the_write_step_does_not_import_polars_in_a_gate_worker() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False)
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_parquet_bytes_do_not_change_with_the_batch_size(tmp_path: Path) -> None:
+    """Arrow's Parquet writer falls back from dictionary to plain encoding once a
+    column's dictionary passes 1 MiB in a row group, checked at the end of each chunk it
+    is given: written a staged batch at a time, long texts (accepted rows' responses,
+    rejected rows' raw lines) were encoded otherwise at 100 lines a batch than at 4,096,
+    and the files' digests changed. Each row group is now one chunk."""
+    lines = list(export_lines("pairwise-v2", 1000, seed=1, size=4))
+    broken = [line[:-1] + b",}" for line in export_lines("pairwise-v2", 400, seed=2, size=5)]
+    path = tmp_path / "pw.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines + broken))
+    digests = []
+    for batch_lines in (4096, 100, 7):
+        config = CampaignConfig(inputs=(InputSpec(str(path), "pairwise-v2"),)).override(
+            **{"engine.workers": 1, "engine.batch_lines": batch_lines}
+        )
+        out = tmp_path / f"out-{batch_lines}"
+        run(config, out)
+        digests.append(output_digests(out))
+        digests[-1].pop("manifest.json")  # it names the batch size
+    accepted = pq.ParquetFile(out / "accepted/pairwise-v2/part-00000.parquet").metadata
+    assert accepted.row_group(0).num_rows > 512  # several batches in one row group
+    assert pq.read_table(out / "rejected/part-00000.parquet").num_rows == 400
+    assert digests[0] == digests[1] == digests[2]
