@@ -323,8 +323,10 @@ def _columns_read(
     """The columns the decision reads, of those the inputs have: the payload the
     matching needs (:func:`~pipeline.dedupe.table.required_columns`), the key columns
     when no fingerprint stands for them (in every input), the fingerprint when it may,
-    and lineage."""
-    wanted = required_columns(key, settings, name, texts=texts)
+    and lineage. A member the kind stores apart is read by its column's name
+    (:func:`_apart`)."""
+    apart = _apart(name, schemas)
+    wanted = [apart.get(c, c) for c in required_columns(key, settings, name, texts=texts)]
     # the key columns decide exact duplicates where an input has no fingerprint (unless
     # the key tasks stage their digests: ``texts=False``)
     unprinted = not (fingerprint and all("_content_sha256" in s for s in schemas))
@@ -335,6 +337,22 @@ def _columns_read(
     wanted += _DECISION_EXTRAS
     available = {c for schema in schemas for c in schema}
     return [c for c in dict.fromkeys(wanted) if c in available]
+
+
+def _apart(name: str, schemas: list[pl.Schema]) -> dict[str, str]:
+    """The kind's members stored apart under another column name
+    (:attr:`~pipeline.kinds.base.RecordKind.apart`: pw-decide-row's ``meta`` is the
+    ``_meta`` column of a run's output) that the inputs hold so, by member: the split
+    groups and survivor fields name members (``meta.group``), and a run's dedupe stage
+    reads them by those names. Read by the column's name, they were not found, and no
+    ``meta`` group was ever checked."""
+    if name not in KINDS:
+        return {}
+    return {
+        member: column
+        for member, column in get_kind(name).apart.items()
+        if any(column in s for s in schemas) and not any(member in s for s in schemas)
+    }
 
 
 def _needs_key_columns(frame: pl.DataFrame, key: DedupeKey) -> bool:
@@ -486,13 +504,15 @@ def _decide(
     staged = key is not None and _stages_row_keys(settings, printed)
     exact = _exact_digests(files, settings, printed) if staged else None
     columns = _columns_read(schemas, key, settings, name, fingerprint, texts=not staged)
+    apart = _apart(name, schemas)
     if staged:  # only the survivor and split-group fields, and fingerprints if ranked here
-        held = required_columns(key, settings, name, texts=False)
+        held = [apart.get(c, c) for c in required_columns(key, settings, name, texts=False)]
         printed_here = settings.exact and printed and exact is None
         columns = [c for c in columns if c in held or (printed_here and c == "_content_sha256")]
     frame, counts = _read(files, schemas, columns, lineage=not staged)
     if not staged and key is not None and _needs_key_columns(frame, key):  # rare
         frame, counts = _read(files, schemas, [*columns, *key.columns])
+    frame = frame.rename({column: member for member, column in apart.items()}, strict=False)
     # a kind's key reads rowgate output, whose types its schema fixed: only columns named
     # on the command line are probed (a probe is one more pass over each key column; the
     # key tasks probe their slices when the key columns are not read here)

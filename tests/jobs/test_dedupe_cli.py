@@ -451,3 +451,52 @@ def test_dedupe_names_a_column_it_cannot_compare(
     assert message in result.output
     assert "\\xff" not in result.output
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["exact", "normalised"])
+def test_dedupe_finds_the_split_groups_of_a_member_stored_apart(
+    tmp_path: Path, staged: bool
+) -> None:
+    """pw-decide-row's ``meta`` is the ``_meta`` column of a run's output, and its split
+    groups name it (``meta.task``, ``meta.group``): the run's dedupe stage reads them by
+    the member's name, ``rowgate dedupe`` looked for a ``meta`` column, found none, and
+    reported no straddling group where the run found 12."""
+    from pipeline.testing.synthetic import export_lines
+
+    (tmp_path / "train.jsonl").write_bytes(
+        b"".join(line + b"\n" for line in export_lines("pw-decide-row-1", 12, seed=1))
+    )
+    (tmp_path / "eval.jsonl").write_bytes(
+        b"".join(line + b"\n" for line in export_lines("pw-decide-row-1", 8, seed=2, first_id=100))
+    )
+    flags = ["--normalised"] if staged else []
+    run_out = tmp_path / "r"
+    result = runner.invoke(
+        app,
+        ["run", "--split", f"train={tmp_path / 'train.jsonl'}", "--split",
+         f"eval={tmp_path / 'eval.jsonl'}", "--kind", "pw-decide-row-1", "--out", str(run_out),
+         "--workers", "1", *flags],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    accepted = pl.read_parquet(run_out / "accepted" / "pw-decide-row-1")
+    for split in ("train", "eval"):
+        accepted.filter(pl.col("_source").str.ends_with(f"{split}.jsonl")).write_parquet(
+            tmp_path / f"{split}.parquet"
+        )
+    out = tmp_path / "d"
+    result = runner.invoke(
+        app,
+        ["dedupe", "--split", f"train={tmp_path / 'train.parquet'}", "--split",
+         f"eval={tmp_path / 'eval.parquet'}", "--kind", "pw-decide-row-1", "--out", str(out),
+         "--workers", "1", *flags],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    theirs = pl.read_parquet(run_out / "dedupe" / "split_groups" / "pw-decide-row-1.parquet")
+    mine = pl.read_parquet(out / "split_groups.parquet")
+    assert theirs.height > 0
+    assert set(theirs["field"]) >= {"meta.task", "meta.group"}
+    assert mine.sort("field", "value").equals(theirs.sort("field", "value"))
+    summary = json.loads((out / "summary.json").read_text())
+    manifest = json.loads((run_out / "manifest.json").read_text())
+    straddling = manifest["global"]["dedupe"]["pw-decide-row-1"]["straddling_groups"]
+    assert summary["dedupe"]["straddling_groups"] == straddling == theirs.height
