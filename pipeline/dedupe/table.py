@@ -137,10 +137,13 @@ def survivor_rank(frame: pl.DataFrame, rule: str, kind: str) -> npt.NDArray[np.i
     value = pl.col(root)
     for name in rest:
         value = value.struct.field(name)
-    ranked = (
-        frame.select(_v=value)
-        .with_row_index("_i")
-        .sort(["_v", "_i"], descending=[direction == "max", False], nulls_last=True)
+    values = frame.select(_v=value)
+    if values["_v"].dtype.is_float():
+        # a NaN has no value to rank by: last, as a null (polars sorts it above +inf,
+        # so ``max:`` kept a NaN row over one scored 2.0)
+        values = values.with_columns(pl.col("_v").fill_nan(None))
+    ranked = values.with_row_index("_i").sort(
+        ["_v", "_i"], descending=[direction == "max", False], nulls_last=True
     )
     rank = np.empty(n, dtype=np.int64)
     rank[ranked["_i"].to_numpy()] = order

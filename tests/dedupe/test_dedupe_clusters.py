@@ -141,6 +141,14 @@ def test_survivor_rules() -> None:
         survivor_rank(frame, "max:missing", "k")
 
 
+def test_a_nan_survivor_value_ranks_as_no_value() -> None:
+    """A NaN (a foreign Parquet file's; JSON has none) comes last, as a null does:
+    polars sorts it above every number, so ``max:`` kept it over 2.0."""
+    frame = pl.DataFrame({"score": [1.0, float("nan"), 2.0, None, float("inf")]})
+    assert survivor_rank(frame, "max:score", "k").tolist() == [2, 3, 1, 4, 0]
+    assert survivor_rank(frame, "min:score", "k").tolist() == [0, 3, 1, 4, 2]
+
+
 @pytest.mark.parametrize("rows", [0, 1])
 def test_tiny_tables(rows: int) -> None:
     import random
