@@ -47,6 +47,7 @@ __all__ = [
     "detect_compression",
     "fetch_lines",
     "iter_shards",
+    "jsonl_named",
     "open_stream",
     "plan_shards",
     "read_batches",
@@ -96,6 +97,20 @@ JSONL_SUFFIXES: Final = (
     ".ndjson.gz",
     ".ndjson.zst",
 )
+
+
+def jsonl_named(name: str) -> bool:
+    """Whether a directory's entry ``name`` is a JSONL export's, whatever its case and
+    its compression suffix (``a.JSONL``, ``b.jsonl.bz2``): taken as an input, it is read,
+    or refused for a format rowgate does not read (:func:`detect_compression`), never
+    left out without a word (a directory of ``.jsonl.bz2`` files gated none of them and
+    said nothing)."""
+    lower = name.lower()
+    return any(
+        lower.endswith(stem + suffix)
+        for stem in (".jsonl", ".ndjson")
+        for suffix in ("", *(s for s, _ in _SUFFIXES))
+    )
 
 
 @dataclass(frozen=True)
@@ -201,8 +216,11 @@ def detect_compression(path: str | Path) -> str:
     are followed by bytes no JSON line holds), so a plain export is never misread.
     """
     name = str(path)
-    with open(path, "rb") as fh:
-        head = fh.read(_SNIFF_BYTES)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except OSError as exc:  # unreadable (permissions): the input's error, exit 3
+        raise InputError(f"{name}: cannot read: {exc.strerror}") from None
     found = _sniff(head)
     if found in _UNREAD_FORMATS:
         raise InputError(

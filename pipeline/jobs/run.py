@@ -35,6 +35,7 @@ from pipeline.gate.reader import (
     Shard,
     detect_compression,
     iter_shards,
+    jsonl_named,
     plain_shard_count,
     refuse_same_files,
 )
@@ -118,7 +119,7 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
         path = config.resolve(spec)
         found = _input_type(path, spec.path)
         if found == "directory":
-            members = sorted(p for p in path.iterdir() if p.name.endswith(JSONL_SUFFIXES))
+            members = sorted(p for p in _entries(path, spec.path) if jsonl_named(p.name))
             for member in members:
                 given = str(Path(spec.path) / member.name)
                 if _input_type(member, given) == "directory":
@@ -128,7 +129,8 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
                     )
             if not members:
                 raise InputError(
-                    f"{spec.path}: directory holds no {', '.join(JSONL_SUFFIXES)} files"
+                    f"{spec.path}: directory holds no {', '.join(JSONL_SUFFIXES)} files "
+                    "(in any case)"
                 )
             expanded += [
                 InputSpec(str(Path(spec.path) / p.name), spec.kind, spec.split) for p in members
@@ -176,6 +178,14 @@ _NOT_FILES: Final = {
     stat.S_IFCHR: "character device",
     stat.S_IFBLK: "block device",
 }
+
+
+def _entries(directory: Path, given: str) -> list[Path]:
+    """An input directory's entries; an unreadable one is the input's error (exit 3)."""
+    try:
+        return list(directory.iterdir())
+    except OSError as exc:
+        raise InputError(f"{given}: cannot read: {exc.strerror}") from None
 
 
 def _input_type(path: Path, given: str) -> str:

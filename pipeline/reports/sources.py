@@ -37,6 +37,7 @@ from pipeline.gate.reader import (
     InputFile,
     Shard,
     detect_compression,
+    jsonl_named,
     read_batches,
 )
 from pipeline.output.manifest import MANIFEST_NAME, load_manifest
@@ -153,7 +154,7 @@ def _format(path: Path) -> str | None:
     name = path.name
     if name.endswith(PARQUET_SUFFIXES):
         return "parquet"
-    if name.endswith(JSONL_SUFFIXES):
+    if jsonl_named(name):  # any case, any compression suffix: read, or refused by name
         return "jsonl"
     return None
 

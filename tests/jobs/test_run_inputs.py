@@ -187,6 +187,58 @@ def test_a_bzip2_export_is_refused_and_a_misnamed_gzip_is_read(tmp_path: Path) -
     assert counts[0] == counts[1]
 
 
+def test_a_directory_reads_every_jsonl_named_export_or_refuses_it(tmp_path: Path) -> None:
+    """A directory input took only lower-case ``.jsonl``/``.ndjson`` names: ``c.JSONL``
+    and ``b.jsonl.bz2`` were left out without a word (10 lines of 30 gated, exit 0),
+    where the ``.bz2`` named alone is refused. Now every JSONL-named entry is an input:
+    read, or refused by its format."""
+    import bz2
+
+    lines = (DATA / "math-reasoning-v1.jsonl").read_bytes().splitlines(keepends=True)
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes(b"".join(lines[:10]))
+    (folder / "c.JSONL").write_bytes(b"".join(lines[10:20]))
+    (folder / "notes.txt").write_text("not an export")
+    (folder / "b.jsonl.bz2").write_bytes(bz2.compress(b"".join(lines[20:30])))
+    refused = runner.invoke(
+        app, ["run", str(folder), "--kind", "math-reasoning-v1", "--out", str(tmp_path / "o")]
+    )
+    assert refused.exit_code == 3, refused.output
+    assert "b.jsonl.bz2: bzip2-compressed" in refused.output
+    assert not (tmp_path / "o").exists()
+    (folder / "b.jsonl.bz2").unlink()
+    inputs = expand_inputs(_config(folder).inputs, _config(folder))
+    assert [Path(i.path).name for i in inputs] == ["a.jsonl", "c.JSONL"]
+    result = run(_config(folder, **{"engine.workers": 1}), tmp_path / "o")
+    assert result.manifest["counts"]["lines"] == 20
+
+
+@pytest.mark.parametrize("where", ["file", "directory"])
+def test_an_unreadable_input_is_an_input_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A file or directory without read permission failed the run as an internal error
+    (exit 4, ``PermissionError``); it is the input's error (exit 3), named."""
+    from pipeline.gate import reader
+
+    path = tmp_path / "x.jsonl"
+    path.write_bytes((DATA / "math-reasoning-v1.jsonl").read_bytes())
+
+    def denied(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    if where == "file":
+        monkeypatch.setattr(reader, "open", denied, raising=False)
+        given = path
+    else:
+        monkeypatch.setattr(Path, "iterdir", denied)
+        given = tmp_path
+    with pytest.raises(InputError, match=r": cannot read: Permission denied"):
+        expand_inputs(_config(given).inputs, _config(given))
+    assert InputError.exit_code == 3
+
+
 def test_one_file_under_two_names_is_refused(tmp_path: Path) -> None:
     """Only identical path strings were caught: ``./a.jsonl``, a symbolic link, a hard
     link or a file also in a given directory was read twice, each line ending in two rows
