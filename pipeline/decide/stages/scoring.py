@@ -92,11 +92,12 @@ class RubricScoring:
 
     def combine_notes(self, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """The run's note from its shards' (:func:`_notes`): rows, sources parsed and
-        state counts summed."""
+        state counts summed (a source several shards hold was parsed in each: the sum
+        is the parses, which follow the shards, not the run's distinct sources)."""
         first = parts[0]
         analyzer = {
             **first["analyzer"],
-            "distinct_sources_parsed": sum(p["analyzer"]["distinct_sources_parsed"] for p in parts),
+            "sources_parsed": sum(p["analyzer"]["sources_parsed"] for p in parts),
         }
         states = {
             column: summed_counts([p["states"][column] for p in parts])
@@ -290,7 +291,7 @@ def _notes(plan: ScoringPlan, scored: pl.DataFrame, analysed: int) -> dict[str, 
             "python": platform.python_version(),
             "implementation": platform.python_implementation(),
             "complexity_convention": COMPLEXITY_CONVENTION,
-            "distinct_sources_parsed": analysed,
+            "sources_parsed": analysed,
         },
         "rows": scored.height,
         "states": states,
