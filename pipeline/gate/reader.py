@@ -222,6 +222,11 @@ def detect_compression(path: str | Path) -> str:
     except OSError as exc:  # unreadable (permissions): the input's error, exit 3
         raise InputError(f"{name}: cannot read: {exc.strerror}") from None
     found = _sniff(head)
+    if _utf16(head):
+        raise InputError(
+            f"{name}: UTF-16 text; rowgate reads UTF-8 JSONL: re-encode it first "
+            "(iconv -f UTF-16 -t UTF-8)"
+        )
     if found in _UNREAD_FORMATS:
         raise InputError(
             f"{name}: {found}-compressed; rowgate reads plain, gzip and zstd JSONL: "
@@ -233,6 +238,19 @@ def detect_compression(path: str | Path) -> str:
     if claimed != "none":
         raise InputError(f"{name}: named as {claimed} but is not {claimed}-compressed")
     return "none"
+
+
+def _utf16(head: bytes) -> bool:
+    """Whether a file's first bytes are UTF-16 text: a byte-order mark, or ASCII text
+    whose every other byte is a NUL (a JSON line opens with ``{``, never a NUL). Read as
+    UTF-8, every line was rejected (``json.syntax``: its NULs are valid UTF-8) and the
+    run succeeded; refused instead, as a compressed format rowgate does not read is."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    if len(head) < 8:
+        return False
+    even, odd = head[0:8:2], head[1:8:2]
+    return (not any(odd) and all(even)) or (not any(even) and all(odd))
 
 
 def _sniff(head: bytes) -> str:

@@ -456,3 +456,24 @@ def test_each_read_decompresses_at_most_a_chunk(
         tracemalloc.stop()
     assert batch.oversized == {0: (32 << 20, hashlib.sha256(bytes(32 << 20)).hexdigest())}
     assert peak < 8 << 20
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"], ids=["bom", "le", "be"])
+def test_a_utf16_export_is_refused_by_its_encoding(tmp_path: Path, encoding: str) -> None:
+    """ASCII text in UTF-16 is valid UTF-8 with a NUL every other byte: every line was
+    rejected as ``json.syntax`` and the run succeeded. It is refused, naming the fix."""
+    path = tmp_path / "u16.jsonl"
+    path.write_bytes('{"task_id": "t1", "x": 1}\n{"task_id": "t2"}\n'.encode(encoding))
+    with pytest.raises(InputError, match=r"u16.jsonl: UTF-16 text; .*\(iconv -f UTF-16"):
+        detect_compression(path)
+
+
+def test_a_nul_later_in_a_plain_export_is_a_line_s_defect_not_an_encoding(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "plain.jsonl"
+    path.write_bytes(b'{"a": 1}\n{\x00"\x00a\x00"\x00:\x001\x00}\x00\n')
+    assert detect_compression(path) == "none"
+    short = tmp_path / "short.jsonl"
+    short.write_bytes(b"{\x00")  # too short to tell: its line is rejected as it was
+    assert detect_compression(short) == "none"
