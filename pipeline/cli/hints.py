@@ -64,7 +64,7 @@ HINTS: Final[dict[str, Hint]] = {
         _no_declared_kind,
     ),
     JSON_INVALID_UTF8: Hint(
-        "the file may be UTF-16 or Latin-1: re-encode it as UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)"
+        "the file may be Latin-1 (or UTF-16 inside a .gz or .zst): re-encode it as UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)"
     ),
     LINE_TOO_LARGE: Hint(
         "lines are longer than limits.max_line_bytes ({config[limits][max_line_bytes]:,}): "
