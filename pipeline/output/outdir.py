@@ -4,7 +4,10 @@ A command that writes a directory ``OUT`` first *claims* it (:func:`claim_output
 the whole command:
 
 - it takes a lock beside OUT (``.NAME.rowgate-lock``, ``flock``): a second command on
-  the same OUT fails at once with :class:`OutputBusyError`;
+  the same OUT fails at once with :class:`OutputBusyError`. The lock file is written and
+  removed, so only rowgate's own is ever opened there (created with ``O_EXCL``, or a
+  small regular file of one link holding a process number: a killed command's); anything
+  else at that path, or a path the command reads, is refused (:class:`UnsafeOutputError`);
 - it recovers what a killed command left beside OUT (below);
 - it refuses, before any work, an OUT that is, contains or lies inside a path the
   command reads (:class:`UnsafeOutputError`), an OUT that exists without ``force``
@@ -30,7 +33,9 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,6 +65,8 @@ __all__ = [
 _MARKER: Final = ".rowgate-tmp-"
 _OLD: Final = "-old"
 _LOCK: Final = ".rowgate-lock"
+#: the most bytes a lock file holds (a process number and a newline)
+_LOCK_MAX_BYTES: Final = 32
 #: files whose ``format`` (``rowgate-run/1``, ``rowgate-report/1``, ``rowgate-dedupe/1``)
 #: proves that rowgate wrote the directory holding them
 PROOFS: Final = ("manifest.json", "report.json", "summary.json")
@@ -283,27 +290,47 @@ def _check_utf8(out: Path) -> None:
         ) from None
 
 
-def _check_overlap(out: Path, protected: Iterable[Path]) -> None:
-    """Refuse an OUT that is, contains or lies inside a path the command reads."""
-    where = {os.path.join(os.path.realpath(out.parent), out.name), os.path.realpath(out)}
+def _node(path: str | Path) -> tuple[int, int] | None:
+    """The file ``path`` names (device, inode), links followed; None if none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _relation(target: Path, protected: Iterable[Path]) -> tuple[str, Path] | None:
+    """How the path a command writes, ``target``, meets the first path in ``protected``
+    it overlaps: it ``is`` it (by its real path, or the same file under another name: a
+    hard link), ``contains`` it or ``lies inside`` it; None when it meets none."""
+    where = {os.path.join(os.path.realpath(target.parent), target.name), os.path.realpath(target)}
+    node = _node(target)
     for given in protected:
         if not os.path.lexists(given):
             continue
         path = os.path.realpath(given)
-        for target in where:
-            if target == path:
-                relation = "is"
-            elif _inside(path, target):
-                relation = "contains"
-            elif os.path.isdir(path) and _inside(target, path):
-                relation = "lies inside"
-            else:
-                continue
-            raise UnsafeOutputError(
-                f"--out {out} {relation} {given}, which this command reads; choose an "
-                "output directory outside every input (and not holding the config file "
-                "or what it names)"
-            )
+        if node is not None and node == _node(path):
+            return "is", given
+        for place in where:
+            if place == path:
+                return "is", given
+            if _inside(path, place):
+                return "contains", given
+            if os.path.isdir(path) and _inside(place, path):
+                return "lies inside", given
+    return None
+
+
+def _check_overlap(out: Path, protected: Iterable[Path]) -> None:
+    """Refuse an OUT that is, contains or lies inside a path the command reads."""
+    found = _relation(out, protected)
+    if found is not None:
+        relation, given = found
+        raise UnsafeOutputError(
+            f"--out {out} {relation} {given}, which this command reads; choose an "
+            "output directory outside every input (and not holding the config file "
+            "or what it names)"
+        )
 
 
 def _check_replaceable(out: Path, force: bool) -> None:
@@ -339,13 +366,80 @@ def _check_replaceable(out: Path, force: bool) -> None:
 # --- the lock and the recovery of dead commands' leftovers -------------------------
 
 
-@contextmanager
-def _locked(out: Path) -> Iterator[None]:
-    """Hold ``.NAME.rowgate-lock`` beside ``out``; removed on release (a killed
-    holder's lock file is released by the kernel and taken again by the next command)."""
-    path = out.parent / f".{out.name}{_LOCK}"
+def _lock_path(out: Path) -> Path:
+    return out.parent / f".{out.name}{_LOCK}"
+
+
+def _check_lock_unread(out: Path, protected: Iterable[Path]) -> None:
+    """Refuse a lock path that is a path the command reads: the lock is truncated,
+    written and removed (an input named like it was read as the pid, then deleted)."""
+    path = _lock_path(out)
+    found = _relation(path, protected)
+    if found is not None:
+        relation, given = found
+        raise UnsafeOutputError(
+            f"{path}, the lock file of --out {out}, {relation} {given}, which this command "
+            "reads; move it away, or choose another output directory"
+        )
+
+
+def _not_a_lock(path: Path) -> UnsafeOutputError:
+    return UnsafeOutputError(
+        f"{path} is not a rowgate lock file (a lock is a small file holding a process "
+        "number), and the lock is written and removed there; move it away, or choose "
+        "another output directory"
+    )
+
+
+def _is_lock(fd: int) -> bool:
+    """Whether the open file ``fd`` is one rowgate's lock can be: a regular file of one
+    link (none once its holder removed it), empty or holding a process number."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1 or info.st_size > _LOCK_MAX_BYTES:
+        return False
+    return re.fullmatch(rb"(?:[0-9]+\n?)?", os.pread(fd, _LOCK_MAX_BYTES + 1, 0)) is not None
+
+
+def _open_lock(path: Path) -> int | None:
+    """Create the lock file, or open the one another rowgate command left (a killed one's
+    is taken over); None when it vanished as it was opened.
+
+    Anything else at that path (a user's file, a hard link to one, a link, a directory)
+    is refused: the lock is truncated and removed, which before happened to whatever was
+    there."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        pass
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise _not_a_lock(path)
+        fd = os.open(path, flags | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    if not _is_lock(fd):
+        os.close(fd)
+        raise _not_a_lock(path)
+    return fd
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        current = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _take_lock(out: Path, path: Path) -> int:
+    """The lock file ``path`` of ``out``, open and locked (``flock``)."""
     for _ in range(20):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = _open_lock(path)
+        if fd is None:
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -356,23 +450,27 @@ def _locked(out: Path) -> Iterator[None]:
                 + (f" (process {holder})" if holder.isdigit() else "")
                 + f"; wait for it to finish, or choose another output directory ({path})"
             ) from None
-        try:
-            current = os.stat(path, follow_symlinks=False)
-        except FileNotFoundError:
-            current = None
-        mine = os.fstat(fd)
-        if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
-            break
+        if _names(path, fd):
+            return fd
         os.close(fd)  # the previous holder removed this file as we opened it: take the new one
-    else:
-        raise OutputBusyError(f"{out}: could not take the lock {path}")
+    raise OutputBusyError(f"{out}: could not take the lock {path}")
+
+
+@contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """Hold ``.NAME.rowgate-lock`` beside ``out``; removed on release (a killed
+    holder's lock file is released by the kernel and taken again by the next command),
+    only if that path still names the lock: never another file put there meanwhile."""
+    path = _lock_path(out)
+    fd = _take_lock(out, path)
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         try:
-            path.unlink()
+            if _names(path, fd):
+                path.unlink()
         finally:
             os.close(fd)
 
@@ -476,9 +574,11 @@ def claim_output(
     """Lock and check ``out`` for the whole command (see the module docstring).
 
     Raises, before any work: :class:`UnsafeOutputError` (OUT's path is not UTF-8; OUT
-    is, contains or lies inside a path in ``protect``; or ``force`` would replace a file,
-    a link or a directory rowgate did not write), :class:`OutputExistsError` (OUT exists,
-    no ``force``), :class:`OutputBusyError` (another command holds OUT).
+    is, contains or lies inside a path in ``protect``; ``force`` would replace a file,
+    a link or a directory rowgate did not write; or the lock beside OUT would be
+    something rowgate did not make, or a path in ``protect``),
+    :class:`OutputExistsError` (OUT exists, no ``force``), :class:`OutputBusyError`
+    (another command holds OUT).
 
     An OUT on an object store (:class:`~pipeline.output.remote.RemoteOut`) is claimed by
     :func:`~pipeline.output.remote.claim_remote` instead: the command works in a local
@@ -493,6 +593,7 @@ def claim_output(
     protect = list(protect)
     _check_utf8(out)
     _check_overlap(out, protect)
+    _check_lock_unread(out, protect)
     out.parent.mkdir(parents=True, exist_ok=True)
     with _locked(out):
         _recover(out, protect)

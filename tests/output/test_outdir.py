@@ -559,3 +559,57 @@ def test_a_killed_run_between_the_renames_is_restored(tmp_path: Path) -> None:
         run(_config(MATH), out)
     assert verify_run(out).ok
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+# --- the lock beside OUT is never a user's file -------------------------------------
+
+
+def test_a_file_at_the_lock_path_is_never_written_or_deleted(tmp_path: Path) -> None:
+    """The lock ``.NAME.rowgate-lock`` was opened without O_EXCL, truncated, written with
+    the pid and removed whatever was at its path: an input named like it was gated as the
+    pid text and then deleted (exit 0); a hard link there truncated a user's file. Now an
+    input at that path is refused as what the command reads, and anything at it that is
+    not a rowgate lock (a hard link, other text, a link, a directory) is refused, exit 2:
+    nothing is written or removed."""
+    lock = tmp_path / ".o.rowgate-lock"
+    lock.write_bytes(MATH.read_bytes())
+    args = ["run", str(lock), "--kind", "math-reasoning-v1", "--out", str(tmp_path / "o"), "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "the lock file of --out" in result.output
+    assert "which this command reads" in result.output
+    assert lock.read_bytes() == MATH.read_bytes()
+    mine = tmp_path / "mine.txt"
+    mine.write_text("years of work")
+    os.link(mine, tmp_path / ".hard.rowgate-lock")
+    (tmp_path / ".text.rowgate-lock").write_text("my notes\n")
+    (tmp_path / ".link.rowgate-lock").symlink_to(mine)
+    (tmp_path / ".dir.rowgate-lock").mkdir()
+    before = _snapshot(tmp_path)
+    for name in ("hard", "text", "link", "dir"):
+        with pytest.raises(UnsafeOutputError, match="is not a rowgate lock file"):
+            run(_config(MATH), tmp_path / name)
+        assert not (tmp_path / name).exists()
+    assert _snapshot(tmp_path) == before
+    assert (tmp_path / ".link.rowgate-lock").is_symlink()
+    assert os.stat(mine).st_nlink == 2
+
+
+@pytest.mark.parametrize("content", [b"", b"4242\n", b"4242"])
+def test_a_killed_commands_lock_is_taken_over(tmp_path: Path, content: bytes) -> None:
+    """A lock left by a killed command (its pid, or empty: killed as it wrote it) is
+    rowgate's: the next command takes it and removes it when done."""
+    (tmp_path / ".out.rowgate-lock").write_bytes(content)
+    with atomic_directory(tmp_path / "out", force=False) as tmp:
+        (tmp / "manifest.json").write_text('{"format": "rowgate-run/1"}')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_the_lock_is_removed_only_while_its_path_names_it(tmp_path: Path) -> None:
+    """Released, the lock is unlinked only if its path still names the file the command
+    locked: a file put there meanwhile is not the command's to remove."""
+    lock = tmp_path / ".out.rowgate-lock"
+    with claim_output(tmp_path / "out", force=False):
+        lock.unlink()
+        lock.write_text("mine")
+    assert lock.read_text() == "mine"
