@@ -18,7 +18,9 @@ the whole command:
   file a user put in OUT is never deleted: :func:`foreign_entries`).
 
 Everything is then written into a hidden sibling ``.NAME.rowgate-tmp-PID`` that becomes
-OUT only when complete (:meth:`OutputClaim.staging`). Replacing an old OUT is crash-safe
+OUT only when complete (:meth:`OutputClaim.staging`); if something is still at that path
+once dead commands' leftovers are removed (a file, a link, a directory holding an input),
+the command is refused, and nothing there is removed. Replacing an old OUT is crash-safe
 at every point: on Linux the two directories are swapped in one atomic
 ``renameat2(RENAME_EXCHANGE)``; elsewhere the old OUT is first renamed to
 ``.NAME.rowgate-tmp-PID-old``, and a later command that finds it with no OUT beside it
@@ -518,20 +520,47 @@ def _recover(out: Path, protected: Iterable[Path] = ()) -> None:
 # --- claiming and publishing --------------------------------------------------------
 
 
+def _staging_path(out: Path) -> Path:
+    return out.parent / f"{_prefix(out)}{os.getpid()}"
+
+
+def _check_staging_free(out: Path, protected: Iterable[Path]) -> None:
+    """Refuse to stage OUT when something is still at this command's temporary path once
+    dead commands' leftovers are removed: a file or a link (rowgate makes only a
+    directory there), or a directory that is, holds or lies inside a path the command
+    reads. It is never removed: before, it was, whole, with the input in it."""
+    tmp = _staging_path(out)
+    if not os.path.lexists(tmp):
+        return
+    found = _relation(tmp, protected)
+    if tmp.is_symlink():
+        what = "a symbolic link"
+    elif found is not None:
+        what = f"a directory that {found[0]} {found[1]}, which this command reads"
+    else:
+        what = "a directory" if tmp.is_dir() else "a file"
+    raise UnsafeOutputError(
+        f"{tmp}, the temporary directory of --out {out}, is already there ({what}), and "
+        "rowgate never removes what it did not make: move it away, or choose another "
+        "output directory"
+    )
+
+
 @dataclass(frozen=True)
 class OutputClaim:
     """A locked, checked output directory (:func:`claim_output`)."""
 
     out: Path
     force: bool
+    #: the paths the command reads
+    protect: tuple[Path, ...] = ()
 
     @contextmanager
     def staging(self) -> Iterator[Path]:
         """Yield an empty hidden sibling that replaces OUT when the block completes; on
         any exception it is removed and OUT is left as it was."""
-        tmp = self.out.parent / f"{_prefix(self.out)}{os.getpid()}"
-        if os.path.lexists(tmp):
-            shutil.rmtree(tmp)
+        tmp = _staging_path(self.out)
+        _check_staging_free(self.out, self.protect)
         tmp.mkdir()
         try:
             yield tmp
@@ -575,8 +604,8 @@ def claim_output(
 
     Raises, before any work: :class:`UnsafeOutputError` (OUT's path is not UTF-8; OUT
     is, contains or lies inside a path in ``protect``; ``force`` would replace a file,
-    a link or a directory rowgate did not write; or the lock beside OUT would be
-    something rowgate did not make, or a path in ``protect``),
+    a link or a directory rowgate did not write; or the lock or the temporary directory
+    beside OUT would be something rowgate did not make, or a path in ``protect``),
     :class:`OutputExistsError` (OUT exists, no ``force``), :class:`OutputBusyError`
     (another command holds OUT).
 
@@ -598,7 +627,8 @@ def claim_output(
     with _locked(out):
         _recover(out, protect)
         _check_replaceable(out, force)
-        yield OutputClaim(out, force)
+        _check_staging_free(out, protect)
+        yield OutputClaim(out, force, tuple(protect))
 
 
 @contextmanager

@@ -561,7 +561,7 @@ def test_a_killed_run_between_the_renames_is_restored(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-# --- the lock beside OUT is never a user's file -------------------------------------
+# --- the lock and the temporary directory beside OUT are never a user's file ---------
 
 
 def test_a_file_at_the_lock_path_is_never_written_or_deleted(tmp_path: Path) -> None:
@@ -613,3 +613,38 @@ def test_the_lock_is_removed_only_while_its_path_names_it(tmp_path: Path) -> Non
         lock.unlink()
         lock.write_text("mine")
     assert lock.read_text() == "mine"
+
+
+def test_a_path_at_the_temporary_directory_is_never_removed(tmp_path: Path) -> None:
+    """This command's temporary directory ``.NAME.rowgate-tmp-PID`` was removed whole if
+    anything was at its path, even a directory holding the input being read (the run
+    deleted its input, then failed, exit 4). Now an input there, a file or a link of that
+    name is refused (exit 2) and left as it is; a directory of that name holding nothing
+    the command reads is a dead command's leftover (its pid reused) and is removed."""
+    staging = tmp_path / f".out.rowgate-tmp-{os.getpid()}"
+    staging.mkdir()
+    source = staging / "a.jsonl"
+    source.write_bytes(MATH.read_bytes())
+    with pytest.raises(UnsafeOutputError, match="which this command reads"):
+        run(_config(source), tmp_path / "out")
+    assert source.read_bytes() == MATH.read_bytes()
+    source.unlink()
+    assert run(_config(MATH), tmp_path / "out").manifest["conservation"]["ok"]
+    assert not staging.exists()
+    (tmp_path / f".f.rowgate-tmp-{os.getpid()}").write_text("mine")
+    (tmp_path / f".l.rowgate-tmp-{os.getpid()}").symlink_to(MATH)
+    for name, what in (("f", "a file"), ("l", "a symbolic link")):
+        with pytest.raises(UnsafeOutputError, match=f"is already there \\({what}\\)"):
+            run(_config(MATH), tmp_path / name)
+        assert os.path.lexists(tmp_path / f".{name}.rowgate-tmp-{os.getpid()}")
+        assert not (tmp_path / name).exists()
+
+
+def test_staging_refuses_a_path_that_appeared_after_the_claim(tmp_path: Path) -> None:
+    staging = tmp_path / f".out.rowgate-tmp-{os.getpid()}"
+    with claim_output(tmp_path / "out", force=False) as claim:
+        assert isinstance(claim, outdir.OutputClaim)
+        staging.write_text("mine")
+        with pytest.raises(UnsafeOutputError, match="a file"), claim.staging():
+            pass
+    assert staging.read_text() == "mine"
