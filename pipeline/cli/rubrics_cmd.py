@@ -3,14 +3,20 @@ leaf grades over its tree."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled
 from pipeline.core.config import CampaignConfig, load_campaign
+from pipeline.output.outdir import atomic_file
+
+if TYPE_CHECKING:
+    import polars as pl
 
 app = typer.Typer(help="ARI rubric envelopes: validation and tree scoring.", no_args_is_help=True)
 
@@ -43,6 +49,30 @@ def check_command(
 _LISTED = 20
 
 
+@contextmanager
+def _nodes_file(out_file: Path | None, force: bool, reads: list[Path]) -> Iterator[Path | None]:
+    """Where to write every node's score: a temporary sibling that becomes ``out_file``
+    once written (:func:`~pipeline.output.outdir.atomic_file`), checked before any work;
+    never one of the files the command reads (``--out`` over its own grades replaced
+    them), nor an existing file without ``--force``."""
+    if out_file is None:
+        yield None
+        return
+    if not out_file.name.endswith((".parquet", ".jsonl")):
+        from pipeline.rubrics.tree import TreeError
+
+        raise TreeError(f"{out_file}: --out must end in .parquet or .jsonl")
+    with atomic_file(out_file, force=force, protect=reads) as tmp:
+        yield tmp
+
+
+def _write_nodes(nodes: pl.DataFrame, out_file: Path, tmp: Path) -> None:
+    if out_file.name.endswith(".parquet"):
+        nodes.write_parquet(tmp)
+    else:
+        nodes.write_ndjson(tmp)
+
+
 @app.command("score")
 def score_command(
     envelope: Annotated[
@@ -56,6 +86,9 @@ def score_command(
         Path | None,
         typer.Option("--out", "-o", help="Write every node's score (.parquet or .jsonl)."),
     ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Replace an existing --out file (never an input).")
+    ] = False,
 ) -> None:
     """Aggregate leaf grades to every node: score(node) = Σ wᵢ·score(childᵢ) / Σ wᵢ, with
     single-child chains collapsed. Missing grades are reported and leave the nodes above
@@ -63,18 +96,13 @@ def score_command(
     # lazy: polars loads only when this command runs
     import polars as pl
 
-    from pipeline.rubrics.tree import TreeError, load_grades, read_envelope, score_tree
+    from pipeline.rubrics.tree import load_grades, read_envelope, score_tree
 
-    with library_errors():
+    with library_errors(), _nodes_file(out_file, force, [envelope, grades]) as tmp:
         tree = read_envelope(envelope)
         result = score_tree(tree, load_grades(grades))
-        if out_file is not None:
-            if out_file.name.endswith(".parquet"):
-                result.nodes.write_parquet(out_file)
-            elif out_file.name.endswith(".jsonl"):
-                result.nodes.write_ndjson(out_file)
-            else:
-                raise TreeError(f"{out_file}: --out must end in .parquet or .jsonl")
+        if out_file is not None and tmp is not None:
+            _write_nodes(result.nodes, out_file, tmp)
     roots = result.nodes.filter(pl.col("parent_id").is_null())
     table = Table(
         "submission", "root score", "graded weight", "missing leaves", box=None,

@@ -26,6 +26,10 @@ at every point: on Linux the two directories are swapped in one atomic
 ``.NAME.rowgate-tmp-PID-old``, and a later command that finds it with no OUT beside it
 (the publisher died between the two renames) renames it back. A leftover is recovered
 only when the process that made it is dead; a live one's is never touched.
+
+A command that writes one file (``rowgate rubrics score --out FILE``) uses
+:func:`atomic_file`: the same refusals of what it reads and of an existing OUT, and a
+hidden sibling renamed over OUT once complete.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 from collections.abc import Callable, Iterable, Iterator
@@ -57,6 +62,7 @@ __all__ = [
     "OutputExistsError",
     "UnsafeOutputError",
     "atomic_directory",
+    "atomic_file",
     "claim_output",
     "foreign_entries",
     "pid_alive",
@@ -67,6 +73,8 @@ __all__ = [
 _MARKER: Final = ".rowgate-tmp-"
 _OLD: Final = "-old"
 _LOCK: Final = ".rowgate-lock"
+#: an output file is written under ``.NAME.rowgate-part-PID-RANDOM`` beside it
+_PART: Final = ".rowgate-part-"
 #: the most bytes a lock file holds (a process number and a newline)
 _LOCK_MAX_BYTES: Final = 32
 #: files whose ``format`` (``rowgate-run/1``, ``rowgate-report/1``, ``rowgate-dedupe/1``)
@@ -278,7 +286,7 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
-def _check_utf8(out: Path) -> None:
+def _check_utf8(out: Path, what: str = "an output directory") -> None:
     """Refuse an OUT whose path is not UTF-8: Arrow and polars write files only by UTF-8
     paths, so the run would fail in its first write (an internal error) after the gate."""
     path = os.fsencode(out.absolute())
@@ -288,7 +296,7 @@ def _check_utf8(out: Path) -> None:
         shown = path.decode("utf-8", "backslashreplace")
         raise UnsafeOutputError(
             f"--out {shown}: the path is not valid UTF-8, and Parquet files are written by "
-            "UTF-8 paths only; choose an output directory whose path is UTF-8"
+            f"UTF-8 paths only; choose {what} whose path is UTF-8"
         ) from None
 
 
@@ -639,3 +647,84 @@ def atomic_directory(
     that becomes ``out`` when the block completes."""
     with claim_output(out, force=force, protect=protect) as claim, claim.staging() as tmp:
         yield tmp
+
+
+# --- one output file ---------------------------------------------------------------
+
+
+def _check_file(out: Path, force: bool, protected: Iterable[Path]) -> None:
+    """Refuse an output file that is, contains or lies inside a path the command reads
+    (even with ``force``: a score written over its own grades lost them), one that exists
+    without ``force`` and, even with it, a link or anything but a regular file."""
+    found = _relation(out, protected)
+    if found is not None:
+        relation, given = found
+        raise UnsafeOutputError(
+            f"--out {out} {relation} {given}, which this command reads; --force never "
+            "replaces an input: choose another output file"
+        )
+    if not os.path.lexists(out):
+        return
+    if not force:
+        raise OutputExistsError(f"{out} exists; pass --force to replace it")
+    if out.is_symlink():
+        raise UnsafeOutputError(
+            f"--out {out} is a symbolic link; --force replaces only a file: give the file "
+            "itself, or remove the link"
+        )
+    if not out.is_file():
+        raise UnsafeOutputError(
+            f"--out {out} is not a regular file (a directory?); --force replaces only a file"
+        )
+
+
+def _new_sibling(out: Path) -> Path:
+    """A new empty hidden file beside ``out``, made with ``O_EXCL``: whatever is already
+    at a name, even a dead command's leftover, is never written over."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(10):
+        tmp = out.parent / f".{out.name}{_PART}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            os.close(os.open(tmp, flags, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside it", str(out))
+
+
+def _publish_file(tmp: Path, out: Path, force: bool, protected: Iterable[Path]) -> None:
+    """Move the complete ``tmp`` to ``out``, flushed to disk first: never over a file that
+    appeared meanwhile without ``force``; with it, after ``out`` is checked again."""
+    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if not os.path.lexists(out):
+        _rename_new(tmp, out)
+        return
+    _check_file(out, force, protected)  # OUT may have appeared or changed meanwhile
+    os.replace(tmp, out)
+
+
+@contextmanager
+def atomic_file(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iterator[Path]:
+    """Yield a new empty hidden sibling of the file ``out`` that replaces it, in one
+    rename, when the block completes; on any exception it is removed and ``out`` is left
+    as it was (a kill leaves at most the sibling, ``.NAME.rowgate-part-PID-…``).
+
+    Raises, before the block: :class:`UnsafeOutputError` (``out``'s path is not UTF-8;
+    ``out`` is, contains or lies inside a path in ``protect``, by its real path or as the
+    same file under another name, even with ``force``; ``force`` would replace a link or
+    a directory), :class:`OutputExistsError` (``out`` exists, no ``force``).
+    """
+    protect = list(protect)
+    _check_utf8(out, "an output file")
+    _check_file(out, force, protect)
+    tmp = _new_sibling(out)
+    try:
+        yield tmp
+        _publish_file(tmp, out, force, protect)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -648,3 +648,45 @@ def test_staging_refuses_a_path_that_appeared_after_the_claim(tmp_path: Path) ->
         with pytest.raises(UnsafeOutputError, match="a file"), claim.staging():
             pass
     assert staging.read_text() == "mine"
+
+
+# --- one output file ------------------------------------------------------------------
+
+
+def test_atomic_file_never_replaces_what_it_reads_or_a_file_that_appeared(
+    tmp_path: Path,
+) -> None:
+    """An output file is checked before the block and written under a hidden sibling:
+    never over a path the command reads (nor the same file under another name), never
+    over a file that appeared meanwhile without ``force``; a failure leaves nothing."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("input\n")
+    os.link(source, tmp_path / "hard.jsonl")
+    for out in ("in.jsonl", "hard.jsonl"):
+        for force in (False, True):
+            with (
+                pytest.raises(UnsafeOutputError, match=r"\bis .*which this command reads"),
+                outdir.atomic_file(tmp_path / out, force=force, protect=[source]),
+            ):
+                pass
+    out = tmp_path / "out.jsonl"
+
+    def appear(tmp: Path) -> None:
+        tmp.write_text("new\n")
+        out.write_text("appeared\n")
+
+    def interrupted(tmp: Path) -> None:
+        tmp.write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(OutputExistsError), outdir.atomic_file(out, force=False) as tmp:
+        appear(tmp)
+    assert out.read_text() == "appeared\n"
+    with pytest.raises(KeyboardInterrupt), outdir.atomic_file(out, force=True) as tmp:
+        interrupted(tmp)
+    assert out.read_text() == "appeared\n"
+    with outdir.atomic_file(out, force=True) as tmp:
+        tmp.write_text("new\n")
+    assert out.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.jsonl", "in.jsonl", "out.jsonl"]
+    assert source.read_text() == "input\n"
