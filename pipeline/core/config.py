@@ -52,6 +52,7 @@ __all__ = [
     "did_you_mean",
     "load_campaign",
     "parse_toml",
+    "recorded_config",
 ]
 
 MiB: Final = 1 << 20
@@ -686,6 +687,8 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None and len(options) < len(typing.get_args(hint)):
+            return None  # TOML has no null: only a recorded config (as_dict) holds one
         return _coerce(options[0], value, path)
     if dataclasses.is_dataclass(hint):
         return _build(typing.cast(type, hint), value, path)
@@ -748,6 +751,15 @@ def load_campaign(path: str | Path) -> CampaignConfig:
         source_sha256=hashlib.sha256(data).hexdigest(),
         source_path=str(path.resolve()),
     ).validate()
+
+
+def recorded_config(recorded: dict[str, Any]) -> CampaignConfig:
+    """The config a manifest records (:meth:`CampaignConfig.as_dict`), rebuilt:
+    ``rowgate verify`` derives from it what the run derived from its config (the columns
+    the global stages declare). Its paths were anchored when the run loaded it."""
+    table = {k: v for k, v in recorded.items() if k not in _NOT_IN_TOML}
+    where = {k: recorded[k] for k in _NOT_IN_TOML if k in recorded}
+    return dataclasses.replace(_build(CampaignConfig, table, "config"), **where).validate()
 
 
 def _anchored(config: CampaignConfig, base_dir: Path) -> CampaignConfig:

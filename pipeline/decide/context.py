@@ -32,9 +32,11 @@ the bytes a row of each structure are in docs/scale.md ("The driver's memory, pe
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Protocol, cast
 
 import numpy as np
@@ -69,6 +71,7 @@ __all__ = [
     "GlobalResult",
     "GlobalStage",
     "OutputColumn",
+    "declared_columns",
     "register_stage",
     "run_global",
     "staged_rows",
@@ -477,28 +480,53 @@ class GlobalResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+def _enabled(config: CampaignConfig, stages: Sequence[GlobalStage] | None) -> list[GlobalStage]:
+    """The stages a run of ``config`` runs, in order (``None``: every registered one)."""
+    if stages is None:
+        import pipeline.decide.stages  # noqa: F401 - discovers and registers the stage plug-ins
+
+        stages = sorted((factory() for factory in GLOBAL_STAGES), key=lambda s: s.order)
+    return [s for s in stages if s.enabled(config)]
+
+
+def _kind_columns(
+    ctx: GlobalContext, kind: str, stages: Sequence[GlobalStage]
+) -> list[OutputColumn]:
+    """The extra columns ``stages`` declare for ``kind``, in their order, each once."""
+    columns: list[OutputColumn] = []
+    for stage in stages:
+        for column in stage.output_columns(ctx, kind):
+            same_name = [c for c in columns if c.name == column.name]
+            if same_name and same_name[0] != column:
+                raise ValueError(f"{kind}: stages declare {column.name!r} differently")
+            if not same_name:
+                columns.append(column)
+    return columns
+
+
+def declared_columns(config: CampaignConfig, kinds: Iterable[str]) -> dict[str, list[OutputColumn]]:
+    """The extra columns a run of ``config`` declares for each of ``kinds``, found as
+    :func:`run_global` finds them: ``rowgate verify`` compares each part's columns with
+    them. A stage declares its columns from the config alone, so the context it is
+    given here holds no rows, no storage to read and an engine never started."""
+    from pipeline.engines.local import LocalEngine
+
+    ctx = GlobalContext(config, RunStorage(Path(os.devnull)), (), (), (), LocalEngine(1))
+    stages = _enabled(config, None)
+    return {kind: _kind_columns(ctx, kind, stages) for kind in kinds}
+
+
 def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) -> GlobalResult:
     """Run the enabled stages over every kind, in order, telling ``ctx.on_stage`` each:
     the whole-run stages here, then the row-local ones and the merge a shard at a time
     on the engine (:mod:`pipeline.decide.by_shard`)."""
     from pipeline.decide.by_shard import decide_by_shard, row_local_from
 
-    if stages is None:
-        import pipeline.decide.stages  # noqa: F401 - discovers and registers the stage plug-ins
-
-        stages = sorted((factory() for factory in GLOBAL_STAGES), key=lambda s: s.order)
-    stages = [s for s in stages if s.enabled(ctx.config)]
+    stages = _enabled(ctx.config, stages)
     whole_run, row_local = stages[: row_local_from(stages)], stages[row_local_from(stages) :]
     result = GlobalResult()
     for kind in ctx.kinds():
-        columns: list[OutputColumn] = []
-        for stage in stages:
-            for column in stage.output_columns(ctx, kind):
-                same_name = [c for c in columns if c.name == column.name]
-                if same_name and same_name[0] != column:
-                    raise ValueError(f"{kind}: stages declare {column.name!r} differently")
-                if not same_name:
-                    columns.append(column)
+        columns = _kind_columns(ctx, kind, stages)
         result.columns[kind] = columns
         if not stages:
             continue

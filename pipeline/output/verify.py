@@ -8,9 +8,12 @@ disk and reports what differs (never a record value):
    link is reported; a listed path must be a plain relative path of the layout
    (``accepted/<kind>/part-N.parquet``, ``rejected/part-N.parquet``, …);
 2. every listed output, artifact and report has its size and SHA-256, and each Parquet
-   file its row count and the configured compression; ``report.html`` is the page the
-   manifest and the outputs render (last, when the caller passes the renderer and all
-   else verified: :mod:`pipeline.reports` lies above this layer);
+   file its row count and the configured compression, each output part the Arrow schema
+   a run writes for its disposition and kind (:func:`~pipeline.output.writer.part_schema`,
+   with the columns the config's global stages declare); a file whose rows cannot be read
+   or decoded is a problem naming it, never a mangled manifest; ``report.html`` is the
+   page the manifest and the outputs render (last, when the caller passes the renderer
+   and all else verified: :mod:`pipeline.reports` lies above this layer);
 3. every input still has its size and SHA-256, and the compression its bytes show;
 4. config: the effective config's digest is recomputed from the manifest's own content,
    the config file re-hashed when it is still there, and each pin the config holds
@@ -60,9 +63,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.core.config import CampaignConfig, ConfigError, Limits, LineageSettings
+from pipeline.core.config import (
+    CampaignConfig,
+    ConfigError,
+    Limits,
+    LineageSettings,
+    recorded_config,
+)
 from pipeline.core.errors import RowgateError
-from pipeline.core.reasons import LINE_TOO_LARGE, PII_RAW_WITHHELD, PII_SCHEMA_INVALID
+from pipeline.core.reasons import LINE_TOO_LARGE, PII_RAW_WITHHELD, PII_SCHEMA_INVALID, Disposition
+from pipeline.decide.columns import OutputColumn
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
 from pipeline.gate.reader import InputFile, Shard, detect_compression, read_batches
 from pipeline.kinds import KINDS
@@ -75,8 +85,9 @@ from pipeline.output.manifest import (
     pinned_files,
 )
 from pipeline.output.outdir import FILE_SECTIONS, unexpected_entries
+from pipeline.output.writer import part_schema
 from pipeline.records.canonical import CANONICALIZATION, canonical_json
-from pipeline.records.lineage import LineageDigest, file_sha256
+from pipeline.records.lineage import LINEAGE_FIELDS, LineageDigest, file_sha256
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
 
 __all__ = ["RenderReport", "VerifyReport", "verify_run"]
@@ -87,6 +98,7 @@ RenderReport = Callable[[Path, dict[str, Any]], str]
 
 _MAX_LISTED: Final = 20
 _LINEAGE: Final = ["_source", "_line", "_offset", "_raw_sha256"]
+_LINEAGE_SCHEMA: Final = pa.schema([f for f in LINEAGE_FIELDS if f.name in _LINEAGE])
 _RUN_REPORT: Final = "report.html"
 #: rows per batch read from a Parquet file (the writer's row groups hold 4096)
 _BATCH_ROWS: Final = 4096
@@ -134,6 +146,9 @@ class _Output:
     path: str
     disposition: str
     kind: str | None
+    #: whether its rows are checked as records: not when its schema is not the one a run
+    #: writes (they still count, and their lineage is checked)
+    rows_checked: bool = True
 
 
 @dataclass
@@ -434,15 +449,156 @@ def _schemas(
     return layouts
 
 
+# -- 2: each part's Arrow schema -------------------------------------------------------
+
+
+def _declared(
+    manifest: dict[str, Any], report: VerifyReport
+) -> dict[str, list[OutputColumn]] | None:
+    """The extra columns the run's global stages declare for each kind the manifest names,
+    derived from the config it records as a run derives them (a rubric's scores, the
+    policy's decisions, dedupe's pointers). None, with the problem reported, when the
+    config or a file it names no longer yields them."""
+    from pipeline.decide.context import declared_columns  # polars: load when needed
+
+    try:
+        return declared_columns(recorded_config(manifest["config"]), sorted(manifest["schemas"]))
+    except (RowgateError, OSError) as exc:
+        report.problem(
+            f"manifest config: the columns its global stages declare cannot be derived ({exc}); "
+            "the parts' columns are not checked"
+        )
+        return None
+
+
+def _schema_difference(found: pa.Schema, wanted: pa.Schema) -> str | None:
+    """How ``found`` differs from ``wanted`` (names, order, types, nullability, field and
+    schema metadata), or None. A list's item is named as Parquet names it on reading
+    (``element``, where the writer's Arrow says ``item``): types compare without it."""
+    unwritten = [name for name in found.names if name not in wanted.names]
+    if unwritten:
+        return f"column(s) {', '.join(map(repr, unwritten))}, which a run does not write there"
+    absent = [name for name in wanted.names if name not in found.names]
+    if absent:
+        return f"no column(s) {', '.join(map(repr, absent))}"
+    if found.names != wanted.names:
+        return "its columns in another order than a run writes them (or one twice)"
+    for have, want in zip(found, wanted, strict=True):
+        if not have.type.equals(want.type):
+            return f"column {have.name!r} of type {have.type}, where a run writes {want.type}"
+        if have.nullable != want.nullable:
+            state = "nullable" if have.nullable else "not null"
+            return f"column {have.name!r} {state}, where a run writes it otherwise"
+        if (have.metadata or {}) != (want.metadata or {}):
+            return f"column {have.name!r} with metadata a run does not write"
+    if (found.metadata or {}) != (wanted.metadata or {}):
+        return "key-value metadata a run does not write"
+    return None
+
+
+def _wanted_schema(
+    f: _Output,
+    found: pa.Schema,
+    layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
+    declared: dict[str, list[OutputColumn]],
+    typed: set[str],
+) -> pa.Schema:
+    """The schema a run writes for ``f``. ``rejected/`` carries the columns every kind
+    with staged rows declares for it: the kinds with a typed part at least, and a kind
+    whose rows the gate rejected whole may add its own (they are only recognised here:
+    each is declared with one type for every kind)."""
+    from pipeline.decide.context import rejected_columns  # polars: load when needed
+
+    if f.kind is not None:
+        columns = declared[f.kind]
+        return part_schema(layouts[f.kind][0].fields, f.kind, Disposition(f.disposition), columns)
+    kinds = typed | {
+        kind
+        for kind, columns in declared.items()
+        if all(c.name in found.names for c in columns if Disposition.REJECTED in c.dispositions)
+    }
+    columns = rejected_columns({kind: declared[kind] for kind in kinds})
+    return part_schema([], None, Disposition.REJECTED, columns)
+
+
+def _check_part_schemas(
+    out: Path,
+    files: list[_Output],
+    layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
+    declared: dict[str, list[OutputColumn]] | None,
+    report: VerifyReport,
+) -> list[_Output]:
+    """Each part's Arrow schema against the one a run writes for its disposition and kind
+    (decoding rows reads only the layout's columns: an added column, or a part rewritten
+    with other types, passed); the parts whose schema differs are left out of the row
+    checks as records (they still count, and their lineage is checked)."""
+    if declared is None:
+        return files  # already reported: the declared columns cannot be derived
+    typed = {f.kind for f in files if f.kind is not None}
+    good = []
+    for f in files:
+        if f.kind is not None and f.kind not in layouts:
+            good.append(f)  # already reported: its kind's schema
+            continue
+        report.checked["part schemas"] += 1
+        found = pq.read_schema(out / f.path)
+        wanted = _wanted_schema(f, found, layouts, declared, typed)
+        difference = _schema_difference(found, wanted)
+        if difference is not None:
+            report.problem(f"{f.path}: {difference}")
+        good.append(f if difference is None else dataclasses.replace(f, rows_checked=False))
+    return good
+
+
 # -- 7, 8: rows, records and counts (one pass per file) --------------------------------
+
+
+class _Unreadable(Exception):
+    """A listed Parquet file whose rows cannot be read (its bytes are the ones the
+    manifest names: rewritten and resealed); a problem with that file, not the manifest."""
+
+
+#: what reading or decoding a file's rows may raise on bytes no run wrote (a
+#: ``RowgateError`` is re-raised first: it says itself what is wrong)
+_UNDECODABLE: Final = (_Unreadable, OSError, pa.ArrowException, ValueError, TypeError, KeyError)
 
 
 def _batches(path: Path, columns: list[str] | None = None) -> Iterator[pa.Table]:
     # with pre_buffer (pyarrow's default) reading a 1M-row part raised peak memory by
     # ~120 MB, and more on larger parts; without it by ~45 MB on 1M rows and on 2M rows
-    parquet = pq.ParquetFile(path, pre_buffer=False)
-    for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
-        yield pa.Table.from_batches([batch])
+    try:
+        parquet = pq.ParquetFile(path, pre_buffer=False)
+        for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
+            yield pa.Table.from_batches([batch])
+    except (OSError, pa.ArrowException) as exc:
+        raise _Unreadable(type(exc).__name__) from exc
+
+
+def _unreadable(path: str, exc: Exception) -> str:
+    cause = exc.__cause__ if isinstance(exc, _Unreadable) and exc.__cause__ else exc
+    return f"{path}: its rows cannot be read or decoded ({type(cause).__name__})"
+
+
+def _scan_files(
+    out: Path,
+    files: list[_Output],
+    layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
+    manifest: dict[str, Any],
+    tally: _Tally,
+    report: VerifyReport,
+    digest: LineageDigest,
+) -> None:
+    """Every part's rows, a file at a time; a file whose rows cannot be read or decoded
+    is a problem naming it (its lines are then missing from the lineage check)."""
+    known = {entry["path"] for entry in manifest["inputs"]}
+    sanitizer = manifest["sanitize"]["sanitizer_version"] if manifest["sanitize"] else None
+    for f in files:
+        try:
+            _scan_file(out, f, layouts, known, tally, report, digest, sanitizer)
+        except RowgateError:
+            raise
+        except _UNDECODABLE as exc:
+            report.problem(_unreadable(f.path, exc))
 
 
 def _scan_file(
@@ -456,7 +612,7 @@ def _scan_file(
     sanitizer: str | None,
 ) -> None:
     first: dict[str, int] = {}
-    checkable = f.kind is None or f.kind in layouts
+    checkable = f.rows_checked and (f.kind is None or f.kind in layouts)
     for table in _batches(out / f.path):
         tally.rows[f.disposition] += table.num_rows
         codes = pc.struct_field(pc.list_flatten(table["_reasons"]), "code")
@@ -577,10 +733,16 @@ def _duplicate_pointers(
         # a global stage that names no kept row writes no such column (none of rowgate's)
         if (
             f.disposition != "duplicate"
+            or not f.rows_checked
             or "_duplicate_of" not in pq.read_schema(out / f.path).names
         ):
             continue
-        for table in _batches(out / f.path, ["_duplicate_of", "_source", "_line"]):
+        try:
+            tables = list(_batches(out / f.path, ["_duplicate_of", "_source", "_line"]))
+        except _Unreadable as exc:
+            report.problem(_unreadable(f.path, exc))
+            continue
+        for table in tables:
             owners.append(_keys(table["_source"], table["_line"], paths))
             named = table["_duplicate_of"]
             named_keys = _keys(
@@ -656,6 +818,10 @@ class _FileRows:
 
     def _next(self) -> pa.Table | None:
         for table in self._batches:
+            try:  # the types the rows of every file are compared in
+                table = table.select(_LINEAGE).cast(_LINEAGE_SCHEMA)
+            except (KeyError, pa.ArrowException) as exc:
+                raise _Unreadable(type(exc).__name__) from exc
             table = table.filter(pc.equal(table["_source"], self.source))
             if not table.num_rows:
                 continue
@@ -807,6 +973,9 @@ def _check_lineage(
         except _Disorder as exc:
             report.problem(f"input {name}: rows of {exc} are not in line order")
             continue
+        except _Unreadable as exc:
+            report.problem(f"input {name}: {_unreadable('a file holding its rows', exc)}")
+            continue
         lines_read += seen
         if faults.twice:
             report.problem(
@@ -920,13 +1089,12 @@ def verify_run(
         _check_config(manifest, report)
         _check_pinned(manifest, report)
         layouts = _schemas(manifest, report)
+        declared = _declared(manifest, report)
+        files = _check_part_schemas(out, files, layouts, declared, report)
         inputs = _check_inputs(manifest, sources, report)
         pointers = _duplicate_pointers(out, files, manifest["inputs"], report)
         tally = _Tally(pointers=pointers)
-        known = {entry["path"] for entry in manifest["inputs"]}
-        sanitizer = manifest["sanitize"]["sanitizer_version"] if manifest["sanitize"] else None
-        for f in files:
-            _scan_file(out, f, layouts, known, tally, report, digest, sanitizer)
+        _scan_files(out, files, layouts, manifest, tally, report, digest)
         _check_pointers(pointers, report)
         lines = _check_lineage(out, manifest, inputs, tally, report, digest)
         _check_counts(manifest, tally, lines, report)

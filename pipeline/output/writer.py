@@ -29,7 +29,7 @@ from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import REASONS_TYPE, Disposition
 from pipeline.decide.columns import OutputColumn
 from pipeline.engines import Progress, Step
-from pipeline.gate.gate import REJECTED_FIELDS
+from pipeline.gate.gate import GATE_FIELDS, REJECTED_FIELDS
 from pipeline.gate.reader import Shard, fetch_lines
 from pipeline.records.lineage import LINEAGE_FIELDS, LINEAGE_NAMES
 from pipeline.storage import RunStorage, WrittenFile
@@ -40,6 +40,7 @@ __all__ = [
     "WriteSummary",
     "WriteTask",
     "WrittenFile",
+    "part_schema",
     "write_step",
 ]
 
@@ -150,13 +151,13 @@ def _sanitizer_column(table: pa.Table, version: str | None, kind: str | None) ->
 
 
 def _with_lineage(
-    table: pa.Table, task: WriteTask, kind: str | None, sanitizer: str | None
+    table: pa.Table, source: str, line_base: int, kind: str | None, sanitizer: str | None
 ) -> pa.Table:
     """Add ``_source``, ``_line``, ``_kind``, ``_sanitizer``; order columns as the output
     contract says (``kind`` is None for ``rejected/``)."""
     n = table.num_rows
-    line = pc.add(table["_shard_line"], pa.scalar(task.line_base, pa.int64()))
-    table = table.append_column("_source", _constant(task.shard.input.path, n))
+    line = pc.add(table["_shard_line"], pa.scalar(line_base, pa.int64()))
+    table = table.append_column("_source", _constant(source, n))
     table = table.append_column("_line", line)
     table = table.append_column("_sanitizer", _sanitizer_column(table, sanitizer, kind))
     if "_kind" not in table.column_names:
@@ -176,8 +177,30 @@ def _with_lineage(
     return ordered.cast(schema)
 
 
-def _rejected_layout(task: WriteTask) -> pa.Schema:
-    return pa.schema([*REJECTED_FIELDS, *(pa.field(c.name, c.type) for c in task.rejected_columns)])
+def _rejected_layout(columns: list[OutputColumn]) -> pa.Schema:
+    return pa.schema([*REJECTED_FIELDS, *(pa.field(c.name, c.type) for c in columns)])
+
+
+def _unwritten(columns: list[OutputColumn], disposition: Disposition) -> list[str]:
+    """The columns of a kind's rows (decisions applied) its part of ``disposition`` drops:
+    the internal ones, and the extra columns declared for other dispositions."""
+    return [*_INTERNAL, *(c.name for c in columns if disposition not in c.dispositions)]
+
+
+def part_schema(
+    payload: list[pa.Field], kind: str | None, disposition: Disposition, columns: list[OutputColumn]
+) -> pa.Schema:
+    """The Arrow schema of a part of ``disposition`` and ``kind`` (None: ``rejected/``)
+    a run writes: ``payload`` is the kind's layout (:class:`RecordLayout.fields`),
+    ``columns`` the extra columns the global stages declare for the kind (or for
+    ``rejected/``). It is what the writer's own steps make of no rows, so that ``rowgate
+    verify`` compares each part with what a run writes, not with a copy of the layout."""
+    if kind is None:
+        empty = _rejected_layout(columns).empty_table()
+        return _with_lineage(empty, "", 0, None, None).drop_columns(["_shard_line"]).schema
+    staged = _apply_decisions(pa.schema([*payload, *GATE_FIELDS]).empty_table(), None, columns)
+    table = _with_lineage(staged, "", 0, kind, None)
+    return table.drop_columns(_unwritten(columns, disposition)).schema
 
 
 def _to_rejected(table: pa.Table, task: WriteTask, config: CampaignConfig) -> pa.Table:
@@ -187,7 +210,7 @@ def _to_rejected(table: pa.Table, task: WriteTask, config: CampaignConfig) -> pa
     the same raw rule as the gate's rejected lines (pipeline.sanitize.raw)."""
     offsets = table["_offset"].to_pylist()
     raw = fetch_lines(task.shard, offsets, config.limits.max_line_bytes)
-    layout = _rejected_layout(task)
+    layout = _rejected_layout(task.rejected_columns)
     columns = {name: table[name] for name in layout.names if name in table.column_names}
     lines = [raw[o] for o in offsets]
     if config.sanitize.enabled:
@@ -313,7 +336,7 @@ def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) ->
     summary = WriteSummary(task.shard.index)
     part = f"part-{task.shard.index:05d}.parquet"
     parts = _Parts(task.storage, config, summary)
-    layout = _rejected_layout(task).names
+    layout = _rejected_layout(task.rejected_columns).names
     try:
         late_parts = []
         sanitizer = sanitizer_version(config)
@@ -333,7 +356,9 @@ def _write_shard(config: CampaignConfig, task: WriteTask, progress: Progress) ->
                 late_parts.append(_to_rejected(pa.concat_tables(late), task, config))
         late_rejected = pa.concat_tables(late_parts).sort_by("_shard_line") if late_parts else None
         for rows in _rejected_in_line_order(task, late_rejected):
-            table = _with_lineage(rows, task, None, sanitizer).drop_columns(["_shard_line"])
+            table = _with_lineage(
+                rows, task.shard.input.path, task.line_base, None, sanitizer
+            ).drop_columns(["_shard_line"])
             parts.write(f"rejected/{part}", Disposition.REJECTED.value, None, table)
         parts.close()
     except BaseException:
@@ -389,8 +414,8 @@ def _write_batch(
         rows = (
             staged if n == staged.num_rows else staged.filter(pc.equal(disposition, outcome.value))
         )
-        unused = [c.name for c in columns if outcome not in c.dispositions]
-        table = _with_lineage(rows, task, kind, sanitizer).drop_columns([*_INTERNAL, *unused])
+        table = _with_lineage(rows, task.shard.input.path, task.line_base, kind, sanitizer)
+        table = table.drop_columns(_unwritten(columns, outcome))
         parts.write(f"{DISPOSITION_DIRS[outcome]}/{kind}/{part}", outcome.value, kind, table)
     if not counts.get(Disposition.REJECTED.value, 0):
         return None

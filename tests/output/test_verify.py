@@ -406,6 +406,80 @@ def test_a_resealed_rejected_output_with_its_raw_bytes_dropped_fails(out: Path) 
     _fails(out, "_raw is null, but no reason says why")
 
 
+def _with_column(table: pa.Table) -> pa.Table:
+    return table.append_column("injected", pa.array(["anything"] * table.num_rows))
+
+
+def _retyped(table: pa.Table) -> pa.Table:
+    """``_source`` as a large string: the same values, another Arrow type."""
+    at = table.schema.get_field_index("_source")
+    return table.set_column(at, "_source", table["_source"].cast(pa.large_string()))
+
+
+def _nullable(table: pa.Table) -> pa.Table:
+    """``_line`` nullable (a run writes it not null): the same values."""
+    at = table.schema.get_field_index("_line")
+    return table.cast(table.schema.set(at, pa.field("_line", pa.int64())))
+
+
+def _reordered(table: pa.Table) -> pa.Table:
+    return table.select([*table.column_names[1:], table.column_names[0]])
+
+
+def _described(table: pa.Table) -> pa.Table:
+    return table.replace_schema_metadata({"note": "added"})
+
+
+@pytest.mark.parametrize(
+    ("rewrite", "expected"),
+    [
+        (_with_column, "column(s) 'injected', which a run does not write there"),
+        (lambda t: t.drop_columns(["_content_profile"]), "no column(s) '_content_profile'"),
+        (_retyped, "column '_source' of type large_string, where a run writes string"),
+        (_nullable, "column '_line' nullable"),
+        (_reordered, "its columns in another order"),
+        (_described, "key-value metadata a run does not write"),
+    ],
+    ids=["added", "dropped", "retyped", "nullable", "reordered", "metadata"],
+)
+@pytest.mark.parametrize("directory", ["accepted/pairwise-v2", "rejected"])
+def test_a_resealed_part_whose_schema_is_not_the_runs_fails(
+    out: Path, directory: str, rewrite: Callable[[pa.Table], pa.Table], expected: str
+) -> None:
+    """Each part's Arrow schema is the one a run writes for its disposition and kind:
+    rows are decoded from the layout's columns alone, so an added column or key-value
+    metadata passed, and a part with other types made verify blame the manifest."""
+    relative = sorted(out.rglob(f"{directory}/*.parquet"))[0].relative_to(out).as_posix()
+    pq.write_table(rewrite(pq.read_table(out / relative)), out / relative, compression="zstd")
+    _reseal(out, relative)
+    problems = _fails(out, f"{relative}: {expected}")
+    assert len(problems) == 1, problems  # its rows still count: no conservation noise
+
+
+def test_a_part_rewritten_by_another_writer_fails_naming_it(out: Path) -> None:
+    """polars writes the same rows with other Arrow types (large strings, no not-null):
+    a mismatch naming the part (exit 1), never a manifest that "mangles a field" (exit 3)."""
+    import polars as pl
+
+    relative = sorted(out.rglob("rejected/*.parquet"))[0].relative_to(out).as_posix()
+    pl.read_parquet(out / relative).write_parquet(out / relative)
+    _reseal(out, relative)
+    _fails(out, f"{relative}: column '_source' of type large_string")
+
+
+def test_a_part_whose_rows_cannot_be_read_fails_naming_it(out: Path) -> None:
+    """A part whose footer reads but whose pages do not (zeroed, resealed) is a problem
+    naming that part; verify used to report it as a mangled manifest."""
+    relative = sorted(out.rglob("accepted/pairwise-v2/*.parquet"))[0].relative_to(out).as_posix()
+    chunk = pq.ParquetFile(out / relative).metadata.row_group(0).column(0)
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data = bytearray((out / relative).read_bytes())
+    data[start : start + chunk.total_compressed_size] = bytes(chunk.total_compressed_size)
+    (out / relative).write_bytes(bytes(data))
+    _reseal(out, relative)
+    _fails(out, f"{relative}: its rows cannot be read or decoded")
+
+
 def _point_elsewhere(table: pa.Table, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The first removed row's pointer moved to a line past the input's end."""
     return rows[0] | {"_line": 10**6}
