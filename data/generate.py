@@ -1,6 +1,10 @@
 """Regenerate the bundled sample exports in data/ (deterministic: same bytes every time).
 
-    python data/generate.py
+    python data/generate.py            # write them into data/
+    python data/generate.py --check    # write nothing: exit 1 if data/ is not what it writes
+
+The test suite runs ``--check``: a change to the generators (a new rule's violation, a
+new defect class) must come with the samples it makes, or the samples stop showing it.
 
 Each kind gets a file of valid records plus: one line of every gate-level defect class,
 one record breaking each of the kind's semantic rules, and records breaking its
@@ -15,11 +19,14 @@ rule of the kind; a planted document's ``evaluationId`` names the code it must g
 
 from __future__ import annotations
 
+import argparse
 import copy
 import gzip
 import hashlib
 import json
 import random
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -128,12 +135,12 @@ def sample(kind: str, seed: int, count: int = 120) -> list[bytes]:
     return lines
 
 
-def reference_tables() -> None:
-    with open(HERE / "documents.jsonl", "w", encoding="utf-8") as fh:
+def reference_tables(root: Path) -> None:
+    with open(root / "documents.jsonl", "w", encoding="utf-8") as fh:
         for doc_id, text in DOCUMENTS.items():
             row = {"id": doc_id, "sha256": hashlib.sha256(text.encode()).hexdigest(), "text": text}
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    with open(HERE / "authorised-documents.jsonl", "w", encoding="utf-8") as fh:
+    with open(root / "authorised-documents.jsonl", "w", encoding="utf-8") as fh:
         for doc_id in DOCUMENTS:
             fh.write(json.dumps({"id": doc_id}) + "\n")
 
@@ -168,32 +175,55 @@ def autoqa_sample(valid: int = 12) -> list[bytes]:
     return [orjson.dumps(r) for r in records]
 
 
-def autoqa_files() -> None:
-    with open(HERE / "autoqa-contracts.jsonl", "w", encoding="utf-8") as fh:
+def autoqa_files(root: Path) -> None:
+    with open(root / "autoqa-contracts.jsonl", "w", encoding="utf-8") as fh:
         for contract in AUTOQA_CONTRACTS:
             fh.write(json.dumps(contract, ensure_ascii=False) + "\n")
-    (HERE / f"{AUTOQA}.jsonl").write_bytes(b"".join(line + b"\n" for line in autoqa_sample()))
-    print(
-        "autoqa-contracts.jsonl",
-        hashlib.sha256((HERE / "autoqa-contracts.jsonl").read_bytes()).hexdigest(),
-    )
+    (root / f"{AUTOQA}.jsonl").write_bytes(b"".join(line + b"\n" for line in autoqa_sample()))
 
 
-def main() -> None:
-    autoqa_files()
-    reference_tables()
+def write_samples(root: Path) -> list[str]:
+    """Write every sample file into ``root``; their names."""
+    autoqa_files(root)
+    reference_tables(root)
+    names = ["autoqa-contracts.jsonl", f"{AUTOQA}.jsonl", "documents.jsonl"]
+    names.append("authorised-documents.jsonl")
     for seed, kind in enumerate(KINDS):
         data = b"".join(line + b"\n" for line in sample(kind, seed))
         if kind == "agent-trace-v1":
-            (HERE / f"{kind}.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+            name, data = f"{kind}.jsonl.gz", gzip.compress(data, mtime=0)
         elif kind == "pw-decide-row-1":
-            compressed = zstandard.ZstdCompressor(level=10).compress(data)
-            (HERE / f"{kind}.jsonl.zst").write_bytes(compressed)
+            name, data = f"{kind}.jsonl.zst", zstandard.ZstdCompressor(level=10).compress(data)
         else:
-            (HERE / f"{kind}.jsonl").write_bytes(data)
-    for name in ("documents.jsonl", "authorised-documents.jsonl"):
-        print(name, hashlib.sha256((HERE / name).read_bytes()).hexdigest())
+            name = f"{kind}.jsonl"
+        (root / name).write_bytes(data)
+        names.append(name)
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Regenerate the bundled samples in data/.")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 naming each file of data/ that differs from what "
+        "this script writes",
+    )
+    args = parser.parse_args(argv)
+    if not args.check:
+        for name in write_samples(HERE):
+            print(name, hashlib.sha256((HERE / name).read_bytes()).hexdigest())
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        names = write_samples(Path(tmp))
+        stale = [
+            n for n in names
+            if not (HERE / n).is_file() or (HERE / n).read_bytes() != (Path(tmp) / n).read_bytes()
+        ]  # fmt: skip
+    for name in stale:
+        print(f"data/{name} differs from what data/generate.py writes", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -155,7 +155,7 @@ def test_reasons_table_is_complete_and_grouped_by_family(sample_run: Path) -> No
     assert rows == sum(len(codes) for codes in by_reason.values())  # one row per code
     families = {c.rpartition(".")[0] for codes in by_reason.values() for c in codes}
     assert table.count('<tr class="group">') == len(families)
-    assert "semantic.pairwise-v2 · 8 row(s), 8 code(s)" in table
+    assert "semantic.pairwise-v2 · 9 row(s), 9 code(s)" in table
 
 
 @pytest.mark.slow

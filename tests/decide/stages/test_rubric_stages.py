@@ -342,11 +342,11 @@ def test_bundled_campaign(tmp_path: Path) -> None:
     shown = pl.concat(
         pl.read_parquet(out / d).select("_line", "_decision", "_policy_trace", "_weighted_score")
         for d in ("accepted/pairwise-v2", "quarantined/pairwise-v2", "rejected")
-    ).filter(pl.col("_line").is_in([1, 7, 45]))
+    ).filter(pl.col("_line").is_in([1, 7, 46]))
     assert sorted(shown.rows()) == [
         (1, "rework", ["criterion-below-minimum"], pytest.approx(4.3)),
         (7, "accept_with_note", ["gate-waived", "accept"], pytest.approx(4.25)),
-        (45, "escalate", ["evidence-missing"], None),
+        (46, "escalate", ["evidence-missing"], None),
     ]
 
 
