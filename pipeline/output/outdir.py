@@ -343,16 +343,24 @@ def _check_overlap(out: Path, protected: Iterable[Path]) -> None:
         )
 
 
-def _check_replaceable(out: Path, force: bool) -> None:
+def _exists_to_replace(out: Path, force: bool, what: str, noun: str) -> bool:
+    """Whether ``out`` exists, to be replaced: refused when it does without ``force``, or
+    is a link (``--force`` replaces only ``what``: the ``noun`` itself)."""
     if not os.path.lexists(out):
-        return
+        return False
     if not force:
         raise OutputExistsError(f"{out} exists; pass --force to replace it")
     if out.is_symlink():
         raise UnsafeOutputError(
-            f"--out {out} is a symbolic link; --force replaces only a directory rowgate "
-            "wrote: give the directory itself, or remove the link"
+            f"--out {out} is a symbolic link; --force replaces only {what}: give the "
+            f"{noun} itself, or remove the link"
         )
+    return True
+
+
+def _check_replaceable(out: Path, force: bool) -> None:
+    if not _exists_to_replace(out, force, "a directory rowgate wrote", "directory"):
+        return
     if not out.is_dir():
         raise UnsafeOutputError(
             f"--out {out} is a file, not an output directory; --force does not replace it"
@@ -663,15 +671,8 @@ def _check_file(out: Path, force: bool, protected: Iterable[Path]) -> None:
             f"--out {out} {relation} {given}, which this command reads; --force never "
             "replaces an input: choose another output file"
         )
-    if not os.path.lexists(out):
+    if not _exists_to_replace(out, force, "a file", "file"):
         return
-    if not force:
-        raise OutputExistsError(f"{out} exists; pass --force to replace it")
-    if out.is_symlink():
-        raise UnsafeOutputError(
-            f"--out {out} is a symbolic link; --force replaces only a file: give the file "
-            "itself, or remove the link"
-        )
     if not out.is_file():
         raise UnsafeOutputError(
             f"--out {out} is not a regular file (a directory?); --force replaces only a file"
