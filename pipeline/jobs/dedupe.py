@@ -343,9 +343,9 @@ def _apart(name: str, schemas: list[pl.Schema]) -> dict[str, str]:
     """The kind's members stored apart under another column name
     (:attr:`~pipeline.kinds.base.RecordKind.apart`: pw-decide-row's ``meta`` is the
     ``_meta`` column of a run's output) that the inputs hold so, by member: the split
-    groups and survivor fields name members (``meta.group``), and a run's dedupe stage
-    reads them by those names. Read by the column's name, they were not found, and no
-    ``meta`` group was ever checked."""
+    groups name members (``meta.group``), and a run's dedupe stage reads them by those
+    names. Read by the member's name, they were not found, and no ``meta`` group was
+    ever checked."""
     if name not in KINDS:
         return {}
     return {
@@ -512,7 +512,9 @@ def _decide(
     frame, counts = _read(files, schemas, columns, lineage=not staged)
     if not staged and key is not None and _needs_key_columns(frame, key):  # rare
         frame, counts = _read(files, schemas, [*columns, *key.columns])
-    frame = frame.rename({column: member for member, column in apart.items()}, strict=False)
+    # the member beside its column (shared, not copied): the split groups name the member,
+    # a survivor rule may name the column (``max:_meta``)
+    frame = frame.with_columns(pl.col(c).alias(m) for m, c in apart.items() if c in frame.columns)
     # a kind's key reads rowgate output, whose types its schema fixed: only columns named
     # on the command line are probed (a probe is one more pass over each key column; the
     # key tasks probe their slices when the key columns are not read here)

@@ -521,19 +521,38 @@ def _wanted_schema(
     return part_schema([], None, Disposition.REJECTED, columns)
 
 
+def _other_versions(manifest: dict[str, Any], versions: dict[str, str]) -> list[str]:
+    """Those of ``versions`` (name → this process's version) the run was made with
+    another version of, sorted."""
+    recorded = manifest.get("versions", {})
+    return sorted(name for name, version in versions.items() if recorded.get(name) != version)
+
+
 def _check_part_schemas(
     out: Path,
     files: list[_Output],
     layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
     declared: dict[str, list[OutputColumn]] | None,
     report: VerifyReport,
+    manifest: dict[str, Any],
 ) -> list[_Output]:
     """Each part's Arrow schema against the one a run writes for its disposition and kind
     (decoding rows reads only the layout's columns: an added column, or a part rewritten
     with other types, passed); the parts whose schema differs are left out of the row
-    checks as records (they still count, and their lineage is checked)."""
+    checks as records (they still count, and their lineage is checked). Not compared for
+    a run made by another rowgate or pyarrow, whose writer may write other columns (a
+    note: every part's digest was checked)."""
     if declared is None:
         return files  # already reported: the declared columns cannot be derived
+    mine = dependency_versions()
+    differ = _other_versions(manifest, {n: mine[n] for n in ("rowgate", "pyarrow") if n in mine})
+    if differ:
+        report.notes.append(
+            f"part schemas not compared: the run was made with other versions of "
+            f"{', '.join(differ)} (their writer may write other columns; every part's "
+            "digest was checked)"
+        )
+        return files
     typed = {f.kind for f in files if f.kind is not None}
     good = []
     for f in files:
@@ -1030,11 +1049,7 @@ def _check_run_report(
         return
     # the page is rowgate's (and its libraries') rendering: another version may render
     # the same run otherwise, which says nothing about the run (its digest was checked)
-    differ = sorted(
-        name
-        for name, version in dependency_versions().items()
-        if manifest.get("versions", {}).get(name) != version
-    )
+    differ = _other_versions(manifest, dependency_versions())
     if differ:
         report.notes.append(
             f"{_RUN_REPORT} not rendered again: the run was made with other versions of "
@@ -1090,7 +1105,7 @@ def verify_run(
         _check_pinned(manifest, report)
         layouts = _schemas(manifest, report)
         declared = _declared(manifest, report)
-        files = _check_part_schemas(out, files, layouts, declared, report)
+        files = _check_part_schemas(out, files, layouts, declared, report, manifest)
         inputs = _check_inputs(manifest, sources, report)
         pointers = _duplicate_pointers(out, files, manifest["inputs"], report)
         tally = _Tally(pointers=pointers)

@@ -255,6 +255,20 @@ class _Part:
     pending: list[pa.Table] = field(default_factory=list)
 
 
+#: A row group is joined into one chunk below this many bytes: Arrow's 32-bit offsets
+#: hold no more text in one array (a nested one fails to join: ``offset overflow``)
+_ONE_CHUNK_BYTES: Final = (1 << 31) - (1 << 20)
+
+
+def _one_chunk(group: pa.Table) -> pa.Table:
+    """``group`` (a row group's rows) as one chunk, unless it holds 2 GiB or more (4,096
+    rows of ~512 KB: a line may be 8 MiB): then as it came, a chunk per staged batch, and
+    its bytes may follow ``engine.batch_lines`` (docs/outputs.md)."""
+    if group.nbytes >= _ONE_CHUNK_BYTES:
+        return group
+    return group.combine_chunks()
+
+
 class _Parts:
     """The Parquet parts of one shard, written as staged batches arrive, in row groups
     of :data:`ROW_GROUP_ROWS` rows, each part opened on its first row.
@@ -290,7 +304,7 @@ class _Parts:
     @staticmethod
     def _flush(part: _Part, *, final: bool) -> None:
         """Write the pending rows in whole row groups (all of them when ``final``), each
-        row group as one chunk.
+        row group as one chunk (:func:`_one_chunk`).
 
         Arrow's Parquet writer checks a column's dictionary against its page limit (1
         MiB) at the end of each chunk it is given, as well as every 1,024 rows, and
@@ -302,7 +316,7 @@ class _Parts:
         pending = pa.concat_tables(part.pending)
         whole = pending.num_rows if final else pending.num_rows // ROW_GROUP_ROWS * ROW_GROUP_ROWS
         for start in range(0, whole, ROW_GROUP_ROWS):
-            group = pending.slice(start, min(ROW_GROUP_ROWS, whole - start)).combine_chunks()
+            group = _one_chunk(pending.slice(start, min(ROW_GROUP_ROWS, whole - start)))
             part.writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
         part.rows += whole
         rest = pending.slice(whole)

@@ -500,3 +500,16 @@ def test_dedupe_finds_the_split_groups_of_a_member_stored_apart(
     manifest = json.loads((run_out / "manifest.json").read_text())
     straddling = manifest["global"]["dedupe"]["pw-decide-row-1"]["straddling_groups"]
     assert summary["dedupe"]["straddling_groups"] == straddling == theirs.height
+    # a survivor rule still names the column as the files hold it
+    result = runner.invoke(
+        app,
+        ["dedupe", "--split", f"train={tmp_path / 'train.parquet'}", "--split",
+         f"eval={tmp_path / 'eval.parquet'}", "--kind", "pw-decide-row-1", "--out", str(out),
+         "--workers", "1", "--survivor", "max:_meta", "--force", *flags],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (
+        pl.read_parquet(out / "split_groups.parquet")
+        .sort("field", "value")
+        .equals(theirs.sort("field", "value"))
+    )

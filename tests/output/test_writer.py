@@ -192,3 +192,17 @@ def test_parquet_bytes_do_not_change_with_the_batch_size(tmp_path: Path) -> None
     assert accepted.row_group(0).num_rows > 512  # several batches in one row group
     assert pq.read_table(out / "rejected/part-00000.parquet").num_rows == 400
     assert digests[0] == digests[1] == digests[2]
+
+
+def test_a_row_group_too_large_for_one_chunk_is_written_as_it_came(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Arrow joins at most 2 GiB of text into one array (a nested column fails to join:
+    ``offset overflow``), so a row group that large is written a batch at a time rather
+    than failing the run at its end; smaller ones are joined."""
+    batches = [pa.table({"m": pa.array([["x" * 100]] * 10)}) for _ in range(3)]
+    group = pa.concat_tables(batches)
+    assert group["m"].num_chunks == 3
+    assert writer._one_chunk(group)["m"].num_chunks == 1
+    monkeypatch.setattr(writer, "_ONE_CHUNK_BYTES", group.nbytes)
+    assert writer._one_chunk(group)["m"].num_chunks == 3
