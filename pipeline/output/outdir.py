@@ -679,6 +679,26 @@ def _check_file(out: Path, force: bool, protected: Iterable[Path]) -> None:
         )
 
 
+_PART_NAME: Final = re.compile(r"([0-9]+)-[0-9a-f]{8}")
+
+
+def _remove_dead_parts(out: Path, protected: Iterable[Path]) -> None:
+    """Remove what killed commands left beside the file ``out``: regular files named
+    ``.NAME.rowgate-part-PID-XXXXXXXX`` whose process is dead, never a link, a directory,
+    a live command's file or a path the command reads."""
+    prefix = f".{out.name}{_PART}"
+    reads = {os.path.realpath(p) for p in protected if os.path.lexists(p)}
+    for entry in out.parent.iterdir():
+        rest = entry.name.removeprefix(prefix)
+        found = _PART_NAME.fullmatch(rest) if rest != entry.name else None
+        if found is None or entry.is_symlink() or not entry.is_file():
+            continue
+        pid = int(found.group(1))
+        if os.path.realpath(entry) in reads or (pid != os.getpid() and pid_alive(pid)):
+            continue
+        entry.unlink(missing_ok=True)
+
+
 def _new_sibling(out: Path) -> Path:
     """A new empty hidden file beside ``out``, made with ``O_EXCL``: whatever is already
     at a name, even a dead command's leftover, is never written over."""
@@ -712,7 +732,8 @@ def _publish_file(tmp: Path, out: Path, force: bool, protected: Iterable[Path]) 
 def atomic_file(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iterator[Path]:
     """Yield a new empty hidden sibling of the file ``out`` that replaces it, in one
     rename, when the block completes; on any exception it is removed and ``out`` is left
-    as it was (a kill leaves at most the sibling, ``.NAME.rowgate-part-PID-…``).
+    as it was (a kill leaves at most the sibling, ``.NAME.rowgate-part-PID-…``, which the
+    next command on ``out`` removes: :func:`_remove_dead_parts`).
 
     Raises, before the block: :class:`UnsafeOutputError` (``out``'s path is not UTF-8;
     ``out`` is, contains or lies inside a path in ``protect``, by its real path or as the
@@ -722,6 +743,7 @@ def atomic_file(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iter
     protect = list(protect)
     _check_utf8(out, "an output file")
     _check_file(out, force, protect)
+    _remove_dead_parts(out, protect)
     tmp = _new_sibling(out)
     try:
         yield tmp

@@ -297,6 +297,8 @@ _OTHER_ROWS_FUNCTIONS: Final = frozenset(
         "Repeat", "ExtendConstant", "DropNulls", "DropNans", "GatherEvery", "Head", "Tail",
     }
 )  # fmt: skip
+#: Cross-row functions polars writes around another (a null check): named last
+_HELPER_FUNCTIONS: Final = frozenset({"Any", "All", "NullCount", "Len", "Count", "DropNulls"})
 #: Values that hold no expression: a literal's value, a column's or selector's name
 _NOT_EXPRESSIONS: Final = frozenset({"Literal", "Column", "Columns", "Selector", "DtypeColumn"})
 #: ``Eval`` variants whose evaluation reads one row's own list or array
@@ -321,11 +323,22 @@ def _other_rows(tree: Any) -> str | None:
     found: list[str] = []
     _collect_other_rows(tree, found)
     ranked = [*_OTHER_ROWS_NODES.values()]
-    # a function is named before COUNT(*), which is often only an aggregate's own check
+    # a function is named before COUNT(*), which is often only an aggregate's own check,
+    # and a helper polars wraps around one (CORR's null check, Any) after the others
     function = ranked.index(_OTHER_ROWS_NODES["Len"]) - 0.5
-    return min(
-        found, key=lambda what: ranked.index(what) if what in ranked else function, default=None
-    )
+    helper = {_function_found(name) for name in _HELPER_FUNCTIONS}
+
+    def rank(what: str) -> float:
+        if what in ranked:
+            return ranked.index(what)
+        return function + (0.25 if what in helper else 0)
+
+    return min(found, key=rank, default=None)
+
+
+def _function_found(name: str) -> str:
+    """What :func:`_other_rows` says of a cross-row function."""
+    return f"polars' {name}, which reads the column's other rows"
 
 
 def _collect_other_rows(tree: Any, found: list[str]) -> None:
@@ -352,7 +365,7 @@ def _collect_other_rows(tree: Any, found: list[str]) -> None:
         elif key == "Function" and isinstance(value, dict):
             name = _function_name(value.get("function"))
             if name in _OTHER_ROWS_FUNCTIONS:
-                found.append(f"polars' {name}, which reads the column's other rows")
+                found.append(_function_found(name))
             _collect_other_rows(value.get("input"), found)
         else:
             _collect_other_rows(value, found)

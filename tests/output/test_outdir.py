@@ -690,3 +690,31 @@ def test_atomic_file_never_replaces_what_it_reads_or_a_file_that_appeared(
     assert out.read_text() == "new\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.jsonl", "in.jsonl", "out.jsonl"]
     assert source.read_text() == "input\n"
+
+
+def test_atomic_file_removes_killed_commands_parts_only(tmp_path: Path) -> None:
+    """A command killed while it wrote ``--out FILE`` left its hidden part beside it; the
+    next command on FILE removes it, but never a live command's part, a link, a
+    directory or a path it reads."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead_pid, live_pid = int(dead.stdout), os.getppid()
+    out = tmp_path / "scores.jsonl"
+    killed = tmp_path / f".scores.jsonl.rowgate-part-{dead_pid}-0a1b2c3d"
+    live = tmp_path / f".scores.jsonl.rowgate-part-{live_pid}-0a1b2c3d"
+    read = tmp_path / f".scores.jsonl.rowgate-part-{dead_pid}-ffffffff"
+    linked = tmp_path / f".scores.jsonl.rowgate-part-{dead_pid}-00000000"
+    other = tmp_path / f".scores.jsonl.rowgate-part-{dead_pid}-notours"
+    for path in (killed, live, read, other):
+        path.write_text("half")
+    linked.symlink_to(read)
+    with outdir.atomic_file(out, force=False, protect=[read]) as tmp:
+        tmp.write_text("scores\n")
+    assert out.read_text() == "scores\n"
+    assert not killed.exists()
+    for kept in (live, read, other):
+        assert kept.exists(), kept
+    assert linked.is_symlink()

@@ -161,7 +161,7 @@ def test_two_bindings_failing_in_two_shards_name_the_first_shards(tmp_path: Path
         ("RANK() OVER (ORDER BY ratings.style)", ""),
         ("ratings.factuality - QUANTILE_CONT(ratings.factuality, 0.5) + 3", "polars' Quantile"),
         ("COVAR(ratings.factuality, ratings.style) + ratings.factuality", "polars'"),
-        ("CORR(ratings.factuality, ratings.style) + 3", "polars'"),
+        ("CORR(ratings.factuality, ratings.style) + 3", "polars' Correlation"),
         ("LENGTH(STRING_AGG(rationale, ','))", "an aggregate"),
         ("COUNT(*)", "COUNT"),
         ("ROW_NUMBER() OVER ()", "polars' Range"),
