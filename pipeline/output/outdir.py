@@ -715,7 +715,8 @@ def _new_sibling(out: Path) -> Path:
 
 def _publish_file(tmp: Path, out: Path, force: bool, protected: Iterable[Path]) -> None:
     """Move the complete ``tmp`` to ``out``, flushed to disk first: never over a file that
-    appeared meanwhile without ``force``; with it, after ``out`` is checked again."""
+    appeared meanwhile without ``force``; with it, after ``out`` is checked again, with
+    the replaced file's permissions (its owner is the command's: a new file)."""
     fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -725,6 +726,7 @@ def _publish_file(tmp: Path, out: Path, force: bool, protected: Iterable[Path]) 
         _rename_new(tmp, out)
         return
     _check_file(out, force, protected)  # OUT may have appeared or changed meanwhile
+    os.chmod(tmp, stat.S_IMODE(os.stat(out).st_mode))  # the file replaced keeps its mode
     os.replace(tmp, out)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -718,3 +719,15 @@ def test_atomic_file_removes_killed_commands_parts_only(tmp_path: Path) -> None:
     for kept in (live, read, other):
         assert kept.exists(), kept
     assert linked.is_symlink()
+
+
+def test_atomic_file_keeps_the_replaced_file_s_permissions(tmp_path: Path) -> None:
+    """A file replaced with ``force`` is a new file: it took the umask's mode, so a
+    shared, group-readable scores file became private (or the reverse)."""
+    out = tmp_path / "scores.jsonl"
+    out.write_text("old\n")
+    out.chmod(0o640)
+    with outdir.atomic_file(out, force=True) as tmp:
+        tmp.write_text("new\n")
+    assert out.read_text() == "new\n"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
