@@ -10,6 +10,7 @@ plain tables (polars) and dictionaries; writing them is
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ from pipeline.reports.selective import (
 from pipeline.reports.settings import ReportSettings
 from pipeline.reports.sources import LoadedTable
 
-__all__ = ["EvaluationReport", "SliceResult", "evaluate"]
+__all__ = ["EvaluationReport", "SliceResult", "evaluate", "slice_label"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -61,6 +62,7 @@ _CONFIDENCE: Final = "__rowgate_confidence"
 _CORRECT: Final = "__rowgate_correct"
 _SELECTED: Final = "__rowgate_selected"
 _BY: Final = "__rowgate_by_"
+_ENDS: Final = ("", "_low", "_high")  # a metric and its interval
 
 
 @dataclass
@@ -133,6 +135,18 @@ class EvaluationReport:
         return pl.DataFrame(rows, schema=_TARGETS_SCHEMA, orient="row")
 
 
+#: summary.parquet's columns beside the --by ones, by mode (a --by may not take one)
+_SCORED_SUMMARY: Final = frozenset(
+    {"slice", "warnings", "n", "accuracy", "mean_confidence", "aurc", "aurc_optimal"}
+    | {"ece_equal_width", "ece_equal_mass", "mce", "rmsce", "brier", "equal_mass_bins"}
+    | {f"{m}{end}" for m in ("ece_equal_width", "brier", "aurc", "e_aurc") for end in _ENDS}
+)
+_OPERATING_SUMMARY: Final = frozenset(
+    {"slice", "warnings", "n", "selected", "errors"}
+    | {f"{m}{end}" for m in ("coverage", "risk") for end in _ENDS}
+    | {f"{m}_wilson{end}" for m in ("coverage", "risk") for end in _ENDS[1:]}
+)
+
 _BINS_SCHEMA: Final = {
     "slice": pl.String,
     "scheme": pl.String,
@@ -194,7 +208,18 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
     0.29
     """
     preset = PRESETS[settings.preset] if settings.preset else None
+    summary_columns = _SCORED_SUMMARY if settings.mode == "scored" else _OPERATING_SUMMARY
+    clash = next((b for b in settings.by if b in summary_columns), None)
+    if clash is not None:  # summary.parquet holds a column per --by beside its own
+        raise ConfigError(
+            f"by: {clash!r} is also the name of a summary column; slice by an expression "
+            f'of it instead, e.g. --by "CAST({clash} AS VARCHAR)"'
+        )
     rows, data = _collect(table, settings, preset)
+    # A slice's rows in an order of their values alone, so that its bootstrap draws, and
+    # so its intervals, depend on the rows and not on the order they were read in.
+    metric = _CONFIDENCE if settings.mode == "scored" else _SELECTED
+    rows = rows.sort([metric, _CORRECT])
     z = normal_quantile(settings.level)
     by_names = [f"{_BY}{i}" for i in range(len(settings.by))]
     parts: list[tuple[str, dict[str, str | None], pl.DataFrame]] = [(OVERALL, {}, rows)]
@@ -208,8 +233,7 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
             ) from None
         for key, part in labelled.partition_by(by_names, maintain_order=True, as_dict=True).items():
             keys = dict(zip(settings.by, (None if v is None else str(v) for v in key), strict=True))
-            label = ", ".join(f"{b}={'null' if v is None else v}" for b, v in keys.items())
-            parts.append((label, keys, part))
+            parts.append((slice_label(keys), keys, part))
     slices = []
     for label, keys, part in parts:
         if settings.mode == "scored":
@@ -218,6 +242,35 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
             result = _operating_point_slice(label, keys, part, settings, z)
         slices.append(result)
     return EvaluationReport(settings, preset, data, slices)
+
+
+def slice_label(keys: dict[str, str | None]) -> str:
+    """A slice's name, ``by=value, …``, told apart from every other slice's.
+
+    A value is written as it is where it cannot be misread, else as a JSON string: empty,
+    ``null`` (the text; a null value is written ``null``), or holding a comma, an equals
+    sign, a quote or whitespace other than single spaces between words. The tables key
+    their rows by this name, and the bootstrap seeds by it.
+
+    Examples
+    --------
+    >>> slice_label({"model": "m1", "split": None})
+    'model=m1, split=null'
+    >>> slice_label({"a": "1, b=2", "b": "null"})
+    'a="1, b=2", b="null"'
+    """
+    return ", ".join(f"{by}={_label_value(value)}" for by, value in keys.items())
+
+
+def _label_value(value: str | None) -> str:
+    if value is None:
+        return "null"
+    if value != "null" and _PLAIN_VALUE.fullmatch(value):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+_PLAIN_VALUE: Final = re.compile(r'[^\s",=]+(?: [^\s",=]+)*')
 
 
 def _expression(text: str, setting: str, columns: pl.Schema) -> pl.Expr:
@@ -248,6 +301,8 @@ def _expression(text: str, setting: str, columns: pl.Schema) -> pl.Expr:
 
 
 _MISSING_COLUMN: Final = re.compile(r'unable to find column "([^"]*)"')
+#: how polars begins an error from its Parquet reader (a page it cannot decode)
+_UNREADABLE_FILE: Final = "parquet:"
 
 
 def _collect(
@@ -286,6 +341,9 @@ def _collect(
             frame = frame.filter(_expression(settings.where, "where", columns))
         rows = frame.select(selections).collect()
     except EVALUATION_ERRORS as exc:
+        if isinstance(exc, OSError) or str(exc).startswith(_UNREADABLE_FILE):
+            # the files, not the expressions: a corrupt page, a file gone since it was hashed
+            raise InputError(f"cannot read the table: {first_line(exc)}") from None
         raise InputError(
             f"cannot evaluate the expressions over the table: {failure_kind(exc)}; "
             "check the types of the columns they use"
@@ -322,7 +380,19 @@ def _typed(rows: pl.DataFrame, settings: ReportSettings) -> pl.DataFrame:
         dtype = rows.schema[_CONFIDENCE]
         if not (dtype.is_numeric() or dtype == pl.Null):
             raise ConfigError(f"confidence: must be numeric, got {dtype}")
-        casts.append(pl.col(_CONFIDENCE).cast(pl.Float64))
+        if not dtype.is_float():  # integers past 2**53, long decimals: ranks must not merge
+            distinct = rows[_CONFIDENCE].n_unique()
+            as_floats = rows[_CONFIDENCE].cast(pl.Float64).n_unique()
+            if as_floats < distinct:
+                raise InputError(
+                    f"confidence: its {distinct} distinct {dtype} values are {as_floats} as "
+                    "64-bit floats, which rowgate ranks by; give a confidence whose values "
+                    "a float holds apart"
+                )
+        # -0.0 becomes 0.0: the two are one threshold, whichever a tie group meets first
+        # (polars folds ``x + 0.0`` away, so the zero is written out)
+        confidence = pl.col(_CONFIDENCE).cast(pl.Float64)
+        casts.append(pl.when(confidence == 0.0).then(0.0).otherwise(confidence).alias(_CONFIDENCE))
     for name, setting in ((_CORRECT, "correct"), (_SELECTED, "selected")):
         if name not in rows.columns:
             continue

@@ -243,10 +243,21 @@ def _conventions_section(document: dict[str, Any]) -> str:
     )
 
 
+def _percent(level: float) -> str:
+    """The interval level as given, never rounded to ``100%``.
+
+    Examples
+    --------
+    >>> _percent(0.95), _percent(0.999)
+    ('95%', '99.9%')
+    """
+    return f"{level * 100:.10g}%"
+
+
 def _targets_table(report: EvaluationReport, metric: str, label: str) -> str:
     """One row per slice, one column per target: the value, its interval on a second line,
     and the achieved coverage or the confidence threshold on a third."""
-    level = f"{report.settings.level:.0%}"
+    level = _percent(report.settings.level)
     targets = sorted(
         {t["target"] for s in report.slices for t in s.targets if t["metric"] == metric}
     )
@@ -322,7 +333,7 @@ def _scored_summary_section(report: EvaluationReport) -> str:
             ]
         row += [m["aurc"], _interval(m, "aurc"), m["e_aurc"], _interval(m, "e_aurc")]
         rows.append(row)
-    level = f"{settings.level:.0%}"
+    level = _percent(settings.level)
     columns = [c.replace("95 %", level) for c in columns]
     return html.section("Summary", html.table(columns, rows))
 
@@ -342,7 +353,7 @@ def _forest_panel(
 
 def _slice_figures_section(report: EvaluationReport, plotted: list[SliceResult]) -> str:
     """The forest plot of ECE and AURC per slice, and the risk-coverage curves."""
-    level = f"{report.settings.level:.0%}"
+    level = _percent(report.settings.level)
     panels = []
     if report.settings.calibration:
         panels.append(_forest_panel("ECE (equal width)", "ece_equal_width", plotted))
@@ -396,7 +407,7 @@ def _reliability_section(report: EvaluationReport, plotted: list[SliceResult]) -
 
 
 def _operating_point_sections(report: EvaluationReport, plotted: list[SliceResult]) -> list[str]:
-    level = f"{report.settings.level:.0%}"
+    level = _percent(report.settings.level)
     rows = [
         [
             s.label,

@@ -30,6 +30,7 @@ from typing import Final
 import polars as pl
 
 from pipeline.core.config import ConfigError, Limits
+from pipeline.core.expression_errors import first_line
 from pipeline.core.reasons import RejectLine
 from pipeline.gate.reader import (
     JSONL_SUFFIXES,
@@ -92,6 +93,8 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
         A run directory holds several kinds and ``kind`` does not choose one.
     """
     limits = limits or Limits()
+    if not data.strip():  # Path("") is the working directory: never read it unasked
+        raise InputError("DATA is empty: give a run directory, a directory, a glob or a file")
     path = Path(data)
     run_kind = None
     if path.is_dir() and (path / MANIFEST_NAME).is_file():
@@ -128,9 +131,9 @@ def _check_one_schema(files: list[Path]) -> None:
     """The Parquet files of one table must hold the same columns of the same types (in
     any order): otherwise reading them failed later, and the error blamed the report's
     expressions, not the file that differs."""
-    first = dict(pl.read_parquet_schema(files[0]))
+    first = _parquet_schema(files[0])
     for other in files[1:]:
-        schema = dict(pl.read_parquet_schema(other))
+        schema = _parquet_schema(other)
         if schema == first:  # as mappings: the columns' order may differ
             continue
         missing = [c for c in first if c not in schema]
@@ -148,6 +151,15 @@ def _check_one_schema(files: list[Path]) -> None:
             f"{other}: column {column!r} is {schema[column]}, in {files[0]} {first[column]}; "
             "the files of one table must hold the same column types"
         )
+
+
+def _parquet_schema(path: Path) -> dict[str, pl.DataType]:
+    """The columns of one Parquet file, or an input error naming it (empty, truncated,
+    not Parquet): its footer holds no record values, so polars' message is kept."""
+    try:
+        return dict(pl.read_parquet_schema(path))
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise InputError(f"{path}: not a readable Parquet file: {first_line(exc)}") from None
 
 
 def _format(path: Path) -> str | None:

@@ -156,6 +156,16 @@ def test_report_exit_codes(
     assert not (tmp_path / "r").exists()
 
 
+def test_an_unreadable_parquet_file_exits_3(tmp_path: Path) -> None:
+    """It was an internal error (exit 4)."""
+    (tmp_path / "empty.parquet").write_bytes(b"")
+    args = ["--confidence", "p", "--correct", "y", "--out", str(tmp_path / "r")]
+    result = runner.invoke(app, ["report", "calibration", str(tmp_path / "empty.parquet"), *args])
+    assert result.exit_code == 3, result.output
+    assert "empty.parquet: not a readable Parquet file" in result.output
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.slow
 def test_report_missing_data_and_existing_output(scores: Path, tmp_path: Path) -> None:
     result = runner.invoke(

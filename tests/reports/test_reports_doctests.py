@@ -12,6 +12,7 @@ MODULES = (
     "pipeline.reports.calibration",
     "pipeline.reports.selective",
     "pipeline.reports.evaluation",
+    "pipeline.reports.evaluation_output",
     "pipeline.reports.plots",
     "pipeline.reports.svg",
     "pipeline.reports.html",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -430,3 +431,113 @@ def test_parquet_files_of_different_schemas_are_named(tmp_path: Path) -> None:
         InputError, match=r"d\.parquet: has no column 'correct', which .*a\.parquet has"
     ):
         load_table(str(tmp_path / "*.parquet"))
+
+
+def test_an_unreadable_parquet_file_is_an_input_error_naming_it(tmp_path: Path) -> None:
+    """An empty, a truncated or a non-Parquet file was an internal error (exit 4); a page
+    that does not decode was blamed on the report's expressions."""
+    pl.DataFrame({"p": [0.2], "y": [1]}).write_parquet(tmp_path / "a.parquet")
+    (tmp_path / "b.parquet").write_bytes(b"")
+    with pytest.raises(InputError, match=r"b\.parquet: not a readable Parquet file"):
+        load_table(str(tmp_path))
+    (tmp_path / "b.parquet").write_bytes(b"PAR1" + bytes(range(256)) * 4)
+    with pytest.raises(InputError, match=r"b\.parquet: not a readable Parquet file"):
+        load_table(str(tmp_path / "b.parquet"))
+    # a compressed data page corrupted inside: the footer reads, the page does not
+    rows = pl.DataFrame({"p": [0.1, 0.2, 0.3] * 20_000, "y": [0, 1, 1] * 20_000})
+    rows.write_parquet(tmp_path / "b.parquet", compression="zstd", statistics=False)
+    damaged = bytearray((tmp_path / "b.parquet").read_bytes())
+    damaged[44:244] = bytes(b ^ 0x5A for b in damaged[44:244])
+    (tmp_path / "b.parquet").write_bytes(bytes(damaged))
+    table = load_table(str(tmp_path / "b.parquet"))
+    with pytest.raises(InputError, match="cannot read the table: parquet"):
+        _evaluate(table, confidence="p", correct="y", bootstrap=0)
+
+
+def test_empty_data_is_refused_not_read_as_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pl.DataFrame({"p": [0.2], "y": [1]}).write_parquet(tmp_path / "a.parquet")
+    monkeypatch.chdir(tmp_path)
+    for data in ("", "  "):
+        with pytest.raises(InputError, match="DATA is empty"):
+            load_table(data)
+
+
+def test_slices_with_lookalike_values_keep_apart() -> None:
+    """Labels were ``by=value`` joined by ", ": a value holding ", b=" or the text "null"
+    gave two slices one label, and the bins, curve and targets tables, keyed by it, mixed
+    them."""
+    table = _table(
+        p=[0.2, 0.9, 0.4, 0.7],
+        y=[1, 0, 1, 1],
+        a=["1, b=2", "1", "x", "x"],
+        b=["3", "2, b=3", None, "null"],
+    )
+    report = _evaluate(table, confidence="p", correct="y", by=("a", "b"), bootstrap=0)
+    labels = [s.label for s in report.slices]
+    assert labels == ["all", 'a=1, b="2, b=3"', 'a="1, b=2", b=3', 'a=x, b="null"', "a=x, b=null"]
+    curve = report.curve_table()
+    assert curve.group_by("slice", maintain_order=True).len()["len"].to_list() == [4, 1, 1, 1, 1]
+    assert report.bins_table()["slice"].n_unique() == 5
+
+
+@pytest.mark.parametrize("mode", ["confidence", "selected"])
+def test_a_slice_named_like_a_summary_column_is_refused(mode: str) -> None:
+    """``--by n`` overwrote summary.parquet's ``n`` with the slice values."""
+    table = _table(p=[0.2, 0.9], y=[1, 0], n=["a", "b"], slice=["c", "d"], s=[True, False])
+    expression: dict[str, object] = (
+        {"confidence": "p"} if mode == "confidence" else {"selected": "s", "calibration": False}
+    )
+    for by in ("n", "slice", "warnings"):
+        with pytest.raises(ConfigError, match=f"by: '{by}' is also the name of a summary column"):
+            _evaluate(table, correct="y", by=(by,), bootstrap=0, **expression)
+    report = _evaluate(table, correct="y", by=("CAST(n AS VARCHAR)",), bootstrap=0, **expression)
+    assert report.summary_table()["n"].to_list() == [2, 1, 1]
+
+
+@pytest.mark.parametrize("calibration", [True, False])
+def test_the_reserved_names_are_the_summary_columns(calibration: bool) -> None:
+    """The names a --by may not take are exactly summary.parquet's own columns."""
+    from pipeline.reports.evaluation import _OPERATING_SUMMARY, _SCORED_SUMMARY
+
+    table = _table(p=[0.2, 0.9, 0.5], y=[1, 0, 1], s=[True, False, True])
+    scored = _evaluate(table, confidence="p", correct="y", calibration=calibration)
+    operating = _evaluate(table, selected="s", correct="y", calibration=False)
+    if calibration:
+        assert set(scored.summary_table().columns) == _SCORED_SUMMARY
+    else:
+        assert set(scored.summary_table().columns) < _SCORED_SUMMARY
+    assert set(operating.summary_table().columns) == _OPERATING_SUMMARY
+
+
+@pytest.mark.parametrize("selected", [False, True])
+def test_intervals_do_not_depend_on_the_order_rows_are_read(selected: bool) -> None:
+    """The bootstrap drew row positions: the same rows shuffled gave other intervals."""
+    rows = _synthetic(3000).frame.collect()
+    shuffled = rows.sample(fraction=1.0, shuffle=True, seed=7)
+    assert not rows.equals(shuffled)
+    settings: dict[str, object] = {"correct": "ok", "by": ("model",), "bootstrap": 200}
+    settings |= {"selected": "p > 0.5", "calibration": False} if selected else {"confidence": "p"}
+    first, second = (
+        _evaluate(LoadedTable(frame.lazy(), [], "parquet"), **settings).summary_table()
+        for frame in (rows, shuffled)
+    )
+    assert first.equals(second)
+
+
+def test_integer_scores_a_float_cannot_tell_apart_are_refused() -> None:
+    """Int64 scores past 2**53 were cast to floats and merged into one tie group."""
+    table = _table(p=[2**53, 2**53 + 1, 5], y=[1, 0, 1])
+    with pytest.raises(InputError, match="its 3 distinct Int64 values are 2 as 64-bit floats"):
+        _evaluate(table, confidence="p", correct="y", calibration=False, bootstrap=0)
+    table = _table(p=[2**53, 2**53 + 2, 5], y=[1, 0, 1])  # each a float of its own
+    report = _evaluate(table, confidence="p", correct="y", calibration=False, bootstrap=0)
+    assert report.slices[0].summary["aurc"] == pytest.approx((1 + 1 / 2 + 1 / 3) / 3)
+
+
+def test_negative_zero_is_the_threshold_zero_in_any_row_order() -> None:
+    for order in ([0.0, -0.0], [-0.0, 0.0]):
+        table = _table(p=order, y=[1, 0])
+        report = _evaluate(table, confidence="p", correct="y", calibration=False, bootstrap=0)
+        assert [math.copysign(1, t) for t in report.curve_table()["threshold"]] == [1.0]
