@@ -249,8 +249,8 @@ def slice_label(keys: dict[str, str | None]) -> str:
 
     A value is written as it is where it cannot be misread, else as a JSON string: empty,
     ``null`` (the text; a null value is written ``null``), or holding a comma, an equals
-    sign, a quote or whitespace other than single spaces between words. The tables key
-    their rows by this name, and the bootstrap seeds by it.
+    sign, a quote, a control character or whitespace other than single spaces between
+    words. The tables key their rows by this name, and the bootstrap seeds by it.
 
     Examples
     --------
@@ -265,7 +265,7 @@ def slice_label(keys: dict[str, str | None]) -> str:
 def _label_value(value: str | None) -> str:
     if value is None:
         return "null"
-    if value != "null" and _PLAIN_VALUE.fullmatch(value):
+    if value != "null" and value.isprintable() and _PLAIN_VALUE.fullmatch(value):
         return value
     return json.dumps(value, ensure_ascii=False)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import io
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Final, ParamSpec, TypeVar
 
@@ -70,7 +71,11 @@ def figure_png(figure: Figure) -> bytes:
     """
     FigureCanvasAgg(figure)
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=_DPI, metadata={"Software": None})
+    with warnings.catch_warnings():
+        # a character the font lacks (a slice value in CJK, an emoji) is drawn as a box;
+        # matplotlib's warning of each, on stderr, would say so again and again
+        warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
+        figure.savefig(buffer, format="png", dpi=_DPI, metadata={"Software": None})
     return buffer.getvalue()
 
 

@@ -18,7 +18,7 @@ from pipeline.core.config import ConfigError, load_campaign
 from pipeline.gate.reader import InputError
 from pipeline.jobs.run import run
 from pipeline.output.outdir import OutputExistsError
-from pipeline.reports.evaluation import EvaluationReport, evaluate
+from pipeline.reports.evaluation import EvaluationReport, evaluate, slice_label
 from pipeline.reports.evaluation_output import report_document, write_evaluation
 from pipeline.reports.settings import ReportSettings
 from pipeline.reports.sources import LoadedTable, load_table
@@ -477,6 +477,10 @@ def test_slices_with_lookalike_values_keep_apart() -> None:
     report = _evaluate(table, confidence="p", correct="y", by=("a", "b"), bootstrap=0)
     labels = [s.label for s in report.slices]
     assert labels == ["all", 'a=1, b="2, b=3"', 'a="1, b=2", b=3', 'a=x, b="null"', "a=x, b=null"]
+    assert slice_label({"g": "x\x07"}) == 'g="x\\u0007"'  # a control character, escaped
+    assert slice_label({"g": "x\ty"}) == 'g="x\\ty"'
+    assert slice_label({"g": ""}) == 'g=""'
+    assert slice_label({"g": "gpt 4 turbo"}) == "g=gpt 4 turbo"
     curve = report.curve_table()
     assert curve.group_by("slice", maintain_order=True).len()["len"].to_list() == [4, 1, 1, 1, 1]
     assert report.bins_table()["slice"].n_unique() == 5
@@ -541,3 +545,15 @@ def test_negative_zero_is_the_threshold_zero_in_any_row_order() -> None:
         table = _table(p=order, y=[1, 0])
         report = _evaluate(table, confidence="p", correct="y", calibration=False, bootstrap=0)
         assert [math.copysign(1, t) for t in report.curve_table()["threshold"]] == [1.0]
+
+
+def test_a_character_the_font_lacks_is_drawn_without_a_warning() -> None:
+    """Each CJK character or emoji of a slice value printed a matplotlib warning on stderr."""
+    import warnings
+
+    from pipeline.reports import plots
+
+    figure = plots.bar_figure("模型 😀", ["模型", "x\x07"], [1.0, 2.0], "rows")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plots.figure_png(figure).startswith(b"\x89PNG")
