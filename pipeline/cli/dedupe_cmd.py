@@ -53,7 +53,10 @@ def dedupe_command(
     ] = None,
     key: Annotated[
         list[str] | None,
-        typer.Option(help="A column compared exactly (repeatable; with or instead of --text)."),
+        typer.Option(
+            help="A column compared exactly by every rule, near included: duplicates share it "
+            "(repeatable; with or instead of --text)."
+        ),
     ] = None,
     config_file: _ConfigOption = None,
     threshold: Annotated[

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 import polars as pl
 
@@ -29,13 +30,16 @@ class KeyField:
 
     ``expr`` evaluates to a string, or to a list of strings when ``unordered`` (compared
     as a multiset, sorted after normalisation). ``prose`` fields are normalised;
-    identifiers (document ids, tool names) are not.
+    identifiers (document ids, tool names) are not. An ``exact`` field is compared
+    exactly by every rule, near included: it is not shingled, and near duplicates share
+    it (``rowgate dedupe --key``; :func:`text_columns`).
     """
 
     name: str
     expr: pl.Expr
     prose: bool = True
     unordered: bool = False
+    exact: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,11 +130,29 @@ def text_columns(
     parts: Sequence[pl.Expr] | None = None,
 ) -> pl.Expr:
     """The key's fields as one normalised text (lists in sorted order), for shingling;
-    ``parts``: the fields as already normalised (:func:`normalised_parts`)."""
+    ``parts``: the fields as already normalised (:func:`normalised_parts`).
+
+    The ``exact`` fields are not in the text: every token of it is suffixed with a hash
+    of them instead (``fox`` → ``fox_<hash>``), so that texts whose exact fields differ
+    share no token, no shingle and no band key, and are never near duplicates, while
+    texts whose exact fields agree keep their tokens' one-to-one map, and their
+    similarity (a token is a run of word characters: the suffix stays inside it)."""
     if parts is None:
         parts = _normalised_parts(key, normalisation)
     texts: Sequence[pl.Expr] = [
         (part.list.join("\n") if f.unordered else part).fill_null("")
         for f, part in zip(key.fields, parts, strict=True)
+        if not f.exact
     ]
-    return pl.concat_str(texts, separator="\n").alias(name)
+    if not texts:  # exact fields only (``--key`` without ``--text``): nothing to shingle
+        return pl.repeat(pl.lit(""), pl.len()).alias(name)
+    text = pl.concat_str(texts, separator="\n")
+    exact = [_prefixed(part) for f, part in zip(key.fields, parts, strict=True) if f.exact]
+    if exact:
+        scope = pl.concat_str(exact, separator="").hash(_SCOPE_SEED).cast(pl.String)
+        text = text.str.replace_all(r"(\w+)", pl.lit("${1}_") + scope)
+    return text.alias(name)
+
+
+#: the seed of the exact fields' hash in a near text (any fixed value: only equality counts)
+_SCOPE_SEED: Final = 0x5C09E

@@ -88,14 +88,14 @@ _STEM: Final = "dataset"
 
 def resolved_key(kind: str | None, text: Sequence[str], keys: Sequence[str]) -> DedupeKey:
     """The key of explicit columns (text columns are normalised and shingled, key columns
-    compared exactly, any type as text), else ``kind``'s."""
+    compared exactly by every rule, near included, any type as text), else ``kind``'s."""
     if text or keys:
         return DedupeKey(
             "columns " + ", ".join([*text, *keys]),
             tuple(dict.fromkeys([*text, *keys])),
             (
                 *(KeyField(c, pl.col(c).cast(pl.String)) for c in text),
-                *(KeyField(c, pl.col(c).cast(pl.String), prose=False) for c in keys),
+                *(KeyField(c, pl.col(c).cast(pl.String), prose=False, exact=True) for c in keys),
             ),
         )
     assert kind is not None

@@ -50,7 +50,7 @@ def column_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
         texts.append(
             None if rng.random() < 0.05 else "\n".join([*turns, str(record.get("response_a"))])
         )
-    ids = [rng.randint(0, 40) for _ in texts]
+    ids = [rng.randint(0, 2) for _ in texts]  # few: a duplicate often shares its id
     pl.DataFrame(
         {"q": texts[:300], "id": pl.Series(ids[:300], dtype=pl.Int64), "extra": range(300)}
     ).write_parquet(root / "a.parquet", row_group_size=40)

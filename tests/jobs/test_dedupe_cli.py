@@ -166,6 +166,38 @@ def test_dedupe_foreign_parquet_by_columns(tmp_path: Path) -> None:
     assert pl.read_parquet(out / "kept.parquet")["id"].to_list() == [2, 3, 4, 5]
 
 
+def test_key_columns_are_compared_exactly_by_the_near_rule_too(tmp_path: Path) -> None:
+    """The near rule shingled ``--key`` columns with the text: ids ``doc-1`` and ``doc.1``
+    were near duplicates (J = 1.0), and one body in three languages was two near
+    duplicates of the first (J = 0.88). Near duplicates now share their key columns,
+    and within a key the similarity is that of the texts alone."""
+    body = " ".join(f"word{i}" for i in range(40))
+    edited = body.replace("word39", "changed")
+    frame = pl.DataFrame(
+        {
+            "id": ["doc-1", "doc.1", "doc 1", "DOC-2", "doc-5", "doc-6"],
+            "body": [body, body, body, edited, "x", "y"],
+            "lang": ["en", "fr", "de", "en", "en", "en"],
+        }
+    )
+    path = tmp_path / "rows.parquet"
+    frame.write_parquet(path)
+
+    def removed(*args: str) -> pl.DataFrame:
+        out = tmp_path / f"d{len(list(tmp_path.iterdir()))}"
+        result = runner.invoke(app, ["dedupe", str(path), *args, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        return pl.read_parquet(out / "duplicates.parquet")
+
+    assert removed("--key", "id").height == 0
+    by_language = removed("--text", "body", "--key", "lang")
+    assert by_language["id"].to_list() == ["DOC-2"]  # the edit, in the first row's language
+    assert by_language["_dedupe_rule"].to_list() == ["near"]
+    alone = removed("--text", "body")  # without a key: the copies, and the edit
+    assert alone["id"].to_list() == ["doc.1", "doc 1", "DOC-2"]
+    assert by_language["_similarity_verified"][0] == alone["_similarity_verified"][2]
+
+
 def test_a_row_with_no_key_duplicates_no_other(tmp_path: Path) -> None:
     """A row whose key columns are all null has no key: it is no duplicate of another
     such row by any rule (they shared one before, and all but the first went to
