@@ -185,23 +185,34 @@ def _contamination(
         return
     kept_of = final[protected_rows]
     kept_of = np.where(kept_of >= 0, kept_of, protected_rows)
+    # a row equal to a protected row removed in the split's own dedupe matches its kept
+    # row as that row does: an exact copy of a near duplicate is a near match of it
     prot = pl.DataFrame(
         {
             "exact": exact[protected_rows],
             "norm": normalised[protected_rows],
             "kept": kept_of,
             "kept_rank": rank[kept_of],
+            "via": _chain_rules(target, rule)[protected_rows],
         }
     )
     mine = pl.DataFrame(
         {"row": unprotected, "exact": exact[unprotected], "norm": normalised[unprotected]}
     )
     found = [
-        mine.join(prot.select("exact", "kept", "kept_rank"), on="exact").select(
-            "row", "kept", "kept_rank", priority=pl.lit(EXACT), verified=pl.lit(1.0)
+        mine.join(prot.select("exact", "kept", "kept_rank", "via"), on="exact").select(
+            "row",
+            "kept",
+            "kept_rank",
+            priority=pl.max_horizontal(pl.lit(EXACT), "via"),
+            verified=pl.lit(1.0),
         ),
-        mine.join(prot.select("norm", "kept", "kept_rank"), on="norm").select(
-            "row", "kept", "kept_rank", priority=pl.lit(NORMALISED), verified=pl.lit(1.0)
+        mine.join(prot.select("norm", "kept", "kept_rank", "via"), on="norm").select(
+            "row",
+            "kept",
+            "kept_rank",
+            priority=pl.max_horizontal(pl.lit(NORMALISED), "via"),
+            verified=pl.lit(1.0),
         ),
     ]
     if edges is not None and len(protected_kept):
@@ -229,6 +240,18 @@ def _contamination(
     target[rows] = best["kept"].to_numpy()
     rule[rows] = CONTAMINATION
     match[rows] = best["priority"].to_numpy().astype(np.int8)
+
+
+def _chain_rules(target: I64, rule: npt.NDArray[np.int8]) -> npt.NDArray[np.int8]:
+    """Each row's rule toward its final kept row: a chain exact → normalised → near is
+    as strong as its weakest link, the largest code (0: a kept row)."""
+    chained = rule.copy()
+    walk = target.copy()
+    while (walk >= 0).any():
+        step = walk >= 0
+        chained[step] = np.maximum(chained[step], rule[walk[step]])
+        walk[step] = target[walk[step]]
+    return chained
 
 
 def _symmetric_edges(near: NearPairs) -> pl.DataFrame:
@@ -325,13 +348,7 @@ def _finish(
 ) -> Duplicates:
     n = len(target)
     final = _resolve(target)
-    # a chain exact → normalised → near is as strong as its weakest link: the largest code
-    final_rule = rule.copy()
-    walk = target.copy()
-    while (walk >= 0).any():
-        step = walk >= 0
-        final_rule[step] = np.maximum(final_rule[step], rule[walk[step]])
-        walk[step] = target[walk[step]]
+    final_rule = _chain_rules(target, rule)
     estimated = np.full(n, np.nan)
     verified = np.full(n, np.nan)
     removed = np.flatnonzero(final >= 0)

@@ -119,6 +119,22 @@ def test_contamination_removes_from_the_unprotected_split_only() -> None:
     assert not found.removed[3:5].any()
 
 
+def test_a_copy_of_a_removed_protected_row_matches_its_kept_row_as_that_row_does() -> None:
+    """Eval row 1 is a near duplicate of eval row 0 (removed in eval's own dedupe); train
+    row 2 is an exact copy of row 1. It was removed for row 0 as an *exact* match (its
+    reason said "exact match: verified Jaccard 0.81"): it is a near match of row 0."""
+    exact = _ids(0, 1, 1)
+    partition = _ids(1, 1, 0)
+    found = find_duplicates(_ids(0, 1, 2), exact, exact, partition, _near((0, 1, 0.81)))
+    assert found.kept.tolist() == [-1, 0, 0]
+    assert _rules(found) == ["", "near", "contamination"]
+    assert RULES[found.match[2]] == "near"
+    assert found.verified[2] == pytest.approx(0.81)
+    # an exact copy of a kept protected row is still an exact match
+    found = find_duplicates(_ids(0, 1), _ids(0, 0), _ids(0, 0), _ids(1, 0), None)
+    assert RULES[found.match[1]] == "exact"
+
+
 def test_protected_splits_never_lose_rows_to_each_other() -> None:
     ids = _ids(0, 0, 0)
     found = find_duplicates(_ids(0, 1, 2), ids, ids, _ids(1, 2, 0), None)
