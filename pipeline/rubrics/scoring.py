@@ -29,8 +29,10 @@ values may be secrets, and details reach ``report.html``): the numbers are in th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Final
 
 import numpy as np
@@ -328,6 +330,69 @@ def _divided(pair: pl.Series) -> pl.Series:
     return pl.Series(pair.name, quotient, pl.Float64)
 
 
+def _exact_near_acceptance(rubric: Rubric, folded: pl.Expr, criteria: list[_Verdict]) -> pl.Expr:
+    """The weighted score, exact where its state depends on it.
+
+    The vectorised mean is a float sum of rounded products: weights 0.35, 0.58 and 0.07
+    with every score 3 gave 2.9999999999999996, below an acceptance score of 3 that the
+    mean Σ wᵢ·sᵢ / Σ wᵢ = 3 reaches. A row whose score lies within :data:`_NEAR` of the
+    acceptance score (relative to the scale) is scored again in exact rational
+    arithmetic: its score is the exact mean rounded to the nearest float, or the float
+    just below the acceptance score when the mean lies below it by less than half a
+    unit in the last place. So ``score >= acceptance`` holds exactly when the mean
+    reaches it, and a mean that is the acceptance score is that score. Elsewhere the
+    float's error (a few units in the last place) cannot change a state."""
+    fields = {"_w": folded}
+    for i, verdict in enumerate(criteria):
+        assert verdict.score is not None  # a criterion's verdict
+        fields[f"_s{i}"] = verdict.score
+        fields[f"_a{i}"] = verdict.state != State.NOT_APPLICABLE.value
+    weights = [criterion.weight for criterion in rubric.criteria]
+    acceptance = rubric.weighted_acceptance_score
+    band = _NEAR * max(1.0, abs(rubric.scale_minimum), abs(rubric.scale_maximum))
+
+    def exact_where_close(rows: pl.Series) -> pl.Series:
+        score = rows.struct.field("_w")
+        close = np.flatnonzero(np.abs(score.to_numpy() - acceptance) <= band)  # nulls: NaN
+        if not len(close):
+            return score
+        scores = [rows.struct.field(f"_s{i}").gather(close) for i in range(len(weights))]
+        applies = [rows.struct.field(f"_a{i}").gather(close) for i in range(len(weights))]
+        exact = [
+            _exact_mean(weights, [s[j] for s in scores], [a[j] for a in applies], acceptance)
+            for j in range(len(close))
+        ]
+        return score.scatter(close, exact)
+
+    struct = pl.struct([expr.alias(name) for name, expr in fields.items()])
+    return struct.map_batches(exact_where_close, return_dtype=pl.Float64, is_elementwise=True)
+
+
+#: How near the acceptance score (times the scale's magnitude) a vectorised weighted
+#: score is scored again exactly: far wider than its error, a few units in the last place.
+_NEAR: Final = 1e-6
+
+
+def _exact_mean(
+    weights: list[float],
+    scores: list[float | None],
+    applicable: list[bool | None],
+    acceptance: float,
+) -> float:
+    """Σ wᵢ·sᵢ / Σ wᵢ over the applicable criteria, exactly, as a float on the same side
+    of ``acceptance`` as the exact mean (see :func:`_exact_near_acceptance`)."""
+    numerator = denominator = Fraction(0)
+    for weight, score, applies in zip(weights, scores, applicable, strict=True):
+        if applies and score is not None:
+            numerator += Fraction(weight) * Fraction(score)
+            denominator += Fraction(weight)
+    mean = numerator / denominator
+    rounded = float(mean)
+    if mean < Fraction(acceptance) <= Fraction(rounded):
+        return math.nextafter(acceptance, -math.inf)
+    return rounded
+
+
 def _weighted_verdict(rubric: Rubric, gates: list[_Verdict], criteria: list[_Verdict]) -> _Verdict:
     """The weighted score and its state: a score only when every gate passes (or does not
     apply) and every applicable criterion is known, so nothing compensates for a failing
@@ -353,11 +418,12 @@ def _weighted_verdict(rubric: Rubric, gates: list[_Verdict], criteria: list[_Ver
     all_known = pl.all_horizontal(
         [c.state != State.UNKNOWN.value for c in criteria] or [pl.lit(True)]
     )
-    weighted = (
+    folded = (
         pl.when(gates_pass & all_known & (denominator > 0))
         .then(_quotient(numerator, denominator))
         .otherwise(pl.lit(None, pl.Float64))
     )
+    weighted = _exact_near_acceptance(rubric, folded, criteria)
     acceptance = rubric.weighted_acceptance_score
     state = (
         pl.when(weighted.is_null())

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
-from pipeline.rubrics.model import GateKind, Rubric
+from pipeline.rubrics.model import Criterion, GateKind, Rubric
 
 
 def reference_score(
@@ -46,6 +47,7 @@ def reference_score(
             gates_pass = False
 
     numerator, denominator, all_known = 0.0, 0.0, True
+    counted: list[Criterion] = []
     for criterion in rubric.criteria:
         score = row.get(f"criterion:{criterion.id}")
         applies = row.get(f"applies:{criterion.id}", True)
@@ -80,12 +82,23 @@ def reference_score(
         applicable = state != "not_applicable"
         numerator += criterion.weight * score if applicable else 0.0
         denominator += criterion.weight if applicable else 0.0
+        if applicable:
+            counted.append(criterion)
 
     weighted = numerator / denominator if gates_pass and all_known and denominator > 0 else None
     out["_weighted_score"] = weighted
-    if weighted is None:
+    # the state compares the mean itself, Σ wᵢ·sᵢ / Σ wᵢ in exact arithmetic, with the
+    # acceptance score: the float above may fall a unit in the last place below it
+    exact = (
+        sum((Fraction(c.weight) * Fraction(row[f"criterion:{c.id}"]) for c in counted), Fraction(0))
+        / sum((Fraction(c.weight) for c in counted), Fraction(0))
+        if weighted is not None
+        else None
+    )
+    out["weighted_exact"] = exact
+    if exact is None:
         out["_weighted_state"] = "unknown"
-    elif weighted >= rubric.weighted_acceptance_score:
+    elif exact >= Fraction(rubric.weighted_acceptance_score):
         out["_weighted_state"] = "met"
     else:
         out["_weighted_state"] = "not_met"
