@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -50,7 +51,7 @@ from pipeline.reports.selective import (
     tie_groups,
 )
 from pipeline.reports.settings import ReportSettings
-from pipeline.reports.sources import LoadedTable
+from pipeline.reports.sources import LoadedTable, first_unreadable
 
 __all__ = ["EvaluationReport", "SliceResult", "evaluate", "slice_label"]
 
@@ -136,10 +137,13 @@ class EvaluationReport:
 
 
 #: summary.parquet's columns beside the --by ones, by mode (a --by may not take one)
-_SCORED_SUMMARY: Final = frozenset(
-    {"slice", "warnings", "n", "accuracy", "mean_confidence", "aurc", "aurc_optimal"}
-    | {"ece_equal_width", "ece_equal_mass", "mce", "rmsce", "brier", "equal_mass_bins"}
-    | {f"{m}{end}" for m in ("ece_equal_width", "brier", "aurc", "e_aurc") for end in _ENDS}
+_SELECTIVE_SUMMARY: Final = frozenset(
+    {"slice", "warnings", "n", "accuracy", "mean_confidence", "aurc_optimal"}
+    | {f"{m}{end}" for m in ("aurc", "e_aurc") for end in _ENDS}
+)
+_CALIBRATION_SUMMARY: Final = _SELECTIVE_SUMMARY | frozenset(
+    {"ece_equal_mass", "mce", "rmsce", "equal_mass_bins"}
+    | {f"{m}{end}" for m in ("ece_equal_width", "brier") for end in _ENDS}
 )
 _OPERATING_SUMMARY: Final = frozenset(
     {"slice", "warnings", "n", "selected", "errors"}
@@ -200,7 +204,7 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
 
     Examples
     --------
-    >>> from pipeline.reports.sources import LoadedTable
+    >>> from pipeline.reports.sources import LoadedTable, first_unreadable
     >>> rows = pl.LazyFrame({"p": [0.25, 0.25, 0.55, 0.75, 0.75], "y": [0, 0, 1, 1, 1]})
     >>> s = ReportSettings(confidence="p", correct="y", bins=2, bootstrap=0).validate()
     >>> report = evaluate(LoadedTable(rows, [], "parquet"), s)
@@ -208,7 +212,13 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
     0.29
     """
     preset = PRESETS[settings.preset] if settings.preset else None
-    summary_columns = _SCORED_SUMMARY if settings.mode == "scored" else _OPERATING_SUMMARY
+    summary_columns = (
+        _OPERATING_SUMMARY
+        if settings.mode != "scored"
+        else _CALIBRATION_SUMMARY
+        if settings.calibration
+        else _SELECTIVE_SUMMARY
+    )
     clash = next((b for b in settings.by if b in summary_columns), None)
     if clash is not None:  # summary.parquet holds a column per --by beside its own
         raise ConfigError(
@@ -224,16 +234,7 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
     by_names = [f"{_BY}{i}" for i in range(len(settings.by))]
     parts: list[tuple[str, dict[str, str | None], pl.DataFrame]] = [(OVERALL, {}, rows)]
     if by_names:
-        try:
-            ordered = rows.sort(by_names, nulls_last=True, maintain_order=True)
-            labelled = ordered.with_columns(pl.col(by_names).cast(pl.String))
-        except pl.exceptions.PolarsError as exc:
-            raise ConfigError(
-                f"by: slices need scalar values (text, numbers, booleans): {exc}"
-            ) from None
-        for key, part in labelled.partition_by(by_names, maintain_order=True, as_dict=True).items():
-            keys = dict(zip(settings.by, (None if v is None else str(v) for v in key), strict=True))
-            parts.append((slice_label(keys), keys, part))
+        parts += _slices(rows, settings.by, by_names)
     slices = []
     for label, keys, part in parts:
         if settings.mode == "scored":
@@ -242,6 +243,41 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
             result = _operating_point_slice(label, keys, part, settings, z)
         slices.append(result)
     return EvaluationReport(settings, preset, data, slices)
+
+
+def _slices(
+    rows: pl.DataFrame, by: Sequence[str], by_names: list[str]
+) -> list[tuple[str, dict[str, str | None], pl.DataFrame]]:
+    """One part per distinct ``by`` values, in their order (nulls last), each with its
+    label and its values as text. Parts are cut on the values themselves, never on their
+    text, which two values may share (an object's fields printed without their quotes:
+    ``{"1","2","3"}`` from two different objects merged their slices)."""
+    for text, name in zip(by, by_names, strict=True):
+        dtype = rows.schema[name]
+        if dtype.is_nested() or dtype in (pl.Binary, pl.Object):
+            raise ConfigError(
+                f"by {text!r}: slices need scalar values (text, numbers, booleans, dates), "
+                f"got {dtype}; slice by one of its fields"
+            )
+    try:
+        ordered = rows.sort(by_names, nulls_last=True, maintain_order=True)
+        cut = ordered.partition_by(by_names, maintain_order=True, as_dict=True).values()
+        texts = [part.head(1).select(pl.col(by_names).cast(pl.String)).row(0) for part in cut]
+    except EVALUATION_ERRORS as exc:
+        raise ConfigError(
+            f"by: cannot name the slices by their values: {failure_kind(exc)}"
+        ) from None
+    parts = []
+    for values, part in zip(texts, cut, strict=True):
+        keys = dict(zip(by, values, strict=True))
+        parts.append((slice_label(keys), keys, part))
+    labels = [label for label, _, _ in parts]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(
+            "by: two slices' values read alike as text; slice by an expression that tells "
+            "them apart"
+        )
+    return parts
 
 
 def slice_label(keys: dict[str, str | None]) -> str:
@@ -343,7 +379,9 @@ def _collect(
     except EVALUATION_ERRORS as exc:
         if isinstance(exc, OSError) or str(exc).startswith(_UNREADABLE_FILE):
             # the files, not the expressions: a corrupt page, a file gone since it was hashed
-            raise InputError(f"cannot read the table: {first_line(exc)}") from None
+            bad = first_unreadable(table.files) if table.format == "parquet" else None
+            where = f"{bad}: " if bad else ""
+            raise InputError(f"{where}cannot read the table: {first_line(exc)}") from None
         raise InputError(
             f"cannot evaluate the expressions over the table: {failure_kind(exc)}; "
             "check the types of the columns they use"

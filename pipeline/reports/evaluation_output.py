@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
@@ -248,10 +249,10 @@ def _percent(level: float) -> str:
 
     Examples
     --------
-    >>> _percent(0.95), _percent(0.999)
-    ('95%', '99.9%')
+    >>> _percent(0.95), _percent(0.999), _percent(0.99999999999), _percent(0.07)
+    ('95%', '99.9%', '99.999999999%', '7%')
     """
-    return f"{level * 100:.10g}%"
+    return f"{(Decimal(repr(level)) * 100).normalize():f}%"
 
 
 def _targets_table(report: EvaluationReport, metric: str, label: str) -> str:
@@ -401,7 +402,7 @@ def _reliability_section(report: EvaluationReport, plotted: list[SliceResult]) -
     return html.section(
         "Reliability diagrams (equal-width bins)",
         f'<p class="meta">{report.settings.bins} bins, right-closed; error bars are '
-        f"{report.settings.level:.0%} Wilson intervals of each bin's accuracy.</p>",
+        f"{_percent(report.settings.level)} Wilson intervals of each bin's accuracy.</p>",
         f'<div class="figures">{"".join(diagrams)}</div>',
     )
 

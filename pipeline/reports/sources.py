@@ -23,11 +23,14 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.core.config import ConfigError, Limits
 from pipeline.core.expression_errors import first_line
@@ -151,6 +154,19 @@ def _check_one_schema(files: list[Path]) -> None:
             f"{other}: column {column!r} is {schema[column]}, in {files[0]} {first[column]}; "
             "the files of one table must hold the same column types"
         )
+
+
+def first_unreadable(files: Sequence[str]) -> str | None:
+    """The first of ``files`` (Parquet) with a page that does not decode, read a batch at
+    a time (memory: one batch); ``None`` if every page decodes. For the message of a
+    read that failed, which polars gives without the file's name."""
+    for name in files:
+        try:
+            for _ in pq.ParquetFile(name).iter_batches(batch_size=1 << 16):
+                pass
+        except (pa.ArrowException, OSError):
+            return name
+    return None
 
 
 def _parquet_schema(path: Path) -> dict[str, pl.DataType]:

@@ -449,8 +449,8 @@ def test_an_unreadable_parquet_file_is_an_input_error_naming_it(tmp_path: Path) 
     damaged = bytearray((tmp_path / "b.parquet").read_bytes())
     damaged[44:244] = bytes(b ^ 0x5A for b in damaged[44:244])
     (tmp_path / "b.parquet").write_bytes(bytes(damaged))
-    table = load_table(str(tmp_path / "b.parquet"))
-    with pytest.raises(InputError, match="cannot read the table: parquet"):
+    table = load_table(str(tmp_path))  # named, though polars' message names no file
+    with pytest.raises(InputError, match=r"b\.parquet: cannot read the table: parquet"):
         _evaluate(table, confidence="p", correct="y", bootstrap=0)
 
 
@@ -500,19 +500,40 @@ def test_a_slice_named_like_a_summary_column_is_refused(mode: str) -> None:
     assert report.summary_table()["n"].to_list() == [2, 1, 1]
 
 
-@pytest.mark.parametrize("calibration", [True, False])
-def test_the_reserved_names_are_the_summary_columns(calibration: bool) -> None:
-    """The names a --by may not take are exactly summary.parquet's own columns."""
-    from pipeline.reports.evaluation import _OPERATING_SUMMARY, _SCORED_SUMMARY
+def test_the_reserved_names_are_the_summary_columns() -> None:
+    """The names a --by may not take are exactly summary.parquet's own columns, in each
+    mode (``report selective`` refused ``--by brier``, a column it does not write)."""
+    from pipeline.reports import evaluation
 
-    table = _table(p=[0.2, 0.9, 0.5], y=[1, 0, 1], s=[True, False, True])
-    scored = _evaluate(table, confidence="p", correct="y", calibration=calibration)
-    operating = _evaluate(table, selected="s", correct="y", calibration=False)
-    if calibration:
-        assert set(scored.summary_table().columns) == _SCORED_SUMMARY
-    else:
-        assert set(scored.summary_table().columns) < _SCORED_SUMMARY
-    assert set(operating.summary_table().columns) == _OPERATING_SUMMARY
+    table = _table(p=[0.2, 0.9, 0.5], y=[1, 0, 1], s=[True, False, True], brier=["a", "b", "a"])
+    for settings, reserved in (
+        ({"confidence": "p"}, evaluation._CALIBRATION_SUMMARY),
+        ({"confidence": "p", "calibration": False}, evaluation._SELECTIVE_SUMMARY),
+        ({"selected": "s", "calibration": False}, evaluation._OPERATING_SUMMARY),
+    ):
+        report = _evaluate(table, correct="y", bootstrap=0, **settings)
+        assert set(report.summary_table().columns) == reserved
+    sliced = _evaluate(table, confidence="p", correct="y", calibration=False, by=("brier",))
+    assert sliced.summary_table()["brier"].to_list() == [None, "a", "b"]
+
+
+def test_object_valued_slices_are_refused_and_values_never_merge() -> None:
+    """Two objects whose fields print alike without quotes ({"1","2","3"}) were one
+    slice; the error of a value that cannot be text quoted the values."""
+    table = _table(
+        p=[0.2, 0.9],
+        y=[1, 0],
+        o=[{"a": '1","2', "b": "3"}, {"a": "1", "b": '2","3'}],
+        secret=[{"t": "SECRET-TOKEN", "u": None}, {"t": "x", "u": None}],
+    )
+    for by in ("o", "secret"):
+        with pytest.raises(ConfigError, match=f"by '{by}': slices need scalar values") as caught:
+            _evaluate(table, confidence="p", correct="y", by=(by,), bootstrap=0)
+        assert "SECRET" not in str(caught.value)
+    # scalar values are cut on the values themselves: each its own slice
+    table = _table(p=[0.2, 0.9, 0.4], y=[1, 0, 1], f=[0.1, 0.30000000000000004, 0.3])
+    report = _evaluate(table, confidence="p", correct="y", by=("f",), bootstrap=0)
+    assert [s.summary["n"] for s in report.slices] == [3, 1, 1, 1]
 
 
 @pytest.mark.parametrize("selected", [False, True])
