@@ -358,6 +358,7 @@ def _read_paths(config: CampaignConfig, inputs: list[InputFile]) -> list[Path]:
     (:func:`pipeline.output.outdir.claim_output`)."""
     named = [config.source_path, config.schemas.directory, config.rubrics.directory]
     named += [config.sanitize.policy, *(p.file for p in config.policy.values())]
+    named.append(config.lineage.key_file)  # without it, no keyed run made with it verifies
     references = config.references
     named += [
         t.path

@@ -158,6 +158,41 @@ def test_out_holding_the_config_or_what_it_names_is_refused(tmp_path: Path) -> N
     assert run(config.override(**{"engine.workers": 1}), campaign / "out").manifest
 
 
+def test_the_lineage_key_file_is_never_touched(tmp_path: Path) -> None:
+    """The lineage key file was missing from the paths a run protects: in a directory
+    named like a dead command's leftover beside OUT it was deleted with it, and at OUT's
+    lock path, holding 32 digits, it was taken for a lock, overwritten and deleted.
+    Without it no keyed run made with it can be verified."""
+    (tmp_path / "m.jsonl").write_bytes(MATH.read_bytes())
+    leftover = tmp_path / ".out.rowgate-tmp-4000000"  # a pid above pid_max: never alive
+    leftover.mkdir()
+    key = "0123456789abcdef" * 4
+    places = {
+        "out": leftover / "lineage.key",
+        "out2": tmp_path / ".out2.rowgate-lock",
+    }
+    for out, key_file in places.items():
+        key_file.write_text(key)
+        config_file = tmp_path / f"{out}.toml"
+        config_file.write_text(
+            textwrap.dedent(f"""\
+            [[inputs]]
+            path = "m.jsonl"
+            kind = "math-reasoning-v1"
+            [lineage]
+            key_file = "{key_file}"
+            """)
+        )
+        config = load_campaign(config_file).override(**{"engine.workers": 1})
+        if out == "out":  # the leftover holding it is left alone; the run goes on
+            assert run(config, tmp_path / out).manifest["lineage"]["mode"] == "hmac-sha256"
+        else:
+            with pytest.raises(UnsafeOutputError, match=r"lock file .* which this command reads"):
+                run(config, tmp_path / out)
+            assert not (tmp_path / out).exists()
+        assert key_file.read_text() == key
+
+
 def test_dedupe_and_report_refuse_their_input_as_out(tmp_path: Path) -> None:
     run(_config(MATH), tmp_path / "r")
     accepted = tmp_path / "r" / "accepted"
