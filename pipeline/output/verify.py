@@ -333,6 +333,28 @@ def _check_inputs(
     return found
 
 
+def _check_input_specs(manifest: dict[str, Any], report: VerifyReport) -> None:
+    """The run's inputs are the inputs its effective config names, and only those: a
+    file the config names is the input of that path, a directory its members
+    (``DIR/NAME``). An input dropped from ``inputs`` with its rows left no trace that the
+    lineage check, which walks ``inputs``, could find."""
+    entries = [entry["path"] for entry in manifest["inputs"]]
+    claimed: set[str] = set()
+    for spec in manifest["config"]["inputs"]:
+        given = spec["path"]
+        members = (
+            [given]
+            if given in entries
+            else [p for p in entries if str(Path(given) / Path(p).name) == p]
+        )
+        if not members:
+            report.problem(f"input {given}, which the config names, is not an input of the run")
+        claimed.update(members)
+    for path in entries:
+        if path not in claimed:
+            report.problem(f"input {path}: the config names no such input")
+
+
 # -- 4, 5: config and pinned files -----------------------------------------------------
 
 
@@ -1102,6 +1124,7 @@ def verify_run(
         _check_layout(out, listed, report)
         files = _check_files(out, manifest, listed, report)
         _check_config(manifest, report)
+        _check_input_specs(manifest, report)
         _check_pinned(manifest, report)
         layouts = _schemas(manifest, report)
         declared = _declared(manifest, report)

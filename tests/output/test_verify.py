@@ -180,6 +180,28 @@ def test_a_file_or_directory_the_manifest_does_not_list_fails(out: Path, stray: 
     _fails(out, first)
 
 
+def test_an_input_dropped_from_the_manifest_or_added_to_it_fails(out: Path) -> None:
+    """An input removed from ``inputs`` (with its rows, counts and digests resealed)
+    passed: the lineage check walks ``inputs``, and the config that names it was not
+    compared with them."""
+    _edit(out, lambda m: m["inputs"].remove(m["inputs"][0]))
+    _fails(out, "input grounded-qa-v1.jsonl, which the config names, is not an input of the run")
+    _edit(out, lambda m: m["inputs"].append({**m["inputs"][0], "path": "other.jsonl"}))
+    _fails(out, "input other.jsonl: the config names no such input")
+
+
+def test_a_run_of_an_input_directory_verifies(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    lines = (DATA / "pairwise-v2.jsonl").read_bytes().splitlines(keepends=True)
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"".join(lines[:5]))
+    (tmp_path / "in" / "b.jsonl").write_bytes(b"".join(lines[5:9]))
+    config = CampaignConfig(inputs=(InputSpec(str(tmp_path / "in"), "pairwise-v2"),))
+    run(config.override(**{"engine.workers": 1}), tmp_path / "out")
+    report = verify_run(tmp_path / "out")
+    assert report.ok, report.problems
+    assert report.checked["inputs"] == 2
+
+
 def test_a_symbolic_link_in_out_fails(out: Path) -> None:
     part = next(out.rglob("accepted/*/*.parquet"))
     moved = out.parent / "elsewhere.parquet"
