@@ -29,6 +29,11 @@ _WorkersOption = Annotated[
     ),
 ]
 
+_KEY_HELP = (
+    "A column compared exactly by every rule, near included: duplicates share it "
+    "(repeatable; with or instead of --text)."
+)
+
 
 def dedupe_command(
     out_arg: Annotated[str, out_option("Output directory (atomic)")],
@@ -53,10 +58,7 @@ def dedupe_command(
     ] = None,
     key: Annotated[
         list[str] | None,
-        typer.Option(
-            help="A column compared exactly by every rule, near included: duplicates share it "
-            "(repeatable; with or instead of --text)."
-        ),
+        typer.Option(help=_KEY_HELP),
     ] = None,
     config_file: _ConfigOption = None,
     threshold: Annotated[

@@ -71,7 +71,13 @@ from pipeline.core.config import (
     recorded_config,
 )
 from pipeline.core.errors import RowgateError
-from pipeline.core.reasons import LINE_TOO_LARGE, PII_RAW_WITHHELD, PII_SCHEMA_INVALID, Disposition
+from pipeline.core.reasons import (
+    LINE_TOO_LARGE,
+    PII_RAW_WITHHELD,
+    PII_SCHEMA_INVALID,
+    Disposition,
+    RejectLine,
+)
 from pipeline.decide.columns import OutputColumn
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
 from pipeline.gate.reader import InputFile, Shard, detect_compression, read_batches
@@ -89,6 +95,7 @@ from pipeline.output.writer import part_schema
 from pipeline.records.canonical import CANONICALIZATION, canonical_json
 from pipeline.records.lineage import LINEAGE_FIELDS, LineageDigest, file_sha256
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
+from pipeline.records.strict_json import parse_object
 
 __all__ = ["RenderReport", "VerifyReport", "verify_run"]
 
@@ -97,7 +104,7 @@ __all__ = ["RenderReport", "VerifyReport", "verify_run"]
 RenderReport = Callable[[Path, dict[str, Any]], str]
 
 _MAX_LISTED: Final = 20
-_LINEAGE: Final = ["_source", "_line", "_offset", "_raw_sha256"]
+_LINEAGE: Final = ["_source", "_line", "_offset", "_raw_sha256", "_record_sha256"]
 _LINEAGE_SCHEMA: Final = pa.schema([f for f in LINEAGE_FIELDS if f.name in _LINEAGE])
 _RUN_REPORT: Final = "report.html"
 #: rows per batch read from a Parquet file (the writer's row groups hold 4096)
@@ -903,11 +910,23 @@ class _Window:
     last: int
     offsets: list[int] | None = None
     shas: list[str] | None = None
+    #: each line's record digest as the gate computes it (null: the line is no strict
+    #: JSON object within the limits); None when records are not derived from lines
+    records: list[str | None] | None = None
 
 
 def _source_windows(
-    source: InputFile, max_line_bytes: int, report: VerifyReport, digest: LineageDigest
+    source: InputFile,
+    limits: dict[str, Any],
+    report: VerifyReport,
+    digest: LineageDigest,
+    *,
+    records: bool,
 ) -> Iterator[_Window]:
+    """Each input's lines a window at a time: offsets and raw digests, and with
+    ``records`` each line's record digest (the run stored records as parsed: no
+    sanitization changed them)."""
+    max_line_bytes = limits["max_line_bytes"]
     batches = read_batches(
         Shard(0, source), max_line_bytes, _WINDOW_LINES, line_hasher=digest.hasher
     )
@@ -918,10 +937,31 @@ def _source_windows(
             batch.oversized[i][1] if i in batch.oversized else digest.hexdigest(line)
             for i, line in enumerate(batch.lines)
         ]
+        derived = (
+            [
+                None if i in batch.oversized else _line_record(line, limits)
+                for i, line in enumerate(batch.lines)
+            ]
+            if records
+            else None
+        )
         report.checked["lines"] += len(batch)
         yield _Window(
-            batch.first_line, batch.first_line + len(batch) - 1, list(batch.offsets), shas
+            batch.first_line,
+            batch.first_line + len(batch) - 1,
+            list(batch.offsets),
+            shas,
+            derived,
         )
+
+
+def _line_record(line: bytes, limits: dict[str, Any]) -> str | None:
+    """The ``_record_sha256`` of the record a line holds, or None when it holds none."""
+    try:
+        record = parse_object(line, limits["max_depth"], limits["max_items"])
+    except RejectLine:
+        return None
+    return hashlib.sha256(canonical_json(record)).hexdigest()
 
 
 def _numbered_windows(lines: int) -> Iterator[_Window]:
@@ -976,6 +1016,16 @@ def _check_window(
         report.problem(
             f"{name}:{int(lines[keep][i])}: offset or raw SHA-256 does not match the source"
         )
+    if window.records is None:
+        return
+    stored = np.asarray(rows["_record_sha256"].to_pylist(), dtype=object)[keep]
+    derived = np.asarray(window.records, dtype=object)[at]
+    for i in np.nonzero(
+        np.array([d is not None for d in stored], dtype=bool) & (stored != derived)
+    )[0]:
+        report.problem(
+            f"{name}:{int(lines[keep][i])}: the row's record is not the record its line holds"
+        )
 
 
 def _check_lineage(
@@ -987,7 +1037,9 @@ def _check_lineage(
     digest: LineageDigest,
 ) -> int:
     """Walk each input's lines with the rows naming them; return the lines read."""
-    max_line_bytes = manifest["config"]["limits"]["max_line_bytes"]
+    limits = manifest["config"]["limits"]
+    # sanitization may redact a record's values: its stored record is then not the line's
+    records = manifest.get("sanitize") is None
     lines_read = 0
     for entry in manifest["inputs"]:
         name = entry["path"]
@@ -996,7 +1048,7 @@ def _check_lineage(
         faults = _LineFaults()
         source = inputs.get(name)
         windows = (
-            _source_windows(source, max_line_bytes, report, digest)
+            _source_windows(source, limits, report, digest, records=records)
             if source is not None
             else _numbered_windows(entry["lines"])
         )

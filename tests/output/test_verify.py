@@ -8,6 +8,7 @@ output (or with one of those files, restored afterwards) and expects a mismatch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -200,6 +201,39 @@ def test_a_run_of_an_input_directory_verifies(tmp_path: Path) -> None:
     report = verify_run(tmp_path / "out")
     assert report.ok, report.problems
     assert report.checked["inputs"] == 2
+
+
+def test_a_record_edited_with_its_digests_recomputed_fails(tmp_path: Path) -> None:
+    """An accepted row's label flipped, its ``_record_sha256`` and content fingerprint
+    recomputed and the part resealed passed: every row was checked against itself, and
+    its line only by offset and raw digest. The record is now derived from the line
+    (in a run whose sanitization, off, cannot have changed it)."""
+    from pipeline.kinds import KINDS
+    from pipeline.output.manifest import load_manifest
+    from pipeline.output.verify import VerifyReport, _schemas
+    from pipeline.records.canonical import canonical_json
+
+    (tmp_path / "in.jsonl").write_bytes(
+        b"".join((DATA / "pairwise-v2.jsonl").read_bytes().splitlines(keepends=True)[:3])
+    )
+    config = CampaignConfig(inputs=(InputSpec(str(tmp_path / "in.jsonl"), "pairwise-v2"),))
+    out = tmp_path / "out"
+    run(config.override(**{"engine.workers": 1}), out)
+    assert verify_run(out).ok
+    part = next(out.glob("accepted/pairwise-v2/part-*.parquet"))
+    layout, _ = _schemas(load_manifest(out), VerifyReport())["pairwise-v2"]
+    table = pq.read_table(part)
+    rows = table.to_pylist()
+    row = rows[0]
+    row["preference"] = "A" if row["preference"] != "A" else "B"
+    record = layout.decode_row(row)
+    row["_record_sha256"] = hashlib.sha256(canonical_json(record)).hexdigest()
+    row["_content_sha256"], row["_content_profile"] = KINDS[
+        "pairwise-v2"
+    ].fingerprint_and_profile(record)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), part, compression="zstd")
+    _reseal(out, str(part.relative_to(out)))
+    _fails(out, f"in.jsonl:{row['_line']}: the row's record is not the record its line holds")
 
 
 def test_a_symbolic_link_in_out_fails(out: Path) -> None:
