@@ -121,9 +121,6 @@ _DISPOSITION_OF_DIR: Final = {
     "duplicates": "duplicate",
     None: "rejected",
 }
-#: the reasons a rejected row's ``_raw`` is null for: a line too large to hold, bytes
-#: withheld because they hold a secret; any other null ``_raw`` lost the line's bytes
-_RAW_NOT_HELD: Final = frozenset({LINE_TOO_LARGE, PII_RAW_WITHHELD})
 #: config codec → the names Parquet metadata may give it (pyarrow versions differ for lz4)
 _CODECS: Final = {"none": {"UNCOMPRESSED"}, "lz4": {"LZ4", "LZ4_RAW"}}
 
@@ -185,6 +182,9 @@ class _Tally:
     #: _source values that name no input → rows
     strangers: Counter[str] = field(default_factory=Counter)
     pointers: _Pointers | None = None
+    #: input path → lines whose row holds no ``_raw`` because the line is too large: the
+    #: lineage check reads each and compares its length with the limit
+    too_large: dict[str, set[int]] = field(default_factory=dict)
 
 
 # -- 1, 2: layout and files ------------------------------------------------------------
@@ -679,7 +679,7 @@ def _scan_file(
             elif source not in first:
                 first[source] = line
         if checkable:
-            _check_rows(f, table, layouts, report, digest)
+            _check_rows(f, table, layouts, report, digest, tally, sanitizer is not None)
             _check_sanitizer(f, table, sanitizer, report)
         if tally.pointers is not None:
             _match_pointers(f, table, tally.pointers, report)
@@ -693,16 +693,25 @@ def _check_rows(
     layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
     report: VerifyReport,
     digest: LineageDigest,
+    tally: _Tally,
+    sanitized: bool,
 ) -> None:
     if f.kind is None:
+        # A rejected row's _raw is null for a line too large to hold (its length is read
+        # again) or bytes withheld for a secret (in a run that sanitizes); any other null
+        # _raw lost the line's bytes.
         for row, (raw, sha) in enumerate(
             zip(table["_raw"].to_pylist(), table["_raw_sha256"].to_pylist(), strict=True)
         ):
             report.checked["raw lines"] += 1
-            if raw is None and not _raw_withheld(table["_reasons"][row].as_py()):
+            source, line = table["_source"][row].as_py(), table["_line"][row].as_py()
+            why = {r["code"] for r in table["_reasons"][row].as_py()} if raw is None else set()
+            if LINE_TOO_LARGE in why:  # the lineage check reads the line's length
+                tally.too_large.setdefault(source, set()).add(line)
+            elif raw is None and not (sanitized and PII_RAW_WITHHELD in why):
                 report.problem(
-                    f"{f.path} line {table['_source'][row]}:{table['_line'][row]}: _raw is "
-                    f"null, but no reason says why ({' or '.join(sorted(_RAW_NOT_HELD))})"
+                    f"{f.path} line {source}:{line}: _raw is null, but no reason says why "
+                    f"({LINE_TOO_LARGE}, or {PII_RAW_WITHHELD} in a run that sanitizes)"
                 )
             elif raw is not None and digest.hexdigest(raw) != sha:
                 report.problem(f"{f.path}: a _raw value does not hash to its _raw_sha256")
@@ -753,10 +762,6 @@ def _redaction_broke_schema(row: dict[str, Any], disposition: str) -> bool:
     return disposition == "quarantined" and any(
         r["code"] == PII_SCHEMA_INVALID for r in row["_reasons"]
     )
-
-
-def _raw_withheld(reasons: list[dict[str, Any]]) -> bool:
-    return any(r["code"] in _RAW_NOT_HELD for r in reasons)
 
 
 def _keys(sources: pa.Array, lines: pa.Array, inputs: pa.Array) -> np.ndarray[Any, Any]:
@@ -913,6 +918,8 @@ class _Window:
     #: each line's record digest as the gate computes it (null: the line is no strict
     #: JSON object within the limits); None when records are not derived from lines
     records: list[str | None] | None = None
+    #: the numbers of the lines over the byte limit
+    oversized: frozenset[int] = frozenset()
 
 
 def _source_windows(
@@ -952,6 +959,7 @@ def _source_windows(
             list(batch.offsets),
             shas,
             derived,
+            frozenset(batch.first_line + i for i in batch.oversized),
         )
 
 
@@ -1053,9 +1061,12 @@ def _check_lineage(
             else _numbered_windows(entry["lines"])
         )
         seen = 0
+        claimed = tally.too_large.get(name, set())
         try:
             for window in windows:
                 seen = window.last
+                if source is not None and claimed:
+                    claimed = claimed - window.oversized
                 while pending and pending[0][0] <= window.last:
                     active.append(_FileRows(out / pending.pop(0)[1], name))
                 parts = [t for rows in active for t in rows.take_through(window.last)]
@@ -1085,6 +1096,11 @@ def _check_lineage(
         if beyond:
             report.problem(
                 f"input {name}: {beyond} output row(s) name lines beyond its last line {seen}"
+            )
+        if source is not None and claimed:
+            report.problem(
+                f"input {name}: {len(claimed)} row(s) withhold _raw as {LINE_TOO_LARGE}, but "
+                f"the line is within the limit (first: line {min(claimed)})"
             )
         if source is not None and seen != entry["lines"]:
             report.problem(f"input {name}: source has {seen} lines, manifest says {entry['lines']}")

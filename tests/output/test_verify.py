@@ -228,9 +228,9 @@ def test_a_record_edited_with_its_digests_recomputed_fails(tmp_path: Path) -> No
     row["preference"] = "A" if row["preference"] != "A" else "B"
     record = layout.decode_row(row)
     row["_record_sha256"] = hashlib.sha256(canonical_json(record)).hexdigest()
-    row["_content_sha256"], row["_content_profile"] = KINDS[
-        "pairwise-v2"
-    ].fingerprint_and_profile(record)
+    row["_content_sha256"], row["_content_profile"] = KINDS["pairwise-v2"].fingerprint_and_profile(
+        record
+    )
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), part, compression="zstd")
     _reseal(out, str(part.relative_to(out)))
     _fails(out, f"in.jsonl:{row['_line']}: the row's record is not the record its line holds")
@@ -460,6 +460,44 @@ def test_a_resealed_rejected_output_with_its_raw_bytes_dropped_fails(out: Path) 
     pq.write_table(table.set_column(column, "_raw", nulls), out / relative, compression="zstd")
     _reseal(out, relative)
     _fails(out, "_raw is null, but no reason says why")
+
+
+@pytest.mark.parametrize("reason", ["line.too_large", "pii.raw_withheld"])
+def test_a_dropped_raw_with_a_reason_that_is_not_true_fails(tmp_path: Path, reason: str) -> None:
+    """A null ``_raw`` beside a reason saying why passed whatever the line: a short line
+    said to be too large, or a secret withheld in a run that does not sanitize."""
+    (tmp_path / "in.jsonl").write_bytes(
+        b'{"short": 1}\n' + (DATA / "pairwise-v2.jsonl").read_bytes()
+    )
+    config = CampaignConfig(inputs=(InputSpec(str(tmp_path / "in.jsonl"), "pairwise-v2"),))
+    out = tmp_path / "out"
+    run(config.override(**{"engine.workers": 1}), out)
+    relative = next(out.glob("rejected/*.parquet")).relative_to(out).as_posix()
+    table = pq.read_table(out / relative)
+    rows = table.to_pylist()
+    first = next(r for r in rows if r["_line"] == 1)
+    old = first["_reasons"][0]["code"]
+    first["_raw"] = None
+    first["_reasons"] = [{"code": reason, "path": "", "detail": "forged"}]
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=table.schema), out / relative, compression="zstd"
+    )
+    _reseal(out, relative)
+
+    def recount(m: Manifest) -> None:
+        rejected = m["counts"]["by_reason"]["rejected"]
+        rejected[old] -= 1
+        rejected[reason] = rejected.get(reason, 0) + 1
+        if not rejected[old]:
+            del rejected[old]
+
+    _edit(out, recount)
+    expected = (
+        "withhold _raw as line.too_large, but the line is within the limit (first: line 1)"
+        if reason == "line.too_large"
+        else "in.jsonl:1: _raw is null, but no reason says why"
+    )
+    assert _fails(out, expected)
 
 
 def _with_column(table: pa.Table) -> pa.Table:
