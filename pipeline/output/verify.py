@@ -80,7 +80,13 @@ from pipeline.core.reasons import (
 )
 from pipeline.decide.columns import OutputColumn
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
-from pipeline.gate.reader import InputFile, Shard, detect_compression, read_batches
+from pipeline.gate.reader import (
+    InputError,
+    InputFile,
+    Shard,
+    detect_compression,
+    read_batches,
+)
 from pipeline.kinds import KINDS
 from pipeline.output.manifest import (
     MANIFEST_NAME,
@@ -285,12 +291,20 @@ def _check_files(
 
 
 def _source_path(entry: dict[str, Any], sources: Path | None) -> Path:
-    if sources is not None:
-        return sources / str(entry["path"])
+    """Where an input is now: its resolved path (else its path as given); under
+    ``sources``, its path as given below that directory, an absolute one by its name."""
     # a path that is not UTF-8 is recorded in its lineage form, and exactly in hex
     exact = entry.get("resolved_hex")
     resolved = Path(os.fsdecode(bytes.fromhex(exact)) if exact else str(entry["resolved"]))
-    return resolved if resolved.exists() else Path(str(entry["path"]))
+    if sources is None:
+        return resolved if resolved.exists() else Path(str(entry["path"]))
+    given = PurePosixPath(str(entry["path"]))
+    keep = 1 if given.is_absolute() else len(given.parts)  # an absolute path: its name
+    if exact and ".." not in given.parts:
+        # a name that is not UTF-8 is in the given path only in its lineage form: its
+        # exact bytes are the resolved path's last components
+        return sources.joinpath(*resolved.parts[-keep:])
+    return sources.joinpath(*given.parts[-keep:])
 
 
 def _stream_limits(manifest: dict[str, Any], given: InputFile, report: VerifyReport) -> InputFile:
@@ -1076,6 +1090,9 @@ def _check_lineage(
             beyond += sum(_FileRows(out / path, name).rest() for _, path in pending)
         except _Disorder as exc:
             report.problem(f"input {name}: rows of {exc} are not in line order")
+            continue
+        except InputError as exc:  # a changed input read as the run read it: a mismatch
+            report.problem(f"input {name}: cannot be read as the run read it: {exc}")
             continue
         except _Unreadable as exc:
             report.problem(f"input {name}: {_unreadable('a file holding its rows', exc)}")

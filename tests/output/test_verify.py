@@ -8,8 +8,10 @@ output (or with one of those files, restored afterwards) and expects a mismatch.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -744,3 +746,44 @@ def test_a_decompression_bound_no_run_could_have_is_a_mismatch(
     report = verify_run(out)
     assert any(f"limits.{setting}" in p for p in report.problems), report.problems
     assert report.checked["lines"] > 0  # every input was still read
+
+
+def test_a_changed_compressed_input_is_a_mismatch_beside_the_others(tmp_path: Path) -> None:
+    """A gzip input truncated after the run stopped verify with exit 3 (an input error)
+    on its first read, and the other mismatches went unreported."""
+    lines = b"".join((DATA / "pairwise-v2.jsonl").read_bytes().splitlines(keepends=True)[:20])
+    (tmp_path / "in.jsonl.gz").write_bytes(gzip.compress(lines))
+    config = CampaignConfig(inputs=(InputSpec(str(tmp_path / "in.jsonl.gz"), "pairwise-v2"),))
+    out = tmp_path / "out"
+    run(config.override(**{"engine.workers": 1}), out)
+    data = (tmp_path / "in.jsonl.gz").read_bytes()
+    (tmp_path / "in.jsonl.gz").write_bytes(data[: len(data) // 2])
+    (out / "report.html").write_bytes(b"edited")
+    _fails(
+        out,
+        "in.jsonl.gz: bytes differ",
+        "in.jsonl.gz: cannot be read as the run read it",
+        "report.html: bytes differ",
+    )
+
+
+@pytest.mark.parametrize("given", ["absolute", "not utf-8"])
+def test_sources_finds_moved_inputs(tmp_path: Path, given: str) -> None:
+    """Under --sources, an input given by an absolute path was looked up at that path
+    (``DIR / "/abs"`` is ``/abs``), and a name that is not UTF-8 by its lineage form."""
+    lines = b"".join((DATA / "pairwise-v2.jsonl").read_bytes().splitlines(keepends=True)[:3])
+    source = tmp_path / "d"
+    source.mkdir()
+    name = os.fsdecode(b"a\xffb.jsonl") if given == "not utf-8" else "x.jsonl"
+    (source / name).write_bytes(lines)
+    spec = str(source / name) if given == "absolute" else str(source)
+    out = tmp_path / "out"
+    run(
+        CampaignConfig(inputs=(InputSpec(spec, "pairwise-v2"),)).override(**{"engine.workers": 1}),
+        out,
+    )
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    source.rename(moved / "d")
+    report = verify_run(out, moved / "d")
+    assert report.ok, report.problems
