@@ -44,7 +44,9 @@ REPLAY: Final = {
     "scope": (
         "every output file is byte-identical for the same inputs, config and versions "
         "(rowgate and its dependencies), whatever the engine or worker count; "
-        "manifest.json differs only in timings"
+        "manifest.json differs only in timings and in the settings that say where steps "
+        "ran (config.engine's name, workers, max_retries and partitions, and so "
+        "config_effective_sha256)"
     ),
 }
 _DEPENDENCIES: Final = (
