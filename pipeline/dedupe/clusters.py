@@ -200,20 +200,14 @@ def _contamination(
         {"row": unprotected, "exact": exact[unprotected], "norm": normalised[unprotected]}
     )
     found = [
-        mine.join(prot.select("exact", "kept", "kept_rank", "via"), on="exact").select(
+        mine.join(prot.select(group, "kept", "kept_rank", "via"), on=group).select(
             "row",
             "kept",
             "kept_rank",
-            priority=pl.max_horizontal(pl.lit(EXACT), "via"),
+            priority=pl.max_horizontal(pl.lit(priority), "via"),
             verified=pl.lit(1.0),
-        ),
-        mine.join(prot.select("norm", "kept", "kept_rank", "via"), on="norm").select(
-            "row",
-            "kept",
-            "kept_rank",
-            priority=pl.max_horizontal(pl.lit(NORMALISED), "via"),
-            verified=pl.lit(1.0),
-        ),
+        )
+        for group, priority in (("exact", EXACT), ("norm", NORMALISED))
     ]
     if edges is not None and len(protected_kept):
         kept_text = pl.DataFrame(
