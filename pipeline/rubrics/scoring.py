@@ -30,7 +30,7 @@ values may be secrets, and details reach ``report.html``): the numbers are in th
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
@@ -348,6 +348,7 @@ def _exact_near_acceptance(rubric: Rubric, folded: pl.Expr, criteria: list[_Verd
         fields[f"_s{i}"] = verdict.score
         fields[f"_a{i}"] = verdict.state != State.NOT_APPLICABLE.value
     weights = [criterion.weight for criterion in rubric.criteria]
+    n = range(len(weights))
     acceptance = rubric.weighted_acceptance_score
     band = _NEAR * max(1.0, abs(rubric.scale_minimum), abs(rubric.scale_maximum))
 
@@ -356,12 +357,20 @@ def _exact_near_acceptance(rubric: Rubric, folded: pl.Expr, criteria: list[_Verd
         close = np.flatnonzero(np.abs(score.to_numpy() - acceptance) <= band)  # nulls: NaN
         if not len(close):
             return score
-        scores = [rows.struct.field(f"_s{i}").gather(close) for i in range(len(weights))]
-        applies = [rows.struct.field(f"_a{i}").gather(close) for i in range(len(weights))]
-        exact = [
-            _exact_mean(weights, [s[j] for s in scores], [a[j] for a in applies], acceptance)
-            for j in range(len(close))
-        ]
+        # rubric scores are mostly a few values (ratings 1 to 5): each combination once
+        combinations = (
+            rows.gather(close)
+            .struct.unnest()
+            .drop("_w")
+            .with_row_index("_at")
+            .group_by(pl.exclude("_at"))
+            .agg("_at")
+        )
+        exact = np.empty(len(close))
+        for found in combinations.iter_rows(named=True):
+            scores = [found[f"_s{i}"] for i in n]
+            applies = [bool(found[f"_a{i}"]) for i in n]
+            exact[found["_at"]] = _exact_mean(weights, scores, applies, acceptance)
         return score.scatter(close, exact)
 
     struct = pl.struct([expr.alias(name) for name, expr in fields.items()])
@@ -374,9 +383,9 @@ _NEAR: Final = 1e-6
 
 
 def _exact_mean(
-    weights: list[float],
-    scores: list[float | None],
-    applicable: list[bool | None],
+    weights: Sequence[float],
+    scores: Sequence[float | None],
+    applicable: Sequence[bool],
     acceptance: float,
 ) -> float:
     """Σ wᵢ·sᵢ / Σ wᵢ over the applicable criteria, exactly, as a float on the same side
