@@ -259,8 +259,14 @@ def _slices(
                 f"by {text!r}: slices need scalar values (text, numbers, booleans, dates), "
                 f"got {dtype}; slice by one of its fields"
             )
+    # -0.0 is 0.0 (polars groups them; the slice was named by whichever sorted first)
+    zeros = [
+        pl.when(pl.col(name) == 0).then(0.0).otherwise(pl.col(name)).alias(name)
+        for name in by_names
+        if rows.schema[name].is_float()
+    ]
     try:
-        ordered = rows.sort(by_names, nulls_last=True, maintain_order=True)
+        ordered = rows.with_columns(zeros).sort(by_names, nulls_last=True, maintain_order=True)
         cut = ordered.partition_by(by_names, maintain_order=True, as_dict=True).values()
         texts = [part.head(1).select(pl.col(by_names).cast(pl.String)).row(0) for part in cut]
     except EVALUATION_ERRORS as exc:

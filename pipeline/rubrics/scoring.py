@@ -388,18 +388,26 @@ def _exact_mean(
     applicable: Sequence[bool],
     acceptance: float,
 ) -> float:
-    """Σ wᵢ·sᵢ / Σ wᵢ over the applicable criteria, exactly, as a float on the same side
-    of ``acceptance`` as the exact mean (see :func:`_exact_near_acceptance`)."""
+    """Σ wᵢ·sᵢ / Σ wᵢ over the applicable criteria, exactly in the decimals the numbers
+    are written in, as a float on the same side of ``acceptance`` as that mean (see
+    :func:`_exact_near_acceptance`)."""
     numerator = denominator = Fraction(0)
     for weight, score, applies in zip(weights, scores, applicable, strict=True):
         if applies and score is not None:
-            numerator += Fraction(weight) * Fraction(score)
-            denominator += Fraction(weight)
+            numerator += _decimal(weight) * _decimal(score)
+            denominator += _decimal(weight)
     mean = numerator / denominator
     rounded = float(mean)
-    if mean < Fraction(acceptance) <= Fraction(rounded):
+    if mean < _decimal(acceptance) and rounded >= acceptance:
         return math.nextafter(acceptance, -math.inf)
     return rounded
+
+
+def _decimal(value: float) -> Fraction:
+    """A number as it is written (its shortest decimal: ``0.11`` is 11/100), not as the
+    nearest binary fraction: weights 0.11 and 0.33 with scores 4 and 2 have the mean 2.5
+    the rubric's author reads, which the binary values miss by a unit in the last place."""
+    return Fraction(repr(value))
 
 
 def _weighted_verdict(rubric: Rubric, gates: list[_Verdict], criteria: list[_Verdict]) -> _Verdict:

@@ -534,6 +534,9 @@ def test_object_valued_slices_are_refused_and_values_never_merge() -> None:
     table = _table(p=[0.2, 0.9, 0.4], y=[1, 0, 1], f=[0.1, 0.30000000000000004, 0.3])
     report = _evaluate(table, confidence="p", correct="y", by=("f",), bootstrap=0)
     assert [s.summary["n"] for s in report.slices] == [3, 1, 1, 1]
+    table = _table(p=[0.2, 0.9], y=[1, 0], g=[-0.0, 0.0])  # one value, one slice: g=0.0
+    report = _evaluate(table, confidence="p", correct="y", by=("g",), bootstrap=0)
+    assert [s.label for s in report.slices] == ["all", "g=0.0"]
 
 
 @pytest.mark.parametrize("selected", [False, True])

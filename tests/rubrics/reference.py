@@ -90,18 +90,23 @@ def reference_score(
     # the state compares the mean itself, Σ wᵢ·sᵢ / Σ wᵢ in exact arithmetic, with the
     # acceptance score: the float above may fall a unit in the last place below it
     exact = (
-        sum((Fraction(c.weight) * Fraction(row[f"criterion:{c.id}"]) for c in counted), Fraction(0))
-        / sum((Fraction(c.weight) for c in counted), Fraction(0))
+        sum((_written(c.weight) * _written(row[f"criterion:{c.id}"]) for c in counted), Fraction(0))
+        / sum((_written(c.weight) for c in counted), Fraction(0))
         if weighted is not None
         else None
     )
     out["weighted_exact"] = exact
     if exact is None:
         out["_weighted_state"] = "unknown"
-    elif exact >= Fraction(rubric.weighted_acceptance_score):
+    elif exact >= _written(rubric.weighted_acceptance_score):
         out["_weighted_state"] = "met"
     else:
         out["_weighted_state"] = "not_met"
         codes.append("rubric.below_acceptance")
     out["codes"] = codes
     return out
+
+
+def _written(value: float) -> Fraction:
+    """A number as the rubric or the binding writes it: its shortest decimal."""
+    return Fraction(repr(value))

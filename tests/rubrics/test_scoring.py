@@ -287,7 +287,7 @@ def test_vectorised_score_equals_the_reference(data: st.DataObject) -> None:
             elif column == "_weighted_score" and exact is not None:
                 # the mean, to a few units in the last place, on its side of acceptance
                 assert got[column] == pytest.approx(float(exact), rel=1e-12, abs=1e-12)
-                assert (got[column] >= acceptance) == (exact >= Fraction(acceptance))
+                assert (got[column] >= acceptance) == (exact >= Fraction(repr(acceptance)))
             else:
                 assert got[column] == value, column
 
@@ -306,6 +306,14 @@ def test_a_mean_that_is_the_acceptance_score_reaches_it() -> None:
         frame = pl.DataFrame({f"criterion:c{i}": [at] for i in range(len(weights))})
         scored = score_frame(rubric, frame).row(0, named=True)
         assert (scored["_weighted_score"], scored["_weighted_state"]) == (at, "met"), weights
+    # the mean in the decimals the rubric is written in: (0.11·4 + 0.33·2) / 0.44 = 2.5
+    for weights, scores, at in (
+        ([0.11, 0.33], [4.0, 2.0], 2.5),
+        ([0.62, 0.6, 0.92], [5.0, 4.0, 1.0], 3.0),
+    ):
+        frame = pl.DataFrame({f"criterion:c{i}": [v] for i, v in enumerate(scores)})
+        scored = score_frame(_rubric(weights, at), frame).row(0, named=True)
+        assert (scored["_weighted_score"], scored["_weighted_state"]) == (at, "met")
     rubric = _rubric([0.5, 0.5], 3.0)
     below = pl.DataFrame({"criterion:c0": [3.0], "criterion:c1": [math.nextafter(3.0, 0)]})
     scored = score_frame(rubric, below).row(0, named=True)
