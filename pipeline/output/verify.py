@@ -85,6 +85,7 @@ from pipeline.gate.reader import (
     InputFile,
     Shard,
     detect_compression,
+    jsonl_named,
     read_batches,
 )
 from pipeline.kinds import KINDS
@@ -99,7 +100,7 @@ from pipeline.output.manifest import (
 from pipeline.output.outdir import FILE_SECTIONS, unexpected_entries
 from pipeline.output.writer import part_schema
 from pipeline.records.canonical import CANONICALIZATION, canonical_json
-from pipeline.records.lineage import LINEAGE_FIELDS, LineageDigest, file_sha256
+from pipeline.records.lineage import LINEAGE_FIELDS, LineageDigest, file_sha256, source_name
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
 from pipeline.records.strict_json import parse_object
 
@@ -290,6 +291,14 @@ def _check_files(
 # -- 3: inputs -------------------------------------------------------------------------
 
 
+def _entries_of(directory: Path) -> list[Path]:
+    """A directory's entries; none when it is not there (its inputs are reported missing)."""
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
+
+
 def _source_path(entry: dict[str, Any], sources: Path | None) -> Path:
     """Where an input is now: its resolved path (else its path as given); under
     ``sources``, its path as given below that directory, an absolute one by its name."""
@@ -354,12 +363,15 @@ def _check_inputs(
     return found
 
 
-def _check_input_specs(manifest: dict[str, Any], report: VerifyReport) -> None:
+def _check_input_specs(
+    manifest: dict[str, Any], sources: Path | None, report: VerifyReport
+) -> None:
     """The run's inputs are the inputs its effective config names, and only those: a
-    file the config names is the input of that path, a directory its members
-    (``DIR/NAME``). An input dropped from ``inputs`` with its rows left no trace that the
-    lineage check, which walks ``inputs``, could find."""
-    entries = [entry["path"] for entry in manifest["inputs"]]
+    file the config names is the input of that path, a directory its JSONL-named entries
+    (``DIR/NAME``), as the directory holds them now. An input dropped from ``inputs``
+    with its rows left no trace that the lineage check, which walks ``inputs``, could
+    find."""
+    entries = {entry["path"]: entry for entry in manifest["inputs"]}
     claimed: set[str] = set()
     for spec in manifest["config"]["inputs"]:
         given = spec["path"]
@@ -370,6 +382,19 @@ def _check_input_specs(manifest: dict[str, Any], report: VerifyReport) -> None:
         )
         if not members:
             report.problem(f"input {given}, which the config names, is not an input of the run")
+        elif members != [given]:  # a directory: every export it holds is an input
+            directory = _source_path(entries[members[0]], sources).parent
+            names = {Path(p).name for p in members}
+            held = sorted(
+                name
+                for name in (source_name(e.name) for e in _entries_of(directory))
+                if jsonl_named(name) and name not in names
+            )
+            if held:
+                report.problem(
+                    f"input directory {given} holds {held[0]}, which is no input of the run "
+                    f"({len(held)} such; added since the run, or dropped from its inputs)"
+                )
         claimed.update(members)
     for path in entries:
         if path not in claimed:
@@ -1209,7 +1234,7 @@ def verify_run(
         _check_layout(out, listed, report)
         files = _check_files(out, manifest, listed, report)
         _check_config(manifest, report)
-        _check_input_specs(manifest, report)
+        _check_input_specs(manifest, sources, report)
         _check_pinned(manifest, report)
         layouts = _schemas(manifest, report)
         declared = _declared(manifest, report)

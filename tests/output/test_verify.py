@@ -203,6 +203,10 @@ def test_a_run_of_an_input_directory_verifies(tmp_path: Path) -> None:
     report = verify_run(tmp_path / "out")
     assert report.ok, report.problems
     assert report.checked["inputs"] == 2
+    # a member dropped from the manifest's inputs (here: one it never had) is found by
+    # listing the directory; at least one member was enough before
+    (tmp_path / "in" / "c.jsonl").write_bytes(b"")
+    _fails(tmp_path / "out", "input directory", "holds c.jsonl, which is no input of the run")
 
 
 def test_a_record_edited_with_its_digests_recomputed_fails(tmp_path: Path) -> None:
