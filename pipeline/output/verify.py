@@ -100,9 +100,15 @@ from pipeline.output.manifest import (
 from pipeline.output.outdir import FILE_SECTIONS, unexpected_entries
 from pipeline.output.writer import part_schema
 from pipeline.records.canonical import CANONICALIZATION, canonical_json
-from pipeline.records.lineage import LINEAGE_FIELDS, LineageDigest, file_sha256, source_name
+from pipeline.records.lineage import (
+    LINEAGE_FIELDS,
+    LineageDigest,
+    file_sha256,
+    record_sha256,
+    source_name,
+)
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
-from pipeline.records.strict_json import parse_object
+from pipeline.records.strict_json import check_limits, parse_fast, parse_value, require_object
 
 __all__ = ["RenderReport", "VerifyReport", "verify_run"]
 
@@ -739,11 +745,11 @@ def _check_rows(
         # A rejected row's _raw is null for a line too large to hold (its length is read
         # again) or bytes withheld for a secret (in a run that sanitizes); any other null
         # _raw lost the line's bytes.
-        for row, (raw, sha) in enumerate(
-            zip(table["_raw"].to_pylist(), table["_raw_sha256"].to_pylist(), strict=True)
+        columns = ("_raw", "_raw_sha256", "_source", "_line")
+        for row, (raw, sha, source, line) in enumerate(
+            zip(*(table[c].to_pylist() for c in columns), strict=True)
         ):
             report.checked["raw lines"] += 1
-            source, line = table["_source"][row].as_py(), table["_line"][row].as_py()
             why = {r["code"] for r in table["_reasons"][row].as_py()} if raw is None else set()
             if LINE_TOO_LARGE in why:  # the lineage check reads the line's length
                 tally.too_large.setdefault(source, set()).add(line)
@@ -954,9 +960,10 @@ class _Window:
     last: int
     offsets: list[int] | None = None
     shas: list[str] | None = None
-    #: each line's record digest as the gate computes it (null: the line is no strict
-    #: JSON object within the limits); None when records are not derived from lines
-    records: list[str | None] | None = None
+    #: the lines themselves, to derive the records of the rows that hold one
+    #: (:func:`_line_record`); None when records are not derived from lines
+    lines: list[bytes] | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
     #: the numbers of the lines over the byte limit
     oversized: frozenset[int] = frozenset()
 
@@ -970,8 +977,8 @@ def _source_windows(
     records: bool,
 ) -> Iterator[_Window]:
     """Each input's lines a window at a time: offsets and raw digests, and with
-    ``records`` each line's record digest (the run stored records as parsed: no
-    sanitization changed them)."""
+    ``records`` the lines, whose records the rows must hold (the run stored records as
+    parsed: no sanitization changed them)."""
     max_line_bytes = limits["max_line_bytes"]
     batches = read_batches(
         Shard(0, source), max_line_bytes, _WINDOW_LINES, line_hasher=digest.hasher
@@ -983,32 +990,29 @@ def _source_windows(
             batch.oversized[i][1] if i in batch.oversized else digest.hexdigest(line)
             for i, line in enumerate(batch.lines)
         ]
-        derived = (
-            [
-                None if i in batch.oversized else _line_record(line, limits)
-                for i, line in enumerate(batch.lines)
-            ]
-            if records
-            else None
-        )
         report.checked["lines"] += len(batch)
         yield _Window(
             batch.first_line,
             batch.first_line + len(batch) - 1,
             list(batch.offsets),
             shas,
-            derived,
+            list(batch.lines) if records else None,
+            limits,
             frozenset(batch.first_line + i for i in batch.oversized),
         )
 
 
 def _line_record(line: bytes, limits: dict[str, Any]) -> str | None:
-    """The ``_record_sha256`` of the record a line holds, or None when it holds none."""
+    """The ``_record_sha256`` of the record a line holds, as the gate computes it (its
+    fast parser where that is provably the strict one's value), or None when it holds
+    none."""
     try:
-        record = parse_object(line, limits["max_depth"], limits["max_items"])
+        value = parse_fast(line)
+        record = require_object(parse_value(line) if value is None else value)
+        check_limits(record, limits["max_depth"], limits["max_items"])
     except RejectLine:
         return None
-    return hashlib.sha256(canonical_json(record)).hexdigest()
+    return record_sha256(record)
 
 
 def _numbered_windows(lines: int) -> Iterator[_Window]:
@@ -1063,16 +1067,15 @@ def _check_window(
         report.problem(
             f"{name}:{int(lines[keep][i])}: offset or raw SHA-256 does not match the source"
         )
-    if window.records is None:
+    if window.lines is None:
         return
-    stored = np.asarray(rows["_record_sha256"].to_pylist(), dtype=object)[keep]
-    derived = np.asarray(window.records, dtype=object)[at]
-    for i in np.nonzero(
-        np.array([d is not None for d in stored], dtype=bool) & (stored != derived)
-    )[0]:
-        report.problem(
-            f"{name}:{int(lines[keep][i])}: the row's record is not the record its line holds"
-        )
+    stored = rows["_record_sha256"].to_pylist()
+    for place, row in zip(at.tolist(), np.flatnonzero(keep).tolist(), strict=True):
+        held = stored[row]
+        if held is not None and held != _line_record(window.lines[place], window.limits):
+            report.problem(
+                f"{name}:{window.first + place}: the row's record is not the record its line holds"
+            )
 
 
 def _check_lineage(
