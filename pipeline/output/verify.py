@@ -307,19 +307,25 @@ def _entries_of(directory: Path) -> list[Path]:
 
 def _source_path(entry: dict[str, Any], sources: Path | None) -> Path:
     """Where an input is now: its resolved path (else its path as given); under
-    ``sources``, its path as given below that directory, an absolute one by its name."""
+    ``sources``, its path as given below that directory (an absolute one: the longest
+    of its tails there)."""
     # a path that is not UTF-8 is recorded in its lineage form, and exactly in hex
     exact = entry.get("resolved_hex")
     resolved = Path(os.fsdecode(bytes.fromhex(exact)) if exact else str(entry["resolved"]))
     if sources is None:
         return resolved if resolved.exists() else Path(str(entry["path"]))
     given = PurePosixPath(str(entry["path"]))
-    keep = 1 if given.is_absolute() else len(given.parts)  # an absolute path: its name
-    if exact and ".." not in given.parts:
+    parts = list(given.parts)
+    if source_name(resolved.name) == given.name:
         # a name that is not UTF-8 is in the given path only in its lineage form: its
-        # exact bytes are the resolved path's last components
-        return sources.joinpath(*resolved.parts[-keep:])
-    return sources.joinpath(*given.parts[-keep:])
+        # exact bytes are the resolved path's
+        parts[-1] = resolved.name
+    if not given.is_absolute():
+        return sources.joinpath(*parts)
+    # an absolute path: the longest of its tails below DIR that is there (the whole of it,
+    # ..., its directory and name, its name alone: the input's digest is checked anyway)
+    tails = [sources.joinpath(*parts[k:]) for k in range(1, len(parts))]
+    return next((tail for tail in tails if tail.exists()), tails[-1])
 
 
 def _stream_limits(manifest: dict[str, Any], given: InputFile, report: VerifyReport) -> InputFile:

@@ -795,3 +795,21 @@ def test_sources_finds_moved_inputs(tmp_path: Path, given: str) -> None:
     source.rename(moved / "d")
     report = verify_run(out, moved / "d")
     assert report.ok, report.problems
+
+
+def test_sources_tells_absolute_inputs_of_one_name_apart(tmp_path: Path) -> None:
+    """Two absolute inputs named x.jsonl were both looked up at DIR/x.jsonl."""
+    lines = (DATA / "pairwise-v2.jsonl").read_bytes().splitlines(keepends=True)
+    specs = []
+    for name, rows in (("a", lines[:3]), ("b", lines[3:5])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.jsonl").write_bytes(b"".join(rows))
+        specs.append(InputSpec(str(tmp_path / name / "x.jsonl"), "pairwise-v2"))
+    out = tmp_path / "out"
+    run(CampaignConfig(inputs=tuple(specs)).override(**{"engine.workers": 1}), out)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for name in ("a", "b"):
+        (tmp_path / name).rename(moved / name)
+    report = verify_run(out, moved)
+    assert report.ok, report.problems
