@@ -186,7 +186,9 @@ def _contamination(
     kept_of = final[protected_rows]
     kept_of = np.where(kept_of >= 0, kept_of, protected_rows)
     # a row equal to a protected row removed in the split's own dedupe matches its kept
-    # row as that row does: an exact copy of a near duplicate is a near match of it
+    # row as that row does: an exact copy of a near duplicate is a near match of it. It is
+    # ranked with a similarity of 1 (to the copy), so among near matches it goes before a
+    # direct near pair to another kept row; its reported similarity is the chain's.
     prot = pl.DataFrame(
         {
             "exact": exact[protected_rows],
