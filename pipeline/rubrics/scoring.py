@@ -183,6 +183,8 @@ class _Verdict:
     reasons: list[_Reason]
     #: a criterion's score (its terms in the weighted mean); ``None`` for a gate
     score: pl.Expr | None = None
+    #: a working column the verdict's columns read, computed once before them
+    prepared: pl.Expr | None = None
 
 
 def score_frame(
@@ -215,6 +217,7 @@ def score_frame(
     # Lazy, so polars computes each state once however often the expressions repeat it.
     scored = (
         observed.lazy()
+        .with_columns(v.prepared for v in verdicts if v.prepared is not None)
         .select(*keys, *columns, *(r.detail.alias(f"_r{n}") for n, r in enumerate(reasons)))
         .collect()
     )
@@ -440,7 +443,9 @@ def _weighted_verdict(rubric: Rubric, gates: list[_Verdict], criteria: list[_Ver
         .then(_quotient(numerator, denominator))
         .otherwise(pl.lit(None, pl.Float64))
     )
-    weighted = _exact_near_acceptance(rubric, folded, criteria)
+    # computed once, before the columns that read it (polars would run the exact pass
+    # for each of them: the score, the state, its null check and the reason)
+    weighted = pl.col(_WEIGHTED)
     acceptance = rubric.weighted_acceptance_score
     state = (
         pl.when(weighted.is_null())
@@ -455,4 +460,13 @@ def _weighted_verdict(rubric: Rubric, gates: list[_Verdict], criteria: list[_Ver
         "",
         f"weighted score below the acceptance score {plain_number(acceptance)}",
     )
-    return _Verdict(state, [weighted.alias(WEIGHTED_SCORE), state.alias(WEIGHTED_STATE)], [reason])
+    return _Verdict(
+        state,
+        [weighted.alias(WEIGHTED_SCORE), state.alias(WEIGHTED_STATE)],
+        [reason],
+        prepared=_exact_near_acceptance(rubric, folded, criteria).alias(_WEIGHTED),
+    )
+
+
+#: the weighted score's working column (:func:`_weighted_verdict`)
+_WEIGHTED: Final = "__rowgate_weighted"
