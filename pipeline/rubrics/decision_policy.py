@@ -557,7 +557,7 @@ def validate_policy(policy: Policy, rubric: Rubric | None) -> None:
         if why:
             problems.append(f"rules.{rule.id}: can never match: {why}")
             continue
-        forbidden = _forbidden(rule, mine)
+        forbidden = _forbidden(rule, mine) or _forbidden_below_confidence(policy, rule, mine)
         if forbidden:
             problems.append(f"rules.{rule.id}: {forbidden}")
             continue
@@ -685,6 +685,27 @@ def _check_rule_contract(rule: Rule, where: str) -> list[str]:
     return problems
 
 
+def _forbidden_below_confidence(policy: Policy, rule: Rule, mine: _Normalised) -> str | None:
+    """What the contract forbids the rule to do when its subjects' calibration falls short
+    of its confidence, and it takes the contract's ``uncalibrated_action`` instead
+    (:func:`effective_action`): that action was never checked, so ``accept`` could follow
+    ``unknown``, ``reject`` follow ``not_applicable``, and a hard gate accept."""
+    calibration = policy.calibration
+    fallback = calibration.uncalibrated_action
+    may_fall_back = (
+        rule.confidence is not None or rule.action in calibration.requires_calibration_for_actions
+    )
+    if not may_fall_back or fallback == rule.action:
+        return None
+    if rule.hard_gate and fallback in _POSITIVE:
+        why: str | None = f"a hard gate cannot {fallback}"
+    else:
+        why = _forbidden(dataclasses.replace(rule, action=fallback), mine)
+    if why is None:
+        return None
+    return f"below its confidence it takes calibration.uncalibrated_action {fallback!r}: {why}"
+
+
 def _forbidden(rule: Rule, mine: _Normalised) -> str | None:
     """What the contract forbids a rule to do, or None.
 
@@ -784,6 +805,31 @@ def _check_match(
     return problems
 
 
+def _empty_conditions(table: dict[str, Any]) -> list[str]:
+    """A condition given as an empty list: read as absent, it matched every row
+    (``reasons_any = []`` rejected all 115 decided rows of the bundled campaign); read
+    literally ("some gate is in []") it never holds. Either way it is a mistake."""
+    return [
+        f"rules.{rule.get('id', n)}.match.{key}: an empty list can never match"
+        for n, rule in enumerate(table.get("rules") or [])
+        if isinstance(rule, dict) and isinstance(rule.get("match"), dict)
+        for key in _LISTED_CONDITIONS
+        if rule["match"].get(key) == []
+    ]
+
+
+#: the conditions a rule lists states or codes for (``reasons_none = []`` excludes
+#: nothing, as absent: it is not among them)
+_LISTED_CONDITIONS: Final = (
+    "any_criterion",
+    "all_criteria",
+    "any_gate",
+    "all_gates",
+    "weighted",
+    "reasons_any",
+)
+
+
 def load_policy(path: Path, pinned: str | None = None) -> Policy:
     """Read a policy file (TOML, strict keys), check its digest against ``pinned``."""
     try:
@@ -793,11 +839,15 @@ def load_policy(path: Path, pinned: str | None = None) -> Policy:
     sha256 = hashlib.sha256(data).hexdigest()
     check_pin(f"policy {path}", sha256, pinned, RubricError)
     try:
-        document = build_section(PolicyFile, parse_toml(data, str(path)), "")
+        table = parse_toml(data, str(path))
+        document = build_section(PolicyFile, table, "")
     except ConfigError as exc:
         raise RubricError(
             str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
         ) from None
+    empty = _empty_conditions(table)
+    if empty:
+        raise RubricError(f"{path}: not a valid policy:\n  " + "\n  ".join(empty))
     return Policy(
         id=document.policy,
         version=document.version,

@@ -634,3 +634,34 @@ def test_several_targets_side_by_side(tmp_path: Path) -> None:
     )  # fmt: skip
     with pytest.raises(RubricError, match=r"target: 'annotation', but the policy decides"):
         validate_policy(policy_from(tmp_path, *rules), RUBRIC)
+
+
+@pytest.mark.parametrize(
+    "key", ["any_criterion", "all_criteria", "any_gate", "all_gates", "weighted", "reasons_any"]
+)
+def test_an_empty_condition_list_is_refused(tmp_path: Path, key: str) -> None:
+    """Read as absent, an empty list matched every row: ``reasons_any = []`` on a reject
+    rule rejected all 115 decided rows of the bundled campaign."""
+    with pytest.raises(RubricError, match=rf"rules\.a\.match\.{key}: an empty list can never"):
+        policy_from(tmp_path, rule("a", 9, "reject", False, f"{{ {key} = [] }}"))
+
+
+@pytest.mark.parametrize(
+    ("fallback", "action", "match", "message"),
+    [
+        ("accept", "escalate", '{ any_gate = ["unknown"] }', "only escalate may follow"),
+        ("reject", "escalate", '{ any_gate = ["not_applicable"] }', "triggered by not_applicable"),
+    ],
+)
+def test_the_uncalibrated_action_is_held_to_the_contract(
+    tmp_path: Path, fallback: str, action: str, match: str, message: str
+) -> None:
+    """A rule below its confidence takes the contract's uncalibrated_action, which was
+    never checked: ``accept`` could follow an unknown gate, ``reject`` a gate that does
+    not apply."""
+    head = HEAD + f'[calibration]\nuncalibrated_action = "{fallback}"\n'
+    body = rule("a", 9, action, True, match) + 'confidence = "high"\n'
+    with pytest.raises(RubricError, match=rf"uncalibrated_action '{fallback}': .*{message}"):
+        validate_policy(policy_from(tmp_path, body, head=head), RUBRIC)
+    # without a confidence the rule never falls back: the same policy is valid
+    validate_policy(policy_from(tmp_path, rule("a", 9, action, True, match), head=head), RUBRIC)
