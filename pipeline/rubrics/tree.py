@@ -116,10 +116,12 @@ def _node(value: Any, where: str, seen: set[str]) -> _Node:
 
 def _flatten(root: _Node) -> RubricTree:
     node_rows: list[tuple[str, str | None, int, bool, float, str]] = []
-    path_rows: list[tuple[str, str, float]] = []
+    path_rows: list[tuple[str, str, float, bool]] = []
     aliases: dict[str, str] = {}
 
-    def visit(node: _Node, parent: str | None, depth: int, stack: list[tuple[str, float]]) -> None:
+    def visit(
+        node: _Node, parent: str | None, depth: int, stack: list[tuple[str, float, bool]]
+    ) -> None:
         # Fold the single-child chain below `node`: the top keeps its id and weight.
         chain = [node]
         while len(chain[-1].children) == 1:
@@ -136,14 +138,23 @@ def _flatten(root: _Node) -> RubricTree:
                     top.id,
                 )
             )
-        # stack: (collapsed ancestor id, effective weight of the current node under it)
-        stack = [*stack, (top.id, 1.0)]
+        # stack: (collapsed ancestor id, effective weight of the current node under it,
+        # whether every weight on the way is above 0: a product of shares can underflow)
+        stack = [*stack, (top.id, 1.0, True)]
         if not bottom.children:
             for member in chain:
                 aliases[member.id] = top.id
-            path_rows.extend((ancestor, top.id, weight) for ancestor, weight in stack)
+            path_rows.extend(
+                (ancestor, top.id, weight, counts) for ancestor, weight, counts in stack
+            )
             return
-        total = math.fsum(c.weight for c in bottom.children)
+        try:
+            total = math.fsum(c.weight for c in bottom.children)
+        except OverflowError:
+            raise TreeError(
+                f"node {bottom.id!r}: the weights of its children sum beyond the largest "
+                "float; scale them down"
+            ) from None
         if total <= 0:
             raise TreeError(
                 f"node {bottom.id!r}: the weights of its children sum to 0, so its score "
@@ -151,7 +162,13 @@ def _flatten(root: _Node) -> RubricTree:
             )
         for child in bottom.children:
             share = child.weight / total
-            visit(child, bottom.id, depth + len(chain), [(a, w * share) for a, w in stack])
+            on = child.weight > 0
+            visit(
+                child,
+                bottom.id,
+                depth + len(chain),
+                [(a, w * share, c and on) for a, w, c in stack],
+            )
 
     visit(root, None, 0, [])
     nodes = pl.DataFrame(
@@ -168,7 +185,12 @@ def _flatten(root: _Node) -> RubricTree:
     )
     paths = pl.DataFrame(
         path_rows,
-        schema={"collapsed_id": pl.String, "leaf_id": pl.String, "weight": pl.Float64},
+        schema={
+            "collapsed_id": pl.String,
+            "leaf_id": pl.String,
+            "weight": pl.Float64,
+            "counts": pl.Boolean,
+        },
         orient="row",
     )
     return RubricTree(nodes, paths, aliases)
@@ -285,10 +307,18 @@ def score_tree(tree: RubricTree, grades: pl.DataFrame) -> TreeScores:
     full = submissions.join(tree.paths, how="cross").join(
         graded, on=["submission", "leaf_id"], how="left"
     )
+    # A node's score is a weighted mean of its leaves' grades: between the least and the
+    # greatest of those that count (a sum of rounded products left it a unit in the last
+    # place outside them: 0.9999999999999999 for leaves all graded 1, 1.0000000000000002).
+    counted = pl.col("score").filter(pl.col("counts"))
     by_node = full.group_by(["submission", "collapsed_id"], maintain_order=True).agg(
-        score=pl.when((missing_grade & (pl.col("weight") > 0)).any())
+        score=pl.when((missing_grade & pl.col("counts")).any())
         .then(pl.lit(None, pl.Float64))
-        .otherwise((pl.col("weight") * pl.col("score").fill_null(0.0)).sum()),
+        .otherwise(
+            (pl.col("weight") * pl.col("score").fill_null(0.0))
+            .sum()
+            .clip(counted.min(), counted.max())
+        ),
         graded_weight=pl.col("weight").filter(~missing_grade).sum(),
         leaves=pl.len(),
         missing_leaves=missing_grade.sum(),

@@ -235,3 +235,43 @@ def test_vectorised_tree_equals_the_recursive_definition(data: st.DataObject) ->
             assert row["score"] is None, row["node_id"]
         else:
             assert row["score"] == pytest.approx(want, abs=1e-12), row["node_id"]
+
+
+def test_a_mean_stays_within_its_leaves_grades() -> None:
+    """A node's score was a sum of rounded products of shares: leaves all graded 1 gave
+    0.9999999999999999, and 1.0000000000000002 above the scale."""
+    tree = node(
+        "r",
+        1,
+        node("A", 1, node("a1", 1), node("a2", 2)),
+        node("B", 1, node("b1", 2), node("b2", 1)),
+    )
+    got = scores(tree, *(("s", leaf, 1.0) for leaf in ("a1", "a2", "b1", "b2")))
+    assert {got[("s", n)] for n in ("r", "A", "B")} == {1.0}
+    got = scores(
+        node("r", 1, node("x", 0.1), node("y", 0.7), node("z", 0.7)),
+        *(("s", leaf, 1.0) for leaf in "xyz"),
+    )
+    assert got[("s", "r")] == 1.0
+    tree = node("r", 1, node("p", 0.7, node("q", 0.2), node("t", 0.3)), node("u", 0.1))
+    got = scores(tree, *(("s", leaf, 1.0) for leaf in "qtu"))
+    assert got[("s", "r")] == 1.0
+
+
+def test_a_missing_grade_is_missing_however_small_its_weight() -> None:
+    """A leaf's effective weight, a product of shares, underflowed to 0 twenty levels
+    down, and its missing grade was then ignored: the root scored 1.0, its child null."""
+    tree: dict[str, Any] = node("leaf-17", 1)
+    for level in range(19, -1, -1):
+        tree = node(f"l{level}", 1, node(f"big-{level}", 9_000_000_000_000_000_000), tree)
+    root = node("r", 1, tree, node("other", 1))
+    graded = [("s", f"big-{level}", 1.0) for level in range(20)] + [("s", "other", 1.0)]
+    got = scores(root, *graded)
+    assert got[("s", "l0")] is None
+    assert got[("s", "r")] is None
+
+
+def test_weights_summing_beyond_a_float_are_refused() -> None:
+    """1e308 + 1e308 was an internal error (OverflowError, exit 4)."""
+    with pytest.raises(TreeError, match="sum beyond the largest float"):
+        parse_envelope(envelope(node("r", 1, node("a", 1e308), node("b", 1e308))))
