@@ -3,6 +3,7 @@ leaf grades over its tree."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -111,7 +112,10 @@ def score_command(
     for row in roots.iter_rows(named=True):
         score = "—" if row["score"] is None else f"{row['score']:.4f}"
         table.add_row(
-            row["submission"], score, f"{row['graded_weight']:.4f}", str(row["missing_leaves"])
+            _shown(row["submission"]),
+            score,
+            f"{row['graded_weight']:.4f}",
+            str(row["missing_leaves"]),
         )
     out.print(table)
     if result.missing.height:
@@ -122,7 +126,14 @@ def score_command(
         )
         for row in result.missing.head(_LISTED).iter_rows(named=True):
             chain = row["chain"] or []
-            names = " = ".join(chain) if len(chain) > 1 else row["leaf_id"]
-            err.print(f"  {row['submission']}  {names}", highlight=False)
+            names = " = ".join(map(_shown, chain)) if len(chain) > 1 else _shown(row["leaf_id"])
+            err.print(f"  {_shown(row['submission'])}  {names}", highlight=False)
         if result.missing.height > _LISTED:
             err.print(f"  … {result.missing.height - _LISTED} more", highlight=False)
+
+
+def _shown(text: str) -> str:
+    """An id from the user's files as the terminal shows it: as it is, or as a JSON string
+    when it holds a control character (an escape sequence cleared the screen or set the
+    window title; a newline added rows to the table)."""
+    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from pipeline.core.config import Limits
 from pipeline.core.reasons import RejectLine
 from pipeline.records.strict_json import parse_object
 from pipeline.rubrics.model import RubricError
@@ -221,6 +222,9 @@ def read_envelope(path: Path) -> RubricTree:
 _GRADES_SCHEMA: Final = {"submission": pl.String, "leaf_id": pl.String, "score": pl.Float64}
 
 
+_LIMITS: Final = Limits()
+
+
 def _grades_from_jsonl(path: Path) -> pl.DataFrame:
     rows = []
     with open(path, "rb") as fh:
@@ -229,7 +233,8 @@ def _grades_from_jsonl(path: Path) -> pl.DataFrame:
             if not line.strip():
                 continue
             try:
-                record = parse_object(line, max_depth=4, max_items=64)
+                # a grade line may carry more (a judge's notes): the gate's limits
+                record = parse_object(line, _LIMITS.max_depth, _LIMITS.max_items)
             except RejectLine as exc:
                 raise TreeError(f"{path}:{number}: not strict JSON ({exc.reason.code})") from None
             missing = [k for k in _GRADES_SCHEMA if k not in record]

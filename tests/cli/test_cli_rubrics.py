@@ -173,3 +173,19 @@ def test_a_failed_score_leaves_the_old_out(tmp_path: Path, monkeypatch: pytest.M
         "grades.jsonl",
         "nodes.parquet",
     ]
+
+
+def test_score_shows_ids_with_control_characters_escaped(tmp_path: Path) -> None:
+    """Submission ids were printed raw: an escape sequence cleared the screen or set the
+    window title, a newline added rows to the table."""
+    envelope, grades = _files(
+        tmp_path,
+        '{"submission": "s\\u001b]0;pwned\\u0007", "leaf_id": "a1", "score": 1}\n'
+        '{"submission": "x\\nfake  1.0000", "leaf_id": "b", "score": 1}\n',
+    )
+    result = runner.invoke(app, ["rubrics", "score", str(envelope), str(grades)])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output
+    assert "\x07" not in result.output
+    assert '"s\\u001b]0;pwned\\u0007"' in result.stdout
+    assert '"x\\nfake  1.0000"' in result.stdout

@@ -275,3 +275,12 @@ def test_weights_summing_beyond_a_float_are_refused() -> None:
     """1e308 + 1e308 was an internal error (OverflowError, exit 4)."""
     with pytest.raises(TreeError, match="sum beyond the largest float"):
         parse_envelope(envelope(node("r", 1, node("a", 1e308), node("b", 1e308))))
+
+
+def test_a_grade_line_may_carry_more_fields(tmp_path: Path) -> None:
+    """A JSONL grade line of more than 64 items or deeper than 4 (a judge's notes) was
+    refused as not strict JSON; the same rows as Parquet were read."""
+    line = {"submission": "s", "leaf_id": "a", "score": 1, "notes": {"tokens": list(range(100))}}
+    path = tmp_path / "grades.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    assert load_grades(path).to_dicts() == [{"submission": "s", "leaf_id": "a", "score": 1.0}]
