@@ -452,6 +452,42 @@ def _normalise(match: RuleMatch, criteria: Sequence[str], gates: Sequence[str]) 
     )
 
 
+#: the verdicts a weighted state needs of every gate, and of every criterion (one of
+#: which must be scored), as scoring computes it (:mod:`pipeline.rubrics.scoring`)
+_PASSING_GATE: Final = frozenset({State.MET.value, State.NOT_APPLICABLE.value})
+_KNOWN_CRITERION: Final = frozenset(
+    {State.MET.value, State.NOT_MET.value, State.NOT_APPLICABLE.value}
+)
+_SCORED: Final = frozenset({State.MET.value, State.NOT_MET.value})
+
+
+def _with_scoring(rule: _Normalised) -> _Normalised:
+    """``rule`` with what scoring implies between the weighted state and the verdicts: a
+    weighted ``met``/``not_met`` exists only when every gate is met or not applicable and
+    every criterion is known, one of them scored; a gate or criterion that cannot be so
+    leaves it ``unknown``. The static checks then see that ``weighted = ["met"]`` with
+    ``any_gate = ["not_met"]`` never matches, and that a rule on a failed gate after a
+    terminal ``weighted = ["unknown"]`` is never reached (both passed before)."""
+    unknown = frozenset({State.UNKNOWN.value})
+    blocked = (
+        any(not states & _PASSING_GATE for states in rule.gates.values())
+        or any(not wanted & _PASSING_GATE for wanted in rule.any_gate)
+        or any(not states & _KNOWN_CRITERION for states in rule.criteria.values())
+        or any(not wanted & _KNOWN_CRITERION for wanted in rule.any_criterion)
+        or (bool(rule.criteria) and all(not states & _SCORED for states in rule.criteria.values()))
+    )
+    weighted = rule.weighted & unknown if blocked else rule.weighted
+    if State.UNKNOWN.value in weighted:
+        return dataclasses.replace(rule, weighted=weighted)
+    return dataclasses.replace(
+        rule,
+        weighted=weighted,
+        gates={name: states & _PASSING_GATE for name, states in rule.gates.items()},
+        criteria={name: states & _KNOWN_CRITERION for name, states in rule.criteria.items()},
+        any_criterion=(*rule.any_criterion, _SCORED),
+    )
+
+
 def _never_matches(rule: _Normalised) -> str | None:
     for kind, allowed in (("criterion", rule.criteria), ("gate", rule.gates)):
         for name, states in allowed.items():
@@ -551,7 +587,7 @@ def validate_policy(policy: Policy, rubric: Rubric | None) -> None:
     if problems:
         raise RubricError(f"{policy.path}: not a valid policy:\n  " + "\n  ".join(problems))
 
-    normalised = [_normalise(r.match, criteria, gates) for r in policy.rules]
+    normalised = [_with_scoring(_normalise(r.match, criteria, gates)) for r in policy.rules]
     for n, (rule, mine) in enumerate(zip(policy.rules, normalised, strict=True)):
         why = _never_matches(mine)
         if why:

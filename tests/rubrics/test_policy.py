@@ -665,3 +665,41 @@ def test_the_uncalibrated_action_is_held_to_the_contract(
         validate_policy(policy_from(tmp_path, body, head=head), RUBRIC)
     # without a confidence the rule never falls back: the same policy is valid
     validate_policy(policy_from(tmp_path, rule("a", 9, action, True, match), head=head), RUBRIC)
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        (
+            [rule("a", 9, "escalate", False, '{ weighted = ["met"], any_gate = ["not_met"] }')],
+            r"rules\.a: can never match",
+        ),
+        (
+            [
+                rule(
+                    "a",
+                    9,
+                    "escalate",
+                    False,
+                    '{ weighted = ["met"], all_criteria = ["not_applicable"] }',
+                )
+            ],
+            r"rules\.a: can never match",
+        ),
+        (
+            [
+                rule("a", 9, "escalate", True, '{ weighted = ["unknown"] }'),
+                rule("b", 5, "reject", True, '{ any_gate = ["not_met"] }'),
+            ],
+            r"rules\.b: unreachable: .* terminal rule 'a'",
+        ),
+    ],
+)
+def test_the_static_checks_know_when_a_weighted_state_exists(
+    tmp_path: Path, rules: list[str], message: str
+) -> None:
+    """A weighted met/not_met exists only when every gate is met or not applicable and
+    every criterion is known, one scored: rules that contradict it, or that a terminal
+    weighted unknown always decides first, passed the loader."""
+    with pytest.raises(RubricError, match=message):
+        validate_policy(policy_from(tmp_path, *rules), RUBRIC)
