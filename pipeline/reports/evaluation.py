@@ -204,7 +204,7 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
 
     Examples
     --------
-    >>> from pipeline.reports.sources import LoadedTable, first_unreadable
+    >>> from pipeline.reports.sources import LoadedTable
     >>> rows = pl.LazyFrame({"p": [0.25, 0.25, 0.55, 0.75, 0.75], "y": [0, 0, 1, 1, 1]})
     >>> s = ReportSettings(confidence="p", correct="y", bins=2, bootstrap=0).validate()
     >>> report = evaluate(LoadedTable(rows, [], "parquet"), s)
@@ -260,11 +260,7 @@ def _slices(
                 f"got {dtype}; slice by one of its fields"
             )
     # -0.0 is 0.0 (polars groups them; the slice was named by whichever sorted first)
-    zeros = [
-        pl.when(pl.col(name) == 0).then(0.0).otherwise(pl.col(name)).alias(name)
-        for name in by_names
-        if rows.schema[name].is_float()
-    ]
+    zeros = [_unsigned_zero(pl.col(name)) for name in by_names if rows.schema[name].is_float()]
     try:
         ordered = rows.with_columns(zeros).sort(by_names, nulls_last=True, maintain_order=True)
         cut = ordered.partition_by(by_names, maintain_order=True, as_dict=True).values()
@@ -434,9 +430,7 @@ def _typed(rows: pl.DataFrame, settings: ReportSettings) -> pl.DataFrame:
                     "a float holds apart"
                 )
         # -0.0 becomes 0.0: the two are one threshold, whichever a tie group meets first
-        # (polars folds ``x + 0.0`` away, so the zero is written out)
-        confidence = pl.col(_CONFIDENCE).cast(pl.Float64)
-        casts.append(pl.when(confidence == 0.0).then(0.0).otherwise(confidence).alias(_CONFIDENCE))
+        casts.append(_unsigned_zero(pl.col(_CONFIDENCE).cast(pl.Float64)))
     for name, setting in ((_CORRECT, "correct"), (_SELECTED, "selected")):
         if name not in rows.columns:
             continue
@@ -452,6 +446,12 @@ def _typed(rows: pl.DataFrame, settings: ReportSettings) -> pl.DataFrame:
             raise InputError(f"{setting}: {bad} rows are neither 0 nor 1")
         casts.append(pl.col(name).cast(pl.Float64).cast(pl.Boolean))
     return rows.with_columns(casts)
+
+
+def _unsigned_zero(value: pl.Expr) -> pl.Expr:
+    """``value`` with -0.0 as 0.0, under its own name (polars folds ``x + 0.0`` away, so
+    the zero is written out)."""
+    return pl.when(value == 0.0).then(0.0).otherwise(value).alias(value.meta.output_name())
 
 
 def _check_values(rows: pl.DataFrame, settings: ReportSettings) -> None:
