@@ -203,17 +203,37 @@ def _report(data: str, given: dict[str, Any], out_arg: str, force: bool, quiet: 
         settings = ReportSettings(**{k: v for k, v in given.items() if v is not None}).validate()
         report = evaluate(load_table(data, kind=settings.source_kind), settings)
         write_evaluation(report, claim)
-    for warning in report.warnings:
-        err.print(
-            styled("warning:", "yellow"),
-            f"{warning['slice']}: {warning['code']} ({warning['message']})",
-        )
+    _print_warnings(report.warnings)
     if not quiet:
         _summary(report)
     out.print(
         f"wrote {located(out_dir, 'report.html')}, report.json and tables for "
         f"{report.data['rows_evaluated']:,} rows in {time.perf_counter() - started:.2f} s",
     )
+
+
+#: the slices a warning code is printed for on the terminal; report.json lists them all
+WARNINGS_SHOWN = 5
+
+
+def _print_warnings(warnings: list[dict[str, str]]) -> None:
+    """Each warning on stderr, but at most :data:`WARNINGS_SHOWN` slices of a code, then
+    how many more: a report sliced by a column of 5,000 values printed 5,000 lines."""
+    by_code: dict[str, list[dict[str, str]]] = {}
+    for warning in warnings:
+        by_code.setdefault(warning["code"], []).append(warning)
+    for code, found in by_code.items():
+        for warning in found[:WARNINGS_SHOWN]:
+            err.print(
+                styled("warning:", "yellow"),
+                f"{warning['slice']}: {code} ({warning['message']})",
+            )
+        if len(found) > WARNINGS_SHOWN:
+            err.print(
+                styled("warning:", "yellow"),
+                f"{code} in {len(found) - WARNINGS_SHOWN:,} more slices "
+                "(report.json lists every warning)",
+            )
 
 
 def _summary(report: EvaluationReport) -> None:

@@ -213,3 +213,24 @@ def test_scan_json_is_untouched(tmp_path: Path) -> None:
     result = runner.invoke(app, ["scan", str(source), "--kind", "math-reasoning-v1", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["lines"] > 0
+
+
+def test_a_report_prints_a_few_slices_of_a_warning_and_counts_the_rest(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    data = tmp_path / "scores.parquet"
+    p = rng.random(120).round(3)
+    pl.DataFrame(
+        {"prob": p, "label": (rng.random(120) < p).astype(np.int64), "task": np.arange(120) % 12}
+    ).write_parquet(data)
+    args = ["report", "calibration", str(data), "--confidence", "prob", "--correct", "label"]
+    result = runner.invoke(app, [*args, "--by", "task", "--out", str(tmp_path / "r"), "-q"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if "small_slice" in line]
+    # 13 small slices: `all` and 12 tasks of 10 rows
+    assert len(json.loads((tmp_path / "r" / "report.json").read_text())["warnings"]) == 13
+    assert lines[:2] == [
+        "warning: all: small_slice (n = 120 < 300: intervals are wide)",
+        "warning: task=0: small_slice (n = 10 < 300: intervals are wide)",
+    ]
+    assert len(lines) == 6
+    assert lines[-1] == "warning: small_slice in 8 more slices (report.json lists every warning)"
