@@ -313,7 +313,10 @@ JSON_TOO_DEEP: Final = declare(
     "json.too_deep",
     _REJECTED,
     owner=_PARSER,
-    meaning="nesting deeper than limits.max_depth",
+    meaning=(
+        "nesting deeper than limits.max_depth; a line whose brackets nest deeper than 512 "
+        "levels gets it before it is parsed, syntax errors included (the parser's bound)"
+    ),
     spec=Spec.ARCV_GATEWAY,
 )
 JSON_TOO_MANY_ITEMS: Final = declare(

@@ -14,7 +14,12 @@ strict JSON must not is closed off explicitly:
   strings: ``json.invalid_surrogate``;
 * depth and per-container item counts beyond the limits: ``json.too_deep`` /
   ``json.too_many_items`` (:func:`check_limits`, separate so a caller can skip it when the
-  schema already bounds them).
+  schema already bounds them); a line nested deeper than :data:`PARSER_DEPTH` is
+  ``json.too_deep`` before it is parsed.
+
+A line holding several of these gets the first in the order the reason codes are
+checked (``json.syntax`` before them all): the hooks note what they find and the scanner
+reads on to the end of the line.
 
 A repeated key or a non-finite number is located by a second scan of the rejected line
 (:func:`locate`): :class:`LocatedReject` carries the raw path for the gate to render
@@ -35,6 +40,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+import numpy as np
 import orjson
 
 from pipeline.core.limits import MAX_NESTING
@@ -72,42 +78,37 @@ _NONZERO_DIGIT: Final = re.compile(r"[1-9]")
 _BLANK: Final = frozenset(b" \t\r")
 
 
-class _Duplicate(Exception):
-    pass
+#: The deepest nesting the parser reads. The standard library's scanner recurses once a
+#: level, and how much of Python's recursion budget is left depends on the caller's stack
+#: (a worker's is shallower than the command line's): lines nested ~950 levels got
+#: ``json.too_deep`` gated in the parent and ``json.not_object`` in a worker. A line
+#: deeper than this is ``json.too_deep`` before it is parsed, wherever it is gated. Far
+#: above any ``limits.max_depth`` (at most :data:`MAX_NESTING`), far below the budget.
+PARSER_DEPTH: Final = 512
+#: A JSON string, escapes included (its brackets do not nest)
+_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"')
 
 
-class _NonFinite(Exception):
-    pass
+def nesting_depth(line: bytes) -> int:
+    """How deep ``line``'s brackets nest outside its strings, without parsing it (a line
+    that is not JSON gets a depth too: its brackets', counted the same way)."""
+    outside = np.frombuffer(_STRING.sub(b'""', line), np.uint8)
+    step = np.isin(outside, _OPENERS).astype(np.int32) - np.isin(outside, _CLOSERS)
+    return int(np.cumsum(step).max(initial=0))
 
 
-class _NumberRange(Exception):
-    pass
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise _Duplicate
-    return result
-
-
-def _constant(name: str) -> Any:
-    raise _NonFinite("NaN or Infinity literal")
+_OPENERS: Final = np.frombuffer(b"[{", np.uint8)
+_CLOSERS: Final = np.frombuffer(b"]}", np.uint8)
+#: The parser's findings that are not syntax errors, in the order the reason codes are
+#: checked: a line holding several gets the first of these (and a line that is not JSON
+#: gets ``json.syntax``, whatever the hooks saw before the scanner stopped).
+_FINDINGS: Final = (JSON_DUPLICATE_KEY, JSON_NON_FINITE, JSON_NUMBER_RANGE)
 
 
 #: The most digits an int64 literal has (JSON forbids leading zeros): a longer one is out
 #: of range without converting it, which for 4301 digits or more Python refuses to do
 #: (``sys.get_int_max_str_digits``) and which costs time quadratic in the length below.
 _INT64_DIGITS: Final = len(str(INT64_MAX))
-
-
-def _int(text: str) -> int:
-    if len(text) - text.startswith("-") > _INT64_DIGITS:
-        raise _NumberRange("integer outside the int64 range")
-    value = int(text)
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise _NumberRange("integer outside the int64 range")
-    return value
 
 
 def _has_lone_surrogate(value: Any) -> bool:
@@ -133,27 +134,55 @@ def _has_lone_surrogate(value: Any) -> bool:
 class StrictParser:
     """A reusable strict decoder. After :meth:`parse`, ``saw_float`` tells whether the
     line held any non-integer number literal (the gate's canonical-JSON fast path needs
-    to know, and the float hook sees it for free)."""
+    to know, and the float hook sees it for free).
+
+    The hooks note what they find and let the scanner go on: a line is first checked to
+    be JSON at all (``json.syntax``), and only then given the first finding in the order
+    of :data:`_FINDINGS`. Raising from a hook stopped the scan there, so a truncated
+    line holding a repeated key or ``NaN`` before the cut was not ``json.syntax``."""
 
     def __init__(self) -> None:
         self.saw_float = False
+        self._found: dict[str, str] = {}
         self._decoder = json.JSONDecoder(
-            object_pairs_hook=_pairs,
-            parse_constant=_constant,
-            parse_int=_int,
+            object_pairs_hook=self._pairs,
+            parse_constant=self._constant,
+            parse_int=self._int,
             parse_float=self._float,
             strict=True,  # control characters inside strings are errors
         )
+
+    def _note(self, code: str, detail: str) -> None:
+        self._found.setdefault(code, detail)
+
+    def _pairs(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result = dict(pairs)
+        if len(result) != len(pairs):
+            self._note(JSON_DUPLICATE_KEY, "an object repeats a key")
+        return result
+
+    def _constant(self, name: str) -> Any:
+        self._note(JSON_NON_FINITE, "NaN or Infinity literal")
+        return None
+
+    def _int(self, text: str) -> int:
+        if len(text) - text.startswith("-") > _INT64_DIGITS:
+            self._note(JSON_NUMBER_RANGE, "integer outside the int64 range")
+            return 0
+        value = int(text)
+        if not INT64_MIN <= value <= INT64_MAX:
+            self._note(JSON_NUMBER_RANGE, "integer outside the int64 range")
+        return value
 
     def _float(self, text: str) -> float:
         self.saw_float = True
         value = float(text)
         if math.isinf(value):
-            raise _NonFinite("number overflows a double")
-        if value == 0.0:
+            self._note(JSON_NON_FINITE, "number overflows a double")
+        elif value == 0.0:
             mantissa = text.partition("e")[0].partition("E")[0]
             if _NONZERO_DIGIT.search(mantissa):
-                raise _NumberRange("non-zero number underflows to zero")
+                self._note(JSON_NUMBER_RANGE, "non-zero number underflows to zero")
         return value
 
     def parse(self, line: bytes) -> Any:
@@ -168,21 +197,27 @@ class StrictParser:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RejectLine(JSON_INVALID_UTF8, f"invalid UTF-8 at byte {exc.start}") from None
+        if line.count(b"[") + line.count(b"{") > PARSER_DEPTH and (
+            nesting_depth(line) > PARSER_DEPTH
+        ):
+            raise RejectLine(JSON_TOO_DEEP, f"nesting deeper than {PARSER_DEPTH} levels")
+        self._found = {}
         try:
             value = self._decoder.decode(text)
-        except _Duplicate:
-            raise LocatedReject(JSON_DUPLICATE_KEY, "an object repeats a key", text) from None
-        except _NonFinite as exc:
-            raise LocatedReject(JSON_NON_FINITE, str(exc), text) from None
-        except _NumberRange as exc:
-            raise RejectLine(JSON_NUMBER_RANGE, str(exc)) from None
-        except RecursionError:
+        except RecursionError:  # only under a caller's own deep stack: see PARSER_DEPTH
             raise RejectLine(
                 JSON_TOO_DEEP, "nesting exceeds the parser's recursion bound"
             ) from None
         except json.JSONDecodeError as exc:
-            # exc.msg names the grammar rule ("Expecting ',' delimiter"), never the input.
-            raise RejectLine(JSON_SYNTAX, f"{exc.msg} at column {exc.colno}") from None
+            # exc.msg names the grammar rule ("Expecting ',' delimiter"), never the input;
+            # Python's message for a control character already ends in "at"
+            message = exc.msg.removesuffix(" at")
+            raise RejectLine(JSON_SYNTAX, f"{message} at column {exc.colno}") from None
+        if self._found:
+            code = next(c for c in _FINDINGS if c in self._found)
+            if code == JSON_NUMBER_RANGE:
+                raise RejectLine(code, self._found[code])
+            raise LocatedReject(code, self._found[code], text)
         if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
             raise RejectLine(JSON_INVALID_SURROGATE, "lone or unpaired surrogate escape")
         return value
@@ -202,7 +237,7 @@ class LocatedReject(RejectLine):
     def location(self) -> Location | None:
         # a second, slower scan of the line: only for the caller that renders the path
         # (the gate's fast path catches such a line and hands it to the reference path)
-        return locate(self.text)
+        return locate(self.text, self.reason.code)
 
 
 @dataclass(frozen=True)
@@ -227,18 +262,19 @@ class _Event:
         self.seq = seq
 
 
-def locate(text: str) -> Location | None:
-    """Where the strict parser stopped on ``text`` with a repeated key or a non-finite
-    number: the first of them in the order its hooks fire (objects when they close,
-    numbers when read), as :class:`StrictParser` raises. ``None`` if it cannot tell.
+def locate(text: str, code: str) -> Location | None:
+    """Where ``text`` holds the first repeated key (``code`` is ``json.duplicate_key``) or
+    non-finite number (``json.non_finite``) in the order the strict parser's hooks see
+    them (objects when they close, numbers when read). ``None`` if it cannot tell.
 
-    Only rejected lines get here: a second scan that records instead of raising."""
+    Only rejected lines get here: a second scan that keeps what it finds in the value."""
     counter = iter(range(1 << 62))
+    keys, numbers = code == JSON_DUPLICATE_KEY, code == JSON_NON_FINITE
 
     def pairs(found: list[tuple[str, Any]]) -> _Members:
         members = _Members(found)
         seen: set[str] = set()
-        for key, _ in found:
+        for key, _ in found if keys else ():
             if key in seen:
                 members.repeat, members.seq = key, next(counter)
                 break
@@ -247,11 +283,11 @@ def locate(text: str) -> Location | None:
 
     def number(text: str) -> Any:
         value = float(text)
-        return _Event(next(counter)) if math.isinf(value) else value
+        return _Event(next(counter)) if numbers and math.isinf(value) else value
 
     decoder = json.JSONDecoder(
         object_pairs_hook=pairs,
-        parse_constant=lambda name: _Event(next(counter)),
+        parse_constant=lambda name: _Event(next(counter)) if numbers else None,
         parse_float=number,
         strict=True,
     )

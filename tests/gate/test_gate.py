@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -185,8 +186,8 @@ def test_deep_lines_gate_alike_on_both_paths() -> None:
     lone = [b'{"s":"\\ud800","a":' + b"[" * n + b"]" * n + b"}" for n in depths]
     codes = _assert_paths_agree(GATE, [(line, None) for line in deep + spaced + escaped + lone])
     lone_codes = codes[-len(depths) :]
-    assert lone_codes[:3] == [["json.invalid_surrogate"]] * 3  # 254, 300, 600 levels
-    assert lone_codes[-3:] == [["json.too_deep"]] * 3  # beyond the scanner's recursion
+    assert lone_codes[:2] == [["json.invalid_surrogate"]] * 2  # 254, 300 levels
+    assert lone_codes[2:] == [["json.too_deep"]] * 5  # beyond the parser's bound (512)
     # With sanitization on, a rejected line's raw bytes are screened for secrets, which
     # walked orjson's value recursively (crashing at ~1000 levels); a deep secret counts.
     sanitizing = Gate(CampaignConfig(sanitize=SanitizeSettings(enabled=True)))
@@ -400,8 +401,14 @@ def test_a_missing_required_field_is_named() -> None:
             "$.*.*",
         ),
         (
-            lambda t: t.replace('"ratings": {', '"ratings": {"style": NaN, ', 1),
+            lambda t: re.sub(r'"style": [0-9.]+', '"style": NaN', t, count=1),
             "json.non_finite",
+            "$.ratings.style",
+        ),
+        # both: the repeated key, checked first (the number is read before the object closes)
+        (
+            lambda t: t.replace('"ratings": {', '"ratings": {"style": NaN, ', 1),
+            "json.duplicate_key",
             "$.ratings.style",
         ),
         (lambda t: t[:-1] + ', "sk-secret": 1e999}', "json.non_finite", "$.*"),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pipeline.core.reasons import RejectLine
 from pipeline.records.strict_json import (
     LONG_DIGITS,
+    PARSER_DEPTH,
     LocatedReject,
     StrictParser,
     check_limits,
@@ -135,6 +136,64 @@ def test_reason_codes(line: bytes, code: str) -> None:
     with pytest.raises(RejectLine) as caught:
         parse_value(line)
     assert caught.value.reason.code == code
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "detail"),
+    [
+        # not JSON, whatever the hooks met before the scanner stopped (issue: hooks raised)
+        (b'{"problem":{"x":1,"x":2},"task_id":', "json.syntax", "Expecting value at column 36"),
+        (b'{"problem":NaN,', "json.syntax", None),
+        (b'{"problem":1e400,"task_id"', "json.syntax", None),
+        (b'{"problem":123456789012345678901234,', "json.syntax", None),
+        (b'{"problem":1e-400,]', "json.syntax", None),
+        # several findings: the first of the documented order
+        (b'{"task_id":"a","task_id":"b","problem":NaN}', "json.duplicate_key", None),
+        (b"[99999999999999999999, NaN]", "json.non_finite", None),
+        (b'{"a":"\\ud800","b":1e400}', "json.non_finite", None),
+        # Python's message already ends in "at"
+        (b'{"a":"x\x01"}', "json.syntax", "Invalid control character at column 8"),
+    ],
+)
+def test_a_line_gets_the_first_reason_of_the_documented_order(
+    line: bytes, code: str, detail: str | None
+) -> None:
+    with pytest.raises(RejectLine) as caught:
+        parse_value(line)
+    assert caught.value.reason.code == code
+    if detail is not None:
+        assert caught.value.reason.detail == detail
+
+
+def _at_depth(frames: int, line: bytes) -> str:
+    """The code the strict parser gives ``line`` when called ``frames`` frames deeper."""
+    if frames:
+        return _at_depth(frames - 1, line)
+    try:
+        parse_value(line)
+    except RejectLine as exc:
+        return exc.reason.code
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    "levels", [PARSER_DEPTH - 1, PARSER_DEPTH, PARSER_DEPTH + 1, 800, 975, 5000]
+)
+def test_deep_lines_get_one_code_however_deep_the_caller_is(levels: int) -> None:
+    """A line nested ~950 levels was json.too_deep gated in the command's process and
+    json.not_object in a worker: the scanner's recursion budget is what the caller's
+    stack leaves. Beyond PARSER_DEPTH a line is json.too_deep before it is parsed."""
+    for line in (
+        b"[" * levels + b"]" * levels,
+        b"[" * levels,
+        b'{"a":' * levels + b"1" + b"}" * levels,
+    ):
+        found = {_at_depth(frames, line) for frames in (0, 150, 300)}
+        assert len(found) == 1, (levels, found)
+        if levels > PARSER_DEPTH:
+            assert found == {"json.too_deep"}
+    # brackets inside strings do not nest
+    assert parse_value(b'{"a":"' + b"[" * 5000 + b'"}') == {"a": "[" * 5000}
 
 
 def test_int64_bounds_are_inclusive() -> None:
@@ -337,9 +396,11 @@ def test_fast_parser_never_disagrees_with_the_strict_one_on_the_suite(conformanc
         (b'{"a":{"b":NaN}}', "json.non_finite", ("a", "b")),
         (b"[1,[2,-Infinity]]", "json.non_finite", (1, 1)),
         (b'{"a":[1e400]}', "json.non_finite", ("a", 0)),
-        # a non-finite number read before the object repeating its key closes
-        (b'{"a":NaN,"a":1}', "json.non_finite", ("a",)),
-        (b'{"a":1,"a":{"x":NaN}}', "json.non_finite", ("a", "x")),
+        # a line holding both is json.duplicate_key, the code checked first, though the
+        # number is read before the object repeating its key closes
+        (b'{"a":NaN,"a":1}', "json.duplicate_key", ("a",)),
+        (b'{"a":1,"a":{"x":NaN}}', "json.duplicate_key", ("a",)),
+        (b'{"a":1e400,"b":[{"c":1,"c":2}]}', "json.duplicate_key", ("b", 0, "c")),
     ],
 )
 def test_repeated_keys_and_non_finite_numbers_are_located(
