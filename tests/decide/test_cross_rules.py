@@ -292,6 +292,38 @@ def test_pw_decide_row_cross_rules(tmp_path: Path) -> None:
     ]
 
 
+def test_a_rejected_replay_takes_no_part_in_the_rules_after_it(tmp_path: Path) -> None:
+    """A later body of a submission key is rejected and its original stays (the replay
+    rule's contract). The rejected body still counted in the rules after it: its original
+    was quarantined as contradicting it, or rejected for naming another model than it."""
+    original = _pairwise(1)
+    flipped = {**original, "preference": "B", "rationale": "Response B is better, it is short."}
+    rows = _run(tmp_path, {"a.jsonl": [original, flipped]})
+    assert _codes(rows) == [("accepted", []), ("rejected", ["cross.idempotency_conflict"])]
+    first = _decide(0, host="coordinator", session="s1", root_session="s1", receipt=1)
+    other_model = {**first, "model": "other-model"}
+    rows = _run(tmp_path, {"b.jsonl": [first, other_model]}, name="decide")
+    assert _codes(rows) == [("accepted", []), ("rejected", ["cross.idempotency_conflict"])]
+    # a conflict that is no replay (another receipt) is still one
+    receipt = {**other_model, "receipt": 2}
+    rows = _run(tmp_path, {"c.jsonl": [first, receipt]}, name="model")
+    assert _codes(rows) == [("rejected", ["cross.session_model_conflict"])] * 2
+
+
+def test_a_worker_whose_coordinator_every_rule_rejected_has_no_root(tmp_path: Path) -> None:
+    """A worker whose coordinator the gate rejected was cross.worker_root_missing; one
+    whose coordinator's rows a cross rule all rejected was accepted. Both are now."""
+    coordinator = _decide(0, host="coordinator", session="s3", root_session="s3", receipt=1)
+    conflicting = {**coordinator, "receipt": 2, "model": "other-model"}
+    worker = _decide(1, host="worker", session="w3", root_session="s3", receipt=3)
+    rows = _run(tmp_path, {"a.jsonl": [coordinator, conflicting, worker]})
+    assert _codes(rows) == [
+        ("rejected", ["cross.session_model_conflict"]),
+        ("rejected", ["cross.session_model_conflict"]),
+        ("rejected", ["cross.worker_root_missing"]),
+    ]
+
+
 def test_session_receipt_is_the_submission_key(tmp_path: Path) -> None:
     row = _decide(0, host="coordinator", session="s-1", root_session="s-1")
     changed = copy.deepcopy(row)

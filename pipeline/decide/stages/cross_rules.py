@@ -2,9 +2,11 @@
 
 They run first in the global phase (order 100), over every staged row of a kind from
 every shard, so their result cannot depend on how the run was sharded or on the order
-of input files (the order key sorts inputs by path). Each rule returns findings (row
-keys, code, detail, disposition); the stage folds them per row, worst disposition wins
-(rejected > quarantined > duplicate) and every code is kept. A rule may give a finding
+of input files (the order key sorts inputs by path). The rules run in the order of the
+table below, each over the rows the ones before it left in (a row a rule rejects or
+removes takes no part in the rules after it; a quarantined row does). Each rule returns
+findings (row keys, code, detail, disposition); the stage folds them per row, worst
+disposition wins (rejected > quarantined > duplicate) and every code is kept. A rule may give a finding
 another code and disposition of its own family (``cross.retry``, a duplicate pointing at
 the row it repeats in ``_duplicate_of``); disabling the rule disables both.
 
@@ -15,8 +17,8 @@ code                            kinds                   finding
                                                         first's (input order): that later row rejected
 ``cross.retry``                 every kind with a key   a later row repeats the first's body: a duplicate of it
 ``cross.contradictory_preference`` pairwise-v2          one comparison, opposite preferences: quarantined
-``cross.worker_root_missing``   pw-decide-row-1         a worker's root_session is no coordinator session
 ``cross.session_model_conflict`` pw-decide-row-1        rows of one session name different models
+``cross.worker_root_missing``   pw-decide-row-1         a worker's root_session is no coordinator session
 ``cross.autoqa_profile_conflict`` autoqa-eval-1         documents describe one calibration profile
                                                         differently: all of them quarantined
 ``cross.autoqa_case_conflict``  autoqa-eval-1           documents give one case id different case
@@ -46,6 +48,7 @@ from pipeline.decide.context import (
     KEYS,
     GlobalContext,
     OutputColumn,
+    advance,
     register_stage,
 )
 from pipeline.kinds import KINDS
@@ -123,6 +126,17 @@ def cross_rule(
     return register
 
 
+#: what a row the stage has removed (by an earlier rule) has become: it takes no part in
+#: the rules after it (a rejected conflicting body is no session's model, no comparison's
+#: preference); a quarantined row is held for a person and still takes part
+_REMOVED: Final = (Disposition.REJECTED.value, Disposition.DUPLICATE.value)
+
+
+def _live(rows: pl.DataFrame) -> pl.Series:
+    """Which of the state's rows take part in a rule: those no earlier rule removed."""
+    return ~rows["_disposition"].cast(pl.String).is_in(_REMOVED)
+
+
 def _key_columns(kind: str) -> list[str]:
     return list(KINDS[kind].idempotency_key)
 
@@ -165,7 +179,7 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     # percent) are re-read and decided on the exact keys and digests, so a collision of
     # key hashes can never invent a conflict, nor hide one.
     found, _ = ctx.repeats(kind, rows, "submission-keys", _key_hash(keys))
-    candidates = rows.select(KEYS).filter(found)
+    candidates = rows.select(KEYS).filter(found & _live(rows).to_numpy())
     del found
     if candidates.height == 0:
         return None
@@ -254,7 +268,7 @@ def contradictory_preference(
         value=preferred_hash,
         where=decisive,
     )
-    candidates = rows.select(KEYS).filter(found)
+    candidates = rows.select(KEYS).filter(found & _live(rows).to_numpy())
     if candidates.height == 0:
         return None
     texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])
@@ -276,31 +290,6 @@ def contradictory_preference(
 
 
 @cross_rule(
-    "cross.worker_root_missing",
-    Disposition.REJECTED,
-    ["pw-decide-row-1"],
-    meaning="a worker's root_session is no coordinator session of the run",
-    spec=Spec.PW_DECIDE_ROW,
-)
-def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
-    """Seed 004, root_session: "the coordinator session a worker leg belongs to": a worker
-    row's root session must be the session of some coordinator row of the export."""
-    payload = ctx.scan(kind, ["host", "session", "root_session"])
-    coordinators = payload.filter(pl.col("host") == "coordinator").select(
-        pl.col("session").unique()
-    )
-    orphans = payload.filter(
-        (pl.col("host") == "worker")
-        & ~pl.col("root_session").is_in(coordinators["session"].implode())
-    )
-    return orphans.select(
-        "_shard",
-        "_shard_line",
-        _detail=pl.lit("root_session names no coordinator session in this run"),
-    )
-
-
-@cross_rule(
     "cross.session_model_conflict",
     Disposition.REJECTED,
     ["pw-decide-row-1"],
@@ -312,9 +301,35 @@ def session_model_conflict(
 ) -> pl.DataFrame | None:
     """Seed 004, model: "The model that made most of the session's calls": one value per
     session, so rows of one session naming different models cannot all be right."""
-    payload = ctx.scan(kind, ["session", "model"])
+    payload = ctx.scan(kind, ["session", "model"]).filter(_live(rows))
     return _differing(
         payload, pl.col("session"), pl.col("model"), "{} models named for one session"
+    )
+
+
+@cross_rule(
+    "cross.worker_root_missing",
+    Disposition.REJECTED,
+    ["pw-decide-row-1"],
+    meaning="a worker's root_session is no coordinator session of the run (one whose "
+    "every row the gate or a cross rule rejected does not count)",
+    spec=Spec.PW_DECIDE_ROW,
+)
+def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """Seed 004, root_session: "the coordinator session a worker leg belongs to": a worker
+    row's root session must be the session of some coordinator row of the export."""
+    payload = ctx.scan(kind, ["host", "session", "root_session"]).filter(_live(rows))
+    coordinators = payload.filter(pl.col("host") == "coordinator").select(
+        pl.col("session").unique()
+    )
+    orphans = payload.filter(
+        (pl.col("host") == "worker")
+        & ~pl.col("root_session").is_in(coordinators["session"].implode())
+    )
+    return orphans.select(
+        "_shard",
+        "_shard_line",
+        _detail=pl.lit("root_session names no coordinator session of this run that a rule left in"),
     )
 
 
@@ -327,11 +342,11 @@ def _differing(payload: pl.DataFrame, key: pl.Expr, value: pl.Expr, detail: str)
 
 
 def _conflicting(
-    ctx: GlobalContext, kind: str, column: str, key: str, what: str
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame, column: str, key: str, what: str
 ) -> pl.DataFrame | None:
     """Rows whose struct ``column`` shares its ``key`` field with another row's but not
     its other fields (compared as canonical JSON text of the struct)."""
-    payload = ctx.scan(kind, [column])
+    payload = ctx.scan(kind, [column]).filter(_live(rows))
     value = pl.col(column)
     return _differing(
         payload.filter(value.is_not_null()),
@@ -356,7 +371,7 @@ def autoqa_profile_conflict(
     prompt configuration, contract version, criterion slice, method and sample size): one
     profile id is one profile, so documents describing it differently cannot all be
     right; a person decides which (quarantine)."""
-    return _conflicting(ctx, kind, "calibrationProfile", "profileId", "descriptions")
+    return _conflicting(ctx, kind, rows, "calibrationProfile", "profileId", "descriptions")
 
 
 @cross_rule(
@@ -370,7 +385,7 @@ def autoqa_case_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     """AutoQA contract §9: "A case input freezes the evaluation object" and §17 ("exact
     case hash"): evaluations of one case id name one case hash; different hashes mean the
     case changed under its id, and which evaluation saw the right case is unknown."""
-    return _conflicting(ctx, kind, "caseRef", "caseId", "case hashes")
+    return _conflicting(ctx, kind, rows, "caseRef", "caseId", "case hashes")
 
 
 @register_stage
@@ -393,6 +408,9 @@ class CrossRules:
         return [DUPLICATE_OF, DEDUPE_RULE]  # retries, as the dedupe stage writes its own
 
     def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        """The rules in order, each over the rows the ones before it left in: a rejected
+        replay (a conflicting body) no longer counts in the rules after it, where it made
+        its original contradict it, or its session name two models."""
         disabled = set(ctx.config.rules.disabled)
         found = []
         for rule in CROSS_RULES:
@@ -401,13 +419,14 @@ class CrossRules:
             hits = rule.find(ctx, kind, rows)
             if hits is not None and hits.height:
                 code = pl.col("_code") if "_code" in hits.columns else pl.lit(None, pl.String)
-                found.append(
-                    hits.with_columns(_code=code.fill_null(pl.lit(rule.code))).with_columns(
-                        _disposition=pl.col("_code").replace_strict(
-                            _OWN_CODES, default=rule.disposition.value, return_dtype=pl.String
-                        )
+                hits = hits.with_columns(_code=code.fill_null(pl.lit(rule.code))).with_columns(
+                    _disposition=pl.col("_code").replace_strict(
+                        _OWN_CODES, default=rule.disposition.value, return_dtype=pl.String
                     )
                 )
+                found.append(hits)
+                removed = hits.filter(pl.col("_disposition").is_in(_REMOVED))
+                rows = advance(rows, removed.unique(KEYS).select(*KEYS, "_disposition"), set())
         if not found:
             return None
         hits = pl.concat(found, how="diagonal_relaxed").with_columns(
