@@ -9,7 +9,9 @@ rubric (``[scoring.<kind>]``, unless it sets ``review_policy = "record"``):
   conflicting body of one submission is out by then, so one assignment counts once; a
   quarantined row is not counted); the reviews of one **item** are the rows with equal
   :meth:`~pipeline.kinds.base.RecordKind.review_subject` (pairwise: the conversation and
-  the unordered pair of candidates);
+  the unordered pair of candidates) in one split: each split's reviews are counted alone,
+  and a subject reviewed in two splits is a copy across splits, dedupe's to decide (its
+  contamination rule keeps a protected split's rows);
 * a review is an **accept vote** when its own scores — the criteria bindings read from
   the row, the reviewer's ratings — meet every criterion's minimum and the weighted
   acceptance score (:func:`~pipeline.rubrics.scoring.score_frame` with the gates left
@@ -60,6 +62,11 @@ from pipeline.rubrics.scoring import WEIGHTED_STATE, score_frame
 __all__ = ["ReviewStage"]
 
 _GROUP: Final = "_subject"
+#: an item: its split and its subject. Reviews are counted within a split, as dedupe
+#: decides copies across splits: reviews of one subject in two splits counted together
+#: removed a protected split's rows as agreeing with another split's, and counted one
+#: submission twice when a copy of it was in another split (no retry there).
+_ITEM: Final = ("_split", _GROUP)
 
 
 @register_stage
@@ -157,13 +164,15 @@ def _votes(
     vote = (pl.col(WEIGHTED_STATE) == State.MET.value) & pl.all_horizontal(
         [pl.col(c).is_in(met) for c in criteria] or [pl.lit(True)]
     )
-    return ctx.with_lineage(scored.select(*KEYS, "_h_subject", vote.alias("_vote")))
+    return ctx.with_lineage(scored.select(*KEYS, "_h_subject", vote.alias("_vote"))).with_columns(
+        _split=ctx.split()
+    )
 
 
 def _apply(reviews: pl.DataFrame, policy: ReviewPolicy) -> pl.DataFrame | None:
     """Decisions for the reviews (in the order key), grouped by ``_subject``."""
     code, disposition = REVIEW_ACTIONS[policy.disagreement_action]
-    group = pl.col(_GROUP)
+    group = [pl.col(c) for c in _ITEM]
     counted = reviews.with_columns(
         _reviews=pl.len().over(group),
         _accepts=pl.col("_vote").sum().over(group),
@@ -184,12 +193,12 @@ def _apply(reviews: pl.DataFrame, policy: ReviewPolicy) -> pl.DataFrame | None:
         f"reviews and {policy.minimum_accept_votes} accept votes that agree"
     )
     first = counted.filter("_kept").select(
-        _GROUP,
+        *_ITEM,
         _duplicate_of=pl.struct(_source="_source", _line="_line", _record_sha256="_record_sha256"),
     )
-    decided = counted.join(first, on=_GROUP, how="left", maintain_order="left").with_columns(
-        _refused=refused
-    )
+    decided = counted.join(
+        first, on=list(_ITEM), how="left", maintain_order="left", nulls_equal=True
+    ).with_columns(_refused=refused)
     outcome = decided.filter(pl.col("_refused") | ~pl.col("_kept")).select(
         *KEYS,
         _disposition=pl.when("_refused")

@@ -134,6 +134,43 @@ def test_reviews_of_one_item_are_counted_voted_and_collapsed(tmp_path: Path, wor
     assert detail.startswith("2 reviews of this item, 2 accept votes, 1 verdicts among them")
 
 
+def test_reviews_are_counted_within_a_split(tmp_path: Path) -> None:
+    """An item reviewed in two splits: train's two reviews and eval's one were counted as
+    one item's three, and eval's review became a duplicate of train's, though eval is
+    protected (found by the rules red team); and a copy of a train review in eval (no
+    retry across splits) counted one submission twice. Each split's reviews now stand
+    alone; copies across splits are dedupe's."""
+    train = [record("r-1", **_item(1)), record("r-2", **_item(1)), record("c-1", **_item(2))]
+    train += [record("c-2", **_item(2)), record("c-3", **_item(2))]
+    evaluation = [record("e-1", **_item(1)), record("c-1", **_item(2))]
+    (tmp_path / "a.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in train))
+    (tmp_path / "b.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in evaluation))
+    inputs = '[[inputs]]\npath = "a.jsonl"\nkind = "pairwise-v2"\nsplit = "train"\n'
+    inputs += '[[inputs]]\npath = "b.jsonl"\nkind = "pairwise-v2"\nsplit = "eval"\n'
+    campaign = CAMPAIGN.split("[scoring.", 1)[1]
+    (tmp_path / "campaign.toml").write_text(
+        inputs + "[scoring." + campaign + '[dedupe]\nprotected_splits = ["eval"]\n'
+    )
+    out = tmp_path / "out"
+    run(load_campaign(tmp_path / "campaign.toml"), out)
+    found: dict[tuple[str, int], str] = {}
+    for entry in json.loads((out / "manifest.json").read_text())["outputs"]:
+        frame = pl.read_parquet(out / entry["path"])
+        for source, line in zip(frame["_source"], frame["_line"], strict=True):
+            found[(Path(source).name, line)] = entry["path"].split("/")[0]
+    assert found == {
+        # item 1: two reviews in train, one in eval, where three are asked for
+        ("a.jsonl", 1): "quarantined",
+        ("a.jsonl", 2): "quarantined",
+        ("b.jsonl", 1): "quarantined",
+        # item 2: three agreeing reviews in train; eval's copy of one is its own item
+        ("a.jsonl", 3): "accepted",
+        ("a.jsonl", 4): "duplicates",
+        ("a.jsonl", 5): "duplicates",
+        ("b.jsonl", 2): "quarantined",
+    }
+
+
 def test_the_kept_row_is_scored_and_the_duplicates_are_not(tmp_path: Path) -> None:
     """The review stage runs before dedupe (agreeing reviews share a content fingerprint
     and would be removed as exact duplicates before being counted) and before scoring."""
