@@ -247,6 +247,13 @@ def _preflight(config: CampaignConfig) -> Gate:
         rule.code for rule in CROSS_RULES
     }
     unknown = sorted(set(config.rules.disabled) - known)
+    owners = {own: rule.code for rule in CROSS_RULES for own in rule.own}
+    if unknown and unknown[0] in owners:
+        raise ConfigError(
+            f"rules.disabled: {unknown[0]!r} is a finding of the rule "
+            f"{owners[unknown[0]]!r}, which cannot be disabled alone: disable that rule "
+            "(both go) or leave it"
+        )
     if unknown:
         raise ConfigError(f"rules.disabled: unknown rule code {unknown[0]!r}")
     given = config.schemas.directory

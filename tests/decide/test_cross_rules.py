@@ -6,6 +6,7 @@ import copy
 import gzip
 import hashlib
 import random
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.config import CampaignConfig, InputSpec
+from pipeline.core.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.decide.stages import cross_rules
 from pipeline.jobs.run import run
 from pipeline.output import writer
@@ -416,3 +417,16 @@ def test_same_result_for_any_file_split_order_and_workers(
         if expected is None:
             expected = outcome
         assert outcome == expected
+
+
+def test_disabling_a_rules_own_finding_names_the_rule(tmp_path: Path) -> None:
+    """``cross.retry`` is listed by ``rowgate reasons`` but is the replay rule's finding:
+    disabling it alone said "unknown rule code"."""
+    (tmp_path / "a.jsonl").write_bytes(_lines([_pairwise(1)]))
+    config = CampaignConfig(inputs=(InputSpec(str(tmp_path / "a.jsonl")),))
+    owned = re.escape("'cross.retry' is a finding of the rule 'cross.idempotency_conflict'")
+    with pytest.raises(ConfigError, match=owned):
+        run(config.override(**{"rules.disabled": ("cross.retry",)}), tmp_path / "out")
+    with pytest.raises(ConfigError, match=re.escape("unknown rule code 'cross.nope'")):
+        run(config.override(**{"rules.disabled": ("cross.nope",)}), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
