@@ -4,6 +4,7 @@ bundled sample campaign with one planted violation per check, and routing."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -13,7 +14,13 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.core.config import CampaignConfig, References, ReferenceTable, load_campaign
+from pipeline.core.config import (
+    CampaignConfig,
+    InputSpec,
+    References,
+    ReferenceTable,
+    load_campaign,
+)
 from pipeline.core.reasons import Disposition
 from pipeline.decide.stages.cross_rules import CROSS_RULES
 from pipeline.gate.gate import Gate
@@ -369,3 +376,29 @@ def test_without_the_table_proof_invariants_still_check_what_needs_no_contract()
     mine = [r for r in outcome.reasons if r.code == code]
     assert [r.detail.startswith("unknown:") for r in mine] == [True, False]
     assert outcome.disposition is Disposition.REJECTED
+
+
+def test_a_profiles_criterion_slice_is_a_set(tmp_path: Path) -> None:
+    """§13.2's "criterion slice the profile was fitted on" is a set: two documents listing
+    one profile's criteria in another order describe it alike (every document of the
+    profile was quarantined, found by the rules red team)."""
+    first = _valid(3)
+    reordered = _valid(4)
+    reordered["calibrationProfile"] = {
+        **first["calibrationProfile"],
+        "criterionIds": first["calibrationProfile"]["criterionIds"][::-1],
+    }
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(orjson.dumps(first) + b"\n" + orjson.dumps(reordered) + b"\n")
+    config = dataclasses.replace(load_campaign(CAMPAIGN), inputs=(InputSpec(str(path), KIND),))
+    run(config, tmp_path / "same")
+    assert not (tmp_path / "same" / "quarantined").exists()
+    # what else the profile says is still compared
+    resized = copy.deepcopy(reordered)
+    resized["calibrationProfile"]["sampleSize"] += 1
+    path.write_bytes(orjson.dumps(first) + b"\n" + orjson.dumps(resized) + b"\n")
+    run(config, tmp_path / "other")
+    quarantined = pq.read_table(tmp_path / "other" / "quarantined").to_pylist()
+    assert [[r["code"] for r in row["_reasons"]] for row in quarantined] == [
+        ["cross.autoqa_profile_conflict"]
+    ] * 2

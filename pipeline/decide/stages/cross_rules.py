@@ -342,16 +342,28 @@ def _differing(payload: pl.DataFrame, key: pl.Expr, value: pl.Expr, detail: str)
 
 
 def _conflicting(
-    ctx: GlobalContext, kind: str, rows: pl.DataFrame, column: str, key: str, what: str
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    column: str,
+    key: str,
+    what: str,
+    sets: Sequence[str] = (),
 ) -> pl.DataFrame | None:
     """Rows whose struct ``column`` shares its ``key`` field with another row's but not
-    its other fields (compared as canonical JSON text of the struct)."""
+    its other fields (compared as JSON text of the struct; the list fields named in
+    ``sets`` as sets: sorted, each value once)."""
     payload = ctx.scan(kind, [column]).filter(_live(rows))
     value = pl.col(column)
+    compared = (
+        value.struct.with_fields([pl.field(name).list.unique().list.sort() for name in sets])
+        if sets
+        else value
+    )
     return _differing(
         payload.filter(value.is_not_null()),
         value.struct.field(key),
-        value.struct.json_encode(),
+        compared.struct.json_encode(),
         f"{{}} different {what} under one {key}",
     )
 
@@ -371,7 +383,10 @@ def autoqa_profile_conflict(
     prompt configuration, contract version, criterion slice, method and sample size): one
     profile id is one profile, so documents describing it differently cannot all be
     right; a person decides which (quarantine)."""
-    return _conflicting(ctx, kind, rows, "calibrationProfile", "profileId", "descriptions")
+    # "the criterion slice the profile was fitted on": a set, in any order
+    return _conflicting(
+        ctx, kind, rows, "calibrationProfile", "profileId", "descriptions", ("criterionIds",)
+    )
 
 
 @cross_rule(
