@@ -70,7 +70,7 @@ _MAGICS: Final = (
 )
 #: after ``BZh`` and the block size digit: a block's magic (pi), or the end of an empty stream
 _BZIP2_BLOCKS: Final = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
-_SNIFF_BYTES: Final = 10
+_SNIFF_BYTES: Final = 16
 #: the formats refused, with the command that decompresses each
 _UNREAD_FORMATS: Final = {
     "bzip2": "bunzip2 -k",
@@ -222,10 +222,11 @@ def detect_compression(path: str | Path) -> str:
     except OSError as exc:  # unreadable (permissions): the input's error, exit 3
         raise InputError(f"{name}: cannot read: {exc.strerror}") from None
     found = _sniff(head)
-    if _utf16(head):
+    encoding = _wide_encoding(head)
+    if encoding is not None:
         raise InputError(
-            f"{name}: UTF-16 text; rowgate reads UTF-8 JSONL: re-encode it first "
-            "(iconv -f UTF-16 -t UTF-8)"
+            f"{name}: {encoding} text; rowgate reads UTF-8 JSONL: re-encode it first "
+            f"(iconv -f {encoding} -t UTF-8)"
         )
     if found in _UNREAD_FORMATS:
         raise InputError(
@@ -240,17 +241,31 @@ def detect_compression(path: str | Path) -> str:
     return "none"
 
 
-def _utf16(head: bytes) -> bool:
-    """Whether a file's first bytes are UTF-16 text: a byte-order mark, or ASCII text
-    whose every other byte is a NUL (a JSON line opens with ``{``, never a NUL). Read as
-    UTF-8, every line was rejected (``json.syntax``: its NULs are valid UTF-8) and the
-    run succeeded; refused instead, as a compressed format rowgate does not read is."""
+def _wide_encoding(head: bytes) -> str | None:
+    """``"UTF-32"`` or ``"UTF-16"`` when a file's first bytes are such text: a byte-order
+    mark, or ASCII text whose every character is one byte and three NULs (UTF-32) or one
+    byte and a NUL (UTF-16); a JSON line opens with ``{``, never a NUL. Read as UTF-8,
+    every line was rejected (``json.syntax``: NULs are valid UTF-8) and the run succeeded;
+    refused instead, as a compressed format rowgate does not read is. UTF-32 is looked for
+    first: its little-endian mark begins with UTF-16's, and a UTF-32 export was called
+    UTF-16, whose ``iconv`` then garbled it."""
+    if head[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        return "UTF-32"
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return True
+        return "UTF-16"
     if len(head) < 8:
-        return False
-    even, odd = head[0:8:2], head[1:8:2]
-    return (not any(odd) and all(even)) or (not any(even) and all(odd))
+        return None
+    if len(head) >= 16 and any(_one_byte_in(head[:16], 4, at) for at in (0, 3)):
+        return "UTF-32"
+    if any(_one_byte_in(head[:8], 2, at) for at in (0, 1)):
+        return "UTF-16"
+    return None
+
+
+def _one_byte_in(head: bytes, width: int, at: int) -> bool:
+    """Whether every ``width``-byte unit of ``head`` holds a byte at ``at`` and NULs elsewhere."""
+    units = [head[i : i + width] for i in range(0, len(head), width)]
+    return all(u[at] and not any(u[:at] + u[at + 1 :]) for u in units)
 
 
 def _sniff(head: bytes) -> str:
