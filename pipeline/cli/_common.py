@@ -7,6 +7,8 @@ text, not a closing tag) and no emoji codes (``file.zst:100:`` is a line number,
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +34,7 @@ __all__ = [
     "os_error_message",
     "out",
     "styled",
+    "terminal_text",
     "writing_directory",
 ]
 
@@ -53,8 +56,21 @@ def styled(word: str, style: str) -> Text:
     return Text(word, style=style)
 
 
+#: what a message may not write to the terminal as it is: C0 controls but the tab, DEL,
+#: C1 controls, the bidirectional overrides, and a newline not followed by the two
+#: spaces that indent a message's own continuation lines
+_UNSHOWN: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\n(?!  )")
+
+
+def terminal_text(message: str) -> str:
+    """``message`` with every character the terminal would act on written as an escape
+    (``\\u001b``, ``\\n``): a path naming an escape sequence cleared the screen or
+    coloured what followed, and one holding a newline forged a message line."""
+    return _UNSHOWN.sub(lambda m: json.dumps(m.group())[1:-1], message)
+
+
 def fail(message: str, code: int) -> NoReturn:
-    err.print(styled("error:", "bold red"), message)
+    err.print(styled("error:", "bold red"), terminal_text(message))
     raise typer.Exit(code)
 
 
@@ -118,4 +134,5 @@ def writing_directory(out_dir: Path | RemoteOut) -> str:
 
 def located(out_dir: Path | RemoteOut, relative: str) -> str:
     """Where a file of an output is, for messages."""
-    return out_dir.join(relative) if isinstance(out_dir, RemoteOut) else str(out_dir / relative)
+    where = out_dir.join(relative) if isinstance(out_dir, RemoteOut) else str(out_dir / relative)
+    return terminal_text(where)

@@ -234,3 +234,19 @@ def test_a_report_prints_a_few_slices_of_a_warning_and_counts_the_rest(tmp_path:
     ]
     assert len(lines) == 6
     assert lines[-1] == "warning: small_slice in 8 more slices (report.json lists every warning)"
+
+
+@pytest.mark.parametrize("command", [["run", "{in}", "--out", "{out}"], ["scan", "{in}"]])
+def test_an_input_named_with_control_characters_is_shown_escaped(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """An input whose name held an escape sequence cleared the terminal and coloured what
+    followed when an error named it, and a newline in it forged a message line."""
+    given = tmp_path / "a\x1b[2J\x1b[31mX\nerror: forged.jsonl"
+    given.write_bytes('{"task_id": "t1"}\n'.encode("utf-16"))  # refused, naming the file
+    args = [a.replace("{in}", str(given)).replace("{out}", str(tmp_path / "o")) for a in command]
+    result = runner.invoke(app, [*args, "--kind", "math-reasoning-v1"])
+    assert result.exit_code == 3, result.output
+    assert "\x1b" not in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "a\\u001b[2J\\u001b[31mX\\nerror: forged.jsonl: UTF-16 text" in result.stderr
