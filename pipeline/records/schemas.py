@@ -530,7 +530,8 @@ def _safe_path(schema: Any, parts: list[Any]) -> str:
     """Render a field path, writing ``*`` for any key the schema does not declare.
 
     fastjsonschema reports array indices as strings; the schema says which parts index
-    an array. Indices are safe to show, undeclared keys (map keys, extra members) not.
+    an array. The parser's locator gives them as ints. Indices are safe to show,
+    undeclared keys (map keys, extra members) not.
     """
     out = ["$"]
     node = schema
@@ -540,9 +541,13 @@ def _safe_path(schema: Any, parts: list[Any]) -> str:
                 node = resolve_ref(node["$ref"], schema)
             except SchemaError:
                 node = None
-        if isinstance(node, dict) and "items" in node and str(part).isdigit():
+        # an int is an index wherever it stands (the parser's locator gives ints for a
+        # list's places: a top-level array under an object schema was rendered `$.*`)
+        if isinstance(part, int) or (
+            isinstance(node, dict) and "items" in node and str(part).isdigit()
+        ):
             out.append(f"[{part}]")
-            node = node["items"]
+            node = node.get("items") if isinstance(node, dict) else None
             continue
         props = node.get("properties", {}) if isinstance(node, dict) else {}
         if isinstance(props, dict) and part in props:

@@ -430,3 +430,11 @@ def test_repeated_keys_and_non_finite_numbers_get_a_safe_path(
 
 def test_a_line_routed_to_no_kind_gets_every_key_as_a_star() -> None:
     assert GATE.gate_line(b'{"a":[1,{"b":NaN}]}').reasons[0].path == "$.*[1].*"
+
+
+@pytest.mark.parametrize("declared", [None, "math-reasoning-v1"])
+def test_a_top_level_arrays_indices_stay_indices(declared: str | None) -> None:
+    """Under a declared kind's object schema, a top-level array's index was rendered as
+    an undeclared key: ``$.*`` for ``$[1]`` (found by the gate red team)."""
+    assert GATE.gate_line(b"[1,NaN]", declared).reasons[0].path == "$[1]"
+    assert GATE.gate_line(b'[{"c":1,"c":2}]', declared).reasons[0].path == "$[0].*"

@@ -97,8 +97,8 @@ def test_secret_named_fields_are_secrets_whole() -> None:
     }
     assert state["credentials"] == [{"user": "[REDACTED_PII:API_KEY]"}]
     # Undeclared member names never appear in paths: below a free-form object every
-    # step is written '*'.
-    assert {path for path, _ in result.redacted} == {"$.state.*.*", "$.state.*.*.*"}
+    # member step is written '*'; an index is shown, as everywhere.
+    assert {path for path, _ in result.redacted} == {"$.state.*.*", "$.state.*[0].*"}
 
 
 def test_member_names_are_scanned_and_collisions_quarantine() -> None:
