@@ -24,6 +24,7 @@ disk and reports what differs (never a record value):
 6. lineage and conservation, streamed: every line of every input (re-read and
    re-hashed) appears in exactly one output row, with its ``_offset`` and
    ``_raw_sha256``; no row names a line twice, a line beyond the input or another file;
+   each line is gated again and its row holds what the gate decides (:class:`_Regate`);
 7. records: each row's ``_sanitizer`` is the manifest's sanitizer version where
    sanitization ran, null elsewhere; each typed row decodes to a record whose canonical
    JSON hashes to ``_record_sha256``, whose fingerprint is ``_content_sha256``, valid
@@ -75,11 +76,12 @@ from pipeline.core.reasons import (
     LINE_TOO_LARGE,
     PII_RAW_WITHHELD,
     PII_SCHEMA_INVALID,
+    REASONS_TYPE,
     Disposition,
-    RejectLine,
 )
 from pipeline.decide.columns import OutputColumn
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
+from pipeline.gate.gate import Gate
 from pipeline.gate.reader import (
     InputError,
     InputFile,
@@ -104,11 +106,9 @@ from pipeline.records.lineage import (
     LINEAGE_FIELDS,
     LineageDigest,
     file_sha256,
-    record_sha256,
     source_name,
 )
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
-from pipeline.records.strict_json import check_limits, parse_fast, parse_value, require_object
 
 __all__ = ["RenderReport", "VerifyReport", "verify_run"]
 
@@ -119,6 +119,15 @@ RenderReport = Callable[[Path, dict[str, Any]], str]
 _MAX_LISTED: Final = 20
 _LINEAGE: Final = ["_source", "_line", "_offset", "_raw_sha256", "_record_sha256"]
 _LINEAGE_SCHEMA: Final = pa.schema([f for f in LINEAGE_FIELDS if f.name in _LINEAGE])
+#: what the gate decided for a line, as its row holds it (compared with the line gated
+#: again: :class:`_Regate`); ``_withheld``: the row's ``_raw`` is null (rejected/ only)
+_GATED: Final = ["_kind", "_schema_sha256", "_content_sha256", "_reasons"]
+#: what decides how a line is gated besides rowgate's own code: its parsers, validator,
+#: hashes and the sanitizer's phone numbers
+_GATE_DEPENDENCIES: Final = ("rowgate", "orjson", "fastjsonschema", "xxhash", "phonenumbers")
+_GATED_SCHEMA: Final = pa.schema(
+    [*((name, pa.string()) for name in _GATED[:-1]), ("_reasons", REASONS_TYPE)]
+)
 _RUN_REPORT: Final = "report.html"
 #: rows per batch read from a Parquet file (the writer's row groups hold 4096)
 _BATCH_ROWS: Final = 4096
@@ -915,7 +924,9 @@ class _FileRows:
 
     def __init__(self, path: Path, source: str) -> None:
         self.path, self.source = path, source
-        self._batches = _batches(path, _LINEAGE)
+        self.rejected = path.parent.name == "rejected"
+        raw = ["_raw"] if self.rejected else []
+        self._batches = _batches(path, [*_LINEAGE, *_GATED, *raw])
         self._held: pa.Table | None = None
         self._last = 0
         self.done = False
@@ -923,9 +934,16 @@ class _FileRows:
     def _next(self) -> pa.Table | None:
         for table in self._batches:
             try:  # the types the rows of every file are compared in
+                gated = table.select(_GATED).cast(_GATED_SCHEMA)
+                withheld = pc.is_null(table["_raw"]) if self.rejected else None
                 table = table.select(_LINEAGE).cast(_LINEAGE_SCHEMA)
             except (KeyError, pa.ArrowException) as exc:
                 raise _Unreadable(type(exc).__name__) from exc
+            for name in _GATED:
+                table = table.append_column(name, gated[name])
+            table = table.append_column(
+                "_withheld", withheld if withheld is not None else pa.nulls(len(table), pa.bool_())
+            ).append_column("_rejected", pa.repeat(pa.scalar(self.rejected), len(table)))
             table = table.filter(pc.equal(table["_source"], self.source))
             if not table.num_rows:
                 continue
@@ -966,26 +984,16 @@ class _Window:
     last: int
     offsets: list[int] | None = None
     shas: list[str] | None = None
-    #: the lines themselves, to derive the records of the rows that hold one
-    #: (:func:`_line_record`); None when records are not derived from lines
+    #: the lines themselves, gated again (:class:`_Regate`); None when they are not
     lines: list[bytes] | None = None
-    limits: dict[str, Any] = field(default_factory=dict)
     #: the numbers of the lines over the byte limit
     oversized: frozenset[int] = frozenset()
 
 
 def _source_windows(
-    source: InputFile,
-    limits: dict[str, Any],
-    report: VerifyReport,
-    digest: LineageDigest,
-    *,
-    records: bool,
+    source: InputFile, max_line_bytes: int, report: VerifyReport, digest: LineageDigest
 ) -> Iterator[_Window]:
-    """Each input's lines a window at a time: offsets and raw digests, and with
-    ``records`` the lines, whose records the rows must hold (the run stored records as
-    parsed: no sanitization changed them)."""
-    max_line_bytes = limits["max_line_bytes"]
+    """Each input's lines a window at a time: offsets, raw digests and the lines."""
     batches = read_batches(
         Shard(0, source), max_line_bytes, _WINDOW_LINES, line_hasher=digest.hasher
     )
@@ -1002,23 +1010,52 @@ def _source_windows(
             batch.first_line + len(batch) - 1,
             list(batch.offsets),
             shas,
-            list(batch.lines) if records else None,
-            limits,
+            list(batch.lines),
             frozenset(batch.first_line + i for i in batch.oversized),
         )
 
 
-def _line_record(line: bytes, limits: dict[str, Any]) -> str | None:
-    """The ``_record_sha256`` of the record a line holds, as the gate computes it (its
-    fast parser where that is provably the strict one's value), or None when it holds
-    none."""
-    try:
-        value = parse_fast(line)
-        record = require_object(parse_value(line) if value is None else value)
-        check_limits(record, limits["max_depth"], limits["max_items"])
-    except RejectLine:
+class _Regate:
+    """The run's gate, built from the config the manifest records, and the kind the
+    input declares: each line is gated again and its row must hold what the gate
+    decides: the routed kind and schema, the record's digests (as sanitized, where the
+    run sanitizes), the gate's reasons first among the row's, the rejected/ directory
+    for a line the gate rejects, and a null ``_raw`` exactly where the sanitizer
+    withholds the line's bytes. A sanitized run's records were not tied to their lines
+    (a redaction undone, or an unredacted row edited, passed), nor were a rejected
+    row's ``_kind`` and ``_schema_sha256``, nor a ``pii.raw_withheld`` beside the bytes
+    of a line holding no secret."""
+
+    def __init__(self, gate: Gate, declared: str | None) -> None:
+        self.gate, self.declared = gate, declared
+
+    def problem(self, line: bytes, row: dict[str, Any]) -> str | None:
+        """What the row holds that the line gated again does not give, if anything."""
+        outcome = self.gate.gate_line(line, self.declared)
+        if outcome.disposition is Disposition.REJECTED and not row["_rejected"]:
+            return "the gate rejects the line, but its row is not in rejected/"
+        if (row["_kind"], row["_schema_sha256"]) != (outcome.kind, outcome.schema_sha256):
+            return "the row's _kind or _schema_sha256 is not what the gate gives its line"
+        if (row["_record_sha256"], row["_content_sha256"]) != (
+            outcome.record_sha256,
+            outcome.content_sha256,
+        ):
+            return "the row's record is not the record its line holds"
+        # codes and paths: a detail is prose, which a later rowgate may word otherwise
+        gated = [(r.code, r.path) for r in outcome.reasons]
+        held = [(r["code"], r["path"]) for r in row["_reasons"] or []]
+        if held[: len(gated)] != gated:
+            return "the row's reasons do not begin with the gate's reasons for its line"
+        if row["_rejected"] and LINE_TOO_LARGE not in {r.code for r in outcome.reasons}:
+            sanitizer = self.gate.sanitizer
+            withheld = sanitizer.raw_reason(line) if sanitizer is not None else None
+            if bool(row["_withheld"]) != (withheld is not None):
+                return (
+                    "the row's _raw is null though the line holds no secret"
+                    if row["_withheld"]
+                    else "the row's _raw holds a line whose bytes the policy withholds"
+                )
         return None
-    return record_sha256(record)
 
 
 def _numbered_windows(lines: int) -> Iterator[_Window]:
@@ -1037,7 +1074,12 @@ class _LineFaults:
 
 
 def _check_window(
-    name: str, window: _Window, parts: list[pa.Table], faults: _LineFaults, report: VerifyReport
+    name: str,
+    window: _Window,
+    parts: list[pa.Table],
+    faults: _LineFaults,
+    report: VerifyReport,
+    regate: _Regate | None,
 ) -> None:
     rows = pa.concat_tables(parts) if parts else None
     if rows is not None and rows.num_rows:
@@ -1073,15 +1115,15 @@ def _check_window(
         report.problem(
             f"{name}:{int(lines[keep][i])}: offset or raw SHA-256 does not match the source"
         )
-    if window.lines is None:
+    if window.lines is None or regate is None:
         return
-    stored = rows["_record_sha256"].to_pylist()
+    facts = rows.select(["_rejected", "_withheld", "_record_sha256", *_GATED]).to_pylist()
     for place, row in zip(at.tolist(), np.flatnonzero(keep).tolist(), strict=True):
-        held = stored[row]
-        if held is not None and held != _line_record(window.lines[place], window.limits):
-            report.problem(
-                f"{name}:{window.first + place}: the row's record is not the record its line holds"
-            )
+        if window.first + place in window.oversized:
+            continue  # never held: its length and digest are checked above
+        found = regate.problem(window.lines[place], facts[row])
+        if found is not None:
+            report.problem(f"{name}:{window.first + place}: {found}")
 
 
 def _check_lineage(
@@ -1094,17 +1136,17 @@ def _check_lineage(
 ) -> int:
     """Walk each input's lines with the rows naming them; return the lines read."""
     limits = manifest["config"]["limits"]
-    # sanitization may redact a record's values: its stored record is then not the line's
-    records = manifest.get("sanitize") is None
+    gate = _run_gate(manifest, report)
     lines_read = 0
     for entry in manifest["inputs"]:
         name = entry["path"]
+        regate = _Regate(gate, entry.get("kind")) if gate is not None else None
         pending = sorted(tally.files_of.get(name, []))
         active: list[_FileRows] = []
         faults = _LineFaults()
         source = inputs.get(name)
         windows = (
-            _source_windows(source, limits, report, digest, records=records)
+            _source_windows(source, limits["max_line_bytes"], report, digest)
             if source is not None
             else _numbered_windows(entry["lines"])
         )
@@ -1119,7 +1161,7 @@ def _check_lineage(
                     active.append(_FileRows(out / pending.pop(0)[1], name))
                 parts = [t for rows in active for t in rows.take_through(window.last)]
                 active = [rows for rows in active if not rows.done]
-                _check_window(name, window, parts, faults, report)
+                _check_window(name, window, parts, faults, report, regate)
             beyond = sum(rows.rest() for rows in active)
             beyond += sum(_FileRows(out / path, name).rest() for _, path in pending)
         except _Disorder as exc:
@@ -1158,6 +1200,25 @@ def _check_lineage(
     for stranger, rows in sorted(tally.strangers.items()):
         report.problem(f"{rows} output row(s) name {stranger!r}, which is no input of the run")
     return lines_read
+
+
+def _run_gate(manifest: dict[str, Any], report: VerifyReport) -> Gate | None:
+    """The run's gate, from the config the manifest records (its schemas, reference
+    tables and sanitization policy re-read: check 5 re-hashed them), or None, said as a
+    problem, when it cannot be built again."""
+    mine = dependency_versions()
+    differ = _other_versions(manifest, {n: mine[n] for n in _GATE_DEPENDENCIES if n in mine})
+    if differ:
+        report.notes.append(
+            f"lines not gated again: the run was made with other versions of "
+            f"{', '.join(differ)} (each line's offset and digest were checked)"
+        )
+        return None
+    try:
+        return Gate(recorded_config(manifest["config"]))
+    except (RowgateError, OSError) as exc:
+        report.problem(f"cannot gate the inputs again to compare the rows with: {exc}")
+        return None
 
 
 def _check_counts(

@@ -813,3 +813,69 @@ def test_sources_tells_absolute_inputs_of_one_name_apart(tmp_path: Path) -> None
         (tmp_path / name).rename(moved / name)
     report = verify_run(out, moved)
     assert report.ok, report.problems
+
+
+def _sanitized_run(tmp_path: Path) -> Path:
+    """A sanitizing run of three math rows: one redacted, one clean, one rejected."""
+    row = {"assumptions": [], "derivation": ["s"], "final_answer": "1", "reasoning_score": 3}
+    rows = [
+        {"task_id": "m-1", "problem": "Mail alice.smith@gmail.com for the proof.", **row},
+        {"task_id": "m-2", "problem": "Add one and one.", **row},
+        {"task_id": "m-3", "problem": "Add two and two.", "extra": 1, **row},
+    ]
+    tmp_path.mkdir()
+    (tmp_path / "in.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    config = CampaignConfig(inputs=(InputSpec(str(tmp_path / "in.jsonl"), "math-reasoning-v1"),))
+    out = tmp_path / "out"
+    run(config.override(**{"engine.workers": 1, "sanitize.enabled": True}), out)
+    assert verify_run(out).ok
+    return out
+
+
+def _rewrite(out: Path, pattern: str, change: Callable[[dict[str, Any]], None]) -> None:
+    """Change the first row of the part matching ``pattern`` and reseal the run."""
+    part = next(out.glob(pattern))
+    table = pq.read_table(part)
+    rows = table.to_pylist()
+    change(rows[0])
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), part, compression="zstd")
+    _reseal(out, part.relative_to(out).as_posix())
+
+
+def test_a_sanitized_runs_rows_are_what_its_lines_gate_to(tmp_path: Path) -> None:
+    """In a sanitizing run a stored record was not tied to its line (a redaction undone,
+    digests recomputed, passed), a rejected row's ``_kind`` and ``_schema_sha256`` were
+    never checked, and a ``pii.raw_withheld`` beside the dropped bytes of a line holding
+    no secret passed (found by the sanitization red team). Each line is gated again."""
+    from pipeline.kinds import KINDS
+    from pipeline.output.manifest import load_manifest
+    from pipeline.output.verify import VerifyReport, _schemas
+    from pipeline.records.canonical import canonical_json
+
+    out = _sanitized_run(tmp_path / "undone")
+    layout, _ = _schemas(load_manifest(out), VerifyReport())["math-reasoning-v1"]
+
+    def undo(row: dict[str, Any]) -> None:
+        row["problem"] = "Mail alice.smith@gmail.com for the proof."
+        record = layout.decode_row(row)
+        row["_record_sha256"] = hashlib.sha256(canonical_json(record)).hexdigest()
+        row["_content_sha256"], row["_content_profile"] = KINDS[
+            "math-reasoning-v1"
+        ].fingerprint_and_profile(record)
+
+    _rewrite(out, "accepted/*/part-*.parquet", undo)
+    _fails(out, "in.jsonl:1: the row's record is not the record its line holds")
+
+    out = _sanitized_run(tmp_path / "kind")
+    _rewrite(out, "rejected/part-*.parquet", lambda row: row.update(_kind="agent-trace-v1"))
+    _fails(out, "in.jsonl:3: the row's _kind or _schema_sha256 is not what the gate gives")
+
+    out = _sanitized_run(tmp_path / "withheld")
+    forged = {"code": "pii.raw_withheld", "path": "", "detail": "forged"}
+    _rewrite(
+        out,
+        "rejected/part-*.parquet",
+        lambda row: row.update(_raw=None, _reasons=[*row["_reasons"], forged]),
+    )
+    _edit(out, lambda m: m["counts"]["by_reason"]["rejected"].update({"pii.raw_withheld": 1}))
+    _fails(out, "in.jsonl:3: the row's _raw is null though the line holds no secret")
