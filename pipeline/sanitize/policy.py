@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ from typing import Any, Final
 from pipeline.core.config import ConfigError, parse_toml
 from pipeline.records.lineage import check_pin
 from pipeline.sanitize.categories import Category
+from pipeline.sanitize.detectors import normalise_name
 from pipeline.sanitize.paths import FieldSelector, SelectorError
 
 __all__ = [
@@ -217,7 +219,7 @@ def _policy(table: dict[str, Any], source: str, digest: str) -> SanitizePolicy:
         sha256=digest,
         categories=categories,
         phone_regions=tuple(_strings(table.get("phone_regions", ["US"]), "phone_regions")),
-        secret_fields=tuple(_strings(table.get("secret_fields", []), "secret_fields")),
+        secret_fields=_secret_fields(table.get("secret_fields", []), "secret_fields"),
         rejected_raw=rejected_raw,
         max_passes=max_passes,
         kinds=kinds,
@@ -298,6 +300,23 @@ def _string(value: Any, path: str) -> str:
 
 def _strings(value: Any, path: str) -> list[str]:
     return [_string(v, f"{path}[{i}]") for i, v in enumerate(_list(value, path))]
+
+
+#: A secret name, normalised: words joined by ``_``, the last one not empty. The last
+#: word is what the detectors search free text for, so an empty one (``""``, ``"-"``,
+#: ``"token_"``) would be found at every offset and the search would never advance.
+_SECRET_NAME: Final = re.compile(r"\w*[^\W_]")
+
+
+def _secret_fields(value: Any, path: str) -> tuple[str, ...]:
+    names = _strings(value, path)
+    for i, name in enumerate(names):
+        if _SECRET_NAME.fullmatch(normalise_name(name)) is None:
+            raise ConfigError(
+                f"policy.{path}[{i}]: {name!r} is not a field name (letters, digits, '_',"
+                " '-', '.' or spaces, ending with a letter or digit)"
+            )
+    return tuple(names)
 
 
 def _categories(value: Any, path: str) -> frozenset[Category]:

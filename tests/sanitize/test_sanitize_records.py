@@ -19,6 +19,7 @@ from pipeline.gate.gate import Gate
 from pipeline.gate.reader import LineBatch
 from pipeline.records.schemas import SchemaRegistry
 from pipeline.sanitize import Category, Sanitizer, load_policy
+from pipeline.sanitize.detectors import SecretNames
 from pipeline.sanitize.policy import DEFAULT_POLICY
 from pipeline.testing.synthetic import DEFECTS, GENERATORS, defect_line, make_record, plant_pii
 
@@ -284,6 +285,32 @@ def test_policy_errors_name_the_key(tmp_path: Path, text: str, message: str) -> 
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_policy(path)
+
+
+@pytest.mark.parametrize("name", ["", "-", " ", "token_", "api key-", "$", "a.b."])
+def test_a_secret_name_without_a_last_word_is_refused(tmp_path: Path, name: str) -> None:
+    """The detectors search free text for a secret name's last word; ``secret_fields =
+    [""]`` (or ``["-"]``, ``["token_"]``) made it empty, ``bytes.find(b"", i)`` returns
+    ``i`` and ``rowgate run`` and ``rowgate scan`` spun forever (red team)."""
+    path = tmp_path / "policy.toml"
+    path.write_text(f'secret_fields = ["api_key", {json.dumps(name)}]\n')
+    with pytest.raises(ConfigError, match=r"policy\.secret_fields\[1\]: .* is not a field name"):
+        load_policy(path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=12))
+def test_every_accepted_secret_name_has_a_search_word(
+    tmp_path_factory: pytest.TempPathFactory, name: str
+) -> None:
+    """No secret name a policy accepts gives the detectors an empty word to search for."""
+    path = tmp_path_factory.mktemp("policy") / "policy.toml"
+    path.write_text(f"secret_fields = [{json.dumps(name)}]\n")
+    try:
+        policy = load_policy(path)
+    except ConfigError:
+        return
+    assert all(SecretNames(policy.secret_fields).triggers)
 
 
 def test_selectors_are_checked_against_the_schema(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +273,37 @@ def test_scan_errors_have_documented_exit_codes(tmp_path: Path) -> None:
     result = runner.invoke(app, ["scan", "--config", str(bad), str(tmp_path / "a.jsonl")])
     assert result.exit_code == 2
     assert "cannot read" in result.output
+
+
+@pytest.mark.parametrize("command", ["run", "scan"])
+def test_a_policy_with_an_empty_secret_name_exits_2_at_once(tmp_path: Path, command: str) -> None:
+    """``secret_fields = [""]`` made both commands spin at 100% CPU for ever (red team);
+    a subprocess with a timeout, so that a regression fails instead of hanging."""
+    (tmp_path / "policy.toml").write_text('secret_fields = [""]\n')
+    campaign = tmp_path / "campaign.toml"
+    campaign.write_text('[sanitize]\nenabled = true\npolicy = "policy.toml"\n')
+    record = make_record("math-reasoning-v1", random.Random(0), 0)
+    record["problem"] = "the api_key = 'sk-live-abcdef0123456789' is set"
+    (tmp_path / "a.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    out = ["--out", str(tmp_path / "out")] if command == "run" else []
+    args = [
+        "--config",
+        str(campaign),
+        *out,
+        "--kind",
+        "math-reasoning-v1",
+        str(tmp_path / "a.jsonl"),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", command, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 2, done.stderr
+    assert "error: policy.secret_fields[0]: '' is not a field name" in done.stderr
 
 
 @pytest.mark.slow
