@@ -84,35 +84,126 @@ class FieldSelector:
         return nodes
 
     def check(self, schema: dict[str, Any]) -> None:
-        """Raise :class:`SelectorError` unless the schema can hold this path."""
+        """Raise :class:`SelectorError` unless the schema can hold this path: a member
+        step needs a value that may be an object (and, where the object is closed, a
+        declared member), ``[*]`` one that may be an array. ``$ref``, ``allOf``,
+        ``anyOf`` and ``oneOf`` are followed; a subschema that says nothing holds any
+        path."""
         node: Any = schema
         for i, step in enumerate(self.steps):
-            node = _follow_refs(schema, node)
-            if not isinstance(node, dict):
-                return  # a free-form value: any path may exist below it
+            at = _prefix(self.steps[:i])
+            types = _types(schema, node)
             if step == ANY_ELEMENT:
-                if "items" not in node and "array" not in _types(node):
-                    raise SelectorError(f"{self.text}: {_prefix(self.steps[:i])} is not an array")
-                node = node.get("items", True)
+                if "array" not in types:
+                    hint = " (use .* for its members)" if "object" in types else ""
+                    raise SelectorError(f"{self.text}: {at} {_is(types)}, not an array{hint}")
+                node = _element(schema, node)
+            elif "object" not in types:
+                hint = f" (its elements: {at}[*])" if "array" in types else ""
+                raise SelectorError(f"{self.text}: {at} {_is(types)}: it has no members{hint}")
             elif step == ANY_MEMBER:
-                if "properties" not in node and "object" not in _types(node):
-                    raise SelectorError(f"{self.text}: {_prefix(self.steps[:i])} is not an object")
                 node = True
             else:
-                properties = node.get("properties", {})
-                if step in properties:
-                    node = properties[step]
-                elif node.get("additionalProperties", True) is False:
-                    raise SelectorError(
-                        f"{self.text}: {_prefix(self.steps[:i])} has no member {step!r}"
-                    )
-                else:
-                    node = node.get("additionalProperties", True)
+                member = _member(schema, node, step)
+                if member is None:
+                    raise SelectorError(f"{self.text}: {at} has no member {step!r}")
+                node = member
 
 
-def _types(node: dict[str, Any]) -> list[str]:
-    types = node.get("type", [])
-    return [types] if isinstance(types, str) else list(types)
+#: JSON value types as JSON Schema names them ("integer" counts as "number" here).
+_ANY_TYPE: Final = frozenset({"object", "array", "string", "number", "boolean", "null"})
+#: How deep :func:`_types` follows combinators (a recursive schema ends here, permissive).
+_DEPTH: Final = 32
+
+
+def _types(root: dict[str, Any], node: Any, depth: int = 0) -> frozenset[str]:
+    """The JSON types a value matching ``node`` may have (``type``, ``const``, ``enum``,
+    ``allOf``, ``anyOf``, ``oneOf``, through ``$ref``)."""
+    node = _follow_refs(root, node)
+    if node is False:
+        return frozenset()
+    if not isinstance(node, dict) or depth > _DEPTH:
+        return _ANY_TYPE
+    types = set(_ANY_TYPE)
+    if "type" in node:
+        named = [node["type"]] if isinstance(node["type"], str) else node["type"]
+        types &= {"number" if t == "integer" else t for t in named}
+    if "const" in node:
+        types &= {_json_type(node["const"])}
+    if isinstance(node.get("enum"), list):
+        types &= {_json_type(v) for v in node["enum"]}
+    for member in node.get("allOf", []):
+        types &= _types(root, member, depth + 1)
+    for key in ("anyOf", "oneOf"):
+        if isinstance(node.get(key), list):
+            types &= set().union(*(_types(root, b, depth + 1) for b in node[key]))
+    return frozenset(types)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _member(root: dict[str, Any], node: Any, name: str, depth: int = 0) -> Any:
+    """The subschema a member ``name`` of an object matching ``node`` must match (a
+    synthetic ``allOf``/``anyOf`` of what applies), or None when it cannot exist."""
+    node = _follow_refs(root, node)
+    if node is False:
+        return None
+    if not isinstance(node, dict) or depth > _DEPTH:
+        return True
+    conjuncts: list[Any] = []
+    if name in node.get("properties", {}):
+        conjuncts.append(node["properties"][name])
+    conjuncts += [s for p, s in node.get("patternProperties", {}).items() if re.search(p, name)]
+    if not conjuncts:
+        if node.get("additionalProperties", True) is False:
+            return None
+        conjuncts.append(node.get("additionalProperties", True))
+    for member in node.get("allOf", []):
+        found = _member(root, member, name, depth + 1)
+        if found is None:
+            return None
+        conjuncts.append(found)
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            objects = [b for b in node[key] if "object" in _types(root, b, depth + 1)]
+            found = [m for b in objects if (m := _member(root, b, name, depth + 1)) is not None]
+            if not found:
+                return None
+            conjuncts.append({"anyOf": found})
+    return conjuncts[0] if len(conjuncts) == 1 else {"allOf": conjuncts}
+
+
+def _element(root: dict[str, Any], node: Any, depth: int = 0) -> Any:
+    """The subschema every element of an array matching ``node`` must match."""
+    node = _follow_refs(root, node)
+    if not isinstance(node, dict) or depth > _DEPTH:
+        return True
+    items = node.get("items", True)
+    conjuncts: list[Any] = [{"anyOf": items} if isinstance(items, list) else items]
+    conjuncts += [_element(root, m, depth + 1) for m in node.get("allOf", [])]
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            branches = [b for b in node[key] if "array" in _types(root, b, depth + 1)]
+            conjuncts.append({"anyOf": [_element(root, b, depth + 1) for b in branches]})
+    return {"allOf": conjuncts}
+
+
+def _is(types: frozenset[str]) -> str:
+    """``is a string``, ``is an object or null``, ``can hold no value``."""
+    if not types:
+        return "can hold no value"
+    article = {"array": "an ", "object": "an ", "null": ""}
+    return "is " + " or ".join(article.get(t, "a ") + t for t in sorted(types))
 
 
 def _follow_refs(schema: dict[str, Any], node: Any) -> Any:

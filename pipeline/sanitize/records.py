@@ -55,7 +55,7 @@ from pipeline.sanitize.detectors import (
     normalise_name,
     to_str_offsets,
 )
-from pipeline.sanitize.paths import FieldSelector, SelectorTrie
+from pipeline.sanitize.paths import FieldSelector, SelectorError, SelectorTrie
 from pipeline.sanitize.policy import AuthorisedException, KindPolicy, SanitizePolicy
 from pipeline.sanitize.redaction import Redacted, redact
 
@@ -114,16 +114,16 @@ class RecordSanitizer:
         self.kind = kind
         self.entry = entry
         rules: KindPolicy = policy.for_kind(kind)
-        for selector in (*rules.fields, *rules.code_fields, *rules.evidence_fields):
-            selector.check(entry.schema)
+        for where, selector in _selectors(policy, kind):
+            try:
+                selector.check(entry.schema)
+            except SelectorError as exc:
+                raise SelectorError(f"policy.{where}: {exc}") from None
         self.rules = rules
         self.trie = SelectorTrie(rules.fields)
         self.names = SecretNames(policy.secret_fields)
         self.scanner = TextScanner(rules.categories, policy.phone_regions, self.names)
         self.exceptions = tuple(e for e in policy.exceptions if e.applies_to(kind))
-        for exception in self.exceptions:
-            for selector in exception.fields:
-                selector.check(entry.schema)
         self.api_key_enabled = Category.API_KEY in rules.categories
         self.bearer_enabled = Category.BEARER_TOKEN in rules.categories
         # Member names the schema declares are fixed vocabulary, never personal data:
@@ -352,6 +352,19 @@ class RecordSanitizer:
             else:
                 problems.add(Reason(PII_SCHEMA_INVALID, error.path, error.detail or error.code))
         return sorted(problems, key=lambda r: (r.code, r.path, r.detail))
+
+
+def _selectors(policy: SanitizePolicy, kind: str) -> Iterator[tuple[str, FieldSelector]]:
+    """The policy's selectors that apply to ``kind``, each with where it is written."""
+    if kind in policy.kinds:
+        rules = policy.kinds[kind]
+        for key in ("fields", "code_fields", "evidence_fields"):
+            for i, selector in enumerate(getattr(rules, key)):
+                yield f"kinds.{kind}.{key}[{i}]", selector
+    for n, exception in enumerate(policy.exceptions):
+        if exception.applies_to(kind):
+            for i, selector in enumerate(exception.fields):
+                yield f"exceptions[{n}].fields[{i}] (kind {kind})", selector
 
 
 def _declared_names(schema: Any) -> Iterator[str]:

@@ -306,6 +306,30 @@ def test_a_policy_with_an_empty_secret_name_exits_2_at_once(tmp_path: Path, comm
     assert "error: policy.secret_fields[0]: '' is not a field name" in done.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "scan"])
+def test_a_selector_naming_nothing_fails_the_command(tmp_path: Path, command: str) -> None:
+    """``$.messages.content`` (for ``$.messages[*].content``) passed the schema check,
+    scanned nothing, and the run stored an e-mail, a phone number and an SSN as written
+    (red team)."""
+    (tmp_path / "policy.toml").write_text(
+        '[kinds.pairwise-v2]\nfields = ["$.rationale", "$.messages.content"]\n'
+    )
+    campaign = tmp_path / "campaign.toml"
+    campaign.write_text('[sanitize]\nenabled = true\npolicy = "policy.toml"\n')
+    record = make_record("pairwise-v2", random.Random(0), 0)
+    record["messages"][0]["content"] = "mail jane.roe@corp-mail.de, SSN 123-45-6789"
+    (tmp_path / "a.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    out = ["--out", str(tmp_path / "out")] if command == "run" else []
+    args = ["--config", str(campaign), *out, "--kind", "pairwise-v2", str(tmp_path / "a.jsonl")]
+    result = runner.invoke(app, [command, *args])
+    assert result.exit_code == 2, result.output
+    assert (
+        "policy.kinds.pairwise-v2.fields[1]: $.messages.content: $.messages is an array: it has"
+        " no members (its elements: $.messages[*])"
+    ) in result.output
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=80))
