@@ -8,7 +8,7 @@ version go into the run manifest. Its shape::
 
     version = "my-campaign-pii/1"        # recorded with every run
     categories = ["email", "phone", ...] # scanned for, unless a kind says otherwise
-    phone_regions = ["US"]               # numbers written without +country code
+    phone_regions = ["US"]               # numbers written without +country code (ISO 3166-1 alpha-2)
     secret_fields = ["api_key", ...]     # field/variable names whose values are secrets
     rejected_raw = "withhold_if_found"   # or "withhold", "keep" (see pipeline.sanitize.raw)
 
@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+import phonenumbers
 
 from pipeline.core.config import ConfigError, parse_toml
 from pipeline.records.lineage import check_pin
@@ -218,7 +220,7 @@ def _policy(table: dict[str, Any], source: str, digest: str) -> SanitizePolicy:
         source=source,
         sha256=digest,
         categories=categories,
-        phone_regions=tuple(_strings(table.get("phone_regions", ["US"]), "phone_regions")),
+        phone_regions=_phone_regions(table.get("phone_regions", ["US"]), "phone_regions"),
         secret_fields=_secret_fields(table.get("secret_fields", []), "secret_fields"),
         rejected_raw=rejected_raw,
         max_passes=max_passes,
@@ -300,6 +302,23 @@ def _string(value: Any, path: str) -> str:
 
 def _strings(value: Any, path: str) -> list[str]:
     return [_string(v, f"{path}[{i}]") for i, v in enumerate(_list(value, path))]
+
+
+def _phone_regions(value: Any, path: str) -> tuple[str, ...]:
+    """Region codes ``phonenumbers`` knows: it reads a number without a +country code
+    only in a region it knows, so an unknown one ("UK", "ZZ", "") detects nothing."""
+    codes = _strings(value, path)
+    for i, code in enumerate(codes):
+        if code not in phonenumbers.SUPPORTED_REGIONS:
+            hint = {"UK": " (the United Kingdom is 'GB')"}.get(code.upper(), "")
+            if not hint and code.upper() in phonenumbers.SUPPORTED_REGIONS:
+                hint = f" (upper case: {code.upper()!r})"
+            known = ", ".join(sorted(phonenumbers.SUPPORTED_REGIONS))
+            raise ConfigError(
+                f"policy.{path}[{i}]: {code!r} is not an ISO 3166-1 alpha-2 region code the"
+                f" phone library knows{hint} (known: {known})"
+            )
+    return tuple(codes)
 
 
 #: A secret name, normalised: words joined by ``_``, the last one not empty. The last

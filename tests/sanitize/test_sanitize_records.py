@@ -313,6 +313,35 @@ def test_every_accepted_secret_name_has_a_search_word(
     assert all(SecretNames(policy.secret_fields).triggers)
 
 
+@pytest.mark.parametrize(
+    ("regions", "message"),
+    [
+        (
+            '["UK"]',
+            r"\[0\]: 'UK' is not an ISO 3166-1 alpha-2 region code the phone library knows \(the United Kingdom is 'GB'\) \(known: AC, AD, .*, GB, .*, ZW\)$",
+        ),
+        ('["US", "ZZ"]', r"\[1\]: 'ZZ' is not an ISO 3166-1 alpha-2 region code"),
+        ('[""]', r"\[0\]: '' is not an ISO 3166-1 alpha-2 region code"),
+        ('["de"]', r"\[0\]: 'de' is not .* knows \(upper case: 'DE'\)"),
+    ],
+)
+def test_an_unknown_phone_region_is_refused(tmp_path: Path, regions: str, message: str) -> None:
+    """``phone_regions = ["UK"]`` loaded, and phonenumbers, which knows no region "UK",
+    then validated no number written without +country code: national-number detection
+    was off without a word (red team)."""
+    path = tmp_path / "policy.toml"
+    path.write_text(f"phone_regions = {regions}\n")
+    with pytest.raises(ConfigError, match=r"^policy\.phone_regions" + message):
+        load_policy(path)
+
+
+def test_phone_regions_read_national_numbers(tmp_path: Path) -> None:
+    sanitizer = policy_file(tmp_path, 'phone_regions = ["GB", "DE"]\n')
+    record = {**EXAMPLE, "rationale": "ring 020 7946 0018 or 030 901820"}
+    result = inspect("pairwise-v2", record, sanitizer)
+    assert result.record["rationale"] == "ring [REDACTED_PII:PHONE] or [REDACTED_PII:PHONE]"
+
+
 def test_selectors_are_checked_against_the_schema(tmp_path: Path) -> None:
     sanitizer = policy_file(tmp_path, '[kinds.pairwise-v2]\nfields = ["$.respnse_a"]\n')
     with pytest.raises(ConfigError, match="has no member 'respnse_a'"):
