@@ -270,10 +270,20 @@ def _exception(table: dict[str, Any], path: str) -> AuthorisedException:
         fields=_selectors(table.get("fields", []), f"{path}.fields"),
         when=when,
         networks=tuple(networks),
-        email_domains=tuple(
-            d.lower().strip(".") for d in _strings(table.get("email_domains", []), path)
-        ),
+        email_domains=_email_domains(table.get("email_domains", []), f"{path}.email_domains"),
     )
+
+
+def _email_domains(value: Any, path: str) -> tuple[str, ...]:
+    """Domains, lower case without outer dots; one with no label ("", ".") or holding
+    '@' or a space would match no address."""
+    domains = []
+    for i, text in enumerate(_strings(value, path)):
+        domain = text.lower().strip(".")
+        if not domain or any(c == "@" or c.isspace() for c in domain):
+            raise ConfigError(f"policy.{path}[{i}]: {text!r} is not a domain name")
+        domains.append(domain)
+    return tuple(domains)
 
 
 def _known(table: dict[str, Any], known: set[str], path: str) -> None:

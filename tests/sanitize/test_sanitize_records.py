@@ -278,6 +278,18 @@ def test_record_sanitization_is_idempotent(rationale: str, content: str, key: st
             "networks",
         ),
         ('[[exceptions]]\nname = "x"', "needs a name and categories"),
+        (
+            '[[exceptions]]\nname = "x"\ncategories = ["email"]\nemail_domains = ["a.org", 1]',
+            r"^policy\.exceptions\[0\]\.email_domains\[1\]: expected a string$",
+        ),
+        (
+            '[[exceptions]]\nname = "x"\ncategories = ["email"]\nemail_domains = ["."]',
+            r"^policy\.exceptions\[0\]\.email_domains\[0\]: '\.' is not a domain name$",
+        ),
+        (
+            '[[exceptions]]\nname = "x"\ncategories = ["email"]\nemail_domains = ["@a.org"]',
+            r"^policy\.exceptions\[0\]\.email_domains\[0\]: '@a\.org' is not a domain name$",
+        ),
     ],
 )
 def test_policy_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
