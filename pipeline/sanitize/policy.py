@@ -195,6 +195,11 @@ def load_policy(path: Path, pin: str | None = None) -> SanitizePolicy:
 def _policy(table: dict[str, Any], source: str, digest: str) -> SanitizePolicy:
     _known(table, _TOP, "policy")
     categories = _categories(table.get("categories", [c.value for c in Category]), "categories")
+    if not categories:
+        raise ConfigError(
+            "policy.categories: an empty list scans for nothing (a kind without categories of"
+            f" its own would pass unscanned); {_OFF}"
+        )
     kinds_table = _table(table.get("kinds", {}), "kinds")
     kinds = {
         kind: _kind_policy(_table(entry, f"kinds.{kind}"), f"kinds.{kind}", categories)
@@ -231,15 +236,23 @@ def _policy(table: dict[str, Any], source: str, digest: str) -> SanitizePolicy:
 
 def _kind_policy(table: dict[str, Any], path: str, default: frozenset[Category]) -> KindPolicy:
     _known(table, _KIND, f"policy.{path}")
+    fields = _selectors(table.get("fields", ["$"]), f"{path}.fields")
+    categories = (
+        _categories(table["categories"], f"{path}.categories") if "categories" in table else default
+    )
+    for key, given in (("fields", fields), ("categories", categories)):
+        if not given:
+            kind = path.removeprefix("kinds.")
+            raise ConfigError(
+                f"policy.{path}.{key}: an empty list scans nothing; to let this kind's values"
+                f" stay as written, name it in an [[exceptions]] entry (kinds = [{kind!r}],"
+                f" every category); {_OFF}"
+            )
     return KindPolicy(
-        fields=_selectors(table.get("fields", ["$"]), f"{path}.fields"),
+        fields=fields,
         code_fields=_selectors(table.get("code_fields", []), f"{path}.code_fields"),
         evidence_fields=_selectors(table.get("evidence_fields", []), f"{path}.evidence_fields"),
-        categories=(
-            _categories(table["categories"], f"{path}.categories")
-            if "categories" in table
-            else default
-        ),
+        categories=categories,
     )
 
 
@@ -247,6 +260,9 @@ def _exception(table: dict[str, Any], path: str) -> AuthorisedException:
     _known(table, _EXCEPTION, f"policy.{path}")
     if "name" not in table or "categories" not in table:
         raise ConfigError(f"policy.{path}: needs a name and categories")
+    categories = _categories(table["categories"], f"{path}.categories")
+    if not categories:
+        raise ConfigError(f"policy.{path}.categories: an empty list lets nothing stay")
     when = None
     if "when" in table:
         condition = _table(table["when"], f"{path}.when")
@@ -257,6 +273,8 @@ def _exception(table: dict[str, Any], path: str) -> AuthorisedException:
             _selector(condition["path"], f"{path}.when.path"),
             frozenset(_strings(condition["in"], f"{path}.when.in")),
         )
+        if not when.values:
+            raise ConfigError(f"policy.{path}.when.in: an empty list matches no record")
     networks = []
     for i, text in enumerate(_strings(table.get("networks", []), f"{path}.networks")):
         try:
@@ -265,7 +283,7 @@ def _exception(table: dict[str, Any], path: str) -> AuthorisedException:
             raise ConfigError(f"policy.{path}.networks[{i}]: {exc}") from None
     return AuthorisedException(
         name=_string(table["name"], f"{path}.name"),
-        categories=_categories(table["categories"], f"{path}.categories"),
+        categories=categories,
         kinds=frozenset(_strings(table.get("kinds", []), f"{path}.kinds")),
         fields=_selectors(table.get("fields", []), f"{path}.fields"),
         when=when,
@@ -284,6 +302,10 @@ def _email_domains(value: Any, path: str) -> tuple[str, ...]:
             raise ConfigError(f"policy.{path}[{i}]: {text!r} is not a domain name")
         domains.append(domain)
     return tuple(domains)
+
+
+#: How to scan nothing on purpose, for the errors that refuse an empty list.
+_OFF: Final = "to sanitize nothing, set [sanitize] enabled = false in the campaign config"
 
 
 def _known(table: dict[str, Any], known: set[str], path: str) -> None:

@@ -123,11 +123,64 @@ def test_only_selected_fields_are_scanned(tmp_path: Path) -> None:
 
 
 def test_kinds_the_policy_does_not_list_are_scanned_whole(tmp_path: Path) -> None:
-    sanitizer = policy_file(tmp_path, "[kinds.pairwise-v2]\nfields = []\n")
+    sanitizer = policy_file(
+        tmp_path, '[kinds.pairwise-v2]\nfields = ["$.task_id"]\ncode_fields = []\n'
+    )
     record = make_record("math-reasoning-v1", random.Random(0), 0)
     record["problem"] = "call 415-555-2671"
     assert inspect("math-reasoning-v1", record, sanitizer).redacted
     assert not inspect("pairwise-v2", {**EXAMPLE, "rationale": "415-555-2671"}, sanitizer).redacted
+
+
+OFF = r"to sanitize nothing, set \[sanitize\] enabled = false in the campaign config$"
+LET_STAY = (
+    r"an empty list scans nothing; to let this kind's values stay as written, name it in an"
+    r" \[\[exceptions\]\] entry \(kinds = \['pairwise-v2'\], every category\); " + OFF
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("categories = []", r"policy\.categories: an empty list scans for nothing .*; " + OFF),
+        ("[kinds.pairwise-v2]\nfields = []", r"policy\.kinds\.pairwise-v2\.fields: " + LET_STAY),
+        (
+            "[kinds.pairwise-v2]\ncategories = []",
+            r"policy\.kinds\.pairwise-v2\.categories: " + LET_STAY,
+        ),
+        (
+            '[[exceptions]]\nname = "x"\ncategories = []',
+            r"policy\.exceptions\[0\]\.categories: an empty list lets nothing stay$",
+        ),
+        (
+            '[[exceptions]]\nname = "x"\ncategories = ["ipv4"]\nwhen = { path = "$.domain", in = [] }',
+            r"policy\.exceptions\[0\]\.when\.in: an empty list matches no record$",
+        ),
+    ],
+)
+def test_an_empty_list_that_would_scan_or_allow_nothing_is_refused(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """``fields = []`` or ``categories = []`` loaded and scanned nothing, in silence (red
+    team); the error says how to leave values as written on purpose."""
+    path = tmp_path / "policy.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError, match="^" + message):
+        load_policy(path)
+
+
+def test_an_exception_with_every_category_lets_a_kinds_values_stay(tmp_path: Path) -> None:
+    """What the empty-list errors advise instead: values stay, the record is unchanged."""
+    every = ", ".join(f'"{c.value}"' for c in Category)
+    sanitizer = policy_file(
+        tmp_path,
+        f'[[exceptions]]\nname = "clean"\nkinds = ["pairwise-v2"]\ncategories = [{every}]\n',
+    )
+    record = {**EXAMPLE, "rationale": "jane@corp-mail.de 415-555-2671 api_key=sk-abcdef0123456789"}
+    result = inspect("pairwise-v2", record, sanitizer)
+    assert result.record == record
+    assert not result.redacted
+    assert not result.problems
 
 
 def test_categories_per_kind(tmp_path: Path) -> None:
