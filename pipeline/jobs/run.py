@@ -266,10 +266,9 @@ def _preflight(config: CampaignConfig) -> Gate:
         except SchemaError as exc:
             raise InputError(f"schemas.pins.{schema_id}: {exc}") from None
     try:
-        for kind_id in sorted(KINDS):
-            kind_gate = gate.kind_gate(KINDS[kind_id])
-            if gate.sanitizer is not None:  # a policy path naming no field fails here
-                gate.sanitizer.for_kind(kind_id, kind_gate.entry)
+        entries = {kind_id: gate.kind_gate(KINDS[kind_id]).entry for kind_id in sorted(KINDS)}
+        if gate.sanitizer is not None:  # a policy naming no kind or no field fails here
+            gate.sanitizer.check(entries)
     except SchemaError as exc:
         raise InputError(str(exc)) from None
     try:

@@ -21,7 +21,7 @@ from pipeline.core.reasons import Disposition
 from pipeline.gate.gate import Gate
 from pipeline.gate.reader import Shard, read_batches
 from pipeline.jobs.run import expand_inputs
-from pipeline.kinds import get_kind
+from pipeline.kinds import KINDS, get_kind
 from pipeline.sanitize.sanitizer import Sanitizer
 
 __all__ = ["ScanReport", "scan_inputs"]
@@ -79,6 +79,9 @@ def scan_inputs(config: CampaignConfig) -> ScanReport:
     gate = Gate(
         dataclasses.replace(config, sanitize=dataclasses.replace(config.sanitize, enabled=False))
     )
+    # The whole policy is checked before any line is read, as for `rowgate run`: a kind
+    # or field it misnames fails even where no input holds that kind.
+    sanitizer.check({k: gate.kind_gate(kind).entry for k, kind in sorted(KINDS.items())})
     report = ScanReport(policy=sanitizer.describe())
     limits = config.limits
     for input_file in expand_inputs(config.inputs, config):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -83,7 +83,7 @@ class AuthorisedException:
 
     name: str
     categories: frozenset[Category]
-    kinds: frozenset[str] = frozenset()
+    kinds: tuple[str, ...] = ()
     fields: tuple[FieldSelector, ...] = ()
     when: Condition | None = None
     networks: tuple[IPNetwork, ...] = ()
@@ -143,6 +143,22 @@ class SanitizePolicy:
         if found is None:
             return KindPolicy((FieldSelector.parse("$"),), categories=self.categories)
         return found
+
+    def check_kinds(self, known: Collection[str]) -> None:
+        """Raise :class:`ConfigError` for a record kind the policy names that is not one
+        of ``known``: a misspelt ``[kinds.…]`` table was ignored (its kind scanned under
+        other settings), a misspelt exception kind let nothing stay."""
+        names = ", ".join(sorted(known))
+        for kind in self.kinds:
+            if kind not in known:
+                raise ConfigError(f"policy.kinds.{kind}: unknown record kind (known: {names})")
+        for n, exception in enumerate(self.exceptions):
+            for i, kind in enumerate(exception.kinds):
+                if kind not in known:
+                    raise ConfigError(
+                        f"policy.exceptions[{n}].kinds[{i}]: unknown record kind {kind!r}"
+                        f" (known: {names})"
+                    )
 
     def describe(self) -> dict[str, Any]:
         """What the manifest records: identity and scope, never any matched value."""
@@ -284,7 +300,7 @@ def _exception(table: dict[str, Any], path: str) -> AuthorisedException:
     return AuthorisedException(
         name=_string(table["name"], f"{path}.name"),
         categories=categories,
-        kinds=frozenset(_strings(table.get("kinds", []), f"{path}.kinds")),
+        kinds=tuple(_strings(table.get("kinds", []), f"{path}.kinds")),
         fields=_selectors(table.get("fields", []), f"{path}.fields"),
         when=when,
         networks=tuple(networks),

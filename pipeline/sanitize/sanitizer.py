@@ -7,6 +7,7 @@ one ``is not None`` test per line.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -48,6 +49,17 @@ class Sanitizer:
         if not (config.sanitize.enabled or force):
             return None
         return cls(load_policy(policy_path(config), config.sanitize.policy_sha256))
+
+    def check(self, entries: Mapping[str, SchemaEntry]) -> None:
+        """Check the policy against every record kind there is (``entries``: each one's
+        schema entry), before any line is read: each kind it names must exist, and each
+        field path it gives a kind must be one that kind's schema can hold."""
+        try:
+            self.policy.check_kinds(entries.keys())
+        except ConfigError as exc:
+            raise ConfigError(f"sanitize policy {self.policy.source}: {exc}") from None
+        for kind, entry in entries.items():
+            self.for_kind(kind, entry)
 
     def for_kind(self, kind: str, entry: SchemaEntry) -> RecordSanitizer:
         found = self._kinds.get(kind)

@@ -17,6 +17,7 @@ from pipeline.core.config import CampaignConfig, ConfigError, SanitizeSettings, 
 from pipeline.core.reasons import Disposition
 from pipeline.gate.gate import Gate
 from pipeline.gate.reader import LineBatch
+from pipeline.kinds import KINDS
 from pipeline.records.schemas import SchemaRegistry
 from pipeline.sanitize import Category, Sanitizer, load_policy
 from pipeline.sanitize.detectors import SecretNames
@@ -405,6 +406,38 @@ def test_phone_regions_read_national_numbers(tmp_path: Path) -> None:
     record = {**EXAMPLE, "rationale": "ring 020 7946 0018 or 030 901820"}
     result = inspect("pairwise-v2", record, sanitizer)
     assert result.record["rationale"] == "ring [REDACTED_PII:PHONE] or [REDACTED_PII:PHONE]"
+
+
+ALL_KINDS = {kind: REGISTRY.get(kind) for kind in ("grounded-qa-v1", "pairwise-v2")}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[kinds.pairwise-v2]\nfields = ["$"]\n[kinds.pairwse-v2]\nfields = ["$.rationale"]',
+            r"policy\.kinds\.pairwse-v2: unknown record kind \(known: grounded-qa-v1, pairwise-v2\)$",
+        ),
+        (
+            '[[exceptions]]\nname = "x"\ncategories = ["ipv4"]\nkinds = ["pairwise-v2", "no-such-kind"]',
+            r"policy\.exceptions\[0\]\.kinds\[1\]: unknown record kind 'no-such-kind' \(known: grounded-qa-v1, pairwise-v2\)$",
+        ),
+    ],
+)
+def test_a_kind_the_policy_names_must_exist(tmp_path: Path, text: str, message: str) -> None:
+    """A misspelt ``[kinds.pairwse-v2]`` was ignored (the kind was scanned under other
+    settings) and an exception for ``no-such-kind`` let nothing stay, both in silence
+    (red team)."""
+    sanitizer = policy_file(tmp_path, text)
+    with pytest.raises(
+        ConfigError, match=f"^sanitize policy {tmp_path / 'policy.toml'}: {message}"
+    ):
+        sanitizer.check(ALL_KINDS)
+
+
+def test_a_policy_naming_known_kinds_passes_the_check(tmp_path: Path) -> None:
+    policy_file(tmp_path, NETWORKING).check(ALL_KINDS)
+    DEFAULT.check({kind: REGISTRY.get(kind) for kind in KINDS})
 
 
 def test_selectors_are_checked_against_the_schema(tmp_path: Path) -> None:

@@ -330,6 +330,28 @@ def test_a_selector_naming_nothing_fails_the_command(tmp_path: Path, command: st
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command", ["run", "scan"])
+def test_a_misspelt_kind_in_the_policy_fails_the_command(tmp_path: Path, command: str) -> None:
+    """Checked before any line is read, also by ``scan`` for a kind no input holds."""
+    (tmp_path / "policy.toml").write_text('[kinds.pairwse-v2]\nfields = ["$.rationale"]\n')
+    campaign = tmp_path / "campaign.toml"
+    campaign.write_text('[sanitize]\nenabled = true\npolicy = "policy.toml"\n')
+    record = make_record("math-reasoning-v1", random.Random(0), 0)
+    (tmp_path / "a.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    out = ["--out", str(tmp_path / "out")] if command == "run" else []
+    args = [
+        "--config",
+        str(campaign),
+        *out,
+        "--kind",
+        "math-reasoning-v1",
+        str(tmp_path / "a.jsonl"),
+    ]
+    result = runner.invoke(app, [command, *args])
+    assert result.exit_code == 2, result.output
+    assert "policy.kinds.pairwse-v2: unknown record kind (known: agent-trace-v1," in result.output
+
+
 @pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=80))
