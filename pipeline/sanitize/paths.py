@@ -83,10 +83,11 @@ class FieldSelector:
             nodes = following
         return nodes
 
-    def check(self, schema: dict[str, Any]) -> None:
+    def check(self, schema: dict[str, Any], *, selects: str | None = None) -> None:
         """Raise :class:`SelectorError` unless the schema can hold this path: a member
         step needs a value that may be an object (and, where the object is closed, a
-        declared member), ``[*]`` one that may be an array. ``$ref``, ``allOf``,
+        declared member), ``[*]`` one that may be an array, and the value selected one
+        that may be of the JSON type ``selects`` when given. ``$ref``, ``allOf``,
         ``anyOf`` and ``oneOf`` are followed; a subschema that says nothing holds any
         path."""
         node: Any = schema
@@ -108,6 +109,8 @@ class FieldSelector:
                 if member is None:
                     raise SelectorError(f"{self.text}: {at} has no member {step!r}")
                 node = member
+        if selects is not None and selects not in (types := _types(schema, node)):
+            raise SelectorError(f"{self.text} {_is(types)}, not {_a(selects)}")
 
 
 #: JSON value types as JSON Schema names them ("integer" counts as "number" here).
@@ -202,8 +205,12 @@ def _is(types: frozenset[str]) -> str:
     """``is a string``, ``is an object or null``, ``can hold no value``."""
     if not types:
         return "can hold no value"
-    article = {"array": "an ", "object": "an ", "null": ""}
-    return "is " + " or ".join(article.get(t, "a ") + t for t in sorted(types))
+    return "is " + " or ".join(_a(t) for t in sorted(types))
+
+
+def _a(json_type: str) -> str:
+    """``a string``, ``an object``, ``null``."""
+    return {"array": "an ", "object": "an ", "null": ""}.get(json_type, "a ") + json_type
 
 
 def _follow_refs(schema: dict[str, Any], node: Any) -> Any:

@@ -114,9 +114,9 @@ class RecordSanitizer:
         self.kind = kind
         self.entry = entry
         rules: KindPolicy = policy.for_kind(kind)
-        for where, selector in _selectors(policy, kind):
+        for where, selector, selects in _selectors(policy, kind):
             try:
-                selector.check(entry.schema)
+                selector.check(entry.schema, selects=selects)
             except SelectorError as exc:
                 raise SelectorError(f"policy.{where}: {exc}") from None
         self.rules = rules
@@ -354,17 +354,23 @@ class RecordSanitizer:
         return sorted(problems, key=lambda r: (r.code, r.path, r.detail))
 
 
-def _selectors(policy: SanitizePolicy, kind: str) -> Iterator[tuple[str, FieldSelector]]:
-    """The policy's selectors that apply to ``kind``, each with where it is written."""
+def _selectors(
+    policy: SanitizePolicy, kind: str
+) -> Iterator[tuple[str, FieldSelector, str | None]]:
+    """The policy's selectors that apply to ``kind``, each with where it is written and
+    the JSON type it must select, if any (a record condition compares strings)."""
     if kind in policy.kinds:
         rules = policy.kinds[kind]
         for key in ("fields", "code_fields", "evidence_fields"):
             for i, selector in enumerate(getattr(rules, key)):
-                yield f"kinds.{kind}.{key}[{i}]", selector
+                yield f"kinds.{kind}.{key}[{i}]", selector, None
     for n, exception in enumerate(policy.exceptions):
         if exception.applies_to(kind):
+            scope = f"kind {kind}" + ("" if exception.kinds else ": the exception names no kinds")
             for i, selector in enumerate(exception.fields):
-                yield f"exceptions[{n}].fields[{i}] (kind {kind})", selector
+                yield f"exceptions[{n}].fields[{i}] ({scope})", selector, None
+            if exception.when is not None:
+                yield f"exceptions[{n}].when.path ({scope})", exception.when.path, "string"
 
 
 def _declared_names(schema: Any) -> Iterator[str]:

@@ -440,6 +440,40 @@ def test_a_policy_naming_known_kinds_passes_the_check(tmp_path: Path) -> None:
     DEFAULT.check({kind: REGISTRY.get(kind) for kind in KINDS})
 
 
+@pytest.mark.parametrize(
+    ("when", "message"),
+    [
+        (
+            'kinds = ["grounded-qa-v1"]\nwhen = { path = "$.nope", in = ["x"] }',
+            r"policy\.exceptions\[0\]\.when\.path \(kind grounded-qa-v1\): \$\.nope: \$ has no"
+            r" member 'nope'$",
+        ),
+        (
+            'kinds = ["grounded-qa-v1"]\nwhen = { path = "$.citations", in = ["x"] }',
+            r"policy\.exceptions\[0\]\.when\.path \(kind grounded-qa-v1\): \$\.citations is an"
+            r" array, not a string$",
+        ),
+        (
+            'when = { path = "$.domain", in = ["networking"] }',
+            r"policy\.exceptions\[0\]\.when\.path \(kind pairwise-v2: the exception names no"
+            r" kinds\): \$\.domain: \$ has no member 'domain'$",
+        ),
+    ],
+)
+def test_a_record_condition_is_checked_against_the_schema(
+    tmp_path: Path, when: str, message: str
+) -> None:
+    """``when = { path = "$.nope", ... }`` was never checked: the condition never held
+    and the exception let nothing stay, in silence (red team)."""
+    sanitizer = policy_file(
+        tmp_path, f'[[exceptions]]\nname = "x"\ncategories = ["ipv4"]\n{when}\n'
+    )
+    with pytest.raises(
+        ConfigError, match=f"^sanitize policy {tmp_path / 'policy.toml'}: {message}"
+    ):
+        sanitizer.check(ALL_KINDS)
+
+
 def test_selectors_are_checked_against_the_schema(tmp_path: Path) -> None:
     sanitizer = policy_file(tmp_path, '[kinds.pairwise-v2]\nfields = ["$.respnse_a"]\n')
     with pytest.raises(ConfigError, match="has no member 'respnse_a'"):
