@@ -96,6 +96,25 @@ def _is_word(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
 
+# Underscores glue a value to a word only when a letter or digit lies beyond them
+# ("task_2025550143"); alone they are Markdown emphasis ("_202-555-0143_", "__x__"). Each
+# run of underscores is walked only by the candidates touching it: linear in all.
+
+
+def _word_before(data: bytes, start: int) -> bool:
+    """Whether a word touches byte ``start`` from the left (see above)."""
+    while start > 0 and data[start - 1] == 0x5F:
+        start -= 1
+    return _char_before(data, start).isalnum()
+
+
+def _word_after(data: bytes, end: int) -> bool:
+    """Whether a word touches byte ``end`` from the right (see above)."""
+    while end < len(data) and data[end] == 0x5F:
+        end += 1
+    return _char_after(data, end).isalnum()
+
+
 def _context(data: bytes, lower: bytes, start: int, words: re.Pattern[bytes]) -> bool:
     """Whether one of ``words`` occurs in the 32 bytes before ``start``, within the
     same string (the window stops at a separator)."""
@@ -190,11 +209,18 @@ def _valid_domain(labels: list[str]) -> bool:
 def emails(text: str) -> Iterator[Detection]:
     """Email addresses in ``text`` (``str`` offsets)."""
     for match in _EMAIL.finditer(text):
+        # No host name holds '_': "a@b.com_" (Markdown emphasis) ends at "com".
+        domain = match.group("domain").split("_", 1)[0]
+        end = match.start("domain") + len(domain)
         start = match.start()
+        lead = match.start("domain") - 1 - start
+        lead -= len(text[start : start + lead].lstrip("_"))
+        if lead and text.startswith("_" * lead, end):
+            start += lead  # "_a@b.com_": the underscores are emphasis, not the address
         local = text[start : match.start("domain") - 1]
-        if local[0] == "." or local[-1] == "." or ".." in local:
+        if not local or local[0] == "." or local[-1] == "." or ".." in local:
             continue
-        labels = match.group("domain").split(".")
+        labels = domain.split(".")
         # Trailing labels that cannot end a domain (a version, a file name) are cut off:
         # "a@example.com.1" still holds a@example.com.
         while len(labels) > 2 and not _valid_tld(labels[-1]):
@@ -205,7 +231,7 @@ def emails(text: str) -> Iterator[Detection]:
         if _RETINA.match(domain):
             continue  # "icon@2x.png" is an asset name
         end = match.start("domain") + len(domain)
-        if end < len(text) and (_is_word(text[end]) or text[end] == "-"):
+        if end < len(text) and (text[end].isalnum() or text[end] == "-"):
             continue
         yield Detection(start, end, Category.EMAIL)
 
@@ -312,7 +338,7 @@ def _phones(
         # Only a digit touching the next word glues the last chunk to it ("2025550143x");
         # "9522(" followed by a word ends at its own delimiter.
         glued_right = data[run.end() - 1 : run.end()].isdigit()
-        if chunks[-1][1] == run.end() and glued_right and _is_word(_char_after(data, run.end())):
+        if chunks[-1][1] == run.end() and glued_right and _word_after(data, run.end()):
             last -= 1
         found = False
         i = first
@@ -340,9 +366,9 @@ def _glued_left(data: bytes, start: int) -> bool:
     previous = _char_before(data, start)
     if not previous:
         return False
-    if _is_word(previous) or previous == "#":  # "#2025550143" is a reference number
+    if _word_before(data, start) or previous == "#":  # "#2025550143" is a reference number
         return True
-    return previous in "-./_@" and _is_word(_char_before(data, start - 1))
+    return previous in "-./@" and _word_before(data, start - 1)
 
 
 def _longest_valid(
@@ -406,9 +432,9 @@ def ipv4_spans(data: bytes, lower: bytes) -> Iterator[tuple[int, int]]:
     for match in _IPV4.finditer(data):
         start, end = match.span()
         previous, following = _char_before(data, start), _char_after(data, end)
-        if _is_word(previous) or previous == ".":
+        if _word_before(data, start) or previous == ".":
             continue
-        if _is_word(following) or (following == "." and _char_after(data, end + 1).isdigit()):
+        if _word_after(data, end) or (following == "." and _char_after(data, end + 1).isdigit()):
             continue
         if _VERSION_BEFORE.search(lower, max(0, start - 16), start):
             continue  # "version 1.2.3.4", "pkg==1.2.3.4": a version, not an address
@@ -439,9 +465,9 @@ def ipv6_spans(data: bytes) -> Iterator[tuple[int, int]]:
 
 def _ipv6_ok(data: bytes, start: int, end: int) -> bool:
     previous, following = _char_before(data, start), _char_after(data, end)
-    if _is_word(previous) or previous in (":", "."):
+    if _word_before(data, start) or previous in (":", "."):
         return False
-    if _is_word(following) or following == ":":
+    if _word_after(data, end) or following == ":":
         return False
     candidate = data[start:end].decode()
     # Slices (x[1::2]) and scope operators are shaped like short IPv6 literals; a real
@@ -514,9 +540,9 @@ def valid_dni(value: str) -> bool:
 
 def _delimited(data: bytes, start: int, end: int) -> bool:
     previous, following = _char_before(data, start), _char_after(data, end)
-    if _is_word(previous) or previous in ("-", "."):
+    if _word_before(data, start) or previous in ("-", "."):
         return False
-    if _is_word(following):
+    if _word_after(data, end):
         return False
     return not (following in ("-", ".") and _char_after(data, end + 1).isdigit())
 
@@ -559,7 +585,7 @@ def _national_ids(data: bytes, lower: bytes, shape: bytes) -> Iterator[Detection
         if dni is None:
             continue
         start, end = dni.span()
-        if _is_word(_char_before(data, start)) or _is_word(_char_after(data, end)):
+        if _word_before(data, start) or _word_after(data, end):
             continue
         if valid_dni(dni.group().decode()):
             yield Detection(start, end, Category.NATIONAL_ID)

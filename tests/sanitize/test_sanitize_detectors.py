@@ -121,6 +121,37 @@ def test_phone_invalid_in_context_is_uncertain() -> None:
 @pytest.mark.parametrize(
     ("text", "category", "expected"),
     [
+        ("Contact _alice.smith@gmail.com_ now", "email", "alice.smith@gmail.com"),
+        ("__alice.smith@gmail.com__", "email", "alice.smith@gmail.com"),
+        ("alice.smith@gmail.com_ ok", "email", "alice.smith@gmail.com"),
+        ("mail _alice@gmail.com today", "email", "_alice@gmail.com"),  # '_' starts a local part
+        ("Call _202-555-0143_ today", "phone", "202-555-0143"),
+        ("Call __202 555 0143__ today", "phone", "202 555 0143"),
+        ("SSN _123-45-6789_", "national_id", "123-45-6789"),
+        ("CPF __111.444.777-35__", "national_id", "111.444.777-35"),
+        ("DNI _12345678Z_", "national_id", "12345678Z"),
+        ("at _8.8.8.8_ now", "ipv4", "8.8.8.8"),
+        ("at _2001:4860:4860::8888_ now", "ipv6", "2001:4860:4860::8888"),
+    ],
+)
+def test_markdown_emphasis_underscores_are_not_part_of_a_value(
+    text: str, category: str, expected: str
+) -> None:
+    # Red team: "_alice.smith@gmail.com_" kept its address (the domain read "com_", no
+    # TLD) and "_202-555-0143_" its number (glued to an identifier by the underscore).
+    assert found(text) == [(category, expected)]
+
+
+@pytest.mark.parametrize(
+    "text", ["task_2025550143 x", "id 2025550143_x", "ref x__123-45-6789", "v_8.8.8.8"]
+)
+def test_underscores_between_words_still_glue_an_identifier(text: str) -> None:
+    assert found(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "category", "expected"),
+    [
         ("server at 8.8.8.8, port 53", "ipv4", "8.8.8.8"),
         ("from 81.2.69.160.", "ipv4", "81.2.69.160"),
         ("v6 2001:4860:4860::8888 is public", "ipv6", "2001:4860:4860::8888"),
