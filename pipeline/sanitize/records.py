@@ -2,7 +2,8 @@
 fields, not raw JSON syntax").
 
 The walk visits only the subtrees the policy selects. Every string there is scanned;
-member names in those subtrees too (a map keyed by e-mail address). A string under a
+member names in those subtrees too (a map keyed by e-mail address), and every name a
+selector matches (``$.meta.*`` and ``$.meta.*.x`` match each member name of ``meta``). A string under a
 secret-named member (``api_key``, ``password``, ``githubToken``) is a secret whole. All
 scanned strings of a record are joined and scanned in one pass (see
 :mod:`pipeline.sanitize.detectors`), and only strings with a detection are redacted,
@@ -55,7 +56,7 @@ from pipeline.sanitize.detectors import (
     normalise_name,
     to_str_offsets,
 )
-from pipeline.sanitize.paths import FieldSelector, SelectorError, SelectorTrie
+from pipeline.sanitize.paths import ANY_MEMBER, FieldSelector, SelectorError, SelectorTrie
 from pipeline.sanitize.policy import AuthorisedException, KindPolicy, SanitizePolicy
 from pipeline.sanitize.redaction import Redacted, redact
 
@@ -188,11 +189,15 @@ class RecordSanitizer:
         if whole:
             self._collect_whole(node, parts, secret, out)
         elif isinstance(node, dict):
+            # A name a selector matches (".*") or whose member it selects whole is in scope.
+            any_name = any(ANY_MEMBER in t.children for t in tries)
             for key, value in node.items():
                 child_tries = [c for t in tries for c in t.member(key)]
                 if not child_tries:
                     continue
                 child_whole = any(c.whole for c in child_tries)
+                if (any_name or child_whole) and key not in self.declared and len(key) >= MIN_TEXT:
+                    out.append(_Segment((*parts, key), key, True, None))
                 child_secret = secret
                 if child_secret is None and self.names.is_secret(key):
                     child_secret = self._secret_category(key)

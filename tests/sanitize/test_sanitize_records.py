@@ -112,6 +112,27 @@ def test_member_names_are_scanned_and_collisions_quarantine() -> None:
     assert "pii.key_collision" in codes(result)
 
 
+@pytest.mark.parametrize("selector", ["$.meta", "$.meta.*", "$.*", "$"])
+def test_member_names_a_selector_covers_are_scanned(tmp_path: Path, selector: str) -> None:
+    # Red team: with "$.meta.*" the member names of meta were never scanned (the walk
+    # scanned names only below a member selected whole), so an address as a key stayed.
+    sanitizer = policy_file(tmp_path, f'[kinds.pw-decide-row-1]\nfields = ["{selector}"]\n')
+    record = make_record("pw-decide-row-1", random.Random(2), 2)
+    record["meta"] = {"alice.smith@gmail.com": "owner", "k": "v"}
+    result = inspect("pw-decide-row-1", record, sanitizer)
+    assert result.record["meta"] == {"[REDACTED_PII:EMAIL]": "owner", "k": "v"}
+
+
+def test_member_names_a_wildcard_matches_are_scanned(tmp_path: Path) -> None:
+    sanitizer = policy_file(tmp_path, '[kinds.pw-decide-row-1]\nfields = ["$.meta.*.x"]\n')
+    record = make_record("pw-decide-row-1", random.Random(2), 2)
+    record["meta"] = {"alice.smith@gmail.com": {"x": "bob@corp-mail.de", "y": "carol@corp.de"}}
+    result = inspect("pw-decide-row-1", record, sanitizer)
+    assert result.record["meta"] == {
+        "[REDACTED_PII:EMAIL]": {"x": "[REDACTED_PII:EMAIL]", "y": "carol@corp.de"}
+    }
+
+
 def test_only_selected_fields_are_scanned(tmp_path: Path) -> None:
     sanitizer = policy_file(
         tmp_path,
