@@ -22,7 +22,10 @@ policy's ``rejected_raw`` rule decides:
 
   In each reading the text detectors run, and so does a member rule: every scalar
   (string or number, quoted or not) written after a secret-named member name
-  (``"password": 84736251``) is a secret, whether or not the line parses. A reading
+  (``"password": 84736251``), or inside the object or array written there
+  (``"credentials": {"user": "bob"}``, to its closing bracket or the end of a line cut
+  short), is a secret, whether or not the line parses, however long the value and
+  whatever blanks pad the name (``"password "``) or surround the colon. A reading
   that parses as JSON also gives every string and number at any depth under a
   secret-named member. Booleans and nulls hold no secret; placeholders (``***``,
   ``${TOKEN}``, a redaction tag) are none either. If anything is found (authorised
@@ -87,12 +90,25 @@ def _secret_values(value: Any, names: SecretNames) -> Iterator[str]:
             stack.extend((member, secret) for member in node)
 
 
-# After a member name (its closing quote): a colon and the scalar, a JSON string (escapes
-# allowed) or a bare run (a number, or an unquoted token in a line that is not JSON).
+# After the last word of a member name: the rest of the name (blanks: "password "), its
+# closing quote, a colon and the value: a JSON string (escapes allowed; the end of a line
+# cut short ends it too), the opening bracket of a container, or a bare run (a number, or
+# an unquoted token in a line that is not JSON). No length bounds (a key padded with
+# blanks, a 10 kB secret): every repetition is possessive over a class the next part of
+# the pattern cannot start with, so a match is linear in what it reads.
 _VALUE: Final = re.compile(
-    rb'"[ \t\r\n]{0,64}+:[ \t\r\n]{0,64}+'
-    rb'(?:"((?:[^"\\\n]|\\.){0,4096}+)"|([^\s,:{}\[\]"]{1,4096}+))'
+    rb'[ \t\r\n]*+"[ \t\r\n]*+:[ \t\r\n]*+'
+    rb'(?:"(?P<string>(?:[^"\\\n]|\\.)*+)|(?P<open>[\[{])|(?P<bare>[^\s,:{}\[\]"]++))'
 )
+# Inside a container: a string (a member name when a colon follows it), a bracket, or a
+# bare run; commas and blanks between them are skipped.
+_TOKEN: Final = re.compile(
+    rb'"(?P<string>(?:[^"\\\n]|\\.)*+)"?[ \t\r\n]*+(?P<colon>:)?'
+    rb'|(?P<open>[\[{])|(?P<close>[\]}])|(?P<bare>[^\s,:{}\[\]"]++)'
+)
+#: A member name is judged by its last bytes (a secret name is short; a name is secret
+#: when it ends with one), so a name padded to megabytes costs no more than a short one.
+_NAME_TAIL: Final = 256
 _NOT_SECRET: Final = frozenset({"true", "false", "null"})
 _UTF16: Final = ("utf-16-le", "utf-16-be")
 _UTF32: Final = ("utf-32-le", "utf-32-be")
@@ -128,32 +144,73 @@ def readings(line: bytes) -> list[str]:
     return list(views)
 
 
+def _is_value(raw: bytes) -> bool:
+    value = raw.decode("utf-8", "replace")
+    return bool(value) and value not in _NOT_SECRET and not is_placeholder(value)
+
+
+def _container_secrets(data: bytes, start: int) -> tuple[int, int]:
+    """Values in the container opened at ``start`` (to its closing bracket, or the end of
+    the line): every string and bare scalar that is not a member name. Returns (count,
+    where the container ends)."""
+    depth, count = 0, 0
+    for token in _TOKEN.finditer(data, start):
+        if token.group("open") is not None:
+            depth += 1
+        elif token.group("close") is not None:
+            depth -= 1
+            if depth == 0:
+                return count, token.end()
+        elif token.group("colon") is None:
+            raw = token.group("string")
+            if _is_value(token.group("bare") if raw is None else raw):
+                count += 1
+    return count, len(data)
+
+
+def _trigger_hits(lower: bytes, triggers: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """Where each trigger word occurs in ``lower``, in order."""
+    hits = []
+    for trigger in triggers:
+        at = lower.find(trigger)
+        while at >= 0:
+            hits.append((at, at + len(trigger)))
+            at = lower.find(trigger, at + len(trigger))
+    hits.sort()
+    return hits
+
+
 def _member_secrets(text: str, names: SecretNames) -> int:
-    """Scalars written after a secret-named member name, parsed or not. A member name
-    can only be secret if it ends with the last word of a secret name (as in
+    """Scalars written after a secret-named member name, parsed or not: the value itself,
+    or every value in the object or array it opens. A member name can only be secret if
+    it ends with the last word of a secret name (as in
     :class:`~pipeline.sanitize.detectors.SecretNames`), so those words are found first,
     in the UTF-8 bytes lower-cased (``bytes.lower`` keeps offsets), and the rest is
-    checked only there."""
+    checked only there.
+
+    Bounded work: a value match reads only blanks and the value after its word; a name
+    is looked for back to the quote before it, and only for a word a value follows (so
+    two such looks never cross: the later word lies past the earlier one's closing
+    quote); a container is walked once, and words inside one already walked are skipped.
+    """
     data = text.encode("utf-8", "replace")
-    lower = data.lower()
-    count = 0
-    for trigger in names.triggers:
-        word = trigger + b'"'
-        end = lower.find(word)
-        while end >= 0:
-            end += len(trigger)
-            match = _VALUE.match(data, end)
-            opening = data.rfind(b'"', max(0, end - 256), end - len(trigger))
-            if (
-                match is not None
-                and opening >= 0
-                and names.is_secret(data[opening + 1 : end].decode("utf-8", "replace"))
-            ):
-                raw = match.group(1) if match.group(1) is not None else match.group(2)
-                value = raw.decode("utf-8", "replace")
-                if value and value not in _NOT_SECRET and not is_placeholder(value):
-                    count += 1
-            end = lower.find(word, end)
+    count, walked = 0, 0
+    for hit, end in _trigger_hits(data.lower(), names.triggers):
+        if hit < walked:
+            continue
+        match = _VALUE.match(data, end)
+        if match is None:
+            continue
+        opening = data.rfind(b'"', 0, hit)
+        name = data[max(opening + 1, end - _NAME_TAIL) : end].decode("utf-8", "replace")
+        if opening < 0 or not names.is_secret(name):
+            continue
+        if match.group("open") is not None:
+            found, walked = _container_secrets(data, match.start("open"))
+            count += found
+        else:
+            raw = match.group("string")
+            count += _is_value(match.group("bare") if raw is None else raw)
     return count
 
 

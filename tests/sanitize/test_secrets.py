@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,16 @@ def _raw_kept(line: bytes, kind: str | None = "math-reasoning-v1") -> tuple[list
         b'{"task_id":"m-1","pass\\u0077ord": 84736251}',
         b'{"task_id":"m-1","pass\xffword": 84736251}',
         b'{"task_id":"m-1","api_key": hunter2hunter2}',
+        # red team: a container under a secret name, a name padded with blanks, a long
+        # value, a line cut inside the value (each in a line that does not parse)
+        b'{"task_id":"m-1","credentials":{"username":"bob","value":"hunter2xyz9"},,}',
+        b'{"task_id":"m-1","api_key":["sekr3tvalue9"],,}',
+        b'{"task_id":"m-1","credentials":{"user":{"pin":"hunter2xyz9"',
+        b'{"task_id":"m-1","password"' + b" " * 100 + b': "hunter2xyz9",,}',
+        b'{"task_id":"m-1","password": "' + b"x9" * 2500 + b'",,}',
+        b'{"task_id":"m-1","password ": "hunter2xyz9",,}',
+        b'{"task_id":"m-1","password": "hunter2xyz9',
+        b'{"task_id":"m-1","' + b"x" * 300 + b'_password": 84736251,,}',
     ],
 )
 def test_a_rejected_line_holding_a_secret_loses_its_raw_bytes(line: bytes) -> None:
@@ -219,12 +230,37 @@ def test_a_rejected_line_holding_a_secret_loses_its_raw_bytes(line: bytes) -> No
         b'{"task_id":"m-1","password": "", "token": null, "secret": true, "auth": "***"}',
         (MATH % "nothing personal here").encode("utf-16"),
         (MATH % "nothing \xff personal").encode("latin-1"),
+        # member names in a container are no values; placeholders and literals no secrets
+        b'{"task_id":"m-1","credentials":{"user":null,"pin":"***"},"token":[],,}',
+        b'{"task_id":"m-1","keyboard": "qwerty1234", "token_count": 12,,}',
     ],
 )
 def test_a_rejected_line_without_a_secret_keeps_its_raw_bytes(line: bytes) -> None:
     codes, kept = _raw_kept(line)
     assert "pii.raw_withheld" not in codes
     assert kept
+
+
+RAW_ADVERSARIAL = {
+    "names": b'{"password' + b'"password' * 200_000,
+    "padded name": b'"' + b" password" * 200_000 + b'": 1',
+    "blanks": b'"password' + b" " * 1_000_000,
+    "opened containers": b'"password": [' * 100_000,
+    "nested members": b'"password": {"password": {' * 50_000,
+    "members": b'"password":' * 100_000,
+    "escapes": b'"password": "\\' * 100_000,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RAW_ADVERSARIAL))
+def test_the_raw_screen_stays_linear(name: str) -> None:
+    """Lines of about a megabyte shaped to make the member rule re-read what it read
+    (unbounded names, blanks and values; containers in containers). Generous bound."""
+    started = time.perf_counter()
+    assert SANITIZING.sanitizer is not None
+    SANITIZING.sanitizer.raw.findings(RAW_ADVERSARIAL[name])
+    assert time.perf_counter() - started < 20
 
 
 def _decide_line() -> dict[str, Any]:
