@@ -3,6 +3,7 @@ sanitization"; DESIGN §1 "(optional) sanitization").
 
 * :mod:`~pipeline.sanitize.categories` — categories, canonical tags, overlap priority;
 * :mod:`~pipeline.sanitize.detectors` — candidate patterns and parser-backed validation;
+* :mod:`~pipeline.sanitize.folding` — Unicode spellings read as the ASCII they show;
 * :mod:`~pipeline.sanitize.redaction` — overlap merge, replacement, fixpoint (idempotence);
 * :mod:`~pipeline.sanitize.paths` — field selectors;
 * :mod:`~pipeline.sanitize.policy` — the policy file (what is scanned, what may stay);

@@ -39,6 +39,7 @@ from typing import Final
 import phonenumbers
 
 from pipeline.sanitize.categories import TAG_PATTERN, Category
+from pipeline.sanitize.folding import FoldedText, fold, fold_name
 
 __all__ = [
     "MIN_TEXT",
@@ -174,8 +175,9 @@ _NAME_SEPARATORS: Final = re.compile(r"[-.\s]+")
 
 
 def normalise_name(name: str) -> str:
-    """``X-Api-Key`` → ``x_api_key``, ``githubToken`` → ``github_token``."""
-    return _NAME_SEPARATORS.sub("_", _CAMEL.sub("_", name.strip())).lower()
+    """``X-Api-Key`` → ``x_api_key``, ``githubToken`` → ``github_token``; read folded
+    (``ｐａｓｓ\u200bword`` → ``password``)."""
+    return _NAME_SEPARATORS.sub("_", _CAMEL.sub("_", fold_name(name).strip())).lower()
 
 
 # -- email (on str) --------------------------------------------------------------------
@@ -777,7 +779,22 @@ class TextScanner:
         return found
 
     def scan(self, text: str) -> list[Detection]:
-        """Every detection in one string, in ``str`` offsets."""
+        """Every detection in one string, in ``str`` offsets: in the text as written and
+        in its folded view (fullwidth forms, other digits, invisible characters: see
+        :mod:`~pipeline.sanitize.folding`), mapped back to whole characters of the text.
+        Both are read, so folding can only add detections."""
+        found = self.scan_written(text)
+        view = fold(text)
+        if view is not None:
+            found += self.scan_folded(view)
+        return found
+
+    def scan_folded(self, view: FoldedText) -> list[Detection]:
+        """The detections in a folded view, in ``str`` offsets of its original."""
+        return in_original(view, self.scan_written(view.text))
+
+    def scan_written(self, text: str) -> list[Detection]:
+        """The detections in ``text`` as written (no folded view), in ``str`` offsets."""
         if len(text) < MIN_TEXT:
             return []
         found = (
@@ -788,6 +805,14 @@ class TextScanner:
         if detections:
             found += to_str_offsets(data, detections)
         return found
+
+
+def in_original(view: FoldedText, found: list[Detection]) -> list[Detection]:
+    """Detections in a folded view, as spans of whole characters of its original."""
+    if not found:
+        return []
+    spans = view.to_original((d.start, d.end) for d in found)
+    return [Detection(s, e, d.category, d.certain) for (s, e), d in zip(spans, found, strict=True)]
 
 
 def to_str_offsets(data: bytes, detections: list[Detection], base: int = 0) -> list[Detection]:

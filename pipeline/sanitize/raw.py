@@ -18,7 +18,10 @@ policy's ``rejected_raw`` rule decides:
     order and alignment that reads the most ASCII (splitting on ``\\n`` starts every
     UTF-16 line after the first one byte off; JSON punctuation is ASCII whatever the
     text holds, so the right reading is the one with the most), NULs dropped;
-  - each reading once more with JSON escapes decoded (``\\u0040`` is '@').
+  - each reading once more with JSON escapes decoded (``\\u0040`` is '@');
+  - each reading folded where that changes it (fullwidth forms, other scripts' digits,
+    invisible characters: :mod:`~pipeline.sanitize.folding`), so a member name
+    spelled ``ｐａｓｓｗｏｒｄ`` or ``pass\u200bword`` is read as the name it shows.
 
   In each reading the text detectors run, and so does a member rule: every scalar
   (string or number, quoted or not) written after a secret-named member name
@@ -50,6 +53,7 @@ import orjson
 from pipeline.core.reasons import PII_RAW_WITHHELD, Reason
 from pipeline.sanitize.categories import Category, count_detail
 from pipeline.sanitize.detectors import SecretNames, TextScanner, is_placeholder
+from pipeline.sanitize.folding import fold
 from pipeline.sanitize.policy import AuthorisedException, SanitizePolicy
 
 __all__ = ["RawScreen", "readings"]
@@ -141,6 +145,10 @@ def readings(line: bytes) -> list[str]:
     for text in list(views):
         if "\\" in text:
             views.setdefault(_unescape(text))
+    for text in list(views):
+        view = fold(text)
+        if view is not None:
+            views.setdefault(view.text)
     return list(views)
 
 
@@ -236,7 +244,7 @@ class RawScreen:
         for view in readings(line):
             counts = Counter(
                 d.category
-                for d in self.scanner.scan(view)
+                for d in self.scanner.scan_written(view)  # folded views are readings
                 if not any(e.allows(d.category, view[d.start : d.end]) for e in self.exceptions)
             )
             if secrets:

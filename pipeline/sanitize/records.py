@@ -52,10 +52,12 @@ from pipeline.sanitize.detectors import (
     SecretNames,
     TextScanner,
     emails,
+    in_original,
     is_placeholder,
     normalise_name,
     to_str_offsets,
 )
+from pipeline.sanitize.folding import fold
 from pipeline.sanitize.paths import ANY_MEMBER, FieldSelector, SelectorError, SelectorTrie
 from pipeline.sanitize.policy import AuthorisedException, KindPolicy, SanitizePolicy
 from pipeline.sanitize.redaction import Redacted, redact
@@ -142,23 +144,25 @@ class RecordSanitizer:
         self, node: Any, parts: Path, secret: Category | None, out: list[_Segment]
     ) -> None:
         """Everything below ``node`` is in scope (the common case: policies select "$").
-        Parsed JSON holds exact built-in types, so ``type(...) is`` tests suffice."""
+        Parsed JSON holds exact built-in types, so ``type(...) is`` tests suffice. ASCII
+        strings shorter than any detection are left out; others may fold into longer
+        text ("⒏⒏⒏8" reads 8.8.8.8)."""
         kind = type(node)
         if kind is str:
-            if secret is not None or len(node) >= MIN_TEXT:
+            if secret is not None or len(node) >= MIN_TEXT or not node.isascii():
                 out.append(_Segment(parts, node, False, secret))
         elif kind is dict:
             declared, is_secret = self.declared, self.names.is_secret
             for key, value in node.items():
                 path = (*parts, key)
-                if key not in declared and len(key) >= MIN_TEXT:
+                if key not in declared and (len(key) >= MIN_TEXT or not key.isascii()):
                     out.append(_Segment(path, key, True, None))
                 inner = secret
                 if inner is None and is_secret(key):
                     inner = self._secret_category(key)
                 value_kind = type(value)
                 if value_kind is str:
-                    if inner is not None or len(value) >= MIN_TEXT:
+                    if inner is not None or len(value) >= MIN_TEXT or not value.isascii():
                         out.append(_Segment(path, value, False, inner))
                 elif value_kind is dict or value_kind is list:
                     self._collect_whole(value, path, inner, out)
@@ -168,7 +172,7 @@ class RecordSanitizer:
             for i, value in enumerate(node):
                 value_kind = type(value)
                 if value_kind is str:
-                    if secret is not None or len(value) >= MIN_TEXT:
+                    if secret is not None or len(value) >= MIN_TEXT or not value.isascii():
                         out.append(_Segment((*parts, i), value, False, secret))
                 elif value_kind is dict or value_kind is list:
                     self._collect_whole(value, (*parts, i), secret, out)
@@ -196,7 +200,11 @@ class RecordSanitizer:
                 if not child_tries:
                     continue
                 child_whole = any(c.whole for c in child_tries)
-                if (any_name or child_whole) and key not in self.declared and len(key) >= MIN_TEXT:
+                if (
+                    (any_name or child_whole)
+                    and key not in self.declared
+                    and (len(key) >= MIN_TEXT or not key.isascii())
+                ):
                     out.append(_Segment((*parts, key), key, True, None))
                 child_secret = secret
                 if child_secret is None and self.names.is_secret(key):
@@ -224,7 +232,25 @@ class RecordSanitizer:
                 yield s, [Detection(0, len(s.text), s.secret)]
         if not scanned:
             return
-        encoded = [s.text.encode() for s in scanned]
+        texts = [s.text for s in scanned]
+        found = self._scan_joined(texts)
+        # Strings spelled with fullwidth forms, other digits or invisible characters are
+        # read folded too, joined likewise (ASCII strings never are: isascii reads a flag).
+        views = {i: v for i, t in enumerate(texts) if not t.isascii() and (v := fold(t))}
+        if views:
+            indices = list(views)
+            folded = self._scan_joined([v.text for v in views.values()])
+            for j, detections in folded.items():
+                i = indices[j]
+                found.setdefault(i, []).extend(in_original(views[i], detections))
+        for i in sorted(found):
+            if found[i]:
+                yield scanned[i], found[i]
+
+    def _scan_joined(self, texts: list[str]) -> dict[int, list[Detection]]:
+        """The strings joined and scanned in one pass; detections by string, in ``str``
+        offsets."""
+        encoded = [text.encode() for text in texts]
         starts = []
         position = 0
         for data in encoded:
@@ -234,14 +260,13 @@ class RecordSanitizer:
         by_segment: dict[int, list[Detection]] = {}
         for d in self.scanner.scan_bytes(joined):
             by_segment.setdefault(bisect_right(starts, d.start) - 1, []).append(d)
+        found = {i: to_str_offsets(joined, ds, starts[i]) for i, ds in by_segment.items()}
         # Addresses are found on str (Unicode local parts and domains), only where '@' is.
-        with_email = Category.EMAIL in self.scanner.categories and b"@" in joined
-        for i in range(len(scanned)) if with_email else sorted(by_segment):
-            found = to_str_offsets(joined, by_segment[i], starts[i]) if i in by_segment else []
-            if with_email and "@" in scanned[i].text:
-                found += emails(scanned[i].text)
-            if found:
-                yield scanned[i], found
+        if Category.EMAIL in self.scanner.categories and b"@" in joined:
+            for i, text in enumerate(texts):
+                if "@" in text and (addresses := list(emails(text))):
+                    found.setdefault(i, []).extend(addresses)
+        return found
 
     def _rescan(self, segment: _Segment) -> Any:
         if segment.secret is not None:

@@ -214,6 +214,12 @@ def _raw_kept(line: bytes, kind: str | None = "math-reasoning-v1") -> tuple[list
         b'{"task_id":"m-1","password ": "hunter2xyz9",,}',
         b'{"task_id":"m-1","password": "hunter2xyz9',
         b'{"task_id":"m-1","' + b"x" * 300 + b'_password": 84736251,,}',
+        # red team: Unicode spellings of a value, or of a secret name
+        (MATH % "mail alice.smith＠gmail.com").encode()[:-1],
+        (MATH % "Call ٢٠٢٥٥٥٠١٤٣").encode()[:-1],
+        (MATH % "mail alice.smith\u200b@gmail.com").encode()[:-1],
+        '{"task_id":"m-1","ｐａｓｓｗｏｒｄ": "hunter2xyz9",,}'.encode(),
+        b'{"task_id":"m-1","pass\\u200bword": "hunter2xyz9",,}',
     ],
 )
 def test_a_rejected_line_holding_a_secret_loses_its_raw_bytes(line: bytes) -> None:

@@ -1,0 +1,138 @@
+"""Unicode spellings of a value: fullwidth forms, other digits, invisible characters."""
+
+from __future__ import annotations
+
+import random
+import sys
+import unicodedata
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.records.schemas import SchemaRegistry
+from pipeline.sanitize import Sanitizer, load_policy
+from pipeline.sanitize.folding import fold
+from pipeline.sanitize.policy import DEFAULT_POLICY
+from pipeline.testing.synthetic import make_record
+from tests.sanitize.test_sanitize_detectors import NAMES, SCANNER, found
+
+SANITIZER = Sanitizer(load_policy(DEFAULT_POLICY))
+MATH = SANITIZER.for_kind("math-reasoning-v1", SchemaRegistry().get("math-reasoning-v1"))
+
+
+@pytest.mark.parametrize(
+    ("text", "category", "expected"),
+    [
+        # red team: each kept as written, no pii.* reason
+        ("mail alice.smith＠gmail.com", "email", "alice.smith＠gmail.com"),
+        ("Call ２０２-５５５-０１４３", "phone", "２０２-５５５-０１４３"),
+        ("My SSN is １２３-４５-６７８９", "national_id", "１２３-４５-６７８９"),
+        ("Call ٢٠٢٥٥٥٠١٤٣", "phone", "٢٠٢٥٥٥٠١٤٣"),
+        ("mail alice.smith\u200b@gmail.com", "email", "alice.smith\u200b@gmail.com"),
+        ("mail alice.smith\u00ad@gmail.com", "email", "alice.smith\u00ad@gmail.com"),
+        ("Call 202\u200b555\u200b0143", "phone", "202\u200b555\u200b0143"),
+        # the same idea, elsewhere
+        ("Call 202–555–0143", "phone", "202–555–0143"),  # en dashes
+        ("Call ۲۰۲-۵۵۵-۰۱۴۳", "phone", "۲۰۲-۵۵۵-۰۱۴۳"),  # Persian digits
+        ("mail ａｌｉｃｅ＠ｇｍａｉｌ．ｃｏｍ now", "email", "ａｌｉｃｅ＠ｇｍａｉｌ．ｃｏｍ"),
+        ("at ８.８.８.８ now", "ipv4", "８.８.８.８"),
+        ('ｐａｓｓｗｏｒｄ = "hunter2"', "api_key", "hunter2"),
+        ("key sk-proj-abc123DEF456\u2060ghi789JKL012mno", "api_key", None),
+    ],
+)
+def test_unicode_spellings_are_detected_where_they_are_written(
+    text: str, category: str, expected: str | None
+) -> None:
+    spans = [(c, value) for c, value in found(text) if c == category]
+    if expected is None:
+        expected = text.split(" ", 1)[1]
+    assert (category, expected) in spans
+
+
+def test_a_span_covers_whole_characters() -> None:
+    # U+248F reads "8.": the address ends inside it, so the whole character is redacted.
+    assert found("ip 8.8.8.⒏ x") == [("ipv4", "8.8.8.⒏")]
+    assert ("ipv4", "⒏⒏⒏8") in found("ip ⒏⒏⒏8")
+
+
+def test_folded_names_are_secret_names() -> None:
+    assert NAMES.is_secret("ｐａｓｓｗｏｒｄ")
+    assert NAMES.is_secret("db_pass\u200bword")
+    assert not NAMES.is_secret("ｍａｘ_ｔｏｋｅｎｓ")
+
+
+def test_records_are_redacted_exactly_and_stay_redacted() -> None:
+    record = make_record("math-reasoning-v1", random.Random(0), 0)
+    record["problem"] = "Ask alice.smith＠gmail.com or call ２０２-５５５-０１４３ (x\u200by)."
+    record["assumptions"] = ["ssn １２３-４５-６７８９", "⒏⒏⒏8"]
+    result = MATH.inspect(record)
+    assert not result.problems
+    assert result.record["problem"] == (
+        "Ask [REDACTED_PII:EMAIL] or call [REDACTED_PII:PHONE] (x\u200by)."
+    )
+    assert result.record["assumptions"] == ["ssn [REDACTED_PII:NATIONAL_ID]", "[REDACTED_PII:IPV4]"]
+    again = MATH.inspect(result.record)
+    assert again.record is result.record
+    assert not again.redacted
+
+
+def test_a_folded_secret_name_makes_its_value_a_secret() -> None:
+    kind = "pw-decide-row-1"
+    record = make_record(kind, random.Random(0), 0)
+    record["meta"] = {"ｐａｓｓｗｏｒｄ": "hunter2", "api\u200b_key": "k"}
+    result = SANITIZER.for_kind(kind, SchemaRegistry().get(kind)).inspect(record)
+    assert result.record["meta"] == {
+        "ｐａｓｓｗｏｒｄ": "[REDACTED_PII:API_KEY]",
+        "api\u200b_key": "[REDACTED_PII:API_KEY]",
+    }
+
+
+def test_text_that_needs_no_folding_is_not_folded() -> None:
+    assert fold("plain ASCII text, 202-555-0143") is None
+    assert fold("café 数据 Ünïcödé 🙂") is None
+    assert SCANNER.scan("café 数据 Ünïcödé 🙂") == []
+
+
+def test_every_dash_folds_to_a_hyphen() -> None:
+    dashes = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Pd"]
+    for dash in dashes:
+        if dash != "-":
+            view = fold(f"1{dash}2")
+            assert view is not None, hex(ord(dash))
+            assert view.text == "1-2", hex(ord(dash))
+
+
+_WIDE = {chr(c): chr(c + 0xFEE0) for c in range(0x21, 0x7F)}  # ASCII → fullwidth
+_INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\u00ad", "\ufeff"]
+_VALUES = [
+    ("email", "alice.smith@gmail.com"),
+    ("phone", "(202) 555-0143"),
+    ("national_id", "123-45-6789"),
+    ("ipv4", "81.2.69.160"),
+]
+
+
+@settings(max_examples=200)
+@given(
+    which=st.sampled_from(_VALUES),
+    disguises=st.lists(st.tuples(st.integers(0, 40), st.booleans(), st.integers(0, 5))),
+)
+def test_a_disguised_value_is_found_whole(
+    which: tuple[str, str], disguises: list[tuple[int, bool, int]]
+) -> None:
+    """Any mix of fullwidth characters and invisible ones inside a value: the detection
+    covers the value as written, every character of it."""
+    category, value = which
+    chars = list(value)
+    for position, wide, invisible in disguises:
+        i = position % len(chars)
+        if wide:
+            chars[i] = "".join(_WIDE.get(c, c) for c in chars[i])
+        else:
+            chars[i] = chars[i] + _INVISIBLE[invisible]
+    written = "".join(chars).rstrip("".join(_INVISIBLE))
+    text = f"reach {written} today"
+    spans = {(d.start, d.end) for d in SCANNER.scan(text) if d.category.value == category}
+    start = text.index(written)
+    assert any(s <= start and start + len(written) <= e for s, e in spans), spans
