@@ -21,6 +21,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+# The global stages register themselves into GLOBAL_STAGES when first imported: imported
+# while a test had patched that list, they went into the patched copy and were gone for
+# every later test in the process (runs without cross rules or dedupe).
+import pipeline.decide.stages  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 DATA = ROOT / "data"
