@@ -19,6 +19,7 @@ from pipeline.records.strict_json import (
     check_limits,
     has_float,
     measure,
+    nesting_depth,
     parse_fast,
     parse_object,
     parse_value,
@@ -194,6 +195,25 @@ def test_deep_lines_get_one_code_however_deep_the_caller_is(levels: int) -> None
             assert found == {"json.too_deep"}
     # brackets inside strings do not nest
     assert parse_value(b'{"a":"' + b"[" * 5000 + b'"}') == {"a": "[" * 5000}
+
+
+@given(JSON_VALUES)
+def test_the_depth_read_off_the_bytes_is_the_values_in_any_layout(value: object) -> None:
+    """The depth bound reads a line's bytes without parsing it: for a JSON line it must
+    be the value's depth, brackets and escaped quotes inside strings left out."""
+    for line in (orjson.dumps(value), json.dumps(value).encode()):
+        assert nesting_depth(line) == measure(value)[0]
+
+
+def test_the_depth_of_a_hostile_line_is_read_in_linear_time() -> None:
+    """An unclosed string of escaped quotes before many brackets: a regex over strings
+    restarted at every quote (~8 s for 32 KB, hours for a megabyte). The brackets are
+    inside the string, and the line is json.syntax."""
+    line = b'["' + b'\\"' * 200_000 + b"[" * 600
+    assert nesting_depth(line) == 1
+    with pytest.raises(RejectLine) as caught:
+        parse_value(line)
+    assert caught.value.reason.code == "json.syntax"
 
 
 def test_int64_bounds_are_inclusive() -> None:
