@@ -57,16 +57,23 @@ def styled(word: str, style: str) -> Text:
 
 
 #: what a message may not write to the terminal as it is: C0 controls but the tab, DEL,
-#: C1 controls, the bidirectional overrides, and a newline not followed by the two
-#: spaces that indent a message's own continuation lines
-_UNSHOWN: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\n(?!  )")
+#: C1 controls and the bidirectional overrides
+_CONTROLS: Final = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+#: and a newline, but for one followed by the two spaces that indent a message's own
+#: continuation lines (a rubric's or a schema's list of problems)
+_UNSHOWN: Final = {
+    True: re.compile(f"{_CONTROLS}|\n(?!  )"),
+    False: re.compile(f"{_CONTROLS}|\n"),
+}
 
 
-def terminal_text(message: str) -> str:
+def terminal_text(message: str, *, lines: bool = True) -> str:
     """``message`` with every character the terminal would act on written as an escape
     (``\\u001b``, ``\\n``): a path naming an escape sequence cleared the screen or
-    coloured what followed, and one holding a newline forged a message line."""
-    return _UNSHOWN.sub(lambda m: json.dumps(m.group())[1:-1], message)
+    coloured what followed, and one holding a newline forged a message line. ``lines``:
+    keep the message's indented continuation lines (a path holding a newline and two
+    spaces can still forge one of those)."""
+    return _UNSHOWN[lines].sub(lambda m: json.dumps(m.group())[1:-1], message)
 
 
 def fail(message: str, code: int) -> NoReturn:

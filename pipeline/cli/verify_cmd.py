@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, output_argument, styled
+from pipeline.cli._common import (
+    EXIT_MISMATCH,
+    err,
+    library_errors,
+    out,
+    output_argument,
+    styled,
+    terminal_text,
+)
 from pipeline.output.remote import RemoteOut, download, private_directory
 
 
@@ -40,12 +48,14 @@ def verify_command(
         report = verify_run(local, sources, render_report=render_run_report)
     checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
     for note in report.notes:
-        err.print(styled("note:", "yellow"), note)
+        err.print(styled("note:", "yellow"), terminal_text(note, lines=False))
     if report.ok:
-        out.print(styled("verified", "green"), f"{directory}: {checked}")
+        out.print(
+            styled("verified", "green"), f"{terminal_text(str(directory), lines=False)}: {checked}"
+        )
         return
     for problem in report.problems:
-        err.print(styled("mismatch:", "red"), problem)
+        err.print(styled("mismatch:", "red"), terminal_text(problem, lines=False))
     err.print(styled("verification failed", "bold red"), f"({checked})")
     raise typer.Exit(EXIT_MISMATCH)
 

@@ -250,3 +250,15 @@ def test_an_input_named_with_control_characters_is_shown_escaped(
     assert "\x1b" not in result.stderr
     assert result.stderr.count("\n") == 1
     assert "a\\u001b[2J\\u001b[31mX\\nerror: forged.jsonl: UTF-16 text" in result.stderr
+
+
+def test_verify_prints_what_it_names_as_text() -> None:
+    """verify prints input names the manifest, which it is checking, gives: a name holding
+    an escape sequence and a newline forged a ``mismatch:`` line (found by the review)."""
+    from pipeline.cli._common import terminal_text
+
+    name = "evil\x1b[31mRED\nmismatch: forged.jsonl\n  indented"
+    assert terminal_text(name, lines=False) == (
+        "evil\\u001b[31mRED\\nmismatch: forged.jsonl\\n  indented"
+    )
+    assert terminal_text(name) == "evil\\u001b[31mRED\\nmismatch: forged.jsonl\n  indented"

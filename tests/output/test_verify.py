@@ -865,6 +865,10 @@ def test_a_sanitized_runs_rows_are_what_its_lines_gate_to(tmp_path: Path) -> Non
 
     _rewrite(out, "accepted/*/part-*.parquet", undo)
     _fails(out, "in.jsonl:1: the row's record is not the record its line holds")
+    # a version edited in the manifest is no reason to check less (the review's forgery)
+    _edit(out, lambda m: m["versions"].update(orjson="0.0.1"))
+    _fails(out, "in.jsonl:1: the row's record is not the record its line holds")
+    assert any("other versions of orjson" in note for note in verify_run(out).notes)
 
     out = _sanitized_run(tmp_path / "kind")
     _rewrite(out, "rejected/part-*.parquet", lambda row: row.update(_kind="agent-trace-v1"))
