@@ -253,11 +253,12 @@ def _wide_encoding(head: bytes) -> str | None:
         return "UTF-32"
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return "UTF-16"
-    if len(head) < 8:
-        return None
-    if len(head) >= 16 and any(_one_byte_in(head[:16], 4, at) for at in (0, 3)):
+    # whole characters only: a file shorter than the sniff (`{}` and a newline in UTF-32
+    # is 12 bytes) is judged by what it holds, two characters at least
+    wide = len(head) - len(head) % 4
+    if wide >= 8 and any(_one_byte_in(head[:wide], 4, at) for at in (0, 3)):
         return "UTF-32"
-    if any(_one_byte_in(head[:8], 2, at) for at in (0, 1)):
+    if len(head) >= 8 and any(_one_byte_in(head[:8], 2, at) for at in (0, 1)):
         return "UTF-16"
     return None
 

@@ -473,9 +473,10 @@ def test_a_utf32_export_is_refused_and_named_as_such(tmp_path: Path, encoding: s
     """A UTF-32 export was read as UTF-8 (every line json.syntax, its last NULs a row of
     their own, exit 0), or, with its byte-order mark, called UTF-16: that iconv garbled it."""
     path = tmp_path / "u32.jsonl"
-    path.write_bytes('{"task_id": "t1", "x": 1}\n{"task_id": "t2"}\n'.encode(encoding))
-    with pytest.raises(InputError, match=r"u32.jsonl: UTF-32 text; .*\(iconv -f UTF-32"):
-        detect_compression(path)
+    for text in ('{"task_id": "t1", "x": 1}\n{"task_id": "t2"}\n', "{}\n"):
+        path.write_bytes(text.encode(encoding))  # "{}\n": 12 bytes, less than the sniff
+        with pytest.raises(InputError, match=r"u32.jsonl: UTF-32 text; .*\(iconv -f UTF-32"):
+            detect_compression(path)
 
 
 def test_a_nul_later_in_a_plain_export_is_a_line_s_defect_not_an_encoding(

@@ -9,9 +9,9 @@ rubric (``[scoring.<kind>]``, unless it sets ``review_policy = "record"``):
   conflicting body of one submission is out by then, so one assignment counts once; a
   quarantined row is not counted); the reviews of one **item** are the rows with equal
   :meth:`~pipeline.kinds.base.RecordKind.review_subject` (pairwise: the conversation and
-  the unordered pair of candidates) in one split: each split's reviews are counted alone,
-  and a subject reviewed in two splits is a copy across splits, dedupe's to decide (its
-  contamination rule keeps a protected split's rows);
+  the unordered pair of candidates) in one split: each split's reviews are counted alone
+  (each split needs its own), and no row is removed for a row of another split (only
+  dedupe's contamination rule acts across splits, on copies);
 * a review is an **accept vote** when its own scores — the criteria bindings read from
   the row, the reviewer's ratings — meet every criterion's minimum and the weighted
   acceptance score (:func:`~pipeline.rubrics.scoring.score_frame` with the gates left
@@ -62,10 +62,10 @@ from pipeline.rubrics.scoring import WEIGHTED_STATE, score_frame
 __all__ = ["ReviewStage"]
 
 _GROUP: Final = "_subject"
-#: an item: its split and its subject. Reviews are counted within a split, as dedupe
-#: decides copies across splits: reviews of one subject in two splits counted together
-#: removed a protected split's rows as agreeing with another split's, and counted one
-#: submission twice when a copy of it was in another split (no retry there).
+#: an item: its split and its subject. Reviews are counted within a split: reviews of
+#: one subject in two splits counted together removed a protected split's rows as
+#: agreeing with another split's, and counted one submission twice when a copy of it was
+#: in another split (no retry there).
 _ITEM: Final = ("_split", _GROUP)
 
 
