@@ -1251,6 +1251,14 @@ def _run_gate(manifest: dict[str, Any], report: VerifyReport) -> Gate | None:
             "now decides otherwise is a mismatch here; verify with those versions to tell "
             "a change of version from a change of the files"
         )
+    from pipeline.sanitize import SANITIZER_VERSION  # detectors: load when needed
+
+    recorded = (manifest.get("sanitize") or {}).get("sanitizer_version", SANITIZER_VERSION)
+    if recorded != SANITIZER_VERSION:
+        report.notes.append(
+            f"the run's sanitizer is {recorded}, this rowgate's {SANITIZER_VERSION}: a "
+            "record the newer one redacts otherwise is a mismatch here"
+        )
     try:
         return Gate(recorded_config(manifest["config"]))
     except (RowgateError, OSError) as exc:

@@ -23,8 +23,10 @@ __all__ = ["SANITIZER_VERSION", "UNSANITIZED_CODES", "Sanitizer", "policy_path"]
 
 #: Bumped whenever a detector or the redaction rules change what a record becomes; the
 #: manifest records it next to the policy digest (seed 002: receipts bind the
-#: "sanitizer version").
-SANITIZER_VERSION = "rowgate-sanitizer/1"
+#: "sanitizer version"). 2: Markdown emphasis, Unicode spellings (fullwidth, other
+#: scripts' digits, invisible characters), member names under a ``.*`` selector, and any
+#: value after a secret-named member of a rejected line are found.
+SANITIZER_VERSION = "rowgate-sanitizer/2"
 #: First reason codes of the rows the sanitizer never sees, even when it is on: a line
 #: over the byte limit is neither parsed nor held (its ``_raw`` is always null). Every
 #: other row's record or raw bytes went through it: its ``_sanitizer`` is the version.

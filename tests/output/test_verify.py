@@ -869,6 +869,8 @@ def test_a_sanitized_runs_rows_are_what_its_lines_gate_to(tmp_path: Path) -> Non
     _edit(out, lambda m: m["versions"].update(orjson="0.0.1"))
     _fails(out, "in.jsonl:1: the row's record is not the record its line holds")
     assert any("other versions of orjson" in note for note in verify_run(out).notes)
+    _edit(out, lambda m: m["sanitize"].update(sanitizer_version="rowgate-sanitizer/1"))
+    assert any("sanitizer is rowgate-sanitizer/1" in note for note in verify_run(out).notes)
 
     out = _sanitized_run(tmp_path / "kind")
     _rewrite(out, "rejected/part-*.parquet", lambda row: row.update(_kind="agent-trace-v1"))
