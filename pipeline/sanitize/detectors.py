@@ -164,7 +164,7 @@ class SecretNames:
         # An identifier can only be secret if it ends with the last segment of a name,
         # so those segments are the words searched for in free text (lower case); one
         # that ends with another ("apikey", "key") is found through the shorter one.
-        ends = {n.rsplit("_", 1)[-1].encode() for n in self.names}
+        ends = {n.rsplit("_", 1)[-1].encode() for n in self.names} - {b""}  # found at every byte
         self.triggers = tuple(
             sorted(e for e in ends if not any(e != o and e.endswith(o) for o in ends))
         )

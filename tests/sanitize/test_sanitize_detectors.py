@@ -372,3 +372,11 @@ def test_phone_parse_budget_turns_into_uncertainty() -> None:
     detections = [d for d in SCANNER.scan(text) if d.category is Category.PHONE]
     assert detections
     assert any(not d.certain for d in detections) or len(detections) <= PARSE_BUDGET
+
+
+def test_a_name_with_no_last_word_searches_for_nothing() -> None:
+    """An empty search word is found at every byte: ``secret_fields = [""]`` spun for ever
+    (the policy loader refuses it now; the detectors never search for it either)."""
+    from pipeline.sanitize.detectors import SecretNames
+
+    assert SecretNames(["", "api_key", "token_"]).triggers == (b"key",)
