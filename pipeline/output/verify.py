@@ -493,6 +493,11 @@ def _check_pinned(manifest: dict[str, Any], report: VerifyReport) -> None:
         )
         return
     by_key = {(e["role"], e["name"], e["path"]): e["sha256"] for e in recorded}
+    # a file rowgate ships (a bundled rubric) lies where this install keeps it, which is
+    # not where the install that made the run kept it: matched by role and name alone
+    by_name: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for e in recorded:
+        by_name.setdefault((e["role"], e["name"]), []).append(e)
     # Loaded-time digests the run also recorded must tell the same story.
     stated = {
         ("sanitize_policy", "sanitize"): (manifest.get("sanitize") or {}).get("policy_sha256")
@@ -506,6 +511,13 @@ def _check_pinned(manifest: dict[str, Any], report: VerifyReport) -> None:
         report.checked["pinned files"] += 1
         digest = by_key.get((role, name, path))
         label = f"{role.replace('_', ' ')} {name} ({path})"
+        moved = by_name.get((role, name), [])
+        if digest is None and len(moved) == 1:
+            digest = moved[0]["sha256"]
+            report.notes.append(
+                f"{label}: recorded at {moved[0]['path']} (another install or checkout of "
+                "rowgate made the run): re-hashed here"
+            )
         if digest is None:
             report.problem(f"{label}: the manifest records no digest for it")
             continue

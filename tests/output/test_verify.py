@@ -885,3 +885,23 @@ def test_a_sanitized_runs_rows_are_what_its_lines_gate_to(tmp_path: Path) -> Non
     )
     _edit(out, lambda m: m["counts"]["by_reason"]["rejected"].update({"pii.raw_withheld": 1}))
     _fails(out, "in.jsonl:3: the row's _raw is null though the line holds no secret")
+
+
+def test_a_rubric_recorded_at_another_installs_path_is_re_hashed_here(out: Path) -> None:
+    """A run scored with a rubric rowgate ships records its path in the install that made
+    it: verified by another install or checkout, it was 'the manifest records no digest
+    for it'. It is matched by role and name, re-hashed here, and named in a note."""
+
+    def moved(m: Manifest) -> None:
+        for entry in m["pinned"]:
+            if entry["role"] in ("rubric", "rubric_format"):
+                entry["path"] = "/another/install/rubrics/" + Path(entry["path"]).name
+
+    _edit(out, moved)
+    report = verify_run(out)
+    assert report.ok, report.problems
+    assert sum("recorded at /another/install/rubrics/" in n for n in report.notes) == 2
+    _edit(
+        out, lambda m: next(e for e in m["pinned"] if e["role"] == "rubric").update(sha256="0" * 64)
+    )
+    _fails(out, "the run's pin or loaded digest differs from the one recorded")
