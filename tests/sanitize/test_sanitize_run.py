@@ -275,27 +275,28 @@ def test_scan_errors_have_documented_exit_codes(tmp_path: Path) -> None:
     assert "cannot read" in result.output
 
 
+def _policy_command(
+    tmp_path: Path, command: str, policy: str, record: dict[str, Any], kind: str
+) -> list[str]:
+    """``run`` (into tmp_path/out) or ``scan`` of one record under a sanitizing campaign
+    whose policy file holds ``policy``: the command's arguments."""
+    (tmp_path / "policy.toml").write_text(policy)
+    campaign = tmp_path / "campaign.toml"
+    campaign.write_text('[sanitize]\nenabled = true\npolicy = "policy.toml"\n')
+    (tmp_path / "a.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    out = ["--out", str(tmp_path / "out")] if command == "run" else []
+    return [command, "--config", str(campaign), *out, "--kind", kind, str(tmp_path / "a.jsonl")]
+
+
 @pytest.mark.parametrize("command", ["run", "scan"])
 def test_a_policy_with_an_empty_secret_name_exits_2_at_once(tmp_path: Path, command: str) -> None:
     """``secret_fields = [""]`` made both commands spin at 100% CPU for ever (red team);
     a subprocess with a timeout, so that a regression fails instead of hanging."""
-    (tmp_path / "policy.toml").write_text('secret_fields = [""]\n')
-    campaign = tmp_path / "campaign.toml"
-    campaign.write_text('[sanitize]\nenabled = true\npolicy = "policy.toml"\n')
     record = make_record("math-reasoning-v1", random.Random(0), 0)
     record["problem"] = "the api_key = 'sk-live-abcdef0123456789' is set"
-    (tmp_path / "a.jsonl").write_bytes(orjson.dumps(record) + b"\n")
-    out = ["--out", str(tmp_path / "out")] if command == "run" else []
-    args = [
-        "--config",
-        str(campaign),
-        *out,
-        "--kind",
-        "math-reasoning-v1",
-        str(tmp_path / "a.jsonl"),
-    ]
+    args = _policy_command(tmp_path, command, 'secret_fields = [""]\n', record, "math-reasoning-v1")
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", command, *args],
+        [sys.executable, "-m", "pipeline", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -311,17 +312,10 @@ def test_a_selector_naming_nothing_fails_the_command(tmp_path: Path, command: st
     """``$.messages.content`` (for ``$.messages[*].content``) passed the schema check,
     scanned nothing, and the run stored an e-mail, a phone number and an SSN as written
     (red team)."""
-    (tmp_path / "policy.toml").write_text(
-        '[kinds.pairwise-v2]\nfields = ["$.rationale", "$.messages.content"]\n'
-    )
-    campaign = tmp_path / "campaign.toml"
-    campaign.write_text('[sanitize]\nenabled = true\npolicy = "policy.toml"\n')
     record = make_record("pairwise-v2", random.Random(0), 0)
     record["messages"][0]["content"] = "mail jane.roe@corp-mail.de, SSN 123-45-6789"
-    (tmp_path / "a.jsonl").write_bytes(orjson.dumps(record) + b"\n")
-    out = ["--out", str(tmp_path / "out")] if command == "run" else []
-    args = ["--config", str(campaign), *out, "--kind", "pairwise-v2", str(tmp_path / "a.jsonl")]
-    result = runner.invoke(app, [command, *args])
+    policy = '[kinds.pairwise-v2]\nfields = ["$.rationale", "$.messages.content"]\n'
+    result = runner.invoke(app, _policy_command(tmp_path, command, policy, record, "pairwise-v2"))
     assert result.exit_code == 2, result.output
     assert (
         "policy.kinds.pairwise-v2.fields[1]: $.messages.content: $.messages is an array: it has"
@@ -333,21 +327,10 @@ def test_a_selector_naming_nothing_fails_the_command(tmp_path: Path, command: st
 @pytest.mark.parametrize("command", ["run", "scan"])
 def test_a_misspelt_kind_in_the_policy_fails_the_command(tmp_path: Path, command: str) -> None:
     """Checked before any line is read, also by ``scan`` for a kind no input holds."""
-    (tmp_path / "policy.toml").write_text('[kinds.pairwse-v2]\nfields = ["$.rationale"]\n')
-    campaign = tmp_path / "campaign.toml"
-    campaign.write_text('[sanitize]\nenabled = true\npolicy = "policy.toml"\n')
     record = make_record("math-reasoning-v1", random.Random(0), 0)
-    (tmp_path / "a.jsonl").write_bytes(orjson.dumps(record) + b"\n")
-    out = ["--out", str(tmp_path / "out")] if command == "run" else []
-    args = [
-        "--config",
-        str(campaign),
-        *out,
-        "--kind",
-        "math-reasoning-v1",
-        str(tmp_path / "a.jsonl"),
-    ]
-    result = runner.invoke(app, [command, *args])
+    policy = '[kinds.pairwse-v2]\nfields = ["$.rationale"]\n'
+    args = _policy_command(tmp_path, command, policy, record, "math-reasoning-v1")
+    result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "policy.kinds.pairwse-v2: unknown record kind (known: agent-trace-v1," in result.output
 
