@@ -41,9 +41,11 @@ _DASHES: Final = (
 )
 _IGNORABLE_CHAR: Final = re.compile(f"[{_IGNORABLE}]")
 _DASH_CHAR: Final = re.compile(f"[{_DASHES}]")
-# What NFKC leaves as it is but the fold changes: non-ASCII decimal digits, dashes,
-# ignorables. (What NFKC changes, unicodedata.is_normalized finds.)
-_HINT: Final = re.compile(f"[^\\D0-9]|[{_DASHES}{_IGNORABLE}]")
+# What NFKC leaves as it is but the fold changes, where it can make a value: non-ASCII
+# decimal digits, ignorables, and a dash beside a digit (a dash elsewhere, as prose
+# writes an em dash, joins no number: folding every text holding one doubled the cost of
+# sanitizing most model output). What NFKC changes, unicodedata.is_normalized finds.
+_HINT: Final = re.compile(f"[^\\D0-9]|[{_IGNORABLE}]|\\d[{_DASHES}]|[{_DASHES}]\\d")
 _NON_ASCII: Final = re.compile(r"[^\x00-\x7f]+")
 #: Distinct characters whose fold is kept (a text can hold any of ~290,000; past this
 #: many the rest are folded again each time they occur).

@@ -136,3 +136,11 @@ def test_a_disguised_value_is_found_whole(
     spans = {(d.start, d.end) for d in SCANNER.scan(text) if d.category.value == category}
     start = text.index(written)
     assert any(s <= start and start + len(written) <= e for s, e in spans), spans
+
+
+def test_a_dash_is_folded_only_beside_a_digit() -> None:
+    """Prose writes em dashes; folding every text holding one scanned most model output
+    twice. A dash can join a number only beside a digit."""
+    assert fold("this — that, and “quotes”") is None
+    assert fold("Call 202—555—0143") is not None
+    assert ("phone", "202—555—0143") in found("Call 202—555—0143 now")
