@@ -1169,7 +1169,12 @@ def _check_window(
     for place, row in zip(at.tolist(), np.flatnonzero(keep).tolist(), strict=True):
         if window.first + place in window.oversized:
             continue  # never held: its length and digest are checked above
-        found = regate.problem(window.lines[place], facts[row], outcomes[window.first + place])
+        gated = outcomes.get(window.first + place)
+        found = (
+            "the gate gives its line no row"
+            if gated is None
+            else regate.problem(window.lines[place], facts[row], gated)
+        )
         if found is not None:
             report.problem(f"{name}:{window.first + place}: {found}")
 
