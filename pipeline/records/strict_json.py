@@ -213,11 +213,14 @@ class StrictParser:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RejectLine(JSON_INVALID_UTF8, f"invalid UTF-8 at byte {exc.start}") from None
-        if line.count(b"[") + line.count(b"{") > PARSER_DEPTH and (
-            nesting_depth(line) > PARSER_DEPTH
+        # a line nests no deeper than its length: most lines are never counted at all
+        if (
+            len(line) > PARSER_DEPTH
+            and line.count(b"[") + line.count(b"{") > PARSER_DEPTH
+            and nesting_depth(line) > PARSER_DEPTH
         ):
             raise RejectLine(JSON_TOO_DEEP, f"nesting deeper than {PARSER_DEPTH} levels")
-        self._found = {}
+        self._found.clear()
         try:
             value = self._decoder.decode(text)
         except RecursionError:  # only under a caller's own deep stack: see PARSER_DEPTH
