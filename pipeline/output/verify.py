@@ -1063,9 +1063,11 @@ class _Regate:
             for row in batch.select(["_shard_line", *_GATED[1:], "_record_sha256"]).to_pylist():
                 found[row["_shard_line"]] = {**row, "_kind": kind, "_rejected": False}
         if gated.rejected is not None:
+            rejected = gated.rejected
+            withheld = pc.is_null(rejected.column("_raw")).to_pylist()
             columns = ["_shard_line", *_GATED, "_record_sha256"]
-            for row in gated.rejected.select(columns).to_pylist():
-                found[row["_shard_line"]] = {**row, "_rejected": True}
+            for row, held in zip(rejected.select(columns).to_pylist(), withheld, strict=True):
+                found[row["_shard_line"]] = {**row, "_rejected": True, "_withheld": held}
         return found
 
     def problem(self, line: bytes, row: dict[str, Any], gated: dict[str, Any]) -> str | None:
@@ -1081,9 +1083,12 @@ class _Regate:
         if held[: len(codes)] != codes:
             return "the row's reasons do not begin with the gate's reasons for its line"
         if row["_rejected"] and LINE_TOO_LARGE not in {code for code, _ in codes}:
-            sanitizer = self.gate.sanitizer
-            withheld = sanitizer.raw_reason(line) if sanitizer is not None else None
-            if bool(row["_withheld"]) != (withheld is not None):
+            if gated["_rejected"]:  # the gate screened the line's bytes already
+                withheld = gated["_withheld"]
+            else:  # rejected by a later stage: the writer screens its bytes, as here
+                sanitizer = self.gate.sanitizer
+                withheld = sanitizer is not None and sanitizer.raw_reason(line) is not None
+            if bool(row["_withheld"]) != withheld:
                 return (
                     "the row's _raw is null though the line holds no secret"
                     if row["_withheld"]
