@@ -102,7 +102,7 @@ from pipeline.output.manifest import (
 )
 from pipeline.output.outdir import FILE_SECTIONS, unexpected_entries
 from pipeline.output.writer import part_schema
-from pipeline.records.canonical import CANONICALIZATION, canonical_json
+from pipeline.records.canonical import CANONICALIZATION, canonical_json_fast
 from pipeline.records.lineage import (
     LINEAGE_FIELDS,
     LineageDigest,
@@ -804,7 +804,7 @@ def _check_rows(
         where = f"{f.path} line {row['_source']}:{row['_line']}"
         if row["_kind"] != f.kind:
             report.problem(f"{where}: _kind is not the kind of its directory")
-        elif hashlib.sha256(canonical_json(record)).hexdigest() != row["_record_sha256"]:
+        elif hashlib.sha256(canonical_json_fast(record)).hexdigest() != row["_record_sha256"]:
             report.problem(f"{where}: record does not hash to _record_sha256")
         elif row["_schema_sha256"] != entry.sha256 or (
             entry.errors(record) and not _redaction_broke_schema(row, f.disposition)

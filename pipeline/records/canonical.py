@@ -197,9 +197,11 @@ def canonical_json_fast(value: Any, *, slow: bool | None = None) -> bytes:
     """
     if slow is None:
         slow = needs_slow_path(value)
-    if not slow:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     try:
+        if not slow:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         return orjson.dumps(_with_numbers(value), option=orjson.OPT_SORT_KEYS)
-    except _HighKey:
+    except (_HighKey, orjson.JSONEncodeError):
+        # a key orjson would order otherwise, or what orjson cannot write (an integer
+        # beyond 64 bits, which the definition writes exactly): the definition
         return canonical_json(value)
