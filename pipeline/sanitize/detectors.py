@@ -487,13 +487,15 @@ def _ipv6_ok(data: bytes, start: int, end: int) -> bool:
 
 _SSN: Final = re.compile(rb"[0-9]{3}-[0-9]{2}-[0-9]{4}")
 _SSN_WORDS: Final = re.compile(rb"\b(?:ssn|ss#|social[ \t]+security)")
-# "SSN: 123456789", "social security number 123 45 6789": only after those words.
+# "SSN: 123456789", "social security number 123 45 6789": only after those words. What
+# stands between them is no letter or digit; underscores may (Markdown emphasis: "SSN
+# _123456789_"), and _delimited still keeps "ssn_123456789" an identifier.
 _SSN_CONTEXT: Final = re.compile(
-    rb"\b(?:ssn|social[ \t]+security(?:[ \t]+(?:number|no\.?|#))?)[^\w\n\x00]{0,12}+"
+    rb"\b(?:ssn|social[ \t]+security(?:[ \t]+(?:number|no\.?|#))?)[^0-9A-Za-z\n\x00]{0,12}+"
     rb"(?P<id>[0-9]{3}[ \t]?[0-9]{2}[ \t]?[0-9]{4})"
 )
 _CPF: Final = re.compile(rb"[0-9]{3}\.[0-9]{3}\.[0-9]{3}-[0-9]{2}")
-_CPF_CONTEXT: Final = re.compile(rb"\bcpf\b[^\w\n\x00]{0,12}+(?P<id>[0-9]{11})")
+_CPF_CONTEXT: Final = re.compile(rb"\bcpf\b[^0-9A-Za-z\n\x00]{0,12}+(?P<id>[0-9]{11})")
 _CPF_WORDS: Final = re.compile(rb"\bcpf\b")
 _DNI: Final = re.compile(rb"(?:[XYZ]-?[0-9]{7}|[0-9]{8})-?[A-Z]")
 _DNI_WORDS: Final = re.compile(rb"\b(?:dni|nie|nif|documento)\b")

@@ -128,6 +128,9 @@ def test_phone_invalid_in_context_is_uncertain() -> None:
         ("Call _202-555-0143_ today", "phone", "202-555-0143"),
         ("Call __202 555 0143__ today", "phone", "202 555 0143"),
         ("SSN _123-45-6789_", "national_id", "123-45-6789"),
+        ("ssn _078051121_", "national_id", "078051121"),  # undashed, after the word
+        ("SSN: __078 05 1121__", "national_id", "078 05 1121"),
+        ("cpf _11144477735_", "national_id", "11144477735"),
         ("CPF __111.444.777-35__", "national_id", "111.444.777-35"),
         ("DNI _12345678Z_", "national_id", "12345678Z"),
         ("at _8.8.8.8_ now", "ipv4", "8.8.8.8"),
@@ -143,7 +146,17 @@ def test_markdown_emphasis_underscores_are_not_part_of_a_value(
 
 
 @pytest.mark.parametrize(
-    "text", ["task_2025550143 x", "id 2025550143_x", "ref x__123-45-6789", "v_8.8.8.8"]
+    "text",
+    [
+        "task_2025550143 x",
+        "id 2025550143_x",
+        "ref x__123-45-6789",
+        "v_8.8.8.8",
+        "ssn_078051121",
+        "ssn _078051121_x",
+        "cpf_11144477735",
+        "ref _078051121_",  # nine digits are an SSN only after the word
+    ],
 )
 def test_underscores_between_words_still_glue_an_identifier(text: str) -> None:
     assert found(text) == []
