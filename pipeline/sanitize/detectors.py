@@ -199,7 +199,7 @@ def _valid_tld(label: str) -> bool:
 def _valid_domain(labels: list[str]) -> bool:
     if len(labels) < 2 or not _valid_tld(labels[-1]):
         return False
-    if not all(label[0] != "-" and label[-1] != "-" and "_" not in label for label in labels):
+    if not all(label[0] not in "-_" and label[-1] not in "-_" for label in labels):
         return False
     try:
         encoded = [idna.ToASCII(label) for label in labels]
@@ -208,11 +208,34 @@ def _valid_domain(labels: list[str]) -> bool:
     return sum(len(e) + 1 for e in encoded) <= 254
 
 
+def _domain_labels(matched: str) -> list[str] | None:
+    """The labels of the domain an address ends with, read from what the pattern
+    matched after its '@' (None: no domain).
+
+    No host name may hold '_', but mail domains in exports do ("a@foo_bar.com"): inside
+    a label it is kept. A top-level label never holds one: "a@b.com_" (Markdown
+    emphasis) and "a@b.com_x" end at "com". Where the underscores read as part of the
+    domain give none, the domain ends at the first one, as host names would.
+    """
+    for read in (matched, matched.split("_", 1)[0]) if "_" in matched else (matched,):
+        labels = read.split(".")
+        # Trailing labels that cannot end a domain (a version, a file name) are cut off:
+        # "a@example.com.1" still holds a@example.com.
+        while len(labels) > 2 and not _valid_tld(labels[-1].split("_", 1)[0]):
+            labels.pop()
+        labels[-1] = labels[-1].split("_", 1)[0]
+        if _valid_domain(labels):
+            return labels
+    return None
+
+
 def emails(text: str) -> Iterator[Detection]:
     """Email addresses in ``text`` (``str`` offsets)."""
     for match in _EMAIL.finditer(text):
-        # No host name holds '_': "a@b.com_" (Markdown emphasis) ends at "com".
-        domain = match.group("domain").split("_", 1)[0]
+        labels = _domain_labels(match.group("domain"))
+        if labels is None:
+            continue
+        domain = ".".join(labels)
         end = match.start("domain") + len(domain)
         start = match.start()
         lead = match.start("domain") - 1 - start
@@ -222,17 +245,8 @@ def emails(text: str) -> Iterator[Detection]:
         local = text[start : match.start("domain") - 1]
         if not local or local[0] == "." or local[-1] == "." or ".." in local:
             continue
-        labels = domain.split(".")
-        # Trailing labels that cannot end a domain (a version, a file name) are cut off:
-        # "a@example.com.1" still holds a@example.com.
-        while len(labels) > 2 and not _valid_tld(labels[-1]):
-            labels.pop()
-        if not _valid_domain(labels):
-            continue
-        domain = ".".join(labels)
         if _RETINA.match(domain):
             continue  # "icon@2x.png" is an asset name
-        end = match.start("domain") + len(domain)
         if end < len(text) and (text[end].isalnum() or text[end] == "-"):
             continue
         yield Detection(start, end, Category.EMAIL)

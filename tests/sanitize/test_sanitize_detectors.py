@@ -48,6 +48,10 @@ def categories(text: str) -> set[str]:
         ("punycode a@xn--bcher-kva.example-tld.xn--p1ai", "a@xn--bcher-kva.example-tld.xn--p1ai"),
         # a trailing label that cannot end a domain is cut off, the address still found
         ("see a@corp-mail.com.1 now", "a@corp-mail.com"),
+        # an underscore inside a domain's label (no host name, but real mail domains)
+        ("mail a@foo_bar.com now", "a@foo_bar.com"),
+        ("mail j.roe@mail_srv.corp-mail.de.", "j.roe@mail_srv.corp-mail.de"),
+        ("mail a@foo_bar.com_x", "a@foo_bar.com"),  # a top-level label holds none
     ],
 )
 def test_email_positives(text: str, expected: str) -> None:
@@ -64,6 +68,8 @@ def test_email_positives(text: str, expected: str) -> None:
         "x@-bad-.com",
         "user..name@corp-mail.de",  # consecutive dots in the local part
         "a" * 65 + "@corp-mail.de",  # local part longer than 64
+        "foo@bar and a@foo_bar",  # no dot and top-level label, underscores or not
+        "a@__init__.py",  # a label neither starts nor ends with '_'
     ],
 )
 def test_email_negatives(text: str) -> None:
@@ -124,6 +130,7 @@ def test_phone_invalid_in_context_is_uncertain() -> None:
         ("Contact _alice.smith@gmail.com_ now", "email", "alice.smith@gmail.com"),
         ("__alice.smith@gmail.com__", "email", "alice.smith@gmail.com"),
         ("alice.smith@gmail.com_ ok", "email", "alice.smith@gmail.com"),
+        ("Contact _a@foo_bar.com_ now", "email", "a@foo_bar.com"),
         ("mail _alice@gmail.com today", "email", "_alice@gmail.com"),  # '_' starts a local part
         ("Call _202-555-0143_ today", "phone", "202-555-0143"),
         ("Call __202 555 0143__ today", "phone", "202 555 0143"),

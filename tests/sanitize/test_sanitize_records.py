@@ -222,6 +222,14 @@ def test_documentation_values_stay_under_the_default_policy() -> None:
     assert real.record["rationale"] == "[REDACTED_PII:EMAIL] at [REDACTED_PII:IPV4]"
 
 
+def test_an_underscore_in_a_domain_is_redacted_and_documentation_stays() -> None:
+    # Red team: "a@foo_bar.com" was stored as written (a domain ended at its first '_').
+    text = "a@foo_bar.com, _b@mail_srv.example.com_"
+    result = inspect("pairwise-v2", {**EXAMPLE, "rationale": text})
+    assert result.record["rationale"] == "[REDACTED_PII:EMAIL], _b@mail_srv.example.com_"
+    assert sum(result.allowed.values()) == 1
+
+
 NETWORKING = """
 [kinds.grounded-qa-v1]
 evidence_fields = ["$.citations[*].quote"]
