@@ -8,6 +8,9 @@ sanitize(sanitize(x)) = sanitize(x)."
   span, their union, so no fragment of any of them survives. Its category is the one
   with the highest :data:`~pipeline.sanitize.categories.PRIORITY` (credentials first).
   Touching spans stay separate. The result depends only on the set of detections.
+* **Whole characters.** A span takes the combining marks that follow it (an accent, a
+  variation selector): they belong to its last character, and left behind they would
+  sit on the tag's closing bracket.
 * **Tags.** Canonical tags already in the text are never redacted again: a detection
   inside a tag is dropped; one overlapping a tag grows to cover it whole, so no broken
   tag is ever written. Tags are not receipts: the text around them is scanned as usual.
@@ -25,6 +28,7 @@ sanitize(sanitize(x)) = sanitize(x)."
 
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -107,9 +111,21 @@ def replace(text: str, merged: list[Detection]) -> str:
 Filter = Callable[[str, list[Detection]], tuple[list[Detection], list[Detection]]]
 
 
+def _with_marks(text: str, detections: list[Detection]) -> list[Detection]:
+    """Each detection's span grown over the combining marks (categories Mn, Mc, Me)
+    that follow it: "a@b.com\u0301" is redacted whole, leaving no accent on the tag."""
+    grown = []
+    for d in detections:
+        end = d.end
+        while end < len(text) and unicodedata.category(text[end])[0] == "M":
+            end += 1
+        grown.append(d if end == d.end else Detection(d.start, end, d.category, d.certain))
+    return grown
+
+
 def _replace(result: Redacted, detections: list[Detection]) -> None:
     """One pass's replacement: ``detections`` merged and replaced by their tags."""
-    merged = merge(detections)
+    merged = merge(_with_marks(result.text, detections))
     result.redacted.update(d.category for d in merged)
     result.uncertain.update(d.category for d in merged if not d.certain)
     result.text = replace(result.text, merged)

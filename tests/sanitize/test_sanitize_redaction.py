@@ -265,3 +265,13 @@ def test_international_phone_after_a_paren_or_a_plus_is_redacted(text: str) -> N
 def test_phone_followed_by_a_delimiter_and_a_word_is_redacted() -> None:
     """Regression (found by hypothesis): "9522(" then a word used to count as glued."""
     assert "415-555-9522" not in sanitize("+1 415-555-9522(REDACTED_PII:API_KEY]")
+
+
+@pytest.mark.parametrize("mark", ["\u0301", "\u0301\u0323", "\ufe0f", "\u20dd", "\u0903"])
+def test_combining_marks_after_a_value_are_redacted_with_it(mark: str) -> None:
+    # Red team: "alice@gmail.com\u0301" became "[REDACTED_PII:EMAIL]\u0301" (the accent of
+    # the value's last character left on the tag). Marks before a value are not its own.
+    text = f"cafe\u0301 alice@gmail.com{mark} or call 202-555-0143{mark}, ok{mark}"
+    expected = f"cafe\u0301 [REDACTED_PII:EMAIL] or call [REDACTED_PII:PHONE], ok{mark}"
+    assert sanitize(text) == expected
+    assert sanitize(expected) == expected
