@@ -45,6 +45,7 @@ from pipeline.core.config import ConfigError, parse_toml
 from pipeline.records.lineage import check_pin
 from pipeline.sanitize.categories import Category
 from pipeline.sanitize.detectors import normalise_name
+from pipeline.sanitize.folding import fold
 from pipeline.sanitize.paths import FieldSelector, SelectorError
 
 __all__ = [
@@ -98,9 +99,14 @@ class AuthorisedException:
         return not self.kinds or kind in self.kinds
 
     def allows(self, category: Category, value: str) -> bool:
-        """Whether ``value`` (a detection's text) is covered by the value filters."""
+        """Whether ``value`` (a detection's text) is covered by the value filters, read
+        folded as the detectors read it: ``ｅｘａｍｐｌｅ．ｃｏｍ`` is example.com (IDNA
+        maps it so too) and ``１９２．０．２．１`` is 192.0.2.1."""
         if category not in self.categories:
             return False
+        view = fold(value)
+        if view is not None:
+            value = view.text
         if category in (Category.IPV4, Category.IPV6) and self.networks:
             try:
                 address = ipaddress.ip_address(value)

@@ -222,6 +222,19 @@ def test_documentation_values_stay_under_the_default_policy() -> None:
     assert real.record["rationale"] == "[REDACTED_PII:EMAIL] at [REDACTED_PII:IPV4]"
 
 
+def test_documentation_values_stay_in_any_spelling_that_reads_the_same() -> None:
+    # Red team: fullwidth and invisible-character spellings of documentation values were
+    # redacted (the exception read the value as written, the detector folded).
+    text = "see ｕｓｅｒ＠ｅｘａｍｐｌｅ．ｃｏｍ at １９２．０．２．１０ or ops@exa\u200bmple.org"
+    result = inspect("pairwise-v2", {**EXAMPLE, "rationale": text})
+    assert result.record["rationale"] == text
+    assert sum(result.allowed.values()) == 3
+    real = inspect(
+        "pairwise-v2", {**EXAMPLE, "rationale": "ｕｓｅｒ＠ｇｍａｉｌ．ｃｏｍ ８.８.８.８"}
+    )
+    assert real.record["rationale"] == "[REDACTED_PII:EMAIL] [REDACTED_PII:IPV4]"
+
+
 def test_an_underscore_in_a_domain_is_redacted_and_documentation_stays() -> None:
     # Red team: "a@foo_bar.com" was stored as written (a domain ended at its first '_').
     text = "a@foo_bar.com, _b@mail_srv.example.com_"
