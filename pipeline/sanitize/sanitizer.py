@@ -25,8 +25,11 @@ __all__ = ["SANITIZER_VERSION", "UNSANITIZED_CODES", "Sanitizer", "policy_path"]
 #: manifest records it next to the policy digest (seed 002: receipts bind the
 #: "sanitizer version"). 2: Markdown emphasis, Unicode spellings (fullwidth, other
 #: scripts' digits, invisible characters), member names under a ``.*`` selector, and any
-#: value after a secret-named member of a rejected line are found.
-SANITIZER_VERSION = "rowgate-sanitizer/2"
+#: value after a secret-named member of a rejected line are found. 3: undashed SSNs and
+#: CPFs in emphasis after their cue word, underscores inside a mail domain's labels, the
+#: combining marks after a value (redacted with it), and folded spellings of an
+#: exception's networks and mail domains (allowed).
+SANITIZER_VERSION = "rowgate-sanitizer/3"
 #: First reason codes of the rows the sanitizer never sees, even when it is on: a line
 #: over the byte limit is neither parsed nor held (its ``_raw`` is always null). Every
 #: other row's record or raw bytes went through it: its ``_sanitizer`` is the version.
