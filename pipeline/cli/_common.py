@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -56,28 +56,24 @@ def styled(word: str, style: str) -> Text:
     return Text(word, style=style)
 
 
-#: what a message may not write to the terminal as it is: C0 controls but the tab, DEL,
-#: C1 controls and the bidirectional overrides
-_CONTROLS: Final = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
-#: and a newline, but for one followed by the two spaces that indent a message's own
-#: continuation lines (a rubric's or a schema's list of problems)
-_UNSHOWN: Final = {
-    True: re.compile(f"{_CONTROLS}|\n(?!  )"),
-    False: re.compile(f"{_CONTROLS}|\n"),
-}
+#: what a message may not write to the terminal as it is: C0 controls but the tab (the
+#: newline too), DEL, C1 controls and the bidirectional overrides
+_UNSHOWN: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def terminal_text(message: str, *, lines: bool = True) -> str:
+def terminal_text(message: str) -> str:
     """``message`` with every character the terminal would act on written as an escape
     (``\\u001b``, ``\\n``): a path naming an escape sequence cleared the screen or
-    coloured what followed, and one holding a newline forged a message line. ``lines``:
-    keep the message's indented continuation lines (a path holding a newline and two
-    spaces can still forge one of those)."""
-    return _UNSHOWN[lines].sub(lambda m: json.dumps(m.group())[1:-1], message)
+    coloured what followed, and one holding a newline forged a message line."""
+    return _UNSHOWN.sub(lambda m: json.dumps(m.group())[1:-1], message)
 
 
-def fail(message: str, code: int) -> NoReturn:
-    err.print(styled("error:", "bold red"), terminal_text(message))
+def fail(message: str, code: int, items: Sequence[str] = ()) -> NoReturn:
+    """Print ``message`` as an error, then each of ``items`` (the problems it lists) on
+    its own indented line, and exit with ``code``. Only those are lines: a newline
+    inside any of them, as a path or name may hold, is printed as an escape."""
+    text = "\n  ".join(terminal_text(line) for line in (message, *items))
+    err.print(styled("error:", "bold red"), text)
     raise typer.Exit(code)
 
 
@@ -107,7 +103,8 @@ def library_errors(writing: str | None = None) -> Iterator[None]:
     try:
         yield
     except RowgateError as exc:
-        fail(str(exc), exc.exit_code)
+        head, *items = exc.lines
+        fail(head, exc.exit_code, items)
     except OSError as exc:
         fail(os_error_message(exc, writing), EXIT_FAILED)
     except KeyboardInterrupt:

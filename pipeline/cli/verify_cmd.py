@@ -48,14 +48,12 @@ def verify_command(
         report = verify_run(local, sources, render_report=render_run_report)
     checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
     for note in report.notes:
-        err.print(styled("note:", "yellow"), terminal_text(note, lines=False))
+        err.print(styled("note:", "yellow"), terminal_text(note))
     if report.ok:
-        out.print(
-            styled("verified", "green"), f"{terminal_text(str(directory), lines=False)}: {checked}"
-        )
+        out.print(styled("verified", "green"), f"{terminal_text(str(directory))}: {checked}")
         return
     for problem in report.problems:
-        err.print(styled("mismatch:", "red"), terminal_text(problem, lines=False))
+        err.print(styled("mismatch:", "red"), terminal_text(problem))
     err.print(styled("verification failed", "bold red"), f"({checked})")
     raise typer.Exit(EXIT_MISMATCH)
 

@@ -33,12 +33,14 @@ classes). A class may keep a built-in secondary base (``ValueError``, ``KeyError
         └── RunError (jobs.run)
 
 Messages name files, keys, kinds and rules, never a record's value: the command line
-prints them as they are.
+prints them as they are, but for the characters a terminal acts on (a newline too: a
+path holding one forged a message line). A message that lists problems, one an indented
+line, is made by :meth:`RowgateError.listing`, which keeps its lines apart.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Final
+from typing import ClassVar, Final, Self
 
 __all__ = ["EXIT_FAILED", "EXIT_INPUT", "EXIT_USAGE", "InputError", "RowgateError"]
 
@@ -59,6 +61,22 @@ class RowgateError(Exception):
     """
 
     exit_code: ClassVar[int]
+    _lines: tuple[str, ...] = ()
+
+    @classmethod
+    def listing(cls, head: str, *items: str) -> Self:
+        """An error whose message is ``head``, then each of ``items`` on its own line
+        indented by two spaces. These are its only lines: a newline inside ``head`` or an
+        item (a path or name holding one) is printed as an escape."""
+        error = cls("\n  ".join((head, *items)))
+        error._lines = (head, *items)
+        return error
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """The message's lines: the head and the items it lists (:meth:`listing`), or
+        the whole message, one line."""
+        return self._lines or (str(self),)
 
 
 class InputError(RowgateError, ValueError):

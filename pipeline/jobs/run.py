@@ -264,18 +264,19 @@ def _preflight(config: CampaignConfig) -> Gate:
         try:
             gate.registry.get(schema_id)
         except SchemaError as exc:
-            raise InputError(f"schemas.pins.{schema_id}: {exc}") from None
+            head, *items = exc.lines
+            raise InputError.listing(f"schemas.pins.{schema_id}: {head}", *items) from None
     try:
         entries = {kind_id: gate.kind_gate(KINDS[kind_id]).entry for kind_id in sorted(KINDS)}
         if gate.sanitizer is not None:  # a policy naming no kind or no field fails here
             gate.sanitizer.check(entries)
     except SchemaError as exc:
-        raise InputError(str(exc)) from None
+        raise InputError.listing(*exc.lines) from None
     try:
         # Rubric pins, bindings and policies fail the run here, before any line is read.
         load_campaign_rubrics(config, gate)
     except RubricError as exc:
-        raise InputError(str(exc)) from None
+        raise InputError.listing(*exc.lines) from None
     return gate
 
 

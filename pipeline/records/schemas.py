@@ -587,7 +587,7 @@ def load_schema(path: Path, schema_id: str) -> SchemaEntry:
         ) from None
     problems = metaschema_problems(schema) or lint_schema(schema)
     if problems:
-        raise SchemaError(f"{path}: refused:\n  " + "\n  ".join(problems))
+        raise SchemaError.listing(f"{path}: refused:", *problems)
     try:
         validate = _compiled(data)
     except fastjsonschema.JsonSchemaDefinitionException as exc:

@@ -585,7 +585,7 @@ def validate_policy(policy: Policy, rubric: Rubric | None) -> None:
         problems += _check_match(rule.match, where, criteria, gates, rubric is not None)
         problems += _check_rule_contract(rule, where)
     if problems:
-        raise RubricError(f"{policy.path}: not a valid policy:\n  " + "\n  ".join(problems))
+        raise RubricError.listing(f"{policy.path}: not a valid policy:", *problems)
 
     normalised = [_with_scoring(_normalise(r.match, criteria, gates)) for r in policy.rules]
     for n, (rule, mine) in enumerate(zip(policy.rules, normalised, strict=True)):
@@ -605,7 +605,7 @@ def validate_policy(policy: Policy, rubric: Rubric | None) -> None:
                 )
                 break
     if problems:
-        raise RubricError(f"{policy.path}: not a valid policy:\n  " + "\n  ".join(problems))
+        raise RubricError.listing(f"{policy.path}: not a valid policy:", *problems)
 
 
 def _check_contract(policy: Policy, criteria: Sequence[str], gates: Sequence[str]) -> list[str]:
@@ -883,7 +883,7 @@ def load_policy(path: Path, pinned: str | None = None) -> Policy:
         ) from None
     empty = _empty_conditions(table)
     if empty:
-        raise RubricError(f"{path}: not a valid policy:\n  " + "\n  ".join(empty))
+        raise RubricError.listing(f"{path}: not a valid policy:", *empty)
     return Policy(
         id=document.policy,
         version=document.version,

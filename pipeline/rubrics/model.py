@@ -205,7 +205,7 @@ def _format_schema(directory: Path) -> SchemaEntry:
     try:
         return load_schema(path, "rubric")
     except SchemaError as exc:
-        raise RubricError(str(exc)) from None
+        raise RubricError.listing(*exc.lines) from None
 
 
 def _gate(name: str, value: bool | float) -> Gate:
@@ -230,7 +230,7 @@ def load_rubric(path: Path, format_schema: SchemaEntry | None = None) -> Rubric:
     schema = format_schema or _format_schema(path.parent)
     problems = [f"{r.path}: {r.detail}" for r in schema.errors(document)]
     if problems:
-        raise RubricError(f"{path}: not a valid rubric:\n  " + "\n  ".join(problems))
+        raise RubricError.listing(f"{path}: not a valid rubric:", *problems)
 
     low, high = float(document["scale"]["minimum"]), float(document["scale"]["maximum"])
     criteria = tuple(
@@ -271,7 +271,7 @@ def load_rubric(path: Path, format_schema: SchemaEntry | None = None) -> Rubric:
             f"than the {review['independent_reviews']} independent reviews"
         )
     if problems:
-        raise RubricError(f"{path}: not a valid rubric:\n  " + "\n  ".join(problems))
+        raise RubricError.listing(f"{path}: not a valid rubric:", *problems)
     return Rubric(
         id=document["rubric_version"],
         path=path,

@@ -19,6 +19,7 @@ import pipeline.jobs.run
 from pipeline.cli import app
 from pipeline.cli._common import os_error_message
 from pipeline.jobs.run import RunResult
+from pipeline.records.schemas import SCHEMA_DIR
 from tests.conftest import DATA
 
 runner = CliRunner()
@@ -258,7 +259,37 @@ def test_verify_prints_what_it_names_as_text() -> None:
     from pipeline.cli._common import terminal_text
 
     name = "evil\x1b[31mRED\nmismatch: forged.jsonl\n  indented"
-    assert terminal_text(name, lines=False) == (
-        "evil\\u001b[31mRED\\nmismatch: forged.jsonl\\n  indented"
-    )
-    assert terminal_text(name) == "evil\\u001b[31mRED\\nmismatch: forged.jsonl\n  indented"
+    assert terminal_text(name) == "evil\\u001b[31mRED\\nmismatch: forged.jsonl\\n  indented"
+
+
+@pytest.mark.parametrize("command", [["run", "{in}", "--out", "{out}"], ["scan", "{in}"]])
+def test_a_path_cannot_forge_a_messages_indented_line(tmp_path: Path, command: list[str]) -> None:
+    """An error kept every newline followed by two spaces (the indent of the problems a
+    message lists), so a path holding one still forged such a line."""
+    given = tmp_path / "a\n  error: forged.jsonl"
+    given.write_bytes('{"task_id": "t1"}\n'.encode("utf-16"))  # refused, naming the file
+    args = [a.replace("{in}", str(given)).replace("{out}", str(tmp_path / "o")) for a in command]
+    result = runner.invoke(app, [*args, "--kind", "math-reasoning-v1"])
+    assert result.exit_code == 3, result.output
+    assert result.stderr.count("\n") == 1
+    assert "a\\n  error: forged.jsonl: UTF-16 text" in result.stderr
+
+
+def test_the_problems_an_error_lists_are_its_only_indented_lines(tmp_path: Path) -> None:
+    """A refused schema lists its problems, each an indented line; the newline and two
+    spaces in the schema directory's name are printed as an escape."""
+    schemas = tmp_path / "s\n  forged: x"
+    shutil.copytree(SCHEMA_DIR, schemas)
+    path = schemas / "math-reasoning-v1.schema.json"
+    schema = json.loads(path.read_text())
+    path.write_text(json.dumps({**schema, "prefixItems": [{}], "minContains": 1}))
+    config = tmp_path / "c.toml"
+    config.write_text(f"[schemas]\ndirectory = {json.dumps(schemas.name)}\n")
+    math = DATA / "math-reasoning-v1.jsonl"
+    args = [str(math), "--kind", "math-reasoning-v1", "--config", str(config)]
+    result = runner.invoke(app, ["run", *args, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 3, result.output
+    head, *problems = result.stderr.splitlines()
+    assert head == f"error: {tmp_path}/s\\n  forged: x/math-reasoning-v1.schema.json: refused:"
+    assert [p.split("'")[1] for p in problems] == ["prefixItems", "minContains"]
+    assert all(p.startswith("  /: keyword '") for p in problems)

@@ -97,3 +97,19 @@ def test_secondary_bases_are_kept(name: str, base: type[Exception]) -> None:
     """Code that catches the built-in base (``except KeyError``) keeps catching them."""
     (cls,) = (cls for cls in LIBRARY_ERRORS if cls.__name__ == name)
     assert issubclass(cls, base)
+
+
+def test_a_listing_keeps_its_lines_apart_through_a_worker_and_a_rewrap() -> None:
+    """The command line prints a message's listed problems as lines and any other
+    newline as an escape, so the lines travel with the error."""
+    import pickle
+
+    from pipeline.core.errors import InputError
+    from pipeline.rubrics.model import RubricError
+
+    error = RubricError.listing("r\n  x.json: not a valid rubric:", "$.a: missing", "$.b: empty")
+    assert str(error) == "r\n  x.json: not a valid rubric:\n  $.a: missing\n  $.b: empty"
+    assert pickle.loads(pickle.dumps(error)).lines == error.lines
+    assert error.lines == ("r\n  x.json: not a valid rubric:", "$.a: missing", "$.b: empty")
+    assert InputError.listing(*error.lines).lines == error.lines
+    assert InputError("a\n  b").lines == ("a\n  b",)
