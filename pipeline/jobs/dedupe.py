@@ -655,23 +655,27 @@ def dedupe_dataset(
     settings.validate("dedupe")
     if not inputs:
         raise ConfigError("dedupe: no inputs")
-    protect = [Path(given.path) for given in inputs]
+    files = _expand(inputs)
+    # every file read, as given and as a directory expands to it: a link inside a
+    # directory to a file of the old OUT was replaced with --force (only the directory
+    # was protected)
+    protect = [*(Path(given.path) for given in inputs), *(Path(f.path) for f in files)]
     with claim_output(out, force=force, protect=protect) as claim:
         return _dedupe(
-            claim, inputs, settings, kind, text_columns, key_columns, engine or EngineSettings()
+            claim, files, settings, kind, text_columns, key_columns, engine or EngineSettings()
         )
 
 
 def _dedupe(
     claim: OutputClaim | RemoteClaim,
-    inputs: Sequence[DatasetInput],
+    files: list[DatasetInput],
     settings: DedupeSettings,
     kind: str | None,
     text_columns: Sequence[str],
     key_columns: Sequence[str],
     engine: EngineSettings,
 ) -> DatasetResult:
-    files = _expand(inputs)
+    """``files``: the inputs, expanded (:func:`_expand`)."""
     schemas = [_schema(f) for f in files]
     labelled = {f.split for f in files}
     for split in settings.protected_splits:

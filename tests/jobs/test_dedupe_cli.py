@@ -545,3 +545,26 @@ def test_dedupe_finds_the_split_groups_of_a_member_stored_apart(
         .sort("field", "value")
         .equals(theirs.sort("field", "value"))
     )
+
+
+def test_force_never_replaces_a_file_a_directory_input_reaches_through_a_link(
+    tmp_path: Path,
+) -> None:
+    """A directory input holding a link to the old OUT's ``kept.parquet``: ``--force``
+    replaced that file, the very rows it was reading (only the directory was protected).
+    Now every file the directory expands to is protected, as the file itself is."""
+    data = tmp_path / "f.parquet"
+    pl.DataFrame({"question": ["a b c", "a b c", "d e f"]}).write_parquet(data)
+    old = tmp_path / "dd"
+    args = ["--text", "question", "--out", str(old)]
+    assert runner.invoke(app, ["dedupe", str(data), *args]).exit_code == 0
+    kept = old / "kept.parquet"
+    before = kept.read_bytes()
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "kept.parquet").symlink_to(kept)
+    shutil.copy(data, folder / "more.parquet")
+    result = runner.invoke(app, ["dedupe", str(folder), *args, "--force"])
+    assert result.exit_code == 2, result.output
+    assert "which this command reads" in result.output
+    assert kept.read_bytes() == before
