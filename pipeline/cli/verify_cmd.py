@@ -44,7 +44,7 @@ def verify_command(
     from pipeline.reports.run_report import render_run_report
 
     directory = output_argument(given)
-    with library_errors(), _local_copy(directory) as local:
+    with library_errors(), _local_copy(directory, sources) as local:
         report = verify_run(local, sources, render_report=render_run_report)
     checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
     for note in report.notes:
@@ -59,14 +59,14 @@ def verify_command(
 
 
 @contextmanager
-def _local_copy(directory: Path | RemoteOut) -> Iterator[Path]:
+def _local_copy(directory: Path | RemoteOut, sources: Path | None) -> Iterator[Path]:
     """The output to verify on this machine: a local OUT itself; an object-store OUT
     copied whole into the work directory first (removed afterwards), so that every
     byte verify reads is a byte the store holds."""
     if isinstance(directory, Path):
         yield directory
         return
-    local = private_directory("verify")
+    local = private_directory("verify", [sources] if sources is not None else [])
     try:
         download(directory, local)
         yield local

@@ -286,6 +286,15 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
+def meets_a_read_path(entry: Path, protected: Iterable[Path]) -> bool:
+    """Whether ``entry`` is, holds or lies inside a path in ``protected`` (real paths):
+    a clean-up leaves such an entry alone, whatever its name says. A user who opened a
+    dead command's leftover to take an input from it must not lose that input."""
+    where = os.path.realpath(entry)
+    reads = (os.path.realpath(p) for p in protected if os.path.lexists(p))
+    return any(_inside(path, where) or _inside(where, path) for path in reads)
+
+
 def _check_utf8(out: Path, what: str = "an output directory") -> None:
     """Refuse an OUT whose path is not UTF-8: Arrow and polars write files only by UTF-8
     paths, so the run would fail in its first write (an internal error) after the gate."""
@@ -500,13 +509,12 @@ def _leftovers(out: Path, protected: Iterable[Path] = ()) -> list[tuple[Path, in
     that is, holds or lies inside a path the command reads: a user who opened a leftover
     to take an input from it must not lose that input to the clean-up."""
     prefix = _prefix(out)
-    reads = [os.path.realpath(p) for p in protected if os.path.lexists(p)]
+    protected = list(protected)
     found = []
     for entry in out.parent.iterdir():
         if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
             continue
-        where = os.path.realpath(entry)
-        if any(_inside(path, where) or _inside(where, path) for path in reads):
+        if meets_a_read_path(entry, protected):
             continue
         rest = entry.name.removeprefix(prefix)
         old = rest.endswith(_OLD)
@@ -632,7 +640,7 @@ def claim_output(
     if not isinstance(out, Path):
         from pipeline.output.remote import claim_remote
 
-        with claim_remote(out, force=force) as remote:
+        with claim_remote(out, force=force, protect=protect) as remote:
             yield remote
         return
     protect = list(protect)

@@ -36,7 +36,7 @@ import shutil
 import socket
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
-from pipeline.output.outdir import PROOFS, OutputExistsError, pid_alive
+from pipeline.output.outdir import PROOFS, OutputExistsError, meets_a_read_path, pid_alive
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -159,16 +159,21 @@ def work_directory() -> Path:
     return Path(os.environ.get(WORK_DIR_ENV) or tempfile.gettempdir())
 
 
-def private_directory(purpose: str) -> Path:
+def private_directory(purpose: str, protect: Iterable[Path] = ()) -> Path:
     """A new empty directory in the work directory, named for ``purpose``, this process
     and this host (``.rowgate-out-PID-HOST-…``); first removes the ones this host's dead
-    processes left (a killed command cannot remove its own). Another host's are never
-    touched: the work directory may be shared, and its processes are not visible here."""
+    processes left (a killed command cannot remove its own), but never one that is,
+    holds or lies inside a path in ``protect`` (what the command reads: an input a user
+    took from a leftover was deleted with it). Another host's are never touched: the
+    work directory may be shared, and its processes are not visible here."""
     work = work_directory()
     work.mkdir(parents=True, exist_ok=True)
     prefix, host = f".rowgate-{purpose}-", socket.gethostname()
+    protect = list(protect)
     for entry in work.iterdir():
         if not entry.name.startswith(prefix) or not entry.is_dir() or entry.is_symlink():
+            continue
+        if meets_a_read_path(entry, protect):
             continue
         pid, _, rest = entry.name[len(prefix) :].partition("-")
         # mkdtemp's random suffix holds no "-": the host is everything before the last one
@@ -206,12 +211,14 @@ class RemoteClaim:
     filesystem: Any  # a pyarrow.fs.FileSystem (pickles; only the parent uses it)
     path: str
     marker: str
+    #: what the command reads: the work directory's clean-up leaves it alone
+    protect: tuple[Path, ...] = ()
 
     @contextmanager
     def staging(self) -> Iterator[Path]:
         """Yield an empty private work directory; when the block completes its files are
         uploaded to OUT, the proof last. It is removed in every case."""
-        tmp = private_directory("out")
+        tmp = private_directory("out", self.protect)
         try:
             yield tmp
             upload(tmp, self)
@@ -220,9 +227,12 @@ class RemoteClaim:
 
 
 @contextmanager
-def claim_remote(out: RemoteOut, *, force: bool) -> Iterator[RemoteClaim]:
+def claim_remote(
+    out: RemoteOut, *, force: bool, protect: Iterable[Path] = ()
+) -> Iterator[RemoteClaim]:
     """Check, before any work, that OUT's prefix holds no object (see the module
-    docstring), then mark it as this command's for the whole command; raises
+    docstring), then mark it as this command's for the whole command (``protect``: what
+    it reads, which its work directory's clean-up never removes); raises
     :class:`~pipeline.output.outdir.OutputExistsError` if it holds one,
     :class:`OutputURIError` with ``force`` (nothing is replaced on an object store) and
     :class:`RemotePublishError` when the store refuses to write or delete there."""
@@ -237,7 +247,7 @@ def claim_remote(out: RemoteOut, *, force: bool) -> Iterator[RemoteClaim]:
         others = sorted(set(_objects(filesystem, path)) - {marker[len(path) + 1 :]})
         if others:  # another command claimed it at the same moment: neither goes on
             raise OutputExistsError(f"{out}: another command is writing there ({others[0]})")
-        yield RemoteClaim(out, filesystem, path, marker)
+        yield RemoteClaim(out, filesystem, path, marker, tuple(protect))
     finally:
         if filesystem.get_file_info(marker).type != pafs.FileType.NotFound:
             with suppress(OSError):

@@ -263,6 +263,35 @@ def test_a_killed_commands_work_directory_is_removed_by_the_next(
     assert kept == sorted(left[k].name for k in ("another host's", "a live one", "not rowgate's"))
 
 
+def test_the_work_directorys_clean_up_never_removes_an_input(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    """An input a user took from a dead command's work directory (or put there) was
+    deleted with it by the next command's clean-up, before it read the input ("No such
+    file or directory"); for a local OUT the clean-up already left such a leftover
+    alone. Now it does for an object-store OUT too, with run, dedupe and verify."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    work = tmp_path / "work"
+    left = work / f".rowgate-out-{dead.pid}-{host}-abc123"
+    left.mkdir(parents=True)
+    given = left / "math.jsonl"
+    given.write_bytes((DATA / "math-reasoning-v1.jsonl").read_bytes())
+    run = ["run", str(given), "--kind", "math-reasoning-v1", "--out", "mem://bucket/run"]
+    result = runner.invoke(app, run)
+    assert result.exit_code == 0, result.output
+    assert given.read_bytes() == (DATA / "math-reasoning-v1.jsonl").read_bytes()
+    checked = work / f".rowgate-verify-{dead.pid}-{host}-abc123"
+    (checked / "sources").mkdir(parents=True)
+    (checked / "sources" / "math.jsonl").write_bytes(given.read_bytes())
+    result = runner.invoke(
+        app, ["verify", "mem://bucket/run", "--sources", str(checked / "sources")]
+    )
+    assert result.exit_code == 0, result.output
+    assert (checked / "sources" / "math.jsonl").exists()
+
+
 def test_report_publishes_to_an_object_store(store: MemoryStore, tmp_path: Path) -> None:
     scores = tmp_path / "scores.jsonl"
     rows = [{"p": (i % 10) / 10, "y": int(i % 3 != 0)} for i in range(60)]
