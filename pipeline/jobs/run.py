@@ -221,6 +221,37 @@ def _input_type(path: Path, given: str) -> str:
     )
 
 
+def _stamps(inputs: list[InputFile]) -> dict[int, os.stat_result]:
+    """Each input's file and state as the run plans it (device, inode, size, modification
+    time): :func:`_check_unchanged` compares them once every byte has been read."""
+    return {f.index: os.stat(f.resolved) for f in inputs}
+
+
+def _check_unchanged(inputs: list[InputFile], stamps: dict[int, os.stat_result]) -> None:
+    """Refuse a run whose input changed while it read it: shards are cut at the size the
+    input had, workers and the digest thread each open it by path, and the writer reads
+    rejected lines again, so a file replaced, appended to or rewritten meanwhile gave
+    lines of neither file, a digest of the new one and a manifest calling it conserved."""
+    for f in inputs:
+        before = stamps[f.index]
+        try:
+            now = os.stat(f.resolved)
+        except OSError as exc:
+            raise InputError(f"{f.path}: gone while the run read it ({exc.strerror})") from None
+        if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+            what = "replaced by another file"
+        elif f.size != before.st_size or now.st_size != f.size:
+            what = f"{f.size:,} bytes when the run began, {now.st_size:,} at its end"
+        elif now.st_mtime_ns != before.st_mtime_ns:
+            what = "modified"
+        else:
+            continue
+        raise InputError(
+            f"{f.path}: changed while the run read it ({what}); its rows would describe "
+            "no one file, so nothing was written: run again once nothing writes to it"
+        )
+
+
 def _hash_inputs(inputs: list[InputFile]) -> Future[dict[int, str]]:
     """Hash whole input files in a thread while workers gate them."""
     future: Future[dict[int, str]] = Future()
@@ -293,6 +324,7 @@ def run(
         raise ConfigError("no inputs: give input paths or [[inputs]] in the campaign config")
     engine_type = get_engine(config.engine.name)
     inputs = expand_inputs(config.inputs, config)
+    stamps = _stamps(inputs)
     timings: dict[str, float] = {}
     known_shards = _known_shards(config, inputs)
     with (
@@ -342,6 +374,7 @@ def run(
 
             observer.on_phase("report")
             input_digests = digests.result()
+            _check_unchanged(inputs, stamps)
             manifest = _lineage_form(
                 _manifest(
                     config, inputs, shards, summaries, line_bases, writes, input_digests, gate

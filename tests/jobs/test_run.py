@@ -530,3 +530,48 @@ def test_the_run_module_leaves_the_later_phases_libraries_to_run() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]"
+
+
+def _append(path: Path) -> None:
+    with path.open("ab") as fh:
+        fh.write(path.read_bytes()[:200])
+
+
+def _replace(path: Path) -> None:
+    new = path.with_suffix(".new")
+    new.write_bytes(path.read_bytes())
+    new.replace(path)
+
+
+def _touch(path: Path) -> None:
+    os.utime(path, ns=(0, path.stat().st_mtime_ns + 1_000_000))
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (_append, "[0-9,]+ bytes when the run began, [0-9,]+ at its end"),
+        (_replace, "replaced by another file"),
+        (_touch, "modified"),
+    ],
+    ids=["appended", "replaced", "rewritten in place"],
+)
+def test_an_input_changed_while_the_run_reads_it_fails_the_run(
+    tmp_path: Path, change: Any, said: str
+) -> None:
+    """An input replaced or appended to during a run (the data-safety red team): the
+    manifest named the old size and the new file's SHA-256, one row held a line cut at
+    the old size, conservation said "ok", and the run exited 0. A change between the
+    plan and the end of every read is now an input error, and nothing is published."""
+    given = tmp_path / "math.jsonl"
+    given.write_bytes((DATA / "math-reasoning-v1.jsonl").read_bytes())
+    config = CampaignConfig(inputs=(InputSpec(str(given), kind="math-reasoning-v1"),))
+
+    def during(phase: str) -> None:
+        if phase == "global":
+            change(given)
+
+    with pytest.raises(InputError, match=f"changed while the run read it \\({said}"):
+        run(config, tmp_path / "out", observer=RunObserver(on_phase=during))
+    assert not (tmp_path / "out").exists()
+    assert run(config, tmp_path / "out").manifest["conservation"]["ok"]
