@@ -34,6 +34,14 @@ def verify_command(
         Path | None,
         typer.Option(help="Look inputs up under this directory instead of their recorded paths."),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Processes that check the rows and lines (default: one per core, one per "
+            "64 MB of inputs and outputs at most).",
+        ),
+    ] = None,
 ) -> None:
     """Recompute everything the manifest claims: input and output digests, every lineage
     hash and offset, conservation of lines, counts per disposition and reason, the config
@@ -45,7 +53,7 @@ def verify_command(
 
     directory = output_argument(given)
     with library_errors(), _local_copy(directory, sources) as local:
-        report = verify_run(local, sources, render_report=render_run_report)
+        report = verify_run(local, sources, render_report=render_run_report, workers=workers)
     checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
     for note in report.notes:
         err.print(styled("note:", "yellow"), terminal_text(note))

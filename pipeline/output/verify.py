@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import re
 from collections import Counter
@@ -80,6 +81,8 @@ from pipeline.core.reasons import (
     Disposition,
 )
 from pipeline.decide.columns import OutputColumn
+from pipeline.engines import Engine, Progress, Step
+from pipeline.engines.local import LocalEngine
 from pipeline.gate.arrow_mapping import RecordLayout, derive_layout
 from pipeline.gate.gate import Gate
 from pipeline.gate.reader import (
@@ -172,6 +175,13 @@ class VerifyReport:
         elif len(self.problems) == _MAX_LISTED:
             self.problems.append("… further problems not listed")
 
+    def add(self, part: VerifyReport) -> None:
+        """What a task found, after what was found before it."""
+        for message in part.problems:
+            self.problem(message)
+        self.notes.extend(part.notes)
+        self.checked.update(part.checked)
+
 
 @dataclass(frozen=True)
 class _Output:
@@ -207,14 +217,64 @@ class _Tally:
 
     rows: Counter[str] = field(default_factory=Counter)
     reasons: dict[str, Counter[str]] = field(default_factory=dict)
-    #: input path → [(first line, file)] of the files holding its rows
-    files_of: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    #: input path → [(first line, last line, file)] of the files holding its rows
+    files_of: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)
     #: _source values that name no input → rows
     strangers: Counter[str] = field(default_factory=Counter)
     pointers: _Pointers | None = None
     #: input path → lines whose row holds no ``_raw`` because the line is too large: the
     #: lineage check reads each and compares its length with the limit
     too_large: dict[str, set[int]] = field(default_factory=dict)
+
+    def add(self, part: _Tally) -> None:
+        """A file's tally (:func:`_scan_task`), after the files before it."""
+        self.rows.update(part.rows)
+        for disposition, counts in part.reasons.items():
+            self.reasons.setdefault(disposition, Counter()).update(counts)
+        self.strangers.update(part.strangers)
+        for source, files in part.files_of.items():
+            self.files_of.setdefault(source, []).extend(files)
+        for source, lines in part.too_large.items():
+            self.too_large.setdefault(source, set()).update(lines)
+
+
+@dataclass(frozen=True)
+class _Work:
+    """What every verify task is given: OUT, its manifest, the kinds whose schemas the
+    command checked and loaded, and whether it could build the run's gate (:class:`_Worker`
+    builds its own from them, once a worker)."""
+
+    out: Path
+    manifest: dict[str, Any] = field(hash=False)
+    kinds: frozenset[str]
+    regate: bool
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        return (str(self.out), self.manifest, self.kinds, self.regate)
+
+
+class _Worker:
+    """A worker's state for the tasks of a verify: the schemas' layouts (read again and
+    held to their recorded digests), the lineage digest (its key read here, never sent),
+    the run's sanitizer version, and the run's gate, built on its first use."""
+
+    def __init__(
+        self, out: str, manifest: dict[str, Any], kinds: frozenset[str], regate: bool
+    ) -> None:
+        scratch = VerifyReport()  # what they say was said by the command itself
+        self.out, self.manifest, self.kinds, self.regate = Path(out), manifest, kinds, regate
+        self.layouts = _schemas(manifest, scratch)
+        self.inputs = {entry["path"] for entry in manifest["inputs"]}
+        sanitize = manifest["sanitize"]
+        self.sanitizer: str | None = sanitize["sanitizer_version"] if sanitize else None
+        self.digest = _lineage_digest(manifest, scratch)
+        self._gate: Gate | None = None
+
+    def gate(self) -> Gate | None:
+        if self._gate is None and self.regate:
+            self._gate = _gate_of(self.manifest)
+        return self._gate
 
 
 # -- 1, 2: layout and files ------------------------------------------------------------
@@ -708,40 +768,59 @@ def _unreadable(path: str, exc: Exception) -> str:
 
 
 def _scan_files(
-    out: Path,
-    files: list[_Output],
-    layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
-    manifest: dict[str, Any],
-    tally: _Tally,
-    report: VerifyReport,
-    digest: LineageDigest,
+    engine: Engine, work: _Work, files: list[_Output], tally: _Tally, report: VerifyReport
 ) -> None:
-    """Every part's rows, a file at a time; a file whose rows cannot be read or decoded
-    is a problem naming it (its lines are then missing from the lineage check)."""
-    known = {entry["path"] for entry in manifest["inputs"]}
-    sanitizer = manifest["sanitize"]["sanitizer_version"] if manifest["sanitize"] else None
-    for f in files:
-        try:
-            _scan_file(out, f, layouts, known, tally, report, digest, sanitizer)
-        except RowgateError:
-            raise
-        except _UNDECODABLE as exc:
-            report.problem(_unreadable(f.path, exc))
+    """Every part's rows, a task a file on ``engine`` (each file's tally and problems
+    come back and are added up in the files' order); a file whose rows cannot be read
+    or decoded is a problem naming it (its lines are then missing from the lineage
+    check). Then the rows ``_duplicate_of`` pointers name are matched, a file at a time."""
+    found = engine.map(
+        Step(_Worker, work.args, _scan_task), files, cost=lambda f: _size(work.out / f.path)
+    )
+    for part, problems in found:
+        tally.add(part)
+        report.add(problems)
+    if tally.pointers is not None and len(tally.pointers.keys):
+        for f in files:
+            try:
+                for table in _batches(work.out / f.path, ["_source", "_line", "_record_sha256"]):
+                    _match_pointers(f, table, tally.pointers, report)
+            except _UNDECODABLE:
+                continue  # the scan named the file
 
 
-def _scan_file(
-    out: Path,
-    f: _Output,
-    layouts: dict[str, tuple[RecordLayout, SchemaEntry]],
-    inputs: set[str],
-    tally: _Tally,
-    report: VerifyReport,
-    digest: LineageDigest,
-    sanitizer: str | None,
-) -> None:
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _scan_task(worker: _Worker, f: _Output, progress: Progress) -> tuple[_Tally, VerifyReport]:
+    """One file's rows checked in a worker: its tally and problems."""
+    tally, report = _Tally(), VerifyReport()
+    if f.kind in worker.kinds and f.kind not in worker.layouts:
+        report.problem(f"schema {f.kind}: changed while verify read it")
+    try:
+        _scan_file(worker, f, tally, report)
+    except RowgateError:
+        raise
+    except _UNDECODABLE as exc:
+        report.problem(_unreadable(f.path, exc))
+    return tally, report
+
+
+def _scan_file(worker: _Worker, f: _Output, tally: _Tally, report: VerifyReport) -> None:
+    layouts, inputs, digest, sanitizer = (
+        worker.layouts,
+        worker.inputs,
+        worker.digest,
+        worker.sanitizer,
+    )
     first: dict[str, int] = {}
+    last: dict[str, int] = {}
     checkable = f.rows_checked and (f.kind is None or f.kind in layouts)
-    for table in _batches(out / f.path):
+    for table in _batches(worker.out / f.path):
         tally.rows[f.disposition] += table.num_rows
         codes = pc.struct_field(pc.list_flatten(table["_reasons"]), "code")
         counts = pc.value_counts(codes)
@@ -750,21 +829,23 @@ def _scan_file(
             counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
         ):
             mine[code] += n
-        grouped = table.group_by("_source").aggregate([("_line", "min")])
-        for source, line in zip(
-            grouped["_source"].to_pylist(), grouped["_line_min"].to_pylist(), strict=True
+        grouped = table.group_by("_source").aggregate([("_line", "min"), ("_line", "max")])
+        for source, low, high in zip(
+            grouped["_source"].to_pylist(),
+            grouped["_line_min"].to_pylist(),
+            grouped["_line_max"].to_pylist(),
+            strict=True,
         ):
             if source not in inputs:
                 tally.strangers[source] += pc.sum(pc.equal(table["_source"], source)).as_py()
-            elif source not in first:
-                first[source] = line
-        if checkable:
+                continue
+            first.setdefault(source, low)
+            last[source] = max(last.get(source, high), high)
+        if checkable and digest is not None:
             _check_rows(f, table, layouts, report, digest, tally, sanitizer is not None)
             _check_sanitizer(f, table, sanitizer, report)
-        if tally.pointers is not None:
-            _match_pointers(f, table, tally.pointers, report)
     for source, line in first.items():
-        tally.files_of.setdefault(source, []).append((line, f.path))
+        tally.files_of.setdefault(source, []).append((line, last[source], f.path))
 
 
 def _check_rows(
@@ -942,8 +1023,10 @@ class _Disorder(Exception):
 class _FileRows:
     """One output file's rows of one input, in line order, read a batch at a time."""
 
-    def __init__(self, path: Path, source: str) -> None:
-        self.path, self.source = path, source
+    def __init__(self, path: Path, source: str, lowest: int = -(2**63)) -> None:
+        """``lowest``: rows naming a line below it are another task's (they are still
+        read, so that the file's line order is checked whole)."""
+        self.path, self.source, self.lowest = path, source, lowest
         self.rejected = path.parent.name == "rejected"
         raw = ["_raw"] if self.rejected else []
         self._batches = _batches(path, [*_LINEAGE, *_GATED, *raw])
@@ -971,6 +1054,10 @@ class _FileRows:
             if lines[0] < self._last or (len(lines) > 1 and bool(np.any(np.diff(lines) < 0))):
                 raise _Disorder(self.path.name)
             self._last = int(lines[-1])
+            if lines[0] < self.lowest:
+                table = table.slice(int(np.searchsorted(lines, self.lowest)))
+                if not table.num_rows:
+                    continue
             return table
         self.done = True
         return None
@@ -1011,12 +1098,11 @@ class _Window:
 
 
 def _source_windows(
-    source: InputFile, max_line_bytes: int, report: VerifyReport, digest: LineageDigest
+    part: Shard, base: int, max_line_bytes: int, report: VerifyReport, digest: LineageDigest
 ) -> Iterator[_Window]:
-    """Each input's lines a window at a time: offsets, raw digests and the lines."""
-    batches = read_batches(
-        Shard(0, source), max_line_bytes, _WINDOW_LINES, line_hasher=digest.hasher
-    )
+    """A part of an input's lines (bytes ``[start, end)``, after line ``base``) a window
+    at a time: offsets, raw digests and the lines."""
+    batches = read_batches(part, max_line_bytes, _WINDOW_LINES, line_hasher=digest.hasher)
     for batch in batches:
         if not len(batch):
             continue
@@ -1025,13 +1111,14 @@ def _source_windows(
             for i, line in enumerate(batch.lines)
         ]
         report.checked["lines"] += len(batch)
+        first = base + batch.first_line
         yield _Window(
-            batch.first_line,
-            batch.first_line + len(batch) - 1,
+            first,
+            first + len(batch) - 1,
             list(batch.offsets),
             shas,
             list(batch.lines),
-            frozenset(batch.first_line + i for i in batch.oversized),
+            frozenset(first + i for i in batch.oversized),
         )
 
 
@@ -1184,87 +1271,259 @@ def _check_window(
             report.problem(f"{name}:{window.first + place}: {found}")
 
 
+@dataclass(frozen=True)
+class _InputLineage:
+    """A part of an input's lineage check, as a task: its manifest entry, the file it is
+    read from (None: not found, then only its numbered lines are walked), its bytes
+    ``[start, end)`` (``end`` None: to the end) and the line before them (``base``), the
+    output files that may hold rows of those lines (first line, last line, path), and
+    whether it is the input's last part (rows beyond the input's lines are counted there)."""
+
+    entry: dict[str, Any] = field(hash=False)
+    source: InputFile | None
+    files: tuple[tuple[int, int, str], ...]
+    start: int = 0
+    end: int | None = None
+    base: int = 0
+    last: bool = True
+
+    @property
+    def cost(self) -> int:
+        if self.source is None:
+            return 0
+        return (self.source.size if self.end is None else self.end) - self.start
+
+
+@dataclass
+class _PartLines:
+    """What a part's walk found about its lines, for its input's summary
+    (:func:`_report_lines`): the lines it read, the faults among their rows, the rows
+    beyond the input (its last part only) and the lines over the byte limit; ``failed``
+    when it could not be walked (a problem says why)."""
+
+    lines: int = 0
+    faults: _LineFaults = field(default_factory=lambda: _LineFaults())
+    beyond: int = 0
+    oversized: frozenset[int] = frozenset()
+    failed: bool = False
+
+
 def _check_lineage(
-    out: Path,
-    manifest: dict[str, Any],
+    engine: Engine,
+    work: _Work,
     inputs: dict[str, InputFile],
     tally: _Tally,
     report: VerifyReport,
-    digest: LineageDigest,
 ) -> int:
-    """Walk each input's lines with the rows naming them; return the lines read."""
-    limits = manifest["config"]["limits"]
-    gate = _run_gate(manifest, report)
+    """Walk each input's lines with the rows naming them on ``engine``, a task a part of
+    an input (:func:`_parts`); return the lines read."""
+    tasks: list[_InputLineage] = []
+    for entry in work.manifest["inputs"]:
+        tasks += _parts(work.manifest, entry, inputs.get(entry["path"]), tally)
+    found = engine.map(Step(_Worker, work.args, _lineage_task), tasks, cost=lambda t: t.cost)
     lines_read = 0
-    for entry in manifest["inputs"]:
-        name = entry["path"]
-        regate = _Regate(gate, entry.get("kind")) if gate is not None else None
-        pending = sorted(tally.files_of.get(name, []))
-        active: list[_FileRows] = []
-        faults = _LineFaults()
-        source = inputs.get(name)
-        windows = (
-            _source_windows(source, limits["max_line_bytes"], report, digest)
-            if source is not None
-            else _numbered_windows(entry["lines"])
-        )
-        seen = 0
-        claimed = tally.too_large.get(name, set())
-        try:
-            for window in windows:
-                seen = window.last
-                if source is not None and claimed:
-                    claimed = claimed - window.oversized
-                while pending and pending[0][0] <= window.last:
-                    active.append(_FileRows(out / pending.pop(0)[1], name))
-                parts = [t for rows in active for t in rows.take_through(window.last)]
-                active = [rows for rows in active if not rows.done]
-                _check_window(name, window, parts, faults, report, regate)
-            beyond = sum(rows.rest() for rows in active)
-            beyond += sum(_FileRows(out / path, name).rest() for _, path in pending)
-        except _Disorder as exc:
-            report.problem(f"input {name}: rows of {exc} are not in line order")
+    for entry in work.manifest["inputs"]:
+        mine = [(t, r, p) for t, (r, p) in zip(tasks, found, strict=True) if t.entry is entry]
+        misnumbered = _misnumbered(mine)
+        if misnumbered is not None:  # every line after it was compared with another's row
+            report.problem(f"input {entry['path']}: {misnumbered}")
             continue
-        except InputError as exc:  # a changed input read as the run read it: a mismatch
-            report.problem(f"input {name}: cannot be read as the run read it: {exc}")
+        for _, problems, _ in mine:
+            report.add(problems)
+        if any(part.failed for _, _, part in mine):
             continue
-        except _Unreadable as exc:
-            report.problem(f"input {name}: {_unreadable('a file holding its rows', exc)}")
-            continue
-        lines_read += seen
-        if faults.twice:
-            report.problem(
-                f"input {name}: {faults.twice} line(s) appear in more than one output row "
-                f"(first: line {faults.first_twice})"
-            )
-        if faults.missing:
-            report.problem(
-                f"input {name}: {faults.missing} line(s) appear in no output row "
-                f"(first: line {faults.first_missing}; conservation broken)"
-            )
-        if faults.invalid:
-            report.problem(f"input {name}: {faults.invalid} output row(s) name a line below 1")
-        if beyond:
-            report.problem(
-                f"input {name}: {beyond} output row(s) name lines beyond its last line {seen}"
-            )
-        if source is not None and claimed:
-            report.problem(
-                f"input {name}: {len(claimed)} row(s) withhold _raw as {LINE_TOO_LARGE}, but "
-                f"the line is within the limit (first: line {min(claimed)})"
-            )
-        if source is not None and seen != entry["lines"]:
-            report.problem(f"input {name}: source has {seen} lines, manifest says {entry['lines']}")
+        lines_read += _summary(entry, inputs.get(entry["path"]), mine, tally, report)
     for stranger, rows in sorted(tally.strangers.items()):
         report.problem(f"{rows} output row(s) name {stranger!r}, which is no input of the run")
     return lines_read
 
 
-def _run_gate(manifest: dict[str, Any], report: VerifyReport) -> Gate | None:
-    """The run's gate, from the config the manifest records (its schemas, reference
-    tables and sanitization policy re-read: check 5 re-hashed them), or None, said as a
-    problem, when it cannot be built again. Built whatever versions the manifest names:
-    that a forger can edit them is no reason to check less (a note names them)."""
+def _parts(
+    manifest: dict[str, Any], entry: dict[str, Any], source: InputFile | None, tally: _Tally
+) -> list[_InputLineage]:
+    """An input's lineage tasks: one a shard of the run where the shards the manifest
+    records cut the input's bytes into consecutive ranges, each beginning a line (their
+    line bases are checked against the lines read, :func:`_summary`); else the whole
+    input (a compressed or missing one always)."""
+    files = tuple(sorted(tally.files_of.get(entry["path"], [])))
+    whole = [_InputLineage(entry, source, files)]
+    if source is None or source.compression != "none":
+        return whole
+    shards = sorted(
+        (s for s in manifest["shards"] if s.get("input") == entry["index"]),
+        key=lambda s: s["start"],
+    )
+    ends = [s["start"] for s in shards[1:]] + [source.size]
+    if len(shards) < 2 or shards[0]["start"] != 0 or [s["end"] for s in shards] != ends:
+        return whole
+    try:
+        with open(source.resolved, "rb") as fh:
+            for shard in shards[1:]:
+                fh.seek(shard["start"] - 1)
+                if fh.read(1) != b"\n":
+                    return whole
+    except (OSError, TypeError, ValueError):
+        return whole
+    parts = []
+    for i, shard in enumerate(shards):
+        low = shard["line_base"] + 1
+        high = shards[i + 1]["line_base"] if i + 1 < len(shards) else None
+        # the files with a row in the part's lines (the first part: below 1 too)
+        mine = tuple(f for f in files if (high is None or f[0] <= high) and (f[1] >= low or i == 0))
+        last = i + 1 == len(shards)
+        parts.append(
+            _InputLineage(entry, source, mine, shard["start"], shard["end"], low - 1, last)
+        )
+    return parts
+
+
+def _lineage_task(
+    worker: _Worker, task: _InputLineage, progress: Progress
+) -> tuple[VerifyReport, _PartLines]:
+    """One part of an input walked with the rows naming its lines, in a worker: the
+    problems found and what its input's summary needs."""
+    report = VerifyReport()
+    if worker.digest is None:
+        report.problem("lineage key: a worker of this verify read another key than the run's")
+        return report, _PartLines(failed=True)
+    gate = worker.gate()
+    regate = _Regate(gate, task.entry.get("kind")) if gate is not None else None
+    return report, _walk(worker, task, regate, report)
+
+
+def _walk(
+    worker: _Worker, task: _InputLineage, regate: _Regate | None, report: VerifyReport
+) -> _PartLines:
+    """The lineage check of one part of an input (:func:`_check_lineage`)."""
+    entry, source, limits = task.entry, task.source, worker.manifest["config"]["limits"]
+    assert worker.digest is not None
+    name = entry["path"]
+    pending = list(task.files)
+    active: list[_FileRows] = []
+    found = _PartLines()
+    windows = (
+        _source_windows(
+            Shard(0, source, task.start, task.end),
+            task.base,
+            limits["max_line_bytes"],
+            report,
+            worker.digest,
+        )
+        if source is not None
+        else _numbered_windows(entry["lines"])
+    )
+    seen = task.base
+    # the first part counts rows naming a line below 1; the others leave rows below
+    # their first line to the part before
+    lowest = task.base + 1 if task.base else -(2**63)
+    oversized: set[int] = set()
+    try:
+        for window in windows:
+            seen = window.last
+            oversized |= window.oversized
+            while pending and pending[0][0] <= window.last:
+                active.append(_FileRows(worker.out / pending.pop(0)[2], name, lowest))
+            parts = [t for rows in active for t in rows.take_through(window.last)]
+            active = [rows for rows in active if not rows.done]
+            _check_window(name, window, parts, found.faults, report, regate)
+        if task.last:
+            found.beyond = sum(rows.rest() for rows in active)
+            found.beyond += sum(
+                _FileRows(worker.out / path, name, lowest).rest() for *_, path in pending
+            )
+    except _Disorder as exc:
+        report.problem(f"input {name}: rows of {exc} are not in line order")
+        found.failed = True
+    except InputError as exc:  # a changed input read as the run read it: a mismatch
+        report.problem(f"input {name}: cannot be read as the run read it: {exc}")
+        found.failed = True
+    except _Unreadable as exc:
+        report.problem(f"input {name}: {_unreadable('a file holding its rows', exc)}")
+        found.failed = True
+    found.lines, found.oversized = seen - task.base, frozenset(oversized)
+    return found
+
+
+def _misnumbered(parts: list[tuple[_InputLineage, VerifyReport, _PartLines]]) -> str | None:
+    """Where a part's line base (the manifest's) is not the count of the lines the parts
+    before it read; None when every base is."""
+    read = 0
+    for task, _, part in parts:
+        if part.failed:
+            return None  # its problem says why; the lines after it are not counted
+        if task.base != read:
+            return (
+                f"the manifest's shard starting at byte {task.start} follows line "
+                f"{task.base}, but the lines before it are {read}"
+            )
+        read += part.lines
+    return None
+
+
+def _summary(
+    entry: dict[str, Any],
+    source: InputFile | None,
+    parts: list[tuple[_InputLineage, VerifyReport, _PartLines]],
+    tally: _Tally,
+    report: VerifyReport,
+) -> int:
+    """One input's lines as its parts found them, said where they are wrong; the lines
+    read."""
+    name, faults, read = entry["path"], _LineFaults(), 0
+    for _, _, part in parts:
+        read += part.lines
+        faults.twice += part.faults.twice
+        faults.missing += part.faults.missing
+        faults.invalid += part.faults.invalid
+        faults.first_twice = faults.first_twice or part.faults.first_twice
+        faults.first_missing = faults.first_missing or part.faults.first_missing
+    oversized = frozenset().union(*(part.oversized for _, _, part in parts))
+    claimed = tally.too_large.get(name, set()) - oversized
+    _report_lines(name, entry, source, read, parts[-1][2].beyond, claimed, faults, report)
+    return read
+
+
+def _report_lines(
+    name: str,
+    entry: dict[str, Any],
+    source: InputFile | None,
+    seen: int,
+    beyond: int,
+    claimed: set[int],
+    faults: _LineFaults,
+    report: VerifyReport,
+) -> None:
+    """What one input's walk found wrong with its lines."""
+    if faults.twice:
+        report.problem(
+            f"input {name}: {faults.twice} line(s) appear in more than one output row "
+            f"(first: line {faults.first_twice})"
+        )
+    if faults.missing:
+        report.problem(
+            f"input {name}: {faults.missing} line(s) appear in no output row "
+            f"(first: line {faults.first_missing}; conservation broken)"
+        )
+    if faults.invalid:
+        report.problem(f"input {name}: {faults.invalid} output row(s) name a line below 1")
+    if beyond:
+        report.problem(
+            f"input {name}: {beyond} output row(s) name lines beyond its last line {seen}"
+        )
+    if source is not None and claimed:
+        report.problem(
+            f"input {name}: {len(claimed)} row(s) withhold _raw as {LINE_TOO_LARGE}, but "
+            f"the line is within the limit (first: line {min(claimed)})"
+        )
+    if source is not None and seen != entry["lines"]:
+        report.problem(f"input {name}: source has {seen} lines, manifest says {entry['lines']}")
+
+
+def _run_gate(manifest: dict[str, Any], report: VerifyReport) -> bool:
+    """Whether the run's gate can be built from the config the manifest records (its
+    schemas, reference tables and sanitization policy re-read: check 5 re-hashed them);
+    when it cannot, said as a problem. Built whatever versions the manifest names: that
+    a forger can edit them is no reason to check less (a note names them)."""
     mine = dependency_versions()
     differ = _other_versions(manifest, {n: mine[n] for n in _GATE_DEPENDENCIES if n in mine})
     if differ:  # gated again all the same: a manifest's versions are no reason to check less
@@ -1282,10 +1541,25 @@ def _run_gate(manifest: dict[str, Any], report: VerifyReport) -> Gate | None:
             "record the newer one redacts otherwise is a mismatch here"
         )
     try:
-        return Gate(recorded_config(manifest["config"]))
+        _gate_of(manifest)
     except (RowgateError, OSError) as exc:
         report.problem(f"cannot gate the inputs again to compare the rows with: {exc}")
-        return None
+        return False
+    return True
+
+
+#: the gate last built (:func:`_gate_of`), by the config it was built from
+_GATES: dict[str, Gate] = {}
+
+
+def _gate_of(manifest: dict[str, Any]) -> Gate:
+    """The run's gate, from the config the manifest records; the command's own and a
+    worker's are built once (with one worker, the command is the worker)."""
+    key = json.dumps(manifest["config"], sort_keys=True)
+    if key not in _GATES:
+        _GATES.clear()
+        _GATES[key] = Gate(recorded_config(manifest["config"]))
+    return _GATES[key]
 
 
 def _check_counts(
@@ -1355,14 +1629,21 @@ def _lineage_digest(manifest: dict[str, Any], report: VerifyReport) -> LineageDi
 
 
 def verify_run(
-    out: Path, sources: Path | None = None, *, render_report: RenderReport | None = None
+    out: Path,
+    sources: Path | None = None,
+    *,
+    render_report: RenderReport | None = None,
+    workers: int | None = None,
 ) -> VerifyReport:
     """Verify the run in ``out``; ``sources`` overrides where inputs are looked up.
 
-    With ``render_report``, ``report.html`` is rendered again once everything else
-    verified, and must be the page OUT holds."""
+    The output files' rows and each input's lines are checked by tasks on ``workers``
+    local processes (None: :func:`verify_workers`); the findings are the same for any
+    number. With ``render_report``, ``report.html`` is rendered again once everything
+    else verified, and must be the page OUT holds."""
     report = VerifyReport()
     manifest = load_manifest(out)
+    _GATES.clear()  # a gate is built again for each verify: its files may have changed
     try:
         digest = _lineage_digest(manifest, report)
         if digest is None:
@@ -1379,9 +1660,12 @@ def verify_run(
         inputs = _check_inputs(manifest, sources, report)
         pointers = _duplicate_pointers(out, files, manifest["inputs"], report)
         tally = _Tally(pointers=pointers)
-        _scan_files(out, files, layouts, manifest, tally, report, digest)
-        _check_pointers(pointers, report)
-        lines = _check_lineage(out, manifest, inputs, tally, report, digest)
+        work = _Work(out, manifest, frozenset(layouts), _run_gate(manifest, report))
+        count = workers if workers is not None else verify_workers(manifest, files, out)
+        with LocalEngine(max(1, min(count, max(len(files), len(inputs))))) as engine:
+            _scan_files(engine, work, files, tally, report)
+            _check_pointers(pointers, report)
+            lines = _check_lineage(engine, work, inputs, tally, report)
         _check_counts(manifest, tally, lines, report)
         if render_report is not None and report.ok:
             _check_run_report(out, manifest, render_report, report)
@@ -1392,4 +1676,20 @@ def verify_run(
         raise ManifestError(
             f"{out / MANIFEST_NAME} lacks or mangles a field verify needs ({exc!r})"
         ) from None
+    finally:
+        _GATES.clear()
     return report
+
+
+#: bytes of inputs and output files a verify worker is started for: starting one costs
+#: about half a second of imports, about what checking ~5 MB of rows takes
+_WORKER_BYTES: Final = 64 << 20
+
+
+def verify_workers(manifest: dict[str, Any], files: list[_Output], out: Path) -> int:
+    """How many processes verify a run by default: one per core, but one per
+    :data:`_WORKER_BYTES` of its inputs and output files at most, so that a small run
+    is verified in this process alone."""
+    total = sum(int(entry.get("bytes") or 0) for entry in manifest["inputs"])
+    total += sum(_size(out / f.path) for f in files)
+    return max(1, min(os.cpu_count() or 1, total // _WORKER_BYTES))

@@ -437,9 +437,9 @@ def test_lineage_holds_only_the_files_of_the_current_lines(
     alive, most = 0, 0
 
     class Counted(verify._FileRows):
-        def __init__(self, path: Path, source: str) -> None:
+        def __init__(self, path: Path, source: str, lowest: int = -(2**63)) -> None:
             nonlocal alive, most
-            super().__init__(path, source)
+            super().__init__(path, source, lowest)
             alive += 1
             most = max(most, alive)
 
@@ -905,3 +905,98 @@ def test_a_rubric_recorded_at_another_installs_path_is_re_hashed_here(out: Path)
         out, lambda m: next(e for e in m["pinned"] if e["role"] == "rubric").update(sha256="0" * 64)
     )
     _fails(out, "the run's pin or loaded digest differs from the one recorded")
+
+
+@pytest.fixture(scope="module")
+def sharded(campaign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The campaign's run with its inputs cut into many shards, so that verify walks
+    each input a shard at a time (:func:`pipeline.output.verify._parts`)."""
+    out = tmp_path_factory.mktemp("sharded") / "out"
+    config = load_campaign(campaign / "campaign.toml").override(
+        **{"engine.workers": 1, "engine.shard_bytes": 16384}
+    )
+    run(config, out)
+    return out
+
+
+def _part_of(out: Path, kind: str, number: int) -> str:
+    return sorted(out.rglob(f"accepted/{kind}/*.parquet"))[number].relative_to(out).as_posix()
+
+
+def _drop_a_middle_row(out: Path) -> None:
+    relative = _part_of(out, "pairwise-v2", 1)
+    table = pq.read_table(out / relative)
+    pq.write_table(table.slice(1), out / relative, compression="zstd")
+    _reseal(out, relative)
+
+
+def _copy_a_row_into_another_shards_part(out: Path) -> None:
+    source, target = _part_of(out, "pairwise-v2", 0), _part_of(out, "pairwise-v2", 2)
+    row = pq.read_table(out / source).slice(0, 1)
+    table = pq.read_table(out / target)
+    pq.write_table(pa.concat_tables([row, table]), out / target, compression="zstd")
+    _reseal(out, target)
+
+
+def _change_a_fingerprint(out: Path) -> None:
+    relative = _part_of(out, "grounded-qa-v1", 1)
+    table = pq.read_table(out / relative)
+    column = table.schema.get_field_index("_content_sha256")
+    forged = pa.array(["0" * 64, *table["_content_sha256"].to_pylist()[1:]])
+    pq.write_table(table.set_column(column, "_content_sha256", forged), out / relative)
+    _reseal(out, relative)
+
+
+def _shift_a_line_base(out: Path) -> None:
+    def change(m: Manifest) -> None:
+        m["shards"][2]["line_base"] += 1
+
+    _edit(out, change)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [None, _drop_a_middle_row, _copy_a_row_into_another_shards_part, _change_a_fingerprint],
+    ids=["untouched", "a row dropped", "a row copied into another shard's part", "a fingerprint"],
+)
+def test_verify_finds_the_same_a_shard_at_a_time_with_any_worker_count(
+    sharded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tamper: Any
+) -> None:
+    """verify walks an input a shard of the run at a time, on several processes: what it
+    finds is what one process walking each input whole finds, problem for problem."""
+    import pipeline.output.verify as verify
+
+    out = tmp_path / "out"
+    shutil.copytree(sharded, out)
+    if tamper is not None:
+        tamper(out)
+    found = [verify_run(out, workers=n) for n in (1, 2)]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len([s for s in manifest["shards"] if s["input"] == 0]) > 3
+    monkeypatch.setattr(
+        verify,
+        "_parts",
+        lambda m, entry, source, tally: [
+            verify._InputLineage(
+                entry, source, tuple(sorted(tally.files_of.get(entry["path"], [])))
+            )
+        ],
+    )
+    whole = verify_run(out, workers=1)
+    for report in found:
+        assert (report.problems, report.notes, report.checked) == (
+            whole.problems,
+            whole.notes,
+            whole.checked,
+        )
+    assert whole.ok == (tamper is None), whole.problems
+
+
+def test_a_shard_line_base_edited_in_the_manifest_fails(sharded: Path, tmp_path: Path) -> None:
+    """The line bases of the run's shards number the lines verify reads a shard at a
+    time: a base that is not the count of the lines before it is a mismatch."""
+    out = tmp_path / "out"
+    shutil.copytree(sharded, out)
+    _shift_a_line_base(out)
+    problems = _fails(out, "the manifest's shard starting at byte")
+    assert any("follows line" in p for p in problems)
