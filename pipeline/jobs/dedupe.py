@@ -72,7 +72,7 @@ from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.output.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from pipeline.output.outdir import OutputClaim, claim_output
 from pipeline.output.remote import RemoteClaim, RemoteOut
-from pipeline.records.lineage import file_sha256
+from pipeline.records.lineage import FileStamp, file_sha256
 from pipeline.storage import RunStorage
 
 __all__ = ["DEDUPE_FORMAT", "DatasetInput", "DatasetResult", "dedupe_dataset"]
@@ -135,6 +135,18 @@ def _expand(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
             files[item.path] = item
     refuse_same_files((p, p) for p in files)
     return [files[p] for p in sorted(files)]
+
+
+def _check_unchanged(stamps: dict[str, FileStamp]) -> None:
+    """Refuse a dedupe whose input changed while it read it: each file is read twice (its
+    keys, then the rows copied), so a file rewritten meanwhile gave rows of neither."""
+    for path, stamp in stamps.items():
+        change = stamp.change(path)
+        if change is not None:
+            raise InputError(
+                f"{path}: changed while dedupe read it ({change}); nothing was written: "
+                "run again once nothing writes to it"
+            )
 
 
 def _dataset_files(directory: Path) -> list[Path]:
@@ -660,9 +672,17 @@ def dedupe_dataset(
     # directory to a file of the old OUT was replaced with --force (only the directory
     # was protected)
     protect = [*(Path(given.path) for given in inputs), *(Path(f.path) for f in files)]
+    stamps = {f.path: FileStamp.of(f.path) for f in files}
     with claim_output(out, force=force, protect=protect) as claim:
         return _dedupe(
-            claim, files, settings, kind, text_columns, key_columns, engine or EngineSettings()
+            claim,
+            files,
+            settings,
+            kind,
+            text_columns,
+            key_columns,
+            engine or EngineSettings(),
+            stamps,
         )
 
 
@@ -674,8 +694,9 @@ def _dedupe(
     text_columns: Sequence[str],
     key_columns: Sequence[str],
     engine: EngineSettings,
+    stamps: dict[str, FileStamp],
 ) -> DatasetResult:
-    """``files``: the inputs, expanded (:func:`_expand`)."""
+    """``files``: the inputs, expanded (:func:`_expand`), each stamped before any read."""
     schemas = [_schema(f) for f in files]
     labelled = {f.split for f in files}
     for split in settings.protected_splits:
@@ -704,6 +725,7 @@ def _dedupe(
         )
         listed, rows = _listed(files, counts), sum(counts)
         kept, duplicates = _write_rows(files, schemas, outcome.removed, tmp)
+        _check_unchanged(stamps)  # before counting: a changed file holds other rows
         if kept + duplicates != rows:
             raise AssertionError("dedupe lost rows")  # conservation; never expected
         summary = {

@@ -44,7 +44,7 @@ from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.output.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
 from pipeline.output.outdir import claim_output
 from pipeline.output.remote import Out
-from pipeline.records.lineage import file_sha256, source_name
+from pipeline.records.lineage import FileStamp, file_sha256, source_name
 from pipeline.records.schemas import SchemaError
 from pipeline.storage import RunStorage
 
@@ -221,35 +221,28 @@ def _input_type(path: Path, given: str) -> str:
     )
 
 
-def _stamps(inputs: list[InputFile]) -> dict[int, os.stat_result]:
-    """Each input's file and state as the run plans it (device, inode, size, modification
-    time): :func:`_check_unchanged` compares them once every byte has been read."""
-    return {f.index: os.stat(f.resolved) for f in inputs}
+def _stamps(inputs: list[InputFile]) -> dict[int, FileStamp]:
+    """Each input's stamp as the run plans it: :func:`_check_unchanged` compares it once
+    every byte has been read."""
+    return {f.index: FileStamp.of(f.resolved) for f in inputs}
 
 
-def _check_unchanged(inputs: list[InputFile], stamps: dict[int, os.stat_result]) -> None:
+def _check_unchanged(inputs: list[InputFile], stamps: dict[int, FileStamp]) -> None:
     """Refuse a run whose input changed while it read it: shards are cut at the size the
     input had, workers and the digest thread each open it by path, and the writer reads
     rejected lines again, so a file replaced, appended to or rewritten meanwhile gave
     lines of neither file, a digest of the new one and a manifest calling it conserved."""
     for f in inputs:
-        before = stamps[f.index]
-        try:
-            now = os.stat(f.resolved)
-        except OSError as exc:
-            raise InputError(f"{f.path}: gone while the run read it ({exc.strerror})") from None
-        if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
-            what = "replaced by another file"
-        elif f.size != before.st_size or now.st_size != f.size:
-            what = f"{f.size:,} bytes when the run began, {now.st_size:,} at its end"
-        elif now.st_mtime_ns != before.st_mtime_ns:
-            what = "modified"
-        else:
-            continue
-        raise InputError(
-            f"{f.path}: changed while the run read it ({what}); its rows would describe "
-            "no one file, so nothing was written: run again once nothing writes to it"
-        )
+        stamp = stamps[f.index]
+        change = stamp.change(f.resolved)
+        if change is None and stamp.size != f.size:  # its shards were cut at ``f.size``
+            change = f"{f.size:,} bytes when the command began, {stamp.size:,} at its end"
+        if change is not None:
+            raise InputError(
+                f"{f.path}: changed while the run read it ({change}); its rows would "
+                "describe no one file, so nothing was written: run again once nothing "
+                "writes to it"
+            )
 
 
 def _hash_inputs(inputs: list[InputFile]) -> Future[dict[int, str]]:

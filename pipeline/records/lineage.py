@@ -39,6 +39,7 @@ __all__ = [
     "LINEAGE_FIELDS",
     "PLAIN",
     "ContentFingerprint",
+    "FileStamp",
     "LineageDigest",
     "LineageKeyError",
     "file_sha256",
@@ -184,6 +185,38 @@ def file_sha256(path: str | Path) -> str:
         while chunk := fh.read(1 << 22):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """A file's identity and state (device, inode, size, modification time), taken
+    before a command reads it: :meth:`change` says, once every read is done, whether
+    the bytes read can all be one file's. A command opens an input several times (its
+    digest, each shard, the rows written again), each by path."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: str | Path) -> FileStamp:
+        found = os.stat(path)
+        return cls(found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+
+    def change(self, path: str | Path) -> str | None:
+        """How the file at ``path`` differs from this stamp, in words; None if it does not."""
+        try:
+            now = FileStamp.of(path)
+        except OSError as exc:
+            return f"gone: {exc.strerror}"
+        if (now.device, now.inode) != (self.device, self.inode):
+            return "replaced by another file"
+        if now.size != self.size:
+            return f"{self.size:,} bytes when the command began, {now.size:,} at its end"
+        if now.mtime_ns != self.mtime_ns:
+            return "modified"
+        return None
 
 
 def check_pin(what: str, actual: str, pinned: str | None, error: type[Exception]) -> None:

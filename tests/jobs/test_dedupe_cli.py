@@ -568,3 +568,28 @@ def test_force_never_replaces_a_file_a_directory_input_reaches_through_a_link(
     assert result.exit_code == 2, result.output
     assert "which this command reads" in result.output
     assert kept.read_bytes() == before
+
+
+def test_a_dataset_changed_while_dedupe_reads_it_fails_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each input is read twice (its keys, then its rows copied): a file rewritten in
+    between gave kept and duplicate rows of neither version. A file whose device, inode,
+    size or modification time changed by the end is now an input error (exit 3)."""
+    import pipeline.jobs.dedupe as dedupe
+
+    path = tmp_path / "f.parquet"
+    pl.DataFrame({"question": ["a b c", "a b c", "d e f"]}).write_parquet(path)
+    decide = dedupe._decide
+
+    def rewritten(*args: Any, **kwargs: Any) -> Any:
+        found = decide(*args, **kwargs)
+        pl.DataFrame({"question": ["x y z"] * 5}).write_parquet(path)
+        return found
+
+    monkeypatch.setattr(dedupe, "_decide", rewritten)
+    args = ["dedupe", str(path), "--text", "question", "--out", str(tmp_path / "d")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 3, result.output
+    assert "changed while dedupe read it" in result.output
+    assert not (tmp_path / "d").exists()

@@ -550,7 +550,7 @@ def _touch(path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        (_append, "[0-9,]+ bytes when the run began, [0-9,]+ at its end"),
+        (_append, "[0-9,]+ bytes when the command began, [0-9,]+ at its end"),
         (_replace, "replaced by another file"),
         (_touch, "modified"),
     ],
