@@ -68,6 +68,7 @@ import pyarrow.parquet as pq
 from pipeline.core.config import (
     CampaignConfig,
     ConfigError,
+    EngineSettings,
     Limits,
     LineageSettings,
     recorded_config,
@@ -1687,9 +1688,9 @@ _WORKER_BYTES: Final = 64 << 20
 
 
 def verify_workers(manifest: dict[str, Any], files: list[_Output], out: Path) -> int:
-    """How many processes verify a run by default: one per core, but one per
-    :data:`_WORKER_BYTES` of its inputs and output files at most, so that a small run
-    is verified in this process alone."""
+    """How many processes verify a run by default: one per available core (as a run's
+    default), but one per :data:`_WORKER_BYTES` of its inputs and output files at most,
+    so that a small run is verified in this process alone."""
     total = sum(int(entry.get("bytes") or 0) for entry in manifest["inputs"])
     total += sum(_size(out / f.path) for f in files)
-    return max(1, min(os.cpu_count() or 1, total // _WORKER_BYTES))
+    return EngineSettings().resolved_workers(max(1, total // _WORKER_BYTES))

@@ -1000,3 +1000,15 @@ def test_a_shard_line_base_edited_in_the_manifest_fails(sharded: Path, tmp_path:
     _shift_a_line_base(out)
     problems = _fails(out, "the manifest's shard starting at byte")
     assert any("follows line" in p for p in problems)
+
+
+def test_a_small_run_is_verified_in_one_process(pristine: Path) -> None:
+    """Starting a worker costs about half a second: one is started per 64 MB of inputs
+    and outputs at most, and no more than the cores a run would use."""
+    from pipeline.core.config import EngineSettings
+    from pipeline.output.verify import verify_workers
+
+    manifest = json.loads((pristine / "manifest.json").read_text())
+    assert verify_workers(manifest, [], pristine) == 1
+    big = {**manifest, "inputs": [{"bytes": 10 * (64 << 20)}]}
+    assert verify_workers(big, [], pristine) == EngineSettings().resolved_workers(10)
