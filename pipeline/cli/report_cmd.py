@@ -7,10 +7,7 @@ e.g. ``--preset pw-decide-row``) and writes selective prediction only.
 
 from __future__ import annotations
 
-import glob
-import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -186,15 +183,11 @@ def _report(data: str, given: dict[str, Any], out_arg: str, force: bool, quiet: 
     # (and `rowgate --help`) would otherwise pay for at start-up
     from pipeline.reports.evaluation import evaluate
     from pipeline.reports.evaluation_output import write_evaluation
-    from pipeline.reports.sources import load_table
+    from pipeline.reports.sources import load_table, named_paths
 
     started = time.perf_counter()
     out_dir = output_argument(out_arg)
-    read = (
-        [Path(data)]
-        if os.path.lexists(data)
-        else [Path(p) for p in glob.glob(data, recursive=True)]
-    )
+    read = named_paths(data)  # what load_table reads lies in these: --out may not overlap them
     with (
         library_errors(writing_directory(out_dir)),
         claim_output(out_dir, force=force, protect=read) as claim,

@@ -8,6 +8,11 @@
   holding both is refused, as a glob matching both is, never half read);
 * a glob (``exports/*.parquet``) or a single file.
 
+A file or directory that exists is read as itself, whatever its name holds: ``[a].parquet``
+is that file, never the pattern matching ``a.parquet`` (paths are never globs). Only a
+``DATA`` that names nothing is expanded as a glob (:func:`named_paths`, which the command
+line also protects from ``--out``).
+
 JSONL is read with rowgate's strict parser first (duplicate keys, NaN, lone surrogates,
 lossy numbers are errors that name the file and line, never the value), then handed to
 polars, which would otherwise accept what the gate rejects (DESIGN §4).
@@ -23,6 +28,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +55,7 @@ from pipeline.records.canonical import canonical_json
 from pipeline.records.lineage import file_sha256
 from pipeline.records.strict_json import parse_object
 
-__all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "LoadedTable", "load_table"]
+__all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "LoadedTable", "load_table", "named_paths"]
 
 PARQUET_SUFFIXES: Final = (".parquet",)
 _GLOB_CHARS: Final = frozenset("*?[")
@@ -85,6 +91,20 @@ class LoadedTable:
         }
 
 
+def named_paths(data: str) -> list[Path]:
+    """The paths ``data`` names: itself when anything exists at that path (a file or
+    directory whose name holds ``[``, ``*`` or ``?`` is read as itself: before, the
+    pattern was tried first, and ``[a].parquet`` read ``a.parquet``), else, when it holds
+    a glob character, the pattern's matches, sorted; else none. What a report reads lies
+    in these paths (a directory's files, a run's parts), so they are what ``--out`` may
+    not overlap."""
+    if os.path.lexists(data):
+        return [Path(data)]
+    if _GLOB_CHARS & set(data):
+        return sorted(Path(p) for p in glob.glob(data, recursive=True))
+    return []
+
+
 def load_table(data: str, *, kind: str | None = None, limits: Limits | None = None) -> LoadedTable:
     """Open ``data`` for a report (see the module docstring for what it may be).
 
@@ -100,13 +120,15 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
         raise InputError("DATA is empty: give a run directory, a directory, a glob or a file")
     path = Path(data)
     run_kind = None
-    if path.is_dir() and (path / MANIFEST_NAME).is_file():
+    if not os.path.lexists(data):  # nothing there: a pattern's matches (named_paths)
+        if not _GLOB_CHARS & set(data):
+            raise InputError(f"{data}: no such file or directory")
+        files = [p for p in named_paths(data) if p.is_file()]
+    elif path.is_dir() and (path / MANIFEST_NAME).is_file():
         files, run_kind = _run_files(path, kind)
     elif path.is_dir():
         found = sorted(p for p in path.rglob("*") if p.is_file())
         files = [p for p in found if _format(p) is not None]
-    elif _GLOB_CHARS & set(data):
-        files = sorted(Path(p) for p in glob.glob(data, recursive=True) if Path(p).is_file())
     elif path.is_file():
         files = [path]
     else:

@@ -166,6 +166,19 @@ def test_an_unreadable_parquet_file_exits_3(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
+def test_a_file_named_like_a_glob_is_the_file_reported(tmp_path: Path) -> None:
+    """``report calibration '[a].parquet'`` reported a.parquet's 7 rows."""
+    pl.DataFrame({"c": [0.9] * 100, "k": [True] * 100}).write_parquet(tmp_path / "[a].parquet")
+    pl.DataFrame({"c": [0.9] * 7, "k": [False] * 7}).write_parquet(tmp_path / "a.parquet")
+    out = tmp_path / "r1"
+    args = ["--confidence", "c", "--correct", "k", "--out", str(out), "-q"]
+    result = runner.invoke(app, ["report", "calibration", str(tmp_path / "[a].parquet"), *args])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "report.json").read_text())
+    assert document["data"]["rows_evaluated"] == 100
+    assert document["data"]["files"] == [str(tmp_path / "[a].parquet")]
+
+
 @pytest.mark.slow
 def test_report_missing_data_and_existing_output(scores: Path, tmp_path: Path) -> None:
     result = runner.invoke(

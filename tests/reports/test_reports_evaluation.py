@@ -21,7 +21,7 @@ from pipeline.output.outdir import OutputExistsError
 from pipeline.reports.evaluation import EvaluationReport, evaluate, slice_label
 from pipeline.reports.evaluation_output import report_document, write_evaluation
 from pipeline.reports.settings import ReportSettings
-from pipeline.reports.sources import LoadedTable, load_table
+from pipeline.reports.sources import LoadedTable, load_table, named_paths
 from tests.conftest import DATA
 
 
@@ -354,6 +354,22 @@ def test_sources_globs_directories_and_formats(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(InputError, match="not a Parquet or JSONL"):
         load_table(str(tmp_path / "notes.txt"))
+
+
+def test_an_existing_file_is_read_as_itself_never_as_a_glob(tmp_path: Path) -> None:
+    """Paths are never globs: ``[a].parquet`` was tried as a pattern first and read
+    ``a.parquet`` (7 rows) instead of itself (100 rows). Only a DATA that names nothing
+    is a pattern."""
+    pl.DataFrame({"p": [0.9] * 100, "ok": [True] * 100}).write_parquet(tmp_path / "[a].parquet")
+    pl.DataFrame({"p": [0.9] * 7, "ok": [False] * 7}).write_parquet(tmp_path / "a.parquet")
+    table = load_table(str(tmp_path / "[a].parquet"))
+    assert table.files == [str(tmp_path / "[a].parquet")]
+    assert table.frame.collect().height == 100
+    assert named_paths(str(tmp_path / "[a].parquet")) == [tmp_path / "[a].parquet"]
+    (tmp_path / "[a].parquet").unlink()  # now it names nothing: the pattern
+    assert load_table(str(tmp_path / "[a].parquet")).frame.collect().height == 7
+    assert named_paths(str(tmp_path / "[a].parquet")) == [tmp_path / "a.parquet"]
+    assert named_paths(str(tmp_path / "missing.parquet")) == []
 
 
 def test_a_directory_holding_parquet_and_jsonl_is_refused(tmp_path: Path) -> None:
