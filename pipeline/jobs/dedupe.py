@@ -10,7 +10,8 @@ kind's key or with explicit text/key columns, and written as::
     OUT/split_groups.parquet  task / meta groups found in more than one split
     OUT/summary.json          format, inputs (path, bytes, SHA-256, rows), settings, counts
 
-The order key is (input path as given, sorted; row); rows keep ``_source``/``_line`` when
+Such an OUT given as a dataset stands for its ``kept.parquet`` (:func:`_dataset_files`), as
+a run's OUT stands for its accepted parts. The order key is (input path as given, sorted; row); rows keep ``_source``/``_line`` when
 the dataset is rowgate output, else they get the file path and 1-based row number.
 ``OUT`` appears atomically, as a run's output does.
 
@@ -79,6 +80,12 @@ __all__ = ["DEDUPE_FORMAT", "DatasetInput", "DatasetResult", "dedupe_dataset"]
 
 #: ``summary.json``'s format: it also proves that rowgate wrote OUT (:mod:`pipeline.output.outdir`)
 DEDUPE_FORMAT: Final = "rowgate-dedupe/1"
+
+#: the files of OUT the dedupe writes: the summary (its proof) and the rows it kept
+_SUMMARY: Final = "summary.json"
+_KEPT: Final = "kept.parquet"
+#: a larger ``summary.json`` is no dedupe's (it holds one entry per input file)
+_SUMMARY_MAX_BYTES: Final = 256 << 20
 
 _OUTPUT_COLUMNS: Final = (
     "_duplicate_of",
@@ -152,7 +159,15 @@ def _check_unchanged(stamps: dict[str, FileStamp]) -> None:
 def _dataset_files(directory: Path) -> list[Path]:
     """The Parquet files a directory stands for. A run's output directory stands for the
     ``accepted`` parts its manifest lists: its other tables (rejected, duplicates, dedupe
-    clusters) are no data, and a file the manifest does not list is no part of the run."""
+    clusters) are no data, and a file the manifest does not list is no part of the run.
+    An earlier dedupe's output (its ``summary.json`` names a ``rowgate-dedupe/`` format)
+    stands for its ``kept.parquet``, the rows it kept: its duplicates, clusters and split
+    groups are its bookkeeping (before, they were read as rows, ``_source`` the table)."""
+    if _is_dedupe_out(directory):
+        kept = directory / _KEPT
+        if not kept.is_file():
+            raise InputError(f"{directory}: a rowgate dedupe output without its {_KEPT}")
+        return [kept]
     if (directory / MANIFEST_NAME).is_file():
         manifest = load_manifest(directory)
         try:
@@ -170,6 +185,21 @@ def _dataset_files(directory: Path) -> list[Path]:
     if not members:
         raise InputError(f"{directory}: directory holds no .parquet files")
     return members
+
+
+def _is_dedupe_out(directory: Path) -> bool:
+    """Whether ``directory`` is ``rowgate dedupe``'s output: its ``summary.json`` names a
+    ``rowgate-dedupe/`` format (a dataset's own ``summary.json`` does not)."""
+    summary = directory / _SUMMARY
+    try:
+        if not summary.is_file() or summary.stat().st_size > _SUMMARY_MAX_BYTES:
+            return False
+        document = json.loads(summary.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and str(document.get("format", "")).startswith(
+        DEDUPE_FORMAT.split("/")[0] + "/"
+    )
 
 
 def _refuse_jsonl(path: Path) -> None:
@@ -395,7 +425,7 @@ def _write_rows(
     def verdicts(lo: int, hi: int) -> pl.DataFrame:
         return removed.slice(lo, hi).select(*_OUTPUT_COLUMNS, _dedupe_reason="_reason")
 
-    kept_out = _writer(tmp / "kept.parquet", layout)
+    kept_out = _writer(tmp / _KEPT, layout)
     duplicates_out = _writer(tmp / "duplicates.parquet", layout.hstack(verdicts(0, 0)))
     base = kept = done = 0
     # a slice is written (compressed, on one core) while the next is read and decoded:
@@ -740,5 +770,5 @@ def _dedupe(
         outcome.groups.drop("_row").unique(["field", "value"], maintain_order=True).write_parquet(
             tmp / "split_groups.parquet"
         )
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        (tmp / _SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return DatasetResult(claim.out, summary)

@@ -91,6 +91,40 @@ def test_dedupe_a_run_directory_reads_its_accepted_rows(split_run: Path, tmp_pat
     assert all("/accepted/" in item["path"] for item in listed)
 
 
+def test_a_dedupe_output_as_a_dataset_is_the_rows_it_kept(tmp_path: Path) -> None:
+    """A dedupe's OUT given as a dataset stands for its kept.parquet: its clusters,
+    split groups and duplicates tables were read as rows of data (``_source`` the
+    table), exit 0. A dataset holding a summary.json of its own is read whole."""
+    data = tmp_path / "d2in"
+    data.mkdir()
+    frame = pl.DataFrame({"text": ["a b c d", "a b c d", "x y z"], "id": [1, 2, 3]})
+    frame.write_parquet(data / "a.parquet")
+    frame.write_parquet(data / "b.parquet")
+    first, second = tmp_path / "dA", tmp_path / "dB"
+    for source, out in ((data, first), (first, second)):
+        result = runner.invoke(app, ["dedupe", str(source), "--text", "text", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+    summary = json.loads((second / "summary.json").read_text())
+    assert [item["path"] for item in summary["inputs"]] == [str(first / "kept.parquet")]
+    assert summary["counts"] == {"rows": 2, "kept": 2, "duplicates": 0}
+    kept = pl.read_parquet(second / "kept.parquet")
+    assert kept.select("text", "id", "_source", "_line").equals(
+        pl.read_parquet(first / "kept.parquet").select("text", "id", "_source", "_line")
+    )
+    (data / "summary.json").write_text('{"format": "my-export/2"}')
+    result = runner.invoke(
+        app, ["dedupe", str(data), "--text", "text", "--out", str(tmp_path / "dC")]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "dC" / "summary.json").read_text())["counts"]["rows"] == 6
+    (first / "kept.parquet").unlink()
+    result = runner.invoke(
+        app, ["dedupe", str(first), "--text", "text", "--out", str(tmp_path / "dD")]
+    )
+    assert result.exit_code == 3, result.output
+    assert "a rowgate dedupe output without its kept.parquet" in result.output
+
+
 def test_dedupe_of_jsonl_says_what_to_do(tmp_path: Path) -> None:
     path = tmp_path / "sft.jsonl"
     path.write_text('{"question": "a"}\n')
