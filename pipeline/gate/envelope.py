@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pipeline.core.config import CampaignConfig
 from pipeline.core.errors import InputError
+from pipeline.core.files import refuse_special
 from pipeline.gate.gate import Gate, GateOutcome
 
 __all__ = ["ENVELOPE_KINDS", "check_envelope"]
@@ -20,6 +21,7 @@ ENVELOPE_KINDS = ("ari-replication-rubric-3", "ari-replication-rubric-v2")
 
 def check_envelope(path: Path, config: CampaignConfig) -> GateOutcome:
     """Gate the whole file as one record; only ARI envelope kinds are acceptable."""
+    refuse_special(path)
     try:
         data = path.read_bytes()
     except OSError as exc:

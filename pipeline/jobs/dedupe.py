@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.config import ConfigError, DedupeSettings, EngineSettings
+from pipeline.core.files import input_type
 from pipeline.dedupe.keys import DedupeKey
 from pipeline.dedupe.table import (
     DedupeOutcome,
@@ -129,13 +130,11 @@ def _expand(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
     files: dict[str, DatasetInput] = {}
     for given in inputs:
         path = Path(given.path)
-        if path.is_dir():
+        if input_type(path, given.path) == "directory":  # a FIFO or device: refused
             found = [DatasetInput(str(p), given.split) for p in _dataset_files(path)]
-        elif path.is_file():
+        else:
             _refuse_jsonl(path)
             found = [given]
-        else:
-            raise InputError(f"{given.path}: no such file or directory")
         for item in found:
             if item.path in files:
                 raise InputError(f"{item.path}: given more than once")
@@ -180,8 +179,9 @@ def _dataset_files(directory: Path) -> list[Path]:
             raise ManifestError(
                 f"{directory / MANIFEST_NAME} lacks or mangles its list of outputs ({exc!r})"
             ) from None
-    else:
-        members = sorted(directory.rglob("*.parquet"))
+    else:  # a FIFO named like a table is refused, never opened nor skipped
+        found = sorted(directory.rglob("*.parquet"))
+        members = [p for p in found if input_type(p, str(p)) == "file"]
     if not members:
         raise InputError(f"{directory}: directory holds no .parquet files")
     return members

@@ -12,9 +12,7 @@ never leaves a partial ``OUT``.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import threading
 import time
 from collections import Counter
@@ -26,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 
 from pipeline.core.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.core.errors import EXIT_FAILED, RowgateError
+from pipeline.core.files import input_type
 from pipeline.engines import get_engine
 from pipeline.gate.gate import Gate
 from pipeline.gate.reader import (
@@ -171,15 +170,6 @@ def expand_inputs(specs: tuple[InputSpec, ...], config: CampaignConfig) -> list[
     return inputs
 
 
-#: What an input that is not a regular file is, by its ``stat`` file type.
-_NOT_FILES: Final = {
-    stat.S_IFIFO: "FIFO (named pipe)",
-    stat.S_IFSOCK: "socket",
-    stat.S_IFCHR: "character device",
-    stat.S_IFBLK: "block device",
-}
-
-
 def _entries(directory: Path, given: str) -> list[Path]:
     """An input directory's entries; an unreadable one is the input's error (exit 3)."""
     try:
@@ -189,36 +179,23 @@ def _entries(directory: Path, given: str) -> list[Path]:
 
 
 def _input_type(path: Path, given: str) -> str:
-    """``"file"`` or ``"directory"`` (following symlinks); anything else is an
-    :class:`InputError` saying what the path is, found by ``stat`` alone: opening a FIFO
-    blocks until something writes to it.
+    """``"file"`` or ``"directory"``; anything else is an :class:`InputError` saying what
+    the path is (:func:`~pipeline.core.files.input_type`: found by ``stat`` alone, as
+    opening a FIFO blocks until something writes to it).
 
     A FIFO, socket or device is refused rather than read: a run reads each input more
     than once (its SHA-256 while it is gated; the writer re-reads lines the global phase
     rejects; ``verify`` re-reads all of it), and a pipe's bytes can be read only once,
     so its lineage could never be checked. Copy the stream to a file first.
     """
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InputError(f"{given}: a symbolic link loop (it never reaches a file)") from None
-        if exc.errno == errno.ENOENT and path.is_symlink():
-            raise InputError(
-                f"{given}: a broken symbolic link (its target does not exist)"
-            ) from None
-        if exc.errno == errno.ENOENT:
-            raise InputError(f"{given}: no such file or directory") from None
-        raise InputError(f"{given}: cannot read: {exc.strerror}") from None
-    if stat.S_ISDIR(mode):
-        return "directory"
-    if stat.S_ISREG(mode):
-        return "file"
-    kind = _NOT_FILES.get(stat.S_IFMT(mode), "special file")
-    raise InputError(
-        f"{given}: is a {kind}, not a regular file: rowgate reads every input more than "
-        "once (to hash it, to gate it, to verify it); copy it to a file first"
-    )
+    return input_type(path, given, reason=_READ_MORE_THAN_ONCE)
+
+
+#: why a run refuses an input that is not a regular file
+_READ_MORE_THAN_ONCE: Final = (
+    "rowgate reads every input more than once (to hash it, to gate it, to verify it); "
+    "copy it to a file first"
+)
 
 
 def _stamps(inputs: list[InputFile]) -> dict[int, FileStamp]:

@@ -33,6 +33,7 @@ import fastjsonschema
 
 from pipeline.core.bundled import bundled_dir
 from pipeline.core.errors import EXIT_INPUT, RowgateError
+from pipeline.core.files import refuse_special
 from pipeline.core.reasons import Reason, RejectLine, schema_code
 from pipeline.records.lineage import check_pin
 from pipeline.records.metaschema import DIALECT, metaschema_documents
@@ -578,6 +579,7 @@ def _compiled(data: bytes) -> Callable[[Any], Any]:
 
 def load_schema(path: Path, schema_id: str) -> SchemaEntry:
     """Read, strictly parse, lint and compile one schema file."""
+    refuse_special(path, str(path), error=SchemaError)
     data = path.read_bytes()
     try:
         schema = parse_object(data, max_depth=256, max_items=100_000)

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from pipeline.core.config import ConfigError, Limits
 from pipeline.core.expression_errors import first_line
+from pipeline.core.files import input_type
 from pipeline.core.reasons import RejectLine
 from pipeline.gate.reader import (
     JSONL_SUFFIXES,
@@ -123,16 +124,14 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
     if not os.path.lexists(data):  # nothing there: a pattern's matches (named_paths)
         if not _GLOB_CHARS & set(data):
             raise InputError(f"{data}: no such file or directory")
-        files = [p for p in named_paths(data) if p.is_file()]
-    elif path.is_dir() and (path / MANIFEST_NAME).is_file():
-        files, run_kind = _run_files(path, kind)
-    elif path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file())
-        files = [p for p in found if _format(p) is not None]
-    elif path.is_file():
+        files = [p for p in named_paths(data) if input_type(p, str(p)) == "file"]
+    elif input_type(path, data) == "file":  # a FIFO, socket, device or dead link: refused
         files = [path]
-    else:
-        raise InputError(f"{data}: no such file or directory")
+    elif (path / MANIFEST_NAME).is_file():
+        files, run_kind = _run_files(path, kind)
+    else:  # what is named like a table must be one: a FIFO is refused, never skipped
+        found = sorted(p for p in path.rglob("*") if _format(p) is not None)
+        files = [p for p in found if input_type(p, str(p)) == "file"]
     if not files:
         raise InputError(f"{data}: no Parquet or JSONL files found")
     formats = {_format(p) for p in files}

@@ -67,6 +67,7 @@ from typing import Any, Final
 import polars as pl
 
 from pipeline.core.config import ConfigError, build_section, parse_toml
+from pipeline.core.files import refuse_special
 from pipeline.core.reasons import POLICY_CALIBRATION_UNAVAILABLE, Disposition
 from pipeline.records.lineage import check_pin
 from pipeline.rubrics.model import MissingSourceError, Rubric, RubricError, Severity, State
@@ -868,6 +869,7 @@ _LISTED_CONDITIONS: Final = (
 
 def load_policy(path: Path, pinned: str | None = None) -> Policy:
     """Read a policy file (TOML, strict keys), check its digest against ``pinned``."""
+    refuse_special(path, f"cannot read policy {path}", error=MissingSourceError)
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -31,6 +31,7 @@ from typing import Any, Final
 import polars as pl
 
 from pipeline.core.config import Limits
+from pipeline.core.files import refuse_special
 from pipeline.core.reasons import RejectLine
 from pipeline.records.strict_json import parse_object
 from pipeline.rubrics.model import RubricError
@@ -209,6 +210,7 @@ def parse_envelope(data: bytes) -> RubricTree:
 
 
 def read_envelope(path: Path) -> RubricTree:
+    refuse_special(path, f"cannot read {path}", error=TreeError)
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -256,6 +258,7 @@ def load_grades(path: Path) -> pl.DataFrame:
 
     A null score is a missing grade. Any score other than 0 or 1 is an error.
     """
+    refuse_special(path, f"cannot read grades {path}", error=TreeError)
     if path.name.endswith(".parquet"):
         try:
             frame = pl.read_parquet(path, columns=list(_GRADES_SCHEMA), glob=False)

@@ -42,6 +42,7 @@ from typing import Any, Final
 import phonenumbers
 
 from pipeline.core.config import ConfigError, parse_toml
+from pipeline.core.files import refuse_special
 from pipeline.records.lineage import check_pin
 from pipeline.sanitize.categories import Category
 from pipeline.sanitize.detectors import normalise_name
@@ -205,6 +206,7 @@ _EXCEPTION: Final = {"name", "categories", "kinds", "fields", "when", "networks"
 
 def load_policy(path: Path, pin: str | None = None) -> SanitizePolicy:
     """Read and validate a policy file; ``pin`` is the SHA-256 it must have."""
+    refuse_special(path, f"sanitize.policy: cannot read {path}", error=ConfigError)
     try:
         data = path.read_bytes()
     except OSError as exc:

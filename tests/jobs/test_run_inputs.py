@@ -7,7 +7,9 @@ input path.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import json
 import os
 import re
 import threading
@@ -22,6 +24,7 @@ from pipeline.core.config import CampaignConfig, ConfigError, InputSpec, load_ca
 from pipeline.gate.reader import DecompressionLimitError, InputError
 from pipeline.jobs.run import expand_inputs, run
 from pipeline.output.verify import verify_run
+from tests.cli.test_cli_rubrics import ENVELOPE
 from tests.conftest import DATA
 
 runner = CliRunner()
@@ -110,6 +113,79 @@ def test_a_fifo_input_is_refused_without_opening_it(tmp_path: Path) -> None:
         assert isinstance(error, InputError)
         assert f"{fifo}: is a FIFO (named pipe), not a regular file" in str(error)
         assert "copy it to a file first" in str(error)
+
+
+#: each command given a FIFO (``FIFO``), in a file's place or inside a directory
+#: (``DIR``); the exit code and what the message calls the path
+_FIFO_COMMANDS: list[tuple[list[str], int, str]] = [
+    (["rubrics", "check", "FIFO"], 3, "FIFO"),
+    (["rubrics", "check", "-c", "FIFO", "ENVELOPE"], 2, "cannot read config FIFO"),
+    (["rubrics", "score", "ENVELOPE", "FIFO"], 3, "cannot read grades FIFO"),
+    (["rubrics", "score", "FIFO", "GRADES"], 3, "cannot read FIFO"),
+    (["run", "-c", "FIFO", "--out", "OUT"], 2, "cannot read config FIFO"),
+    (
+        [
+            "report",
+            "calibration",
+            "FIFO.parquet",
+            "--confidence",
+            "c",
+            "--correct",
+            "k",
+            "--out",
+            "OUT",
+        ],
+        3,
+        "FIFO.parquet",
+    ),
+    (
+        ["report", "calibration", "DIR", "--confidence", "c", "--correct", "k", "--out", "OUT"],
+        3,
+        "DIR/x.parquet",
+    ),
+    (["dedupe", "FIFO.parquet", "--text", "t", "--out", "OUT"], 3, "FIFO.parquet"),
+    (["dedupe", "DIR", "--text", "t", "--out", "OUT"], 3, "DIR/x.parquet"),
+]
+
+
+@pytest.mark.parametrize(("args", "code", "named"), _FIFO_COMMANDS, ids=lambda v: str(v))
+def test_every_command_refuses_a_fifo_without_opening_it(
+    tmp_path: Path, args: list[str], code: int, named: str
+) -> None:
+    """`rubrics check`, `rubrics score` and `run -c` opened a FIFO and waited forever for
+    a writer; `report` and `dedupe` said "no such file or directory" of one, and skipped
+    one in a directory. Each says what it is, found by its file type, as a run's input."""
+    places = {
+        "FIFO.parquet": tmp_path / "pipe.parquet",
+        "FIFO": tmp_path / "pipe",
+        "DIR": tmp_path / "d",
+        "OUT": tmp_path / "out",
+        "ENVELOPE": tmp_path / "envelope.json",
+        "GRADES": tmp_path / "grades.jsonl",
+    }
+    places["DIR"].mkdir()
+    fifos = [places["FIFO.parquet"], places["FIFO"], places["DIR"] / "x.parquet"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    places["ENVELOPE"].write_text(json.dumps(ENVELOPE))
+    places["GRADES"].write_text('{"submission": "s", "leaf_id": "x", "score": 1}\n')
+    argv = [str(places[a]) if a in places else a for a in args]
+    results: list[object] = []
+    worker = threading.Thread(target=lambda: results.append(runner.invoke(app, argv)), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    if worker.is_alive():
+        for fifo in fifos:  # a writer lets the blocked reader go
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("opened the FIFO")
+    result = results[0]
+    assert result.exit_code == code, result.output  # type: ignore[attr-defined]
+    shown = named
+    for name in ("FIFO.parquet", "FIFO", "DIR"):
+        shown = shown.replace(name, str(places[name]))
+    assert f"{shown}: is a FIFO (named pipe), not a regular file" in result.output  # type: ignore[attr-defined]
+    assert not places["OUT"].exists()
 
 
 def test_symbolic_links_that_reach_no_file_are_named(tmp_path: Path) -> None:
