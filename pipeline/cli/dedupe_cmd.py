@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from pipeline.cli._common import library_errors, out, out_option, output_argument, writing_directory
+from pipeline.cli._common import (
+    library_errors,
+    out,
+    out_option,
+    output_argument,
+    terminal_text,
+    writing_directory,
+)
 from pipeline.core.config import CampaignConfig, DedupeSettings, InputSpec, load_campaign
 from pipeline.output.remote import RemoteOut
 
@@ -160,7 +167,7 @@ def _dataset_inputs(inputs: list[str] | None, split: list[str] | None) -> list[D
 def _print_summary(summary: dict[str, Any], out_dir: Path | RemoteOut) -> None:
     """Rows removed per rule, then the totals."""
     counts = summary["counts"]
-    table = Table("rule", "rows", title=f"rowgate dedupe → {out_dir}", box=None)
+    table = Table("rule", "rows", title=f"rowgate dedupe → {terminal_text(str(out_dir))}", box=None)
     for rule, n in summary["dedupe"]["by_rule"].items():
         table.add_row(rule, f"{n:,}")
     out.print(table)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled
+from pipeline.cli._common import EXIT_MISMATCH, err, library_errors, out, styled, terminal_text
 from pipeline.core.config import CampaignConfig, load_campaign
 from pipeline.output.outdir import atomic_file
 
@@ -41,8 +41,9 @@ def check_command(
         outcome = check_envelope(file, config)
     verdict = "valid" if outcome.disposition is Disposition.ACCEPTED else "invalid"
     for reason in outcome.reasons:
-        err.print(f"  {reason.code} {reason.path} {reason.detail}".rstrip(), highlight=False)
-    out.print(f"{file}: {verdict} ({outcome.kind or 'unrouted'})", highlight=False)
+        line = f"  {reason.code} {reason.path} {reason.detail}".rstrip()
+        err.print(terminal_text(line), highlight=False)  # a path holds the document's keys
+    out.print(f"{terminal_text(str(file))}: {verdict} ({outcome.kind or 'unrouted'})")
     if verdict != "valid":
         raise typer.Exit(EXIT_MISMATCH)
 

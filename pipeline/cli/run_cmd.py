@@ -31,6 +31,7 @@ from pipeline.cli._common import (
     out_option,
     output_argument,
     styled,
+    terminal_text,
     writing_directory,
 )
 from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
@@ -178,7 +179,7 @@ def _exit_over_rejected_share(result: RunResult, out_dir: Path | RemoteOut) -> N
     err.print(
         styled("error:", "bold red"),
         f"{result.rejected_share:.1%} of the lines were rejected or quarantined, more "
-        f"than run.max_rejected_share {limit:g} ({out_dir} was written)",
+        f"than run.max_rejected_share {limit:g} ({terminal_text(str(out_dir))} was written)",
     )
     raise typer.Exit(EXIT_REJECTED_SHARE)
 
@@ -277,7 +278,13 @@ class _progress:
 def _summary(manifest: dict[str, Any], out_dir: Path | RemoteOut) -> None:
     counts = manifest["counts"]
     total = counts["lines"] or 1
-    table = Table("disposition", "rows", "share", title=f"rowgate run → {out_dir}", box=None)
+    table = Table(
+        "disposition",
+        "rows",
+        "share",
+        title=f"rowgate run → {terminal_text(str(out_dir))}",
+        box=None,
+    )
     for disposition in ("accepted", "quarantined", "duplicate", "rejected"):
         n = counts["by_disposition"].get(disposition, 0)
         table.add_row(disposition, f"{n:,}", f"{n / total:.1%}")

@@ -137,6 +137,44 @@ def test_summaries_print_hostile_paths_as_text(
     _assert_printed(result.stdout, expected.replace("{in}", str(given)).replace("{out}", str(out)))
 
 
+#: a name that, printed raw, clears the screen, sets the window title and forges a line
+_FORGING = "o\x1b]0;owned\x07\x1bc\nerror: forged"
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["rubrics", "check", "{forging}"], "{forging}: invalid"),
+        (["dedupe", "{in}", "--text", "question", "--out", "{forging}"], "rowgate dedupe → {forging}"),
+        (["run", "{math}", "--kind", "math-reasoning-v1", "--out", "{forging}", "--workers", "1",
+          "--max-rejected-share", "0"], "({forging} was written)"),
+    ],
+    ids=["rubrics-check", "dedupe", "run"],
+)  # fmt: skip
+def test_summaries_print_control_characters_of_paths_escaped(
+    tmp_path: Path, command: list[str], expected: str
+) -> None:
+    """`rubrics check` printed its file's path raw, `dedupe` and `run` their OUT in the
+    summary's title (and `run` in its rejected-share error): a path holding an escape
+    sequence or a newline acted on the terminal, or forged an output line."""
+    forging = tmp_path / _FORGING
+    if command[0] == "rubrics":
+        forging.write_text('{"schema_version": "x"}')
+    values = {
+        "{forging}": str(forging),
+        "{in}": str(_dedupe_input(tmp_path)),
+        "{math}": str(DATA / "math-reasoning-v1.jsonl"),
+    }
+    args = [values.get(a, a) for a in command]
+    result = runner.invoke(app, args)
+    assert result.exit_code in (0, 1, 5), result.output
+    assert "\x1b" not in result.output
+    assert "\x07" not in result.output
+    assert "\nerror: forged" not in result.output
+    shown = str(tmp_path / "o\\u001b]0;owned\\u0007\\u001bc\\nerror: forged")
+    assert _flat(expected.replace("{forging}", shown)) in _flat(result.output), result.output
+
+
 @pytest.mark.parametrize(
     "command",
     [
