@@ -352,6 +352,33 @@ def _check_overlap(out: Path, protected: Iterable[Path]) -> None:
         )
 
 
+def _check_named(out: Path) -> None:
+    """Refuse an OUT given as ``.`` or ``..`` (its last part): its lock and temporary
+    directory, which go beside OUT in its parent, would be made inside it, and the swap
+    renames OUT by its name. Before, ``--out . --force`` in an old output was refused
+    naming the lock as an entry the user had put there."""
+    if out.name in ("", ".", ".."):
+        raise UnsafeOutputError(
+            f"--out {out} names a directory by {out.name or '.'!r}, not by its name: rowgate "
+            "locks and replaces OUT from its parent; give its path by name (e.g. "
+            f"{Path(os.path.abspath(out))})"
+        )
+
+
+def _make_parent(out: Path) -> None:
+    """Make OUT's parent directories; a file in their place is named as what it is (it
+    was "afile: File exists" for ``--out afile/sub``)."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        for parent in reversed(out.parents):
+            if os.path.lexists(parent) and not parent.is_dir():
+                raise UnsafeOutputError(
+                    f"--out {out}: {parent} is not a directory, so OUT cannot be made in it"
+                ) from None
+        raise
+
+
 def _exists_to_replace(out: Path, force: bool, what: str, noun: str) -> bool:
     """Whether ``out`` exists, to be replaced: refused when it does without ``force``, or
     is a link (``--force`` replaces only ``what``: the ``noun`` itself)."""
@@ -645,9 +672,10 @@ def claim_output(
         return
     protect = list(protect)
     _check_utf8(out)
+    _check_named(out)
     _check_overlap(out, protect)
     _check_lock_unread(out, protect)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(out)
     with _locked(out):
         _recover(out, protect)
         _check_replaceable(out, force)

@@ -294,6 +294,41 @@ def test_force_never_deletes_what_a_user_put_in_a_rowgate_out(tmp_path: Path) ->
     assert outdir.foreign_entries(out) == []
 
 
+def test_an_out_named_by_a_dot_or_under_a_file_is_refused_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--out . --force`` inside an old output was refused naming rowgate's own lock
+    (``..rowgate-lock``, made inside OUT) as an entry the user put there; ``--out
+    afile/sub`` said "afile: File exists". Each is refused (exit 2) saying what is wrong,
+    nothing written."""
+    data = tmp_path / "in.parquet"
+    pl.DataFrame({"q": ["a", "a", "b"]}).write_parquet(data)
+    old = tmp_path / "dA"
+    assert (
+        runner.invoke(app, ["dedupe", str(data), "--text", "q", "--out", str(old)]).exit_code == 0
+    )
+    before = _snapshot(tmp_path)
+    monkeypatch.chdir(old)
+    for given, named in ((".", "'.'"), ("..", "'..'")):
+        args = ["dedupe", str(data), "--text", "q", "--out", given, "--force"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        message = " ".join(result.output.split())
+        assert f"--out {given} names a directory by {named}, not by its name" in message
+        assert "rowgate-lock" not in message
+        assert _snapshot(tmp_path) == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["dA", "in.parquet"]
+    (tmp_path / "afile").write_text("mine")
+    for given in ("afile/sub", "afile/x/sub"):
+        args = ["dedupe", str(data), "--text", "q", "--out", str(tmp_path / given)]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        message = " ".join(result.output.split())
+        assert f"{tmp_path / 'afile'} is not a directory, so OUT cannot be made in it" in message
+        assert "File exists" not in message
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_every_command_can_replace_its_own_output(tmp_path: Path) -> None:
     """run, dedupe and report outputs each prove they are rowgate's (manifest.json,
     summary.json, report.json name a rowgate format) and hold only what they wrote:
