@@ -103,6 +103,63 @@ def test_every_dash_folds_to_a_hyphen() -> None:
             assert view.text == "1-2", hex(ord(dash))
 
 
+@pytest.mark.parametrize("stop", ["\u3002", "\uff0e", "\uff61"])
+def test_ideographic_full_stops_are_a_mail_domains_dots(stop: str) -> None:
+    """IDNA reads U+3002, U+FF0E and U+FF61 in a domain as dots; NFKC keeps U+3002 (and
+    makes U+FF61 one), so 'alice@gmail。com' was stored as written. An exception's
+    domain is read through them too: 'user@example。com' stays."""
+    written = f"alice@gmail{stop}com"
+    assert ("email", written) in found(f"mail {written} now")
+    record = make_record("math-reasoning-v1", random.Random(0), 0)
+    record["problem"] = f"Mail {written} or user@example{stop}com."
+    result = MATH.inspect(record)
+    assert result.record["problem"] == f"Mail [REDACTED_PII:EMAIL] or user@example{stop}com."
+
+
+def test_a_sentences_ideographic_full_stop_folds_nothing() -> None:
+    """A Japanese or Chinese sentence ends with U+3002: only one in a domain (after '@'
+    and a label) folds the text."""
+    assert fold("今日は晴れです。明日は雨が降るでしょう。") is None
+    assert fold("メールは alice@gmail。com まで。") is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "category", "value"),
+    [
+        ("mail jose\u0301@gmail.com now", "email", "jose\u0301@gmail.com"),
+        ("mail jo\u0301se\u0300@gmail.com now", "email", "jo\u0301se\u0300@gmail.com"),
+        ("mail alice@gma\u0301il.com now", "email", "alice@gma\u0301il.com"),
+        ("Call 202\u0301-555-0143 now", "phone", "202\u0301-555-0143"),
+        ("Call 202-\u20dd555-0143 now", "phone", "202-\u20dd555-0143"),
+        ("SSN 123-4\u1dc05-6789 here", "national_id", "123-4\u1dc05-6789"),
+    ],
+)
+def test_combining_diacritics_inside_a_value_are_read_through(
+    text: str, category: str, value: str
+) -> None:
+    """A decomposed accent inside a value hid it ('jose\u0301@gmail.com' stayed as
+    written) or cut it ('Call 202\u0301-555-0143' kept '202\u0301-'): the folded view
+    drops the combining diacritics where one stands inside a value, and the detection
+    covers the value as written."""
+    assert (category, value) in found(text)
+    record = make_record("math-reasoning-v1", random.Random(0), 0)
+    record["problem"] = text
+    redacted = MATH.inspect(record).record["problem"]
+    assert redacted == text.replace(value, f"[REDACTED_PII:{category.upper()}]")
+
+
+def test_marks_of_words_fold_nothing() -> None:
+    """Devanagari's vowel signs and Arabic's harakat are letters of their words, and an
+    accent in a word is no value: none of these texts is folded (scanned twice)."""
+    for text in (
+        "यह एक परीक्षण वाक्य है जिसमें मात्राएँ हैं, जैसे कि विद्यालय। alice@gmail.com 2025",
+        "هَذِهِ جُمْلَةٌ تَجْرِيبِيَّةٌ مَعَ الحَرَكَاتِ alice@gmail.com 2025",
+        unicodedata.normalize("NFD", "Le café était très agréable, appelez le 01 42 68 53 00"),
+        "Tiếng Việt có nhiều dấu thanh, 2025",
+    ):
+        assert fold(text) is None, text
+
+
 _WIDE = {chr(c): chr(c + 0xFEE0) for c in range(0x21, 0x7F)}  # ASCII → fullwidth
 _INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\u00ad", "\ufeff"]
 _VALUES = [
