@@ -72,7 +72,7 @@ from pipeline.jobs.dataset_keys import (
 )
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
 from pipeline.output.manifest import MANIFEST_NAME, ManifestError, load_manifest
-from pipeline.output.outdir import OutputClaim, claim_output
+from pipeline.output.outdir import OutputClaim, claim_output, output_format
 from pipeline.output.remote import RemoteClaim, RemoteOut
 from pipeline.records.lineage import FileStamp, file_sha256
 from pipeline.storage import RunStorage
@@ -82,11 +82,8 @@ __all__ = ["DEDUPE_FORMAT", "DatasetInput", "DatasetResult", "dedupe_dataset"]
 #: ``summary.json``'s format: it also proves that rowgate wrote OUT (:mod:`pipeline.output.outdir`)
 DEDUPE_FORMAT: Final = "rowgate-dedupe/1"
 
-#: the files of OUT the dedupe writes: the summary (its proof) and the rows it kept
-_SUMMARY: Final = "summary.json"
+#: the rows a dedupe's OUT kept (what it stands for as a dataset)
 _KEPT: Final = "kept.parquet"
-#: a larger ``summary.json`` is no dedupe's (it holds one entry per input file)
-_SUMMARY_MAX_BYTES: Final = 256 << 20
 
 _OUTPUT_COLUMNS: Final = (
     "_duplicate_of",
@@ -162,7 +159,7 @@ def _dataset_files(directory: Path) -> list[Path]:
     An earlier dedupe's output (its ``summary.json`` names a ``rowgate-dedupe/`` format)
     stands for its ``kept.parquet``, the rows it kept: its duplicates, clusters and split
     groups are its bookkeeping (before, they were read as rows, ``_source`` the table)."""
-    if _is_dedupe_out(directory):
+    if (output_format(directory) or "").startswith(DEDUPE_FORMAT.split("/")[0] + "/"):
         kept = directory / _KEPT
         if not kept.is_file():
             raise InputError(f"{directory}: a rowgate dedupe output without its {_KEPT}")
@@ -185,21 +182,6 @@ def _dataset_files(directory: Path) -> list[Path]:
     if not members:
         raise InputError(f"{directory}: directory holds no .parquet files")
     return members
-
-
-def _is_dedupe_out(directory: Path) -> bool:
-    """Whether ``directory`` is ``rowgate dedupe``'s output: its ``summary.json`` names a
-    ``rowgate-dedupe/`` format (a dataset's own ``summary.json`` does not)."""
-    summary = directory / _SUMMARY
-    try:
-        if not summary.is_file() or summary.stat().st_size > _SUMMARY_MAX_BYTES:
-            return False
-        document = json.loads(summary.read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(document, dict) and str(document.get("format", "")).startswith(
-        DEDUPE_FORMAT.split("/")[0] + "/"
-    )
 
 
 def _refuse_jsonl(path: Path) -> None:
@@ -770,5 +752,5 @@ def _dedupe(
         outcome.groups.drop("_row").unique(["field", "value"], maintain_order=True).write_parquet(
             tmp / "split_groups.parquet"
         )
-        (tmp / _SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return DatasetResult(claim.out, summary)

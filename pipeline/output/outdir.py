@@ -65,6 +65,7 @@ __all__ = [
     "atomic_file",
     "claim_output",
     "foreign_entries",
+    "output_format",
     "pid_alive",
     "unexpected_entries",
     "written_by_rowgate",
@@ -210,6 +211,13 @@ def written_by_rowgate(directory: Path) -> bool:
     if directory.is_symlink() or not directory.is_dir():
         return False
     return not any(directory.iterdir()) or _proof(directory) is not None
+
+
+def output_format(directory: Path) -> str | None:
+    """The format rowgate wrote ``directory`` in (``rowgate-dedupe/1``, a run's
+    ``rowgate-run/…``), read from its proof; None where rowgate wrote no output."""
+    proof = _proof(directory)
+    return None if proof is None else str(proof[1]["format"])
 
 
 def _proof(directory: Path) -> tuple[str, dict[str, Any]] | None:

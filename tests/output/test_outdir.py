@@ -208,6 +208,26 @@ def test_dedupe_and_report_refuse_their_input_as_out(tmp_path: Path) -> None:
     assert _snapshot(tmp_path / "r") == before
 
 
+def test_force_never_replaces_a_table_a_reports_directory_reaches_through_a_link(
+    tmp_path: Path,
+) -> None:
+    """A report's DATA directory holding a link to a table of the old OUT: ``--force``
+    replaced that table, the rows being read (only the directory was protected; found
+    by the data-safety red team). Every file the directory holds is protected now."""
+    run(_config(MATH), tmp_path / "r")
+    old = tmp_path / "rep"
+    assert runner.invoke(app, [*_report(tmp_path / "r"), "--out", str(old)]).exit_code == 0
+    table = sorted(old.glob("*.parquet"))[0]
+    before = table.read_bytes()
+    data = tmp_path / "ds"
+    data.mkdir()
+    (data / table.name).symlink_to(table)
+    result = runner.invoke(app, [*_report(data), "--out", str(old), "--force"])
+    assert result.exit_code == 2, result.output
+    assert "which this command reads" in result.output
+    assert table.read_bytes() == before
+
+
 # --- 9. --force replaces only a directory rowgate wrote -------------------------------
 
 
