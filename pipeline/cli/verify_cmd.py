@@ -38,6 +38,7 @@ def verify_command(
         int | None,
         typer.Option(
             min=1,
+            max=256,
             help="Processes that check the rows and lines (default: one per core, one per "
             "64 MB of inputs and outputs at most).",
         ),

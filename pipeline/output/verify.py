@@ -1212,6 +1212,14 @@ class _LineFaults:
     #: rows naming a line number below 1
     invalid: int = 0
 
+    def add(self, later: _LineFaults) -> None:
+        """The faults of a later stretch of the same input's lines."""
+        self.twice += later.twice
+        self.missing += later.missing
+        self.invalid += later.invalid
+        self.first_twice = self.first_twice or later.first_twice
+        self.first_missing = self.first_missing or later.first_missing
+
 
 def _check_window(
     name: str,
@@ -1316,66 +1324,107 @@ def _check_lineage(
     tally: _Tally,
     report: VerifyReport,
 ) -> int:
-    """Walk each input's lines with the rows naming them on ``engine``, a task a part of
-    an input (:func:`_parts`); return the lines read."""
-    tasks: list[_InputLineage] = []
-    for entry in work.manifest["inputs"]:
-        tasks += _parts(work.manifest, entry, inputs.get(entry["path"]), tally)
-    found = engine.map(Step(_Worker, work.args, _lineage_task), tasks, cost=lambda t: t.cost)
+    """Walk each input's lines with the rows naming them on ``engine``, a task a shard of
+    the run where the manifest's shards allow (:func:`_shard_walks`), else a task an
+    input; return the lines read. What the tasks find is added up in line order, as one
+    walk of the whole input finds it: an input stops at its first walk that cannot go on,
+    and one whose shards' line bases are not its lines' (a forged manifest) is walked
+    again whole, after a problem naming the shard."""
+    entries = work.manifest["inputs"]
+    walks: list[list[_InputLineage]] = []
+    for entry in entries:
+        files = tuple(sorted(tally.files_of.get(entry["path"], [])))
+        walks.append(_shard_walks(work.manifest, entry, inputs.get(entry["path"]), files))
+    step = Step(_Worker, work.args, _lineage_task)
+    flat = [walk for mine in walks for walk in mine]
+    results = iter(engine.map(step, flat, cost=lambda t: t.cost))
+    found = [[(walk, *next(results)) for walk in mine] for mine in walks]
+    misnumbered = {i: _misnumbered(mine) for i, mine in enumerate(found)}
+    again = [i for i, why in misnumbered.items() if why is not None]
+    wholes = [_whole_walk(walks[i]) for i in again]
+    for i, whole, (problems, part) in zip(again, wholes, engine.map(step, wholes), strict=True):
+        found[i] = [(whole, problems, part)]
     lines_read = 0
-    for entry in work.manifest["inputs"]:
-        mine = [(t, r, p) for t, (r, p) in zip(tasks, found, strict=True) if t.entry is entry]
-        misnumbered = _misnumbered(mine)
-        if misnumbered is not None:  # every line after it was compared with another's row
-            report.problem(f"input {entry['path']}: {misnumbered}")
-            continue
-        for _, problems, _ in mine:
+    for i, entry in enumerate(entries):
+        if misnumbered[i] is not None:
+            report.problem(f"input {entry['path']}: {misnumbered[i]}")
+        for _, problems, part in found[i]:
             report.add(problems)
-        if any(part.failed for _, _, part in mine):
-            continue
-        lines_read += _summary(entry, inputs.get(entry["path"]), mine, tally, report)
+            if part.failed:
+                break  # the whole input's walk stops there too
+        else:
+            lines_read += _summary(entry, inputs.get(entry["path"]), found[i], tally, report)
     for stranger, rows in sorted(tally.strangers.items()):
         report.problem(f"{rows} output row(s) name {stranger!r}, which is no input of the run")
     return lines_read
 
 
-def _parts(
-    manifest: dict[str, Any], entry: dict[str, Any], source: InputFile | None, tally: _Tally
+def _whole_walk(walks: list[_InputLineage]) -> _InputLineage:
+    """One walk of the input the ``walks`` cut into shards, over all its files."""
+    first = walks[0]
+    files = sorted({f for walk in walks for f in walk.files})
+    return _InputLineage(first.entry, first.source, tuple(files))
+
+
+def _shard_walks(
+    manifest: dict[str, Any],
+    entry: dict[str, Any],
+    source: InputFile | None,
+    files: tuple[tuple[int, int, str], ...],
 ) -> list[_InputLineage]:
     """An input's lineage tasks: one a shard of the run where the shards the manifest
-    records cut the input's bytes into consecutive ranges, each beginning a line (their
-    line bases are checked against the lines read, :func:`_summary`); else the whole
-    input (a compressed or missing one always)."""
-    files = tuple(sorted(tally.files_of.get(entry["path"], [])))
+    records for it (integers) cut its bytes into consecutive ranges, each beginning a
+    line (their line bases are checked against the lines read, :func:`_misnumbered`);
+    else, and for a compressed or missing input, one walk of the whole input. The last
+    shard's walk reads to the end of the file as it is now (bytes appended since the run
+    are read, as a whole walk reads them). ``files``: (first line, last line, path) of
+    the files holding the input's rows, sorted."""
     whole = [_InputLineage(entry, source, files)]
     if source is None or source.compression != "none":
         return whole
-    shards = sorted(
-        (s for s in manifest["shards"] if s.get("input") == entry["index"]),
-        key=lambda s: s["start"],
-    )
+    shards = [
+        s
+        for s in manifest["shards"]
+        if isinstance(s, dict)
+        and s.get("input") == entry["index"]
+        and all(type(s.get(k)) is int for k in ("start", "end", "line_base"))
+    ]
+    shards.sort(key=lambda s: s["start"])
     ends = [s["start"] for s in shards[1:]] + [source.size]
     if len(shards) < 2 or shards[0]["start"] != 0 or [s["end"] for s in shards] != ends:
         return whole
-    try:
-        with open(source.resolved, "rb") as fh:
-            for shard in shards[1:]:
-                fh.seek(shard["start"] - 1)
-                if fh.read(1) != b"\n":
-                    return whole
-    except (OSError, TypeError, ValueError):
+    if not _at_line_starts(source, [s["start"] for s in shards[1:]]):
         return whole
-    parts = []
+    walks: list[_InputLineage] = []
+    active: list[tuple[int, int, str]] = []
+    taken = 0
     for i, shard in enumerate(shards):
         low = shard["line_base"] + 1
-        high = shards[i + 1]["line_base"] if i + 1 < len(shards) else None
-        # the files with a row in the part's lines (the first part: below 1 too)
-        mine = tuple(f for f in files if (high is None or f[0] <= high) and (f[1] >= low or i == 0))
         last = i + 1 == len(shards)
-        parts.append(
-            _InputLineage(entry, source, mine, shard["start"], shard["end"], low - 1, last)
+        high = None if last else shards[i + 1]["line_base"]
+        while taken < len(files) and (high is None or files[taken][0] <= high):
+            active.append(files[taken])
+            taken += 1
+        # the files with a row in the shard's lines (the first shard's: below 1 too)
+        active = [f for f in active if f[1] >= low or i == 0]
+        end = None if last else shard["end"]
+        walks.append(
+            _InputLineage(entry, source, tuple(active), shard["start"], end, low - 1, last)
         )
-    return parts
+    return walks
+
+
+def _at_line_starts(source: InputFile, starts: list[int]) -> bool:
+    """Whether each offset in ``starts`` follows a newline of ``source``."""
+    try:
+        with open(source.resolved, "rb") as fh:
+            for start in starts:
+                fh.seek(start - 1)
+                if fh.read(1) != b"\n":
+                    return False
+    except OSError:
+        return False
+    return True
 
 
 def _lineage_task(
@@ -1424,9 +1473,9 @@ def _walk(
             oversized |= window.oversized
             while pending and pending[0][0] <= window.last:
                 active.append(_FileRows(worker.out / pending.pop(0)[2], name, lowest))
-            parts = [t for rows in active for t in rows.take_through(window.last)]
+            tables = [t for rows in active for t in rows.take_through(window.last)]
             active = [rows for rows in active if not rows.done]
-            _check_window(name, window, parts, found.faults, report, regate)
+            _check_window(name, window, tables, found.faults, report, regate)
         if task.last:
             found.beyond = sum(rows.rest() for rows in active)
             found.beyond += sum(
@@ -1464,23 +1513,20 @@ def _misnumbered(parts: list[tuple[_InputLineage, VerifyReport, _PartLines]]) ->
 def _summary(
     entry: dict[str, Any],
     source: InputFile | None,
-    parts: list[tuple[_InputLineage, VerifyReport, _PartLines]],
+    walks: list[tuple[_InputLineage, VerifyReport, _PartLines]],
     tally: _Tally,
     report: VerifyReport,
 ) -> int:
-    """One input's lines as its parts found them, said where they are wrong; the lines
+    """One input's lines as its walks found them, said where they are wrong; the lines
     read."""
-    name, faults, read = entry["path"], _LineFaults(), 0
-    for _, _, part in parts:
-        read += part.lines
-        faults.twice += part.faults.twice
-        faults.missing += part.faults.missing
-        faults.invalid += part.faults.invalid
-        faults.first_twice = faults.first_twice or part.faults.first_twice
-        faults.first_missing = faults.first_missing or part.faults.first_missing
-    oversized = frozenset().union(*(part.oversized for _, _, part in parts))
-    claimed = tally.too_large.get(name, set()) - oversized
-    _report_lines(name, entry, source, read, parts[-1][2].beyond, claimed, faults, report)
+    faults = _LineFaults()
+    for _, _, part in walks:
+        faults.add(part.faults)
+    read = sum(part.lines for _, _, part in walks)
+    oversized = frozenset().union(*(part.oversized for _, _, part in walks))
+    claimed = tally.too_large.get(entry["path"], set()) - oversized
+    beyond = walks[-1][2].beyond
+    _report_lines(entry["path"], entry, source, read, beyond, claimed, faults, report)
     return read
 
 

@@ -195,20 +195,25 @@ def file_sha256(path: str | Path) -> str:
 
 @dataclass(frozen=True)
 class FileStamp:
-    """A file's identity and state (device, inode, size, modification time), taken
-    before a command reads it: :meth:`change` says, once every read is done, whether
-    the bytes read can all be one file's. A command opens an input several times (its
-    digest, each shard, the rows written again), each by path."""
+    """A file's identity and state (device, inode, size, modification and change times),
+    taken before a command reads it: :meth:`change` says, once every read is done,
+    whether the bytes read can all be one file's. A command opens an input several times
+    (its digest, each shard, the rows written again), each by path. The change time is
+    the kernel's: a writer that puts the modification time back (``touch -d``) moves it.
+    What it cannot see: a rewrite of the same size within the file system's timestamp
+    granularity (1-2 s on some network and FAT file systems; nanoseconds on ext4, XFS,
+    btrfs, tmpfs), which only hashing the file again would."""
 
     device: int
     inode: int
     size: int
     mtime_ns: int
+    ctime_ns: int
 
     @classmethod
     def of(cls, path: str | Path) -> FileStamp:
         found = os.stat(path)
-        return cls(found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+        return cls(found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
     def change(self, path: str | Path) -> str | None:
         """How the file at ``path`` differs from this stamp, in words; None if it does not."""
@@ -220,7 +225,7 @@ class FileStamp:
             return "replaced by another file"
         if now.size != self.size:
             return f"{self.size:,} bytes when the command began, {now.size:,} at its end"
-        if now.mtime_ns != self.mtime_ns:
+        if (now.mtime_ns, now.ctime_ns) != (self.mtime_ns, self.ctime_ns):
             return "modified"
         return None
 

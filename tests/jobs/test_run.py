@@ -547,14 +547,24 @@ def _touch(path: Path) -> None:
     os.utime(path, ns=(0, path.stat().st_mtime_ns + 1_000_000))
 
 
+def _rewrite_keeping_the_time(path: Path) -> None:
+    """Same size, other bytes, and the modification time put back: the change time
+    (the kernel's, which no one can set) still moves."""
+    before = path.stat()
+    data = path.read_bytes()
+    path.write_bytes(data[:10] + bytes([data[10] ^ 1]) + data[11:])
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
 @pytest.mark.parametrize(
     ("change", "said"),
     [
         (_append, "[0-9,]+ bytes when the command began, [0-9,]+ at its end"),
         (_replace, "replaced by another file"),
         (_touch, "modified"),
+        (_rewrite_keeping_the_time, "modified"),
     ],
-    ids=["appended", "replaced", "rewritten in place"],
+    ids=["appended", "replaced", "rewritten in place", "rewritten, its time put back"],
 )
 def test_an_input_changed_while_the_run_reads_it_fails_the_run(
     tmp_path: Path, change: Any, said: str

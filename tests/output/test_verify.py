@@ -910,7 +910,7 @@ def test_a_rubric_recorded_at_another_installs_path_is_re_hashed_here(out: Path)
 @pytest.fixture(scope="module")
 def sharded(campaign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The campaign's run with its inputs cut into many shards, so that verify walks
-    each input a shard at a time (:func:`pipeline.output.verify._parts`)."""
+    each input a shard at a time (:func:`pipeline.output.verify._shard_walks`)."""
     out = tmp_path_factory.mktemp("sharded") / "out"
     config = load_campaign(campaign / "campaign.toml").override(
         **{"engine.workers": 1, "engine.shard_bytes": 16384}
@@ -954,13 +954,54 @@ def _shift_a_line_base(out: Path) -> None:
     _edit(out, change)
 
 
+def _move_a_row_across_a_boundary(out: Path) -> None:
+    """The last row of the third part (the third shard's lines) moved to the start of the
+    second: a file out of line order across a shard boundary."""
+    second, third = _part_of(out, "pairwise-v2", 1), _part_of(out, "pairwise-v2", 2)
+    table = pq.read_table(out / third)
+    moved = table.slice(table.num_rows - 1)
+    pq.write_table(table.slice(0, table.num_rows - 1), out / third, compression="zstd")
+    rows = pq.read_table(out / second)
+    pq.write_table(pa.concat_tables([moved, rows]), out / second, compression="zstd")
+    _reseal(out, second)
+    _reseal(out, third)
+
+
+def _a_float_line_base(out: Path) -> None:
+    def change(m: Manifest) -> None:
+        m["shards"][2]["line_base"] = float(m["shards"][2]["line_base"])
+
+    _edit(out, change)
+
+
 @pytest.mark.parametrize(
-    "tamper",
-    [None, _drop_a_middle_row, _copy_a_row_into_another_shards_part, _change_a_fingerprint],
-    ids=["untouched", "a row dropped", "a row copied into another shard's part", "a fingerprint"],
+    ("tamper", "passes"),
+    [
+        (None, True),
+        (_drop_a_middle_row, False),
+        (_copy_a_row_into_another_shards_part, False),
+        (_change_a_fingerprint, False),
+        (_move_a_row_across_a_boundary, False),
+        (_a_float_line_base, True),  # the shards are a statement about the run: walked whole
+        ("appended", False),
+    ],
+    ids=[
+        "untouched",
+        "a row dropped",
+        "a row copied into another shard's part",
+        "a fingerprint",
+        "a row moved across a shard boundary",
+        "a float line base",
+        "lines appended to the input",
+    ],
 )
 def test_verify_finds_the_same_a_shard_at_a_time_with_any_worker_count(
-    sharded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tamper: Any
+    sharded: Path,
+    campaign: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tamper: Any,
+    passes: bool,
 ) -> None:
     """verify walks an input a shard of the run at a time, on several processes: what it
     finds is what one process walking each input whole finds, problem for problem."""
@@ -968,28 +1009,32 @@ def test_verify_finds_the_same_a_shard_at_a_time_with_any_worker_count(
 
     out = tmp_path / "out"
     shutil.copytree(sharded, out)
-    if tamper is not None:
+    sources = None
+    if tamper == "appended":  # the input as it is now, looked up with --sources
+        sources = tmp_path / "sources"
+        sources.mkdir()
+        for name in ("pairwise-v2.jsonl", "grounded-qa-v1.jsonl"):
+            shutil.copy(campaign / name, sources / name)
+        with (sources / "pairwise-v2.jsonl").open("ab") as fh:
+            fh.write((campaign / "pairwise-v2.jsonl").read_bytes().splitlines(True)[3])
+    elif tamper is not None:
         tamper(out)
-    found = [verify_run(out, workers=n) for n in (1, 2)]
+    found = [verify_run(out, sources, workers=n) for n in (1, 2)]
     manifest = json.loads((out / "manifest.json").read_text())
     assert len([s for s in manifest["shards"] if s["input"] == 0]) > 3
     monkeypatch.setattr(
         verify,
-        "_parts",
-        lambda m, entry, source, tally: [
-            verify._InputLineage(
-                entry, source, tuple(sorted(tally.files_of.get(entry["path"], [])))
-            )
-        ],
+        "_shard_walks",
+        lambda m, entry, source, files: [verify._InputLineage(entry, source, files)],
     )
-    whole = verify_run(out, workers=1)
+    whole = verify_run(out, sources, workers=1)
+    stopped = any("not in line order" in p for p in whole.problems)
     for report in found:
-        assert (report.problems, report.notes, report.checked) == (
-            whole.problems,
-            whole.notes,
-            whole.checked,
-        )
-    assert whole.ok == (tamper is None), whole.problems
+        assert (report.problems, report.notes) == (whole.problems, whole.notes)
+        if stopped:  # a walk that stops counts the lines it read, windowed otherwise
+            report.checked.pop("lines", None), whole.checked.pop("lines", None)
+        assert report.checked == whole.checked
+    assert whole.ok == passes, whole.problems
 
 
 def test_a_shard_line_base_edited_in_the_manifest_fails(sharded: Path, tmp_path: Path) -> None:
