@@ -226,6 +226,7 @@ def evaluate(table: LoadedTable, settings: ReportSettings) -> EvaluationReport:
             f'of it instead, e.g. --by "CAST({clash} AS VARCHAR)"'
         )
     rows, data = _collect(table, settings, preset)
+    table.check_unchanged()  # every row is read: they are the files the digests name
     # A slice's rows in an order of their values alone, so that its bootstrap draws, and
     # so its intervals, depend on the rows and not on the order they were read in.
     metric = _CONFIDENCE if settings.mode == "scored" else _SELECTED

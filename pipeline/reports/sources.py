@@ -53,7 +53,7 @@ from pipeline.gate.reader import (
 )
 from pipeline.output.manifest import MANIFEST_NAME, load_manifest
 from pipeline.records.canonical import canonical_json
-from pipeline.records.lineage import file_sha256
+from pipeline.records.lineage import FileStamp, file_sha256
 from pipeline.records.strict_json import parse_object
 
 __all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "LoadedTable", "load_table", "named_paths"]
@@ -74,6 +74,20 @@ class LoadedTable:
     notes: list[str] = field(default_factory=list)
     #: SHA-256 of each file, in ``files`` order (empty for rows given as a frame)
     sha256: list[str] = field(default_factory=list)
+    #: each file's stamp, taken before its digest (:meth:`check_unchanged`)
+    stamps: dict[str, FileStamp] = field(default_factory=dict)
+
+    def check_unchanged(self) -> None:
+        """Refuse rows read from a file that changed while it was read: its digest is
+        computed first and its rows read later, so a file rewritten in between gave a
+        report whose ``files_sha256`` named other bytes than its numbers came from."""
+        for name, stamp in self.stamps.items():
+            change = stamp.change(name)
+            if change is not None:
+                raise InputError(
+                    f"{name}: changed while the report read it ({change}); run again once "
+                    "nothing writes to it"
+                )
 
     @property
     def input_sha256(self) -> str | None:
@@ -142,13 +156,14 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
         glob_hint = f" with a glob ('{path / '**' / '*.parquet'}')" if path.is_dir() else ""
         raise InputError(f"{data}: mixes Parquet and JSONL files; give one format{glob_hint}")
     names = [str(p) for p in files]
+    stamps = {name: FileStamp.of(name) for name in names}
     digests = [file_sha256(p) for p in files]
     if formats == {"parquet"}:
         _check_one_schema(files)
         frame = pl.scan_parquet(names, glob=False)
-        return LoadedTable(frame, names, "parquet", run_kind, sha256=digests)
+        return LoadedTable(frame, names, "parquet", run_kind, sha256=digests, stamps=stamps)
     frame = _read_jsonl(files, limits).lazy()
-    return LoadedTable(frame, names, "jsonl", run_kind, sha256=digests)
+    return LoadedTable(frame, names, "jsonl", run_kind, sha256=digests, stamps=stamps)
 
 
 def _check_one_schema(files: list[Path]) -> None:

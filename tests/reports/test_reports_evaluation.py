@@ -372,6 +372,19 @@ def test_an_existing_file_is_read_as_itself_never_as_a_glob(tmp_path: Path) -> N
     assert named_paths(str(tmp_path / "missing.parquet")) == []
 
 
+def test_a_file_changed_between_its_digest_and_its_rows_is_refused(tmp_path: Path) -> None:
+    """A report hashes its files, then reads their rows: a file rewritten in between gave
+    a report whose ``files_sha256`` named bytes its numbers did not come from."""
+    path = tmp_path / "scores.parquet"
+    pl.DataFrame({"p": [0.9] * 10, "ok": [True] * 10}).write_parquet(path)
+    table = load_table(str(path))
+    pl.DataFrame({"p": [0.1] * 10, "ok": [False] * 10}).write_parquet(path)
+    settings = ReportSettings(confidence="p", correct="ok", bootstrap=0).validate()
+    with pytest.raises(InputError, match="changed while the report read it"):
+        evaluate(table, settings)
+    assert evaluate(load_table(str(path)), settings).slices[0].summary["accuracy"] == 0
+
+
 def test_a_directory_holding_parquet_and_jsonl_is_refused(tmp_path: Path) -> None:
     """As a glob matching both is: a directory holding both used to read its Parquet files
     only, leaving the JSONL rows out of the report without a word."""
