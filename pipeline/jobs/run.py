@@ -41,7 +41,7 @@ from pipeline.gate.reader import (
 from pipeline.gate.staging import GateTask, ShardSummary, gate_step
 from pipeline.kinds import KINDS, UnknownKindError
 from pipeline.output.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
-from pipeline.output.outdir import claim_output
+from pipeline.output.outdir import check_out_name, claim_output
 from pipeline.output.remote import Out
 from pipeline.records.lineage import FileStamp, file_sha256, source_name
 from pipeline.records.schemas import SchemaError
@@ -198,6 +198,16 @@ _READ_MORE_THAN_ONCE: Final = (
 )
 
 
+def _absolute(out: Out) -> Out:
+    """A local OUT made absolute (staged paths travel to workers, which on a cluster start
+    elsewhere), once its name as given is checked: "." made absolute would name the
+    directory by its name."""
+    if not isinstance(out, Path):
+        return out
+    check_out_name(out)
+    return Path(os.path.abspath(out))
+
+
 def _stamps(inputs: list[InputFile]) -> dict[int, FileStamp]:
     """Each input's stamp as the run plans it: :func:`_check_unchanged` compares it once
     every byte has been read."""
@@ -286,8 +296,7 @@ def run(
 ) -> RunResult:
     """Run a campaign over its inputs and write ``out`` atomically (on an object store:
     uploaded once complete, :mod:`pipeline.output.remote`)."""
-    # absolute: staged paths travel to workers, which (on a cluster) start elsewhere
-    out = Path(os.path.abspath(out)) if isinstance(out, Path) else out
+    out = _absolute(out)
     observer = observer or RunObserver()
     started = time.perf_counter()
     if not config.inputs:

@@ -63,6 +63,7 @@ __all__ = [
     "UnsafeOutputError",
     "atomic_directory",
     "atomic_file",
+    "check_out_name",
     "claim_output",
     "foreign_entries",
     "output_format",
@@ -360,11 +361,13 @@ def _check_overlap(out: Path, protected: Iterable[Path]) -> None:
         )
 
 
-def _check_named(out: Path) -> None:
+def check_out_name(out: Path) -> None:
     """Refuse an OUT given as ``.`` or ``..`` (its last part): its lock and temporary
     directory, which go beside OUT in its parent, would be made inside it, and the swap
     renames OUT by its name. Before, ``--out . --force`` in an old output was refused
-    naming the lock as an entry the user had put there."""
+    naming the lock as an entry the user had put there. A command that makes OUT's path
+    absolute first (``run``: its workers may start elsewhere) asks this of the path as
+    given."""
     if out.name in ("", ".", ".."):
         raise UnsafeOutputError(
             f"--out {out} names a directory by {out.name or '.'!r}, not by its name: rowgate "
@@ -680,7 +683,7 @@ def claim_output(
         return
     protect = list(protect)
     _check_utf8(out)
-    _check_named(out)
+    check_out_name(out)
     _check_overlap(out, protect)
     _check_lock_unread(out, protect)
     _make_parent(out)

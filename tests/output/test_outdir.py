@@ -112,7 +112,8 @@ def test_force_never_deletes_the_inputs_directory(folder: Path) -> None:
 @pytest.mark.parametrize(
     ("out", "relation"),
     [
-        (".", "contains"),  # the parent of the input's directory
+        ("PARENT", "contains"),  # the parent of the input's directory, by its name
+        (".", "names a directory by"),  # the same, as ".": refused by how it is named
         ("d", "is"),  # the input directory itself
         ("d/out", "lies inside"),  # inside an input directory
         ("d/m.jsonl", "is"),  # the input file
@@ -125,7 +126,7 @@ def test_out_overlapping_an_input_is_refused(
     config = CampaignConfig(inputs=(InputSpec("d", "math-reasoning-v1"),))
     before = _snapshot(folder.parent)
     with pytest.raises(UnsafeOutputError, match=relation):
-        run(config, Path(out), force=True)
+        run(config, folder.parent if out == "PARENT" else Path(out), force=True)
     assert _snapshot(folder.parent) == before
 
 
@@ -338,6 +339,11 @@ def test_an_out_named_by_a_dot_or_under_a_file_is_refused_saying_why(
         assert "rowgate-lock" not in message
         assert _snapshot(tmp_path) == before
         assert sorted(p.name for p in tmp_path.iterdir()) == ["dA", "in.parquet"]
+    # run made OUT's path absolute first, so "." went through as the directory's name
+    result = runner.invoke(app, ["run", str(DATA / "math-reasoning-v1.jsonl"), "--out", "."])
+    assert result.exit_code == 2, result.output
+    assert "--out . names a directory by '.', not by its name" in " ".join(result.output.split())
+    assert _snapshot(tmp_path) == before
     (tmp_path / "afile").write_text("mine")
     for given in ("afile/sub", "afile/x/sub"):
         args = ["dedupe", str(data), "--text", "q", "--out", str(tmp_path / given)]
