@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar, Union
 
 from pipeline.core.errors import EXIT_USAGE, RowgateError
-from pipeline.core.files import refuse_special
+from pipeline.core.files import read_regular
 from pipeline.core.limits import (
     BATCH_BYTES,
     MAX_DECOMPRESSED_BYTES,
@@ -740,11 +740,7 @@ def parse_toml(data: bytes, where: str) -> dict[str, Any]:
 def load_campaign(path: str | Path) -> CampaignConfig:
     """Load and validate a campaign TOML file."""
     path = Path(path)
-    refuse_special(path, f"cannot read config {path}", error=ConfigError)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    data = read_regular(path, f"cannot read config {path}", error=ConfigError)
     config = _build(CampaignConfig, parse_toml(data, str(path)), "")
     base_dir = path.resolve().parent
     return dataclasses.replace(

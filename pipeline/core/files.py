@@ -16,7 +16,7 @@ from typing import Final, Literal
 
 from pipeline.core.errors import InputError, RowgateError
 
-__all__ = ["COPY_FIRST", "NOT_FILES", "input_type", "refuse_special"]
+__all__ = ["COPY_FIRST", "NOT_FILES", "input_type", "read_regular", "refuse_special"]
 
 #: What an input that is not a regular file is, by its ``stat`` file type.
 NOT_FILES: Final = {
@@ -75,3 +75,16 @@ def refuse_special(
         return
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
         input_type(path, str(path) if given is None else given, reason=reason, error=error)
+
+
+def read_regular(
+    path: Path, what: str, *, error: Callable[[str], RowgateError] = InputError
+) -> bytes:
+    """The bytes of the file at ``path``, read once: a FIFO, socket or device is refused
+    first, never opened (:func:`refuse_special`); a read that fails is ``error`` saying
+    ``what: <reason>``. ``what`` names the file as the caller's messages do."""
+    refuse_special(path, what, error=error)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise error(f"{what}: {exc.strerror}") from None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline.core.config import CampaignConfig
 from pipeline.core.errors import InputError
-from pipeline.core.files import refuse_special
+from pipeline.core.files import read_regular
 from pipeline.gate.gate import Gate, GateOutcome
 
 __all__ = ["ENVELOPE_KINDS", "check_envelope"]
@@ -21,11 +21,7 @@ ENVELOPE_KINDS = ("ari-replication-rubric-3", "ari-replication-rubric-v2")
 
 def check_envelope(path: Path, config: CampaignConfig) -> GateOutcome:
     """Gate the whole file as one record; only ARI envelope kinds are acceptable."""
-    refuse_special(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: {exc.strerror}") from None
+    data = read_regular(path, str(path))
     limits = config.limits
     # A document, not a line: allow it to be as large as the file itself.
     config = config.override(**{"limits.max_line_bytes": max(limits.max_line_bytes, len(data))})

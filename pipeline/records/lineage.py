@@ -32,7 +32,7 @@ from typing import Any, Final
 import pyarrow as pa
 
 from pipeline.core.config import CampaignConfig, ConfigError
-from pipeline.core.files import refuse_special
+from pipeline.core.files import read_regular
 from pipeline.core.reasons import REASONS_TYPE
 from pipeline.records.canonical import canonical_json, canonical_json_fast
 
@@ -143,17 +143,8 @@ class LineageDigest:
             return cls(_checked_key(os.fsencode(value), f"${settings.key_env}"))
         if settings.key_file is not None:
             path = config.resolve_path(settings.key_file)
-            refuse_special(
-                path,
-                f"lineage.key_file: cannot read the lineage key file {path}",
-                error=LineageKeyError,
-            )
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise LineageKeyError(
-                    f"lineage.key_file: cannot read the lineage key file {path}: {exc.strerror}"
-                ) from None
+            what = f"lineage.key_file: cannot read the lineage key file {path}"
+            data = read_regular(path, what, error=LineageKeyError)
             return cls(_checked_key(data, str(path)))
         return PLAIN
 

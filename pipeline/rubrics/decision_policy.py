@@ -67,7 +67,7 @@ from typing import Any, Final
 import polars as pl
 
 from pipeline.core.config import ConfigError, build_section, parse_toml
-from pipeline.core.files import refuse_special
+from pipeline.core.files import read_regular
 from pipeline.core.reasons import POLICY_CALIBRATION_UNAVAILABLE, Disposition
 from pipeline.records.lineage import check_pin
 from pipeline.rubrics.model import MissingSourceError, Rubric, RubricError, Severity, State
@@ -869,11 +869,7 @@ _LISTED_CONDITIONS: Final = (
 
 def load_policy(path: Path, pinned: str | None = None) -> Policy:
     """Read a policy file (TOML, strict keys), check its digest against ``pinned``."""
-    refuse_special(path, f"cannot read policy {path}", error=MissingSourceError)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise MissingSourceError(f"cannot read policy {path}: {exc.strerror}") from None
+    data = read_regular(path, f"cannot read policy {path}", error=MissingSourceError)
     sha256 = hashlib.sha256(data).hexdigest()
     check_pin(f"policy {path}", sha256, pinned, RubricError)
     try:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Final
 
 from pipeline.core.bundled import bundled_dir
 from pipeline.core.errors import EXIT_INPUT, RowgateError
-from pipeline.core.files import refuse_special
+from pipeline.core.files import read_regular
 from pipeline.core.reasons import RejectLine
 from pipeline.records.lineage import check_pin
 from pipeline.records.schemas import SchemaEntry, SchemaError, load_schema
@@ -218,11 +218,7 @@ def _gate(name: str, value: bool | float) -> Gate:
 
 def load_rubric(path: Path, format_schema: SchemaEntry | None = None) -> Rubric:
     """Read, strictly parse and validate one rubric file; every problem is listed."""
-    refuse_special(path, f"cannot read rubric {path}", error=MissingSourceError)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise MissingSourceError(f"cannot read rubric {path}: {exc.strerror}") from None
+    data = read_regular(path, f"cannot read rubric {path}", error=MissingSourceError)
     try:
         document = parse_object(data, max_depth=16, max_items=1000)
     except RejectLine as exc:

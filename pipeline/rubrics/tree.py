@@ -31,7 +31,7 @@ from typing import Any, Final
 import polars as pl
 
 from pipeline.core.config import Limits
-from pipeline.core.files import refuse_special
+from pipeline.core.files import read_regular, refuse_special
 from pipeline.core.reasons import RejectLine
 from pipeline.records.strict_json import parse_object
 from pipeline.rubrics.model import RubricError
@@ -210,11 +210,7 @@ def parse_envelope(data: bytes) -> RubricTree:
 
 
 def read_envelope(path: Path) -> RubricTree:
-    refuse_special(path, f"cannot read {path}", error=TreeError)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TreeError(f"cannot read {path}: {exc.strerror}") from None
+    data = read_regular(path, f"cannot read {path}", error=TreeError)
     try:
         return parse_envelope(data)
     except TreeError as exc:

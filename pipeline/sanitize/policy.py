@@ -42,7 +42,7 @@ from typing import Any, Final
 import phonenumbers
 
 from pipeline.core.config import ConfigError, parse_toml
-from pipeline.core.files import refuse_special
+from pipeline.core.files import read_regular
 from pipeline.records.lineage import check_pin
 from pipeline.sanitize.categories import Category
 from pipeline.sanitize.detectors import normalise_name
@@ -206,11 +206,7 @@ _EXCEPTION: Final = {"name", "categories", "kinds", "fields", "when", "networks"
 
 def load_policy(path: Path, pin: str | None = None) -> SanitizePolicy:
     """Read and validate a policy file; ``pin`` is the SHA-256 it must have."""
-    refuse_special(path, f"sanitize.policy: cannot read {path}", error=ConfigError)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"sanitize.policy: cannot read {path}: {exc.strerror}") from None
+    data = read_regular(path, f"sanitize.policy: cannot read {path}", error=ConfigError)
     digest = hashlib.sha256(data).hexdigest()
     check_pin(f"sanitize.policy_sha256: {path}", digest, pin, ConfigError)
     return _policy(parse_toml(data, f"sanitize policy {path}"), str(path), digest)
