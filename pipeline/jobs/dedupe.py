@@ -10,9 +10,10 @@ kind's key or with explicit text/key columns, and written as::
     OUT/split_groups.parquet  task / meta groups found in more than one split
     OUT/summary.json          format, inputs (path, bytes, SHA-256, rows), settings, counts
 
-Such an OUT given as a dataset stands for its ``kept.parquet`` (:func:`_dataset_files`), as
-a run's OUT stands for its accepted parts. The order key is (input path as given, sorted; row); rows keep ``_source``/``_line`` when
-the dataset is rowgate output, else they get the file path and 1-based row number.
+Such an OUT given as a dataset stands for its ``kept.parquet`` (:func:`_dataset_files`),
+as a run's OUT stands for its accepted parts. The order key is (input path as given,
+sorted; row); rows keep ``_source``/``_line`` when the dataset is rowgate output, else
+they get the file path and 1-based row number.
 ``OUT`` appears atomically, as a run's output does.
 
 Memory: the decision reads only the columns it needs of every row. When a rule reads the
@@ -138,18 +139,6 @@ def _expand(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
             files[item.path] = item
     refuse_same_files((p, p) for p in files)
     return [files[p] for p in sorted(files)]
-
-
-def _check_unchanged(stamps: dict[str, FileStamp]) -> None:
-    """Refuse a dedupe whose input changed while it read it: each file is read twice (its
-    keys, then the rows copied), so a file rewritten meanwhile gave rows of neither."""
-    for path, stamp in stamps.items():
-        change = stamp.change(path)
-        if change is not None:
-            raise InputError(
-                f"{path}: changed while dedupe read it ({change}); nothing was written: "
-                "run again once nothing writes to it"
-            )
 
 
 def _dataset_files(directory: Path) -> list[Path]:
@@ -684,7 +673,7 @@ def dedupe_dataset(
     # directory to a file of the old OUT was replaced with --force (only the directory
     # was protected)
     protect = [*(Path(given.path) for given in inputs), *(Path(f.path) for f in files)]
-    stamps = {f.path: FileStamp.of(f.path) for f in files}
+    stamps = [FileStamp.of(f.path) for f in files]
     with claim_output(out, force=force, protect=protect) as claim:
         return _dedupe(
             claim,
@@ -706,7 +695,7 @@ def _dedupe(
     text_columns: Sequence[str],
     key_columns: Sequence[str],
     engine: EngineSettings,
-    stamps: dict[str, FileStamp],
+    stamps: list[FileStamp],
 ) -> DatasetResult:
     """``files``: the inputs, expanded (:func:`_expand`), each stamped before any read."""
     schemas = [_schema(f) for f in files]
@@ -737,7 +726,9 @@ def _dedupe(
         )
         listed, rows = _listed(files, counts), sum(counts)
         kept, duplicates = _write_rows(files, schemas, outcome.removed, tmp)
-        _check_unchanged(stamps)  # before counting: a changed file holds other rows
+        # before counting: a file changed since its keys were read holds other rows
+        for stamp in stamps:
+            stamp.check("dedupe")
         if kept + duplicates != rows:
             raise AssertionError("dedupe lost rows")  # conservation; never expected
         summary = {

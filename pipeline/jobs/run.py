@@ -208,28 +208,13 @@ def _absolute(out: Out) -> Out:
     return Path(os.path.abspath(out))
 
 
-def _stamps(inputs: list[InputFile]) -> dict[int, FileStamp]:
-    """Each input's stamp as the run plans it: :func:`_check_unchanged` compares it once
-    every byte has been read."""
-    return {f.index: FileStamp.of(f.resolved) for f in inputs}
-
-
-def _check_unchanged(inputs: list[InputFile], stamps: dict[int, FileStamp]) -> None:
-    """Refuse a run whose input changed while it read it: shards are cut at the size the
-    input had, workers and the digest thread each open it by path, and the writer reads
-    rejected lines again, so a file replaced, appended to or rewritten meanwhile gave
-    lines of neither file, a digest of the new one and a manifest calling it conserved."""
-    for f in inputs:
-        stamp = stamps[f.index]
-        change = stamp.change(f.resolved)
-        if change is None and stamp.size != f.size:  # its shards were cut at ``f.size``
-            change = f"{f.size:,} bytes when the command began, {stamp.size:,} at its end"
-        if change is not None:
-            raise InputError(
-                f"{f.path}: changed while the run read it ({change}); its rows would "
-                "describe no one file, so nothing was written: run again once nothing "
-                "writes to it"
-            )
+def _stamps(inputs: list[InputFile]) -> list[FileStamp]:
+    """Each input's stamp as the run plans it, at the size its shards are cut at: checked
+    once every byte has been read. Shards are cut at that size, workers and the digest
+    thread each open the input by path, and the writer reads rejected lines again, so a
+    file replaced, appended to or rewritten meanwhile gave lines of neither file, a
+    digest of the new one and a manifest calling it conserved."""
+    return [FileStamp.of(f.resolved, f.path, size=f.size) for f in inputs]
 
 
 def _hash_inputs(inputs: list[InputFile]) -> Future[dict[int, str]]:
@@ -353,7 +338,8 @@ def run(
 
             observer.on_phase("report")
             input_digests = digests.result()
-            _check_unchanged(inputs, stamps)
+            for stamp in stamps:
+                stamp.check("the run")
             manifest = _lineage_form(
                 _manifest(
                     config, inputs, shards, summaries, line_bases, writes, input_digests, gate

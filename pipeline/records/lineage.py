@@ -32,6 +32,7 @@ from typing import Any, Final
 import pyarrow as pa
 
 from pipeline.core.config import CampaignConfig, ConfigError
+from pipeline.core.errors import InputError
 from pipeline.core.files import read_regular
 from pipeline.core.reasons import REASONS_TYPE
 from pipeline.records.canonical import canonical_json, canonical_json_fast
@@ -187,14 +188,17 @@ def file_sha256(path: str | Path) -> str:
 @dataclass(frozen=True)
 class FileStamp:
     """A file's identity and state (device, inode, size, modification and change times),
-    taken before a command reads it: :meth:`change` says, once every read is done,
-    whether the bytes read can all be one file's. A command opens an input several times
-    (its digest, each shard, the rows written again), each by path. The change time is
-    the kernel's: a writer that puts the modification time back (``touch -d``) moves it.
-    What it cannot see: a rewrite of the same size within the file system's timestamp
-    granularity (1-2 s on some network and FAT file systems; nanoseconds on ext4, XFS,
-    btrfs, tmpfs), which only hashing the file again would."""
+    taken before a command reads it: :meth:`check`, once every read is done, refuses the
+    command when the bytes read cannot all be one file's. A command opens an input
+    several times (its digest, each shard or slice, the rows written again), each by
+    path. The change time is the kernel's: a writer that puts the modification time back
+    (``touch -d``) moves it. What it cannot see: a rewrite of the same size within the
+    file system's timestamp granularity (1-2 s on some network and FAT file systems;
+    nanoseconds on ext4, XFS, btrfs, tmpfs), which only hashing the file again would."""
 
+    path: str
+    #: the file as the command's messages name it
+    name: str
     device: int
     inode: int
     size: int
@@ -202,14 +206,24 @@ class FileStamp:
     ctime_ns: int
 
     @classmethod
-    def of(cls, path: str | Path) -> FileStamp:
+    def of(cls, path: str | Path, name: str | None = None, *, size: int | None = None) -> FileStamp:
+        """The stamp of the file at ``path`` now; ``size``: the size the command planned
+        by, when it read it before (a run cuts its shards at it)."""
         found = os.stat(path)
-        return cls(found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+        return cls(
+            str(path),
+            str(path) if name is None else name,
+            found.st_dev,
+            found.st_ino,
+            found.st_size if size is None else size,
+            found.st_mtime_ns,
+            found.st_ctime_ns,
+        )
 
-    def change(self, path: str | Path) -> str | None:
-        """How the file at ``path`` differs from this stamp, in words; None if it does not."""
+    def change(self) -> str | None:
+        """How the file differs from this stamp now, in words; None if it does not."""
         try:
-            now = FileStamp.of(path)
+            now = FileStamp.of(self.path)
         except OSError as exc:
             return f"gone: {exc.strerror}"
         if (now.device, now.inode) != (self.device, self.inode):
@@ -219,6 +233,16 @@ class FileStamp:
         if (now.mtime_ns, now.ctime_ns) != (self.mtime_ns, self.ctime_ns):
             return "modified"
         return None
+
+    def check(self, reader: str) -> None:
+        """Raise :class:`InputError` when the file changed while ``reader`` (the run,
+        dedupe, the report) read it: its outputs would describe no one file."""
+        change = self.change()
+        if change is not None:
+            raise InputError(
+                f"{self.name}: changed while {reader} read it ({change}); nothing was "
+                "written: run again once nothing writes to it"
+            )
 
 
 def check_pin(what: str, actual: str, pinned: str | None, error: type[Exception]) -> None:

@@ -75,19 +75,14 @@ class LoadedTable:
     #: SHA-256 of each file, in ``files`` order (empty for rows given as a frame)
     sha256: list[str] = field(default_factory=list)
     #: each file's stamp, taken before its digest (:meth:`check_unchanged`)
-    stamps: dict[str, FileStamp] = field(default_factory=dict)
+    stamps: list[FileStamp] = field(default_factory=list)
 
     def check_unchanged(self) -> None:
         """Refuse rows read from a file that changed while it was read: its digest is
         computed first and its rows read later, so a file rewritten in between gave a
         report whose ``files_sha256`` named other bytes than its numbers came from."""
-        for name, stamp in self.stamps.items():
-            change = stamp.change(name)
-            if change is not None:
-                raise InputError(
-                    f"{name}: changed while the report read it ({change}); run again once "
-                    "nothing writes to it"
-                )
+        for stamp in self.stamps:
+            stamp.check("the report")
 
     @property
     def input_sha256(self) -> str | None:
@@ -156,7 +151,7 @@ def load_table(data: str, *, kind: str | None = None, limits: Limits | None = No
         glob_hint = f" with a glob ('{path / '**' / '*.parquet'}')" if path.is_dir() else ""
         raise InputError(f"{data}: mixes Parquet and JSONL files; give one format{glob_hint}")
     names = [str(p) for p in files]
-    stamps = {name: FileStamp.of(name) for name in names}
+    stamps = [FileStamp.of(name) for name in names]
     digests = [file_sha256(p) for p in files]
     if formats == {"parquet"}:
         _check_one_schema(files)
