@@ -812,15 +812,9 @@ def _scan_task(worker: _Worker, f: _Output, progress: Progress) -> tuple[_Tally,
 
 
 def _scan_file(worker: _Worker, f: _Output, tally: _Tally, report: VerifyReport) -> None:
-    layouts, inputs, digest, sanitizer = (
-        worker.layouts,
-        worker.inputs,
-        worker.digest,
-        worker.sanitizer,
-    )
     first: dict[str, int] = {}
     last: dict[str, int] = {}
-    checkable = f.rows_checked and (f.kind is None or f.kind in layouts)
+    checkable = f.rows_checked and (f.kind is None or f.kind in worker.layouts)
     for table in _batches(worker.out / f.path):
         tally.rows[f.disposition] += table.num_rows
         codes = pc.struct_field(pc.list_flatten(table["_reasons"]), "code")
@@ -837,14 +831,15 @@ def _scan_file(worker: _Worker, f: _Output, tally: _Tally, report: VerifyReport)
             grouped["_line_max"].to_pylist(),
             strict=True,
         ):
-            if source not in inputs:
+            if source not in worker.inputs:
                 tally.strangers[source] += pc.sum(pc.equal(table["_source"], source)).as_py()
                 continue
             first.setdefault(source, low)
             last[source] = max(last.get(source, high), high)
-        if checkable and digest is not None:
-            _check_rows(f, table, layouts, report, digest, tally, sanitizer is not None)
-            _check_sanitizer(f, table, sanitizer, report)
+        if checkable and worker.digest is not None:
+            sanitized = worker.sanitizer is not None
+            _check_rows(f, table, worker.layouts, report, worker.digest, tally, sanitized)
+            _check_sanitizer(f, table, worker.sanitizer, report)
     for source, line in first.items():
         tally.files_of.setdefault(source, []).append((line, last[source], f.path))
 
@@ -1306,7 +1301,7 @@ class _InputLineage:
 @dataclass
 class _PartLines:
     """What a part's walk found about its lines, for its input's summary
-    (:func:`_report_lines`): the lines it read, the faults among their rows, the rows
+    (:func:`_summary`): the lines it read, the faults among their rows, the rows
     beyond the input (its last part only) and the lines over the byte limit; ``failed``
     when it could not be walked (a problem says why)."""
 
@@ -1519,28 +1514,12 @@ def _summary(
 ) -> int:
     """One input's lines as its walks found them, said where they are wrong; the lines
     read."""
+    name, parts = entry["path"], [part for _, _, part in walks]
     faults = _LineFaults()
-    for _, _, part in walks:
+    for part in parts:
         faults.add(part.faults)
-    read = sum(part.lines for _, _, part in walks)
-    oversized = frozenset().union(*(part.oversized for _, _, part in walks))
-    claimed = tally.too_large.get(entry["path"], set()) - oversized
-    beyond = walks[-1][2].beyond
-    _report_lines(entry["path"], entry, source, read, beyond, claimed, faults, report)
-    return read
-
-
-def _report_lines(
-    name: str,
-    entry: dict[str, Any],
-    source: InputFile | None,
-    seen: int,
-    beyond: int,
-    claimed: set[int],
-    faults: _LineFaults,
-    report: VerifyReport,
-) -> None:
-    """What one input's walk found wrong with its lines."""
+    seen = sum(part.lines for part in parts)
+    beyond = parts[-1].beyond
     if faults.twice:
         report.problem(
             f"input {name}: {faults.twice} line(s) appear in more than one output row "
@@ -1557,6 +1536,7 @@ def _report_lines(
         report.problem(
             f"input {name}: {beyond} output row(s) name lines beyond its last line {seen}"
         )
+    claimed = tally.too_large.get(name, set()).difference(*(part.oversized for part in parts))
     if source is not None and claimed:
         report.problem(
             f"input {name}: {len(claimed)} row(s) withhold _raw as {LINE_TOO_LARGE}, but "
@@ -1564,9 +1544,10 @@ def _report_lines(
         )
     if source is not None and seen != entry["lines"]:
         report.problem(f"input {name}: source has {seen} lines, manifest says {entry['lines']}")
+    return seen
 
 
-def _run_gate(manifest: dict[str, Any], report: VerifyReport) -> bool:
+def _gate_buildable(manifest: dict[str, Any], report: VerifyReport) -> bool:
     """Whether the run's gate can be built from the config the manifest records (its
     schemas, reference tables and sanitization policy re-read: check 5 re-hashed them);
     when it cannot, said as a problem. Built whatever versions the manifest names: that
@@ -1707,7 +1688,7 @@ def verify_run(
         inputs = _check_inputs(manifest, sources, report)
         pointers = _duplicate_pointers(out, files, manifest["inputs"], report)
         tally = _Tally(pointers=pointers)
-        work = _Work(out, manifest, frozenset(layouts), _run_gate(manifest, report))
+        work = _Work(out, manifest, frozenset(layouts), _gate_buildable(manifest, report))
         count = workers if workers is not None else verify_workers(manifest, files, out)
         with LocalEngine(max(1, min(count, max(len(files), len(inputs))))) as engine:
             _scan_files(engine, work, files, tally, report)
