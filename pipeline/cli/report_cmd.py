@@ -187,10 +187,7 @@ def _report(data: str, given: dict[str, Any], out_arg: str, force: bool, quiet: 
 
     started = time.perf_counter()
     out_dir = output_argument(out_arg)
-    # what load_table reads: --out may not overlap it (a directory's files too, links
-    # followed: a link in it to the old OUT's table was replaced with --force)
-    read = named_paths(data)
-    read += [p for d in read if d.is_dir() for p in sorted(d.rglob("*"))]
+    read = named_paths(data)  # what load_table reads: --out may not overlap it
     with (
         library_errors(writing_directory(out_dir)),
         claim_output(out_dir, force=force, protect=read) as claim,

@@ -102,14 +102,15 @@ class LoadedTable:
 
 
 def named_paths(data: str) -> list[Path]:
-    """The paths ``data`` names: itself when anything exists at that path (a file or
-    directory whose name holds ``[``, ``*`` or ``?`` is read as itself: before, the
-    pattern was tried first, and ``[a].parquet`` read ``a.parquet``), else, when it holds
-    a glob character, the pattern's matches, sorted; else none. What a report reads lies
-    in these paths (a directory's files, a run's parts), so they are what ``--out`` may
-    not overlap."""
+    """The paths ``data`` names, which ``--out`` may not overlap: itself when anything
+    exists at that path (a file or directory whose name holds ``[``, ``*`` or ``?`` is
+    read as itself: before, the pattern was tried first, and ``[a].parquet`` read
+    ``a.parquet``), with every file a directory holds (a link in it to a table of the old
+    OUT was replaced with ``--force``); else, when it holds a glob character, the
+    pattern's matches, sorted; else none."""
     if os.path.lexists(data):
-        return [Path(data)]
+        path = Path(data)
+        return [path, *sorted(path.rglob("*"))] if path.is_dir() else [path]
     if _GLOB_CHARS & set(data):
         return sorted(Path(p) for p in glob.glob(data, recursive=True))
     return []
