@@ -19,7 +19,7 @@ from pipeline.cli._common import (
     styled,
     terminal_text,
 )
-from pipeline.output.remote import RemoteOut, download, private_directory
+from pipeline.output.remote import RemoteOut, download, private_directory, sweep_leftovers
 
 
 def verify_command(
@@ -71,13 +71,19 @@ def verify_command(
 def _local_copy(directory: Path | RemoteOut, sources: Path | None) -> Iterator[Path]:
     """The output to verify on this machine: a local OUT itself; an object-store OUT
     copied whole into the work directory first (removed afterwards), so that every
-    byte verify reads is a byte the store holds."""
+    byte verify reads is a byte the store holds. Dead commands' leftovers there are
+    removed once the copy's manifest names what verify reads, which they may hold."""
+    from pipeline.output.verify import read_paths
+
     if isinstance(directory, Path):
         yield directory
         return
-    local = private_directory("verify", [sources] if sources is not None else [])
+    local = private_directory("verify", sweep=False)
     try:
         download(directory, local)
+        reads = read_paths(local, sources)
+        if reads is not None:
+            sweep_leftovers("verify", [*reads, *([sources] if sources is not None else [])])
         yield local
     finally:
         shutil.rmtree(local, ignore_errors=True)

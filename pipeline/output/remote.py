@@ -60,6 +60,7 @@ __all__ = [
     "download",
     "output_target",
     "private_directory",
+    "sweep_leftovers",
     "work_directory",
 ]
 
@@ -159,15 +160,25 @@ def work_directory() -> Path:
     return Path(os.environ.get(WORK_DIR_ENV) or tempfile.gettempdir())
 
 
-def private_directory(purpose: str, protect: Iterable[Path] = ()) -> Path:
+def private_directory(purpose: str, protect: Iterable[Path] = (), *, sweep: bool = True) -> Path:
     """A new empty directory in the work directory, named for ``purpose``, this process
-    and this host (``.rowgate-out-PID-HOST-…``); first removes the ones this host's dead
-    processes left (a killed command cannot remove its own), but never one that is,
-    holds or lies inside a path in ``protect`` (what the command reads: an input a user
-    took from a leftover was deleted with it). Another host's are never touched: the
-    work directory may be shared, and its processes are not visible here."""
+    and this host (``.rowgate-out-PID-HOST-…``); first, unless ``sweep`` is false,
+    removes what this host's dead processes left (:func:`sweep_leftovers`)."""
     work = work_directory()
     work.mkdir(parents=True, exist_ok=True)
+    if sweep:
+        sweep_leftovers(purpose, protect)
+    prefix, host = f".rowgate-{purpose}-", socket.gethostname()
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-{host}-", dir=work))
+
+
+def sweep_leftovers(purpose: str, protect: Iterable[Path]) -> None:
+    """Remove the ``purpose`` directories this host's dead processes left in the work
+    directory (a killed command cannot remove its own), but never one that is, holds or
+    lies inside a path in ``protect`` (what the command reads: an input a user took from
+    a leftover was deleted with it). Another host's are never touched: the work
+    directory may be shared, and its processes are not visible here."""
+    work = work_directory()
     prefix, host = f".rowgate-{purpose}-", socket.gethostname()
     protect = list(protect)
     for entry in work.iterdir():
@@ -181,7 +192,6 @@ def private_directory(purpose: str, protect: Iterable[Path] = ()) -> Path:
             continue
         if not pid_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-{host}-", dir=work))
 
 
 # --- claiming and publishing --------------------------------------------------------

@@ -115,7 +115,7 @@ from pipeline.records.lineage import (
 )
 from pipeline.records.schemas import SCHEMA_DIR, SchemaEntry, SchemaError, load_schema
 
-__all__ = ["RenderReport", "VerifyReport", "verify_run"]
+__all__ = ["RenderReport", "VerifyReport", "read_paths", "verify_run"]
 
 #: renders a run's ``report.html`` from OUT and its manifest: the caller passes
 #: :func:`pipeline.reports.run_report.render_run_report` (a layer above this one)
@@ -1707,6 +1707,25 @@ def verify_run(
     finally:
         _GATES.clear()
     return report
+
+
+def read_paths(out: Path, sources: Path | None) -> list[Path] | None:
+    """Every file besides OUT that verifying ``out`` reads: its inputs (looked up as
+    :func:`verify_run` looks them up), the config, the pinned files and the schemas;
+    None when the manifest cannot say (a clean-up must then remove nothing)."""
+    try:
+        manifest = load_manifest(out)
+        found = [_source_path(entry, sources) for entry in manifest["inputs"]]
+        source = manifest["config"].get("source_path")
+        found += [Path(source)] if source is not None else []
+        found += [Path(entry["path"]) for entry in pinned_files(manifest)]
+        found += [
+            Path(info.get("path") or SCHEMA_DIR / info["file"])
+            for info in manifest["schemas"].values()
+        ]
+    except (RowgateError, KeyError, TypeError, AttributeError, ValueError):
+        return None
+    return found
 
 
 #: bytes of inputs and output files a verify worker is started for: starting one costs

@@ -292,6 +292,33 @@ def test_the_work_directorys_clean_up_never_removes_an_input(
     assert (checked / "sources" / "math.jsonl").exists()
 
 
+def test_verifys_clean_up_never_removes_a_file_the_manifest_names(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    """verify's clean-up protected only ``--sources``: an input read at its recorded
+    path, inside a dead verify's leftover, was deleted before verify read it. It now
+    runs once the manifest names what verify reads; other leftovers still go."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    work = tmp_path / "work"
+    holding = work / f".rowgate-verify-{dead.pid}-{host}-abc123"
+    empty = work / f".rowgate-verify-{dead.pid}-{host}-def456"
+    holding.mkdir(parents=True)
+    empty.mkdir()
+    given = holding / "math.jsonl"
+    given.write_bytes((DATA / "math-reasoning-v1.jsonl").read_bytes())
+    run = ["run", str(given), "--kind", "math-reasoning-v1", "--out", "mem://bucket/run"]
+    assert runner.invoke(app, run).exit_code == 0
+    result = runner.invoke(app, ["verify", "mem://bucket/run"])
+    assert result.exit_code == 0, result.output
+    assert given.read_bytes() == (DATA / "math-reasoning-v1.jsonl").read_bytes()
+    assert not empty.exists()
+    assert [p.name for p in work.iterdir() if p.name.startswith(".rowgate-verify-")] == [
+        holding.name
+    ]
+
+
 def test_report_publishes_to_an_object_store(store: MemoryStore, tmp_path: Path) -> None:
     scores = tmp_path / "scores.jsonl"
     rows = [{"p": (i % 10) / 10, "y": int(i % 3 != 0)} for i in range(60)]
