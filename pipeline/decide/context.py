@@ -232,11 +232,14 @@ class GlobalContext:
         *,
         value: pl.Expr | None = None,
         where: pl.Expr | None = None,
+        stem: str | None = None,
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
         """Which of ``rows`` (every staged row of ``kind``, in the stable order key) share
         their ``group`` (a 64-bit hash) with another row, or, given ``value`` (a hash
         too), whose group holds more than one value; only rows where ``where`` holds take
         part. A mask over ``rows``, and the group of each row found, in their order.
+        ``stem``: the expressions read a file staged beside the rows (as for
+        :meth:`evaluate`).
 
         Found partition by partition on the engine (:mod:`pipeline.decide.partitioned`,
         ``name`` naming the check's staged entries): the driver holds the rows found and
@@ -252,7 +255,7 @@ class GlobalContext:
         count = partition_count(
             rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
-        check = HashCheck.of(self.storage, kind, name, shards, exprs, partitions=count)
+        check = HashCheck.of(self.storage, kind, name, shards, exprs, partitions=count, source=stem)
         found = check.run(self.engine)
         keys = pl.DataFrame(
             {"_shard": found.shards, "_shard_line": found.lines},

@@ -160,6 +160,9 @@ class HashCheck:
     shards: tuple[int, ...]
     exprs: tuple[tuple[str, bytes], ...]
     partitions: int
+    #: the staged stem the expressions read: the kind's rows, or a file staged beside
+    #: them (its row keys)
+    source: str = ""
 
     @classmethod
     def of(
@@ -171,16 +174,18 @@ class HashCheck:
         exprs: Mapping[str, pl.Expr],
         *,
         partitions: int,
+        source: str | None = None,
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE`, :data:`WHERE`) over
-        ``kind``'s rows in ``shards``, its entries staged as ``<kind>.hash-<name>``."""
+        ``kind``'s rows in ``shards`` (or over ``source``, a stem staged beside them),
+        its entries staged as ``<kind>.hash-<name>``."""
         if GROUP not in exprs or set(exprs) - {GROUP, VALUE, WHERE}:
             raise ValueError(
                 f"a hash check's expressions are {GROUP} and, optionally, "
                 f"{VALUE} and {WHERE}: not {sorted(exprs)}"
             )
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
-        return cls(storage, kind, name, shards, serialized, partitions)
+        return cls(storage, kind, name, shards, serialized, partitions, source or kind)
 
     @property
     def varying(self) -> bool:
@@ -221,7 +226,7 @@ def _init(check: HashCheck) -> HashCheck:
 def _shuffle_shard(check: HashCheck, shard: int, progress: Progress) -> int:
     """Stage the shard's (line, group, value) entries where ``where`` holds, ordered by
     partition, a record batch per partition (empty ones too); returns how many."""
-    frame = evaluate_shard(check.storage, shard, check.kind, check.expressions())
+    frame = evaluate_shard(check.storage, shard, check.source, check.expressions())
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
     for name in (GROUP, VALUE):

@@ -35,8 +35,9 @@ Every code falls in one range and a pair's similarity depends on its two texts a
 so the pairs kept and the candidate count are the same for any partition count, range
 cut, block cut, worker count and engine; the ranges are in code order, so the pairs
 come back sorted as the driver would sort them. The sets are staged first because a
-block names texts from all over the input (text ids are ranks of digests): a block that
-read its own texts read nearly every shard, so many blocks read the input many times.
+block names texts from all over the input (a pair's texts may lie anywhere; for
+``rowgate dedupe`` text ids are ranks of digests): a block that read its own texts read
+nearly every shard, so many blocks read the input many times.
 
 Memory: the driver holds the samples, the ranges and the verified pairs; a sets task,
 its candidate texts' ids and rows (16 bytes each, a copy for each partition that names

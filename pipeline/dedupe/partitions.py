@@ -2,9 +2,13 @@
 every row's signature in one process: a shuffle through staged files, as a map-reduce.
 
 The gate's workers stage each row's MinHash signature (:mod:`pipeline.dedupe.row_keys`).
-The dedupe stage knows which rows take part as *texts* (the first accepted row of each
-normalised key) and each text's survivor rank; it writes that as a text map beside each
-shard's staged rows (:func:`write_text_map`, 16 bytes a row). Then, on the engine:
+The caller knows which rows take part as *texts* (the first accepted row of each
+normalised key) and each text's survivor rank; that is staged as a text map beside each
+shard's staged rows (:func:`write_text_map`, 16 bytes a row): from arrays over every
+row (:meth:`NearSearch.verified`, ``rowgate dedupe``), or a shard at a time from the
+texts' exceptions, the rows that share a group (:class:`SparseTexts`,
+:func:`stage_sparse_texts`, a run's dedupe stage, which holds nothing of every row).
+Then, on the engine (:meth:`NearSearch.search`):
 
 1. **shuffle**, a task per shard (:func:`shuffle_step`): the LSH band keys of the
    shard's texts, from their signatures, as one entry (band, key, text, rank) per band,
@@ -62,10 +66,12 @@ __all__ = [
     "PARTITION_BYTES",
     "CandidateSearch",
     "NearSearch",
+    "SparseTexts",
     "candidate_step",
     "partition_count",
     "partitions_for",
     "shuffle_step",
+    "stage_sparse_texts",
     "text_map_stem",
     "write_text_map",
 ]
@@ -118,6 +124,88 @@ def write_text_map(storage: RunStorage, kind: str, shard: int, text: I64, rank: 
 
 
 @dataclass(frozen=True)
+class SparseTexts:
+    """The texts of a run's taking rows described by their exceptions: every taking row
+    is a text (its place among them, ``p``, is its *stored row*) except the ``excluded``
+    places (each a later row of a group whose first row is the text), and a text's id
+    is its place less the excluded places before it, so texts are numbered in stored
+    order. A text's survivor rank is ``rank(p)``, or the best of its group's where its
+    place is among ``grouped`` (``best``, in the same order). Every array here grows with
+    the rows that share a group, not with the run."""
+
+    excluded: I64  # ascending
+    grouped: I64  # ascending: the first place of each group of several rows
+    best: I64
+    rank: Callable[[I64], I64]
+
+    def ids(self, places: I64) -> I64:
+        """The text id of each place (-1 where it is excluded)."""
+        at, hit = _sought(self.excluded, places)
+        return np.where(hit, -1, places - at)
+
+    def places(self, ids: I64) -> I64:
+        """The stored row of each text id (:meth:`ids` inverted)."""
+        before = self.excluded - np.arange(len(self.excluded), dtype=np.int64)
+        return ids + np.searchsorted(before, ids, side="right")
+
+    def ranks(self, places: I64) -> I64:
+        """The survivor rank of the texts at ``places``."""
+        rank = np.array(self.rank(places), np.int64)
+        at, hit = _sought(self.grouped, places)
+        rank[hit] = self.best[at[hit]]
+        return rank
+
+
+def _sought(among: I64, values: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """Where each of ``values`` falls in ``among`` (ascending), and whether it is there."""
+    at = np.searchsorted(among, values)
+    hit = at < len(among)
+    hit[hit] = among[at[hit]] == values[hit]
+    return at, hit
+
+
+def stage_sparse_texts(
+    storage: RunStorage,
+    kind: str,
+    shards: tuple[tuple[int, int], ...],
+    taking: npt.NDArray[np.bool_],
+    lines: npt.NDArray[np.int64],
+    texts: SparseTexts,
+) -> int:
+    """Stage each shard's text map and the texts' addresses (a row per text id: its
+    ``_shard``, ``_shard_line`` and stored row), a shard at a time, for
+    :meth:`NearSearch.search`; returns how many texts there are. ``taking`` and
+    ``lines``: every staged row of the ``shards`` (shard, rows), in order."""
+    schema = pa.schema(
+        [("_shard", pa.int32()), ("_shard_line", pa.int64()), (near_check.STORED, pa.int64())]
+    )
+    lo = placed = 0
+    with storage.whole_writer(addresses_stem(kind), schema) as addresses:
+        for shard, size in shards:
+            took = taking[lo : lo + size]
+            at = np.arange(placed, placed + int(took.sum()), dtype=np.int64)
+            ids = texts.ids(at)
+            text = np.full(size, -1, np.int64)
+            rank = np.full(size, -1, np.int64)
+            text[took] = ids
+            rank[took] = np.where(ids >= 0, texts.ranks(at), -1)
+            write_text_map(storage, kind, shard, text, rank)
+            kept = ids >= 0
+            addresses.write_batch(
+                pa.record_batch(
+                    [
+                        pa.array(np.full(int(kept.sum()), shard, np.int32)),
+                        pa.array(lines[lo : lo + size][took][kept]),
+                        pa.array(at[kept]),
+                    ],
+                    schema=schema,
+                )
+            )
+            lo, placed = lo + size, placed + len(at)
+    return placed - len(texts.excluded)
+
+
+@dataclass(frozen=True)
 class NearSearch:
     """Where the near candidates of one kind are found: the ``engine`` and ``storage``,
     the ``shards`` whose row keys are staged (shard, staged rows), in the order of the
@@ -151,14 +239,9 @@ class NearSearch:
         its row as :data:`~pipeline.dedupe.near_check.STORED`), read through ``source``.
 
         A text map is staged per shard (built a shard at a time: 24 bytes a row for
-        every row at once), then engine tasks: one per shard (the shuffle), one per
-        partition (the candidates, staged), one per run of shards (the candidate texts'
-        shingle sets, staged) and one per range of pair codes (the check,
-        :mod:`pipeline.dedupe.near_check`). The driver never holds the candidate pairs."""
+        every row at once), then :meth:`search`."""
         lo = placed = 0
-        starts = []
         for shard, size in self.shards:
-            starts.append(placed)
             took = taking[lo : lo + size]
             at = np.arange(placed, placed + int(took.sum()), dtype=np.int64)
             group = groups[at]
@@ -169,17 +252,36 @@ class NearSearch:
             rank[took] = np.where(first, text_rank[group], -1)
             write_text_map(self.storage, self.kind, shard, text, rank)
             lo, placed = lo + size, placed + len(at)
-        count = partition_count(
-            len(text_rows), self.params, self.workers, len(self.shards), self.partitions
-        )
         self.storage.stage_whole(addresses_stem(self.kind), addresses)
-        firsts = near_check.set_groups([size for _, size in self.shards], self.workers)
+        return self.search(taking, len(text_rows), source, on_stage)
+
+    def search(
+        self,
+        taking: npt.NDArray[np.bool_],
+        texts: int,
+        source: TextSource,
+        on_stage: Callable[[str], None] = lambda name: None,
+    ) -> tuple[I64, I64, F64, int]:
+        """:meth:`verified`'s pairs among ``texts`` texts whose text maps
+        (:func:`write_text_map`, one per shard) and addresses (a row per text id, staged
+        as :func:`~pipeline.dedupe.near_check.addresses_stem`) are staged already. Engine
+        tasks: one per shard (the shuffle), one per partition (the candidates, staged),
+        one per run of shards (the candidate texts' shingle sets, staged) and one per
+        range of pair codes (the check, :mod:`pipeline.dedupe.near_check`). The driver
+        never holds the candidate pairs."""
+        sizes = [size for _, size in self.shards]
+        starts, lo, placed = [], 0, 0  # each shard's first stored row
+        for size in sizes:
+            starts.append(placed)
+            lo, placed = lo + size, placed + int(taking[lo : lo + size].sum())
+        count = partition_count(texts, self.params, self.workers, len(self.shards), self.partitions)
+        firsts = near_check.set_groups(sizes, self.workers)
         search = CandidateSearch(
             self.storage,
             self.kind,
             tuple(shard for shard, _ in self.shards),
             self.params,
-            len(text_rows),
+            texts,
             count,
             near_check.SAMPLE_EVERY,
             tuple(starts[first] for first in firsts),
@@ -194,7 +296,7 @@ class NearSearch:
             self.storage,
             self.kind,
             count,
-            len(text_rows),
+            texts,
             source,
             self.params,
             (near_check.BLOCK_TEXTS, near_check.BLOCK_PAIRS),
@@ -206,7 +308,7 @@ class NearSearch:
         on_stage(f"{self.kind}: dedupe: exact check ({len(ranges)} range{'s' * (len(ranges) > 1)})")
         checked = self.engine.map(check_step(check), ranges)
         codes = np.concatenate([c for _, c, _ in checked]) if checked else np.zeros(0, np.uint64)
-        better, worse = decoded_pairs(codes, len(text_rows))
+        better, worse = decoded_pairs(codes, texts)
         similarity = np.concatenate([v for _, _, v in checked]) if checked else np.zeros(0)
         candidates = sum(n for n, _, _ in checked)
         return better, worse, similarity, candidates

@@ -199,7 +199,9 @@ class RowKeys:
     on; and for the near rule, ``near(groups, rows, rank)``: the near pairs among the
     texts (``rows[i]`` is text ``i``'s row, ``rank[i]`` its survivor rank; ``groups[r]``
     is row ``r``'s normalised group, which is its text when ``rows[groups[r]] == r``),
-    found and checked on the engine: the candidate pairs whose exact Jaccard similarity
+    found and checked on the engine (among more rows than the frame's, where it holds only
+    those that take part; ``None`` where no search ran, as for fewer than two rows): the
+    candidate pairs whose exact Jaccard similarity
     reaches the threshold as sorted (better, worse) text ids, their similarities and
     how many candidate pairs there were, as
     :func:`~pipeline.dedupe.minhash.candidate_pairs` and

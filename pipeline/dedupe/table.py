@@ -247,7 +247,9 @@ def match_duplicates(
     else:
         normalised = exact
     near: NearPairs | None = None
-    if settings.near and key is not None and n > 1:
+    # given pairs were searched for among more rows than ``frame`` may hold
+    searched = row_keys is not None and row_keys.near is not None
+    if settings.near and key is not None and (n > 1 or searched):
         first_rows, text_rank = _texts(normalised, rank)
         if row_keys is not None and row_keys.near is not None:
             signatures_of = row_keys.signatures

@@ -383,10 +383,11 @@ def staged_keys(
     normalised = None
     if settings.normalised:
         normalised = pl.Series(NORMALISED, _digest_ranks(_column(storage, tasks, NORMALISED)))
+    searched = settings.near and starts[-1] > 1  # one row has no pair
     return RowKeys(
         normalised,
-        near if settings.near else None,
-        signatures if settings.near else None,
+        near if searched else None,
+        signatures if searched else None,
         _digest_ranks(_column(storage, tasks, EXACT)) if job.exact else None,
         lineage,
     )

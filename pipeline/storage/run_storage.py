@@ -139,10 +139,15 @@ class RunStorage:
     def stage_whole(self, stem: str, table: pa.Table) -> None:
         """Stage a table that belongs to the whole run, not to a shard (e.g. where each
         near-dedupe text is stored, for the near candidate and sets tasks)."""
+        with self.whole_writer(stem, table.schema) as writer:
+            writer.write_table(table)
+
+    def whole_writer(self, stem: str, schema: pa.Schema) -> ipc.RecordBatchFileWriter:
+        """A new staged table of the whole run (:meth:`stage_whole`), written a batch at
+        a time by the caller, who closes it."""
         path = self._whole_path(stem)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with ipc.new_file(str(path), table.schema) as writer:
-            writer.write_table(table)
+        return ipc.new_file(str(path), schema)
 
     def whole_table(self, stem: str) -> pa.Table:
         """A table :meth:`stage_whole` staged, memory-mapped (a take reads its pages)."""

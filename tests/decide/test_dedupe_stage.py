@@ -320,7 +320,7 @@ def test_fingerprint_hashing_decides_like_every_row_taking_part(
         assert hashed_notes[KIND]["straddling_groups"] > 0
         assert hashed_notes[KIND]["by_rule"]["contamination"] > 0
     with monkeypatch.context() as patched:
-        patched.setattr(dedupe, "_exact_only", lambda settings: False)
+        patched.setattr(dedupe, "_participants", lambda *args: None)
         every, every_notes = outcome("every")
     with monkeypatch.context() as patched:
         patched.setattr(dedupe, "_fingerprint_hash", lambda: pl.lit(0, pl.UInt64))
@@ -331,9 +331,38 @@ def test_fingerprint_hashing_decides_like_every_row_taking_part(
         assert hashed[name] == every[name] == colliding[name], name
 
 
+def _templated(corpus: list[LabelledRow]) -> list[LabelledRow]:
+    """Near variants of a few originals, a word apart, many to an LSH bucket, and
+    normalised copies of some after them (whose group's best rank is then another row's
+    under some survivor rules)."""
+    rows, copies = [], []
+    for n, original in enumerate([r for r in corpus if r.label == "original"][:4]):
+        record = orjson.loads(original.line)
+        words = record["response_a"].split(" ")
+        for k in range(12):
+            text = " ".join([*words[:k], f"zz{k}", *words[k + 1 :]])
+            # another submission: its own task id
+            variant = dict(record, response_a=text, task_id=f"templated-{n}-{k}")
+            rows.append(LabelledRow(orjson.dumps(variant), "templated"))
+            if k % 3 == 0:
+                upper = variant["response_b"].upper()
+                copy = dict(variant, response_b=upper, task_id=f"templated-{n}-{k}-copy")
+                copies.append(LabelledRow(orjson.dumps(copy), "templated"))
+    return rows + copies
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "campaign", ["normalised and near", "protected eval split", "near only", "normalised only"]
+    "campaign",
+    [
+        "normalised and near",
+        "protected eval split",
+        "near only",
+        "normalised only",
+        "near without exact",
+        "survivor by a column, small buckets",
+        "survivor last, small buckets",
+    ],
 )
 def test_gate_row_keys_decide_like_the_stage_computing_them(
     corpus: list[LabelledRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, campaign: str
@@ -353,6 +382,20 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
             config = config.override(**{"dedupe.normalised": False})
         if campaign == "normalised only":
             config = config.override(**{"dedupe.near": False})
+        if "small buckets" in campaign:
+            templated = [*corpus[:700], *_templated(corpus)]
+            source = write_lines(tmp_path / "c.jsonl", templated)
+            config = config.override(inputs=(InputSpec(str(source)),))
+        if campaign == "near without exact":
+            config = config.override(**{"dedupe.normalised": False, "dedupe.exact": False})
+        # a bucket's pairs are taken in survivor rank order past ``max_bucket`` members:
+        # each text's rank (its group's best) decides which pairs are candidates
+        if campaign == "survivor by a column, small buckets":
+            config = config.override(
+                **{"dedupe.survivor": "max:_record_sha256", "dedupe.max_bucket": 2}
+            )
+        if campaign == "survivor last, small buckets":
+            config = config.override(**{"dedupe.survivor": "last", "dedupe.max_bucket": 2})
     config = config.override(**{"engine.workers": 2, "engine.shard_bytes": 96 * 1024})
     staged: list[bool] = []
     has_row_keys = GlobalContext.has_row_keys
@@ -403,22 +446,57 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
         assert gated.keys() == reference.keys()
         for name in gated:
             assert gated[name] == reference[name], (count, name)
-    # Groups are ranked on 64-bit prefixes of the digests; with prefixes that collide
-    # (16 values: most rows share one) the exact digests decide, to the same outputs.
-    # The matching then holds no 64-character digest of every row, nor every row's
-    # source and line (read for the rows pointers and clusters name).
-    fingerprint, digest = dedupe._fingerprint_prefix, dedupe._digest_prefix
-    seen: list[list[str]] = []
+    # Groups are found on 64-bit hashes of the digests and the matching sees only the
+    # rows that share one or a near pair; with hashes that all collide every accepted
+    # row is found and the exact digests decide, to the same outputs.
+    seen: list[int] = []
 
     def match_spy(frame: pl.DataFrame, *args: object, **kwargs: object) -> object:
-        seen.append(frame.columns)
+        seen.append(frame.height)
         return match_duplicates(frame, *args, **kwargs)
 
+    rows = reference_notes[KIND]["rows"]
     with monkeypatch.context() as patched:
-        patched.setattr(dedupe, "_fingerprint_prefix", lambda: fingerprint() // (1 << 60))
-        patched.setattr(dedupe, "_digest_prefix", lambda: digest() // (1 << 60))
+        patched.setattr(dedupe, "match_duplicates", match_spy)
+        outcome("spied")
+    assert 0 < seen.pop() < rows
+    with monkeypatch.context() as patched:
+        patched.setattr(dedupe, "_fingerprint_hash", lambda: pl.lit(0, pl.UInt64))
+        patched.setattr(dedupe, "_normalised_hash", lambda: pl.lit(0, pl.UInt64))
         patched.setattr(dedupe, "match_duplicates", match_spy)
         colliding, colliding_notes = outcome("colliding")
-    assert not {"_content_sha256", "_record_sha256", "_source", "_line"} & set(seen.pop())
+    hashed = config.dedupe.exact or config.dedupe.normalised  # else no hash is checked
+    assert seen.pop() == rows or not hashed
     assert colliding_notes == reference_notes
     assert colliding == reference
+
+
+@pytest.mark.parametrize("rows", ["no duplicates", "one row", "one row kept"])
+def test_a_run_with_nothing_to_match_reports_like_the_reference(
+    corpus: list[LabelledRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: str
+) -> None:
+    """The matching sees only the rows that take part, which may be none: its near
+    statistics are still those of the search among every accepted row (the candidates
+    and rounds), as the reference path reports them over every row; a run of one
+    accepted row reports no search."""
+    originals = [r for r in corpus if r.label == "original"]
+    chosen = {"no duplicates": originals[:200], "one row": originals[:1]}.get(rows)
+    if chosen is None:  # two rows, one rejected: a single accepted row
+        chosen = [originals[0], LabelledRow(b'{"not": "a pairwise row"}', "broken")]
+    source = write_lines(tmp_path / "c.jsonl", chosen)
+    config = CampaignConfig(inputs=(InputSpec(str(source)),)).override(
+        **{"dedupe.normalised": True, "dedupe.near": True}
+    )
+
+    def outcome(name: str) -> tuple[dict[str, bytes], dict]:
+        result = run(config, tmp_path / name)
+        return _outputs(tmp_path / name), result.manifest["global"]["dedupe"]
+
+    gated, gated_notes = outcome("gated")
+    with monkeypatch.context() as patched:
+        patched.setattr(GlobalContext, "has_row_keys", lambda ctx, kind: False)
+        reference, reference_notes = outcome("reference")
+    assert gated_notes == reference_notes
+    assert ("near" in gated_notes[KIND]) == (rows == "no duplicates")
+    assert gated_notes[KIND]["removed"] == 0
+    assert gated == reference

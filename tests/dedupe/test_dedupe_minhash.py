@@ -315,3 +315,31 @@ def test_partitions_are_a_multiple_of_the_workers_of_at_most_their_bytes() -> No
     # no more workers at once than shards: one shard of few texts is one partition
     assert partition_count(10, PARAMS, 6, 1, None) == 1
     assert partition_count(10, PARAMS, 6, 4, None) == 4
+
+
+@given(
+    st.lists(st.booleans(), max_size=60),
+    st.lists(st.integers(0, 1000), max_size=60),
+)
+def test_sparse_texts_number_the_rows_that_are_texts_in_order(
+    later: list[bool], values: list[int]
+) -> None:
+    """A run's texts are described by their exceptions: a row's text id is its place
+    among the texts (-1 for a later row of a group), ``places`` inverts ``ids``, and a
+    group's first row takes the group's best rank."""
+    from pipeline.dedupe.partitions import SparseTexts
+
+    places = np.arange(len(later), dtype=np.int64)
+    excluded = places[np.array(later, dtype=np.bool_)]
+    texts = places[~np.array(later, dtype=np.bool_)]
+    grouped = texts[: len(texts) // 2]
+    best = np.array(values[: len(grouped)] + [0] * (len(grouped) - len(values)), np.int64)
+    sparse = SparseTexts(excluded, grouped, best, lambda at: at + 5000)
+    ids = sparse.ids(places)
+    assert ids.tolist() == [
+        -1 if is_later else int(np.sum(~np.array(later[:p], dtype=np.bool_)))
+        for p, is_later in enumerate(later)
+    ]
+    assert sparse.places(np.arange(len(texts), dtype=np.int64)).tolist() == texts.tolist()
+    ranks = dict(zip(grouped.tolist(), best.tolist(), strict=True))
+    assert sparse.ranks(texts).tolist() == [ranks.get(int(p), int(p) + 5000) for p in texts]

@@ -409,9 +409,9 @@ def test_the_observer_sees_every_phase_and_global_stage_in_order(tmp_path: Path)
     dedupe = stages.index("pairwise-v2: dedupe")
     assert stages[dedupe + 1 : dedupe + 6] == [
         "pairwise-v2: dedupe: read keys",
-        "pairwise-v2: dedupe: match",
         "pairwise-v2: dedupe: candidates (2 partitions)",  # one per worker, at least
         "pairwise-v2: dedupe: exact check (1 range)",  # few candidates: one task
+        "pairwise-v2: dedupe: match",
         "pairwise-v2: dedupe: clusters",
     ]
     after_write = events[events.index(("phase", "write")) + 1 : events.index(("phase", "report"))]

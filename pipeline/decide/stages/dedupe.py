@@ -8,23 +8,24 @@ Removed rows become ``duplicate`` and land in ``duplicates/<kind>/`` with
 group that straddles splits stay accepted with the reason ``dedupe.split_group``. Whole-run
 tables: ``dedupe/clusters/<kind>.parquet`` and ``dedupe/split_groups/<kind>.parquet``.
 
-With exact duplicates only (the default), a row whose fingerprint no other accepted row
-shares can be neither removed nor kept over a duplicate, so only rows whose fingerprint
-hash repeats are read and matched (:func:`_repeated_fingerprints`); the others count in
-the statistics, and in split groups when the kind's rows come from several splits. The
-normalised and near rules compare key texts, so with either on every row is read (its
-group ranks; the matching then decides among the rows that share a group or a near
-pair, :func:`~pipeline.dedupe.clusters.find_duplicates`): the
-gate's workers computed each row's normalised key digest and MinHash signature
-(:mod:`pipeline.dedupe.row_keys`, read through :meth:`GlobalContext.row_keys`), and the
-stage reads those; the near candidates are found and checked on the engine, whose sets
-tasks read the candidates' texts once (:class:`StagedTexts`).
-Without staged row keys the stage computes them from the key texts (the reference path).
+Only a row that shares its content fingerprint or normalised key digest with another
+accepted row, or whose key text has a verified near pair, can be removed or have a row
+removed in its favour; the matching decides among those rows alone
+(:func:`~pipeline.dedupe.clusters.find_duplicates`), and they are found without holding
+a value of every row in the driver (:func:`_participants`): hash-first checks on the
+engine find the rows whose fingerprint or digest hash repeats, and the near rule's
+candidates are found and checked on the engine, over texts described by their
+exceptions (:class:`~pipeline.dedupe.partitions.SparseTexts`), whose sets tasks read the
+candidates' texts once (:class:`StagedTexts`). The gate's workers computed each row's
+normalised key digest and MinHash signature (:mod:`pipeline.dedupe.row_keys`); the other
+rows count in the statistics, and in split groups when the kind's rows come from several
+splits. Without staged row keys the stage computes them from the key texts of every
+accepted row (the reference path, which matches every accepted row).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -33,6 +34,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
+from pipeline.core.arrays import distinct
 from pipeline.core.config import CampaignConfig, ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP, Disposition
 from pipeline.decide.context import (
@@ -44,26 +46,29 @@ from pipeline.decide.context import (
     register_stage,
     staged_rows,
 )
-from pipeline.decide.repeats import dense_ranks, digest_prefix, repeated
+from pipeline.decide.repeats import repeated
 from pipeline.dedupe.keys import DedupeKey, text_columns
 from pipeline.dedupe.minhash import LshParams
-from pipeline.dedupe.near_check import STORED
 from pipeline.dedupe.normalise import Normalisation
-from pipeline.dedupe.partitions import NearSearch
+from pipeline.dedupe.partitions import NearSearch, SparseTexts, stage_sparse_texts
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
-from pipeline.dedupe.table import group_fields, match_duplicates, required_columns
+from pipeline.dedupe.table import (
+    group_fields,
+    match_duplicates,
+    required_columns,
+    survivor_rank,
+)
 from pipeline.kinds import get_kind
 from pipeline.storage import RunStorage
 
 __all__ = ["Dedupe"]
 
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
 _ON_DUPLICATES: Final = frozenset({Disposition.DUPLICATE})
 #: staged lineage the stage reads for its rows: exact groups, and what pointers name
 _DIGESTS: Final = ("_content_sha256", "_record_sha256")
-#: the 64-bit prefix of a row's normalised key digest, read for every row
-_NORMALISED_PREFIX: Final = "_normalised_prefix"
 
 
 @register_stage
@@ -90,8 +95,6 @@ class Dedupe:
         # rejected and quarantined rows never take part, not even as survivors; row ids
         # are places among the accepted rows
         is_accepted = rows["_disposition"] == Disposition.ACCEPTED.value
-        # the gate's row keys stand in for the key texts (normalised and near rules)
-        keyed = _keyed(ctx, kind, key is not None)
         accepted = rows.select(KEYS).filter(is_accepted)
         split = ctx.split().alias("_split")
         splits = {ctx.shards[s].input.split for s in accepted["_shard"].unique()} - {None}
@@ -99,31 +102,24 @@ class Dedupe:
         # (pw-decide-row's ``meta`` is the ``_meta`` column).
         apart = get_kind(kind).apart
         back = {column: member for member, column in apart.items()}
-        exact, digests = _digests(ctx, kind, keyed, rows, is_accepted, accepted)
-        columns = [*_payload_columns(ctx, kind, key, not keyed, len(splits) > 1), *digests]
         fields = group_fields(key, settings, kind)
         ctx.on_stage(f"{kind}: dedupe: read keys")
-        participants = (
-            _repeated_fingerprints(ctx, kind, rows, is_accepted, accepted)
-            if _exact_only(settings)
-            else None
-        )
-        part = accepted if participants is None else participants
-        # without row keys the rows taking part carry their lineage (with them, only the
-        # few rows pointers and clusters name are read: every row's was ~40 bytes a row)
-        part = part if keyed else ctx.with_lineage(part).drop("_input")
-        if participants is None:  # every accepted row takes part, with its payload
+        # the gate's row keys stand in for the key texts (normalised and near rules)
+        found = None
+        if not _reads_texts(settings, key) or ctx.has_row_keys(kind):
+            found = _participants(ctx, kind, key, rows, is_accepted, accepted)
+        columns = [*_payload_columns(ctx, kind, key, found is None, len(splits) > 1), *_DIGESTS]
+        if found is None:  # every accepted row takes part, with its payload and lineage
+            part = ctx.with_lineage(accepted).drop("_input")
             frame = part.hstack(_payload(ctx, kind, rows, is_accepted, columns))
         else:
-            frame = _fetched(ctx, kind, part, columns)
+            frame = _fetched(ctx, kind, ctx.with_lineage(found.rows).drop("_input"), columns)
         frame = frame.with_columns(split).rename(back, strict=False)
-        row_keys = None
-        if keyed and key is not None:
-            row_keys = _row_keys(ctx, kind, key, rows, is_accepted, frame, exact)
+        row_keys = _row_keys(ctx, kind, frame, found) if found is not None else None
         ctx.on_stage(f"{kind}: dedupe: match")
         matches = match_duplicates(frame, key, settings, kind, row_keys)
         ctx.on_stage(f"{kind}: dedupe: clusters")
-        if participants is None:
+        if found is None:
             everyone = frame if len(splits) > 1 else pl.DataFrame(schema={"_split": pl.String})
         else:
             # the removed rows' places among all accepted rows, which are the row ids
@@ -164,10 +160,11 @@ class Dedupe:
         return decided if decided.height else None
 
 
-def _keyed(ctx: GlobalContext, kind: str, keyed: bool) -> bool:
-    """Whether the normalised and near rules read the gate's row keys: when either rule
-    is on, the kind has a key, and the gate staged them."""
-    return keyed and not _exact_only(ctx.config.dedupe) and ctx.has_row_keys(kind)
+def _reads_texts(settings: DedupeSettings, key: DedupeKey | None) -> bool:
+    """Whether a rule that compares key texts is on (the normalised or near rule, for a
+    kind that has a key): without the gate's row keys, the stage computes them from
+    the texts of every accepted row (the reference path)."""
+    return key is not None and (settings.normalised or settings.near)
 
 
 def _payload_columns(
@@ -188,143 +185,186 @@ def _payload_columns(
     return [c for c in available if c in alone]
 
 
-def _digests(
+@dataclass(frozen=True)
+class _Found:
+    """The accepted rows that take part (:func:`_participants`): their keys and
+    ``_place`` among the accepted rows, ascending; and the near rule's verified pairs,
+    as places (better, worse), with their similarities and the candidate count."""
+
+    rows: pl.DataFrame
+    near: tuple[I64, I64, npt.NDArray[np.float64], int] | None
+
+
+def _participants(
     ctx: GlobalContext,
     kind: str,
-    keyed: bool,
+    key: DedupeKey | None,
     rows: pl.DataFrame,
     is_accepted: pl.Series,
     accepted: pl.DataFrame,
-) -> tuple[npt.NDArray[np.int64] | None, tuple[str, ...]]:
-    """The exact groups, if ranked here, and the digests every row taking part is read
-    with (exact groups; the kept row a pointer names: they are not state columns). With
-    the gate's row keys (``keyed``), the exact groups are ranked on a 64-bit prefix of the
-    fingerprints (:func:`_exact_ranks`) and the record digests are read for the rows a
-    pointer or a cluster names: 8 bytes a row instead of two 64-character strings."""
-    if not keyed:
-        return None, _DIGESTS
-    if not ctx.config.dedupe.exact:
-        return None, ()
-    exact = _exact_ranks(ctx, kind, rows, is_accepted, accepted)
-    return exact, ("_content_sha256",) if exact is None else ()
+) -> _Found | None:
+    """The accepted rows that can be removed or have a row removed in their favour,
+    found without a value of every row in the driver: those whose content fingerprint
+    or normalised key digest another accepted row shares (hash-first checks on the
+    engine: :meth:`GlobalContext.repeats`, on 64-bit hashes, so a collision adds a row
+    that the matching then finds alone), and those whose text has a verified near pair
+    (:func:`_near_places`). ``None`` when a row has no fingerprint: then key columns
+    decide, over every row.
 
-
-def _exact_only(settings: DedupeSettings) -> bool:
-    """Whether only equal fingerprints can make rows duplicates (no normalised or near
-    rule, which compare key texts): then a row whose fingerprint is unique takes no part."""
-    return settings.exact and not settings.normalised and not settings.near
-
-
-def _repeated_fingerprints(
-    ctx: GlobalContext,
-    kind: str,
-    rows: pl.DataFrame,
-    is_accepted: pl.Series,
-    accepted: pl.DataFrame,
-) -> pl.DataFrame | None:
-    """The ``accepted`` rows whose content fingerprint another accepted row may share, with
-    their ``_place`` among them; ``None`` if a row has no fingerprint (then key columns
-    decide, over every row).
-
-    Profile-guided: the digests and payload of every accepted row, joined to the state,
-    were the global phase's largest working set (~480 bytes per row, 285 MB at 600k rows;
-    now 40 MB). Rows are grouped on a 64-bit hash of the fingerprint instead
-    (:mod:`pipeline.decide.repeats`) and only rows whose hash repeats (duplicates, and the rare
-    collision) are read in full and matched on the exact digest, so a collision can never
-    invent a duplicate."""
-    unprinted = _values(ctx, kind, rows, is_accepted, {"_u": pl.col("_content_sha256").is_null()})
-    if unprinted["_u"].any():
-        return None
-    del unprinted
-    # found among every row on the engine; a hash that repeats among the accepted rows
-    # repeats among them all, so the accepted rows found are checked again among
-    # themselves (few)
-    found, groups = ctx.repeats(kind, rows, "fingerprints", _fingerprint_hash())
+    The matching decides among these rows as it would among all
+    (:func:`~pipeline.dedupe.clusters.find_duplicates` takes the same rows from every
+    row's groups): a row that shares no group and no pair is kept and named by nothing.
+    Ranking every accepted row's digests in the driver held ~50 bytes a row with near and
+    normalised dedupe on (their prefixes, ranks and the sort's temporaries), and the
+    matching's arrays ~40 more."""
+    settings = ctx.config.dedupe
     accepting = is_accepted.to_numpy()
+    stem = ctx.storage.row_keys_stem(kind)
+    exact = normalised = np.zeros(0, np.int64)
+    if settings.exact:
+        printed = {"_u": pl.col("_content_sha256").is_null()}
+        if _values(ctx, kind, rows, is_accepted, printed)["_u"].any():
+            return None
+        exact = _repeating(ctx, kind, rows, accepting, "fingerprints", _fingerprint_hash())
+    if settings.normalised and key is not None:
+        where = pl.col(NORMALISED).is_not_null()
+        hashed = _normalised_hash()
+        normalised = _repeating(ctx, kind, rows, accepting, "normalised", hashed, where, stem)
+    near = None
+    parts = [exact, normalised]
+    if settings.near and key is not None and accepted.height > 1:  # one row has no pair
+        # a text is a normalised group's first row (an exact group's, with that rule
+        # off; with both off, every row is a text: no row is grouped)
+        by = (normalised, NORMALISED) if settings.normalised else (exact, "_content_sha256")
+        if not settings.normalised:
+            ctx.values(kind, rows, {}, stem=stem)  # the row keys line up with the rows
+        near = _near_places(ctx, kind, key, rows, accepting, accepted, *by)
+        parts += [near[0], near[1]]
+    places = distinct(np.concatenate(parts))
+    found = accepted[places].insert_column(0, pl.Series("_place", places, pl.UInt32))
+    return _Found(found, near)
+
+
+def _repeating(
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    accepting: npt.NDArray[np.bool_],
+    name: str,
+    group: pl.Expr,
+    where: pl.Expr | None = None,
+    stem: str | None = None,
+) -> I64:
+    """The places among the accepted rows of those whose ``group`` hash another accepted
+    row shares. Found among every row on the engine; a hash that repeats among the
+    accepted rows repeats among them all, so the accepted rows found are checked again
+    among themselves (few)."""
+    found, groups = ctx.repeats(kind, rows, name, group, where=where, stem=stem)
     shared = found & accepting
     among_accepted = np.zeros(rows.height, np.bool_)
     among_accepted[shared] = repeated(groups[shared[found]]).to_numpy()
-    taken = among_accepted[accepting]
-    # the places of the rows taken alone: numbering every accepted row first copied them all
-    place = pl.Series("_place", np.flatnonzero(taken), pl.UInt32)
-    return accepted.filter(taken).insert_column(0, place)
+    return np.flatnonzero(among_accepted[accepting]).astype(np.int64)
 
 
 def _fingerprint_hash() -> pl.Expr:
     return pl.col("_content_sha256").hash(5)
 
 
-def _fingerprint_prefix() -> pl.Expr:
-    """The fingerprint's first 64 bits: its lowercase hex digits order as its value does."""
-    return pl.col("_content_sha256").str.slice(0, 16).str.to_integer(base=16, dtype=pl.UInt64)
+def _normalised_hash() -> pl.Expr:
+    return pl.col(NORMALISED).hash(5)
 
 
-def _digest_prefix() -> pl.Expr:
-    """The normalised key digest's first 64 bits (:func:`digest_prefix`)."""
-    return digest_prefix(NORMALISED)
-
-
-def _exact_ranks(
+def _near_places(
     ctx: GlobalContext,
     kind: str,
+    key: DedupeKey,
     rows: pl.DataFrame,
-    is_accepted: pl.Series,
+    accepting: npt.NDArray[np.bool_],
     accepted: pl.DataFrame,
-) -> npt.NDArray[np.int64] | None:
-    """The accepted rows' exact groups: the dense ranks of their content fingerprints,
-    as :func:`~pipeline.dedupe.table.match_duplicates` computes them from the digests,
-    ranked on the fingerprints' prefixes (:func:`~pipeline.decide.repeats.dense_ranks`);
-    ``None`` if a row has no fingerprint or one that is not a lowercase hex digest (then
-    the digests decide)."""
-    found = _values(
-        ctx,
+    grouped: I64,
+    digest: str,
+) -> tuple[I64, I64, npt.NDArray[np.float64], int]:
+    """The near rule's verified pairs as places among the accepted rows (better,
+    worse), their similarities and the candidate count, found and checked on the
+    engine (:meth:`~pipeline.dedupe.partitions.NearSearch.search`). The texts are the
+    accepted rows but the later rows of each group (``grouped``: the places of the rows
+    whose ``digest``'s hash repeats; their digests decide the groups), numbered in
+    order (:class:`~pipeline.dedupe.partitions.SparseTexts`), each ranked by the
+    survivor rule (its group's best rank): the text maps and addresses are staged a
+    shard at a time, never an array of every row's text. A survivor rule by a column
+    ranks every accepted row here (8 bytes a row while the search runs)."""
+    settings = ctx.config.dedupe
+    rank = _survivor_ranks(ctx, kind, rows, accepting)
+    excluded = first = best = np.zeros(0, np.int64)
+    if len(grouped):
+        stem = ctx.storage.row_keys_stem(kind) if digest == NORMALISED else None
+        values = _fetched(ctx, kind, accepted[grouped], [digest], stem)[digest]
+        excluded, first, best = _groups(grouped, _dense_ids(values), rank)
+    texts = SparseTexts(excluded, first, best, rank)
+    shards = rows["_shard"].rle().struct.unnest()
+    search = NearSearch(
+        ctx.engine,
+        ctx.storage,
         kind,
-        rows,
-        is_accepted,
-        {
-            # (a prefix of a digest that is not one is never read: 0, not null)
-            "_prefix": _fingerprint_prefix().fill_null(0),
-            "_hex": pl.col("_content_sha256").str.contains("^[0-9a-f]{64}$").fill_null(False),
-        },
+        tuple(zip(shards["value"].to_list(), shards["len"].to_list(), strict=True)),
+        LshParams.from_settings(settings),
+        ctx.config.engine.resolved_workers(),
+        ctx.config.engine.partitions,
     )
-    if not found["_hex"].all():
-        return None
-    keys = accepted.select(KEYS)
-    return dense_ranks(
-        found["_prefix"],
-        lambda at: _fetched(ctx, kind, keys[at], ["_content_sha256"])["_content_sha256"],
+    count = stage_sparse_texts(
+        ctx.storage, kind, search.shards, accepting, rows["_shard_line"].to_numpy(), texts
     )
+    columns = _available(ctx, kind, [get_kind(kind).apart.get(c, c) for c in key.columns])
+    source = StagedTexts(ctx.storage, kind, tuple(columns), Normalisation.from_settings(settings))
+    better, worse, similarity, candidates = search.search(accepting, count, source, ctx.on_stage)
+    return texts.places(better), texts.places(worse), similarity, candidates
 
 
-def _normalised_ranks(
-    ctx: GlobalContext,
-    kind: str,
-    rows: pl.DataFrame,
-    is_accepted: pl.Series,
-    frame: pl.DataFrame,
-) -> pl.Series:
-    """The accepted rows' normalised groups: the dense ranks of their normalised key
-    digests, ranked on the digests' prefixes; the digests themselves if one is missing."""
-    stem = ctx.storage.row_keys_stem(kind)
-    prefix = _digest_prefix()
-    found = _values(
-        ctx,
-        kind,
-        rows,
-        is_accepted,
-        {_NORMALISED_PREFIX: prefix.fill_null(0), "_missing": prefix.is_null()},
-        stem=stem,
-    )
-    if found.pop("_missing").any():
-        whole = ctx.row_keys(kind, [NORMALISED])
-        assert whole is not None  # the prefixes were read from them
-        return whole[NORMALISED].filter(is_accepted)
-    keys = frame.select(KEYS)
+def _dense_ids(values: pl.Series) -> I64:
+    """An id from 0 for each distinct value, shared by equal values."""
+    return values.rank("dense").to_numpy().astype(np.int64) - 1
 
-    def digests(at: npt.NDArray[np.int64]) -> pl.Series:
-        return _fetched(ctx, kind, keys[at], [NORMALISED], stem)[NORMALISED]
 
-    return pl.Series(NORMALISED, dense_ranks(found.pop(_NORMALISED_PREFIX), digests))
+def _groups(places: I64, ids: I64, rank: Callable[[I64], I64]) -> tuple[I64, I64, I64]:
+    """Of rows at ``places`` (ascending) in groups ``ids``: the later rows of each group
+    of several (ascending), each such group's first place (ascending) and its best
+    survivor rank."""
+    order = np.lexsort((places, ids))
+    ordered, sorted_ids = places[order], ids[order]
+    starts = np.ones(len(order), np.bool_)
+    starts[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    size = np.diff(np.append(np.flatnonzero(starts), len(order)))
+    several = np.repeat(size > 1, size)
+    excluded = np.sort(ordered[~starts & several])
+    group_of = np.cumsum(starts) - 1
+    ranks = rank(ordered)
+    best = np.full(len(size), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(best, group_of, ranks)
+    firsts = ordered[starts]
+    keep = size > 1
+    by_place = np.argsort(firsts[keep])
+    return excluded, firsts[keep][by_place], best[keep][by_place]
+
+
+def _survivor_ranks(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame, accepting: npt.NDArray[np.bool_]
+) -> Callable[[I64], I64]:
+    """Each accepted place's survivor rank, as
+    :func:`~pipeline.dedupe.table.survivor_rank` gives it over every accepted row: its
+    place (``first``), the places reversed (``last``), or, by a column, ranked here."""
+    rule = ctx.config.dedupe.survivor_rule(kind)
+    n = int(accepting.sum())
+    if rule == "first":
+        return lambda places: places
+    if rule == "last":
+        return lambda places: n - 1 - places
+    apart = get_kind(kind).apart
+    column = _root(rule.split(":", 1)[1])
+    read = _available(ctx, kind, [apart.get(column, column)])  # a column it lacks: refused
+    values = _payload(ctx, kind, rows, pl.Series(accepting), read)
+    back = {c: member for member, c in apart.items()}
+    ranks = survivor_rank(values.rename(back, strict=False), rule, kind)
+    return lambda places: ranks[places]
 
 
 def _payload(
@@ -359,51 +399,35 @@ def _values(
     return {name: found.pop(name)[accepted] for name in list(found)}
 
 
-def _row_keys(
-    ctx: GlobalContext,
-    kind: str,
-    key: DedupeKey,
-    rows: pl.DataFrame,
-    is_accepted: pl.Series,
-    frame: pl.DataFrame,
-    exact: npt.NDArray[np.int64] | None,
-) -> RowKeys:
-    """The gate's row keys of the accepted rows (``frame``'s rows, in order): the
-    normalised groups ranked here, the near pairs found and checked on the engine
-    (:mod:`pipeline.dedupe.partitions`, :mod:`pipeline.dedupe.near_check`), and the
-    signatures and record digests of only the rows asked for (the verified pairs'; the
-    rows pointers name). ``exact``: the exact groups (:func:`_exact_ranks`), if ranked."""
+def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: _Found) -> RowKeys:
+    """The gate's row keys of the rows taking part (``frame``'s, in order): their
+    normalised digests, read for them alone; the near pairs found among every accepted
+    row (``found``), between their groups; the signatures of only the rows asked for
+    (the verified pairs')."""
+    settings = ctx.config.dedupe
     stem = ctx.storage.row_keys_stem(kind)
-    apart = get_kind(kind).apart
-    columns = _available(ctx, kind, [apart.get(c, c) for c in key.columns])
+    keys = frame.select(KEYS)
+    normalised = None
+    if settings.normalised and get_kind(kind).dedupe_key() is not None:
+        normalised = _fetched(ctx, kind, keys, [NORMALISED], stem)[NORMALISED]
+    if found.near is None:
+        return RowKeys(normalised, None, None)
+    better, worse, similarity, candidates = found.near
 
     def signatures(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
-        found = _fetched(ctx, kind, frame.select(KEYS)[at], [SIGNATURE], stem)
-        permutations = ctx.config.dedupe.permutations
-        values = found[SIGNATURE].to_numpy().astype(np.uint32).reshape(len(at), permutations)
+        values = _fetched(ctx, kind, keys[at], [SIGNATURE], stem)[SIGNATURE].to_numpy()
+        values = values.astype(np.uint32).reshape(len(at), settings.permutations)
         return np.ascontiguousarray(values.T)
 
-    def near(
-        groups: npt.NDArray[np.int64],
-        text_rows: npt.NDArray[np.int64],
-        text_rank: npt.NDArray[np.int64],
-    ) -> tuple[I64, I64, npt.NDArray[np.float64], int]:
-        return _near_pairs(
-            ctx, kind, columns, rows, is_accepted, frame, groups, text_rows, text_rank
-        )
+    def near(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64, F64, int]:
+        # a pair's texts are the first rows of their groups, which take part whole
+        places = frame["_place"].cast(pl.Int64).to_numpy()
+        left = groups[np.searchsorted(places, better)]
+        right = groups[np.searchsorted(places, worse)]
+        order = np.lexsort((right, left))
+        return left[order], right[order], similarity[order], candidates
 
-    def lineage(at: npt.NDArray[np.int64]) -> pl.DataFrame:
-        named = frame.select(KEYS)[at]
-        digests = _fetched(ctx, kind, named, ["_record_sha256"])
-        return ctx.with_lineage(named).select("_source", "_line", digests["_record_sha256"])
-
-    normalised = None
-    if ctx.config.dedupe.normalised:
-        normalised = _normalised_ranks(ctx, kind, rows, is_accepted, frame)
-    else:  # the near rule's tasks pair the text maps with the row keys by position
-        ctx.values(kind, rows, {}, stem=stem)
-    on = ctx.config.dedupe.near
-    return RowKeys(normalised, near if on else None, signatures if on else None, exact, lineage)
+    return RowKeys(normalised, near, signatures)
 
 
 @dataclass(frozen=True)
@@ -435,52 +459,6 @@ class StagedTexts:
             .select(text_columns(key, self.normalisation))
             .to_series()
         )
-
-
-def _near_pairs(
-    ctx: GlobalContext,
-    kind: str,
-    columns: Sequence[str],
-    rows: pl.DataFrame,
-    is_accepted: pl.Series,
-    frame: pl.DataFrame,
-    groups: I64,
-    text_rows: I64,
-    text_rank: I64,
-) -> tuple[I64, I64, npt.NDArray[np.float64], int]:
-    """The near pairs among the texts (``text_rows``: each text's place among the
-    accepted rows, ``frame``'s; ``groups``: each accepted row's normalised group, which
-    is its text if it is the text's row), found and checked on the engine
-    (:meth:`~pipeline.dedupe.partitions.NearSearch.verified`): a text map staged per
-    shard, built a shard at a time (24 bytes a row for the whole run's rows at once,
-    ~11 MB of the parent's peak at 440 K rows). A shard's rows are one run of the
-    state's rows: counted as such (grouping every row by its shard took ~36 MB, the
-    near run's peak, at 1 M rows). The sets tasks read the candidates' texts from the
-    staged rows (:class:`StagedTexts`: their payload ``columns``) at each text's shard
-    and line."""
-    shards = rows["_shard"].rle().struct.unnest()
-    engine = ctx.config.engine
-    settings = ctx.config.dedupe
-    search = NearSearch(
-        ctx.engine,
-        ctx.storage,
-        kind,
-        tuple(zip(shards["value"].to_list(), shards["len"].to_list(), strict=True)),
-        LshParams.from_settings(settings),
-        engine.resolved_workers(),
-        engine.partitions,
-    )
-    source = StagedTexts(ctx.storage, kind, tuple(columns), Normalisation.from_settings(settings))
-    addresses = frame.select(KEYS)[text_rows].with_columns(pl.Series(STORED, text_rows))
-    return search.verified(
-        is_accepted.to_numpy(),
-        groups,
-        text_rows,
-        text_rank,
-        addresses.to_arrow(),
-        source,
-        ctx.on_stage,
-    )
 
 
 def _fetched(
