@@ -134,7 +134,7 @@ _REMOVED: Final = (Disposition.REJECTED.value, Disposition.DUPLICATE.value)
 
 def _live(rows: pl.DataFrame) -> pl.Series:
     """Which of the state's rows take part in a rule: those no earlier rule removed."""
-    return ~rows["_disposition"].cast(pl.String).is_in(_REMOVED)
+    return ~rows["_disposition"].is_in(_REMOVED)
 
 
 def _key_columns(kind: str) -> list[str]:
