@@ -40,10 +40,16 @@ from pipeline.gate.reader import (
 )
 from pipeline.gate.staging import GateTask, ShardSummary, gate_step
 from pipeline.kinds import KINDS, UnknownKindError
-from pipeline.output.manifest import MANIFEST_FORMAT, dependency_versions, write_manifest
+from pipeline.output.manifest import (
+    MANIFEST_FORMAT,
+    config_hex,
+    dependency_versions,
+    pinned_digests,
+    write_manifest,
+)
 from pipeline.output.outdir import check_out_name, claim_output
 from pipeline.output.remote import Out
-from pipeline.records.lineage import FileStamp, file_sha256, source_name
+from pipeline.records.lineage import FileStamp, file_sha256, path_hex, source_name
 from pipeline.records.schemas import SchemaError
 from pipeline.storage import RunStorage
 
@@ -340,11 +346,10 @@ def run(
             input_digests = digests.result()
             for stamp in stamps:
                 stamp.check("the run")
-            manifest = _lineage_form(
-                _manifest(
-                    config, inputs, shards, summaries, line_bases, writes, input_digests, gate
-                )
+            exact = _manifest(
+                config, inputs, shards, summaries, line_bases, writes, input_digests, gate
             )
+            manifest, pinned = _recorded(exact)
             timings["total_s"] = time.perf_counter() - started
             manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
             if not manifest["conservation"]["ok"]:
@@ -352,9 +357,10 @@ def run(
             manifest["artifacts"] = sorted(
                 (vars(f) for f in global_ctx.artifacts), key=lambda f: f["path"]
             )
-            manifest["global"] = global_ctx.notes
+            # a stage's note names the files it read (a decision policy's): in lineage form
+            manifest["global"] = _lineage_form(global_ctx.notes)
             manifest["reports"] = [write_run_report(tmp, manifest)]
-            write_manifest(tmp, manifest)
+            write_manifest(tmp, manifest, pinned)
     return RunResult(out, manifest, summaries)
 
 
@@ -377,11 +383,11 @@ def _read_paths(config: CampaignConfig, inputs: list[InputFile]) -> list[Path]:
     ]
 
 
-def _exact_bytes(resolved: str) -> dict[str, str]:
-    """The exact bytes of a resolved input path that is not UTF-8 (:func:`source_name`)."""
-    if source_name(resolved) == resolved:
-        return {}
-    return {"resolved_hex": os.fsencode(resolved).hex()}
+def _exact_bytes(path: str, key: str) -> dict[str, str]:
+    """``{key: hex}``, the exact bytes of a path that is not UTF-8 (:func:`path_hex`), for
+    a manifest entry that names it in its lineage form; nothing for a UTF-8 path."""
+    exact = path_hex(path)
+    return {} if exact is None else {key: exact}
 
 
 def _gate_tasks(
@@ -469,7 +475,7 @@ def _input_entry(f: InputFile, sha256: str, lines: int) -> dict[str, Any]:
         "index": f.index,
         "path": f.path,
         "resolved": source_name(f.resolved),
-        **_exact_bytes(f.resolved),
+        **_exact_bytes(f.resolved, "resolved_hex"),
         "bytes": f.size,
         "sha256": sha256,
         "compression": f.compression,
@@ -480,13 +486,15 @@ def _input_entry(f: InputFile, sha256: str, lines: int) -> dict[str, Any]:
 
 
 def _schema_entry(gate: Gate, kind_id: str) -> dict[str, str]:
-    """The pinned schema a kind's rows were gated with, as the manifest names it."""
+    """The pinned schema a kind's rows were gated with, as the manifest names it (a
+    directory of schemas under one whose name is not UTF-8: with its exact bytes)."""
     entry = gate.kind_gate(KINDS[kind_id]).entry
     return {
         "sha256": entry.sha256,
         "title": entry.title,
         "file": entry.path.name,
         "path": str(entry.path),
+        **_exact_bytes(str(entry.path), "path_hex"),
     }
 
 
@@ -516,13 +524,17 @@ def _manifest(
     used_kinds = sorted(
         {k for s in summaries for k in s.kinds} | {f.kind for f in inputs if f.kind}
     )
+    effective = config.as_dict()
+    exact = config_hex(effective)
     return {
         "format": MANIFEST_FORMAT,
         "campaign": config.name,
         "inputs": [
             _input_entry(f, input_digests[f.index], lines_by_input[f.index]) for f in inputs
         ],
-        "config": config.as_dict(),
+        "config": effective,
+        # only where a setting is not UTF-8: a UTF-8 config's manifest reads as it did
+        **({"config_hex": exact} if exact else {}),
         "config_sha256": config.source_sha256,
         "sanitize": gate.sanitizer.describe() if gate.sanitizer is not None else None,
         # only a keyed run says so: an unkeyed run's manifest reads as it did before
@@ -552,6 +564,15 @@ def _manifest(
         },
         "outputs": sorted(files, key=lambda f: f["path"]),
     }
+
+
+def _recorded(exact: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """The run's manifest as JSON holds it (:func:`_lineage_form`), and its pinned files'
+    entries (:func:`~pipeline.output.manifest.pinned_digests`), derived from the manifest
+    before that form: they are hashed at their real paths, which the lineage form of one
+    that is not UTF-8 does not name (the run read them there, and failed after all its
+    work when it hashed them at that form)."""
+    return _lineage_form(exact), pinned_digests(exact)
 
 
 def _lineage_form(value: T) -> T:

@@ -101,6 +101,7 @@ from pipeline.output.manifest import (
     ManifestError,
     dependency_versions,
     effective_config_sha256,
+    exact_config,
     load_manifest,
     pinned_files,
 )
@@ -110,6 +111,7 @@ from pipeline.records.canonical import CANONICALIZATION, canonical_json_fast
 from pipeline.records.lineage import (
     LINEAGE_FIELDS,
     LineageDigest,
+    exact_path,
     file_sha256,
     source_name,
 )
@@ -518,11 +520,12 @@ def _check_config(manifest: dict[str, Any], report: VerifyReport) -> None:
         report.problem("manifest config: its values differ from the effective config's digest")
     if config.get("source_sha256") != manifest["config_sha256"]:
         report.problem("manifest: config_sha256 differs from the config's source_sha256")
-    source = config.get("source_path")
+    source = config.get("source_path")  # its lineage form; the file is at its exact bytes
     if source is not None and manifest["config_sha256"] is not None:
-        if not Path(source).is_file():
+        exact = exact_config(manifest)["source_path"]
+        if not Path(exact).is_file():
             report.notes.append(f"config file {source} is no longer there: not re-hashed")
-        elif file_sha256(source) != manifest["config_sha256"]:
+        elif file_sha256(exact) != manifest["config_sha256"]:
             report.problem(f"config file {source} changed since the run (digest differs)")
     if bool(config["sanitize"]["enabled"]) != (manifest.get("sanitize") is not None):
         report.problem("manifest: sanitization recorded differently in config and sanitize")
@@ -567,7 +570,7 @@ def _check_pinned(manifest: dict[str, Any], report: VerifyReport) -> None:
     for scoring in notes.get("scoring", {}).values():
         stated[("rubric", scoring["rubric"]["id"])] = scoring["rubric"]["sha256"]
     stated |= {("policy", k): p["sha256"] for k, p in notes.get("policy", {}).items()}
-    for entry in pinned_files(manifest):
+    for entry, where in _pinned(manifest):
         role, name, path = entry["role"], entry["name"], entry["path"]
         report.checked["pinned files"] += 1
         digest = by_key.get((role, name, path))
@@ -587,10 +590,40 @@ def _check_pinned(manifest: dict[str, Any], report: VerifyReport) -> None:
                 report.problem(
                     f"{label}: the run's pin or loaded digest differs from the one recorded"
                 )
-        if not Path(path).is_file():
+        if not Path(where).is_file():
             report.problem(f"{label}: not found (the run read it)")
-        elif file_sha256(path) != digest:
+        elif file_sha256(where) != digest:
             report.problem(f"{label}: changed since the run (digest differs)")
+
+
+def _pinned(manifest: dict[str, Any]) -> list[tuple[dict[str, str], str]]:
+    """Each pinned file the run's config derives (:func:`pinned_files` of its exact
+    config, :func:`exact_config`) as the manifest names it (``{role, name, path}``, the
+    path in its lineage form), and where it is read: at the exact bytes the manifest's
+    entry of that name and path records (``path_hex``), else where the config puts it.
+
+    The list is the config's, never the manifest's; only where a path that is not UTF-8
+    lies is taken from the entry that names it (the sanitization policy rowgate ships is
+    named by the manifest's ``sanitize`` block, which holds its lineage form alone)."""
+    exact = {
+        (e["role"], e["name"], e["path"]): e.get("path_hex") for e in manifest.get("pinned") or []
+    }
+    found = []
+    for entry in pinned_files({**manifest, "config": exact_config(manifest)}):
+        named = {**entry, "path": source_name(entry["path"])}
+        recorded = exact.get((named["role"], named["name"], named["path"]))
+        where = entry["path"] if recorded is None else exact_path(named["path"], recorded)
+        found.append((named, where))
+    return found
+
+
+def _schema_path(info: dict[str, Any]) -> Path:
+    """Where a schema the manifest lists is read: its recorded path (at its exact bytes
+    when that is not UTF-8, ``path_hex``), else the file rowgate ships (an older
+    manifest)."""
+    if not info.get("path"):
+        return SCHEMA_DIR / str(info["file"])
+    return Path(exact_path(info["path"], info.get("path_hex")))
 
 
 def _schemas(
@@ -599,7 +632,7 @@ def _schemas(
     layouts = {}
     pins = _pins(manifest)
     for kind_id, info in manifest["schemas"].items():
-        path = Path(info.get("path") or SCHEMA_DIR / info["file"])
+        path = _schema_path(info)
         report.checked["pinned files"] += 1
         if kind_id not in KINDS:
             report.problem(f"schema {kind_id}: no such record kind")
@@ -613,7 +646,9 @@ def _schemas(
             report.problem(f"schema {kind_id}: cannot load ({exc})")
             continue
         if entry.sha256 != info["sha256"]:
-            report.problem(f"schema {kind_id}: {path} changed since the run (digest differs)")
+            report.problem(
+                f"schema {kind_id}: {source_name(str(path))} changed since the run (digest differs)"
+            )
             continue
         layouts[kind_id] = (derive_layout(entry.schema, KINDS[kind_id].apart), entry)
     return layouts
@@ -632,7 +667,8 @@ def _declared(
     from pipeline.decide.context import declared_columns  # polars: load when needed
 
     try:
-        return declared_columns(recorded_config(manifest["config"]), sorted(manifest["schemas"]))
+        config = recorded_config(exact_config(manifest))
+        return declared_columns(config, sorted(manifest["schemas"]))
     except (RowgateError, OSError) as exc:
         report.problem(
             f"manifest config: the columns its global stages declare cannot be derived ({exc}); "
@@ -1583,10 +1619,11 @@ _GATES: dict[str, Gate] = {}
 def _gate_of(manifest: dict[str, Any]) -> Gate:
     """The run's gate, from the config the manifest records; the command's own and a
     worker's are built once (with one worker, the command is the worker)."""
-    key = json.dumps(manifest["config"], sort_keys=True)
+    config = exact_config(manifest)  # the files it reads are at their exact bytes
+    key = json.dumps(config, sort_keys=True)
     if key not in _GATES:
         _GATES.clear()
-        _GATES[key] = Gate(recorded_config(manifest["config"]))
+        _GATES[key] = Gate(recorded_config(config))
     return _GATES[key]
 
 
@@ -1639,12 +1676,12 @@ def _lineage_digest(manifest: dict[str, Any], report: VerifyReport) -> LineageDi
     key its config names, read from the same environment variable or file (a missing key
     raises :class:`~pipeline.records.lineage.LineageKeyError`). ``None``, with the
     problem reported, when that key is not the run's (its key id differs)."""
-    config = manifest["config"]
+    config = exact_config(manifest)  # a key file is read at its exact bytes
     settings = LineageSettings(**config["lineage"]) if "lineage" in config else LineageSettings()
     digest = LineageDigest.of(CampaignConfig(lineage=settings, base_dir=config["base_dir"]))
     recorded = manifest.get("lineage", {"mode": "sha256", "key_id": None})
     if (digest.mode, digest.key_id) != (recorded["mode"], recorded["key_id"]):
-        where = f"${settings.key_env}" if settings.key_env else settings.key_file
+        where = f"${settings.key_env}" if settings.key_env else source_name(str(settings.key_file))
         report.problem(
             f"lineage key: the key in {where} (key id {digest.key_id}) is not the one the run "
             f"used (key id {recorded['key_id']}, mode {recorded['mode']}); lineage hashes "
@@ -1716,13 +1753,10 @@ def read_paths(out: Path, sources: Path | None) -> list[Path] | None:
     try:
         manifest = load_manifest(out)
         found = [_source_path(entry, sources) for entry in manifest["inputs"]]
-        source = manifest["config"].get("source_path")
+        source = exact_config(manifest).get("source_path")
         found += [Path(source)] if source is not None else []
-        found += [Path(entry["path"]) for entry in pinned_files(manifest)]
-        found += [
-            Path(info.get("path") or SCHEMA_DIR / info["file"])
-            for info in manifest["schemas"].values()
-        ]
+        found += [Path(where) for _, where in _pinned(manifest)]
+        found += [_schema_path(info) for info in manifest["schemas"].values()]
     except (RowgateError, KeyError, TypeError, AttributeError, ValueError):
         return None
     return found

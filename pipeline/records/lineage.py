@@ -44,7 +44,9 @@ __all__ = [
     "FileStamp",
     "LineageDigest",
     "LineageKeyError",
+    "exact_path",
     "file_sha256",
+    "path_hex",
     "raw_sha256",
     "record_sha256",
     "source_name",
@@ -171,6 +173,26 @@ def source_name(path: str) -> str:
     UTF-8. A run refuses two inputs whose names would then be equal, and its manifest keeps
     the exact bytes of such an input's resolved path (``resolved_hex``)."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def path_hex(path: str) -> str | None:
+    """The exact bytes, in hex, of a path that is not UTF-8: the manifest keeps them
+    beside the path's lineage form (:func:`source_name`), which names no file. None for
+    a UTF-8 path, which its lineage form names exactly (a manifest then holds no hex)."""
+    return None if source_name(path) == path else os.fsencode(path).hex()
+
+
+def exact_path(lineage: str, exact: str | None) -> str:
+    """The path a manifest records as ``lineage`` (its lineage form) and, when it is not
+    UTF-8, as ``exact`` (:func:`path_hex`). Bytes whose lineage form is not ``lineage``
+    are a :class:`ValueError` (a mangled manifest): they would name another file than
+    the one the manifest names, and verify would re-hash that file instead."""
+    if exact is None:
+        return lineage
+    path = os.fsdecode(bytes.fromhex(exact))
+    if source_name(path) != lineage:
+        raise ValueError(f"{exact!r} are not the bytes of {lineage!r}")
+    return path
 
 
 def file_sha256(path: str | Path) -> str:

@@ -17,7 +17,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from typer.testing import CliRunner
 
+from pipeline.cli import app
 from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.jobs.run import InputError, RunObserver, run
 from pipeline.output import writer
@@ -233,6 +235,41 @@ def test_sample_data_conservation(tmp_path: Path) -> None:
     )
     assert written == raw_lines
     assert verify_run(tmp_path / "samples").ok
+
+
+def test_a_campaign_under_a_directory_whose_name_is_not_utf8_runs_and_verifies(
+    tmp_path: Path,
+) -> None:
+    """The bundled campaign copied into ``caf\\xe9`` (byte 0xE9, not UTF-8) failed after
+    the whole run, exit 4: its pinned reference tables were hashed at their paths' lineage
+    form (``caf\\xe9`` as text), which names no file. They are hashed where they are, and
+    the manifest keeps each one's exact bytes (``path_hex``) beside that form, and the
+    config's (``config_hex``): the run exits 0, verify finds every file and passes, and
+    fails naming a reference table changed since."""
+    here = tmp_path / os.fsdecode(b"caf\xe9")
+    here.mkdir()
+    for source in DATA.iterdir():
+        if source.is_file():
+            shutil.copy(source, here / source.name)
+    out = tmp_path / "out"
+    runner = CliRunner()
+    config = str(here / "campaign.toml")
+    result = runner.invoke(app, ["run", "--config", config, "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    manifest = load_manifest(out)
+    table = here / "authorised-documents.jsonl"
+    (entry,) = [e for e in manifest["pinned"] if e["name"] == "authorised_documents"]
+    assert entry["path"] == str(tmp_path / "caf\\xe9" / table.name)
+    assert os.fsdecode(bytes.fromhex(entry["path_hex"])) == str(table)
+    assert os.fsdecode(bytes.fromhex(manifest["config_hex"]["source_path"])) == config
+    verified = runner.invoke(app, ["verify", str(out)])
+    assert verified.exit_code == 0, verified.output
+    assert "no longer there" not in verified.output  # the config file was re-hashed
+    with open(table, "ab") as fh:
+        fh.write(b"\n")
+    changed = runner.invoke(app, ["verify", str(out)])
+    assert changed.exit_code == 1, changed.output
+    assert f"reference table authorised_documents ({entry['path']}): changed" in changed.output
 
 
 def test_verify_passes_then_catches_changed_bytes(inputs: CampaignConfig, tmp_path: Path) -> None:

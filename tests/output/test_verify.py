@@ -25,9 +25,9 @@ import pytest
 
 from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.jobs.run import run
-from pipeline.output.manifest import ManifestError
-from pipeline.output.verify import verify_run
-from pipeline.records.lineage import file_sha256
+from pipeline.output.manifest import ManifestError, exact_config
+from pipeline.output.verify import read_paths, verify_run
+from pipeline.records.lineage import file_sha256, source_name
 from pipeline.sanitize.sanitizer import DEFAULT_POLICY
 from pipeline.testing.synthetic import export_lines
 from tests.conftest import DATA, ROOT
@@ -330,8 +330,12 @@ def test_a_manifest_without_a_needed_field_is_a_clear_error(out: Path) -> None:
     [
         lambda m: m["inputs"][0].update(resolved_hex="not hex"),
         lambda m: m["config"]["limits"].update(max_expansion_ratio="x"),
+        # exact bytes that are not those of the path beside them: another file's
+        lambda m: m["pinned"][0].update(path_hex=os.fsencode("/elsewhere").hex()),
+        lambda m: next(iter(m["schemas"].values())).update(path_hex="2f"),
+        lambda m: m.update(config_hex={"source_path": os.fsencode("/elsewhere").hex()}),
     ],
-    ids=["resolved_hex", "max_expansion_ratio"],
+    ids=["resolved_hex", "max_expansion_ratio", "path_hex", "schema_path_hex", "config_hex"],
 )
 def test_a_mangled_value_is_a_clear_error(out: Path, change: Callable[[Manifest], None]) -> None:
     """A value of the right field but the wrong form raised a ValueError: an internal
@@ -339,6 +343,117 @@ def test_a_mangled_value_is_a_clear_error(out: Path, change: Callable[[Manifest]
     _edit(out, change)
     with pytest.raises(ManifestError, match="lacks or mangles a field"):
         verify_run(out)
+
+
+@pytest.fixture(scope="module")
+def not_utf8(campaign: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The campaign copied into a directory whose name is not UTF-8 (byte 0xE9), which
+    also holds its schemas and lineage key, with its reference table pinned: every file
+    the run reads but its inputs is named by a path that is not UTF-8. And its run."""
+    root = tmp_path_factory.mktemp("not-utf8")
+    here = root / os.fsdecode(b"caf\xe9")
+    shutil.copytree(campaign, here)
+    shutil.copytree(ROOT / "schemas", here / "schemas")
+    (here / "lineage.key").write_text("0123456789abcdef" * 4)
+    config = here / "campaign.toml"
+    table = '[references.documents]\npath = "documents.jsonl"\n'
+    pinned = f'{table}sha256 = "{file_sha256(here / "documents.jsonl")}"\n'
+    more = '[schemas]\ndirectory = "schemas"\n[lineage]\nkey_file = "lineage.key"\n'
+    config.write_text(config.read_text().replace(table, pinned + more))
+    out = root / "out"
+    run(load_campaign(config).override(**{"engine.workers": 1}), out)
+    return here, out
+
+
+def test_a_run_under_a_directory_whose_name_is_not_utf8_verifies(
+    not_utf8: tuple[Path, Path],
+) -> None:
+    """The run failed (its pinned files hashed at their paths' lineage form, which names
+    no file), and verify looked every file up there: the config, the pinned files, the
+    schemas, the files the gate is built again from, the lineage key. Each pinned and
+    schema entry keeps its exact bytes (``path_hex``), the config its own (``config_hex``),
+    and verify finds each file by them."""
+    here, out = not_utf8
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {e["role"] for e in manifest["pinned"]} == {
+        "rubric_format",
+        "rubric",
+        "policy",
+        "reference_table",
+        "sanitize_policy",
+    }
+    for entry in [*manifest["pinned"], *manifest["schemas"].values()]:
+        exact = os.fsdecode(bytes.fromhex(entry["path_hex"]))
+        assert Path(exact).parent.is_relative_to(here), exact
+        assert entry["path"] == source_name(exact)
+    assert exact_config(manifest)["source_path"] == str(here / "campaign.toml")
+    assert manifest["config"]["source_path"] == source_name(str(here / "campaign.toml"))
+    report = verify_run(out)
+    assert report.ok, report.problems
+    assert report.checked["lineage key"] == 1
+    assert not any("no longer there" in note for note in report.notes), report.notes
+    # what an object-store verify protects from its clean-up: the files at their bytes
+    named = set(read_paths(out, None) or [])
+    assert {here / "campaign.toml", here / "documents.jsonl", here / "sanitize.toml"} <= named
+    assert here / "schemas" / "pairwise-v2.schema.json" in named
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        "documents.jsonl",
+        "rubrics/code-review-v1.json",
+        "rubrics/rubric.schema.json",
+        "rubrics/code-review-v1.policy.toml",
+        "sanitize.toml",
+        "schemas/pairwise-v2.schema.json",
+        "campaign.toml",
+    ],
+)
+def test_a_changed_file_under_a_directory_whose_name_is_not_utf8_fails_naming_it(
+    not_utf8: tuple[Path, Path], changed: str
+) -> None:
+    here, out = not_utf8
+    named = source_name(str(here / changed))
+    with _changed(here / changed):
+        problems = _fails(out)
+    assert any(named in p and "changed since the run" in p for p in problems), problems
+
+
+def test_a_pinned_file_the_config_does_not_name_is_found_by_its_exact_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sanitization policy rowgate ships, where rowgate is installed under a directory
+    whose name is not UTF-8: the manifest names it only in its ``sanitize`` block, in its
+    lineage form, so verify finds it by its ``pinned`` entry's ``path_hex`` alone."""
+    from pipeline.sanitize import sanitizer
+
+    install = tmp_path / os.fsdecode(b"inst\xe9")
+    install.mkdir()
+    policy = install / DEFAULT_POLICY.name
+    shutil.copy(DEFAULT_POLICY, policy)
+    monkeypatch.setattr(sanitizer, "DEFAULT_POLICY", policy)
+    config = CampaignConfig(inputs=(InputSpec(str(DATA / "math-reasoning-v1.jsonl")),))
+    out = tmp_path / "out"
+    run(config.override(**{"engine.workers": 1, "sanitize.enabled": True}), out)
+    (entry,) = json.loads((out / "manifest.json").read_text())["pinned"]
+    assert os.fsdecode(bytes.fromhex(entry["path_hex"])) == str(policy)
+    report = verify_run(out)
+    assert report.ok, report.problems
+    with _changed(policy):
+        problems = _fails(out)
+    label = f"sanitize policy sanitize ({source_name(str(policy))}): changed since the run"
+    assert any(label in p for p in problems), problems
+
+
+def test_a_utf8_runs_manifest_holds_no_exact_bytes(pristine: Path) -> None:
+    """``path_hex`` and ``config_hex`` appear only where a path is not UTF-8: the
+    manifest of any other run reads as it did before they existed."""
+    manifest = json.loads((pristine / "manifest.json").read_text())
+    assert "config_hex" not in manifest
+    assert manifest["pinned"]
+    for entry in [*manifest["pinned"], *manifest["schemas"].values()]:
+        assert "path_hex" not in entry, entry
 
 
 def _reseal(out: Path, relative: str) -> None:
