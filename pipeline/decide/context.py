@@ -272,21 +272,6 @@ class GlobalContext:
         shards = [s.shard for s in self.summaries if kind in s.kinds]
         return bool(shards) and all(self.storage.has_staged(s, stem) for s in shards)
 
-    def row_keys(
-        self, kind: str, columns: Sequence[str] | Mapping[str, pl.Expr] = ()
-    ) -> pl.DataFrame | None:
-        """The dedupe row keys the gate computed for ``kind``
-        (:mod:`pipeline.dedupe.row_keys`): their ``columns`` (or expressions over them,
-        by name), a row per staged row, in the stable order key, with ``_shard`` and
-        ``_shard_line``; ``None`` when the gate computed none. Read only the columns
-        needed of every row: the signatures and band keys are ~700 bytes a row, read by
-        the near rule's tasks shard by shard."""
-        if not self.has_row_keys(kind):
-            return None
-        exprs = columns if isinstance(columns, Mapping) else {c: pl.col(c) for c in columns}
-        frames = list(self.evaluate(kind, exprs, stem=self.storage.row_keys_stem(kind)))
-        return pl.concat(frames) if frames else None
-
     def with_lineage(self, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame`` (a few rows, with ``_shard`` and ``_shard_line``) with the state's
         ``_input``, ``_source`` and ``_line`` of its rows, from the shards they are in:

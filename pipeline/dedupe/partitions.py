@@ -2,8 +2,9 @@
 every row's signature in one process: a shuffle through staged files, as a map-reduce.
 
 The gate's workers stage each row's MinHash signature (:mod:`pipeline.dedupe.row_keys`).
-The caller knows which rows take part as *texts* (the first accepted row of each
-normalised key) and each text's survivor rank; that is staged as a text map beside each
+The caller knows which rows take part as *texts* (one row of each group of equal keys:
+a run's first accepted row of each normalised key, or of each fingerprint with that
+rule off; every row where no rule groups them) and each text's survivor rank; that is staged as a text map beside each
 shard's staged rows (:func:`write_text_map`, 16 bytes a row): from arrays over every
 row (:meth:`NearSearch.verified`, ``rowgate dedupe``), or a shard at a time from the
 texts' exceptions, the rows that share a group (:class:`SparseTexts`,
@@ -46,6 +47,7 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 import pyarrow as pa
 
 from pipeline.core.arrays import distinct_union
@@ -169,7 +171,7 @@ def stage_sparse_texts(
     kind: str,
     shards: tuple[tuple[int, int], ...],
     taking: npt.NDArray[np.bool_],
-    lines: npt.NDArray[np.int64],
+    lines: pl.Series,
     texts: SparseTexts,
 ) -> int:
     """Stage each shard's text map and the texts' addresses (a row per text id: its
@@ -195,7 +197,7 @@ def stage_sparse_texts(
                 pa.record_batch(
                     [
                         pa.array(np.full(int(kept.sum()), shard, np.int32)),
-                        pa.array(lines[lo : lo + size][took][kept]),
+                        pa.array(lines.slice(lo, size).to_numpy()[took][kept], pa.int64()),
                         pa.array(at[kept]),
                     ],
                     schema=schema,

@@ -16,10 +16,11 @@ a value of every row in the driver (:func:`_participants`): hash-first checks on
 engine find the rows whose fingerprint or digest hash repeats, and the near rule's
 candidates are found and checked on the engine, over texts described by their
 exceptions (:class:`~pipeline.dedupe.partitions.SparseTexts`), whose sets tasks read the
-candidates' texts once (:class:`StagedTexts`). The gate's workers computed each row's
-normalised key digest and MinHash signature (:mod:`pipeline.dedupe.row_keys`); the other
-rows count in the statistics, and in split groups when the kind's rows come from several
-splits. Without staged row keys the stage computes them from the key texts of every
+candidates' texts once (:class:`StagedTexts`); only a survivor rule by a column, with
+the near rule on, reads that column of every row (:func:`_near_places`). The gate's
+workers computed each row's normalised key digest and MinHash signature
+(:mod:`pipeline.dedupe.row_keys`); the other rows count in the statistics, and in split
+groups when the kind's rows come from several splits. Without staged row keys the stage computes them from the key texts of every
 accepted row (the reference path, which matches every accepted row).
 """
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -185,14 +186,22 @@ def _payload_columns(
     return [c for c in available if c in alone]
 
 
+class _NearPlaces(NamedTuple):
+    """The near rule's verified pairs, as places among the accepted rows."""
+
+    better: I64
+    worse: I64
+    similarity: F64
+    candidates: int  # distinct candidate pairs, verified or not
+
+
 @dataclass(frozen=True)
 class _Found:
     """The accepted rows that take part (:func:`_participants`): their keys and
-    ``_place`` among the accepted rows, ascending; and the near rule's verified pairs,
-    as places (better, worse), with their similarities and the candidate count."""
+    ``_place`` among the accepted rows, ascending; and the near rule's pairs, if it ran."""
 
     rows: pl.DataFrame
-    near: tuple[I64, I64, npt.NDArray[np.float64], int] | None
+    near: _NearPlaces | None
 
 
 def _participants(
@@ -208,8 +217,9 @@ def _participants(
     or normalised key digest another accepted row shares (hash-first checks on the
     engine: :meth:`GlobalContext.repeats`, on 64-bit hashes, so a collision adds a row
     that the matching then finds alone), and those whose text has a verified near pair
-    (:func:`_near_places`). ``None`` when a row has no fingerprint: then key columns
-    decide, over every row.
+    (:func:`_near_places`, which alone may read a value of every row: a survivor
+    rule's column). ``None`` when a row has no fingerprint: then key columns decide,
+    over every row.
 
     The matching decides among these rows as it would among all
     (:func:`~pipeline.dedupe.clusters.find_duplicates` takes the same rows from every
@@ -235,11 +245,13 @@ def _participants(
     if settings.near and key is not None and accepted.height > 1:  # one row has no pair
         # a text is a normalised group's first row (an exact group's, with that rule
         # off; with both off, every row is a text: no row is grouped)
-        by = (normalised, NORMALISED) if settings.normalised else (exact, "_content_sha256")
-        if not settings.normalised:
-            ctx.values(kind, rows, {}, stem=stem)  # the row keys line up with the rows
-        near = _near_places(ctx, kind, key, rows, accepting, accepted, *by)
-        parts += [near[0], near[1]]
+        if settings.normalised:
+            grouped, digest, read_from = normalised, NORMALISED, stem
+        else:
+            grouped, digest, read_from = exact, "_content_sha256", None
+        _check_row_keys_line_up(ctx, kind, rows)
+        near = _near_places(ctx, kind, key, rows, accepting, accepted, grouped, digest, read_from)
+        parts += [near.better, near.worse]
     places = distinct(np.concatenate(parts))
     found = accepted[places].insert_column(0, pl.Series("_place", places, pl.UInt32))
     return _Found(found, near)
@@ -274,6 +286,13 @@ def _normalised_hash() -> pl.Expr:
     return pl.col(NORMALISED).hash(5)
 
 
+def _check_row_keys_line_up(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
+    """Refuse row keys that do not line up with the kind's staged rows, row for row: the
+    near rule's text maps are read beside them by position
+    (:meth:`GlobalContext.values` checks each shard's lines against the state's)."""
+    ctx.values(kind, rows, {}, stem=ctx.storage.row_keys_stem(kind))
+
+
 def _near_places(
     ctx: GlobalContext,
     kind: str,
@@ -283,23 +302,24 @@ def _near_places(
     accepted: pl.DataFrame,
     grouped: I64,
     digest: str,
-) -> tuple[I64, I64, npt.NDArray[np.float64], int]:
+    stem: str | None,
+) -> _NearPlaces:
     """The near rule's verified pairs as places among the accepted rows (better,
     worse), their similarities and the candidate count, found and checked on the
     engine (:meth:`~pipeline.dedupe.partitions.NearSearch.search`). The texts are the
     accepted rows but the later rows of each group (``grouped``: the places of the rows
-    whose ``digest``'s hash repeats; their digests decide the groups), numbered in
-    order (:class:`~pipeline.dedupe.partitions.SparseTexts`), each ranked by the
-    survivor rule (its group's best rank): the text maps and addresses are staged a
-    shard at a time, never an array of every row's text. A survivor rule by a column
-    ranks every accepted row here (8 bytes a row while the search runs)."""
+    whose ``digest``'s hash repeats, read from ``stem``; their digests decide the
+    groups), numbered in order (:class:`~pipeline.dedupe.partitions.SparseTexts`), each
+    ranked by the survivor rule (its group's best rank): the text maps and addresses
+    are staged a shard at a time, never an array of every row's text. A survivor rule by
+    a column reads that column for every accepted row and ranks it here
+    (:func:`_survivor_ranks`): the one value of every row this stage holds."""
     settings = ctx.config.dedupe
     rank = _survivor_ranks(ctx, kind, rows, accepting)
     excluded = first = best = np.zeros(0, np.int64)
     if len(grouped):
-        stem = ctx.storage.row_keys_stem(kind) if digest == NORMALISED else None
         values = _fetched(ctx, kind, accepted[grouped], [digest], stem)[digest]
-        excluded, first, best = _groups(grouped, _dense_ids(values), rank)
+        excluded, first, best = _groups(grouped, _digest_ids(values), rank)
     texts = SparseTexts(excluded, first, best, rank)
     shards = rows["_shard"].rle().struct.unnest()
     search = NearSearch(
@@ -312,16 +332,17 @@ def _near_places(
         ctx.config.engine.partitions,
     )
     count = stage_sparse_texts(
-        ctx.storage, kind, search.shards, accepting, rows["_shard_line"].to_numpy(), texts
+        ctx.storage, kind, search.shards, accepting, rows["_shard_line"], texts
     )
     columns = _available(ctx, kind, [get_kind(kind).apart.get(c, c) for c in key.columns])
     source = StagedTexts(ctx.storage, kind, tuple(columns), Normalisation.from_settings(settings))
     better, worse, similarity, candidates = search.search(accepting, count, source, ctx.on_stage)
-    return texts.places(better), texts.places(worse), similarity, candidates
+    return _NearPlaces(texts.places(better), texts.places(worse), similarity, candidates)
 
 
-def _dense_ids(values: pl.Series) -> I64:
-    """An id from 0 for each distinct value, shared by equal values."""
+def _digest_ids(values: pl.Series) -> I64:
+    """An id from 0 for each distinct digest, shared by equal ones (the digests of rows
+    a hash-first check found: never null, which the check leaves out)."""
     return values.rank("dense").to_numpy().astype(np.int64) - 1
 
 
@@ -422,8 +443,10 @@ def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: _Found)
     def near(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64, F64, int]:
         # a pair's texts are the first rows of their groups, which take part whole
         places = frame["_place"].cast(pl.Int64).to_numpy()
-        left = groups[np.searchsorted(places, better)]
-        right = groups[np.searchsorted(places, worse)]
+        at = [np.searchsorted(places, side) for side in (better, worse)]
+        if not all((text_rows[groups[i]] == i).all() for i in at):
+            raise AssertionError("a near pair names a row that is not its group's text")
+        left, right = groups[at[0]], groups[at[1]]
         order = np.lexsort((right, left))
         return left[order], right[order], similarity[order], candidates
 
