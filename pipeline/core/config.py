@@ -397,6 +397,10 @@ class KindPolicy:
     sha256: str | None = None
 
 
+#: a staged row's shard and line: where it was staged, not a value of it
+_STAGING_KEYS: Final = frozenset({"_shard", "_shard_line"})
+
+
 @dataclass(frozen=True)
 class DedupeSettings:
     """Exact, normalised and near duplicates and split contamination (DESIGN §3.9)."""
@@ -466,6 +470,17 @@ class DedupeSettings:
             ):
                 raise ConfigError(
                     f"{path}.{name}: {rule!r} is not first, last, max:<column> or min:<column>"
+                )
+        named = [(f"{path}.{n}", r.partition(":")[2]) for n, r in rules.items()]
+        named += [
+            (f"{path}.split_groups.{k}", f) for k, fs in self.split_groups.items() for f in fs
+        ]
+        for name, column in named:
+            if column.split(".")[0] in _STAGING_KEYS:
+                raise ConfigError(
+                    f"{name}: {column!r} is where the run staged a row, which depends on how "
+                    "the inputs were cut into shards: name a column of the records (or "
+                    "first, last)"
                 )
         if len(set(self.protected_splits)) != len(self.protected_splits):
             raise ConfigError(f"{path}.protected_splits: a split is listed twice")

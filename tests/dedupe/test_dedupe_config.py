@@ -58,6 +58,16 @@ split_groups = { "pw-decide-row-1" = ["meta.group"] }
         ("[dedupe]\nsurvivor = 'best'", "dedupe.survivor: 'best' is not"),
         ("[dedupe]\nsurvivor_by_kind = { k = 'max:' }", "dedupe.survivor_by_kind.k"),
         ("[dedupe]\nprotected_splits = ['eval', 'eval']", "listed twice"),
+        # where a row was staged depends on the shards: never a survivor or group field
+        ("[dedupe]\nsurvivor = 'min:_shard_line'", "dedupe.survivor: '_shard_line' is where"),
+        (
+            "[dedupe]\nsurvivor_by_kind = { k = 'max:_shard' }",
+            "dedupe.survivor_by_kind.k: '_shard' is where",
+        ),
+        (
+            "[dedupe.split_groups]\nk = ['task_id', '_shard_line']",
+            "dedupe.split_groups.k: '_shard_line' is where",
+        ),
         (
             "[[inputs]]\npath = 'a'\nsplit = 'train'\n[dedupe]\nprotected_splits = ['eval']",
             "no input is labelled with split 'eval'",
