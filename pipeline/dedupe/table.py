@@ -39,8 +39,11 @@ __all__ = [
     "RemovedRows",
     "dedupe_table",
     "match_duplicates",
+    "ranked_values",
     "required_columns",
     "splits_of",
+    "survivor_rank",
+    "survivor_value",
 ]
 
 #: removal rule -> its reason code, ``dedupe.<rule>`` (a rule the catalogue lacks fails here)
@@ -133,20 +136,33 @@ def survivor_rank(frame: pl.DataFrame, rule: str, kind: str) -> npt.NDArray[np.i
     expr = field_expr(column, frame.schema)
     if expr is None:
         raise ConfigError(f"dedupe.survivor: {kind} has no column {column!r}")
+    return ranked_values(frame.select(_v=survivor_value(column))["_v"], direction)
+
+
+def survivor_value(column: str) -> pl.Expr:
+    """A survivor rule's column (dotted: a struct's field) as the rows are ranked by."""
     root, *rest = column.split(".")
     value = pl.col(root)
     for name in rest:
         value = value.struct.field(name)
-    values = frame.select(_v=value)
-    if values["_v"].dtype.is_float():
+    return value
+
+
+def ranked_values(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
+    """Each value's place in the survivor order of a ``max:`` or ``min:`` rule: by value
+    (descending for ``max``), rows without one last, ties in their order."""
+    n = len(values)
+    if values.dtype.is_float():
         # a NaN has no value to rank by: last, as a null (polars sorts it above +inf,
         # so ``max:`` kept a NaN row over one scored 2.0)
-        values = values.with_columns(pl.col("_v").fill_nan(None))
-    ranked = values.with_row_index("_i").sort(
-        ["_v", "_i"], descending=[direction == "max", False], nulls_last=True
+        values = values.fill_nan(None)
+    ranked = (
+        pl.DataFrame({"_v": values})
+        .with_row_index("_i")
+        .sort(["_v", "_i"], descending=[direction == "max", False], nulls_last=True)
     )
     rank = np.empty(n, dtype=np.int64)
-    rank[ranked["_i"].to_numpy()] = order
+    rank[ranked["_i"].to_numpy()] = np.arange(n, dtype=np.int64)
     return rank
 
 
