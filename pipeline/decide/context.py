@@ -163,8 +163,12 @@ class GlobalContext:
 
     def staged_columns(self, kind: str) -> list[str]:
         """The columns staged for ``kind`` (the same in every shard: one Arrow layout)."""
+        return self.staged_schema(kind).names()
+
+    def staged_schema(self, kind: str) -> pl.Schema:
+        """The schema staged for ``kind`` (the same in every shard: one Arrow layout)."""
         shard = next(s.shard for s in self.summaries if kind in s.kinds)
-        return self.staged(shard, kind).collect_schema().names()
+        return self.staged(shard, kind).collect_schema()
 
     def evaluate(
         self,

@@ -29,7 +29,7 @@ from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, NearPairs, estimated_pairs, near_pairs
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.row_keys import RowKeys
-from pipeline.dedupe.splits import field_expr, straddling_groups
+from pipeline.dedupe.splits import straddling_groups
 
 I64 = npt.NDArray[np.int64]
 
@@ -37,6 +37,7 @@ __all__ = [
     "DedupeOutcome",
     "Matches",
     "RemovedRows",
+    "check_survivor_column",
     "dedupe_table",
     "match_duplicates",
     "ranked_values",
@@ -133,10 +134,31 @@ def survivor_rank(frame: pl.DataFrame, rule: str, kind: str) -> npt.NDArray[np.i
     if rule == "last":
         return n - 1 - order
     direction, column = rule.split(":", 1)
-    expr = field_expr(column, frame.schema)
-    if expr is None:
-        raise ConfigError(f"dedupe.survivor: {kind} has no column {column!r}")
+    check_survivor_column(column, frame.schema, kind)
     return ranked_values(frame.select(_v=survivor_value(column))["_v"], direction)
+
+
+def check_survivor_column(column: str, schema: pl.Schema, kind: str) -> None:
+    """Refuse a survivor rule's column the kind lacks, or a field of it that is none: a
+    struct's fields rank rows, a JSON text column's (pw-decide-row's ``meta``) do not,
+    and asking for one crashed the run (exit 4) where it now names the setting."""
+    root, *rest = column.split(".")
+    if root not in schema:
+        raise ConfigError(f"dedupe.survivor: {kind} has no column {column!r}")
+    dtype: Any = schema[root]
+    for i, name in enumerate(rest):
+        fields = {f.name: f.dtype for f in dtype.fields} if isinstance(dtype, pl.Struct) else {}
+        if name not in fields:
+            holder = ".".join([root, *rest[:i]])
+            if isinstance(dtype, pl.Struct):
+                raise ConfigError(
+                    f"dedupe.survivor: {kind}: the struct {holder!r} has no field {name!r}"
+                )
+            raise ConfigError(
+                f"dedupe.survivor: {kind}: {holder!r} is a {dtype} column, not a struct: "
+                f"{column!r} names no field to rank rows by"
+            )
+        dtype = fields[name]
 
 
 def survivor_value(column: str) -> pl.Expr:

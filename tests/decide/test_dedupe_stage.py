@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.config import CampaignConfig, InputSpec
+from pipeline.core.config import CampaignConfig, ConfigError, InputSpec
 from pipeline.decide import context as global_phase
 from pipeline.decide.context import GlobalContext, OutputColumn
 from pipeline.decide.stages import dedupe
@@ -22,6 +22,7 @@ from pipeline.dedupe.table import match_duplicates
 from pipeline.jobs.run import run
 from pipeline.output.verify import verify_run
 from pipeline.testing.corpus import LabelledRow, duplicate_corpus
+from tests.conftest import DATA
 from tests.dedupe_helpers import write_lines
 
 KIND = "pairwise-v2"
@@ -500,3 +501,28 @@ def test_a_run_with_nothing_to_match_reports_like_the_reference(
     assert ("near" in gated_notes[KIND]) == (rows == "no duplicates")
     assert gated_notes[KIND]["removed"] == 0
     assert gated == reference
+
+
+@pytest.mark.parametrize("near", [False, True])
+@pytest.mark.parametrize(
+    ("kind", "rule", "message"),
+    [
+        ("pw-decide-row-1", "max:meta.task", "'meta' is a String column, not a struct"),
+        ("pairwise-v2", "max:ratings.nope", "the struct 'ratings' has no field 'nope'"),
+        ("pairwise-v2", "min:nope", "pairwise-v2 has no column 'nope'"),
+    ],
+)
+def test_a_survivor_field_that_is_none_is_a_config_error(
+    tmp_path: Path, kind: str, rule: str, message: str, near: bool
+) -> None:
+    """A survivor rule naming a field of a JSON text column (pw-decide-row's ``meta``)
+    or one a struct lacks crashed the run (exit 4, a polars error) with or without the
+    near rule; it is a config error naming the setting, as a missing column is."""
+    name = {"pw-decide-row-1": "pw-decide-row-1.jsonl.zst", "pairwise-v2": "pairwise-v2.jsonl"}
+    config = CampaignConfig(inputs=(InputSpec(str(DATA / name[kind]), kind),)).override(
+        **{"dedupe.survivor": rule, "dedupe.near": near, "dedupe.normalised": near}
+    )
+    with pytest.raises(ConfigError) as raised:
+        run(config, tmp_path / "out")
+    assert message in str(raised.value)
+    assert not (tmp_path / "out").exists()

@@ -54,6 +54,7 @@ from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.partitions import NearSearch, SparseTexts, stage_sparse_texts
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.table import (
+    check_survivor_column,
     group_fields,
     match_duplicates,
     ranked_values,
@@ -384,8 +385,12 @@ def _survivor_ranks(
     # (a struct of every rating) and taking the field here held ~110 bytes a row
     direction, column = rule.split(":", 1)
     root = _root(column)
-    stored = get_kind(kind).apart.get(root, root)
+    apart = get_kind(kind).apart
+    stored = apart.get(root, root)
     _available(ctx, kind, [stored])  # a column it lacks: refused
+    back = {c: member for member, c in apart.items()}
+    schema = ctx.staged_schema(kind)
+    check_survivor_column(column, pl.Schema({back.get(n, n): t for n, t in schema.items()}), kind)
     value = survivor_value(stored + column[len(root) :])
     values = _payload(ctx, kind, rows, pl.Series(accepting), {"_v": value})["_v"]
     ranks = ranked_values(values, direction)
