@@ -57,15 +57,25 @@ def styled(word: str, style: str) -> Text:
 
 
 #: what a message may not write to the terminal as it is: C0 controls but the tab (the
-#: newline too), DEL, C1 controls and the bidirectional overrides
-_UNSHOWN: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: newline too), DEL, C1 controls, the bidirectional overrides, and lone surrogates (a
+#: path's bytes that are not UTF-8, as Python decodes them)
+_UNSHOWN: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def terminal_text(message: str) -> str:
     """``message`` with every character the terminal would act on written as an escape
     (``\\u001b``, ``\\n``): a path naming an escape sequence cleared the screen or
-    coloured what followed, and one holding a newline forged a message line."""
-    return _UNSHOWN.sub(lambda m: json.dumps(m.group())[1:-1], message)
+    coloured what followed, and one holding a newline forged a message line. A byte of a
+    path that is not UTF-8 is written ``\\xNN``, as the manifest and lineage name it
+    (:func:`~pipeline.records.lineage.source_name`): it was printed ``\\udcNN``."""
+    return _UNSHOWN.sub(_escaped, message)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    if "\udc80" <= char <= "\udcff":  # os.fsdecode's escape of a byte 0x80-0xff
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    return json.dumps(char)[1:-1]
 
 
 def fail(message: str, code: int, items: Sequence[str] = ()) -> NoReturn:

@@ -331,3 +331,15 @@ def test_the_problems_an_error_lists_are_its_only_indented_lines(tmp_path: Path)
     assert head == f"error: {tmp_path}/s\\n  forged: x/math-reasoning-v1.schema.json: refused:"
     assert [p.split("'")[1] for p in problems] == ["prefixItems", "minContains"]
     assert all(p.startswith("  /: keyword '") for p in problems)
+
+
+def test_a_path_that_is_not_utf8_is_named_as_lineage_names_it(tmp_path: Path) -> None:
+    """A byte of a path that is not UTF-8 was printed as Python holds it (``\\udce9``);
+    messages now write it ``\\xe9``, as the manifest and ``_source`` name the file."""
+    directory = os.fsdecode(bytes(tmp_path) + b"/caf\xe9")
+    os.mkdir(directory)
+    missing = os.path.join(directory, "nope.jsonl")
+    result = runner.invoke(app, ["run", missing, "--kind", "math-reasoning-v1", "--out", "o"])
+    assert result.exit_code == 3, result.output
+    assert "caf\\xe9/nope.jsonl: no such file or directory" in result.stderr
+    assert "\\udc" not in result.stderr
