@@ -4,8 +4,8 @@ every row's signature in one process: a shuffle through staged files, as a map-r
 The gate's workers stage each row's MinHash signature (:mod:`pipeline.dedupe.row_keys`).
 The caller knows which rows take part as *texts* (one row of each group of equal keys:
 a run's first accepted row of each normalised key, or of each fingerprint with that
-rule off; every row where no rule groups them) and each text's survivor rank; that is staged as a text map beside each
-shard's staged rows (:func:`write_text_map`, 16 bytes a row): from arrays over every
+rule off; every row where no rule groups them) and each text's survivor rank; that is
+staged as a text map beside each shard's staged rows (:func:`write_text_map`, 16 bytes a row): from arrays over every
 row (:meth:`NearSearch.verified`, ``rowgate dedupe``), or a shard at a time from the
 texts' exceptions, the rows that share a group (:class:`SparseTexts`,
 :func:`stage_sparse_texts`, a run's dedupe stage, which holds nothing of every row).

@@ -39,6 +39,8 @@ __all__ = [
     "RemovedRows",
     "check_survivor_column",
     "dedupe_table",
+    "dense_ids",
+    "group_texts",
     "match_duplicates",
     "ranked_values",
     "required_columns",
@@ -188,7 +190,7 @@ def ranked_values(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
     return rank
 
 
-def _dense_ids(frame: pl.DataFrame, expr: pl.Expr) -> npt.NDArray[np.int64]:
+def dense_ids(frame: pl.DataFrame, expr: pl.Expr) -> npt.NDArray[np.int64]:
     """Group ids from 0: rows with equal values share one; a null (a row with no key,
     :func:`~pipeline.dedupe.keys.key_columns`' ``absent``) is a group of its own, after
     the others, in row order."""
@@ -268,9 +270,9 @@ def match_duplicates(
     elif row_keys is not None and row_keys.exact is not None:
         exact = row_keys.exact
     elif "_content_sha256" in frame.columns and frame["_content_sha256"].null_count() == 0:
-        exact = _dense_ids(frame, pl.col("_content_sha256"))
+        exact = dense_ids(frame, pl.col("_content_sha256"))
     elif key is not None:
-        exact = _dense_ids(frame, key_columns(key, None, absent=True))
+        exact = dense_ids(frame, key_columns(key, None, absent=True))
     else:
         raise ConfigError(f"{kind}: no content fingerprint and no key columns to dedupe on")
     if settings.normalised and key is not None:
@@ -279,16 +281,16 @@ def match_duplicates(
             if given.dtype.is_integer():  # the dense ranks themselves
                 normalised = given.to_numpy().astype(np.int64, copy=False)
             else:
-                normalised = _dense_ids(pl.DataFrame({"k": given}), pl.col("k"))
+                normalised = dense_ids(pl.DataFrame({"k": given}), pl.col("k"))
         else:
-            normalised = _dense_ids(frame, key_columns(key, normalisation, absent=True))
+            normalised = dense_ids(frame, key_columns(key, normalisation, absent=True))
     else:
         normalised = exact
     near: NearPairs | None = None
     # given pairs were searched for among more rows than ``frame`` may hold
     searched = row_keys is not None and row_keys.near is not None
     if settings.near and key is not None and (n > 1 or searched):
-        first_rows, text_rank = _texts(normalised, rank)
+        first_rows, text_rank = group_texts(normalised, rank)
         if row_keys is not None and row_keys.near is not None:
             signatures_of = row_keys.signatures
             assert signatures_of is not None
@@ -314,7 +316,7 @@ def match_duplicates(
     return Matches(found, near, removed, clusters, key, settings)
 
 
-def _texts(groups: I64, rank: I64) -> tuple[I64, I64]:
+def group_texts(groups: I64, rank: I64) -> tuple[I64, I64]:
     """Each normalised group's text for near detection (its members have one normalised
     text): the group's first row, and the group's best survivor rank."""
     count = int(groups.max(initial=-1)) + 1

@@ -285,7 +285,7 @@ def _digest_ranks(chunks: list[pa.Array]) -> I64:
     """Group ids from 0 of staged digests (binary(32) chunks, memory-mapped; null for a
     row with no key): equal digests share one, in the digests' order, and each null is a
     group of its own after the others, in row order (as
-    :func:`pipeline.dedupe.table._dense_ids` numbers them). Ranked on 8-byte prefixes:
+    :func:`pipeline.dedupe.table.dense_ids` numbers them). Ranked on 8-byte prefixes:
     ~9 bytes a row held, not the digests; a digest is read only where its prefix repeats."""
     prefixes = pl.concat(
         [pl.DataFrame({"d": pl.Series(c)}).select(digest_prefix("d")) for c in chunks]

@@ -19,7 +19,7 @@ from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, near_pairs, signatures, verified_pairs
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.row_keys import NORMALISED, SHINGLED, SIGNATURE, SignatureMemo, row_keys
-from pipeline.dedupe.table import _dense_ids
+from pipeline.dedupe.table import dense_ids
 from pipeline.kinds import get_kind
 
 WORDS = ["alpha", "beta", "gamma", "Delta", "données", "STRASSE", "straße", "数据", "x1", "  "]
@@ -277,7 +277,7 @@ def test_candidates_by_partition_and_fetched_signatures_equal_near_pairs(
 def test_a_row_with_no_key_has_no_digest_and_a_group_of_its_own() -> None:
     """A row whose key fields are all null has no key (``key_columns(absent=True)``): the
     gate stages no digest for it, and the matching gives it a group of its own, as the
-    stage's own key path does (:func:`pipeline.dedupe.table._dense_ids`)."""
+    stage's own key path does (:func:`pipeline.dedupe.table.dense_ids`)."""
     key = DedupeKey(
         "columns t, k",
         ("t", "k"),
@@ -290,10 +290,10 @@ def test_a_row_with_no_key_has_no_digest_and_a_group_of_its_own() -> None:
     assert digests[:2] == [None, None]
     assert digests[2] == digests[3] is not None
     assert digests[4] is not None
-    staged = _dense_ids(pl.DataFrame({"k": pl.Series(digests, dtype=pl.Binary)}), pl.col("k"))
+    staged = dense_ids(pl.DataFrame({"k": pl.Series(digests, dtype=pl.Binary)}), pl.col("k"))
     frame = pl.from_arrow(batch)
     assert isinstance(frame, pl.DataFrame)
-    own = _dense_ids(frame, key_columns(key, Normalisation.from_settings(SETTINGS), absent=True))
+    own = dense_ids(frame, key_columns(key, Normalisation.from_settings(SETTINGS), absent=True))
     for ids in (staged, own):
         assert len(set(ids[[0, 1, 2, 4]].tolist())) == 4  # the two keyless rows apart
         assert ids[2] == ids[3]

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.core.config import DedupeSettings
 from pipeline.dedupe import near_check
-from pipeline.dedupe.table import _dense_ids
+from pipeline.dedupe.table import dense_ids
 from pipeline.jobs import dedupe as job
 from pipeline.jobs.dataset_keys import KeySlice, _digest_ranks
 from pipeline.testing.corpus import duplicate_corpus
@@ -191,7 +191,7 @@ def test_a_slice_that_cannot_be_compared_is_named_from_its_worker(
 
 def test_digest_ranks_are_the_dense_ids_of_the_digests() -> None:
     """Ranked on 8-byte prefixes over chunks, with nulls and prefixes shared by distinct
-    digests: the ids of :func:`pipeline.dedupe.table._dense_ids` over the digests."""
+    digests: the ids of :func:`pipeline.dedupe.table.dense_ids` over the digests."""
     rng = np.random.default_rng(5)
     pool = [rng.bytes(32) for _ in range(40)]
     pool += [pool[0][:8] + rng.bytes(24) for _ in range(5)]  # a shared prefix
@@ -199,7 +199,7 @@ def test_digest_ranks_are_the_dense_ids_of_the_digests() -> None:
         None if rng.random() < 0.1 else pool[int(rng.integers(len(pool)))] for _ in range(500)
     ]
     chunks = [pa.array(values[lo : lo + 70], pa.binary(32)) for lo in range(0, 500, 70)]
-    expected = _dense_ids(pl.DataFrame({"k": pl.Series(values, dtype=pl.Binary)}), pl.col("k"))
+    expected = dense_ids(pl.DataFrame({"k": pl.Series(values, dtype=pl.Binary)}), pl.col("k"))
     assert _digest_ranks(chunks).tolist() == expected.tolist()
 
 

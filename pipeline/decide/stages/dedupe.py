@@ -20,8 +20,9 @@ candidates' texts once (:class:`StagedTexts`); only a survivor rule by a column,
 the near rule on, reads that column of every row (:func:`_near_places`). The gate's
 workers computed each row's normalised key digest and MinHash signature
 (:mod:`pipeline.dedupe.row_keys`); the other rows count in the statistics, and in split
-groups when the kind's rows come from several splits. Without staged row keys the stage computes them from the key texts of every
-accepted row (the reference path, which matches every accepted row).
+groups when the kind's rows come from several splits. Without staged row keys the stage
+computes them from the key texts of every accepted row (the reference path, which
+matches every accepted row).
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ from pipeline.dedupe.partitions import NearSearch, SparseTexts, stage_sparse_tex
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.table import (
     check_survivor_column,
+    dense_ids,
     group_fields,
+    group_texts,
     match_duplicates,
     ranked_values,
     required_columns,
@@ -321,7 +324,8 @@ def _near_places(
     excluded = first = best = np.zeros(0, np.int64)
     if len(grouped):
         values = _fetched(ctx, kind, accepted[grouped], [digest], stem)[digest]
-        excluded, first, best = _groups(grouped, _digest_ids(values), rank)
+        ids = dense_ids(values.to_frame(), pl.col(digest))
+        excluded, first, best = _groups(grouped, ids, rank)
     texts = SparseTexts(excluded, first, best, rank)
     shards = rows["_shard"].rle().struct.unnest()
     search = NearSearch(
@@ -342,31 +346,16 @@ def _near_places(
     return _NearPlaces(texts.places(better), texts.places(worse), similarity, candidates)
 
 
-def _digest_ids(values: pl.Series) -> I64:
-    """An id from 0 for each distinct digest, shared by equal ones (the digests of rows
-    a hash-first check found: never null, which the check leaves out)."""
-    return values.rank("dense").to_numpy().astype(np.int64) - 1
-
-
 def _groups(places: I64, ids: I64, rank: Callable[[I64], I64]) -> tuple[I64, I64, I64]:
-    """Of rows at ``places`` (ascending) in groups ``ids``: the later rows of each group
-    of several (ascending), each such group's first place (ascending) and its best
-    survivor rank."""
-    order = np.lexsort((places, ids))
-    ordered, sorted_ids = places[order], ids[order]
-    starts = np.ones(len(order), np.bool_)
-    starts[1:] = sorted_ids[1:] != sorted_ids[:-1]
-    size = np.diff(np.append(np.flatnonzero(starts), len(order)))
-    several = np.repeat(size > 1, size)
-    excluded = np.sort(ordered[~starts & several])
-    group_of = np.cumsum(starts) - 1
-    ranks = rank(ordered)
-    best = np.full(len(size), np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(best, group_of, ranks)
-    firsts = ordered[starts]
-    keep = size > 1
-    by_place = np.argsort(firsts[keep])
-    return excluded, firsts[keep][by_place], best[keep][by_place]
+    """Of rows at ``places`` (ascending) in groups ``ids`` (dense): the later rows of each
+    group (ascending), and each group of several rows' first place (ascending) with its
+    best survivor rank (:func:`~pipeline.dedupe.table.group_texts`)."""
+    first, best = group_texts(ids, rank(places))
+    later = first[ids] != np.arange(len(places))
+    several = np.bincount(ids) > 1
+    firsts = places[first[several]]
+    by_place = np.argsort(firsts)  # groups are numbered by digest
+    return places[later], firsts[by_place], best[several][by_place]
 
 
 def _survivor_ranks(
