@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -166,6 +166,53 @@ def _sought(among: I64, values: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
     return at, hit
 
 
+class _Texts(Protocol):
+    def ids(self, places: I64) -> I64: ...
+    def ranks(self, places: I64) -> I64: ...
+
+
+@dataclass(frozen=True)
+class _DenseTexts:
+    """Texts described by arrays over every taking row: ``groups[p]``, row ``p``'s group,
+    is its text id where ``text_rows`` names ``p`` as that text's row; ``text_rank``,
+    each text's survivor rank."""
+
+    groups: I64
+    text_rows: I64
+    text_rank: I64
+
+    def ids(self, places: I64) -> I64:
+        group = self.groups[places]
+        return np.where(self.text_rows[group] == places, group, -1)
+
+    def ranks(self, places: I64) -> I64:
+        return self.text_rank[self.groups[places]]
+
+
+def _text_maps(
+    storage: RunStorage,
+    kind: str,
+    shards: tuple[tuple[int, int], ...],
+    taking: npt.NDArray[np.bool_],
+    texts: _Texts,
+) -> Iterator[tuple[int, slice, npt.NDArray[np.bool_], I64, I64]]:
+    """Stage each shard's text map (:func:`write_text_map`) from ``texts``, a shard at a
+    time; yield, after each, the shard, its rows' slice, which of them take part, their
+    stored rows and their text ids."""
+    lo = placed = 0
+    for shard, size in shards:
+        took = taking[lo : lo + size]
+        at = np.arange(placed, placed + int(took.sum()), dtype=np.int64)
+        ids = texts.ids(at)
+        text = np.full(size, -1, np.int64)
+        rank = np.full(size, -1, np.int64)
+        text[took] = ids
+        rank[took] = np.where(ids >= 0, texts.ranks(at), -1)
+        write_text_map(storage, kind, shard, text, rank)
+        yield shard, slice(lo, lo + size), took, at, ids
+        lo, placed = lo + size, placed + len(at)
+
+
 def stage_sparse_texts(
     storage: RunStorage,
     kind: str,
@@ -181,30 +228,13 @@ def stage_sparse_texts(
     schema = pa.schema(
         [("_shard", pa.int32()), ("_shard_line", pa.int64()), (near_check.STORED, pa.int64())]
     )
-    lo = placed = 0
     with storage.whole_writer(addresses_stem(kind), schema) as addresses:
-        for shard, size in shards:
-            took = taking[lo : lo + size]
-            at = np.arange(placed, placed + int(took.sum()), dtype=np.int64)
-            ids = texts.ids(at)
-            text = np.full(size, -1, np.int64)
-            rank = np.full(size, -1, np.int64)
-            text[took] = ids
-            rank[took] = np.where(ids >= 0, texts.ranks(at), -1)
-            write_text_map(storage, kind, shard, text, rank)
+        for shard, rows, took, at, ids in _text_maps(storage, kind, shards, taking, texts):
             kept = ids >= 0
-            addresses.write_batch(
-                pa.record_batch(
-                    [
-                        pa.array(np.full(int(kept.sum()), shard, np.int32)),
-                        pa.array(lines.slice(lo, size).to_numpy()[took][kept], pa.int64()),
-                        pa.array(at[kept]),
-                    ],
-                    schema=schema,
-                )
-            )
-            lo, placed = lo + size, placed + len(at)
-    return placed - len(texts.excluded)
+            shard_lines = lines.slice(rows.start, rows.stop - rows.start).to_numpy()
+            columns = [np.full(int(kept.sum()), shard, np.int32), shard_lines[took][kept], at[kept]]
+            addresses.write_batch(pa.record_batch(columns, schema=schema))
+    return int(taking.sum()) - len(texts.excluded)
 
 
 @dataclass(frozen=True)
@@ -242,18 +272,9 @@ class NearSearch:
 
         A text map is staged per shard (built a shard at a time: 24 bytes a row for
         every row at once), then :meth:`search`."""
-        lo = placed = 0
-        for shard, size in self.shards:
-            took = taking[lo : lo + size]
-            at = np.arange(placed, placed + int(took.sum()), dtype=np.int64)
-            group = groups[at]
-            first = text_rows[group] == at
-            text = np.full(size, -1, np.int64)
-            rank = np.full(size, -1, np.int64)
-            text[took] = np.where(first, group, -1)
-            rank[took] = np.where(first, text_rank[group], -1)
-            write_text_map(self.storage, self.kind, shard, text, rank)
-            lo, placed = lo + size, placed + len(at)
+        texts = _DenseTexts(groups, text_rows, text_rank)
+        for _ in _text_maps(self.storage, self.kind, self.shards, taking, texts):
+            pass
         self.storage.stage_whole(addresses_stem(self.kind), addresses)
         return self.search(taking, len(text_rows), source, on_stage)
 
