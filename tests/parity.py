@@ -11,9 +11,11 @@ import hashlib
 import json
 from pathlib import Path
 
+import orjson
+
 from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.testing.corpus import duplicate_corpus
-from pipeline.testing.synthetic import export_lines
+from pipeline.testing.synthetic import decide_rows_with_conflicts, export_lines
 
 #: engine settings that say where steps run, not what they write (the shards they cut
 #: show in the part files)
@@ -22,14 +24,19 @@ WHERE_STEPS_RUN = ("name", "workers", "max_retries", "partitions")
 
 def planted_campaign(root: Path) -> CampaignConfig:
     """Inputs cut into many small shards, with planted defects, repeats and cross-record
-    conflicts (the synthetic exports) and exact, normalised and near duplicates (the
-    duplicate corpus), deduplicated with every rule."""
+    conflicts (the synthetic exports, and pw-decide-row sessions naming two models and
+    workers with no coordinator) and exact, normalised and near duplicates (the duplicate
+    corpus), deduplicated with every rule."""
     specs = []
     for kind, count, seed in (("pairwise-v2", 500, 3), ("pw-decide-row-1", 300, 4)):
         path = root / f"{kind}.jsonl"
         lines = export_lines(kind, count, seed=seed, defect_rate=0.08, duplicate_rate=0.08)
         path.write_bytes(b"".join(line + b"\n" for line in lines))
         specs.append(InputSpec(str(path), kind))
+    conflicts = root / "pw-decide-row-conflicts.jsonl"
+    records = decide_rows_with_conflicts(200, seed=5)
+    conflicts.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    specs.append(InputSpec(str(conflicts), "pw-decide-row-1"))
     planted = root / "planted.jsonl"
     rows = duplicate_corpus(600, seed=21, duplicate_rate=0.35)
     planted.write_bytes(b"".join(row.line + b"\n" for row in rows))

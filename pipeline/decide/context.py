@@ -50,6 +50,8 @@ from pipeline.core.reasons import CATALOGUE, REASONS_TYPE, Disposition
 from pipeline.decide.columns import OutputColumn
 from pipeline.decide.partitioned import (
     GROUP,
+    SEEKS,
+    TEXT,
     VALUE,
     WHERE,
     HashCheck,
@@ -251,15 +253,64 @@ class GlobalContext:
         exprs = {GROUP: group, **({VALUE: value} if value is not None else {})}
         if where is not None:
             exprs[WHERE] = where
+        return self._check(kind, rows, name, exprs, len(exprs) - (where is not None), stem=stem)
+
+    def unmatched(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        name: str,
+        key: pl.Expr,
+        seeks: pl.Expr,
+        *,
+        where: pl.Expr,
+        left_out: pl.DataFrame,
+    ) -> npt.NDArray[np.bool_]:
+        """Which of ``rows`` (as for :meth:`repeats`) seek (``seeks``) a ``key`` that no
+        row offers (one where ``seeks`` is false): an anti-join on the exact keys (a
+        string, never null where ``where`` holds), partition by partition on the engine
+        (their hash partitions them). Only rows where ``where`` holds take part, and none
+        of ``left_out`` (``_shard``, ``_shard_line``), whatever ``where`` says.
+
+        The driver holds the rows found and the mask; a find task one partition's keys
+        (a key, its hash and line: counted as 32 bytes a key to size the partitions)."""
+        exprs = {GROUP: key.hash(), TEXT: key, SEEKS: seeks, WHERE: where}
+        lines = {
+            int(frame["_shard"][0]): frame["_shard_line"].to_numpy()
+            for frame in left_out.partition_by("_shard", maintain_order=False)
+        }
+        return self._check(kind, rows, name, exprs, 1 + 4, left_out=lines)[0]
+
+    def _check(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        name: str,
+        exprs: dict[str, pl.Expr],
+        hashes: int,
+        *,
+        stem: str | None = None,
+        left_out: Mapping[int, npt.NDArray[np.int64]] | None = None,
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
+        """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
+        row, to size its partitions): a mask over ``rows`` and the found rows' groups."""
         engine = self.config.engine
         shards = tuple(s.shard for s in self.summaries if kind in s.kinds)
         if not shards:
             return np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64)
-        hashes = len(exprs) - (where is not None)
         count = partition_count(
             rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
-        check = HashCheck.of(self.storage, kind, name, shards, exprs, partitions=count, source=stem)
+        check = HashCheck.of(
+            self.storage,
+            kind,
+            name,
+            shards,
+            exprs,
+            partitions=count,
+            source=stem,
+            left_out=left_out,
+        )
         found = check.run(self.engine)
         keys = pl.DataFrame(
             {"_shard": found.shards, "_shard_line": found.lines},

@@ -1,15 +1,17 @@
 """The hash-first checks partition by partition on the engine: the rows whose 64-bit
 hash another row shares (:func:`~pipeline.decide.repeats.repeated`), or whose group
 holds more than one value (:func:`~pipeline.decide.repeats.varying`), found without
-every row's hash in the driver. A shuffle through staged files, as near dedupe's
-candidate search (:mod:`pipeline.dedupe.partitions`):
+every row's hash in the driver; and the rows that seek a key no other row offers, on the
+exact keys (a partitioned anti-join: the worker-root rule's). A shuffle through staged
+files, as near dedupe's candidate search (:mod:`pipeline.dedupe.partitions`):
 
 1. **shuffle**, a task per shard (:func:`_shuffle_shard`): the check's expressions over
    the shard's staged rows (:func:`evaluate_shard`), the rows kept where ``where`` holds,
-   staged as (line, group hash, value hash) ordered by partition (``group %
-   partitions``), a record batch per partition;
+   staged as (line, group hash, value hash; or key and whether it seeks) ordered by
+   partition (``group % partitions``), a record batch per partition;
 2. **find**, a task per partition (:func:`_partition_rows`): that partition's batch of
-   every shard (read alone), and the rows of it whose group repeats (or varies).
+   every shard (read alone), and the rows of it whose group repeats (or varies; or that
+   seek a key no row of it offers).
 
 Equal groups fall in one partition, so each task sees every row of its groups and the
 union of the tasks' rows is exactly the rows the check over every row would find: the
@@ -43,6 +45,8 @@ from pipeline.storage import RunStorage
 
 __all__ = [
     "GROUP",
+    "SEEKS",
+    "TEXT",
     "VALUE",
     "WHERE",
     "Found",
@@ -60,6 +64,10 @@ U64 = npt.NDArray[np.uint64]
 GROUP: Final = "_group"
 VALUE: Final = "_value"
 WHERE: Final = "_where"
+#: A matching check's instead of a value: the exact key (a string, hashed as its group;
+#: never null where ``where`` holds), and whether the row seeks it (true) or offers it.
+TEXT: Final = "_text"
+SEEKS: Final = "_seeks"
 
 
 #: Consecutive staged batches are evaluated together until they hold this many rows or
@@ -163,6 +171,9 @@ class HashCheck:
     #: the staged stem the expressions read: the kind's rows, or a file staged beside
     #: them (its row keys)
     source: str = ""
+    #: rows that take no part, by shard: the lines of each (rows an earlier rule
+    #: removed), as int64 bytes (the check compares by value, as its expressions)
+    left_out: tuple[tuple[int, bytes], ...] = ()
 
     @classmethod
     def of(
@@ -175,22 +186,33 @@ class HashCheck:
         *,
         partitions: int,
         source: str | None = None,
+        left_out: Mapping[int, I64] | None = None,
     ) -> HashCheck:
-        """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE`, :data:`WHERE`) over
-        ``kind``'s rows in ``shards`` (or over ``source``, a stem staged beside them),
+        """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE` or :data:`TEXT` and
+        :data:`SEEKS`, :data:`WHERE`) over ``kind``'s rows in ``shards`` (or over
+        ``source``, a stem staged beside them) but the lines ``left_out`` of each shard,
         its entries staged as ``<kind>.hash-<name>``."""
-        if GROUP not in exprs or set(exprs) - {GROUP, VALUE, WHERE}:
+        if set(exprs) - {WHERE} not in ({GROUP}, {GROUP, VALUE}, {GROUP, TEXT, SEEKS}):
             raise ValueError(
-                f"a hash check's expressions are {GROUP} and, optionally, "
-                f"{VALUE} and {WHERE}: not {sorted(exprs)}"
+                f"a hash check's expressions are {GROUP}, optionally {VALUE} or both "
+                f"{TEXT} and {SEEKS}, and optionally {WHERE}: not {sorted(exprs)}"
             )
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
-        return cls(storage, kind, name, shards, serialized, partitions, source or kind)
+        skipped = tuple(
+            (shard, np.asarray(lines, np.int64).tobytes())
+            for shard, lines in sorted((left_out or {}).items())
+        )
+        return cls(storage, kind, name, shards, serialized, partitions, source or kind, skipped)
 
     @property
     def varying(self) -> bool:
         """Whether the check finds varying groups (it has a value), not repeats."""
         return any(name == VALUE for name, _ in self.exprs)
+
+    @property
+    def matching(self) -> bool:
+        """Whether the check finds the rows seeking a key no row offers."""
+        return any(name == TEXT for name, _ in self.exprs)
 
     @property
     def stem(self) -> str:
@@ -229,7 +251,11 @@ def _shuffle_shard(check: HashCheck, shard: int, progress: Progress) -> int:
     frame = evaluate_shard(check.storage, shard, check.source, check.expressions())
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
-    for name in (GROUP, VALUE):
+    left_out = dict(check.left_out).get(shard)
+    if left_out is not None:
+        lines = pl.Series(np.frombuffer(left_out, np.int64))
+        frame = frame.filter(~pl.col("_shard_line").is_in(lines.implode()))
+    for name in (GROUP, VALUE, TEXT):
         if name in frame.columns and frame[name].null_count():
             # numpy has no null integer: the column would become floats, whose
             # rounding makes distinct hashes equal
@@ -245,6 +271,9 @@ def _shuffle_shard(check: HashCheck, shard: int, progress: Progress) -> int:
     if check.varying:
         value = frame[VALUE].to_numpy().astype(np.uint64, copy=False)
         columns[VALUE] = pa.array(value[order], pa.uint64())
+    if check.matching:
+        columns[TEXT] = frame[TEXT].cast(pl.String).gather(order).to_arrow()
+        columns[SEEKS] = pa.array(frame[SEEKS].fill_null(False).to_numpy()[order], pa.bool_())
     entries = pa.record_batch(columns)
     with check.storage.stage_writer(shard, check.stem, entries.schema) as out:
         for lo, hi in itertools.pairwise(starts.tolist()):
@@ -261,8 +290,20 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     if check.varying:
         value: U64 = np.concatenate([b[VALUE].to_numpy() for b in batches])
         hit = varying(group, value).to_numpy()
+    elif check.matching:
+        hit = _unmatched(batches)
     else:
         hit = repeated(group).to_numpy()
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
     lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])
     return Found(shards[hit], lines[hit], group[hit])
+
+
+def _unmatched(batches: list[pa.RecordBatch]) -> npt.NDArray[np.bool_]:
+    """Which rows of a partition's ``batches`` seek a key that none of them offers,
+    compared on the keys themselves (equal keys share a partition)."""
+    seeks = np.concatenate([b[SEEKS].to_numpy(zero_copy_only=False) for b in batches])
+    text = pl.concat([pl.Series(b[TEXT]).cast(pl.String) for b in batches])
+    offered = text.filter(pl.Series(~seeks)).unique()
+    matched: npt.NDArray[np.bool_] = text.is_in(offered.implode()).to_numpy()
+    return seeks & ~matched

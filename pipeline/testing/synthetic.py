@@ -20,6 +20,7 @@ __all__ = [
     "DEFECTS",
     "GENERATORS",
     "autoqa_human",
+    "decide_rows_with_conflicts",
     "defect_line",
     "export_lines",
     "json_dumps_layout",
@@ -259,6 +260,38 @@ def pw_decide_row(rng: random.Random, i: int, size: int = 1) -> dict[str, Any]:
         "judge": {"model": "judge-model-1", "prompt": "relevance-v2"},
         "meta": {"task": f"t-{i % 7}", "group": f"g-{i % 5}"},
     }
+
+
+def decide_rows_with_conflicts(count: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    """pw-decide-row rows with the conflicts between rows that the cross-record rules find:
+    sessions naming two models, workers whose root session no coordinator row has (or
+    only one the gate or a rule rejects), and coordinator rows the gate rejects (their
+    root is not their session) naming yet another model, which must not count. Every row
+    has its own receipt."""
+    rng = random.Random(seed)
+    coordinators = max(count // 8, 1)
+    rows = []
+    for i in range(count):
+        record = make_record("pw-decide-row-1", rng, i)
+        session = f"c-{rng.randrange(coordinators):04d}"
+        model = "model-b" if rng.random() < 0.04 else "model-a"
+        draw = rng.random()
+        if draw < 0.3:
+            record.update(host="coordinator", surface="cli", session=session, root_session=session)
+        elif draw < 0.35:  # rejected by the gate
+            record.update(host="coordinator", session=session, root_session="c-none")
+            model = "model-c"
+        else:  # a fifth of them rooted past the coordinators' sessions
+            root = f"c-{rng.randrange(coordinators + coordinators // 4 + 1):04d}"
+            record.update(
+                host="worker",
+                surface="worker-profile",
+                session=f"w-{rng.randrange(max(count // 4, 1)):04d}",
+                root_session=root,
+            )
+        record["model"] = model
+        rows.append(record)
+    return rows
 
 
 _CATEGORIES: Final = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gzip
 import hashlib
 import random
@@ -17,12 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.config import CampaignConfig, ConfigError, InputSpec
+from pipeline.core.config import CampaignConfig, ConfigError, InputSpec, load_campaign
 from pipeline.decide.stages import cross_rules
 from pipeline.jobs.run import run
 from pipeline.output import writer
 from pipeline.records.lineage import record_sha256
-from pipeline.testing.synthetic import make_record
+from pipeline.testing.synthetic import decide_rows_with_conflicts, make_record
+from tests.conftest import DATA
 
 
 def _lines(records: list[dict[str, Any]]) -> bytes:
@@ -35,13 +37,14 @@ def _run(
     kind: str | None = None,
     workers: int = 1,
     name: str = "out",
+    settings: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
     specs = []
     for filename, records in files.items():
         (tmp_path / filename).write_bytes(_lines(records))
         specs.append(InputSpec(str(tmp_path / filename), kind))
     config = CampaignConfig(inputs=tuple(specs)).override(
-        **{"engine.workers": workers, "engine.shard_bytes": 8192}
+        **{"engine.workers": workers, "engine.shard_bytes": 8192, **(settings or {})}
     )
     out = tmp_path / name
     result = run(config, out)
@@ -430,3 +433,101 @@ def test_disabling_a_rules_own_finding_names_the_rule(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=re.escape("unknown rule code 'cross.nope'")):
         run(config.override(**{"rules.disabled": ("cross.nope",)}), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _session_rules_oracle(records: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """What the session-model and worker-root rules decide, computed in Python over
+    every row: the gate rejects a coordinator whose root is not its session (and a
+    worker that is its own root); of the rows left, those of a session naming two models
+    are rejected; of the rows left then, a worker whose root is no coordinator's session."""
+    gated = [(r["host"] == "coordinator") != (r["root_session"] == r["session"]) for r in records]
+    models: dict[str, set[str]] = {}
+    for r, rejected in zip(records, gated, strict=True):
+        if not rejected:
+            models.setdefault(r["session"], set()).add(r["model"])
+    conflict = [
+        not g and len(models[r["session"]]) > 1 for r, g in zip(records, gated, strict=True)
+    ]
+    left = [not g and not c for g, c in zip(gated, conflict, strict=True)]
+    roots = {
+        r["session"]
+        for r, ok in zip(records, left, strict=True)
+        if ok and r["host"] == "coordinator"
+    }
+    expected = []
+    for r, g, c in zip(records, gated, conflict, strict=True):
+        if g:
+            expected.append(("rejected", []))
+        elif c:
+            expected.append(("rejected", ["cross.session_model_conflict"]))
+        elif r["host"] == "worker" and r["root_session"] not in roots:
+            expected.append(("rejected", ["cross.worker_root_missing"]))
+        else:
+            expected.append(("accepted", []))
+    return expected
+
+
+@pytest.mark.parametrize(
+    ("workers", "partitions", "colliding"), [(1, 1, False), (2, 7, False), (1, 64, True)]
+)
+def test_session_rules_decide_as_over_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, partitions: int, colliding: bool
+) -> None:
+    """The session-model and worker-root rules find their rows on hashes, partition by
+    partition on the engine, and read only those rows: they decide as the rules over
+    every row do, for any partition and worker count, and when every session's hash
+    collides (the exact sessions decide)."""
+    records = decide_rows_with_conflicts(400, seed=9)
+    expected = _session_rules_oracle(records)
+    found = Counter(codes[0] if codes else d for d, codes in expected)
+    assert found["cross.session_model_conflict"] > 10
+    assert found["cross.worker_root_missing"] > 10
+    assert found["rejected"] > 10  # by the gate, and naming another model
+    if colliding:
+        monkeypatch.setattr(cross_rules, "_group_hash", lambda value: pl.lit(0, pl.UInt64))
+    rows = _run(
+        tmp_path,
+        {"a.jsonl": records},
+        workers=workers,
+        settings={"engine.partitions": partitions},
+    )
+    cross = [(d, [c for c in codes if c.startswith("cross.")]) for d, codes in _codes(rows)]
+    assert cross == expected
+
+
+def test_autoqa_conflicts_decide_on_exact_values_when_hashes_collide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Documents of one profile id or case id that describe it differently are
+    quarantined, found on hashes first: with every id's hash colliding, the exact ids
+    still decide (no finding invented across ids)."""
+    campaign = load_campaign(DATA / "campaign-autoqa.toml")
+    docs = [make_record("autoqa-eval-1", random.Random(i), i) for i in range(6)]
+    docs[1]["calibrationProfile"]["sampleSize"] += 1  # one profile, two descriptions
+    for doc in docs[2:]:
+        doc["calibrationProfile"]["profileId"] = "calib-other"
+    docs[3]["caseRef"] = dict(docs[2]["caseRef"])  # one case, one hash: no conflict
+    docs[4]["caseRef"] = {**docs[5]["caseRef"], "caseSha256": "0" * 64}  # one case, two hashes
+    (tmp_path / "a.jsonl").write_bytes(_lines(docs))
+    config = dataclasses.replace(
+        campaign, inputs=(InputSpec(str(tmp_path / "a.jsonl"), "autoqa-eval-1"),)
+    )
+    outcomes = []
+    for name in ("hashed", "colliding"):
+        if name == "colliding":
+            monkeypatch.setattr(cross_rules, "_group_hash", lambda value: pl.lit(0, pl.UInt64))
+        run(config, tmp_path / name)
+        table = pl.read_parquet(tmp_path / name / "quarantined")
+        outcomes.append(
+            sorted(
+                (line, sorted(r["code"] for r in reasons))
+                for line, reasons in zip(table["_line"], table["_reasons"].to_list(), strict=True)
+            )
+        )
+    assert outcomes[0] == [
+        (1, ["cross.autoqa_profile_conflict"]),
+        (2, ["cross.autoqa_profile_conflict"]),
+        (5, ["cross.autoqa_case_conflict"]),
+        (6, ["cross.autoqa_case_conflict"]),
+    ]
+    assert outcomes[1] == outcomes[0]

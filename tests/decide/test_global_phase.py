@@ -20,9 +20,11 @@ from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.core.reasons import Disposition
 from pipeline.decide import context as global_phase
 from pipeline.decide.context import DISPOSITIONS, GlobalContext, OutputColumn
+from pipeline.decide.partitioned import GROUP, SEEKS, TEXT, VALUE, HashCheck
 from pipeline.decide.repeats import repeated, varying
 from pipeline.jobs.run import run
 from pipeline.output.verify import verify_run
+from pipeline.storage import RunStorage
 from pipeline.testing.synthetic import export_lines
 
 
@@ -368,7 +370,30 @@ class ProbeRepeats:
             self.found.append(
                 (repeats[shuffled], got["g"][shuffled][repeats[shuffled]], mask, groups)
             )
+        self._unmatched(ctx, kind, rows)
         return None
+
+    def _unmatched(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
+        """``unmatched`` against the anti-join over every row's values: the rows where
+        ``where`` holds, but those left out, seek a key or offer one; a seeking row's
+        residue mod 29 is offered (mod 23) unless it is 23 or more."""
+        line = pl.col("_shard_line")
+        seeks = line % 3 == 0
+        key = pl.when(seeks).then(line % 29).otherwise(line % 23).cast(pl.String)
+        where = line % 5 != 3
+        got = ctx.values(kind, rows, {"k": key, "s": seeks, "w": where})
+        left_out = (rows["_shard_line"] % 7 == 0).to_numpy()
+        part = got["w"] & ~left_out
+        offered = np.unique(got["k"][part & ~got["s"]])
+        expected = part & got["s"] & ~np.isin(got["k"], offered)
+        for count in (1, 7, 64):
+            at = dataclasses.replace(
+                ctx, config=ctx.config.override(**{"engine.partitions": count})
+            )
+            mask = at.unmatched(
+                kind, rows, "probe", key, seeks, where=where, left_out=rows.filter(left_out)
+            )
+            self.found.append((expected, None, mask, None))
 
 
 def _refuses(call: Callable[[], object], error: type[Exception]) -> bool:
@@ -405,15 +430,30 @@ def test_repeats_on_the_engine_find_what_every_row_would(
         **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeRepeats.found) == 14
+    assert len(ProbeRepeats.found) == 17
     assert len(ProbeRepeats.refused) == 2
     assert all("hash is null" in message for message in ProbeRepeats.refused)
     # natural groups: the retries repeat, and none varies; five groups: every row
-    # repeats, and the rows where ``where`` holds vary
-    assert [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found] == [True, False] * 3 + [True] * 8
+    # repeats, and the rows where ``where`` holds vary; some rows seek what none offers
+    found = [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found]
+    assert found == [True, False] * 3 + [True] * 11
     for expected, groups, mask, got in ProbeRepeats.found:
         assert np.array_equal(mask, expected)
-        assert np.array_equal(got, groups)
+        assert groups is None or np.array_equal(got, groups)
+
+
+def test_a_hash_check_is_refused_expressions_it_cannot_run(tmp_path: Path) -> None:
+    """A check is repeats (a group), varying (and a value) or matching (a key and who
+    seeks it); any other set of expressions is refused before a task runs."""
+    storage = RunStorage(tmp_path)
+    group, text = pl.col("a").hash(), pl.col("a").cast(pl.String)
+    for exprs in (
+        {VALUE: group},
+        {GROUP: group, TEXT: text},
+        {GROUP: group, VALUE: group, TEXT: text, SEEKS: pl.lit(True)},
+    ):
+        with pytest.raises(ValueError, match="a hash check's expressions are"):
+            HashCheck.of(storage, "k", "n", (0,), exprs, partitions=1)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from pipeline.core.config import CampaignConfig
@@ -137,8 +139,41 @@ def _live(rows: pl.DataFrame) -> pl.Series:
     return ~rows["_disposition"].is_in(_REMOVED)
 
 
+#: the staged rows the gate left in: a hash-first check reads only these (a row the gate
+#: rejected takes part in no rule, and its payload may be missing)
+_GATE_LIVE: Final = ~pl.col("_disposition").is_in(_REMOVED)
+
+
+def _found(
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    name: str,
+    group: pl.Expr,
+    *,
+    value: pl.Expr | None = None,
+    where: pl.Expr | None = None,
+) -> npt.NDArray[np.bool_]:
+    """Which of ``rows`` take part in the rule (:func:`_live`) and share their ``group``
+    hash with another row the gate left in, or, given ``value``, whose group holds more
+    than one value (:meth:`GlobalContext.repeats`, partition by partition on the engine):
+    the rows a rule then reads in full, and decides on exact values, so a hash collision
+    never invents a finding. Two values of a group that collide in 64 bits would hide
+    one (odds 2**-64 a pair)."""
+    taking_part = _GATE_LIVE if where is None else _GATE_LIVE & where
+    found, _ = ctx.repeats(kind, rows, name, group, value=value, where=taking_part)
+    live: npt.NDArray[np.bool_] = _live(rows).to_numpy()
+    return found & live
+
+
 def _key_columns(kind: str) -> list[str]:
     return list(KINDS[kind].idempotency_key)
+
+
+def _group_hash(value: pl.Expr) -> pl.Expr:
+    """A 64-bit hash of what a rule groups rows on (a session, a profile id), before the
+    exact check."""
+    return value.hash()
 
 
 def _key_hash(keys: Sequence[str]) -> pl.Expr:
@@ -178,9 +213,9 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     # not every row's hash); only those rows (retries, duplicates, conflicts: a few
     # percent) are re-read and decided on the exact keys and digests, so a collision of
     # key hashes can never invent a conflict, nor hide one.
-    found, _ = ctx.repeats(kind, rows, "submission-keys", _key_hash(keys))
-    candidates = rows.select(KEYS).filter(found & _live(rows).to_numpy())
-    del found
+    candidates = rows.select(KEYS).filter(
+        _found(ctx, kind, rows, "submission-keys", _key_hash(keys))
+    )
     if candidates.height == 0:
         return None
     exact = ctx.with_lineage(ctx.fetch(kind, candidates, [*keys, "_record_sha256"])).sort(
@@ -260,15 +295,10 @@ def contradictory_preference(
     comparison = pl.struct(conversation.hash(1), pair)
     # the decisive rows whose comparison is preferred both ways, found partition by
     # partition on the engine (each row's hashes read a batch at a time)
-    found, _ = ctx.repeats(
-        kind,
-        rows,
-        "comparisons",
-        comparison.hash(4),
-        value=preferred_hash,
-        where=decisive,
+    found = _found(
+        ctx, kind, rows, "comparisons", comparison.hash(4), value=preferred_hash, where=decisive
     )
-    candidates = rows.select(KEYS).filter(found & _live(rows).to_numpy())
+    candidates = rows.select(KEYS).filter(found)
     if candidates.height == 0:
         return None
     texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])
@@ -301,10 +331,14 @@ def session_model_conflict(
 ) -> pl.DataFrame | None:
     """Seed 004, model: "The model that made most of the session's calls": one value per
     session, so rows of one session naming different models cannot all be right."""
-    payload = ctx.scan(kind, ["session", "model"]).filter(_live(rows))
-    return _differing(
-        payload, pl.col("session"), pl.col("model"), "{} models named for one session"
-    )
+    # the sessions naming more than one model found on hashes (a row's values are never
+    # all read into the driver: ~280 bytes a row), their rows read and compared exactly
+    session, model = pl.col("session"), pl.col("model")
+    found = _found(ctx, kind, rows, "session-models", _group_hash(session), value=model.hash())
+    if not found.any():
+        return None
+    payload = ctx.fetch(kind, rows.select(KEYS).filter(found), ["session", "model"])
+    return _differing(payload, session, model, "{} models named for one session")
 
 
 @cross_rule(
@@ -318,17 +352,26 @@ def session_model_conflict(
 def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
     """Seed 004, root_session: "the coordinator session a worker leg belongs to": a worker
     row's root session must be the session of some coordinator row of the export."""
-    payload = ctx.scan(kind, ["host", "session", "root_session"]).filter(_live(rows))
-    coordinators = payload.filter(pl.col("host") == "coordinator").select(
-        pl.col("session").unique()
+    host, root = pl.col("host"), pl.col("root_session")
+    coordinator, worker = host == "coordinator", host == "worker"
+    # A coordinator offers its session and a worker seeks its root: the workers whose
+    # root no coordinator offers are found on the engine, partition by partition, on the
+    # exact sessions (nearly every row is a coordinator or a matched worker: reading
+    # theirs took ~90 bytes a row in the driver). A row an earlier rule removed neither
+    # offers nor seeks.
+    named = pl.when(coordinator).then(pl.col("session")).otherwise(root)
+    orphan = ctx.unmatched(
+        kind,
+        rows,
+        "worker-roots",
+        named,
+        worker,
+        where=_GATE_LIVE & (coordinator | worker) & named.is_not_null(),
+        left_out=rows.select(KEYS).filter(~_live(rows)),
     )
-    orphans = payload.filter(
-        (pl.col("host") == "worker")
-        & ~pl.col("root_session").is_in(coordinators["session"].implode())
-    )
+    orphans = rows.select(KEYS).filter(orphan)
     return orphans.select(
-        "_shard",
-        "_shard_line",
+        *KEYS,
         _detail=pl.lit("root_session names no coordinator session of this run that a rule left in"),
     )
 
@@ -353,18 +396,27 @@ def _conflicting(
     """Rows whose struct ``column`` shares its ``key`` field with another row's but not
     its other fields (compared as JSON text of the struct; the list fields named in
     ``sets`` as sets: sorted, each value once)."""
-    payload = ctx.scan(kind, [column]).filter(_live(rows))
     value = pl.col(column)
     compared = (
         value.struct.with_fields([pl.field(name).list.unique().list.sort() for name in sets])
         if sets
         else value
+    ).struct.json_encode()
+    # found on hashes and read alone, as the session-model rule's
+    found = _found(
+        ctx,
+        kind,
+        rows,
+        f"{column}-{key}",
+        _group_hash(value.struct.field(key)),
+        value=compared.hash(),
+        where=value.is_not_null(),
     )
+    if not found.any():
+        return None
+    payload = ctx.fetch(kind, rows.select(KEYS).filter(found), [column])
     return _differing(
-        payload.filter(value.is_not_null()),
-        value.struct.field(key),
-        compared.struct.json_encode(),
-        f"{{}} different {what} under one {key}",
+        payload, value.struct.field(key), compared, f"{{}} different {what} under one {key}"
     )
 
 
