@@ -18,10 +18,17 @@ export scored with code-review-v1: 547 MB of anonymous memory at 119,811 rows ag
 one shard's, and the driver none. The decisions are those of the whole-run computation:
 a row-local stage's decision for a row does not depend on the other rows, and a merge
 groups decisions by row (tests compare every output byte).
+
+The whole-run stages' decisions reach the tasks through the staging area: the driver
+stages each stage's decisions a shard at a time beside the shard's rows and lets them
+go before the tasks start (:func:`stage_decided`). Carried in the tasks, they were held
+three times over while the tasks ran (the frames, their partition by shard and each
+task's copy): ~790 bytes a decided row at the merge, where most rows were duplicates.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -46,7 +53,14 @@ from pipeline.gate.reader import Shard
 from pipeline.gate.staging import ShardSummary
 from pipeline.storage import RunStorage
 
-__all__ = ["RowLocalStage", "decide_by_shard", "row_local_from", "summed_counts"]
+__all__ = [
+    "RowLocalStage",
+    "StagedDecisions",
+    "decide_by_shard",
+    "row_local_from",
+    "stage_decided",
+    "summed_counts",
+]
 
 
 class RowLocalStage(GlobalStage, Protocol):
@@ -81,14 +95,73 @@ class _Settings:
 
 
 @dataclass(frozen=True)
+class StagedDecisions:
+    """The whole-run stages' decisions of a kind, staged a shard at a time
+    (:func:`stage_decided`): each stage's columns (an empty frame: the merge's output
+    columns are those of every frame), the shards it decided rows of, and its stem."""
+
+    kind: str
+    empty: tuple[pl.DataFrame, ...]
+    shards: tuple[frozenset[int], ...]
+    stems: tuple[str, ...]
+
+    def of(self, shard: int) -> tuple[tuple[pl.DataFrame, str | None], ...]:
+        """Each stage's part for ``shard``: its columns and the stem it is staged as
+        (``None``: the stage decided none of the shard's rows)."""
+        return tuple(
+            (empty, stem if shard in shards else None)
+            for empty, shards, stem in zip(self.empty, self.shards, self.stems, strict=True)
+        )
+
+
+def stage_decided(storage: RunStorage, kind: str, decided: list[pl.DataFrame]) -> StagedDecisions:
+    """Stage each of the whole-run stages' ``decided`` frames (in stage order) a shard at
+    a time beside the shard's rows, and empty ``decided``: the driver then holds none of
+    them. A shard's part is copied out of its frame (Arrow's take), so that the file
+    holds its own rows' bytes alone."""
+    empty, shards, stems = [], [], []
+    for i in range(len(decided)):
+        frame, decided[i] = decided[i], pl.DataFrame()
+        stem = storage.stage_decisions_stem(kind, i)
+        table = frame.to_arrow()
+        in_shard = frame["_shard"].to_numpy()
+        empty.append(frame.clear())
+        del frame
+        order = np.argsort(in_shard, kind="stable")
+        ordered = in_shard[order]
+        starts: list[int] = (
+            np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]).tolist() if len(order) else []
+        )
+        for lo, hi in itertools.pairwise([*starts, len(order)]):
+            storage.stage_table(int(ordered[lo]), stem, table.take(pa.array(order[lo:hi])))
+        shards.append(frozenset(int(s) for s in np.unique(in_shard)))
+        stems.append(stem)
+    decided.clear()
+    return StagedDecisions(kind, tuple(empty), tuple(shards), tuple(stems))
+
+
+def _staged_part(
+    storage: RunStorage, shard: int, empty: pl.DataFrame, stem: str | None
+) -> pl.DataFrame:
+    """One stage's decisions for ``shard``, as the stage made them."""
+    if stem is None:
+        return empty
+    frame = cast(pl.DataFrame, pl.from_arrow(storage.staged_table(shard, stem)))
+    if frame.schema != empty.schema:
+        raise AssertionError(f"a staged decisions frame changed type through Arrow: {stem}")
+    return frame
+
+
+@dataclass(frozen=True)
 class _ShardTask:
     shard: Shard
     summary: ShardSummary
     line_base: int
     #: the shard's state after the whole-run stages (None: no row-local stage runs)
     state: pl.DataFrame | None
-    #: each whole-run stage's decisions for the shard's rows, in stage order (may be empty)
-    decided: tuple[pl.DataFrame, ...]
+    #: each whole-run stage's decisions for the shard's rows, in stage order: its
+    #: columns and where they are staged (:meth:`StagedDecisions.of`)
+    decided: tuple[tuple[pl.DataFrame, str | None], ...]
 
 
 @dataclass(frozen=True)
@@ -109,7 +182,7 @@ def decide_by_shard(
     kind: str,
     stages: Sequence[GlobalStage],
     current: pl.DataFrame,
-    decided: Sequence[pl.DataFrame],
+    decided: StagedDecisions,
     columns: Sequence[OutputColumn],
     timings: dict[str, float],
 ) -> tuple[int, ...]:
@@ -117,7 +190,7 @@ def decide_by_shard(
     whose decisions are ``decided``) and stage each shard's merged decisions; the shards
     that have a decisions table. Adds the stages' seconds (summed over the tasks) to
     ``timings`` and their notes to ``ctx.notes``."""
-    if not stages and not any(frame.height for frame in decided):
+    if not stages and not any(decided.shards):
         return ()
     settings = _Settings(
         ctx.config,
@@ -127,7 +200,7 @@ def decide_by_shard(
         frozenset(c.name for c in columns if c.carried),
         tuple(columns),
     )
-    tasks = list(_tasks(ctx, kind, bool(stages), current, decided))
+    tasks = list(_tasks(ctx, bool(stages), current, decided))
     outcomes = ctx.engine.map(Step(_init, (settings,), _decide_shard), tasks)
     # every task ran: the error is the first shard's, not the first to arrive
     failed = next((o.error for o in outcomes if o.error is not None), None)
@@ -146,13 +219,12 @@ def decide_by_shard(
 
 def _tasks(
     ctx: GlobalContext,
-    kind: str,
     with_state: bool,
     current: pl.DataFrame,
-    decided: Sequence[pl.DataFrame],
+    decided: StagedDecisions,
 ) -> Iterator[_ShardTask]:
-    """A task per shard of ``kind`` (only those with decisions when no stage runs)."""
-    parts = [frame.partition_by("_shard", as_dict=True) for frame in decided]
+    """A task per shard of the kind (only those with decisions when no stage runs)."""
+    kind = decided.kind
     runs = current["_shard"].rle()
     starts: dict[int, tuple[int, int]] = {}
     at = 0
@@ -163,13 +235,8 @@ def _tasks(
         if kind not in summary.kinds:
             continue
         shard = summary.shard
-        # a stage's frame with no row in the shard is kept for its columns: the merge's
-        # output columns are those of every frame
-        mine = tuple(
-            _own_buffers(part.get((shard,), frame.clear()))
-            for part, frame in zip(parts, decided, strict=True)
-        )
-        if not with_state and not any(frame.height for frame in mine):
+        mine = decided.of(shard)
+        if not with_state and all(stem is None for _, stem in mine):
             continue
         lo, n = starts.get(shard, (0, 0))
         yield _ShardTask(
@@ -179,20 +246,6 @@ def _tasks(
             current.slice(lo, n) if with_state else None,
             mine,
         )
-
-
-def _own_buffers(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` holding only its own rows' bytes. A frame cut from another (a partition)
-    shares the whole frame's buffers, and pickling it to a task sent them all: every task
-    of a 60,000-row run with near dedupe carried ~190 KB of every duplicate's pointer
-    strings, for its 30 rows. A slice's lists keep their offsets into the whole child
-    array even through Arrow; Arrow's take copies every column's values row by row."""
-    table = frame.to_arrow()
-    rows = pa.array(np.arange(table.num_rows, dtype=np.int64))
-    copied = cast(pl.DataFrame, pl.from_arrow(table.take(rows)))
-    if copied.schema != frame.schema:
-        raise AssertionError(f"a decisions frame changed type through Arrow: {frame.schema}")
-    return copied
 
 
 def _init(settings: _Settings) -> tuple[_Settings, list[GlobalStage]]:
@@ -214,7 +267,7 @@ def _decide_shard(
         {shard: task.line_base},
         LocalEngine(1),
     )
-    frames = list(task.decided)
+    frames = [_staged_part(settings.storage, shard, empty, stem) for empty, stem in task.decided]
     seconds: dict[str, float] = {}
     try:
         if task.state is not None:  # a task of row-local stages carries the state

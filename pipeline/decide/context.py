@@ -563,7 +563,7 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
     """Run the enabled stages over every kind, in order, telling ``ctx.on_stage`` each:
     the whole-run stages here, then the row-local ones and the merge a shard at a time
     on the engine (:mod:`pipeline.decide.by_shard`)."""
-    from pipeline.decide.by_shard import decide_by_shard, row_local_from
+    from pipeline.decide.by_shard import decide_by_shard, row_local_from, stage_decided
 
     stages = _enabled(ctx.config, stages)
     whole_run, row_local = stages[: row_local_from(stages)], stages[row_local_from(stages) :]
@@ -586,8 +586,9 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
             read_after=bool(row_local),
         )
         ctx.on_stage(f"{kind}: {', '.join([*(s.name for s in row_local), 'merge'])}")
+        staged = stage_decided(ctx.storage, kind, decided_frames)
         result.decided[kind] = decide_by_shard(
-            ctx, kind, row_local, current, decided_frames, columns, result.timings
+            ctx, kind, row_local, current, staged, columns, result.timings
         )
     _check_rejected_columns(result.columns)
     return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -11,18 +12,22 @@ import pytest
 
 from pipeline.decide import by_shard
 from pipeline.decide.context import DISPOSITIONS, GlobalContext
+from pipeline.storage import RunStorage
 
 
 @pytest.mark.parametrize("in_shard_order", [False, True])
-def test_a_shard_task_carries_its_own_rows_and_no_others_bytes(in_shard_order: bool) -> None:
-    """A shard's part of a stage's decisions was cut from the frame of every row, whose
-    buffers it shared: pickled to its task, it carried every duplicate's pointer strings
-    (~190 KB a task at 60,000 rows, for its 30), and, cut as a slice (a frame in shard
-    order), every row's reasons. Now about its own rows' bytes; a stage with no row in
-    the shard still gives a frame, for its columns."""
+def test_a_shard_task_reads_its_own_rows_and_no_others_bytes(
+    in_shard_order: bool, tmp_path: Path
+) -> None:
+    """The whole-run stages' decisions are staged a shard at a time and let go by the
+    driver; a shard's task carries only where its part is. A part cut from the frame of
+    every row shared its buffers: pickled to its task, it carried every duplicate's
+    pointer strings (~190 KB a task at 60,000 rows, for its 30), and, cut as a slice (a
+    frame in shard order), every row's reasons. A staged part holds about its own rows'
+    bytes; a stage with no row in the shard still gives a frame, for its columns."""
     shards, rows = 40, 40_000
     lines = pl.int_range(0, rows, eager=True)
-    shard = lines // (rows // (shards - 1) + 1) if in_shard_order else lines % (shards - 1)
+    shard = lines // (rows // (shards - 2) + 1) if in_shard_order else lines % (shards - 2)
     decided = pl.DataFrame({"_shard": shard.cast(pl.Int32), "_line": lines})
     if in_shard_order:
         decided = decided.set_sorted("_shard")  # partition_by then slices
@@ -38,6 +43,7 @@ def test_a_shard_task_carries_its_own_rows_and_no_others_bytes(in_shard_order: b
             pl.struct(code=pl.lit("dedupe.near"), detail=pl.format("of line {}", "_line"))
         ),
     )
+    other = decided.filter(pl.col("_shard") == 3).select("_shard", "_shard_line")
     state = pl.DataFrame(
         {"_shard": pl.Series([s for s in range(shards) for _ in range(3)], dtype=pl.Int32)}
     ).with_columns(
@@ -49,14 +55,24 @@ def test_a_shard_task_carries_its_own_rows_and_no_others_bytes(in_shard_order: b
         shards={s: f"shard {s}" for s in range(shards)},
         line_bases=dict.fromkeys(range(shards), 0),
     )
-    tasks = list(by_shard._tasks(cast(GlobalContext, ctx), "k", True, state, [decided]))
+    storage = RunStorage(tmp_path)
+    frames = [decided, other]
+    staged = by_shard.stage_decided(storage, "k", frames)
+    assert frames == []  # the driver holds them no more
+    tasks = list(by_shard._tasks(cast(GlobalContext, ctx), True, state, staged))
     assert [t.summary.shard for t in tasks] == list(range(shards))
-    whole = len(pickle.dumps(decided))
+    whole = decided.to_arrow().nbytes
     for task in tasks:
         shard = task.summary.shard
-        [mine] = task.decided
+        mine, theirs = (by_shard._staged_part(storage, shard, *part) for part in task.decided)
         assert mine.equals(decided.filter(pl.col("_shard") == shard))
         assert mine.schema == decided.schema
+        assert theirs.equals(other.filter(pl.col("_shard") == shard))
+        assert theirs.schema == other.schema
         assert task.state is not None
         assert task.state.equals(state.filter(pl.col("_shard") == shard))
-        assert len(pickle.dumps(task.decided)) < 3 * whole / shards + 4096
+        assert len(pickle.dumps(task.decided)) < 4096  # columns and a stem, no rows
+        stem, empty = task.decided[0][1], shard >= shards - 2
+        assert (stem is None) == empty  # the last two shards have no decided row
+        if stem is not None:
+            assert storage.staged_table(shard, stem).nbytes < 2 * whole / (shards - 2)
