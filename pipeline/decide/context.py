@@ -21,13 +21,16 @@ policy) and the merge of every stage's decisions run a task per shard on the eng
 stage that reads the reason codes is given them, built for it alone:
 :data:`REASON_CODES`). A stage finds the few rows a check needs on 64-bit hashes,
 partition by partition on the engine (:meth:`GlobalContext.repeats`,
-:mod:`pipeline.decide.partitioned`), or reads values shard by shard
+:mod:`pipeline.decide.partitioned`; an anti-join on exact keys:
+:meth:`GlobalContext.unmatched`), or reads values shard by shard
 (:meth:`GlobalContext.evaluate`; lined up with its rows: :meth:`GlobalContext.values`),
 and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them alone out
-of the staged files). On 1,000,000 pairwise-v2 rows the global phase peaks ~32 bytes a
-row above where the gate phase left the parent plain, ~111 with near and normalised
-dedupe (polars' allocator returning freed pages at once: :mod:`pipeline.core.allocator`):
-the bytes a row of each structure are in docs/scale.md ("The driver's memory, per row").
+of the staged files). On 1,000,000 pairwise-v2 or pw-decide-row rows the global phase
+peaks ~30–38 bytes a row above where the gate phase left the parent, with or without
+near and normalised dedupe (polars' allocator returning freed pages at once:
+:mod:`pipeline.core.allocator`), and ~450–650 bytes more for each row a whole-run stage
+reads in full and decides (a duplicate, a retry): the bytes a row of each structure are
+in docs/scale.md ("The driver's memory, per row", "Duplicate-heavy exports").
 """
 
 from __future__ import annotations
