@@ -23,7 +23,8 @@ The whole-run stages' decisions reach the tasks through the staging area: the dr
 stages each stage's decisions a shard at a time beside the shard's rows and lets them
 go before the tasks start (:func:`stage_decided`). Carried in the tasks, they were held
 three times over while the tasks ran (the frames, their partition by shard and each
-task's copy): ~790 bytes a decided row at the merge, where most rows were duplicates.
+task's copy): the merge was the run's peak where most rows were duplicates (376 against
+233 MB at 400,000 rows, 93 % duplicates).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from pipeline.core.config import CampaignConfig
 from pipeline.core.errors import RowgateError
@@ -117,25 +117,25 @@ class StagedDecisions:
 def stage_decided(storage: RunStorage, kind: str, decided: list[pl.DataFrame]) -> StagedDecisions:
     """Stage each of the whole-run stages' ``decided`` frames (in stage order) a shard at
     a time beside the shard's rows, and empty ``decided``: the driver then holds none of
-    them. A shard's part is copied out of its frame (Arrow's take), so that the file
-    holds its own rows' bytes alone."""
+    them. A shard's part is gathered out of its frame and converted to Arrow alone, so
+    that the file holds its own rows' bytes (a polars gather shares the frame's string
+    buffers; Arrow's large strings copy only the part's), one shard's at a time."""
     empty, shards, stems = [], [], []
     for i in range(len(decided)):
         frame, decided[i] = decided[i], pl.DataFrame()
         stem = storage.stage_decisions_stem(kind, i)
-        table = frame.to_arrow()
         in_shard = frame["_shard"].to_numpy()
-        empty.append(frame.clear())
-        del frame
         order = np.argsort(in_shard, kind="stable")
         ordered = in_shard[order]
         starts: list[int] = (
             np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]).tolist() if len(order) else []
         )
         for lo, hi in itertools.pairwise([*starts, len(order)]):
-            storage.stage_table(int(ordered[lo]), stem, table.take(pa.array(order[lo:hi])))
+            storage.stage_table(int(ordered[lo]), stem, frame[order[lo:hi]].to_arrow())
+        empty.append(frame.clear())
         shards.append(frozenset(int(s) for s in np.unique(in_shard)))
         stems.append(stem)
+        del frame
     decided.clear()
     return StagedDecisions(kind, tuple(empty), tuple(shards), tuple(stems))
 

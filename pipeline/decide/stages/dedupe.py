@@ -490,8 +490,17 @@ def _fetched(
     stem: str | None = None,
 ) -> pl.DataFrame:
     """``rows`` (a few) with their staged ``columns``, in the order of ``rows``; ``stem``:
-    from another file staged beside the kind's rows (:meth:`GlobalContext.fetch`)."""
+    from another file staged beside the kind's rows (:meth:`GlobalContext.fetch`).
+
+    Rows in the stable order key, each once (the rows taking part), come back from the
+    staged files in their own order: their columns are set beside them. A join held a
+    hash table of the rows and a copy of both frames at once (dedupe's peak where most
+    rows are duplicates)."""
     payload = ctx.fetch(kind, rows.select(KEYS), columns, stem)
+    if set(payload.columns) & set(rows.columns) == set(KEYS) and payload.select(KEYS).equals(
+        rows.select(KEYS)
+    ):
+        return rows.hstack(payload.drop(KEYS).get_columns())
     return rows.join(payload, on=list(KEYS), how="left", maintain_order="left")
 
 
