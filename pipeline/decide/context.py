@@ -304,17 +304,8 @@ class GlobalContext:
         count = partition_count(
             rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
-        check = HashCheck.of(
-            self.storage,
-            kind,
-            name,
-            shards,
-            exprs,
-            partitions=count,
-            source=stem,
-            left_out=left_out,
-        )
-        found = check.run(self.engine)
+        check = HashCheck.of(self.storage, kind, name, shards, exprs, partitions=count, source=stem)
+        found = check.run(self.engine, left_out)
         keys = pl.DataFrame(
             {"_shard": found.shards, "_shard_line": found.lines},
             schema={"_shard": pl.Int32, "_shard_line": pl.Int64},

@@ -171,9 +171,6 @@ class HashCheck:
     #: the staged stem the expressions read: the kind's rows, or a file staged beside
     #: them (its row keys)
     source: str = ""
-    #: rows that take no part, by shard: the lines of each (rows an earlier rule
-    #: removed), as int64 bytes (the check compares by value, as its expressions)
-    left_out: tuple[tuple[int, bytes], ...] = ()
 
     @classmethod
     def of(
@@ -186,23 +183,18 @@ class HashCheck:
         *,
         partitions: int,
         source: str | None = None,
-        left_out: Mapping[int, I64] | None = None,
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE` or :data:`TEXT` and
         :data:`SEEKS`, :data:`WHERE`) over ``kind``'s rows in ``shards`` (or over
-        ``source``, a stem staged beside them) but the lines ``left_out`` of each shard,
-        its entries staged as ``<kind>.hash-<name>``."""
+        ``source``, a stem staged beside them), its entries staged as
+        ``<kind>.hash-<name>``."""
         if set(exprs) - {WHERE} not in ({GROUP}, {GROUP, VALUE}, {GROUP, TEXT, SEEKS}):
             raise ValueError(
                 f"a hash check's expressions are {GROUP}, optionally {VALUE} or both "
                 f"{TEXT} and {SEEKS}, and optionally {WHERE}: not {sorted(exprs)}"
             )
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
-        skipped = tuple(
-            (shard, np.asarray(lines, np.int64).tobytes())
-            for shard, lines in sorted((left_out or {}).items())
-        )
-        return cls(storage, kind, name, shards, serialized, partitions, source or kind, skipped)
+        return cls(storage, kind, name, shards, serialized, partitions, source or kind)
 
     @property
     def varying(self) -> bool:
@@ -223,10 +215,15 @@ class HashCheck:
         """The check's expressions, deserialized (in a worker: once a task)."""
         return {n: pl.Expr.deserialize(io.BytesIO(b), format="binary") for n, b in self.exprs}
 
-    def run(self, engine: Engine) -> Found:
+    def run(self, engine: Engine, left_out: Mapping[int, I64] | None = None) -> Found:
         """The rows the check finds, from a shuffle task per shard and a find task per
-        partition on ``engine``."""
-        engine.map(Step(_init, (self,), _shuffle_shard), self.shards)
+        partition on ``engine``; no row of the lines ``left_out`` of a shard takes part
+        (each shuffle task is given its shard's alone: the check goes with every task)."""
+        skipped = left_out or {}
+        tasks = [
+            (shard, np.asarray(skipped.get(shard, ()), np.int64).tobytes()) for shard in self.shards
+        ]
+        engine.map(Step(_init, (self,), _shuffle_shard), tasks)
         found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
         return Found(
             np.concatenate([f.shards for f in found]),
@@ -245,14 +242,15 @@ def _init(check: HashCheck) -> HashCheck:
     return check
 
 
-def _shuffle_shard(check: HashCheck, shard: int, progress: Progress) -> int:
-    """Stage the shard's (line, group, value) entries where ``where`` holds, ordered by
-    partition, a record batch per partition (empty ones too); returns how many."""
+def _shuffle_shard(check: HashCheck, task: tuple[int, bytes], progress: Progress) -> int:
+    """Stage the shard's (line, group, value) entries where ``where`` holds, but its
+    lines left out (int64 bytes), ordered by partition, a record batch per partition
+    (empty ones too); returns how many."""
+    shard, left_out = task
     frame = evaluate_shard(check.storage, shard, check.source, check.expressions())
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
-    left_out = dict(check.left_out).get(shard)
-    if left_out is not None:
+    if left_out:
         lines = pl.Series(np.frombuffer(left_out, np.int64))
         frame = frame.filter(~pl.col("_shard_line").is_in(lines.implode()))
     for name in (GROUP, VALUE, TEXT):

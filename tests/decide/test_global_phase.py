@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import orjson
@@ -20,8 +21,9 @@ from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.core.reasons import Disposition
 from pipeline.decide import context as global_phase
 from pipeline.decide.context import DISPOSITIONS, GlobalContext, OutputColumn
-from pipeline.decide.partitioned import GROUP, SEEKS, TEXT, VALUE, HashCheck
+from pipeline.decide.partitioned import GROUP, SEEKS, TEXT, VALUE, Found, HashCheck
 from pipeline.decide.repeats import repeated, varying
+from pipeline.engines import Step
 from pipeline.jobs.run import run
 from pipeline.output.verify import verify_run
 from pipeline.storage import RunStorage
@@ -652,3 +654,30 @@ def test_merging_a_shard_at_a_time_gives_the_merge_of_every_row(data: st.DataObj
             continue
         alone = global_phase.by_shard(global_phase.merge_decisions(cut), columns)
         assert alone[shard].equals(whole[shard])
+
+
+def test_a_shuffle_task_carries_only_its_own_shards_lines_left_out(tmp_path: Path) -> None:
+    """The check goes with every task; the lines left out (rows an earlier rule
+    removed: as many as a third of the rows, in a run of retries) go each with its own
+    shard's shuffle task alone, never with the check to every task."""
+    seen: list[tuple[Any, list[object]]] = []
+
+    class Recording:
+        def map(self, step: Step[Any, Any, Any], tasks: Any, *args: object) -> list[Any]:
+            seen.append((step, list(tasks)))
+            empty = np.zeros(0, np.int64)
+            return [Found(empty.astype(np.int32), empty, empty.astype(np.uint64))]
+
+    key = pl.col("a").cast(pl.String)
+    exprs = {GROUP: key.hash(), TEXT: key, SEEKS: pl.lit(True)}
+    check = HashCheck.of(RunStorage(tmp_path), "k", "n", (0, 1, 2), exprs, partitions=1)
+    left_out = {0: np.arange(100_000, dtype=np.int64), 2: np.array([7], np.int64)}
+    check.run(cast(Any, Recording()), left_out)
+    (shuffle, tasks), (_, partitions) = seen
+    assert tasks == [
+        (0, np.arange(100_000, dtype=np.int64).tobytes()),
+        (1, b""),
+        (2, np.array([7], np.int64).tobytes()),
+    ]
+    assert partitions == [0]
+    assert len(pickle.dumps(shuffle.init_args)) < 4096  # no shard's lines in the check
