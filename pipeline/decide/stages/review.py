@@ -37,8 +37,10 @@ collision can never merge two items.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from pipeline.core.config import CampaignConfig
@@ -51,13 +53,16 @@ from pipeline.decide.context import (
     OutputColumn,
     register_stage,
 )
+from pipeline.decide.partitioned import evaluate_shard
 from pipeline.decide.repeats import repeated
 from pipeline.dedupe.keys import DedupeKey, key_columns
+from pipeline.engines import Progress, Step
 from pipeline.kinds import get_kind
 from pipeline.rubrics.bindings import ScoringPlan
 from pipeline.rubrics.campaign import criteria_inputs, review_policy_of, scoring_plan
 from pipeline.rubrics.model import ReviewPolicy, State
 from pipeline.rubrics.scoring import WEIGHTED_STATE, score_frame
+from pipeline.storage import RunStorage
 
 __all__ = ["ReviewStage"]
 
@@ -101,10 +106,10 @@ class ReviewStage:
                     "applied": False,
                 }
             return None
-        plan, policy = found
+        _, policy = found
         subject = get_kind(kind).review_subject()
         assert subject is not None  # review_policy_of refused the kind otherwise
-        votes = _votes(ctx, kind, plan, rows, _subject_hash(subject))
+        votes = _votes(ctx, kind, rows)
         if votes.height == 0:
             return None
         # Exact subjects only where the hash repeats; a row alone under its hash is
@@ -145,18 +150,62 @@ def _subject_hash(subject: DedupeKey) -> pl.Expr:
     return key_columns(subject, None).hash(6)
 
 
-def _votes(
-    ctx: GlobalContext, kind: str, plan: ScoringPlan, rows: pl.DataFrame, subject: pl.Expr
-) -> pl.DataFrame:
+def _votes(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
     """The accepted rows with their order key, lineage (``_input``, ``_source``,
     ``_line``), subject hash and ``_vote``: whether their own criteria scores meet every
-    minimum and the weighted acceptance score."""
-    exprs = {"_h_subject": subject, **criteria_inputs(plan)}
-    observed = pl.concat(ctx.evaluate(kind, exprs))
-    if not observed.select(KEYS).equals(rows.select(KEYS)):
+    minimum and the weighted acceptance score.
+
+    A row's vote reads that row alone, so the votes are computed a shard at a time on
+    the engine (:func:`_shard_votes`), and the driver receives each accepted row's
+    subject hash and vote: scoring every accepted row here took ~1.15 KB a row (230 MB
+    above the state at 200,000 pairwise-v2 rows)."""
+    accepted = rows.filter(pl.col("_disposition") == Disposition.ACCEPTED.value).select(KEYS)
+    shards = [s.shard for s in ctx.summaries if kind in s.kinds]
+    lines = {
+        int(part["_shard"][0]): part["_shard_line"].to_numpy()
+        for part in accepted.partition_by("_shard", maintain_order=True)
+    }
+    tasks = [(shard, lines.get(shard, np.zeros(0, np.int64)).tobytes()) for shard in shards]
+    settings = _VoteSettings(ctx.config, ctx.storage, kind)
+    voted = ctx.engine.map(Step(_vote_init, (settings,), _shard_votes), tasks)
+    votes = pl.concat(
+        [v.with_columns(_shard=pl.lit(s, pl.Int32)) for s, v in zip(shards, voted, strict=True)]
+    ).select(*KEYS, "_h_subject", "_vote")
+    if not votes.select(KEYS).equals(accepted):
         raise AssertionError("staged rows and the global state are out of step")
-    accepted = rows["_disposition"] == Disposition.ACCEPTED.value
-    observed = observed.filter(accepted)
+    return ctx.with_lineage(votes).with_columns(_split=ctx.split())
+
+
+@dataclass(frozen=True)
+class _VoteSettings:
+    """What every vote task of one kind shares (compared by value: the engine's contract)."""
+
+    config: CampaignConfig
+    storage: RunStorage
+    kind: str
+
+
+def _vote_init(settings: _VoteSettings) -> tuple[_VoteSettings, ScoringPlan, dict[str, pl.Expr]]:
+    """The kind's plan and the expressions a shard's votes read (once a worker)."""
+    plan = scoring_plan(settings.config, settings.kind)
+    subject = get_kind(settings.kind).review_subject()
+    assert plan is not None  # the stage runs only then
+    assert subject is not None
+    return settings, plan, {"_h_subject": _subject_hash(subject), **criteria_inputs(plan)}
+
+
+def _shard_votes(
+    state: tuple[_VoteSettings, ScoringPlan, dict[str, pl.Expr]],
+    task: tuple[int, bytes],
+    progress: Progress,
+) -> pl.DataFrame:
+    """One shard's accepted rows (its lines given as int64 bytes), in line order: their
+    ``_shard_line``, subject hash and vote."""
+    settings, plan, exprs = state
+    shard, accepted = task
+    observed = evaluate_shard(settings.storage, shard, settings.kind, exprs).filter(
+        pl.col("_shard_line").is_in(pl.Series(np.frombuffer(accepted, np.int64)).implode())
+    )
     gates = frozenset(g.name for g in plan.rubric.gates)
     scored = score_frame(plan.rubric, observed, not_applicable_gates=gates)
     met = [State.MET.value, State.NOT_APPLICABLE.value]
@@ -164,9 +213,7 @@ def _votes(
     vote = (pl.col(WEIGHTED_STATE) == State.MET.value) & pl.all_horizontal(
         [pl.col(c).is_in(met) for c in criteria] or [pl.lit(True)]
     )
-    return ctx.with_lineage(scored.select(*KEYS, "_h_subject", vote.alias("_vote"))).with_columns(
-        _split=ctx.split()
-    )
+    return scored.select("_shard_line", "_h_subject", vote.alias("_vote"))
 
 
 def _apply(reviews: pl.DataFrame, policy: ReviewPolicy) -> pl.DataFrame | None:

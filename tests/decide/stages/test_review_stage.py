@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.core.config import CampaignConfig, ConfigError, load_campaign
 from pipeline.decide.stages import review
+from pipeline.dedupe.keys import DedupeKey
 from pipeline.jobs.run import run
 from pipeline.rubrics.model import RUBRIC_DIR, RubricError, load_rubric
 from tests.decide.stages.test_rubric_stages import record
@@ -263,11 +264,20 @@ def test_subject_hash_collisions_never_merge_items(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Items are grouped on a 64-bit hash first; when every subject collides, the exact
-    subjects still decide."""
+    subjects still decide. (One worker: the votes' tasks run in this process, where the
+    hash is replaced.)"""
     reviews = [r for r, _ in REVIEWS]
-    run(_campaign(tmp_path, reviews), tmp_path / "hashed")
-    monkeypatch.setattr(review, "_subject_hash", lambda subject: pl.lit(0, pl.UInt64))
-    run(_campaign(tmp_path, reviews), tmp_path / "colliding")
+    alone = {"engine.workers": 1}
+    run(_campaign(tmp_path, reviews).override(**alone), tmp_path / "hashed")
+    hashed: list[DedupeKey] = []
+
+    def colliding_hash(subject: DedupeKey) -> pl.Expr:
+        hashed.append(subject)
+        return pl.lit(0, pl.UInt64)
+
+    monkeypatch.setattr(review, "_subject_hash", colliding_hash)
+    run(_campaign(tmp_path, reviews).override(**alone), tmp_path / "colliding")
+    assert hashed  # the votes were hashed with it
     colliding = _review_codes(_outcomes(tmp_path / "colliding"))
     assert colliding == _review_codes(_outcomes(tmp_path / "hashed"))
     assert colliding == [expected for _, expected in REVIEWS]
