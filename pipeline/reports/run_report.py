@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 import pyarrow.parquet as pq
 
@@ -43,6 +47,12 @@ _DISPOSITIONS: Final = ("accepted", "quarantined", "duplicate", "rejected")
 #: string columns of a dedupe/ table that may be shown: lineage, rules, digests, ids
 _SAFE_TEXT: Final = re.compile(r"(source|line|rule|kind|split|sha256|digest|cluster|_id$|^id$)")
 _SCORE: Final = re.compile(r"score")
+#: rows of an output read at a time for the reasons' examples: a scored row holds a
+#: few reasons with their details, exploded here (pyarrow's 65,536 rows a batch took
+#: ~110 MB at the report's peak with code-review-v1's reasons; 8,192 take ~1/8 of it)
+_REASON_BATCH_ROWS: Final = 8192
+#: a score histogram's bins (:func:`~pipeline.reports.svg.histogram_chart`'s default)
+_BINS: Final = 30
 #: one colour per disposition in every chart (matplotlib's tab10, as the tables' order)
 _COLOURS: Final = {
     "accepted": svg.TAB10[2],
@@ -131,9 +141,9 @@ def _reason_examples(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
     """The first :data:`EXAMPLES_PER_REASON` reasons of each (disposition, code) in the
     order key, as (disposition, code, _input, _line, _source, path, detail).
 
-    Read a row group at a time, keeping only the examples found so far: memory holds a
-    row group and the examples, not every reason of the run (the report collected them
-    all, ~0.4 KB a row: 5M blank lines took 1.9 GB in the parent)."""
+    Read :data:`_REASON_BATCH_ROWS` rows at a time, keeping only the examples found so
+    far: memory holds a batch and the examples, not every reason of the run (the report
+    collected them all, ~0.4 KB a row: 5M blank lines took 1.9 GB in the parent)."""
     order = {entry["path"]: entry["index"] for entry in manifest["inputs"]}
     kept = pl.DataFrame(
         schema={
@@ -143,7 +153,9 @@ def _reason_examples(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
     )  # fmt: skip
     for entry in _files(out, manifest["outputs"]):
         parquet = pq.ParquetFile(out / entry["path"])
-        for batch in parquet.iter_batches(columns=["_source", "_line", "_reasons"]):
+        for batch in parquet.iter_batches(
+            batch_size=_REASON_BATCH_ROWS, columns=["_source", "_line", "_reasons"]
+        ):
             found = (
                 cast(pl.DataFrame, pl.from_arrow(batch))
                 .filter(pl.col("_reasons").list.len() > 0)
@@ -309,43 +321,101 @@ def _score_columns(schema: pl.Schema) -> list[tuple[str, pl.Expr]]:
     return found
 
 
-def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
-    values: dict[tuple[str, str], dict[str, list[pl.Series]]] = {}
+#: a score column's values of one kind and disposition, summed up a batch at a time
+_Key = tuple[str, str]
+
+
+@dataclass
+class _Summary:
+    """One kind's score column in one disposition, read a batch at a time: its values
+    (not null) for the table, and its finite values for the histogram."""
+
+    count: int = 0
+    total: float = 0.0
+    nan: bool = False
+    low: float = math.inf
+    high: float = -math.inf
+    finite: int = 0
+    finite_low: float = math.inf
+    finite_high: float = -math.inf
+    integer: bool = True
+
+    def add(self, values: npt.NDArray[np.float64]) -> None:
+        self.count += values.size
+        with np.errstate(invalid="ignore"):  # inf and -inf sum to NaN, as numpy's mean
+            self.total += float(values.sum())
+        self.nan |= bool(np.isnan(values).any())
+        numbers = values[~np.isnan(values)]
+        if numbers.size:
+            self.low, self.high = min(self.low, numbers.min()), max(self.high, numbers.max())
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            self.finite += finite.size
+            self.finite_low = min(self.finite_low, float(finite.min()))
+            self.finite_high = max(self.finite_high, float(finite.max()))
+            self.integer &= bool(np.all(finite == np.round(finite)))
+
+    def row(self) -> tuple[int, float, float, float]:
+        """Rows, mean, min and max, as numpy gives them over every value (NaN if any is)."""
+        if self.nan:
+            return self.count, math.nan, math.nan, math.nan
+        return self.count, self.total / self.count, float(self.low), float(self.high)
+
+
+def _score_batches(
+    out: Path, outputs: list[dict[str, Any]]
+) -> Iterator[tuple[str, str, pl.DataFrame]]:
+    """Each scored output's score columns (as Float64, by label) a row group at a time,
+    with its kind and disposition: the outputs' scores are never all in memory (they
+    were ~280 bytes a row of the report's peak with code-review-v1's scores)."""
     for entry in _files(out, outputs):
         if entry["disposition"] == "rejected":
             continue
-        frame = pl.scan_parquet(out / entry["path"], glob=False)
-        columns = _score_columns(frame.collect_schema())
+        parquet = pq.ParquetFile(out / entry["path"])
+        columns = _score_columns(pl.Schema(pl.read_parquet_schema(out / entry["path"])))
         if not columns:
             continue
-        got = frame.select(
-            [expr.cast(pl.Float64).alias(label) for label, expr in columns]
-        ).collect()
-        for label, _ in columns:
-            key = (entry["kind"] or "(none)", label)
-            values.setdefault(key, {}).setdefault(entry["disposition"], []).append(got[label])
-    if not values:
+        roots = sorted({r for _, expr in columns for r in expr.meta.root_names()})
+        exprs = [expr.cast(pl.Float64).alias(label) for label, expr in columns]
+        for batch in parquet.iter_batches(columns=roots):
+            frame = cast(pl.DataFrame, pl.from_arrow(batch))
+            yield entry["kind"] or "(none)", entry["disposition"], frame.select(exprs)
+
+
+def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
+    """Each score column's rows, mean, min and max per kind and disposition, and its
+    histogram: read twice a batch at a time, for the summaries and then the counts in
+    each bin of the range they give."""
+    summaries: dict[_Key, dict[str, _Summary]] = {}
+    for kind, disposition, got in _score_batches(out, outputs):
+        for label in got.columns:
+            summary = summaries.setdefault((kind, label), {}).setdefault(disposition, _Summary())
+            summary.add(got[label].drop_nulls().to_numpy())
+    if not summaries:
         return html.section(
             "Score distributions",
             "<p>No score columns in this run's outputs (rubric scoring did not run).</p>",
         )
+    charted = {key: _binned(groups) for key, groups in summaries.items()}
+    for kind, disposition, got in _score_batches(out, outputs):
+        for label in got.columns:
+            binned = charted[(kind, label)]
+            if binned is not None and disposition in binned.counts:
+                values = got[label].drop_nulls().to_numpy()
+                counts = np.histogram(values[np.isfinite(values)], bins=binned.edges)[0]
+                np.add(binned.counts[disposition], counts, out=binned.counts[disposition])
     parts = []
     rows = []
     without: list[str] = []
-    for (kind, label), by_disposition in sorted(values.items()):
-        groups = {
-            d: v
-            for d, series in by_disposition.items()
-            if (v := pl.concat(series).drop_nulls().to_numpy()).size
-        }
-        if not groups:
+    for (kind, label), by_disposition in sorted(summaries.items()):
+        groups = {d: summary for d, summary in by_disposition.items() if summary.count}
+        binned = charted[(kind, label)]
+        if binned is None:
             without.append(f"{kind}: {label}")
             continue
-        for d, v in groups.items():
-            rows.append(
-                [kind, label, d, int(v.size), float(v.mean()), float(v.min()), float(v.max())]
-            )
-        chart = svg.histogram_chart(f"{kind}: {label}", groups, label, colours=_COLOURS)
+        for d, summary in groups.items():
+            rows.append([kind, label, d, *summary.row()])
+        chart = svg.binned_histogram_chart(f"{kind}: {label}", binned, label, colours=_COLOURS)
         parts.append(html.svg_image(chart, f"distribution of {label} for {kind}"))
     shown = []
     if rows:
@@ -356,6 +426,22 @@ def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
     if without:
         shown.append(f'<p class="meta">No score values in: {", ".join(without)}.</p>')
     return html.section("Score distributions", *shown)
+
+
+def _binned(by_disposition: dict[str, _Summary]) -> svg.Binned | None:
+    """The histogram's edges over the dispositions' finite values (as
+    :func:`~pipeline.reports.svg.histogram_chart` finds them), its counts still zero;
+    ``None`` where no disposition has a value."""
+    groups = {d: summary for d, summary in by_disposition.items() if summary.count}
+    if not groups:
+        return None
+    finite = [summary for summary in groups.values() if summary.finite]
+    integer = bool(finite) and all(summary.integer for summary in finite)
+    low = min((s.finite_low for s in finite), default=0.0)
+    high = max((s.finite_high for s in finite), default=0.0)
+    edges = svg.histogram_edges(low, high, _BINS, integer=integer, empty=not finite)
+    counts = {d: np.zeros(len(edges) - 1, np.int64) for d, s in groups.items() if s.finite}
+    return svg.Binned(edges, counts, {d: s.finite for d, s in groups.items()}, integer)
 
 
 def _inputs(manifest: dict[str, Any]) -> str:

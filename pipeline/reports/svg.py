@@ -21,7 +21,15 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["TAB10", "bar_chart", "histogram_chart", "stacked_bar_chart"]
+__all__ = [
+    "TAB10",
+    "Binned",
+    "bar_chart",
+    "binned_histogram_chart",
+    "histogram_chart",
+    "histogram_edges",
+    "stacked_bar_chart",
+]
 
 #: matplotlib's default ``tab10`` palette: blue, orange, green, red, purple, brown, pink,
 #: grey, olive, cyan
@@ -173,13 +181,39 @@ def histogram_chart(
     for name, values in groups.items():
         array = np.asarray(values, dtype=np.float64).ravel()
         data[name] = array[np.isfinite(array)]
-    palette = _colours(list(data), colours)
     everything = np.concatenate(list(data.values())) if data else np.array([])
     integer = bool(everything.size) and bool(np.all(everything == np.round(everything)))
-    edges = _histogram_edges(everything, bins, integer=integer)
+    low, high = (float(everything.min()), float(everything.max())) if everything.size else (0, 0)
+    edges = histogram_edges(low, high, bins, integer=integer, empty=not everything.size)
     counts = {
         name: np.histogram(values, bins=edges)[0] for name, values in data.items() if values.size
     }
+    sizes = {name: int(values.size) for name, values in data.items()}
+    return binned_histogram_chart(
+        title, Binned(edges, counts, sizes, integer), unit, colours=colours
+    )
+
+
+@dataclass(frozen=True)
+class Binned:
+    """A histogram's groups counted over shared ``edges`` (:func:`histogram_edges`), for
+    :func:`binned_histogram_chart`: ``counts`` per group with values, ``sizes`` (its
+    finite values) per group, every group in legend order; ``integer``: every value is
+    an integer. Counted a piece of the data at a time, the counts add up to those of the
+    whole (a value's bin depends on it alone)."""
+
+    edges: npt.NDArray[np.float64]
+    counts: Mapping[str, npt.NDArray[np.int64]]
+    sizes: Mapping[str, int]
+    integer: bool
+
+
+def binned_histogram_chart(
+    title: str, binned: Binned, unit: str, *, colours: Mapping[str, str] | None = None
+) -> str:
+    """:func:`histogram_chart` of values already counted into bins."""
+    edges, counts, integer = binned.edges, binned.counts, binned.integer
+    palette = _colours(list(binned.sizes), colours)
     top = float(max((int(c.max()) for c in counts.values()), default=0))
     y_max, y_ticks = _ticks(0.0, top, integer=True, from_zero=True)
     low, high = float(edges[0]), float(edges[-1])
@@ -187,7 +221,7 @@ def histogram_chart(
 
     y_label_w = max(_width(text, _TEXT_SIZE, _SANS_ADVANCE) for _, text in y_ticks)
     area = _HistogramArea(_PAD + _TEXT_SIZE + _GAP + y_label_w + _GAP, _TITLE_H, low, high, y_max)
-    legend = [(f"{name} (n={values.size:,})", palette[name]) for name, values in data.items()]
+    legend = [(f"{name} (n={size:,})", palette[name]) for name, size in binned.sizes.items()]
     legend_rows, legend_svg = _legend(legend, area.left, area.bottom + _AXIS_H, area.right + _PAD)
     width = max(area.right + _PAD, _title_width(title))
     height = area.bottom + _AXIS_H + legend_rows * _LEGEND_ROW + _PAD
@@ -203,14 +237,14 @@ def histogram_chart(
     return _document(title, width, height, body)
 
 
-def _histogram_edges(
-    everything: npt.NDArray[np.float64], bins: int, *, integer: bool
+def histogram_edges(
+    low: float, high: float, bins: int, *, integer: bool, empty: bool = False
 ) -> npt.NDArray[np.float64]:
-    """Bin edges over the range of ``everything``: one bin per integer for integer data
-    spanning fewer than ``bins`` values, else ``bins`` equal-width bins."""
-    if not everything.size:
+    """Bin edges over the range ``low``..``high`` of the values (``empty``: there are
+    none): one bin per integer for integer data spanning fewer than ``bins`` values,
+    else ``bins`` equal-width bins."""
+    if empty:
         return np.array([0.0, 1.0])
-    low, high = float(everything.min()), float(everything.max())
     if integer and high - low < bins and max(-low, high) < 2**40:
         # at least _TICKS bins, so a single value is a bar rather than the whole plot
         extra = max(0.0, _TICKS - 1 - (high - low))

@@ -4,15 +4,19 @@ Parquet, degrading gracefully, deterministic, and free of record values."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.core.config import CampaignConfig, InputSpec, load_campaign
 from pipeline.core.reasons import REASONS_TYPE, Disposition
@@ -20,7 +24,7 @@ from pipeline.decide import context as global_phase
 from pipeline.decide.context import GlobalContext, OutputColumn
 from pipeline.jobs.run import run
 from pipeline.output.verify import verify_run
-from pipeline.reports import run_report
+from pipeline.reports import run_report, svg
 from pipeline.reports.run_report import render_run_report
 from tests.conftest import DATA
 
@@ -303,3 +307,53 @@ def test_score_columns_without_values_draw_no_histogram(tmp_path: Path) -> None:
     assert section.count("<figure>") == 1  # scored-kind only
     assert "No score values in: empty-kind: _score." in section
     assert "<td>empty-kind</td>" not in section
+
+
+_VALUES = st.one_of(
+    st.integers(-5, 40).map(float),
+    st.floats(allow_nan=True, allow_infinity=True, width=32),
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_scores_read_in_batches_chart_and_sum_up_as_all_at_once(data: st.DataObject) -> None:
+    """The score section reads the outputs a batch at a time, summing each column up per
+    disposition and counting its histogram over the range those sums give: the chart is
+    the one drawn from every value at once, byte for byte, and the table's rows, min and
+    max are numpy's over every value (NaN where one is; the mean to rounding)."""
+    groups = data.draw(
+        st.dictionaries(
+            st.sampled_from(["accepted", "quarantined", "duplicates"]),
+            st.lists(_VALUES, max_size=40),
+            min_size=1,
+        ),
+        label="groups",
+    )
+    summaries, pieces = {}, {}
+    for name, values in groups.items():
+        array = np.array(values, dtype=np.float64)
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(array)), max_size=3), label="cuts"))
+        pieces[name] = np.split(array, cuts)
+        summary = run_report._Summary()
+        for piece in pieces[name]:
+            summary.add(piece)
+        summaries[name] = summary
+    binned = run_report._binned(summaries)
+    whole = {name: np.array(values) for name, values in groups.items() if values}
+    if binned is None:
+        assert not whole
+        return
+    for name, parts in pieces.items():
+        for piece in parts if name in binned.counts else ():
+            counted = np.histogram(piece[np.isfinite(piece)], bins=binned.edges)[0]
+            np.add(binned.counts[name], counted, out=binned.counts[name])
+    assert svg.binned_histogram_chart("t", binned, "u") == svg.histogram_chart("t", whole, "u")
+    for name, values in whole.items():
+        rows, mean, low, high = summaries[name].row()
+        with np.errstate(all="ignore"):
+            expected = (values.mean(), values.min(), values.max())
+        assert rows == values.size
+        assert [low, high] == pytest.approx(list(expected[1:]), nan_ok=True)
+        assert mean == pytest.approx(expected[0], rel=1e-9, nan_ok=True)
