@@ -294,10 +294,10 @@ def _duplicates(out: Path, manifest: dict[str, Any]) -> str:
         )
         parts += [note, html.table(top.columns, top.rows())]
         if size is not None:
-            sizes = frame.select(pl.col(size).drop_nulls()).collect()[size].to_numpy()
-            if sizes.size:
-                chart = svg.histogram_chart(
-                    f"cluster sizes ({artifact['path']})", {"clusters": sizes}, size
+            binned = _column_histogram(out / artifact["path"], size, "clusters")
+            if binned is not None:
+                chart = svg.binned_histogram_chart(
+                    f"cluster sizes ({artifact['path']})", binned, size
                 )
                 parts.append(html.svg_image(chart, "cluster size distribution"))
     if empty:
@@ -401,9 +401,7 @@ def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
         for label in got.columns:
             binned = charted[(kind, label)]
             if binned is not None and disposition in binned.counts:
-                values = got[label].drop_nulls().to_numpy()
-                counts = np.histogram(values[np.isfinite(values)], bins=binned.edges)[0]
-                np.add(binned.counts[disposition], counts, out=binned.counts[disposition])
+                _count(binned, disposition, got[label].drop_nulls().to_numpy())
     parts = []
     rows = []
     without: list[str] = []
@@ -426,6 +424,33 @@ def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
     if without:
         shown.append(f'<p class="meta">No score values in: {", ".join(without)}.</p>')
     return html.section("Score distributions", *shown)
+
+
+def _column_histogram(path: Path, column: str, name: str) -> svg.Binned | None:
+    """The histogram of a Parquet file's numeric ``column`` (its values that are not
+    null) as one group ``name``, read a batch at a time, twice (as :func:`_scores`);
+    ``None`` where it has no value. A dedupe cluster table has a row per cluster: as
+    many as half the rows of a run."""
+
+    def batches() -> Iterator[npt.NDArray[np.float64]]:
+        for batch in pq.ParquetFile(path).iter_batches(columns=[column]):
+            values = cast(pl.DataFrame, pl.from_arrow(batch))[column].drop_nulls()
+            yield values.cast(pl.Float64).to_numpy()
+
+    summary = _Summary()
+    for values in batches():
+        summary.add(values)
+    binned = _binned({name: summary})
+    if binned is not None and name in binned.counts:
+        for values in batches():
+            _count(binned, name, values)
+    return binned
+
+
+def _count(binned: svg.Binned, name: str, values: npt.NDArray[np.float64]) -> None:
+    """Add ``values``' finite ones to group ``name``'s counts in ``binned``'s bins."""
+    counts = np.histogram(values[np.isfinite(values)], bins=binned.edges)[0]
+    np.add(binned.counts[name], counts, out=binned.counts[name])
 
 
 def _binned(by_disposition: dict[str, _Summary]) -> svg.Binned | None:
