@@ -372,7 +372,7 @@ def _score_batches(
         if entry["disposition"] == "rejected":
             continue
         parquet = pq.ParquetFile(out / entry["path"])
-        columns = _score_columns(pl.Schema(pl.read_parquet_schema(out / entry["path"])))
+        columns = _score_columns(pl.scan_parquet(out / entry["path"], glob=False).collect_schema())
         if not columns:
             continue
         roots = sorted({r for _, expr in columns for r in expr.meta.root_names()})

@@ -204,8 +204,8 @@ def first_unreadable(files: Sequence[str]) -> str | None:
 def _parquet_schema(path: Path) -> dict[str, pl.DataType]:
     """The columns of one Parquet file, or an input error naming it (empty, truncated,
     not Parquet): its footer holds no record values, so polars' message is kept."""
-    try:
-        return dict(pl.read_parquet_schema(path))
+    try:  # the path itself, never a pattern: ``read_parquet_schema`` expands globs
+        return dict(pl.scan_parquet(path, glob=False).collect_schema())
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file: {first_line(exc)}") from None
 

@@ -370,6 +370,10 @@ def test_an_existing_file_is_read_as_itself_never_as_a_glob(tmp_path: Path) -> N
     assert load_table(str(tmp_path / "[a].parquet")).frame.collect().height == 7
     assert named_paths(str(tmp_path / "[a].parquet")) == [tmp_path / "a.parquet"]
     assert named_paths(str(tmp_path / "missing.parquet")) == []
+    # a name no file matches as a pattern: its columns were read through the pattern,
+    # which named nothing ("not a readable Parquet file")
+    pl.DataFrame({"p": [0.5] * 3, "ok": [True] * 3}).write_parquet(tmp_path / "b[1].parquet")
+    assert load_table(str(tmp_path / "b[1].parquet")).frame.collect().height == 3
 
 
 def test_a_file_changed_between_its_digest_and_its_rows_is_refused(tmp_path: Path) -> None:
