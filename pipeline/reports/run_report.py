@@ -282,10 +282,11 @@ def _duplicates(out: Path, manifest: dict[str, Any]) -> str:
         schema = frame.collect_schema()
         columns, hidden = _safe_columns(schema)
         size = next((n for n, t in schema.items() if "size" in n.lower() and t.is_integer()), None)
-        shown = frame.select(columns) if columns else frame.select(pl.len().alias("rows"))
         if size is not None and columns:
-            shown = shown.sort(size, descending=True, maintain_order=True)
-        top = shown.head(TOP_CLUSTERS).collect()
+            top = _largest(out / artifact["path"], columns, size)
+        else:
+            shown = frame.select(columns) if columns else frame.select(pl.len().alias("rows"))
+            top = shown.head(TOP_CLUSTERS).collect()
         note = (
             f'<p class="meta">{artifact["path"]}: {artifact["rows"]:,} rows'
             + (f", largest {TOP_CLUSTERS} by {size}" if size else f", first {TOP_CLUSTERS}")
@@ -424,6 +425,23 @@ def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
     if without:
         shown.append(f'<p class="meta">No score values in: {", ".join(without)}.</p>')
     return html.section("Score distributions", *shown)
+
+
+def _largest(path: Path, columns: list[pl.Expr], size: str) -> pl.DataFrame:
+    """The :data:`TOP_CLUSTERS` rows of a Parquet table with the largest ``size`` (ties
+    in file order), as ``columns`` show them: read a batch at a time, keeping the largest
+    so far (sorting the table whole held the shown columns of every cluster, a row per
+    cluster). The kept rows come before a batch's and the sort is stable, so the rows
+    kept are those of the whole table's sort."""
+    roots = sorted({root for expr in columns for root in expr.meta.root_names()})
+    kept = None
+    for batch in pq.ParquetFile(path).iter_batches(columns=roots):
+        part = cast(pl.DataFrame, pl.from_arrow(batch)).select(columns)
+        joined = part if kept is None else pl.concat([kept, part])
+        kept = joined.sort(size, descending=True, maintain_order=True).head(TOP_CLUSTERS)
+    if kept is None:  # no batch: the table's columns, no row
+        return pl.scan_parquet(path, glob=False).select(columns).head(0).collect()
+    return kept
 
 
 def _column_histogram(path: Path, column: str, name: str) -> svg.Binned | None:

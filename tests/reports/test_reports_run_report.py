@@ -357,3 +357,26 @@ def test_scores_read_in_batches_chart_and_sum_up_as_all_at_once(data: st.DataObj
         assert rows == values.size
         assert [low, high] == pytest.approx(list(expected[1:]), nan_ok=True)
         assert mean == pytest.approx(expected[0], rel=1e-9, nan_ok=True)
+
+
+def test_the_largest_clusters_are_kept_a_batch_at_a_time_as_sorted_whole(tmp_path: Path) -> None:
+    """The report's largest clusters are read a batch at a time, keeping the largest so
+    far: the rows shown are those of sorting the whole table (ties in file order, a null
+    size first, as polars sorts it), across batches."""
+    rows = 150_000  # three of pyarrow's batches
+    rng = np.random.default_rng(3)
+    sizes: list[int | None] = rng.integers(2, 40, rows).tolist()
+    for at in rng.choice(rows, 5, replace=False):
+        sizes[at] = None
+    table = pl.DataFrame(
+        {"cluster": np.arange(rows), "size": pl.Series(sizes, dtype=pl.Int64)}
+    ).with_columns(kept=pl.struct(line=pl.col("cluster") * 2))
+    table.write_parquet(tmp_path / "clusters.parquet", row_group_size=50_000)
+    columns = [pl.col("cluster"), pl.col("size"), pl.col("kept").struct.field("line").alias("k")]
+    whole = (
+        table.select(columns)
+        .sort("size", descending=True, maintain_order=True)
+        .head(run_report.TOP_CLUSTERS)
+    )
+    assert run_report._largest(tmp_path / "clusters.parquet", columns, "size").equals(whole)
+    assert whole["size"].null_count() == min(5, run_report.TOP_CLUSTERS)
