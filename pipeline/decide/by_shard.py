@@ -133,7 +133,7 @@ def stage_decided(storage: RunStorage, kind: str, decided: list[pl.DataFrame]) -
         for lo, hi in itertools.pairwise([*starts, len(order)]):
             storage.stage_table(int(ordered[lo]), stem, frame[order[lo:hi]].to_arrow())
         empty.append(frame.clear())
-        shards.append(frozenset(int(s) for s in np.unique(in_shard)))
+        shards.append(frozenset(int(ordered[lo]) for lo in starts))
         stems.append(stem)
         del frame
     decided.clear()

@@ -77,6 +77,7 @@ __all__ = [
     "GlobalStage",
     "OutputColumn",
     "declared_columns",
+    "lines_by_shard",
     "register_stage",
     "run_global",
     "staged_rows",
@@ -278,11 +279,7 @@ class GlobalContext:
         The driver holds the rows found and the mask; a find task one partition's keys
         (a key, its hash and line: counted as 32 bytes a key to size the partitions)."""
         exprs = {GROUP: key.hash(), TEXT: key, SEEKS: seeks, WHERE: where}
-        lines = {
-            int(frame["_shard"][0]): frame["_shard_line"].to_numpy()
-            for frame in left_out.partition_by("_shard", maintain_order=False)
-        }
-        return self._check(kind, rows, name, exprs, 1 + 4, left_out=lines)[0]
+        return self._check(kind, rows, name, exprs, 1 + 4, left_out=lines_by_shard(left_out))[0]
 
     def _check(
         self,
@@ -379,6 +376,14 @@ class GlobalContext:
         if not frames:
             return pl.DataFrame()
         return pl.concat(frames, rechunk=False)
+
+
+def lines_by_shard(keys: pl.DataFrame) -> dict[int, npt.NDArray[np.int64]]:
+    """The lines of ``keys`` (``_shard``, ``_shard_line``) by shard, in their order."""
+    return {
+        int(part["_shard"][0]): part["_shard_line"].to_numpy()
+        for part in keys.partition_by("_shard", maintain_order=True)
+    }
 
 
 def _codes(reasons: pl.Expr) -> pl.Expr:

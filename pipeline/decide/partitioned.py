@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -53,10 +53,14 @@ __all__ = [
     "HashCheck",
     "evaluate_shard",
     "partition_count",
+    "shard_tasks",
+    "task_lines",
 ]
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
+#: a task of one shard: its index and lines of it, as int64 bytes (:func:`shard_tasks`)
+ShardTask = tuple[int, bytes]
 
 #: The check's expressions, by name: the group's 64-bit hash; for a varying check, the
 #: value's (neither may be null: refused); and, optionally, which rows take part (a
@@ -219,17 +223,26 @@ class HashCheck:
         """The rows the check finds, from a shuffle task per shard and a find task per
         partition on ``engine``; no row of the lines ``left_out`` of a shard takes part
         (each shuffle task is given its shard's alone: the check goes with every task)."""
-        skipped = left_out or {}
-        tasks = [
-            (shard, np.asarray(skipped.get(shard, ()), np.int64).tobytes()) for shard in self.shards
-        ]
-        engine.map(Step(_init, (self,), _shuffle_shard), tasks)
+        engine.map(Step(_init, (self,), _shuffle_shard), shard_tasks(self.shards, left_out))
         found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
         return Found(
             np.concatenate([f.shards for f in found]),
             np.concatenate([f.lines for f in found]),
             np.concatenate([f.groups for f in found]),
         )
+
+
+def shard_tasks(shards: Sequence[int], lines: Mapping[int, I64] | None) -> list[ShardTask]:
+    """A task per shard: the shard and its own ``lines`` (none: empty) as int64 bytes.
+    A step goes with every task, so lines of every shard put on it would be sent once a
+    shard; each task carries its own (:func:`task_lines` reads them)."""
+    given = lines or {}
+    return [(s, np.asarray(given.get(s, ()), np.int64).tobytes()) for s in shards]
+
+
+def task_lines(task: ShardTask) -> pl.Series:
+    """The lines a :func:`shard_tasks` task carries."""
+    return pl.Series("_shard_line", np.frombuffer(task[1], np.int64))
 
 
 def partition_count(rows: int, hashes: int, workers: int, shards: int, given: int | None) -> int:
@@ -242,17 +255,16 @@ def _init(check: HashCheck) -> HashCheck:
     return check
 
 
-def _shuffle_shard(check: HashCheck, task: tuple[int, bytes], progress: Progress) -> int:
+def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int:
     """Stage the shard's (line, group, value) entries where ``where`` holds, but its
-    lines left out (int64 bytes), ordered by partition, a record batch per partition
-    (empty ones too); returns how many."""
+    lines left out (:func:`shard_tasks`), ordered by partition, a record batch per
+    partition (empty ones too); returns how many."""
     shard, left_out = task
     frame = evaluate_shard(check.storage, shard, check.source, check.expressions())
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
     if left_out:
-        lines = pl.Series(np.frombuffer(left_out, np.int64))
-        frame = frame.filter(~pl.col("_shard_line").is_in(lines.implode()))
+        frame = frame.filter(~pl.col("_shard_line").is_in(task_lines(task).implode()))
     for name in (GROUP, VALUE, TEXT):
         if name in frame.columns and frame[name].null_count():
             # numpy has no null integer: the column would become floats, whose

@@ -322,7 +322,7 @@ def _score_columns(schema: pl.Schema) -> list[tuple[str, pl.Expr]]:
     return found
 
 
-#: a score column's values of one kind and disposition, summed up a batch at a time
+#: a score column of one kind: (kind, the column's label)
 _Key = tuple[str, str]
 
 

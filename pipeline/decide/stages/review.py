@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import numpy as np
 import polars as pl
 
 from pipeline.core.config import CampaignConfig
@@ -51,9 +50,10 @@ from pipeline.decide.context import (
     KEYS,
     GlobalContext,
     OutputColumn,
+    lines_by_shard,
     register_stage,
 )
-from pipeline.decide.partitioned import evaluate_shard
+from pipeline.decide.partitioned import ShardTask, evaluate_shard, shard_tasks, task_lines
 from pipeline.decide.repeats import repeated
 from pipeline.dedupe.keys import DedupeKey, key_columns
 from pipeline.engines import Progress, Step
@@ -161,11 +161,7 @@ def _votes(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
     above the state at 200,000 pairwise-v2 rows)."""
     accepted = rows.filter(pl.col("_disposition") == Disposition.ACCEPTED.value).select(KEYS)
     shards = [s.shard for s in ctx.summaries if kind in s.kinds]
-    lines = {
-        int(part["_shard"][0]): part["_shard_line"].to_numpy()
-        for part in accepted.partition_by("_shard", maintain_order=True)
-    }
-    tasks = [(shard, lines.get(shard, np.zeros(0, np.int64)).tobytes()) for shard in shards]
+    tasks = shard_tasks(shards, lines_by_shard(accepted))
     settings = _VoteSettings(ctx.config, ctx.storage, kind)
     voted = ctx.engine.map(Step(_vote_init, (settings,), _shard_votes), tasks)
     votes = pl.concat(
@@ -196,15 +192,14 @@ def _vote_init(settings: _VoteSettings) -> tuple[_VoteSettings, ScoringPlan, dic
 
 def _shard_votes(
     state: tuple[_VoteSettings, ScoringPlan, dict[str, pl.Expr]],
-    task: tuple[int, bytes],
+    task: ShardTask,
     progress: Progress,
 ) -> pl.DataFrame:
-    """One shard's accepted rows (its lines given as int64 bytes), in line order: their
+    """One shard's accepted rows (the lines its task carries), in line order: their
     ``_shard_line``, subject hash and vote."""
     settings, plan, exprs = state
-    shard, accepted = task
-    observed = evaluate_shard(settings.storage, shard, settings.kind, exprs).filter(
-        pl.col("_shard_line").is_in(pl.Series(np.frombuffer(accepted, np.int64)).implode())
+    observed = evaluate_shard(settings.storage, task[0], settings.kind, exprs).filter(
+        pl.col("_shard_line").is_in(task_lines(task).implode())
     )
     gates = frozenset(g.name for g in plan.rubric.gates)
     scored = score_frame(plan.rubric, observed, not_applicable_gates=gates)
