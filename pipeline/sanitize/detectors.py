@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from encodings import idna
 from functools import lru_cache
+from itertools import accumulate
 from typing import Final
 
 import phonenumbers
@@ -255,9 +256,12 @@ def emails(text: str) -> Iterator[Detection]:
 # -- phone numbers ---------------------------------------------------------------------
 
 # A maximal run of digits and the characters phone numbers are written with: one class,
-# greedy, no nesting (linear). Runs are cut into chunks at whitespace in Python.
+# greedy, no nesting (linear). Runs are cut into chunks in Python: at whitespace, before a
+# '(' and after a ')', so a number a parenthesis glues to other digits ("9522(202",
+# "202)415-555-9522") is still tried on its own. A '(' only opens a chunk and a ')' only
+# closes one; chunks joined back are the run's text, so no number written whole is lost.
 _PHONE_RUN: Final = re.compile(rb"[+(0-9][0-9 ().\-\t]{6,}")
-_CHUNK: Final = re.compile(rb"[^ \t]+")
+_CHUNK: Final = re.compile(rb"\(?[^ \t()]*\)?")
 _TWO_DIGITS: Final = re.compile(rb"00")
 _RUN_BYTES: Final = frozenset(b"0123456789 ().-\t+")
 _RUN_STARTS: Final = frozenset(b"0123456789+(")
@@ -267,7 +271,7 @@ _PHONE_WORDS: Final = re.compile(
     rb"\b(?:phone|tel|telephone|mobile|cell|call|fax|whatsapp|sms|contact)\b"
 )
 #: A phone number is written in at most this many space-separated groups
-#: ("+33 1 42 68 53 00").
+#: ("+33 1 42 68 53 00"; "+33 (0)1 42 68 53 00" too: "(0)1" is one group of two chunks).
 _MAX_GROUPS: Final = 6
 #: ``phonenumbers.parse`` calls allowed per scan; past it every remaining candidate is
 #: redacted as an uncertain phone number (quarantine) rather than left unchecked.
@@ -343,8 +347,15 @@ def _phones(
         glued = _glued_left(data, offset)
         if glued and b" " not in run.group() and b"\t" not in run.group():
             continue  # one chunk, glued to a word: an identifier ("task-0001234")
-        chunks = [(m.start() + offset, m.end() + offset) for m in _CHUNK.finditer(run.group())]
+        chunks = [
+            (m.start() + offset, m.end() + offset)
+            for m in _CHUNK.finditer(run.group())
+            if m.end() > m.start()
+        ]
         digits = [_digits(data[s:e]) for s, e in chunks]
+        groups = list(
+            accumulate(int(k > 0 and data[s - 1] in b" \t") for k, (s, _) in enumerate(chunks))
+        )
         if sum(digits) < 7:
             continue
         # A run glued to a word ("task-2025550143", "2025550143x", "#2025550143") is an
@@ -363,7 +374,7 @@ def _phones(
                 yield from _uncertain_phones(data, chunks[i : last + 1])
                 found = True
                 break
-            j = _longest_valid(data, chunks, digits, i, last, validator)
+            j = _longest_valid(data, chunks, digits, groups, i, last, validator)
             if j is None:
                 i += 1
                 continue
@@ -391,12 +402,16 @@ def _longest_valid(
     data: bytes,
     chunks: list[tuple[int, int]],
     digits: list[int],
+    groups: list[int],
     i: int,
     last: int,
     validator: _PhoneValidator,
 ) -> int | None:
-    """The last chunk of the longest valid number that starts at chunk ``i``."""
-    top = min(last, i + _MAX_GROUPS - 1)
+    """The last chunk of the longest valid number that starts at chunk ``i`` and spans
+    at most ``_MAX_GROUPS`` whitespace-separated groups (``groups``: each chunk's)."""
+    top = i
+    while top < last and groups[top + 1] - groups[i] < _MAX_GROUPS:
+        top += 1
     total = sum(digits[i : top + 1])
     for j in range(top, i - 1, -1):
         if 7 <= total <= 15:

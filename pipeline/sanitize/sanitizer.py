@@ -33,7 +33,7 @@ __all__ = ["SANITIZER_VERSION", "UNSANITIZED_CODES", "Sanitizer", "policy_path"]
 #: (``jose\u0301@gmail.com``, ``202\u0301-555-0143``: redacted whole). One version a
 #: landing: its commits changed what a record becomes twice, and no build between them
 #: was ever released.
-SANITIZER_VERSION = "rowgate-sanitizer/3"
+SANITIZER_VERSION = "rowgate-sanitizer/4"
 #: First reason codes of the rows the sanitizer never sees, even when it is on: a line
 #: over the byte limit is neither parsed nor held (its ``_raw`` is always null). Every
 #: other row's record or raw bytes went through it: its ``_sanitizer`` is the version.

@@ -88,6 +88,11 @@ def test_email_negatives(text: str) -> None:
         ("202 555 0143 12 items", "202 555 0143"),
         ("12 202 555 0143", "202 555 0143"),
         ("电话：202-555-0143", "202-555-0143"),
+        # a parenthesis glued to other digits cuts the run too; "(0)1" is one group
+        ("+1 415-555-9522(202", "+1 415-555-9522"),
+        ("+1 415-555-9522)202 x", "+1 415-555-9522"),
+        ("ref 202)415-555-9522", "415-555-9522"),
+        ("+33(0)1 42 68 53 00 is Paris", "+33(0)1 42 68 53 00"),
     ],
 )
 def test_phone_positives(text: str, expected: str) -> None:

@@ -262,6 +262,16 @@ def test_international_phone_after_a_paren_or_a_plus_is_redacted(text: str) -> N
     assert "[REDACTED_PII:PHONE]" in out
 
 
+@pytest.mark.parametrize("glue", ["(", ")", "(202", ")202", "(202) x", "((("])
+def test_phone_glued_to_digits_by_a_parenthesis_is_redacted(glue: str) -> None:
+    """Regression (found by hypothesis): runs were cut at whitespace only, so
+    "+1 415-555-9522(202" was one 13-digit chunk no phone number validates, and the
+    number was stored as written."""
+    out = sanitize(f"+1 415-555-9522{glue}")
+    assert "415-555-9522" not in out
+    assert out.startswith("[REDACTED_PII:PHONE]")
+
+
 def test_phone_followed_by_a_delimiter_and_a_word_is_redacted() -> None:
     """Regression (found by hypothesis): "9522(" then a word used to count as glued."""
     assert "415-555-9522" not in sanitize("+1 415-555-9522(REDACTED_PII:API_KEY]")
