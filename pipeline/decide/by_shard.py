@@ -21,7 +21,7 @@ groups decisions by row (tests compare every output byte).
 
 The whole-run stages' decisions reach the tasks through the staging area: the driver
 stages each stage's decisions a shard at a time beside the shard's rows and lets them
-go before the tasks start (:func:`stage_decided`). Carried in the tasks, they were held
+go, as each stage makes them (:class:`DecisionStaging`). Carried in the tasks, they were held
 three times over while the tasks ran (the frames, their partition by shard and each
 task's copy): the merge was the run's peak where most rows were duplicates (376 against
 233 MB at 400,000 rows, 93 % duplicates).
@@ -54,11 +54,11 @@ from pipeline.gate.staging import ShardSummary
 from pipeline.storage import RunStorage
 
 __all__ = [
+    "DecisionStaging",
     "RowLocalStage",
     "StagedDecisions",
     "decide_by_shard",
     "row_local_from",
-    "stage_decided",
     "summed_counts",
 ]
 
@@ -94,62 +94,93 @@ class _Settings:
     columns: tuple[OutputColumn, ...]
 
 
+#: A stage's decisions for a shard: its columns (an empty frame) and each of its parts
+#: that decided rows of the shard, as (stem, the part's columns).
+StagePart = tuple[pl.DataFrame, tuple[tuple[str, pl.DataFrame], ...]]
+
+
 @dataclass(frozen=True)
 class StagedDecisions:
-    """The whole-run stages' decisions of a kind, staged a shard at a time
-    (:func:`stage_decided`): each stage's columns (an empty frame: the merge's output
-    columns are those of every frame), the shards it decided rows of, and its stem."""
+    """The whole-run stages' decisions of a kind, staged a shard at a time as the stages
+    made them (:class:`DecisionStaging`): for each stage that decided rows, in stage
+    order, its columns (an empty frame: the merge's output columns are those of every
+    stage) and its parts, each a stem, the part's columns and the shards it decided
+    rows of."""
 
     kind: str
     empty: tuple[pl.DataFrame, ...]
-    shards: tuple[frozenset[int], ...]
-    stems: tuple[str, ...]
+    parts: tuple[tuple[tuple[str, pl.DataFrame, frozenset[int]], ...], ...]
 
-    def of(self, shard: int) -> tuple[tuple[pl.DataFrame, str | None], ...]:
-        """Each stage's part for ``shard``: its columns and the stem it is staged as
-        (``None``: the stage decided none of the shard's rows)."""
+    def decides(self, shard: int) -> bool:
+        """Whether any stage decided a row of ``shard``."""
+        return any(shard in shards for parts in self.parts for _, _, shards in parts)
+
+    def of(self, shard: int) -> tuple[StagePart, ...]:
+        """Each stage's decisions for ``shard``: its columns and the parts that decided
+        rows of the shard (none: the stage decided none of them)."""
         return tuple(
-            (empty, stem if shard in shards else None)
-            for empty, shards, stem in zip(self.empty, self.shards, self.stems, strict=True)
+            (empty, tuple((stem, columns) for stem, columns, shards in parts if shard in shards))
+            for empty, parts in zip(self.empty, self.parts, strict=True)
         )
 
 
-def stage_decided(storage: RunStorage, kind: str, decided: list[pl.DataFrame]) -> StagedDecisions:
-    """Stage each of the whole-run stages' ``decided`` frames (in stage order) a shard at
-    a time beside the shard's rows, and empty ``decided``: the driver then holds none of
-    them. A shard's part is gathered out of its frame and converted to Arrow alone, so
-    that the file holds its own rows' bytes (a polars gather shares the frame's string
-    buffers; Arrow's large strings copy only the part's), one shard's at a time."""
-    empty, shards, stems = [], [], []
-    for i in range(len(decided)):
-        frame, decided[i] = decided[i], pl.DataFrame()
-        stem = storage.stage_decisions_stem(kind, i)
-        in_shard = frame["_shard"].to_numpy()
+class DecisionStaging:
+    """Stages a kind's whole-run decisions as the stages make them, a part at a time
+    (:func:`~pipeline.decide.context.run_stages`' ``stage_part``): each part a shard at a
+    time beside the shard's rows, gathered out of the part and converted to Arrow alone,
+    so that the file holds its own rows' bytes (a polars gather shares the frame's
+    string buffers; Arrow's large strings copy only the part's). A stage may make its
+    decisions a slice at a time (dedupe's removed rows): the driver then holds one slice
+    of them, not all."""
+
+    def __init__(self, storage: RunStorage, kind: str) -> None:
+        self.storage = storage
+        self.kind = kind
+        self._parts: dict[int, list[tuple[str, pl.DataFrame, frozenset[int]]]] = {}
+        self._count = 0
+
+    def stage(self, stage: int, part: pl.DataFrame) -> None:
+        """Stage ``part``, decisions the ``stage``-th stage made (its parts come in order)."""
+        stem = self.storage.stage_decisions_stem(self.kind, self._count)
+        self._count += 1
+        in_shard = part["_shard"].to_numpy()
         order = np.argsort(in_shard, kind="stable")
         ordered = in_shard[order]
         starts: list[int] = (
             np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]).tolist() if len(order) else []
         )
         for lo, hi in itertools.pairwise([*starts, len(order)]):
-            storage.stage_table(int(ordered[lo]), stem, frame[order[lo:hi]].to_arrow())
-        empty.append(frame.clear())
-        shards.append(frozenset(int(ordered[lo]) for lo in starts))
-        stems.append(stem)
-        del frame
-    decided.clear()
-    return StagedDecisions(kind, tuple(empty), tuple(shards), tuple(stems))
+            self.storage.stage_table(int(ordered[lo]), stem, part[order[lo:hi]].to_arrow())
+        shards = frozenset(int(ordered[lo]) for lo in starts)
+        self._parts.setdefault(stage, []).append((stem, part.clear(), shards))
+
+    def staged(self) -> StagedDecisions:
+        """What was staged, stage by stage in stage order."""
+        stages = [tuple(self._parts[i]) for i in sorted(self._parts)]
+        empty = [
+            pl.concat([columns for _, columns, _ in parts], how="diagonal_relaxed")
+            for parts in stages
+        ]
+        return StagedDecisions(self.kind, tuple(empty), tuple(stages))
 
 
 def _staged_part(
-    storage: RunStorage, shard: int, empty: pl.DataFrame, stem: str | None
+    storage: RunStorage, shard: int, empty: pl.DataFrame, parts: Sequence[tuple[str, pl.DataFrame]]
 ) -> pl.DataFrame:
-    """One stage's decisions for ``shard``, as the stage made them."""
-    if stem is None:
-        return empty
-    frame = cast(pl.DataFrame, pl.from_arrow(storage.staged_table(shard, stem)))
-    if frame.schema != empty.schema:
-        raise AssertionError(f"a staged decisions frame changed type through Arrow: {stem}")
-    return frame
+    """One stage's decisions for ``shard``, as the stage made them: its parts' rows in
+    the order they were made, with the stage's columns."""
+    frames = []
+    for stem, columns in parts:
+        frame = cast(pl.DataFrame, pl.from_arrow(storage.staged_table(shard, stem)))
+        if frame.schema != columns.schema:
+            raise AssertionError(f"a staged decisions frame changed type through Arrow: {stem}")
+        frames.append(frame)
+    if len(frames) == 1 and frames[0].schema == empty.schema:
+        return frames[0]
+    merged = pl.concat([empty, *frames], how="diagonal_relaxed")
+    if merged.schema != empty.schema:
+        raise AssertionError(f"a stage's staged parts do not give its columns: {parts}")
+    return merged
 
 
 @dataclass(frozen=True)
@@ -161,7 +192,7 @@ class _ShardTask:
     state: pl.DataFrame | None
     #: each whole-run stage's decisions for the shard's rows, in stage order: its
     #: columns and where they are staged (:meth:`StagedDecisions.of`)
-    decided: tuple[tuple[pl.DataFrame, str | None], ...]
+    decided: tuple[StagePart, ...]
 
 
 @dataclass(frozen=True)
@@ -190,7 +221,7 @@ def decide_by_shard(
     whose decisions are ``decided``) and stage each shard's merged decisions; the shards
     that have a decisions table. Adds the stages' seconds (summed over the tasks) to
     ``timings`` and their notes to ``ctx.notes``."""
-    if not stages and not any(decided.shards):
+    if not stages and not decided.parts:
         return ()
     settings = _Settings(
         ctx.config,
@@ -235,8 +266,7 @@ def _tasks(
         if kind not in summary.kinds:
             continue
         shard = summary.shard
-        mine = decided.of(shard)
-        if not with_state and all(stem is None for _, stem in mine):
+        if not with_state and not decided.decides(shard):
             continue
         lo, n = starts.get(shard, (0, 0))
         yield _ShardTask(
@@ -244,7 +274,7 @@ def _tasks(
             summary,
             ctx.line_bases[shard],
             current.slice(lo, n) if with_state else None,
-            mine,
+            decided.of(shard),
         )
 
 
@@ -267,7 +297,7 @@ def _decide_shard(
         {shard: task.line_base},
         LocalEngine(1),
     )
-    frames = [_staged_part(settings.storage, shard, empty, stem) for empty, stem in task.decided]
+    frames = [_staged_part(settings.storage, shard, *part) for part in task.decided]
     seconds: dict[str, float] = {}
     try:
         if task.state is not None:  # a task of row-local stages carries the state

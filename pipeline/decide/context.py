@@ -28,7 +28,7 @@ and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them 
 of the staged files). On 1,000,000 pairwise-v2 or pw-decide-row rows the global phase
 peaks ~30–38 bytes a row above where the gate phase left the parent, with or without
 near and normalised dedupe (polars' allocator returning freed pages at once:
-:mod:`pipeline.core.allocator`), and ~250–650 bytes more for each row a whole-run stage
+:mod:`pipeline.core.allocator`), and ~200–650 bytes more for each row a whole-run stage
 reads in full and decides (a duplicate, a retry): the bytes a row of each structure are
 in docs/scale.md ("The driver's memory, per row", "Duplicate-heavy exports").
 """
@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -72,6 +72,7 @@ __all__ = [
     "DUPLICATE_OF",
     "GLOBAL_STAGES",
     "REASON_CODES",
+    "Decisions",
     "GlobalContext",
     "GlobalResult",
     "GlobalStage",
@@ -92,6 +93,9 @@ KEYS: Final = ("_shard", "_shard_line")
 #: (:meth:`GlobalContext.with_lineage`, :meth:`GlobalContext.split`): held for every row
 #: they were 34 of the state's 62 bytes a row.
 STATE_COLUMNS: Final = ("_shard", "_shard_line", "_disposition")
+#: What a stage's ``decide`` returns: its decisions (one row per decided row, by
+#: :data:`KEYS`), all at once or a part at a time, or none.
+Decisions: TypeAlias = pl.DataFrame | Iterator[pl.DataFrame] | None
 #: Every row's reason codes so far (the gate's, then each earlier stage's, in order), in
 #: the state given a stage whose ``reads_reason_codes`` is true (the policy's), and built
 #: for it alone: held through the phase, their offsets were 8 of the state's 21 bytes a
@@ -491,11 +495,12 @@ class GlobalStage(Protocol):
         """The extra columns this stage writes for ``kind`` (may be empty)."""
         ...
 
-    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> Decisions:
         """Decisions for ``rows`` (the kind's current state, see :data:`STATE_COLUMNS`;
         with :data:`REASON_CODES` for a stage whose class sets ``reads_reason_codes =
         True``, an optional attribute: a stage without it that reads them finds no
-        such column)."""
+        such column): a frame, or frames made one after another, each row in one (the
+        driver stages each as it comes and lets it go: :func:`run_stages`)."""
         ...
 
 
@@ -562,7 +567,7 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
     """Run the enabled stages over every kind, in order, telling ``ctx.on_stage`` each:
     the whole-run stages here, then the row-local ones and the merge a shard at a time
     on the engine (:mod:`pipeline.decide.by_shard`)."""
-    from pipeline.decide.by_shard import decide_by_shard, row_local_from, stage_decided
+    from pipeline.decide.by_shard import DecisionStaging, decide_by_shard, row_local_from
 
     stages = _enabled(ctx.config, stages)
     whole_run, row_local = stages[: row_local_from(stages)], stages[row_local_from(stages) :]
@@ -573,21 +578,21 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
         if not stages:
             continue
         ctx.on_stage(f"{kind}: read")
-        decided_frames: list[pl.DataFrame] = []
+        staging = DecisionStaging(ctx.storage, kind)
         current = run_stages(
             ctx,
             kind,
             whole_run,
             ctx.scan(kind),
-            decided_frames,
+            [],
             {c.name for c in columns if c.carried},
             result.timings,
             read_after=bool(row_local),
+            stage_part=staging.stage,
         )
         ctx.on_stage(f"{kind}: {', '.join([*(s.name for s in row_local), 'merge'])}")
-        staged = stage_decided(ctx.storage, kind, decided_frames)
         result.decided[kind] = decide_by_shard(
-            ctx, kind, row_local, current, staged, columns, result.timings
+            ctx, kind, row_local, current, staging.staged(), columns, result.timings
         )
     _check_rejected_columns(result.columns)
     return result
@@ -603,12 +608,17 @@ def run_stages(
     seconds: dict[str, float],
     *,
     read_after: bool,
+    stage_part: Callable[[int, pl.DataFrame], None] | None = None,
 ) -> pl.DataFrame:
     """Run ``stages`` in order over ``current`` (the kind's state), telling
     ``ctx.on_stage`` each: each stage's decisions are appended to ``decided`` (the
     earlier stages' first) and its seconds added to ``seconds``; the state after them.
     The state is advanced by a stage's decisions only for the stages after it
-    (``read_after``: more stages read it once these are done)."""
+    (``read_after``: more stages read it once these are done).
+
+    ``stage_part(i, part)`` (the driver's) stages each part of the ``i``-th stage's
+    decisions as the stage makes it (:class:`~pipeline.decide.by_shard.DecisionStaging`);
+    ``decided`` then holds only what the stages after it read of them (:func:`_retained`)."""
     for i, stage in enumerate(stages):
         ctx.on_stage(f"{kind}: {stage.name}")
         started = time.perf_counter()
@@ -617,15 +627,43 @@ def run_stages(
             if getattr(stage, "reads_reason_codes", False)
             else current
         )
-        made = stage.decide(ctx, kind, given)
+        parts = []
+        for part in _parts(stage.decide(ctx, kind, given)):
+            if stage_part is not None:
+                stage_part(i, part)
+                part = _retained(part, carried)
+            parts.append(part)
         del given
         seconds[stage.name] = seconds.get(stage.name, 0.0) + time.perf_counter() - started
-        if made is None or made.height == 0:
+        if not parts:
             continue
+        made = parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+        del parts
         decided.append(made)
         if read_after or i + 1 < len(stages):
             current = advance(current, made, carried)
     return current
+
+
+def _parts(made: Decisions) -> Iterator[pl.DataFrame]:
+    """A stage's decisions, a part at a time (those that decide rows)."""
+    if made is None:
+        return
+    for part in (made,) if isinstance(made, pl.DataFrame) else made:
+        if part.height:
+            yield part
+
+
+def _retained(part: pl.DataFrame, carried: Set[str]) -> pl.DataFrame:
+    """What the stages after one read of its decisions (:func:`advance`,
+    :func:`with_reason_codes`): the rows' keys, dispositions, carried columns and reason
+    codes, not the reasons' paths and details nor the other columns (a removed row's
+    pointer to the row kept: a path and a digest)."""
+    keep = [c for c in part.columns if c in (*KEYS, "_disposition") or c in carried]
+    if "_reasons_add" not in part.columns:
+        return part.select(keep)
+    code = pl.struct(code=pl.element().struct.field("code"))
+    return part.select(*keep, pl.col("_reasons_add").list.eval(code))
 
 
 def with_reason_codes(

@@ -56,9 +56,10 @@ def test_a_shard_task_reads_its_own_rows_and_no_others_bytes(
         line_bases=dict.fromkeys(range(shards), 0),
     )
     storage = RunStorage(tmp_path)
-    frames = [decided, other]
-    staged = by_shard.stage_decided(storage, "k", frames)
-    assert frames == []  # the driver holds them no more
+    staging = by_shard.DecisionStaging(storage, "k")
+    staging.stage(0, decided)
+    staging.stage(2, other)  # stage 1 decided nothing
+    staged = staging.staged()
     tasks = list(by_shard._tasks(cast(GlobalContext, ctx), True, state, staged))
     assert [t.summary.shard for t in tasks] == list(range(shards))
     whole = decided.to_arrow().nbytes
@@ -72,7 +73,45 @@ def test_a_shard_task_reads_its_own_rows_and_no_others_bytes(
         assert task.state is not None
         assert task.state.equals(state.filter(pl.col("_shard") == shard))
         assert len(pickle.dumps(task.decided)) < 4096  # columns and a stem, no rows
-        stem, empty = task.decided[0][1], shard >= shards - 2
-        assert (stem is None) == empty  # the last two shards have no decided row
-        if stem is not None:
+        parts, empty = task.decided[0][1], shard >= shards - 2
+        assert (not parts) == empty  # the last two shards have no decided row
+        for stem, _ in parts:
             assert storage.staged_table(shard, stem).nbytes < 2 * whole / (shards - 2)
+
+
+def test_a_stage_made_in_parts_gives_each_shard_the_frame_made_whole(tmp_path: Path) -> None:
+    """A stage may make its decisions a part at a time (dedupe's removed rows a slice at a
+    time, then the rows it flags, with fewer columns): each shard's task reads its parts
+    as one frame, the rows in the order made and the stage's columns, which is what
+    the stage's frame made whole gives the shard. Parts cut a shard's rows apart."""
+    rows = 5_000
+    removed = pl.DataFrame(
+        {"_shard": pl.int_range(0, rows, eager=True).cast(pl.Int32) // 700}
+    ).with_columns(
+        _shard_line=pl.int_range(0, rows, dtype=pl.Int64) * 2,
+        _dedupe_cluster=pl.int_range(0, rows, dtype=pl.Int64) % 17,
+        _disposition=pl.lit("duplicate"),
+        _reasons_add=pl.concat_list(pl.struct(code=pl.lit("dedupe.exact"), detail=pl.lit("d"))),
+    )
+    flagged = removed.select(
+        "_shard",
+        _shard_line=pl.col("_shard_line") + 1,
+        _reasons_add=pl.concat_list(pl.struct(code=pl.lit("dedupe.split"), detail=pl.lit("s"))),
+    ).gather_every(3)
+    whole = pl.concat([removed, flagged], how="diagonal_relaxed")
+    staging = by_shard.DecisionStaging(RunStorage(tmp_path), "k")
+    for lo in range(0, rows, 1_024):  # slices end inside shards
+        staging.stage(0, removed.slice(lo, 1_024))
+    staging.stage(0, flagged)
+    staged = staging.staged()
+    assert [e.schema for e in staged.empty] == [whole.schema]
+    for shard in range(rows // 700 + 2):
+        ((empty, parts),) = staged.of(shard)
+        own = [i for i in range(rows) if i // 700 == shard]
+        slices = {i // 1_024 for i in own} | (
+            {"flagged"} if any(i % 3 == 0 for i in own) else set()
+        )
+        assert len(parts) == len(slices)  # only the parts holding its rows
+        mine = by_shard._staged_part(staging.storage, shard, empty, parts)
+        assert mine.equals(whole.filter(pl.col("_shard") == shard)), shard
+        assert staged.decides(shard) == (shard <= rows // 700)
