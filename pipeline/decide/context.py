@@ -28,7 +28,7 @@ and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them 
 of the staged files). On 1,000,000 pairwise-v2 or pw-decide-row rows the global phase
 peaks ~30–38 bytes a row above where the gate phase left the parent, with or without
 near and normalised dedupe (polars' allocator returning freed pages at once:
-:mod:`pipeline.core.allocator`), and ~200–650 bytes more for each row a whole-run stage
+:mod:`pipeline.core.allocator`), and ~200–475 bytes more for each row a whole-run stage
 reads in full and decides (a duplicate, a retry): the bytes a row of each structure are
 in docs/scale.md ("The driver's memory, per row", "Duplicate-heavy exports").
 """
@@ -326,16 +326,23 @@ class GlobalContext:
         """``frame`` (a few rows, with ``_shard`` and ``_shard_line``) with the state's
         ``_input``, ``_source`` and ``_line`` of its rows, from the shards they are in:
         joining the few rows to the state instead costs a hash table of every row."""
+        sources = {s.index: s.input.path for s in self.shards}
+        at_input, at_line = self.order_key()
+        return frame.with_columns(
+            _input=at_input,
+            _source=pl.col("_shard").replace_strict(sources, return_dtype=pl.String),
+            _line=at_line,
+        )
+
+    def order_key(self) -> tuple[pl.Expr, pl.Expr]:
+        """A row's input and line (the run's order key), from its ``_shard`` and
+        ``_shard_line``."""
         shard = pl.col("_shard")
         inputs = {s.index: s.input.index for s in self.shards}
-        sources = {s.index: s.input.path for s in self.shards}
-        return frame.with_columns(
-            _input=shard.replace_strict(inputs, return_dtype=pl.Int32),
-            _source=shard.replace_strict(sources, return_dtype=pl.String),
-            _line=pl.col("_shard_line")
-            + shard.replace_strict(
-                {s.index: self.line_bases[s.index] for s in self.shards}, return_dtype=pl.Int64
-            ),
+        line_bases = {s.index: self.line_bases[s.index] for s in self.shards}
+        return (
+            shard.replace_strict(inputs, return_dtype=pl.Int32),
+            pl.col("_shard_line") + shard.replace_strict(line_bases, return_dtype=pl.Int64),
         )
 
     def fetch(

@@ -531,3 +531,93 @@ def test_autoqa_conflicts_decide_on_exact_values_when_hashes_collide(
         (6, ["cross.autoqa_case_conflict"]),
     ]
     assert outcomes[1] == outcomes[0]
+
+
+def _replay_oracle(
+    files: dict[str, tuple[str, list[dict[str, Any] | bytes]]], root: Path
+) -> dict[tuple[str, int], tuple[str, list[str], Any]]:
+    """What the replay rule decides, row by row over every row (the spec, in Python):
+    among the rows the gate left in that share a task id, the first in input order is
+    the original; a later one with another body is a conflict, counted per key; one
+    with the same body in the original's split is its retry, pointing at it; one in
+    another split is left (dedupe's). Lines given as bytes are rejected at the gate."""
+    rows: dict[str, list[tuple[str, int, str, str | None]]] = {}
+    for name, (split, lines) in files.items():
+        for line, record in enumerate(lines, 1):
+            if isinstance(record, dict):
+                key = record["task_id"]
+                rows.setdefault(key, []).append((name, line, record_sha256(record), split))
+    decided: dict[tuple[str, int], tuple[str, list[str], Any]] = {}
+    for group in rows.values():
+        (source, line, digest, split), later = group[0], group[1:]
+        conflicts = sum(d != digest for _, _, d, _ in later)
+        for name, at, other, other_split in later:
+            where = str(root / name)
+            if other != digest:
+                detail = (
+                    f"this body differs from the first of {len(group)} rows with this "
+                    f"submission key (the first stays; {conflicts} later bodies differ)"
+                )
+                decided[(where, at)] = ("rejected", ["cross.idempotency_conflict"], detail)
+            elif other_split == split:
+                pointer = {"_source": str(root / source), "_line": line, "_record_sha256": digest}
+                decided[(where, at)] = ("duplicates", ["cross.retry"], pointer)
+    return decided
+
+
+@pytest.mark.parametrize("collide", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_replay_rule_decides_as_over_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, collide: bool
+) -> None:
+    """The replay rule against a Python oracle over every row, on three inputs of two
+    splits: retries (the same body, its keys in another order: the same record digest),
+    conflicts (up to three bodies a key), copies into the other split, and rows the gate
+    rejects that share a task id, whose keys are read, found and decided a group at a
+    time; with every key's hash colliding too (then the exact keys alone decide)."""
+    rng = random.Random(seed)
+    base = [_pairwise(i) for i in range(30)]
+    files: dict[str, tuple[str, list[dict[str, Any] | bytes]]] = {}
+    for name, split in (("a.jsonl", "train"), ("b.jsonl", "test"), ("c.jsonl", "train")):
+        lines: list[dict[str, Any] | bytes] = []
+        for _ in range(70):
+            record = dict(reversed(rng.choice(base).items()))  # same body, keys reordered
+            if rng.random() < 0.3:
+                record["rationale"] += f" Revised {rng.randint(1, 2)}."
+            if rng.random() < 0.08:  # rejected by the gate: takes no part
+                bad = {**record, "preference": 7}
+                lines.append(orjson.dumps(bad))
+                continue
+            lines.append(record)
+        files[name] = (split, lines)
+    specs = []
+    for name, (split, lines) in files.items():
+        body = b"".join((r if isinstance(r, bytes) else orjson.dumps(r)) + b"\n" for r in lines)
+        (tmp_path / name).write_bytes(body)
+        specs.append(InputSpec(str(tmp_path / name), "pairwise-v2", split))
+    if collide:
+        monkeypatch.setattr(cross_rules, "_key_hash", lambda keys: pl.lit(0, pl.UInt64))
+    config = CampaignConfig(inputs=tuple(specs)).override(
+        **{"engine.workers": 1, "engine.shard_bytes": 8192, "dedupe.exact": False}
+    )
+    result = run(config, tmp_path / "out")
+    expected = _replay_oracle(files, tmp_path)
+    assert sum(code == ["cross.retry"] for _, code, _ in expected.values()) > 10
+    assert sum(code != ["cross.retry"] for _, code, _ in expected.values()) > 10
+    seen = 0
+    for entry in result.manifest["outputs"]:
+        frame = pl.read_parquet(tmp_path / "out" / entry["path"])
+        folder = Path(entry["path"]).parts[0]
+        for row in frame.iter_rows(named=True):
+            codes = sorted(r["code"] for r in row["_reasons"] if r["code"].startswith("cross."))
+            found = expected.get((row["_source"], row["_line"]))
+            if found is None:
+                assert not codes, row
+                continue
+            seen += 1
+            assert (folder, codes) == found[:2], row
+            if folder == "duplicates":
+                assert row["_duplicate_of"] == found[2]
+            else:
+                assert [r["detail"] for r in row["_reasons"]] == [found[2]]
+    assert seen == len(expected)

@@ -176,6 +176,15 @@ def _group_hash(value: pl.Expr) -> pl.Expr:
     return value.hash()
 
 
+def _run_starts(frame: pl.DataFrame, keys: Sequence[str]) -> npt.NDArray[np.int64]:
+    """Where each run of rows with equal ``keys`` begins in ``frame`` (sorted on them;
+    a null equals a null)."""
+    new = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift()) for k in keys)
+    starts = frame.select(new).to_series().to_numpy().copy()
+    starts[:1] = True  # the first row, whose keys may all be null (as its shift's)
+    return np.flatnonzero(starts)
+
+
 def _key_hash(keys: Sequence[str]) -> pl.Expr:
     """A 64-bit hash of a submission key: what rows are grouped on before the exact check."""
     return pl.struct(keys).hash(4)
@@ -218,27 +227,39 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     )
     if candidates.height == 0:
         return None
-    exact = ctx.with_lineage(ctx.fetch(kind, candidates, [*keys, "_record_sha256"])).sort(
-        "_input", "_line"
+    # The rows found, each key's together and in the order key within it (a sort, not
+    # a hash table a window function builds per expression: those held ~250 bytes a row
+    # read at the rule's peak). A key's first row is its original.
+    exact = ctx.fetch(kind, candidates, [*keys, "_record_sha256"]).sort(
+        [*map(pl.col, keys), *ctx.order_key()], nulls_last=True
     )
-    first = pl.col("_record_sha256").first().over(keys)
-    later = pl.int_range(pl.len()).over(keys) > 0
-    replays = exact.filter(later)
-    if replays.height == 0:
-        return None
-    differs = pl.col("_record_sha256") != first
+    starts = _run_starts(exact, keys)
+    if len(starts) == exact.height:
+        return None  # every key once: no replay
+    sizes = np.diff(np.r_[starts, exact.height])
+    first = pl.Series(np.repeat(starts, sizes))  # each row's original
+    digest = exact["_record_sha256"]
+    differs = (digest != digest.gather(first)).fill_null(False).to_numpy()
+    later = np.ones(exact.height, np.bool_)
+    later[starts] = False
     # The same body in another split than the original's is no retry but a copy across
     # splits: dedupe's contamination rule decides it, and keeps a protected split's rows.
-    other_split = ctx.split().ne_missing(ctx.split().first().over(keys))
-    original = pl.struct(
-        _source=pl.col("_source").first().over(keys),
-        _line=pl.col("_line").first().over(keys),
-        _record_sha256=first,
+    split = exact.select(ctx.split()).to_series()
+    other_split = split.ne_missing(split.gather(first)).to_numpy()
+    decided = np.flatnonzero(later & (differs | ~other_split))
+    original = ctx.with_lineage(exact[first.gather(decided)].select(KEYS)).select(
+        "_source", "_line", _record_sha256=digest.gather(first.gather(decided))
     )
+    group = np.repeat(np.arange(len(starts)), sizes)[decided]
     return (
-        exact.with_columns(_differs=differs, _original=original, _rows=pl.len().over(keys))
-        .with_columns(_conflicts=pl.col("_differs").sum().over(keys))
-        .filter(later & (pl.col("_differs") | ~other_split))
+        exact[decided]
+        .select(
+            "_shard",
+            "_shard_line",
+            _differs=differs[decided],
+            _rows=sizes[group],
+            _conflicts=np.add.reduceat(differs, starts)[group],
+        )
         .select(
             "_shard",
             "_shard_line",
@@ -253,7 +274,7 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
                 )
             )
             .otherwise(pl.lit("an identical retry of the first row with this submission key")),
-            _duplicate_of=pl.when("_differs").then(None).otherwise("_original"),
+            _duplicate_of=pl.when("_differs").then(None).otherwise(pl.struct(original)),
         )
     )
 
