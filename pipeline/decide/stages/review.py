@@ -36,10 +36,12 @@ collision can never merge two items.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from pipeline.core.config import CampaignConfig
@@ -48,6 +50,7 @@ from pipeline.decide.context import (
     DEDUPE_RULE,
     DUPLICATE_OF,
     KEYS,
+    Decisions,
     GlobalContext,
     OutputColumn,
     lines_by_shard,
@@ -72,6 +75,8 @@ _GROUP: Final = "_subject"
 #: agreeing with another split's, and counted one submission twice when a copy of it was
 #: in another split (no retry there).
 _ITEM: Final = ("_split", _GROUP)
+#: decided reviews whose rows are made (and staged) at once
+_SLICE_ROWS: Final = 65_536
 
 
 @register_stage
@@ -96,7 +101,7 @@ class ReviewStage:
     def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
         return [DUPLICATE_OF, DEDUPE_RULE] if self.policy(ctx, kind) else []
 
-    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> Decisions:
         found = self.policy(ctx, kind)
         if found is None:
             plan = scoring_plan(ctx.config, kind)
@@ -112,37 +117,28 @@ class ReviewStage:
         votes = _votes(ctx, kind, rows)
         if votes.height == 0:
             return None
-        # Exact subjects only where the hash repeats; a row alone under its hash is
-        # alone under its subject too, and gets a group of its own.
-        shared = votes.filter(repeated(votes["_h_subject"]))
-        exact = ctx.fetch(
-            kind, shared.select(KEYS), [*subject.columns, "_content_sha256", "_record_sha256"]
-        ).select(
-            *KEYS,
-            "_content_sha256",
-            "_record_sha256",
-            key_columns(subject, None, _GROUP),
-        )
-        grouped = votes.join(exact, on=list(KEYS), how="left").with_columns(
-            pl.col(_GROUP).fill_null(pl.format("row {}:{}", "_shard", "_shard_line"))
-        )
-        decided = _apply(grouped.sort("_input", "_line"), policy)
-        codes = (
-            []
-            if decided is None
-            else decided.select(pl.col("_reasons_add").list.first().struct.field("code"))
-            .to_series()
-            .value_counts(sort=True)
-            .rows()
-        )
+        decided = _decide(_reviews(ctx, kind, subject, votes), ctx.order_key(), policy)
+        code, _ = REVIEW_ACTIONS[policy.disagreement_action]
+        counts = {
+            code: int(decided.refused.sum()),
+            REVIEW_AGREEING: int((~decided.refused & decided.vote).sum()),
+            REVIEW_OUTVOTED: int((~decided.refused & ~decided.vote).sum()),
+        }
         ctx.notes.setdefault(self.name, {})[kind] = {
             **policy.describe(),
             "applied": True,
             "reviews": votes.height,
             "accept_votes": int(votes["_vote"].sum()),
-            "decided": dict(sorted(codes)),
+            "decided": dict(sorted((c, n) for c, n in counts.items() if n)),
         }
-        return decided
+        if not len(decided.rows):
+            return None
+        kept = decided.reviews[decided.kept_rows].select(KEYS)
+        digests = ctx.fetch(kind, kept, ["_record_sha256"])
+        if not digests.select(KEYS).equals(kept):
+            raise AssertionError("the kept reviews read do not line up with those asked for")
+        lineage = ctx.with_lineage(kept).hstack([digests["_record_sha256"]])
+        return _decisions(decided, lineage, policy)
 
 
 def _subject_hash(subject: DedupeKey) -> pl.Expr:
@@ -151,9 +147,9 @@ def _subject_hash(subject: DedupeKey) -> pl.Expr:
 
 
 def _votes(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
-    """The accepted rows with their order key, lineage (``_input``, ``_source``,
-    ``_line``), subject hash and ``_vote``: whether their own criteria scores meet every
-    minimum and the weighted acceptance score.
+    """The accepted rows (``_shard``, ``_shard_line``) with their subject hash and
+    ``_vote``: whether their own criteria scores meet every minimum and the weighted
+    acceptance score.
 
     A row's vote reads that row alone, so the votes are computed a shard at a time on
     the engine (:func:`_shard_votes`), and the driver receives each accepted row's
@@ -169,7 +165,7 @@ def _votes(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
     ).select(*KEYS, "_h_subject", "_vote")
     if not votes.select(KEYS).equals(accepted):
         raise AssertionError("staged rows and the global state are out of step")
-    return ctx.with_lineage(votes).with_columns(_split=ctx.split())
+    return votes
 
 
 @dataclass(frozen=True)
@@ -208,67 +204,154 @@ def _shard_votes(
     vote = (pl.col(WEIGHTED_STATE) == State.MET.value) & pl.all_horizontal(
         [pl.col(c).is_in(met) for c in criteria] or [pl.lit(True)]
     )
-    return scored.select("_shard_line", "_h_subject", vote.alias("_vote"))
+    return scored.select("_shard_line", "_h_subject", vote.fill_null(False).alias("_vote"))
 
 
-def _apply(reviews: pl.DataFrame, policy: ReviewPolicy) -> pl.DataFrame | None:
-    """Decisions for the reviews (in the order key), grouped by ``_subject``."""
-    code, disposition = REVIEW_ACTIONS[policy.disagreement_action]
-    group = [pl.col(c) for c in _ITEM]
-    counted = reviews.with_columns(
-        _reviews=pl.len().over(group),
-        _accepts=pl.col("_vote").sum().over(group),
-        _verdicts=pl.col("_content_sha256")
-        .filter(pl.col("_vote"))
-        .n_unique()
-        .over(group)
-        .fill_null(0),
-        _kept=pl.col("_vote") & (pl.col("_vote").cum_sum().over(group) == 1),
-    )
+def _reviews(
+    ctx: GlobalContext, kind: str, subject: DedupeKey, votes: pl.DataFrame
+) -> pl.DataFrame:
+    """Every review (``votes``' rows) with its split, its exact subject and its content
+    fingerprint, read only for the reviews whose subject hash another shares (a review
+    alone under its hash is alone under its subject too: an item of its own, its
+    subject null)."""
+    shared = repeated(votes["_h_subject"])
+    found = votes.filter(shared)
+    exact = ctx.fetch(kind, found.select(KEYS), [*subject.columns, "_content_sha256"])
+    if not exact.select(KEYS).equals(found.select(KEYS)):
+        raise AssertionError("the reviews read do not line up with the reviews found")
+    read = exact.select(*KEYS, "_content_sha256", key_columns(subject, None, _GROUP))
+    alone = votes.filter(~shared).select(*KEYS, "_vote")
+    return pl.concat(
+        [read.with_columns(found["_vote"]), alone], how="diagonal_relaxed"
+    ).with_columns(_split=ctx.split())
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """What a review policy decides, by array over ``rows`` (places in ``reviews``: each
+    decided review once): whether its item is ``refused`` (too few reviews or accept
+    votes, or votes that disagree), its ``vote``, its item's counts, and ``pointer``,
+    its place in ``kept_rows`` (the kept reviews a decided one duplicates; -1: none)."""
+
+    reviews: pl.DataFrame
+    rows: npt.NDArray[np.int64]
+    refused: npt.NDArray[np.bool_]
+    vote: npt.NDArray[np.bool_]
+    counts: npt.NDArray[np.int64]  # reviews, accept votes, verdicts (rows × 3)
+    pointer: npt.NDArray[np.int64]
+    kept_rows: npt.NDArray[np.int64]
+
+
+def _decide(reviews: pl.DataFrame, order: Sequence[pl.Expr], policy: ReviewPolicy) -> _Decided:
+    """The policy over ``reviews`` (``_shard``, ``_shard_line``, ``_vote``, ``_split``,
+    ``_subject``, ``_content_sha256``): sorted by item, then the order key ``order``, so
+    an item's reviews are one run and its kept review is its first accept vote; counts,
+    kept reviews and verdicts are arrays over the runs (window functions over the items'
+    strings each built a hash table of every review: ~1.25 KB a review with the
+    decisions, at the stage's peak). A review without a subject is an item alone."""
+    reviews = reviews.sort([*map(pl.col, _ITEM), *order], nulls_last=True)
+    n = reviews.height
+    split, item_of = pl.col("_split"), pl.col(_GROUP)
+    new = split.ne_missing(split.shift()) | item_of.ne_missing(item_of.shift()) | item_of.is_null()
+    starts_mask = reviews.select(new).to_series().to_numpy().copy()
+    starts_mask[:1] = True
+    starts = np.flatnonzero(starts_mask)
+    sizes = np.diff(np.r_[starts, n])
+    item = np.repeat(np.arange(len(starts)), sizes)
+    vote = reviews["_vote"].fill_null(False).to_numpy()
+    accepts = np.add.reduceat(vote.astype(np.int64), starts)
+    voters = np.flatnonzero(vote)
+    voted_items, first = np.unique(item[voters], return_index=True)
+    kept = np.full(len(starts), -1, np.int64)
+    kept[voted_items] = voters[first]  # each item's first accept vote in the order key
+    verdicts = np.zeros(len(starts), np.int64)
+    if len(voters):  # distinct fingerprints among an item's accept votes (a null is one)
+        given = pl.DataFrame(
+            {"_item": item[voters], "_v": reviews["_content_sha256"].gather(voters)}
+        ).sort("_item", "_v", nulls_last=True)
+        # the first row differs from the null before it (an item is never null)
+        distinct = given.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift())))
+        np.add.at(verdicts, given["_item"].filter(distinct.to_series()).to_numpy(), 1)
     refused = (
-        (pl.col("_reviews") < policy.independent_reviews)
-        | (pl.col("_accepts") < policy.minimum_accept_votes)
-        | (pl.col("_verdicts") > 1)
-    )
+        (sizes < policy.independent_reviews)
+        | (accepts < policy.minimum_accept_votes)
+        | (verdicts > 1)
+    )[item]
+    is_kept = np.zeros(n, np.bool_)
+    is_kept[kept[kept >= 0]] = True
+    rows = np.flatnonzero(refused | ~is_kept)
+    target = np.where(refused[rows], -1, kept[item[rows]])
+    # the kept reviews a decided one duplicates, in the stable order key (as read)
+    kept_rows = np.unique(target[target >= 0])
+    kept_keys = reviews.select(KEYS)[kept_rows]
+    kept_rows = kept_rows[np.lexsort((kept_keys["_shard_line"], kept_keys["_shard"]))]
+    place = np.full(n, -1, np.int64)
+    place[kept_rows] = np.arange(len(kept_rows))
+    pointer = np.where(target >= 0, place[np.maximum(target, 0)], -1)
+    counts = np.stack([sizes, accepts, verdicts], axis=1)[item[rows]]
+    return _Decided(reviews, rows, refused[rows], vote[rows], counts, pointer, kept_rows)
+
+
+def _decisions(
+    decided: _Decided, lineage: pl.DataFrame, policy: ReviewPolicy
+) -> Iterator[pl.DataFrame]:
+    """The decided reviews' rows, :data:`_SLICE_ROWS` at a time (the driver stages each
+    as it comes): ``lineage`` is each kept review's (``_source``, ``_line``,
+    ``_record_sha256``), in the order of ``decided.kept_rows``."""
+    code, disposition = REVIEW_ACTIONS[policy.disagreement_action]
     asks = (
         f"the rubric's review policy asks for {policy.independent_reviews} independent "
         f"reviews and {policy.minimum_accept_votes} accept votes that agree"
     )
-    first = counted.filter("_kept").select(
-        *_ITEM,
-        _duplicate_of=pl.struct(_source="_source", _line="_line", _record_sha256="_record_sha256"),
-    )
-    decided = counted.join(
-        first, on=list(_ITEM), how="left", maintain_order="left", nulls_equal=True
-    ).with_columns(_refused=refused)
-    outcome = decided.filter(pl.col("_refused") | ~pl.col("_kept")).select(
-        *KEYS,
-        _disposition=pl.when("_refused")
-        .then(pl.lit(disposition))
-        .otherwise(pl.lit(Disposition.DUPLICATE.value)),
-        _reasons_add=pl.concat_list(
-            pl.struct(
-                code=pl.when("_refused")
-                .then(pl.lit(code))
-                .when("_vote")
-                .then(pl.lit(REVIEW_AGREEING))
-                .otherwise(pl.lit(REVIEW_OUTVOTED)),
-                path=pl.lit(""),
-                detail=pl.when("_refused")
-                .then(
-                    pl.format(
-                        "{} reviews of this item, {} accept votes, {} verdicts among them; " + asks,
-                        "_reviews",
-                        "_accepts",
-                        "_verdicts",
-                    )
-                )
-                .when("_vote")
-                .then(pl.lit("an accepting review agreeing with the kept one"))
-                .otherwise(pl.lit("a review that did not vote accept; the item's votes agree")),
+    pointers = lineage.select(
+        pl.struct(_source="_source", _line="_line", _record_sha256="_record_sha256")
+    ).to_series()
+    pointers = pointers.extend(pl.Series([None], dtype=pointers.dtype))  # -1: none
+    keys = decided.reviews.select(KEYS)
+    for lo in range(0, len(decided.rows), _SLICE_ROWS):
+        at = slice(lo, lo + _SLICE_ROWS)
+        counts = decided.counts[at]
+        yield (
+            keys[decided.rows[at]]
+            .with_columns(
+                _refused=decided.refused[at],
+                _vote=decided.vote[at],
+                _reviews=counts[:, 0],
+                _accepts=counts[:, 1],
+                _verdicts=counts[:, 2],
+                _duplicate_of=pointers.gather(decided.pointer[at]),
             )
-        ),
-        _duplicate_of=pl.when("_refused").then(None).otherwise("_duplicate_of"),
-        _dedupe_rule=pl.when("_refused").then(None).otherwise(pl.lit("review")),
-    )
-    return outcome if outcome.height else None
+            .select(
+                *KEYS,
+                _disposition=pl.when("_refused")
+                .then(pl.lit(disposition))
+                .otherwise(pl.lit(Disposition.DUPLICATE.value)),
+                _reasons_add=pl.concat_list(
+                    pl.struct(
+                        code=pl.when("_refused")
+                        .then(pl.lit(code))
+                        .when("_vote")
+                        .then(pl.lit(REVIEW_AGREEING))
+                        .otherwise(pl.lit(REVIEW_OUTVOTED)),
+                        path=pl.lit(""),
+                        detail=pl.when("_refused")
+                        .then(
+                            pl.format(
+                                "{} reviews of this item, {} accept votes, {} verdicts among "
+                                "them; " + asks,
+                                "_reviews",
+                                "_accepts",
+                                "_verdicts",
+                            )
+                        )
+                        .when("_vote")
+                        .then(pl.lit("an accepting review agreeing with the kept one"))
+                        .otherwise(
+                            pl.lit("a review that did not vote accept; the item's votes agree")
+                        ),
+                    )
+                ),
+                _duplicate_of=pl.when("_refused").then(None).otherwise("_duplicate_of"),
+                _dedupe_rule=pl.when("_refused").then(None).otherwise(pl.lit("review")),
+            )
+        )

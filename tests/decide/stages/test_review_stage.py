@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.core.config import CampaignConfig, ConfigError, load_campaign
+from pipeline.core.reasons import REVIEW_ACTIONS
 from pipeline.decide.stages import review
 from pipeline.dedupe.keys import DedupeKey
 from pipeline.jobs.run import run
-from pipeline.rubrics.model import RUBRIC_DIR, RubricError, load_rubric
+from pipeline.rubrics.model import RUBRIC_DIR, ReviewPolicy, RubricError, load_rubric
 from tests.decide.stages.test_rubric_stages import record
 
 LOW = {"factuality": 2, "reasoning": 5, "instruction_adherence": 5, "style": 5}
@@ -281,3 +285,130 @@ def test_subject_hash_collisions_never_merge_items(
     colliding = _review_codes(_outcomes(tmp_path / "colliding"))
     assert colliding == _review_codes(_outcomes(tmp_path / "hashed"))
     assert colliding == [expected for _, expected in REVIEWS]
+
+
+def _window_reference(reviews: pl.DataFrame, policy: ReviewPolicy) -> pl.DataFrame:
+    """The policy as the stage decided it before (window functions over every review, in
+    the order key): the reference the sorted, array-based decision is held to. A review
+    without a subject was given one of its own."""
+    code, disposition = REVIEW_ACTIONS[policy.disagreement_action]
+    reviews = reviews.sort("_input", "_line").with_columns(
+        pl.col("_subject").fill_null(pl.format("row {}:{}", "_shard", "_shard_line"))
+    )
+    group = [pl.col("_split"), pl.col("_subject")]
+    counted = reviews.with_columns(
+        _reviews=pl.len().over(group),
+        _accepts=pl.col("_vote").sum().over(group),
+        _verdicts=pl.col("_content_sha256")
+        .filter(pl.col("_vote"))
+        .n_unique()
+        .over(group)
+        .fill_null(0),
+        _kept=pl.col("_vote") & (pl.col("_vote").cum_sum().over(group) == 1),
+    )
+    refused = (
+        (pl.col("_reviews") < policy.independent_reviews)
+        | (pl.col("_accepts") < policy.minimum_accept_votes)
+        | (pl.col("_verdicts") > 1)
+    )
+    first = counted.filter("_kept").select(
+        "_split",
+        "_subject",
+        _duplicate_of=pl.struct(_source="_source", _line="_line", _record_sha256="_record_sha256"),
+    )
+    decided = counted.join(
+        first, on=["_split", "_subject"], how="left", maintain_order="left", nulls_equal=True
+    ).with_columns(_refused=refused)
+    return decided.filter(pl.col("_refused") | ~pl.col("_kept")).select(
+        "_shard",
+        "_shard_line",
+        _disposition=pl.when("_refused").then(pl.lit(disposition)).otherwise(pl.lit("duplicate")),
+        _code=pl.when("_refused")
+        .then(pl.lit(code))
+        .when("_vote")
+        .then(pl.lit("review.agreeing"))
+        .otherwise(pl.lit("review.outvoted")),
+        _counts=pl.format("{} {} {}", "_reviews", "_accepts", "_verdicts"),
+        _duplicate_of=pl.when("_refused").then(None).otherwise("_duplicate_of"),
+        _dedupe_rule=pl.when("_refused").then(None).otherwise(pl.lit("review")),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([None, "train", "test"]),
+            st.sampled_from([None, "s1", "s2", "s3"]),
+            st.sampled_from([None, "c1", "c2"]),
+            st.booleans(),
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 3),
+    st.integers(0, 3),
+    st.sampled_from(["adjudicate", "reject"]),
+    st.randoms(use_true_random=False),
+)
+def test_review_decisions_are_the_window_functions_over_every_review(
+    given_rows: list[tuple[str | None, str | None, str | None, bool]],
+    independent: int,
+    minimum: int,
+    action: str,
+    rng: Any,
+) -> None:
+    """The sorted, array-based decision (``_decide``, then ``_decisions``) against the
+    window functions it replaced, on reviews given in any order: the same reviews
+    decided, with the same dispositions, codes, counts, pointers to the kept review and
+    rules. Nulls: a review with no subject is an item alone; a null split is one split;
+    a null fingerprint is one verdict."""
+    policy = ReviewPolicy(independent, minimum, action)
+    rows = [
+        {
+            "_shard": i % 3,
+            "_shard_line": i,
+            "_input": i % 3 // 2,
+            "_line": 100 * (i % 3) + i,
+            "_source": f"in-{i % 3 // 2}",
+            "_record_sha256": f"r{i}",
+            "_split": split,
+            "_subject": subject,
+            "_content_sha256": content,
+            "_vote": vote,
+        }
+        for i, (split, subject, content, vote) in enumerate(given_rows)
+    ]
+    rng.shuffle(rows)
+    reviews = pl.DataFrame(rows, schema=_REVIEW_SCHEMA)
+    expected = _window_reference(reviews, policy).sort("_shard", "_shard_line").to_dicts()
+    decided = review._decide(reviews, [pl.col("_input"), pl.col("_line")], policy)
+    lineage = decided.reviews[decided.kept_rows].select("_source", "_line", "_record_sha256")
+    got = []
+    for part in review._decisions(decided, lineage, policy):
+        for row in part.to_dicts():
+            ((reason),) = row.pop("_reasons_add")
+            counts = re.match(
+                r"(\d+) reviews of this item, (\d+) accept votes, (\d+) verd", reason["detail"]
+            )
+            row["_code"] = reason["code"]
+            row["_counts"] = " ".join(counts.groups()) if counts else None
+            got.append(row)
+    got.sort(key=lambda row: (row["_shard"], row["_shard_line"]))
+    for row in expected:
+        if row["_dedupe_rule"] is not None:
+            row["_counts"] = None  # told only for a refused item
+    assert got == expected
+
+
+_REVIEW_SCHEMA: Final = {
+    "_shard": pl.Int32,
+    "_shard_line": pl.Int64,
+    "_input": pl.Int32,
+    "_line": pl.Int64,
+    "_source": pl.String,
+    "_record_sha256": pl.String,
+    "_split": pl.String,
+    "_subject": pl.String,
+    "_content_sha256": pl.String,
+    "_vote": pl.Boolean,
+}
