@@ -285,6 +285,27 @@ class GlobalContext:
         exprs = {GROUP: key.hash(), TEXT: key, SEEKS: seeks, WHERE: where}
         return self._check(kind, rows, name, exprs, 1 + 4, left_out=lines_by_shard(left_out))[0]
 
+    def groups(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        name: str,
+        key: pl.Expr,
+        hashed: pl.Expr,
+        *,
+        where: pl.Expr,
+        left_out: pl.DataFrame,
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
+        """Which of ``rows`` (as for :meth:`repeats`) share their exact ``key`` (a
+        string; a row where it is null takes no part), grouped first on ``hashed`` (its
+        64-bit hash), with another row where ``where`` holds, none of ``left_out``
+        taking part; and each found row's group, in the rows' order: its key's first row
+        in the stable order key, encoded (:func:`~pipeline.decide.partitioned.first_rows`
+        reads it; groups order as their first rows do). Compared partition by partition
+        on the engine: the driver holds a group a row found, not the keys."""
+        exprs = {GROUP: hashed, TEXT: key, WHERE: where & key.is_not_null()}
+        return self._check(kind, rows, name, exprs, 1 + 4, left_out=lines_by_shard(left_out))
+
     def _check(
         self,
         kind: str,
@@ -669,6 +690,10 @@ def _retained(part: pl.DataFrame, carried: Set[str]) -> pl.DataFrame:
     keep = [c for c in part.columns if c in (*KEYS, "_disposition") or c in carried]
     if "_reasons_add" not in part.columns:
         return part.select(keep)
+    reasons = part.schema["_reasons_add"]
+    inner = reasons.inner if isinstance(reasons, pl.List) else None
+    if not isinstance(inner, pl.Struct) or "code" not in {f.name for f in inner.fields}:
+        return part.select(*keep, "_reasons_add")  # no reason to read a code of (yet)
     code = pl.struct(code=pl.element().struct.field("code"))
     return part.select(*keep, pl.col("_reasons_add").list.eval(code))
 

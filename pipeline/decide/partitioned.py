@@ -1,8 +1,10 @@
 """The hash-first checks partition by partition on the engine: the rows whose 64-bit
 hash another row shares (:func:`~pipeline.decide.repeats.repeated`), or whose group
 holds more than one value (:func:`~pipeline.decide.repeats.varying`), found without
-every row's hash in the driver; and the rows that seek a key no other row offers, on the
-exact keys (a partitioned anti-join: the worker-root rule's). A shuffle through staged
+every row's hash in the driver; the rows that seek a key no other row offers, on the
+exact keys (a partitioned anti-join: the worker-root rule's); and the rows whose exact
+key another row shares, each with its key's first row (exact groups: the review
+stage's items). A shuffle through staged
 files, as near dedupe's candidate search (:mod:`pipeline.dedupe.partitions`):
 
 1. **shuffle**, a task per shard (:func:`_shuffle_shard`): the check's expressions over
@@ -52,6 +54,7 @@ __all__ = [
     "Found",
     "HashCheck",
     "evaluate_shard",
+    "first_rows",
     "partition_count",
     "shard_tasks",
     "task_lines",
@@ -70,8 +73,12 @@ VALUE: Final = "_value"
 WHERE: Final = "_where"
 #: A matching check's instead of a value: the exact key (a string, hashed as its group;
 #: never null where ``where`` holds), and whether the row seeks it (true) or offers it.
+#: A grouping check has the key alone: the rows whose exact key another row shares.
 TEXT: Final = "_text"
 SEEKS: Final = "_seeks"
+#: A grouping check's group of a row found: its key's first row in the stable order key,
+#: as its shard's position among the check's shards and its line (:func:`first_rows`).
+_LINE_BITS: Final = 40
 
 
 #: Consecutive staged batches are evaluated together until they hold this many rows or
@@ -192,10 +199,11 @@ class HashCheck:
         :data:`SEEKS`, :data:`WHERE`) over ``kind``'s rows in ``shards`` (or over
         ``source``, a stem staged beside them), its entries staged as
         ``<kind>.hash-<name>``."""
-        if set(exprs) - {WHERE} not in ({GROUP}, {GROUP, VALUE}, {GROUP, TEXT, SEEKS}):
+        allowed = ({GROUP}, {GROUP, VALUE}, {GROUP, TEXT}, {GROUP, TEXT, SEEKS})
+        if set(exprs) - {WHERE} not in allowed:
             raise ValueError(
-                f"a hash check's expressions are {GROUP}, optionally {VALUE} or both "
-                f"{TEXT} and {SEEKS}, and optionally {WHERE}: not {sorted(exprs)}"
+                f"a hash check's expressions are {GROUP}, optionally {VALUE} or {TEXT} "
+                f"(and {SEEKS}), and optionally {WHERE}: not {sorted(exprs)}"
             )
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
         return cls(storage, kind, name, shards, serialized, partitions, source or kind)
@@ -208,7 +216,13 @@ class HashCheck:
     @property
     def matching(self) -> bool:
         """Whether the check finds the rows seeking a key no row offers."""
-        return any(name == TEXT for name, _ in self.exprs)
+        return any(name == SEEKS for name, _ in self.exprs)
+
+    @property
+    def grouping(self) -> bool:
+        """Whether the check finds the rows whose exact key another row shares, each
+        with its key's first row as its group (:func:`first_rows`)."""
+        return any(name == TEXT for name, _ in self.exprs) and not self.matching
 
     @property
     def stem(self) -> str:
@@ -281,8 +295,9 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
     if check.varying:
         value = frame[VALUE].to_numpy().astype(np.uint64, copy=False)
         columns[VALUE] = pa.array(value[order], pa.uint64())
-    if check.matching:
+    if check.matching or check.grouping:
         columns[TEXT] = frame[TEXT].cast(pl.String).gather(order).to_arrow()
+    if check.matching:
         columns[SEEKS] = pa.array(frame[SEEKS].fill_null(False).to_numpy()[order], pa.bool_())
     entries = pa.record_batch(columns)
     with check.storage.stage_writer(shard, check.stem, entries.schema) as out:
@@ -293,20 +308,56 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
 
 def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Found:
     """The rows of ``partition`` (its batch of every shard's entries, read alone) whose
-    group another row shares, or, for a varying check, holds another value."""
+    group another row shares, or, for a varying check, holds another value (a matching
+    check: that seek a key none offers; a grouping check: whose key another row shares,
+    with its first row as their group)."""
     batches = [check.storage.staged_batch(s, check.stem, partition) for s in check.shards]
     sizes = [b.num_rows for b in batches]
     group: U64 = np.concatenate([b[GROUP].to_numpy() for b in batches])
+    lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])
     if check.varying:
         value: U64 = np.concatenate([b[VALUE].to_numpy() for b in batches])
         hit = varying(group, value).to_numpy()
     elif check.matching:
         hit = _unmatched(batches)
+    elif check.grouping:
+        position = np.repeat(np.arange(len(batches), dtype=np.uint64), sizes)
+        place: U64 = (position << np.uint64(_LINE_BITS)) | lines.astype(np.uint64)
+        hit, group = _exact_groups(batches, group, place)
     else:
         hit = repeated(group).to_numpy()
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
-    lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])
     return Found(shards[hit], lines[hit], group[hit])
+
+
+def _exact_groups(
+    batches: list[pa.RecordBatch], group: U64, place: U64
+) -> tuple[npt.NDArray[np.bool_], U64]:
+    """Which rows of a partition's ``batches`` share their exact key with another (equal
+    keys share a partition; only keys whose hash repeats are compared), and each row's
+    group: the ``place`` of its key's first row (the entries are in the stable order key:
+    the shards' batches in shard order, a shard's lines ascending)."""
+    hit = repeated(group).to_numpy()
+    if not hit.any():
+        return hit, group
+    at = np.flatnonzero(hit)
+    text = pl.concat([pl.Series(b[TEXT]).cast(pl.String) for b in batches]).gather(at)
+    first = pl.DataFrame({"t": text}).with_row_index("i").select(pl.col("i").first().over("t"))
+    firsts = at[first.to_series().to_numpy().astype(np.int64)]
+    shared = firsts != at  # not the first of its key
+    keyed = np.zeros(len(hit), np.bool_)
+    keyed[at] = shared
+    keyed[firsts[shared]] = True  # a first row another row shares
+    groups = group.copy()
+    groups[at] = place[firsts]
+    return keyed, groups
+
+
+def first_rows(shards: Sequence[int], groups: U64) -> tuple[npt.NDArray[np.int32], I64]:
+    """A grouping check's groups as their first rows' shards and lines."""
+    positions = (groups >> np.uint64(_LINE_BITS)).astype(np.int64)
+    lines = (groups & np.uint64((1 << _LINE_BITS) - 1)).astype(np.int64)
+    return np.asarray(shards, np.int32)[positions], lines
 
 
 def _unmatched(batches: list[pa.RecordBatch]) -> npt.NDArray[np.bool_]:

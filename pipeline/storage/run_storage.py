@@ -176,9 +176,9 @@ class RunStorage:
         return f"{kind}{DECISIONS_SUFFIX}"
 
     def stage_decisions_stem(self, kind: str, stage: int) -> str:
-        """The staged stem of one whole-run stage's decisions for a shard's rows of
-        ``kind`` (the ``stage``-th that decided any), which the shard's merge task reads
-        (:mod:`pipeline.decide.by_shard`)."""
+        """The staged stem of one part of a whole-run stage's decisions for a shard's
+        rows of ``kind`` (the ``stage``-th part the kind's stages made), which the
+        shard's merge task reads (:mod:`pipeline.decide.by_shard`)."""
         return f"{kind}{DECISIONS_SUFFIX}-{stage}"
 
     def has_staged(self, shard: int, stem: str) -> bool:

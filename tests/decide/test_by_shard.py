@@ -115,3 +115,27 @@ def test_a_stage_made_in_parts_gives_each_shard_the_frame_made_whole(tmp_path: P
         mine = by_shard._staged_part(staging.storage, shard, empty, parts)
         assert mine.equals(whole.filter(pl.col("_shard") == shard)), shard
         assert staged.decides(shard) == (shard <= rows // 700)
+
+
+def test_the_driver_keeps_keys_dispositions_carried_columns_and_codes() -> None:
+    """What the driver keeps of a part it staged (``_retained``): what later stages read
+    (keys, dispositions, carried columns, reason codes), not the reasons' paths and
+    details nor other columns; a plug-in's reasons that hold no code (empty lists, no
+    type) stay as they are."""
+    from pipeline.decide.context import _retained
+
+    part = pl.DataFrame(
+        {
+            "_shard": [0, 1],
+            "_shard_line": [5, 6],
+            "_disposition": ["duplicate", None],
+            "_score": [0.5, 0.25],
+            "_duplicate_of": ["a", "b"],
+            "_reasons_add": [[{"code": "x.y", "path": "$.a", "detail": "long"}], []],
+        }
+    )
+    kept = _retained(part, {"_score"})
+    assert kept.columns == ["_shard", "_shard_line", "_disposition", "_score", "_reasons_add"]
+    assert kept["_reasons_add"].to_list() == [[{"code": "x.y"}], []]
+    untyped = pl.DataFrame({"_shard": [0], "_shard_line": [1], "_reasons_add": [[]]})
+    assert _retained(untyped, set()).equals(untyped)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -20,8 +21,16 @@ from hypothesis import strategies as st
 from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.core.reasons import Disposition
 from pipeline.decide import context as global_phase
-from pipeline.decide.context import DISPOSITIONS, GlobalContext, OutputColumn
-from pipeline.decide.partitioned import GROUP, SEEKS, TEXT, VALUE, Found, HashCheck
+from pipeline.decide.context import DISPOSITIONS, KEYS, GlobalContext, OutputColumn
+from pipeline.decide.partitioned import (
+    GROUP,
+    SEEKS,
+    TEXT,
+    VALUE,
+    Found,
+    HashCheck,
+    first_rows,
+)
 from pipeline.decide.repeats import repeated, varying
 from pipeline.engines import Step
 from pipeline.jobs.run import run
@@ -373,7 +382,45 @@ class ProbeRepeats:
                 (repeats[shuffled], got["g"][shuffled][repeats[shuffled]], mask, groups)
             )
         self._unmatched(ctx, kind, rows)
+        self._groups(ctx, kind, rows)
         return None
+
+    def _groups(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
+        """``groups`` against exact grouping over every row's values: the rows where
+        ``where`` holds and the key is not null, but those left out, whose key another
+        of them shares, each with its key's first such row (keys hashed to few groups,
+        so many hashes repeat over distinct keys)."""
+        line = pl.col("_shard_line")
+        key = pl.when(line % 13 != 4).then(line % 11).cast(pl.String)
+        where = line % 5 != 3
+        lines = rows["_shard_line"].to_numpy()
+        part = (lines % 5 != 3) & (lines % 7 != 0) & (lines % 13 != 4)
+        left_out = lines % 7 == 0
+        keys = lines % 11
+        first: dict[int, int] = {}
+        for i in np.flatnonzero(part):
+            first.setdefault(int(keys[i]), int(i))
+        counts = Counter(keys[part].tolist())
+        expected = part & np.array([counts.get(int(k), 0) > 1 for k in keys])
+        firsts = np.array([first[int(k)] for k in keys[expected]], np.int64)
+        shards = tuple(s.shard for s in ctx.summaries if kind in s.kinds)
+        for count in (1, 7, 64):
+            at = dataclasses.replace(
+                ctx, config=ctx.config.override(**{"engine.partitions": count})
+            )
+            mask, groups = at.groups(
+                kind,
+                rows,
+                "probe",
+                key,
+                key.hash() % 3,
+                where=where,
+                left_out=rows.filter(left_out),
+            )
+            shard, line = first_rows(shards, groups)
+            named = np.stack([shard, line], axis=1)
+            wanted = rows.select(KEYS)[firsts].to_numpy().astype(np.int64)
+            self.found.append((expected, wanted, mask, named))
 
     def _unmatched(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
         """``unmatched`` against the anti-join over every row's values: the rows where
@@ -432,26 +479,29 @@ def test_repeats_on_the_engine_find_what_every_row_would(
         **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeRepeats.found) == 17
+    assert len(ProbeRepeats.found) == 20
     assert len(ProbeRepeats.refused) == 2
     assert all("hash is null" in message for message in ProbeRepeats.refused)
     # natural groups: the retries repeat, and none varies; five groups: every row
     # repeats, and the rows where ``where`` holds vary; some rows seek what none offers
     found = [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found]
-    assert found == [True, False] * 3 + [True] * 11
+    assert found == [True, False] * 3 + [True] * 14
     for expected, groups, mask, got in ProbeRepeats.found:
         assert np.array_equal(mask, expected)
         assert groups is None or np.array_equal(got, groups)
+    assert ProbeRepeats.found[-1][0].sum() > 100  # groups found, of several keys each
 
 
 def test_a_hash_check_is_refused_expressions_it_cannot_run(tmp_path: Path) -> None:
-    """A check is repeats (a group), varying (and a value) or matching (a key and who
-    seeks it); any other set of expressions is refused before a task runs."""
+    """A check is repeats (a group), varying (and a value), grouping (and a key) or
+    matching (a key and who seeks it); any other set of expressions is refused before a
+    task runs."""
     storage = RunStorage(tmp_path)
     group, text = pl.col("a").hash(), pl.col("a").cast(pl.String)
     for exprs in (
         {VALUE: group},
-        {GROUP: group, TEXT: text},
+        {GROUP: group, SEEKS: pl.lit(True)},
+        {GROUP: group, VALUE: group, TEXT: text},
         {GROUP: group, VALUE: group, TEXT: text, SEEKS: pl.lit(True)},
     ):
         with pytest.raises(ValueError, match="a hash check's expressions are"):

@@ -30,8 +30,9 @@ content fingerprint) before they were counted, and before scoring, which then sc
 kept row.
 
 Hash-first like the cross-record rules: rows are grouped on a 64-bit hash of the subject,
-and only rows whose hash repeats are read in full and grouped on the exact subject, so a
-collision can never merge two items.
+and only rows whose hash repeats are compared on the exact subject, partition by partition
+on the engine (:meth:`~pipeline.decide.context.GlobalContext.groups`), so a collision can
+never merge two items; the driver holds an item id a review, not its subject.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from pipeline.decide.context import (
     register_stage,
 )
 from pipeline.decide.partitioned import ShardTask, evaluate_shard, shard_tasks, task_lines
-from pipeline.decide.repeats import repeated
 from pipeline.dedupe.keys import DedupeKey, key_columns
 from pipeline.engines import Progress, Step
 from pipeline.kinds import get_kind
@@ -117,7 +117,7 @@ class ReviewStage:
         votes = _votes(ctx, kind, rows)
         if votes.height == 0:
             return None
-        decided = _decide(_reviews(ctx, kind, subject, votes), ctx.order_key(), policy)
+        decided = _decide(_reviews(ctx, kind, subject, rows, votes), ctx.order_key(), policy)
         code, _ = REVIEW_ACTIONS[policy.disagreement_action]
         counts = {
             code: int(decided.refused.sum()),
@@ -162,7 +162,7 @@ def _votes(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
     voted = ctx.engine.map(Step(_vote_init, (settings,), _shard_votes), tasks)
     votes = pl.concat(
         [v.with_columns(_shard=pl.lit(s, pl.Int32)) for s, v in zip(shards, voted, strict=True)]
-    ).select(*KEYS, "_h_subject", "_vote")
+    ).select(*KEYS, "_vote")
     if not votes.select(KEYS).equals(accepted):
         raise AssertionError("staged rows and the global state are out of step")
     return votes
@@ -183,7 +183,7 @@ def _vote_init(settings: _VoteSettings) -> tuple[_VoteSettings, ScoringPlan, dic
     subject = get_kind(settings.kind).review_subject()
     assert plan is not None  # the stage runs only then
     assert subject is not None
-    return settings, plan, {"_h_subject": _subject_hash(subject), **criteria_inputs(plan)}
+    return settings, plan, criteria_inputs(plan)
 
 
 def _shard_votes(
@@ -204,26 +204,48 @@ def _shard_votes(
     vote = (pl.col(WEIGHTED_STATE) == State.MET.value) & pl.all_horizontal(
         [pl.col(c).is_in(met) for c in criteria] or [pl.lit(True)]
     )
-    return scored.select("_shard_line", "_h_subject", vote.fill_null(False).alias("_vote"))
+    return scored.select("_shard_line", vote.fill_null(False).alias("_vote"))
 
 
 def _reviews(
-    ctx: GlobalContext, kind: str, subject: DedupeKey, votes: pl.DataFrame
+    ctx: GlobalContext, kind: str, subject: DedupeKey, rows: pl.DataFrame, votes: pl.DataFrame
 ) -> pl.DataFrame:
-    """Every review (``votes``' rows) with its split, its exact subject and its content
-    fingerprint, read only for the reviews whose subject hash another shares (a review
-    alone under its hash is alone under its subject too: an item of its own, its
-    subject null)."""
-    shared = repeated(votes["_h_subject"])
-    found = votes.filter(shared)
-    exact = ctx.fetch(kind, found.select(KEYS), [*subject.columns, "_content_sha256"])
-    if not exact.select(KEYS).equals(found.select(KEYS)):
-        raise AssertionError("the reviews read do not line up with the reviews found")
-    read = exact.select(*KEYS, "_content_sha256", key_columns(subject, None, _GROUP))
-    alone = votes.filter(~shared).select(*KEYS, "_vote")
+    """Every review (``votes``' rows) with its split and, where another review shares
+    its exact subject, its item (``_subject``: the subject's first review, compared
+    partition by partition on the engine: :meth:`GlobalContext.groups`) and, for an
+    accept vote, its content fingerprint; null where the review is an item alone. The
+    subjects' texts (a pairwise subject is the conversation and both responses) read
+    into the driver held ~2.2 KB a review that shares its subject."""
+    accepted = (rows["_disposition"] == Disposition.ACCEPTED.value).to_numpy()
+    shared, items = ctx.groups(
+        kind,
+        rows,
+        "review-subjects",
+        key_columns(subject, None),
+        _subject_hash(subject),
+        where=pl.col("_disposition") == Disposition.ACCEPTED.value,  # the gate's
+        left_out=rows.select(KEYS).filter(~accepted),  # removed by the rules since
+    )
+    of_votes = shared[accepted]
+    if not np.array_equal(np.flatnonzero(shared), np.flatnonzero(accepted)[of_votes]):
+        raise AssertionError("a review's item was found among rows that are no reviews")
+    item = np.zeros(votes.height, np.uint64)
+    item[of_votes] = items
+    reviews = votes.select(
+        *KEYS,
+        "_vote",
+        _subject=pl.when(pl.Series(of_votes)).then(pl.Series(item)),
+        _split=ctx.split(),
+    )
+    asked = pl.Series(of_votes) & reviews["_vote"]
+    voters = reviews.filter(asked)
+    digests = ctx.fetch(kind, voters.select(KEYS), ["_content_sha256"])
+    if not digests.select(KEYS).equals(voters.select(KEYS)):
+        raise AssertionError("the fingerprints read do not line up with the votes")
     return pl.concat(
-        [read.with_columns(found["_vote"]), alone], how="diagonal_relaxed"
-    ).with_columns(_split=ctx.split())
+        [voters.hstack([digests["_content_sha256"]]), reviews.filter(~asked)],
+        how="diagonal_relaxed",
+    )
 
 
 @dataclass(frozen=True)
