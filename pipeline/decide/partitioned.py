@@ -55,6 +55,7 @@ __all__ = [
     "HashCheck",
     "evaluate_shard",
     "first_rows",
+    "group_places",
     "partition_count",
     "shard_tasks",
     "task_lines",
@@ -321,9 +322,7 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     elif check.matching:
         hit = _unmatched(batches)
     elif check.grouping:
-        position = np.repeat(np.arange(len(batches), dtype=np.uint64), sizes)
-        place: U64 = (position << np.uint64(_LINE_BITS)) | lines.astype(np.uint64)
-        hit, group = _exact_groups(batches, group, place)
+        hit, group = _exact_groups(batches, group, group_places(sizes, lines))
     else:
         hit = repeated(group).to_numpy()
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
@@ -351,6 +350,18 @@ def _exact_groups(
     groups = group.copy()
     groups[at] = place[firsts]
     return keyed, groups
+
+
+def group_places(sizes: Sequence[int], lines: I64) -> U64:
+    """Each entry's place as a grouping check's group: its shard's position (entries
+    come ``sizes`` a shard, in the check's shard order) and its line, in 64 bits; a line
+    or a shard count the bits cannot hold is refused, never wrapped into another's."""
+    top = int(lines.max()) if len(lines) else 0
+    if top < 0 or top >> _LINE_BITS or len(sizes) >> (64 - _LINE_BITS):
+        raise ValueError(f"{len(sizes)} shards or line {top}: past a group's 64 bits")
+    position = np.repeat(np.arange(len(sizes), dtype=np.uint64), sizes)
+    place: U64 = (position << np.uint64(_LINE_BITS)) | lines.astype(np.uint64)
+    return place
 
 
 def first_rows(shards: Sequence[int], groups: U64) -> tuple[npt.NDArray[np.int32], I64]:

@@ -30,6 +30,7 @@ from pipeline.decide.partitioned import (
     Found,
     HashCheck,
     first_rows,
+    group_places,
 )
 from pipeline.decide.repeats import repeated, varying
 from pipeline.engines import Step
@@ -731,3 +732,18 @@ def test_a_shuffle_task_carries_only_its_own_shards_lines_left_out(tmp_path: Pat
     ]
     assert partitions == [0]
     assert len(pickle.dumps(shuffle.init_args)) < 4096  # no shard's lines in the check
+
+
+def test_a_group_place_holds_its_shard_and_line_or_is_refused() -> None:
+    """A grouping check's group packs the first row's shard position and line in 64
+    bits: decoded back to the same row, and a line or shard count past them refused
+    rather than wrapped into another row's id."""
+    lines = np.array([0, 7, (1 << 40) - 1, 3], np.int64)
+    places = group_places([2, 0, 2], lines)
+    shards, back = first_rows((5, 9, 11), places)
+    assert shards.tolist() == [5, 5, 11, 11]
+    assert back.tolist() == lines.tolist()
+    with pytest.raises(ValueError, match="past a group's 64 bits"):
+        group_places([1], np.array([1 << 40], np.int64))
+    with pytest.raises(ValueError, match="past a group's 64 bits"):
+        group_places([0] * (1 << 24), np.zeros(0, np.int64))
