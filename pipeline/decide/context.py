@@ -71,6 +71,7 @@ __all__ = [
     "DISPOSITIONS",
     "DUPLICATE_OF",
     "GLOBAL_STAGES",
+    "PART_ROWS",
     "REASON_CODES",
     "Decisions",
     "GlobalContext",
@@ -96,6 +97,9 @@ STATE_COLUMNS: Final = ("_shard", "_shard_line", "_disposition")
 #: What a stage's ``decide`` returns: its decisions (one row per decided row, by
 #: :data:`KEYS`), all at once or a part at a time, or none.
 Decisions: TypeAlias = pl.DataFrame | Iterator[pl.DataFrame] | None
+#: Decided rows a stage that makes its decisions a part at a time puts in a part (dedupe's
+#: removed rows, the review stage's decided reviews)
+PART_ROWS: Final = 65_536
 #: Every row's reason codes so far (the gate's, then each earlier stage's, in order), in
 #: the state given a stage whose ``reads_reason_codes`` is true (the policy's), and built
 #: for it alone: held through the phase, their offsets were 8 of the state's 21 bytes a

@@ -13,7 +13,7 @@ does in 17 MB.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final, cast
 
 import numpy as np
@@ -22,7 +22,17 @@ import polars as pl
 
 from pipeline.core.arrays import isin
 
-__all__ = ["dense_ranks", "repeated", "varying"]
+__all__ = ["dense_ranks", "repeated", "run_starts", "varying"]
+
+
+def run_starts(frame: pl.DataFrame, columns: Sequence[str]) -> npt.NDArray[np.int64]:
+    """Where each run of rows with equal ``columns`` begins in ``frame`` (sorted on them;
+    a null equals a null): the rows sorted into runs, as the replay rule's keys and the
+    review stage's items are, are counted and pointed at by array, with no hash table."""
+    new = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in columns)
+    starts = frame.select(new).to_series().to_numpy().copy()
+    starts[:1] = True  # the first row, whose values may all be null (as its shift's)
+    return np.flatnonzero(starts)
 
 
 def repeated(values: pl.Series | npt.NDArray[np.generic]) -> pl.Series:

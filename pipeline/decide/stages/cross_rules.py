@@ -53,6 +53,7 @@ from pipeline.decide.context import (
     advance,
     register_stage,
 )
+from pipeline.decide.repeats import run_starts
 from pipeline.kinds import KINDS
 from pipeline.kinds.pairwise import conversation_key
 
@@ -176,15 +177,6 @@ def _group_hash(value: pl.Expr) -> pl.Expr:
     return value.hash()
 
 
-def _run_starts(frame: pl.DataFrame, keys: Sequence[str]) -> npt.NDArray[np.int64]:
-    """Where each run of rows with equal ``keys`` begins in ``frame`` (sorted on them;
-    a null equals a null)."""
-    new = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift()) for k in keys)
-    starts = frame.select(new).to_series().to_numpy().copy()
-    starts[:1] = True  # the first row, whose keys may all be null (as its shift's)
-    return np.flatnonzero(starts)
-
-
 def _key_hash(keys: Sequence[str]) -> pl.Expr:
     """A 64-bit hash of a submission key: what rows are grouped on before the exact check."""
     return pl.struct(keys).hash(4)
@@ -233,7 +225,7 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     exact = ctx.fetch(kind, candidates, [*keys, "_record_sha256"]).sort(
         [*map(pl.col, keys), *ctx.order_key()], nulls_last=True
     )
-    starts = _run_starts(exact, keys)
+    starts = run_starts(exact, keys)
     if len(starts) == exact.height:
         return None  # every key once: no replay
     sizes = np.diff(np.r_[starts, exact.height])

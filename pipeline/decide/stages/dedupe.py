@@ -43,6 +43,7 @@ from pipeline.decide.context import (
     DEDUPE_RULE,
     DUPLICATE_OF,
     KEYS,
+    PART_ROWS,
     Decisions,
     GlobalContext,
     OutputColumn,
@@ -77,8 +78,6 @@ F64 = npt.NDArray[np.float64]
 _ON_DUPLICATES: Final = frozenset({Disposition.DUPLICATE})
 #: staged lineage the stage reads for its rows: exact groups, and what pointers name
 _DIGESTS: Final = ("_content_sha256", "_record_sha256")
-#: removed rows whose decisions are made (and staged) at once
-_SLICE_ROWS: Final = 65_536
 
 
 @register_stage
@@ -159,14 +158,14 @@ class Dedupe:
 def _decisions(
     keys: pl.DataFrame, removed: RemovedRows, flagged: pl.DataFrame
 ) -> Iterator[pl.DataFrame]:
-    """The stage's decisions, made :data:`_SLICE_ROWS` removed rows at a time (then the
+    """The stage's decisions, made :data:`PART_ROWS` removed rows at a time (then the
     rows of split groups, flagged): ``keys`` are the accepted rows' (row ids are places
     among them). The driver stages each slice as it comes and keeps its rows' keys,
     dispositions and reason codes: every removed row's verdict at once (its pointer to
     the kept row, with a path and a digest, and its reason) was ~160 bytes a removed row
     at the stage's peak (57 MB for 359,577 removed rows of a duplicate-heavy export)."""
-    for lo in range(0, len(removed), _SLICE_ROWS):
-        verdicts = removed.slice(lo, min(lo + _SLICE_ROWS, len(removed)))
+    for lo in range(0, len(removed), PART_ROWS):
+        verdicts = removed.slice(lo, min(lo + PART_ROWS, len(removed)))
         yield pl.concat([keys[verdicts["_row"]], verdicts.drop("_row")], how="horizontal").select(
             pl.exclude("_reason"),
             _disposition=pl.lit(Disposition.DUPLICATE.value),

@@ -51,6 +51,7 @@ from pipeline.decide.context import (
     DEDUPE_RULE,
     DUPLICATE_OF,
     KEYS,
+    PART_ROWS,
     Decisions,
     GlobalContext,
     OutputColumn,
@@ -58,6 +59,7 @@ from pipeline.decide.context import (
     register_stage,
 )
 from pipeline.decide.partitioned import ShardTask, evaluate_shard, shard_tasks, task_lines
+from pipeline.decide.repeats import run_starts
 from pipeline.dedupe.keys import DedupeKey, key_columns
 from pipeline.engines import Progress, Step
 from pipeline.kinds import get_kind
@@ -75,8 +77,6 @@ _GROUP: Final = "_subject"
 #: agreeing with another split's, and counted one submission twice when a copy of it was
 #: in another split (no retry there).
 _ITEM: Final = ("_split", _GROUP)
-#: decided reviews whose rows are made (and staged) at once
-_SLICE_ROWS: Final = 65_536
 
 
 @register_stage
@@ -273,11 +273,8 @@ def _decide(reviews: pl.DataFrame, order: Sequence[pl.Expr], policy: ReviewPolic
     decisions, at the stage's peak). A review without a subject is an item alone."""
     reviews = reviews.sort([*map(pl.col, _ITEM), *order], nulls_last=True)
     n = reviews.height
-    split, item_of = pl.col("_split"), pl.col(_GROUP)
-    new = split.ne_missing(split.shift()) | item_of.ne_missing(item_of.shift()) | item_of.is_null()
-    starts_mask = reviews.select(new).to_series().to_numpy().copy()
-    starts_mask[:1] = True
-    starts = np.flatnonzero(starts_mask)
+    alone = np.flatnonzero(reviews[_GROUP].is_null().to_numpy())
+    starts = np.union1d(run_starts(reviews, _ITEM), alone)
     sizes = np.diff(np.r_[starts, n])
     item = np.repeat(np.arange(len(starts)), sizes)
     vote = reviews["_vote"].fill_null(False).to_numpy()
@@ -291,9 +288,7 @@ def _decide(reviews: pl.DataFrame, order: Sequence[pl.Expr], policy: ReviewPolic
         given = pl.DataFrame(
             {"_item": item[voters], "_v": reviews["_content_sha256"].gather(voters)}
         ).sort("_item", "_v", nulls_last=True)
-        # the first row differs from the null before it (an item is never null)
-        distinct = given.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift())))
-        np.add.at(verdicts, given["_item"].filter(distinct.to_series()).to_numpy(), 1)
+        np.add.at(verdicts, given["_item"].to_numpy()[run_starts(given, ["_item", "_v"])], 1)
     refused = (
         (sizes < policy.independent_reviews)
         | (accepts < policy.minimum_accept_votes)
@@ -317,7 +312,7 @@ def _decide(reviews: pl.DataFrame, order: Sequence[pl.Expr], policy: ReviewPolic
 def _decisions(
     decided: _Decided, lineage: pl.DataFrame, policy: ReviewPolicy
 ) -> Iterator[pl.DataFrame]:
-    """The decided reviews' rows, :data:`_SLICE_ROWS` at a time (the driver stages each
+    """The decided reviews' rows, :data:`PART_ROWS` at a time (the driver stages each
     as it comes): ``lineage`` is each kept review's (``_source``, ``_line``,
     ``_record_sha256``), in the order of ``decided.kept_rows``."""
     code, disposition = REVIEW_ACTIONS[policy.disagreement_action]
@@ -330,8 +325,8 @@ def _decisions(
     ).to_series()
     pointers = pointers.extend(pl.Series([None], dtype=pointers.dtype))  # -1: none
     keys = decided.reviews.select(KEYS)
-    for lo in range(0, len(decided.rows), _SLICE_ROWS):
-        at = slice(lo, lo + _SLICE_ROWS)
+    for lo in range(0, len(decided.rows), PART_ROWS):
+        at = slice(lo, lo + PART_ROWS)
         counts = decided.counts[at]
         yield (
             keys[decided.rows[at]]
