@@ -297,18 +297,22 @@ class GlobalContext:
         key: pl.Expr,
         hashed: pl.Expr,
         *,
-        where: pl.Expr,
-        left_out: pl.DataFrame,
+        where: pl.Expr | None = None,
+        left_out: pl.DataFrame | None = None,
+        stem: str | None = None,
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
         """Which of ``rows`` (as for :meth:`repeats`) share their exact ``key`` (a
         string; a row where it is null takes no part), grouped first on ``hashed`` (its
         64-bit hash), with another row where ``where`` holds, none of ``left_out``
         taking part; and each found row's group, in the rows' order: its key's first row
         in the stable order key, encoded (:func:`~pipeline.decide.partitioned.first_rows`
-        reads it; groups order as their first rows do). Compared partition by partition
-        on the engine: the driver holds a group a row found, not the keys."""
-        exprs = {GROUP: hashed, TEXT: key, WHERE: where & key.is_not_null()}
-        return self._check(kind, rows, name, exprs, 1 + 4, left_out=lines_by_shard(left_out))
+        reads it; groups order as their first rows do). ``stem``: the expressions read a
+        file staged beside the rows (as for :meth:`evaluate`). Compared partition by
+        partition on the engine: the driver holds a group a row found, not the keys."""
+        present = key.is_not_null()
+        exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
+        left = lines_by_shard(left_out) if left_out is not None else None
+        return self._check(kind, rows, name, exprs, 1 + 4, stem=stem, left_out=left)
 
     def _check(
         self,

@@ -72,8 +72,9 @@ ShardTask = tuple[int, bytes]
 GROUP: Final = "_group"
 VALUE: Final = "_value"
 WHERE: Final = "_where"
-#: A matching check's instead of a value: the exact key (a string, hashed as its group;
-#: never null where ``where`` holds), and whether the row seeks it (true) or offers it.
+#: A matching check's instead of a value: the exact key (a string, or bytes: a digest;
+#: hashed as its group; never null where ``where`` holds), and whether the row seeks it
+#: (true) or offers it.
 #: A grouping check has the key alone: the rows whose exact key another row shares.
 TEXT: Final = "_text"
 SEEKS: Final = "_seeks"
@@ -297,7 +298,7 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
         value = frame[VALUE].to_numpy().astype(np.uint64, copy=False)
         columns[VALUE] = pa.array(value[order], pa.uint64())
     if check.matching or check.grouping:
-        columns[TEXT] = frame[TEXT].cast(pl.String).gather(order).to_arrow()
+        columns[TEXT] = _key_text(frame[TEXT]).gather(order).to_arrow()
     if check.matching:
         columns[SEEKS] = pa.array(frame[SEEKS].fill_null(False).to_numpy()[order], pa.bool_())
     entries = pa.record_batch(columns)
@@ -340,7 +341,7 @@ def _exact_groups(
     if not hit.any():
         return hit, group
     at = np.flatnonzero(hit)
-    text = pl.concat([pl.Series(b[TEXT]).cast(pl.String) for b in batches]).gather(at)
+    text = pl.concat([_key_text(pl.Series(b[TEXT])) for b in batches]).gather(at)
     first = pl.DataFrame({"t": text}).with_row_index("i").select(pl.col("i").first().over("t"))
     firsts = at[first.to_series().to_numpy().astype(np.int64)]
     shared = firsts != at  # not the first of its key
@@ -350,6 +351,12 @@ def _exact_groups(
     groups = group.copy()
     groups[at] = place[firsts]
     return keyed, groups
+
+
+def _key_text(keys: pl.Series) -> pl.Series:
+    """Exact keys as one type whatever their batch's (a string view, a large string):
+    strings as strings, bytes (a digest) as bytes."""
+    return keys if keys.dtype == pl.Binary else keys.cast(pl.String)
 
 
 def group_places(sizes: Sequence[int], lines: I64) -> U64:
@@ -375,7 +382,7 @@ def _unmatched(batches: list[pa.RecordBatch]) -> npt.NDArray[np.bool_]:
     """Which rows of a partition's ``batches`` seek a key that none of them offers,
     compared on the keys themselves (equal keys share a partition)."""
     seeks = np.concatenate([b[SEEKS].to_numpy(zero_copy_only=False) for b in batches])
-    text = pl.concat([pl.Series(b[TEXT]).cast(pl.String) for b in batches])
+    text = pl.concat([_key_text(pl.Series(b[TEXT])) for b in batches])
     offered = text.filter(pl.Series(~seeks)).unique()
     matched: npt.NDArray[np.bool_] = text.is_in(offered.implode()).to_numpy()
     return seeks & ~matched

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import polars as pl
 import pytest
@@ -147,6 +148,13 @@ def test_only_accepted_rows_take_part(
     monkeypatch.setattr(
         global_phase, "GLOBAL_STAGES", [lambda: QuarantineOriginals([s + 1 for s in held]), Dedupe]
     )
+    groups: list[Any] = []
+
+    def match_spy(frame: pl.DataFrame, *args: Any, **kwargs: Any) -> Any:
+        groups.append(args[3].exact)  # the row keys' exact groups
+        return match_duplicates(frame, *args, **kwargs)
+
+    monkeypatch.setattr(dedupe, "match_duplicates", match_spy)
     source = write_lines(tmp_path / "c.jsonl", rows)
     run(CampaignConfig(inputs=(InputSpec(str(source)),)), tmp_path / "out")
     quarantined = pl.read_parquet(tmp_path / "out" / "quarantined" / KIND)
@@ -154,6 +162,10 @@ def test_only_accepted_rows_take_part(
     duplicates = _duplicates(tmp_path / "out")
     # a quarantined row is never a survivor: no pointer names it
     assert not set(duplicates["kept_row"].to_list()) & set(held)
+    # nor a reason to match a row: a copy of a quarantined row alone takes no part
+    (exact,) = groups
+    assert len(exact) > 0
+    assert np.bincount(exact).min() >= 2
 
 
 def _second_annotations(rows: list[LabelledRow], others: list[LabelledRow]) -> list[LabelledRow]:
@@ -324,7 +336,7 @@ def test_fingerprint_hashing_decides_like_every_row_taking_part(
         patched.setattr(dedupe, "_participants", lambda *args: None)
         every, every_notes = outcome("every")
     with monkeypatch.context() as patched:
-        patched.setattr(dedupe, "_fingerprint_hash", lambda: pl.lit(0, pl.UInt64))
+        patched.setattr(dedupe, "_hashed", lambda key: pl.lit(0, pl.UInt64))
         colliding, colliding_notes = outcome("colliding")
     assert hashed_notes == every_notes == colliding_notes
     assert hashed.keys() == every.keys() == colliding.keys()
@@ -447,9 +459,9 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
         assert gated.keys() == reference.keys()
         for name in gated:
             assert gated[name] == reference[name], (count, name)
-    # Groups are found on 64-bit hashes of the digests and the matching sees only the
-    # rows that share one or a near pair; with hashes that all collide every accepted
-    # row is found and the exact digests decide, to the same outputs.
+    # Groups are found on 64-bit hashes of the digests, then on the digests themselves,
+    # and the matching sees only the rows that share one or a near pair; with hashes that
+    # all collide the digests find the same rows, to the same outputs.
     seen: list[int] = []
 
     def match_spy(frame: pl.DataFrame, *args: object, **kwargs: object) -> object:
@@ -460,14 +472,13 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
     with monkeypatch.context() as patched:
         patched.setattr(dedupe, "match_duplicates", match_spy)
         outcome("spied")
-    assert 0 < seen.pop() < rows
+    participants = seen.pop()
+    assert 0 < participants < rows
     with monkeypatch.context() as patched:
-        patched.setattr(dedupe, "_fingerprint_hash", lambda: pl.lit(0, pl.UInt64))
-        patched.setattr(dedupe, "_normalised_hash", lambda: pl.lit(0, pl.UInt64))
+        patched.setattr(dedupe, "_hashed", lambda key: pl.lit(0, pl.UInt64))
         patched.setattr(dedupe, "match_duplicates", match_spy)
         colliding, colliding_notes = outcome("colliding")
-    hashed = config.dedupe.exact or config.dedupe.normalised  # else no hash is checked
-    assert seen.pop() == rows or not hashed
+    assert seen.pop() == participants
     assert colliding_notes == reference_notes
     assert colliding == reference
 

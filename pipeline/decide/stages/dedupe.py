@@ -59,7 +59,6 @@ from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.table import (
     RemovedRows,
     check_survivor_column,
-    dense_ids,
     group_fields,
     group_texts,
     match_duplicates,
@@ -210,12 +209,28 @@ class _NearPlaces(NamedTuple):
     candidates: int  # distinct candidate pairs, verified or not
 
 
+class _Shared(NamedTuple):
+    """The accepted rows that share a key with another accepted row: their places among
+    the accepted rows, ascending, and their groups (dense, numbered as the groups' first
+    rows come)."""
+
+    places: I64
+    ids: I64
+
+
+_NONE_SHARED: Final = _Shared(np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
 @dataclass(frozen=True)
 class _Found:
     """The accepted rows that take part (:func:`_participants`): their keys and
-    ``_place`` among the accepted rows, ascending; and the near rule's pairs, if it ran."""
+    ``_place`` among the accepted rows, ascending; their exact and normalised groups
+    (dense ids, lined up with ``rows``: a row that shares neither is a group of its own),
+    for the rules that are on; and the near rule's pairs, if it ran."""
 
     rows: pl.DataFrame
+    exact: I64 | None
+    normalised: I64 | None
     near: _NearPlaces | None
 
 
@@ -229,76 +244,88 @@ def _participants(
 ) -> _Found | None:
     """The accepted rows that can be removed or have a row removed in their favour,
     found without a value of every row in the driver: those whose content fingerprint
-    or normalised key digest another accepted row shares (hash-first checks on the
-    engine: :meth:`GlobalContext.repeats`, on 64-bit hashes, so a collision adds a row
-    that the matching then finds alone), and those whose text has a verified near pair
-    (:func:`_near_places`, which alone may read a value of every row: a survivor
-    rule's column). ``None`` when a row has no fingerprint: then key columns decide,
-    over every row.
+    or normalised key digest another accepted row shares (grouping checks on the engine,
+    :func:`_shared`, which give each such row its group), and those whose text has a
+    verified near pair (:func:`_near_places`, which alone may read a value of every row:
+    a survivor rule's column). ``None`` when a row has no fingerprint: then key columns
+    decide, over every row.
 
     The matching decides among these rows as it would among all
     (:func:`~pipeline.dedupe.clusters.find_duplicates` takes the same rows from every
     row's groups): a row that shares no group and no pair is kept and named by nothing.
     Ranking every accepted row's digests in the driver (their prefixes, ranks and the
     sort's temporaries) and matching every accepted row raised the stage's peak by ~60
-    bytes a row more, with near and normalised dedupe on (at a million rows)."""
+    bytes a row more, with near and normalised dedupe on (at a million rows); reading
+    each participant's digests to group them, ~100 bytes a participant more."""
     settings = ctx.config.dedupe
     accepting = is_accepted.to_numpy()
     stem = ctx.storage.row_keys_stem(kind)
-    exact = normalised = np.zeros(0, np.int64)
+    exact = normalised = _NONE_SHARED
     if settings.exact:
         printed = {"_u": pl.col("_content_sha256").is_null()}
         if _values(ctx, kind, rows, is_accepted, printed)["_u"].any():
             return None
-        exact = _repeating(ctx, kind, rows, accepting, "fingerprints", _fingerprint_hash())
-    if settings.normalised and key is not None:
-        where = pl.col(NORMALISED).is_not_null()
-        hashed = _normalised_hash()
-        normalised = _repeating(ctx, kind, rows, accepting, "normalised", hashed, where, stem)
+        # its 32 bytes (the gate writes it in lowercase hex: one text a digest)
+        fingerprint = pl.col("_content_sha256").str.decode("hex")
+        exact = _shared(ctx, kind, rows, accepting, "fingerprints", fingerprint)
+    grouping = settings.normalised and key is not None
+    if grouping:
+        digest = pl.col(NORMALISED)
+        normalised = _shared(ctx, kind, rows, accepting, "normalised", digest, stem)
     near = None
-    parts = [exact, normalised]
+    parts = [exact.places, normalised.places]
     if settings.near and key is not None and accepted.height > 1:  # one row has no pair
         # a text is a normalised group's first row (an exact group's, with that rule
         # off; with both off, every row is a text: no row is grouped)
-        if settings.normalised:
-            grouped, digest, read_from = normalised, NORMALISED, stem
-        else:
-            grouped, digest, read_from = exact, "_content_sha256", None
+        grouped = normalised if settings.normalised else exact
         _check_row_keys_line_up(ctx, kind, rows)
-        near = _near_places(ctx, kind, key, rows, accepting, accepted, grouped, digest, read_from)
+        near = _near_places(ctx, kind, key, rows, accepting, accepted, grouped)
         parts += [near.better, near.worse]
     places = distinct(np.concatenate(parts))
     found = accepted[places].insert_column(0, pl.Series("_place", places, pl.UInt32))
-    return _Found(found, near)
+    exact_ids = _ids(places, exact) if settings.exact else None
+    normalised_ids = _ids(places, normalised) if grouping else None
+    return _Found(found, exact_ids, normalised_ids, near)
 
 
-def _repeating(
+def _shared(
     ctx: GlobalContext,
     kind: str,
     rows: pl.DataFrame,
     accepting: npt.NDArray[np.bool_],
     name: str,
-    group: pl.Expr,
-    where: pl.Expr | None = None,
+    key: pl.Expr,
     stem: str | None = None,
-) -> I64:
-    """The places among the accepted rows of those whose ``group`` hash another accepted
-    row shares. Found among every row on the engine; a hash that repeats among the
-    accepted rows repeats among them all, so the accepted rows found are checked again
-    among themselves (few)."""
-    found, groups = ctx.repeats(kind, rows, name, group, where=where, stem=stem)
+) -> _Shared:
+    """The accepted rows whose ``key`` (a digest, read from ``stem``'s file when given)
+    another accepted row shares, and their groups. Grouped on the engine among every row
+    whose key is present (:meth:`GlobalContext.groups`: first on the key's 64-bit hash,
+    then on the key itself); a group of accepted rows is a group of them all, so the
+    accepted rows found are checked again among themselves (few)."""
+    found, groups = ctx.groups(kind, rows, name, key, _hashed(key), stem=stem)
     shared = found & accepting
+    of_accepted = groups[shared[found]]
+    again = repeated(of_accepted).to_numpy()
     among_accepted = np.zeros(rows.height, np.bool_)
-    among_accepted[shared] = repeated(groups[shared[found]]).to_numpy()
-    return np.flatnonzero(among_accepted[accepting]).astype(np.int64)
+    among_accepted[shared] = again
+    places = np.flatnonzero(among_accepted[accepting]).astype(np.int64)
+    ids = np.unique(of_accepted[again], return_inverse=True)[1].astype(np.int64)
+    return _Shared(places, ids)
 
 
-def _fingerprint_hash() -> pl.Expr:
-    return pl.col("_content_sha256").hash(5)
+def _hashed(key: pl.Expr) -> pl.Expr:
+    """The 64-bit hash a grouping check groups ``key`` by first."""
+    return key.hash(5)
 
 
-def _normalised_hash() -> pl.Expr:
-    return pl.col(NORMALISED).hash(5)
+def _ids(places: I64, shared: _Shared) -> I64:
+    """The groups of the rows taking part (at ``places``, ascending): ``shared``'s for
+    the rows it found, a group of its own for each other row (numbered after them)."""
+    ids = np.full(len(places), -1, np.int64)
+    ids[np.searchsorted(places, shared.places)] = shared.ids
+    alone = np.flatnonzero(ids < 0)
+    ids[alone] = int(shared.ids.max(initial=-1)) + 1 + np.arange(len(alone), dtype=np.int64)
+    return ids
 
 
 def _check_row_keys_line_up(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
@@ -315,16 +342,13 @@ def _near_places(
     rows: pl.DataFrame,
     accepting: npt.NDArray[np.bool_],
     accepted: pl.DataFrame,
-    grouped: I64,
-    digest: str,
-    stem: str | None,
+    grouped: _Shared,
 ) -> _NearPlaces:
     """The near rule's verified pairs as places among the accepted rows (better,
     worse), their similarities and the candidate count, found and checked on the
     engine (:meth:`~pipeline.dedupe.partitions.NearSearch.search`). The texts are the
-    accepted rows but the later rows of each group (``grouped``: the places of the rows
-    whose ``digest``'s hash repeats, read from ``stem``; their digests decide the
-    groups), numbered in order (:class:`~pipeline.dedupe.partitions.SparseTexts`), each
+    accepted rows but the later rows of each group (``grouped``: the rows that share
+    their normalised digest, or their fingerprint with that rule off), numbered in order (:class:`~pipeline.dedupe.partitions.SparseTexts`), each
     ranked by the survivor rule (its group's best rank): the text maps and addresses
     are staged a shard at a time, never an array of every row's text. A survivor rule by
     a column reads that column for every accepted row and ranks it here
@@ -332,10 +356,8 @@ def _near_places(
     settings = ctx.config.dedupe
     rank = _survivor_ranks(ctx, kind, rows, accepting)
     excluded = first = best = np.zeros(0, np.int64)
-    if len(grouped):
-        values = _fetched(ctx, kind, accepted[grouped], [digest], stem)[digest]
-        ids = dense_ids(values.to_frame(), pl.col(digest))
-        excluded, first, best = _groups(grouped, ids, rank)
+    if len(grouped.places):
+        excluded, first, best = _groups(grouped.places, grouped.ids, rank)
     texts = SparseTexts(excluded, first, best, rank)
     shards = rows["_shard"].rle().struct.unnest()
     search = NearSearch(
@@ -364,7 +386,7 @@ def _groups(places: I64, ids: I64, rank: Callable[[I64], I64]) -> tuple[I64, I64
     later = first[ids] != np.arange(len(places))
     several = np.bincount(ids) > 1
     firsts = places[first[several]]
-    by_place = np.argsort(firsts)  # groups are numbered by digest
+    by_place = np.argsort(firsts)  # in case groups are numbered otherwise than by place
     return places[later], firsts[by_place], best[several][by_place]
 
 
@@ -429,23 +451,18 @@ def _values(
 
 
 def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: _Found) -> RowKeys:
-    """The gate's row keys of the rows taking part (``frame``'s, in order): the dense
-    ranks of their content fingerprints and their normalised digests, read for them
-    alone; the lineage of only the rows a pointer or a cluster names; the near pairs
+    """The gate's row keys of the rows taking part (``frame``'s, in order): their exact
+    and normalised groups, as the grouping checks found them (``found``); the lineage of only the rows a pointer or a cluster names; the near pairs
     found among every accepted row (``found``), between their groups; the signatures of
     only the rows asked for (the verified pairs'). Every participant's two digests and
     lineage in the frame held ~150 bytes a row through the matching (~58 MB at 388,000
-    rows of a duplicate-heavy export)."""
+    rows of a duplicate-heavy export), and reading their digests to rank them ~100 bytes
+    a row more."""
     settings = ctx.config.dedupe
     stem = ctx.storage.row_keys_stem(kind)
     keys = frame.select(KEYS)
-    exact = normalised = None
-    if settings.exact:  # every participant has a fingerprint (else found is None)
-        digests = _fetched(ctx, kind, keys, ["_content_sha256"]).select("_content_sha256")
-        exact = dense_ids(digests, pl.col("_content_sha256"))
-        del digests
-    if settings.normalised and get_kind(kind).dedupe_key() is not None:
-        normalised = _fetched(ctx, kind, keys, [NORMALISED], stem)[NORMALISED]
+    exact = found.exact
+    normalised = pl.Series(NORMALISED, found.normalised) if found.normalised is not None else None
 
     def lineage(at: I64) -> pl.DataFrame:
         return _fetched(ctx, kind, ctx.with_lineage(keys[at]), ["_record_sha256"])
