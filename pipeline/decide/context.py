@@ -28,7 +28,7 @@ and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them 
 of the staged files). On 1,000,000 pairwise-v2 or pw-decide-row rows the global phase
 peaks ~30–38 bytes a row above where the gate phase left the parent, with or without
 near and normalised dedupe (polars' allocator returning freed pages at once:
-:mod:`pipeline.core.allocator`), and ~200–475 bytes more for each row a whole-run stage
+:mod:`pipeline.core.allocator`), and ~130–375 bytes more for each row a whole-run stage
 reads in full and decides (a duplicate, a retry): the bytes a row of each structure are
 in docs/scale.md ("The driver's memory, per row", "Duplicate-heavy exports").
 """

@@ -8,9 +8,13 @@ clusters of one kept row and the rows removed in its favour.
 
 Only a row that shares its exact or normalised group with another row, or whose text has
 a verified near pair, can be removed or have a row removed in its favour: the decision
-runs over those rows alone (:func:`find_duplicates`), and its arrays (~40 bytes a row,
-with their temporaries ~70) grow with the duplicates, not with the run (at 440 K
-pairwise rows they had grown the parent by ~29 MB).
+runs over those rows alone (:func:`find_duplicates`). And the rows of one exact group in
+one split are decided as one: its best-ranked row decides for them (it is their
+representative), the others are removed in its favour or follow it where it goes (below).
+The decision's arrays grow with the representatives (the distinct contents taking
+part, per split); what grows with the rows that take part is their row ids and
+representatives (16 bytes a row), and the verdicts asked for a slice at a time
+(:class:`Duplicates`).
 
 Semantics, in this order:
 
@@ -25,6 +29,18 @@ Near duplicates are greedy in rank order: a row is removed only when its verifie
 similarity to a better-ranked *kept* row reaches the threshold, so every removal names a
 kept row it really resembles (no transitive chains A~B~C removing C for A). Computed in
 vectorised rounds: each round settles every row whose better-ranked neighbours are settled.
+
+Why a representative decides for its group's rows: rows of one exact group have one
+normalised group and one text, so every rule sees them alike. In a protected split the
+group keeps its best-ranked row and removes the others in its favour (``exact``), whatever
+happens to that row after; outside the protected splits contamination finds the same
+kept protected row for each of them (its candidates are found by their groups and text),
+and when none is found the group's best-ranked row of the unprotected splits keeps them.
+So a removed representative's verdict (kept row, rule, match, similarities, cluster) is
+each of its rows', and a kept representative keeps its rows by ``exact``. One
+representative per split rather than per partition keeps each cluster's splits (a
+partition of the unprotected splits holds several) in the representatives; the exact
+rule then decides between the representatives of a group, as between its rows.
 """
 
 from __future__ import annotations
@@ -39,7 +55,7 @@ import polars as pl
 from pipeline.core.arrays import distinct, isin
 from pipeline.dedupe.minhash import NearPairs
 
-__all__ = ["RULES", "Duplicates", "decide", "find_duplicates"]
+__all__ = ["RULES", "Decided", "Duplicates", "decide", "find_duplicates"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -50,13 +66,13 @@ EXACT, NORMALISED, NEAR, CONTAMINATION = 1, 2, 3, 4
 
 
 @dataclass
-class Duplicates:
-    """Per participant (``rows``: their row ids, ascending): ``kept`` is the row id of the
+class Decided:
+    """Per row decided (``rows``: their row ids, ascending): ``kept`` is the row id of the
     kept row a removed row duplicates (-1: not removed), ``rule`` a :data:`RULES` index,
     ``match`` the rule by which a contaminated row matched (exact/normalised/near),
     similarities NaN unless a near pair links the row to its kept row; ``cluster``
-    numbers kept rows that have duplicates, in stable order. A row that is not a
-    participant is kept, with no cluster."""
+    numbers kept rows that have duplicates, in stable order. A row that is not
+    decided is kept, with no cluster."""
 
     rows: I64
     kept: I64
@@ -70,6 +86,101 @@ class Duplicates:
     @property
     def removed(self) -> npt.NDArray[np.bool_]:
         return self.kept >= 0
+
+
+@dataclass
+class Duplicates:
+    """The decision over the rows that take part (``rows``: their row ids, ascending), made
+    by their representatives (see the module docstring): ``rep`` is each row's
+    representative, a place in ``by_rep``, the decision over the representatives (its
+    ``rows`` and ``kept`` are row ids, its clusters numbered over every row), and
+    ``count`` how many rows each represents. A row's verdict is asked for by its place
+    among ``rows`` (:meth:`kept_at` and the others), a slice at a time: a
+    :class:`Decided` over every row that takes part held ~42 bytes a row, and its
+    decision's temporaries ~100 more."""
+
+    rows: I64
+    rep: I64
+    by_rep: Decided
+    count: I64
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def _follows(self, at: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
+        """The representatives of the rows at places ``at``, and whether each row's
+        verdict is its representative's: the representative itself, or a row of one
+        that is removed (a kept one keeps its other rows, by ``exact``)."""
+        rep = self.rep[at]
+        return rep, (self.by_rep.rows[rep] == self.rows[at]) | (self.by_rep.kept[rep] >= 0)
+
+    def kept_at(self, at: I64) -> I64:
+        rep, follows = self._follows(at)
+        return np.where(follows, self.by_rep.kept[rep], self.by_rep.rows[rep])
+
+    def rule_at(self, at: I64) -> npt.NDArray[np.int8]:
+        rep, follows = self._follows(at)
+        return np.where(follows, self.by_rep.rule[rep], np.int8(EXACT)).astype(np.int8)
+
+    def match_at(self, at: I64) -> npt.NDArray[np.int8]:
+        return self.by_rep.match[self.rep[at]]  # a kept representative's: none
+
+    def estimated_at(self, at: I64) -> F64:
+        return self.by_rep.estimated[self.rep[at]]
+
+    def verified_at(self, at: I64) -> F64:
+        return self.by_rep.verified[self.rep[at]]
+
+    def cluster_at(self, at: I64) -> I64:
+        return self.by_rep.cluster[self.rep[at]]
+
+    def removed_at(self, at: I64) -> npt.NDArray[np.bool_]:
+        rep = self.rep[at]
+        removed: npt.NDArray[np.bool_] = self.by_rep.kept[rep] >= 0
+        removed |= self.by_rep.rows[rep] != self.rows[at]
+        return removed
+
+    def keepers(self) -> I64:
+        """The kept rows that have duplicates (row ids, ascending: in cluster order)."""
+        return self.by_rep.rows[(self.by_rep.kept < 0) & (self.by_rep.cluster >= 0)]
+
+    def removed_by_rule(self) -> I64:
+        """How many rows each rule removed (indexed by :data:`RULES`)."""
+        by_rep = self.by_rep
+        gone = by_rep.kept >= 0
+        counts = np.bincount(by_rep.rule[gone], weights=self.count[gone], minlength=len(RULES))
+        counts[EXACT] += int((self.count[~gone] - 1).sum())
+        return counts.astype(np.int64)
+
+    # every row's, at once: for tests and small tables
+    @property
+    def kept(self) -> I64:
+        return self.kept_at(self._every())
+
+    @property
+    def rule(self) -> npt.NDArray[np.int8]:
+        return self.rule_at(self._every())
+
+    @property
+    def match(self) -> npt.NDArray[np.int8]:
+        return self.match_at(self._every())
+
+    @property
+    def estimated(self) -> F64:
+        return self.estimated_at(self._every())
+
+    @property
+    def verified(self) -> F64:
+        return self.verified_at(self._every())
+
+    @property
+    def cluster(self) -> I64:
+        return self.cluster_at(self._every())
+
+    @property
+    def removed(self) -> npt.NDArray[np.bool_]:
+        return self.removed_at(self._every())
+
+    def _every(self) -> I64:
+        return np.arange(len(self.rows), dtype=np.int64)
 
 
 def _group_stage(
@@ -258,16 +369,64 @@ def _symmetric_edges(near: NearPairs) -> pl.DataFrame:
 
 
 def find_duplicates(
-    rank: I64, exact: I64, normalised: I64, partition: I64, near: NearPairs | None
+    rank: I64,
+    exact: I64,
+    normalised: I64,
+    partition: I64,
+    near: NearPairs | None,
+    split: I64 | None = None,
 ) -> Duplicates:
-    """Decide every row (see the module docstring): the rows that can take part are
-    decided among themselves (:func:`_participants`, :func:`decide`), as they would be
-    among all. ``normalised`` ids index the texts ``near`` was computed over."""
+    """Decide every row (see the module docstring): the rows that can take part
+    (:func:`_participants`) are decided by their representatives, each exact group's
+    best-ranked row in each split (``split``: dense ids; none: one split), among
+    themselves (:func:`decide`), as every row would be among all. ``normalised`` ids
+    index the texts ``near`` was computed over."""
     rows = _participants(exact, normalised, near)
-    found = decide(rank[rows], exact[rows], normalised[rows], partition[rows], near)
-    found.kept = np.where(found.kept >= 0, rows[np.maximum(found.kept, 0)], -1)
-    found.rows = rows
-    return found
+    splits = split[rows] if split is not None else np.zeros(len(rows), np.int64)
+    rep, reps = _representatives(rows, rank, exact, partition, splits)
+    del splits
+    at = rows[reps]
+    by_rep = decide(rank[at], exact[at], normalised[at], partition[at], near)
+    by_rep.kept = np.where(by_rep.kept >= 0, at[np.maximum(by_rep.kept, 0)], -1)
+    by_rep.rows = at
+    count = np.bincount(rep, minlength=len(at)).astype(np.int64)
+    by_rep.cluster = _clusters(by_rep, count)
+    stats = {**by_rep.stats, "clusters": int(by_rep.cluster.max(initial=-1)) + 1}
+    return Duplicates(rows, rep, by_rep, count, stats)
+
+
+def _representatives(
+    rows: I64, rank: I64, exact: I64, partition: I64, splits: I64
+) -> tuple[I64, I64]:
+    """Each of ``rows``' representative (a place among the representatives) and the
+    representatives' places among ``rows`` (ascending): the best-ranked row of each
+    exact group, partition and split."""
+    order = np.lexsort((rank[rows], splits, partition[rows], exact[rows]))
+    first = np.zeros(len(order), np.bool_)
+    first[:1] = True
+    for key in (exact[rows][order], partition[rows][order], splits[order]):
+        first[1:] |= key[1:] != key[:-1]
+    group = np.cumsum(first) - 1
+    reps = order[first]
+    by_place = np.argsort(reps)
+    renumbered = np.empty(len(reps), np.int64)
+    renumbered[by_place] = np.arange(len(reps), dtype=np.int64)
+    rep = np.empty(len(rows), np.int64)
+    rep[order] = renumbered[group]
+    return rep, reps[by_place]
+
+
+def _clusters(by_rep: Decided, count: I64) -> I64:
+    """The clusters over every row: a kept representative that keeps another
+    representative or a row it represents holds one, numbered in row order; a removed
+    one is in its kept row's."""
+    kept = by_rep.kept < 0
+    holds = kept & ((by_rep.cluster >= 0) | (count > 1))
+    cluster = np.full(len(count), -1, np.int64)
+    cluster[holds] = np.arange(int(holds.sum()), dtype=np.int64)
+    gone = np.flatnonzero(~kept)
+    cluster[gone] = cluster[np.searchsorted(by_rep.rows, by_rep.kept[gone])]
+    return cluster
 
 
 def _participants(exact: I64, normalised: I64, near: NearPairs | None) -> I64:
@@ -282,9 +441,10 @@ def _participants(exact: I64, normalised: I64, near: NearPairs | None) -> I64:
 
 def decide(
     rank: I64, exact: I64, normalised: I64, partition: I64, near: NearPairs | None
-) -> Duplicates:
+) -> Decided:
     """Decide every row given, among them alone (``rows`` and ``kept`` are their
-    places): :func:`find_duplicates` over all rows, and its reference in tests."""
+    places): :func:`find_duplicates` over its representatives, and its reference over
+    every row in tests."""
     n = len(rank)
     target = np.full(n, -1, np.int64)
     rule = np.zeros(n, np.int8)
@@ -341,7 +501,7 @@ def _finish(
     normalised: I64,
     edges: pl.DataFrame | None,
     stats: dict[str, Any],
-) -> Duplicates:
+) -> Decided:
     n = len(target)
     final = _resolve(target)
     final_rule = _chain_rules(target, rule)
@@ -360,6 +520,6 @@ def _finish(
     cluster[kept_rows] = np.arange(len(kept_rows))
     cluster[removed] = cluster[final[removed]]
     stats["clusters"] = len(kept_rows)
-    return Duplicates(
+    return Decided(
         np.arange(n, dtype=np.int64), final, final_rule, match, estimated, verified, cluster, stats
     )

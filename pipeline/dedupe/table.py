@@ -21,10 +21,16 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.core.arrays import distinct
 from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP
-from pipeline.dedupe.clusters import CONTAMINATION, NEAR, RULES, Duplicates, find_duplicates
+from pipeline.dedupe.clusters import (
+    CONTAMINATION,
+    EXACT,
+    NEAR,
+    RULES,
+    Duplicates,
+    find_duplicates,
+)
 from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, NearPairs, estimated_pairs, near_pairs
 from pipeline.dedupe.normalise import Normalisation
@@ -309,7 +315,9 @@ def match_duplicates(
     splits = splits_of(frame)
     protected = {name: i + 1 for i, name in enumerate(settings.protected_splits)}
     partition = splits.replace_strict(protected, default=0, return_dtype=pl.Int64).to_numpy()
-    found = find_duplicates(rank, exact, normalised, partition, near)
+    split = splits.rank("dense").fill_null(0).to_numpy().astype(np.int64)
+    found = find_duplicates(rank, exact, normalised, partition, near, split)
+    del split
     lineage = row_keys.lineage if row_keys is not None else None
     removed = _removed_rows(frame, found, splits, key, normalisation, params, lineage)
     clusters = _clusters_frame(frame, found, splits, kind, lineage)
@@ -346,16 +354,17 @@ def _removed_rows(
     params: LshParams,
     lineage: Callable[[I64], pl.DataFrame] | None,
 ) -> RemovedRows:
-    """The removed rows' verdicts, built when asked for: what is held is the decision's
-    arrays and the lineage of each kept row that has duplicates, read once."""
+    """The removed rows' verdicts, built when asked for: what is held is the decision
+    (:class:`~pipeline.dedupe.clusters.Duplicates`), the removed rows' places and the
+    lineage of each kept row that has duplicates, read once."""
     removed = np.flatnonzero(found.removed)
-    targets = distinct(found.kept[removed])
+    targets = found.keepers()
     target_lineage = _lineage(frame, targets, lineage)
     described = key.description if key is not None else "key"
 
     def build(lo: int, hi: int) -> pl.DataFrame:
         at = removed[lo:hi]
-        kept = found.kept[at]
+        kept = found.kept_at(at)
         target = target_lineage[np.searchsorted(targets, kept)]
         return _verdicts(found, at, kept, target, splits, described, normalisation, params)
 
@@ -374,14 +383,14 @@ def _verdicts(
 ) -> pl.DataFrame:
     """The verdicts of the participants ``at`` (removed, in favour of rows ``kept``, whose
     lineage is ``target``)."""
-    rule = [RULES[int(code)] for code in found.rule[at]]
+    rule = [RULES[int(code)] for code in found.rule_at(at)]
     out = pl.DataFrame(
         {
             "_dedupe_rule": pl.Series(rule, dtype=pl.String),
-            "_dedupe_cluster": found.cluster[at],
-            "_similarity_estimated": found.estimated[at],
-            "_similarity_verified": found.verified[at],
-            "_match": found.match[at].astype(np.int64),
+            "_dedupe_cluster": found.cluster_at(at),
+            "_similarity_estimated": found.estimated_at(at),
+            "_similarity_verified": found.verified_at(at),
+            "_match": found.match_at(at).astype(np.int64),
             "_kept_split": splits.gather(kept) if len(kept) else pl.Series([], dtype=pl.String),
         }
     ).with_columns(
@@ -439,19 +448,25 @@ def _clusters_frame(
     removed its other rows and the splits of its rows. Only the kept rows' lineage is
     read, and rules stay codes until each cluster's are collected: reading every member's
     lineage and naming every member's rule took ~100 bytes a member (+206 MB on 3 M
-    copies of 500 texts, the command's peak)."""
-    at = np.flatnonzero(found.cluster >= 0)
-    members = found.rows[at]
-    is_kept = found.kept[at] < 0
+    copies of 500 texts, the command's peak). Made from the representatives, each
+    counting the rows it represents (which share its split, its rule and its cluster;
+    a kept one's are removed by ``exact``): a frame of every member was ~30 bytes a
+    member."""
+    by_rep, count = found.by_rep, found.count
+    at = np.flatnonzero(by_rep.cluster >= 0)
+    is_kept = by_rep.kept[at] < 0
+    keeps = at[is_kept & (count[at] > 1)]  # and removes the rows it represents
+    rows = np.concatenate([by_rep.rows[at], by_rep.rows[keeps]])
     table = pl.DataFrame(
         {
-            "cluster": found.cluster[at],
-            "kept": is_kept,
-            "rule": found.rule[at],
-            "split": splits.gather(members) if len(members) else pl.Series([], dtype=pl.String),
+            "cluster": np.concatenate([by_rep.cluster[at], by_rep.cluster[keeps]]),
+            "kept": np.concatenate([is_kept, np.zeros(len(keeps), np.bool_)]),
+            "rule": np.concatenate([by_rep.rule[at], np.full(len(keeps), EXACT, np.int8)]),
+            "rows": np.concatenate([np.where(is_kept, 1, count[at]), count[keeps] - 1]),
+            "split": splits.gather(rows) if len(rows) else pl.Series([], dtype=pl.String),
         }
     )
-    named = _lineage(frame, members[is_kept], lineage)
+    named = _lineage(frame, by_rep.rows[at[is_kept]], lineage)
     kept = table.filter("kept").select(
         "cluster",
         kept=pl.struct(
@@ -463,7 +478,7 @@ def _clusters_frame(
     )
     names = dict(enumerate(RULES))
     summary = table.group_by("cluster").agg(
-        size=pl.len().cast(pl.Int64),
+        size=pl.col("rows").sum().cast(pl.Int64),
         rules=pl.col("rule")
         .filter(~pl.col("kept"))
         .unique()
@@ -509,11 +524,11 @@ def _stats(
     groups: pl.DataFrame,
     n: int,
 ) -> dict[str, Any]:
-    removed = found.rule[found.removed]
-    by_rule = {RULES[c]: int((removed == c).sum()) for c in range(1, len(RULES))}
+    removed = found.removed_by_rule()
+    by_rule = {RULES[c]: int(removed[c]) for c in range(1, len(RULES))}
     stats: dict[str, Any] = {
         "rows": n,
-        "removed": int(found.removed.sum()),
+        "removed": int(removed.sum()),
         "by_rule": by_rule,
         "clusters": found.stats.get("clusters", 0),
         "key": key.description if key is not None else "content fingerprint",

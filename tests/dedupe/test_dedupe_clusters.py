@@ -10,12 +10,13 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 from pipeline.core.config import ConfigError
-from pipeline.dedupe.clusters import RULES, Duplicates, decide
+from pipeline.dedupe.clusters import RULES, Decided, Duplicates, decide
 from pipeline.dedupe.clusters import find_duplicates as find_among_participants
 from pipeline.dedupe.minhash import NearPairs
-from pipeline.dedupe.table import survivor_rank
+from pipeline.dedupe.table import _clusters_frame, survivor_rank
 
 
 def _ids(*values: int) -> np.ndarray:
@@ -278,16 +279,95 @@ def _runs(draw: st.DrawFn) -> tuple[np.ndarray, ...]:
     near = _near(*((a, b, draw(st.floats(0.8, 1.0))) for a, b in pairs)) if pairs else None
     rank = np.array(draw(st.permutations(range(n))), dtype=np.int64)
     partition = np.array(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), dtype=np.int64)
-    return rank, exact.astype(np.int64), normalised.astype(np.int64), partition, near
+    # the unprotected partition (0) holds several splits; a protected one is its split
+    unprotected = np.array(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)))
+    split = np.where(partition == 0, unprotected, 2 + partition).astype(np.int64)
+    return rank, exact.astype(np.int64), normalised.astype(np.int64), partition, near, split
 
 
 @settings(max_examples=300, deadline=None)
 @given(_runs())
 def test_the_participants_are_decided_as_among_every_row(run: tuple[np.ndarray, ...]) -> None:
-    rank, exact, normalised, partition, near = run
-    ours = find_duplicates(rank, exact, normalised, partition, near)
+    """The rows that take part, each exact group's rows in a split decided by their
+    best-ranked row, are decided as every row is, each alone."""
+    rank, exact, normalised, partition, near, split = run
+    ours = _per_row(
+        find_among_participants(rank, exact, normalised, partition, near, split), len(rank)
+    )
     every = decide(rank, exact, normalised, partition, near)
     assert every.rows.tolist() == list(range(len(rank)))
     for name in ("kept", "rule", "match", "cluster", "estimated", "verified"):
         np.testing.assert_array_equal(getattr(ours, name), getattr(every, name), err_msg=name)
     assert ours.stats == every.stats
+
+
+def _clusters_of_every_row(
+    frame: pl.DataFrame, found: Decided, splits: pl.Series, kind: str
+) -> pl.DataFrame:
+    """The cluster table made from a frame of every member, as it was before the
+    representatives: the reference."""
+    at = np.flatnonzero(found.cluster >= 0)
+    members = found.rows[at]
+    is_kept = found.kept[at] < 0
+    table = pl.DataFrame(
+        {
+            "cluster": found.cluster[at],
+            "kept": is_kept,
+            "rule": found.rule[at],
+            "split": splits.gather(members) if len(members) else pl.Series([], dtype=pl.String),
+        }
+    )
+    named = frame.select("_source", "_line", "_record_sha256")[members[is_kept]]
+    kept = table.filter("kept").select(
+        "cluster",
+        kept=pl.struct(
+            source=named["_source"],
+            line=named["_line"].cast(pl.Int64),
+            record_sha256=named["_record_sha256"].cast(pl.String),
+        ),
+        kept_split="split",
+    )
+    summary = table.group_by("cluster").agg(
+        size=pl.len().cast(pl.Int64),
+        rules=pl.col("rule")
+        .filter(~pl.col("kept"))
+        .unique()
+        .replace_strict(dict(enumerate(RULES)), return_dtype=pl.String)
+        .sort(),
+        splits=pl.col("split").drop_nulls().unique().sort(),
+    )
+    return (
+        kept.join(summary, on="cluster")
+        .sort("cluster")
+        .select("cluster", kind=pl.lit(kind), size="size", kept="kept",
+                kept_split="kept_split", rules="rules", splits="splits")
+    )  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(_runs())
+def test_clusters_and_counts_from_representatives_are_every_rows(
+    run: tuple[np.ndarray, ...],
+) -> None:
+    """The cluster table, the counts by rule and the kept rows that pointers name, made
+    from the representatives and how many rows each represents, are those of every row."""
+    rank, exact, normalised, partition, near, split = run
+    n = len(rank)
+    names = {0: None, 1: "train", 2: "dev", 3: "eval", 4: "test"}
+    splits = pl.Series("_split", [names[int(s)] for s in split], dtype=pl.String)
+    frame = pl.DataFrame(
+        {
+            "_source": [f"in-{i % 3}.jsonl" for i in range(n)],
+            "_line": list(range(1, n + 1)),
+            "_record_sha256": [f"{i:064x}" for i in range(n)],
+        }
+    )
+    ours = find_among_participants(rank, exact, normalised, partition, near, split)
+    every = decide(rank, exact, normalised, partition, near)
+    assert_frame_equal(
+        _clusters_frame(frame, ours, splits, "k", None),
+        _clusters_of_every_row(frame, every, splits, "k"),
+    )
+    removed = every.rule[every.removed]
+    assert ours.removed_by_rule().tolist() == [int((removed == c).sum()) for c in range(len(RULES))]
+    assert ours.keepers().tolist() == sorted(set(every.kept[every.removed].tolist()))
