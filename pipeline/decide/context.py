@@ -300,19 +300,25 @@ class GlobalContext:
         where: pl.Expr | None = None,
         left_out: pl.DataFrame | None = None,
         stem: str | None = None,
+        digested: bool = False,
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
         """Which of ``rows`` (as for :meth:`repeats`) share their exact ``key`` (a
-        string; a row where it is null takes no part), grouped first on ``hashed`` (its
-        64-bit hash), with another row where ``where`` holds, none of ``left_out``
-        taking part; and each found row's group, in the rows' order: its key's first row
-        in the stable order key, encoded (:func:`~pipeline.decide.partitioned.first_rows`
-        reads it; groups order as their first rows do). ``stem``: the expressions read a
-        file staged beside the rows (as for :meth:`evaluate`). Compared partition by
-        partition on the engine: the driver holds a group a row found, not the keys."""
+        string or bytes; a row where it is null takes no part), grouped first on
+        ``hashed`` (its 64-bit hash), with another row where ``where`` holds, none of
+        ``left_out`` taking part; and each found row's group, in the rows' order: its
+        key's first row in the stable order key, encoded
+        (:func:`~pipeline.decide.partitioned.first_rows` reads it; groups order as their
+        first rows do). ``stem``: the expressions read a file staged beside the rows (as
+        for :meth:`evaluate`); ``digested``: keys (strings) are staged and compared as
+        their SHA-256, as content fingerprints are (a long text's 32 bytes). Compared
+        partition by partition on the engine: the driver holds a group a row found, not
+        the keys."""
         present = key.is_not_null()
         exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
         left = lines_by_shard(left_out) if left_out is not None else None
-        return self._check(kind, rows, name, exprs, 1 + 4, stem=stem, left_out=left)
+        return self._check(
+            kind, rows, name, exprs, 1 + 4, stem=stem, left_out=left, digested=digested
+        )
 
     def _check(
         self,
@@ -324,6 +330,7 @@ class GlobalContext:
         *,
         stem: str | None = None,
         left_out: Mapping[int, npt.NDArray[np.int64]] | None = None,
+        digested: bool = False,
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
         """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
         row, to size its partitions): a mask over ``rows`` and the found rows' groups."""
@@ -334,7 +341,16 @@ class GlobalContext:
         count = partition_count(
             rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
-        check = HashCheck.of(self.storage, kind, name, shards, exprs, partitions=count, source=stem)
+        check = HashCheck.of(
+            self.storage,
+            kind,
+            name,
+            shards,
+            exprs,
+            partitions=count,
+            source=stem,
+            digested=digested,
+        )
         found = check.run(self.engine, left_out)
         keys = pl.DataFrame(
             {"_shard": found.shards, "_shard_line": found.lines},

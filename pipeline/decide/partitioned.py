@@ -42,6 +42,7 @@ import pyarrow as pa
 from pipeline.core.row_local import row_values
 from pipeline.decide.repeats import repeated, varying
 from pipeline.dedupe.partitions import partitions_for
+from pipeline.dedupe.row_keys import sha256s
 from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
 
@@ -184,6 +185,9 @@ class HashCheck:
     #: the staged stem the expressions read: the kind's rows, or a file staged beside
     #: them (its row keys)
     source: str = ""
+    #: a grouping check's keys are staged and compared as their SHA-256 (32 bytes),
+    #: not as they are (a long text: a review's subject)
+    digested: bool = False
 
     @classmethod
     def of(
@@ -196,11 +200,12 @@ class HashCheck:
         *,
         partitions: int,
         source: str | None = None,
+        digested: bool = False,
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE` or :data:`TEXT` and
         :data:`SEEKS`, :data:`WHERE`) over ``kind``'s rows in ``shards`` (or over
         ``source``, a stem staged beside them), its entries staged as
-        ``<kind>.hash-<name>``."""
+        ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256."""
         allowed = ({GROUP}, {GROUP, VALUE}, {GROUP, TEXT}, {GROUP, TEXT, SEEKS})
         if set(exprs) - {WHERE} not in allowed:
             raise ValueError(
@@ -208,7 +213,7 @@ class HashCheck:
                 f"(and {SEEKS}), and optionally {WHERE}: not {sorted(exprs)}"
             )
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
-        return cls(storage, kind, name, shards, serialized, partitions, source or kind)
+        return cls(storage, kind, name, shards, serialized, partitions, source or kind, digested)
 
     @property
     def varying(self) -> bool:
@@ -298,7 +303,8 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
         value = frame[VALUE].to_numpy().astype(np.uint64, copy=False)
         columns[VALUE] = pa.array(value[order], pa.uint64())
     if check.matching or check.grouping:
-        columns[TEXT] = _key_text(frame[TEXT]).gather(order).to_arrow()
+        text = _key_text(frame[TEXT]).gather(order).to_arrow()
+        columns[TEXT] = sha256s(text) if check.digested else text
     if check.matching:
         columns[SEEKS] = pa.array(frame[SEEKS].fill_null(False).to_numpy()[order], pa.bool_())
     entries = pa.record_batch(columns)

@@ -72,9 +72,10 @@ class RecordKind:
         return None
 
     def review_subject(self) -> DedupeKey | None:
-        """The item a row reviews, compared exactly: rows with equal subjects are reviews
-        of one item, counted and voted by a rubric's review policy
-        (:mod:`pipeline.decide.stages.review`). ``None``: a row is no review of a shared item."""
+        """The item a row reviews, compared exactly (by its SHA-256, as content
+        fingerprints are): rows with equal subjects are reviews of one item, counted and
+        voted by a rubric's review policy (:mod:`pipeline.decide.stages.review`).
+        ``None``: a row is no review of a shared item."""
         return None
 
 

@@ -405,7 +405,7 @@ class ProbeRepeats:
         expected = part & np.array([counts.get(int(k), 0) > 1 for k in keys])
         firsts = np.array([first[int(k)] for k in keys[expected]], np.int64)
         shards = tuple(s.shard for s in ctx.summaries if kind in s.kinds)
-        for count in (1, 7, 64):
+        for count, digested in ((1, False), (7, False), (7, True), (64, False), (64, True)):
             at = dataclasses.replace(
                 ctx, config=ctx.config.override(**{"engine.partitions": count})
             )
@@ -417,7 +417,11 @@ class ProbeRepeats:
                 key.hash() % 3,
                 where=where,
                 left_out=rows.filter(left_out),
+                digested=digested,
             )
+            # digested: the staged keys are their SHA-256s, not the keys
+            staged = ctx.storage.staged_table(shards[0], f"{kind}.hash-probe")["_text"]
+            assert {len(k) for k in staged.to_pylist()} == ({32} if digested else {1, 2})
             shard, line = first_rows(shards, groups)
             named = np.stack([shard, line], axis=1)
             wanted = rows.select(KEYS)[firsts].to_numpy().astype(np.int64)
@@ -480,13 +484,13 @@ def test_repeats_on_the_engine_find_what_every_row_would(
         **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeRepeats.found) == 20
+    assert len(ProbeRepeats.found) == 22
     assert len(ProbeRepeats.refused) == 2
     assert all("hash is null" in message for message in ProbeRepeats.refused)
     # natural groups: the retries repeat, and none varies; five groups: every row
     # repeats, and the rows where ``where`` holds vary; some rows seek what none offers
     found = [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found]
-    assert found == [True, False] * 3 + [True] * 14
+    assert found == [True, False] * 3 + [True] * 16
     for expected, groups, mask, got in ProbeRepeats.found:
         assert np.array_equal(mask, expected)
         assert groups is None or np.array_equal(got, groups)

@@ -30,9 +30,11 @@ content fingerprint) before they were counted, and before scoring, which then sc
 kept row.
 
 Hash-first like the cross-record rules: rows are grouped on a 64-bit hash of the subject,
-and only rows whose hash repeats are compared on the exact subject, partition by partition
-on the engine (:meth:`~pipeline.decide.context.GlobalContext.groups`), so a collision can
-never merge two items; the driver holds an item id a review, not its subject.
+and only rows whose hash repeats are compared on the subject's SHA-256 (as exact dedupe
+compares content fingerprints: a 32-byte digest staged, not the subject's text),
+partition by partition on the engine (:meth:`~pipeline.decide.context.GlobalContext.groups`),
+so a collision of the 64-bit hash never merges two items; the driver holds an item id a
+review, not its subject.
 """
 
 from __future__ import annotations
@@ -225,6 +227,7 @@ def _reviews(
         _subject_hash(subject),
         where=pl.col("_disposition") == Disposition.ACCEPTED.value,  # the gate's
         left_out=rows.select(KEYS).filter(~accepted),  # removed by the rules since
+        digested=True,  # a subject's SHA-256, not its text (~780 bytes a pairwise subject)
     )
     of_votes = shared[accepted]
     if not np.array_equal(np.flatnonzero(shared), np.flatnonzero(accepted)[of_votes]):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.config import CampaignConfig, ConfigError, load_campaign
 from pipeline.core.reasons import REVIEW_ACTIONS
+from pipeline.decide.partitioned import HashCheck
 from pipeline.decide.stages import review
 from pipeline.dedupe.keys import DedupeKey
 from pipeline.jobs.run import run
@@ -279,9 +280,19 @@ def test_subject_hash_collisions_never_merge_items(
         hashed.append(subject)
         return pl.lit(0, pl.UInt64)
 
+    # and the subjects compared are their SHA-256s, not their texts
+    checks: list[HashCheck] = []
+    check_of = HashCheck.of
+
+    def spy(*args: Any, **kwargs: Any) -> HashCheck:
+        checks.append(check_of(*args, **kwargs))
+        return checks[-1]
+
     monkeypatch.setattr(review, "_subject_hash", colliding_hash)
+    monkeypatch.setattr(HashCheck, "of", spy)
     run(_campaign(tmp_path, reviews).override(**alone), tmp_path / "colliding")
     assert hashed  # the votes were hashed with it
+    assert [c.digested for c in checks if c.name == "review-subjects"] == [True]
     colliding = _review_codes(_outcomes(tmp_path / "colliding"))
     assert colliding == _review_codes(_outcomes(tmp_path / "hashed"))
     assert colliding == [expected for _, expected in REVIEWS]
