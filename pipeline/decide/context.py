@@ -17,12 +17,13 @@ A stage's result is a polars frame keyed by ``_shard`` and ``_shard_line`` with 
 Memory: the whole-run stages run in the parent over every row of the run, so what they
 hold per row is what grows with the input. The row-local stages after them (scoring, the
 policy) and the merge of every stage's decisions run a task per shard on the engine
-(:mod:`pipeline.decide.by_shard`): their scores and decisions never reach the parent. The state is :data:`STATE_COLUMNS` (13 bytes a row: a
-stage that reads the reason codes is given them, built for it alone:
-:data:`REASON_CODES`). A stage finds the few rows a check needs on 64-bit hashes,
-partition by partition on the engine (:meth:`GlobalContext.repeats`,
-:mod:`pipeline.decide.partitioned`; an anti-join on exact keys:
-:meth:`GlobalContext.unmatched`), or reads values shard by shard
+(:mod:`pipeline.decide.by_shard`): their scores and decisions never reach the parent.
+The state is :data:`STATE_COLUMNS` (13 bytes a row: a stage that reads the reason codes
+is given them, built for it alone: :data:`REASON_CODES`). A stage finds the few rows a
+check needs on 64-bit hashes, partition by partition on the engine
+(:meth:`GlobalContext.repeats`, :mod:`pipeline.decide.partitioned`; an anti-join on
+exact keys: :meth:`GlobalContext.unmatched`; exact groups: :meth:`GlobalContext.groups`),
+or reads values shard by shard
 (:meth:`GlobalContext.evaluate`; lined up with its rows: :meth:`GlobalContext.values`),
 and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them alone out
 of the staged files). On 1,000,000 pairwise-v2 or pw-decide-row rows the global phase

@@ -185,8 +185,8 @@ class HashCheck:
     #: the staged stem the expressions read: the kind's rows, or a file staged beside
     #: them (its row keys)
     source: str = ""
-    #: a grouping check's keys are staged and compared as their SHA-256 (32 bytes),
-    #: not as they are (a long text: a review's subject)
+    #: the keys (:data:`TEXT`) are staged and compared as their SHA-256 (32 bytes), not
+    #: as they are (a long text: a review's subject)
     digested: bool = False
 
     @classmethod

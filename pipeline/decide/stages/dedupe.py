@@ -348,8 +348,9 @@ def _near_places(
     worse), their similarities and the candidate count, found and checked on the
     engine (:meth:`~pipeline.dedupe.partitions.NearSearch.search`). The texts are the
     accepted rows but the later rows of each group (``grouped``: the rows that share
-    their normalised digest, or their fingerprint with that rule off), numbered in order (:class:`~pipeline.dedupe.partitions.SparseTexts`), each
-    ranked by the survivor rule (its group's best rank): the text maps and addresses
+    their normalised digest, or their fingerprint with that rule off), numbered in
+    order (:class:`~pipeline.dedupe.partitions.SparseTexts`), each ranked by the
+    survivor rule (its group's best rank): the text maps and addresses
     are staged a shard at a time, never an array of every row's text. A survivor rule by
     a column reads that column for every accepted row and ranks it here
     (:func:`_survivor_ranks`): the one value of every row this stage holds."""
@@ -386,7 +387,7 @@ def _groups(places: I64, ids: I64, rank: Callable[[I64], I64]) -> tuple[I64, I64
     later = first[ids] != np.arange(len(places))
     several = np.bincount(ids) > 1
     firsts = places[first[several]]
-    by_place = np.argsort(firsts)  # in case groups are numbered otherwise than by place
+    by_place = np.argsort(firsts)  # the texts in place order, however groups are numbered
     return places[later], firsts[by_place], best[several][by_place]
 
 
@@ -452,8 +453,9 @@ def _values(
 
 def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: _Found) -> RowKeys:
     """The gate's row keys of the rows taking part (``frame``'s, in order): their exact
-    and normalised groups, as the grouping checks found them (``found``); the lineage of only the rows a pointer or a cluster names; the near pairs
-    found among every accepted row (``found``), between their groups; the signatures of
+    and normalised groups, as the grouping checks found them (``found``); the lineage of
+    only the rows a pointer or a cluster names; the near pairs found among every
+    accepted row (``found``), between their groups; the signatures of
     only the rows asked for (the verified pairs'). Every participant's two digests and
     lineage in the frame held ~150 bytes a row through the matching (~58 MB at 388,000
     rows of a duplicate-heavy export), and reading their digests to rank them ~100 bytes
