@@ -32,7 +32,14 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.core.config import DedupeSettings, EngineSettings
-from pipeline.decide.repeats import dense_ranks, digest_prefix
+from pipeline.decide.partitioned import (
+    GROUP,
+    TEXT,
+    WHERE,
+    HashCheck,
+    first_rows,
+    partition_count,
+)
 from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.near_check import STORED
@@ -254,6 +261,9 @@ def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
             rows = frame.slice(lo, _BATCH_ROWS)
             fingerprints = printed.slice(lo, _BATCH_ROWS) if printed is not None else None
             batch = _batch_keys(job, rows, fingerprints, memo)
+            # each row's place in the task: the grouping checks name rows by it
+            lines = pa.array(np.arange(lo, lo + rows.height, dtype=np.int64))
+            batch = batch.append_column("_shard_line", lines)
             if writer is None:
                 writer = job.storage.stage_writer(task.shard, stem, batch.schema)
             writer.write_table(batch)
@@ -281,34 +291,55 @@ def _batch_keys(
     return pa.table(columns)
 
 
-def _digest_ranks(chunks: list[pa.Array]) -> I64:
-    """Group ids from 0 of staged digests (binary(32) chunks, memory-mapped; null for a
-    row with no key): equal digests share one, in the digests' order, and each null is a
-    group of its own after the others, in row order (as
-    :func:`pipeline.dedupe.table.dense_ids` numbers them). Ranked on 8-byte prefixes:
-    ~9 bytes a row held, not the digests; a digest is read only where its prefix repeats."""
-    prefixes = pl.concat(
-        [pl.DataFrame({"d": pl.Series(c)}).select(digest_prefix("d")) for c in chunks]
-        or [pl.DataFrame(schema={"d": pl.UInt64})]
-    ).to_series()
-    valid = prefixes.is_not_null().to_numpy()
-    prefix = prefixes.fill_null(0).to_numpy()
-    bounds = np.cumsum([0, *(len(c) for c in chunks)])
+def _grouped(
+    engine: Engine,
+    storage: RunStorage,
+    tasks: Sequence[KeyTask],
+    name: str,
+    engine_settings: EngineSettings,
+) -> I64:
+    """Group ids from 0 of a staged digest column (binary(32); null for a row with no
+    key): rows with equal digests share one. The rows whose digest another row shares
+    are grouped on the engine, partition by partition (a grouping check:
+    :class:`~pipeline.decide.partitioned.HashCheck`, first on a 64-bit hash, then on the
+    digests themselves); every other row, and each null, is a group of its own. Groups
+    are numbered as their first rows come. The driver holds the ids, a mark and a count
+    (~25 bytes a row) and the rows found (~36 bytes each, while they are placed):
+    ranking every row's digest prefixes here took ~40 bytes a row at its peak, for each
+    rule, and read every digest's pages."""
+    starts = np.cumsum([0, *(task.rows for task in tasks)])
+    if not tasks:  # no rows
+        return np.zeros(0, np.int64)
+    shards = tuple(task.shard for task in tasks)
+    digest = pl.col(name)
+    exprs = {GROUP: _hashed(digest), TEXT: digest, WHERE: digest.is_not_null()}
+    workers = engine_settings.resolved_workers()
+    count = partition_count(
+        int(starts[-1]), 1 + 4, workers, len(shards), engine_settings.partitions
+    )
+    stem = storage.row_keys_stem(_STEM)
+    check = HashCheck.of(storage, _STEM, name, shards, exprs, partitions=count, source=stem)
+    found = check.run(engine)
+    # each row's group is its first row: its own, or the one its digest's group names
+    ids = np.arange(int(starts[-1]), dtype=np.int64)
+    first_shard, first_line = first_rows(shards, found.groups)
+    firsts = starts[np.searchsorted(shards, first_shard)] + first_line
+    del first_shard, first_line
+    ids[starts[np.searchsorted(shards, found.shards)] + found.lines] = firsts
+    del found, firsts
+    # numbered from 0 as the first rows come
+    used = np.zeros(len(ids), np.bool_)
+    used[ids] = True
+    number = np.cumsum(used, dtype=np.int64)
+    del used
+    number -= 1
+    grouped: I64 = number[ids]
+    return grouped
 
-    def digests(rows: I64) -> pl.Series:
-        """The digests at positions ``rows`` (ascending) of the valid rows."""
-        at = np.flatnonzero(valid)[rows]
-        which = np.searchsorted(bounds, at, side="right") - 1
-        taken = [chunks[i].take(pa.array(at[which == i] - bounds[i])) for i in np.unique(which)]
-        return pl.Series(pa.chunked_array(taken, pa.binary(32)).combine_chunks())
 
-    ids = np.empty(len(prefix), np.int64)
-    at = np.flatnonzero(valid)
-    if len(at):
-        ids[at] = dense_ranks(prefix[at], digests)
-    missing = np.flatnonzero(~valid)
-    ids[missing] = (int(ids[at].max()) + 1 if len(at) else 0) + np.arange(len(missing))
-    return ids
+def _hashed(digest: pl.Expr) -> pl.Expr:
+    """The 64-bit hash a grouping check groups a digest by first."""
+    return digest.hash(5)
 
 
 def made_lineage(present: Collection[str], path: str, lines: pl.Expr) -> dict[str, pl.Expr]:
@@ -382,13 +413,15 @@ def staged_keys(
 
     normalised = None
     if settings.normalised:
-        normalised = pl.Series(NORMALISED, _digest_ranks(_column(storage, tasks, NORMALISED)))
+        normalised = pl.Series(
+            NORMALISED, _grouped(engine, storage, tasks, NORMALISED, engine_settings)
+        )
     searched = settings.near and starts[-1] > 1  # one row has no pair
     return RowKeys(
         normalised,
         near if searched else None,
         signatures if searched else None,
-        _digest_ranks(_column(storage, tasks, EXACT)) if job.exact else None,
+        _grouped(engine, storage, tasks, EXACT, engine_settings) if job.exact else None,
         lineage,
     )
 
@@ -437,15 +470,6 @@ class DatasetTexts:
         key = self.job.key()
         normalisation = Normalisation.from_settings(self.job.settings)
         return frame.select(text_columns(key, normalisation)).to_series()
-
-
-def _column(storage: RunStorage, tasks: Sequence[KeyTask], name: str) -> list[pa.Array]:
-    """A staged digest column of every task, through maps of its own, unmapped once it is
-    ranked: every page of it is read, and the maps the matching keeps would hold those
-    pages resident (32 bytes a row per rule)."""
-    stem = storage.row_keys_stem(_STEM)
-    tables = [storage.staged_table(task.shard, stem) for task in tasks]
-    return [c for t in tables if t.num_rows for c in t[name].chunks]
 
 
 def _in_order(

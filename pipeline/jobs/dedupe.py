@@ -19,8 +19,9 @@ they get the file path and 1-based row number.
 Memory: the decision reads only the columns it needs of every row. When a rule reads the
 key columns (normalised, near, or exact on inputs without a fingerprint column), they are
 read a slice at a time by the engine's workers, which stage each row's keys
-(:mod:`pipeline.jobs.dataset_keys`, as the gate does for a run); the decision holds ranks
-of their digests, finds and checks near candidates on the engine, and reads back only
+(:mod:`pipeline.jobs.dataset_keys`, as the gate does for a run); their exact and
+normalised groups are found on the engine (grouping checks), and the decision holds
+each row's groups, finds and checks near candidates on the engine, and reads back only
 the verified pairs' signatures and the lineage of the rows pointers name: ~30-50 bytes a
 row, plus
 the survivor and split-group fields. Otherwise (exact dedupe on fingerprints) it reads

@@ -15,11 +15,14 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.core.config import DedupeSettings
+from pipeline.core.config import DedupeSettings, EngineSettings
 from pipeline.dedupe import near_check
 from pipeline.dedupe.table import dense_ids
+from pipeline.engines.local import LocalEngine
+from pipeline.jobs import dataset_keys
 from pipeline.jobs import dedupe as job
-from pipeline.jobs.dataset_keys import KeySlice, _digest_ranks
+from pipeline.jobs.dataset_keys import EXACT, KeySlice, KeyTask, _grouped
+from pipeline.storage import RunStorage
 from pipeline.testing.corpus import duplicate_corpus
 from tests.dedupe_helpers import write_lines
 
@@ -189,18 +192,42 @@ def test_a_slice_that_cannot_be_compared_is_named_from_its_worker(
     assert not (tmp_path / "o").exists()
 
 
-def test_digest_ranks_are_the_dense_ids_of_the_digests() -> None:
-    """Ranked on 8-byte prefixes over chunks, with nulls and prefixes shared by distinct
-    digests: the ids of :func:`pipeline.dedupe.table.dense_ids` over the digests."""
+@pytest.mark.parametrize(
+    ("workers", "partitions", "colliding"), [(1, 1, False), (1, 7, True), (2, 64, False)]
+)
+def test_digest_groups_are_the_dense_ids_of_the_digests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, partitions: int, colliding: bool
+) -> None:
+    """Grouped on the engine over tasks' staged digests, with nulls, and with every
+    64-bit hash colliding: the groups of :func:`pipeline.dedupe.table.dense_ids` over
+    the digests, each null a group of its own."""
+    if colliding:
+        monkeypatch.setattr(dataset_keys, "_hashed", lambda digest: pl.lit(0, pl.UInt64))
     rng = np.random.default_rng(5)
     pool = [rng.bytes(32) for _ in range(40)]
-    pool += [pool[0][:8] + rng.bytes(24) for _ in range(5)]  # a shared prefix
     values = [
         None if rng.random() < 0.1 else pool[int(rng.integers(len(pool)))] for _ in range(500)
     ]
-    chunks = [pa.array(values[lo : lo + 70], pa.binary(32)) for lo in range(0, 500, 70)]
+    storage = RunStorage(tmp_path)
+    stem = storage.row_keys_stem("dataset")
+    tasks = []
+    for shard, lo in enumerate(range(0, 500, 70)):
+        part = values[lo : lo + 70]
+        table = pa.table(
+            {
+                EXACT: pa.array(part, pa.binary(32)),
+                "_shard_line": pa.array(range(len(part)), pa.int64()),
+            }
+        )
+        storage.stage_table(shard, stem, table)
+        tasks.append(KeyTask(shard, (KeySlice("in.parquet", lo, len(part), ()),)))
+    settings = EngineSettings(workers=workers, partitions=partitions)
+    with LocalEngine.from_settings(settings, len(tasks)) as engine:
+        ours = _grouped(engine, storage, tasks, EXACT, settings)
     expected = dense_ids(pl.DataFrame({"k": pl.Series(values, dtype=pl.Binary)}), pl.col("k"))
-    assert _digest_ranks(chunks).tolist() == expected.tolist()
+    pairs = set(zip(ours.tolist(), expected.tolist(), strict=True))
+    assert len(pairs) == len(set(ours.tolist())) == len(set(expected.tolist()))
+    assert sorted(set(ours.tolist())) == list(range(len(pairs)))  # dense, from 0
 
 
 def test_the_workers_do_not_change_the_outputs(
