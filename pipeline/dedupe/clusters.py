@@ -382,9 +382,7 @@ def find_duplicates(
     themselves (:func:`decide`), as every row would be among all. ``normalised`` ids
     index the texts ``near`` was computed over."""
     rows = _participants(exact, normalised, near)
-    splits = split[rows] if split is not None else np.zeros(len(rows), np.int64)
-    rep, reps = _representatives(rows, rank, exact, partition, splits)
-    del splits
+    rep, reps = _representatives(rows, rank, exact, partition, split)
     at = rows[reps]
     by_rep = decide(rank[at], exact[at], normalised[at], partition[at], near)
     by_rep.kept = np.where(by_rep.kept >= 0, at[np.maximum(by_rep.kept, 0)], -1)
@@ -396,16 +394,22 @@ def find_duplicates(
 
 
 def _representatives(
-    rows: I64, rank: I64, exact: I64, partition: I64, splits: I64
+    rows: I64, rank: I64, exact: I64, partition: I64, split: I64 | None
 ) -> tuple[I64, I64]:
     """Each of ``rows``' representative (a place among the representatives) and the
     representatives' places among ``rows`` (ascending): the best-ranked row of each
-    exact group, partition and split."""
-    order = np.lexsort((rank[rows], splits, partition[rows], exact[rows]))
+    exact group, partition and split. A partition or split of every row orders nothing
+    and is left out of the sort (three 8-byte keys of every row taking part, and their
+    sorted copies, where a dataset has no splits)."""
+    varied = [k for k in (partition, split) if k is not None and len(k) and k.min() != k.max()]
+    keys = [exact[rows], *(key[rows] for key in varied)]
+    order = np.lexsort((rank[rows], *reversed(keys)))
     first = np.zeros(len(order), np.bool_)
     first[:1] = True
-    for key in (exact[rows][order], partition[rows][order], splits[order]):
-        first[1:] |= key[1:] != key[:-1]
+    for key in keys:
+        ordered = key[order]
+        first[1:] |= ordered[1:] != ordered[:-1]
+    del keys, ordered
     group = np.cumsum(first) - 1
     reps = order[first]
     by_place = np.argsort(reps)

@@ -315,7 +315,10 @@ def match_duplicates(
     splits = splits_of(frame)
     protected = {name: i + 1 for i, name in enumerate(settings.protected_splits)}
     partition = splits.replace_strict(protected, default=0, return_dtype=pl.Int64).to_numpy()
-    split = splits.rank("dense").fill_null(0).to_numpy().astype(np.int64)
+    # each row's split as a number (none when no row has one)
+    split = None
+    if splits.null_count() < len(splits):
+        split = splits.rank("dense").fill_null(0).to_numpy().astype(np.int64)
     found = find_duplicates(rank, exact, normalised, partition, near, split)
     del split
     lineage = row_keys.lineage if row_keys is not None else None
