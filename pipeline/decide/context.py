@@ -403,6 +403,23 @@ class GlobalContext:
             return _staged_shard_rows(self.storage, shard, stem or kind, None, columns)
         return staged_rows(self.storage, kind, keys, columns, stem)
 
+    def fetched(
+        self, kind: str, rows: pl.DataFrame, columns: Sequence[str], stem: str | None = None
+    ) -> pl.DataFrame:
+        """``rows`` (a few, each once: their keys and any other columns) with their
+        staged ``columns`` beside them, in the order of ``rows`` (:meth:`fetch`). Rows in
+        the stable order key come back from the staged files in their own order and are
+        set beside them: a join held a hash table of the rows and a copy of both frames
+        at once (dedupe's peak where most rows are duplicates); rows in another order
+        are joined. A row the staged files lack is an error, never a null."""
+        payload = self.fetch(kind, rows.select(KEYS), columns, stem)
+        if payload.height != rows.height:
+            raise AssertionError(f"{kind}: {rows.height} rows asked for, {payload.height} read")
+        aligned = payload.select(KEYS).equals(rows.select(KEYS))
+        if aligned and set(payload.columns) & set(rows.columns) == set(KEYS):
+            return rows.hstack(payload.drop(KEYS).get_columns())
+        return rows.join(payload, on=list(KEYS), how="left", maintain_order="left")
+
     def scan(
         self, kind: str, columns: Sequence[str] = (), *, reason_codes: bool = False
     ) -> pl.DataFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import types
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -751,3 +752,27 @@ def test_a_group_place_holds_its_shard_and_line_or_is_refused() -> None:
         group_places([1], np.array([1 << 40], np.int64))
     with pytest.raises(ValueError, match="past a group's 64 bits"):
         group_places([0] * (1 << 24), np.zeros(0, np.int64))
+
+
+def test_fetched_sets_staged_columns_beside_the_rows_asked_for() -> None:
+    """``fetched``: the staged columns in the order of the rows asked for (set beside
+    rows in file order, joined to rows in another), and a row the files lack is an
+    error, never a null."""
+    staged = pl.DataFrame(
+        {"_shard": [0, 0, 1], "_shard_line": [1, 4, 2], "v": ["a", "b", "c"]},
+        schema_overrides={"_shard": pl.Int32},
+    )
+
+    def fetch(kind: str, keys: pl.DataFrame, columns: list[str], stem: object) -> pl.DataFrame:
+        return keys.join(staged, on=list(KEYS)).sort(list(KEYS))  # file order, as read
+
+    ctx = types.SimpleNamespace(fetch=fetch)
+    rows = staged.select(KEYS).with_columns(n=pl.Series([10, 20, 30]))
+    in_order = GlobalContext.fetched(ctx, "k", rows, ["v"])  # type: ignore[arg-type]
+    assert in_order["v"].to_list() == ["a", "b", "c"]
+    assert in_order["n"].to_list() == [10, 20, 30]
+    shuffled = GlobalContext.fetched(ctx, "k", rows[[2, 0, 1]], ["v"])  # type: ignore[arg-type]
+    assert shuffled["v"].to_list() == ["c", "a", "b"]
+    extra = pl.DataFrame({"_shard": [1], "_shard_line": [9], "n": [40]}).cast({"_shard": pl.Int32})
+    with pytest.raises(AssertionError, match="4 rows asked for, 3 read"):
+        GlobalContext.fetched(ctx, "k", pl.concat([rows, extra]), ["v"])  # type: ignore[arg-type]

@@ -121,7 +121,7 @@ class Dedupe:
             part = ctx.with_lineage(accepted).drop("_input")
             frame = part.hstack(_payload(ctx, kind, rows, is_accepted, [*columns, *_DIGESTS]))
         else:  # the digests and lineage are read through the row keys (_row_keys)
-            frame = _fetched(ctx, kind, found.rows, columns) if columns else found.rows
+            frame = ctx.fetched(kind, found.rows, columns) if columns else found.rows
         frame = frame.with_columns(split).rename(back, strict=False)
         row_keys = _row_keys(ctx, kind, frame, found) if found is not None else None
         ctx.on_stage(f"{kind}: dedupe: match")
@@ -467,14 +467,14 @@ def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: _Found)
     normalised = pl.Series(NORMALISED, found.normalised) if found.normalised is not None else None
 
     def lineage(at: I64) -> pl.DataFrame:
-        return _fetched(ctx, kind, ctx.with_lineage(keys[at]), ["_record_sha256"])
+        return ctx.fetched(kind, ctx.with_lineage(keys[at]), ["_record_sha256"])
 
     if found.near is None:
         return RowKeys(normalised, None, None, exact, lineage)
     better, worse, similarity, candidates = found.near
 
     def signatures(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
-        values = _fetched(ctx, kind, keys[at], [SIGNATURE], stem)[SIGNATURE].to_numpy()
+        values = ctx.fetched(kind, keys[at], [SIGNATURE], stem)[SIGNATURE].to_numpy()
         values = values.astype(np.uint32).reshape(len(at), settings.permutations)
         return np.ascontiguousarray(values.T)
 
@@ -520,28 +520,6 @@ class StagedTexts:
             .select(text_columns(key, self.normalisation))
             .to_series()
         )
-
-
-def _fetched(
-    ctx: GlobalContext,
-    kind: str,
-    rows: pl.DataFrame,
-    columns: Sequence[str],
-    stem: str | None = None,
-) -> pl.DataFrame:
-    """``rows`` (a few) with their staged ``columns``, in the order of ``rows``; ``stem``:
-    from another file staged beside the kind's rows (:meth:`GlobalContext.fetch`).
-
-    Rows in the stable order key, each once (the rows taking part), come back from the
-    staged files in their own order: their columns are set beside them. A join held a
-    hash table of the rows and a copy of both frames at once (dedupe's peak where most
-    rows are duplicates)."""
-    payload = ctx.fetch(kind, rows.select(KEYS), columns, stem)
-    if set(payload.columns) & set(rows.columns) == set(KEYS) and payload.select(KEYS).equals(
-        rows.select(KEYS)
-    ):
-        return rows.hstack(payload.drop(KEYS).get_columns())
-    return rows.join(payload, on=list(KEYS), how="left", maintain_order="left")
 
 
 def _root(path: str) -> str:

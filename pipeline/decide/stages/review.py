@@ -135,12 +135,8 @@ class ReviewStage:
         }
         if not len(decided.rows):
             return None
-        kept = decided.reviews[decided.kept_rows].select(KEYS)
-        digests = ctx.fetch(kind, kept, ["_record_sha256"])
-        if not digests.select(KEYS).equals(kept):
-            raise AssertionError("the kept reviews read do not line up with those asked for")
-        lineage = ctx.with_lineage(kept).hstack([digests["_record_sha256"]])
-        return _decisions(decided, lineage, policy)
+        kept = ctx.with_lineage(decided.reviews[decided.kept_rows].select(KEYS))
+        return _decisions(decided, ctx.fetched(kind, kept, ["_record_sha256"]), policy)
 
 
 def _subject_hash(subject: DedupeKey) -> pl.Expr:
@@ -241,14 +237,8 @@ def _reviews(
         _split=ctx.split(),
     )
     asked = pl.Series(of_votes) & reviews["_vote"]
-    voters = reviews.filter(asked)
-    digests = ctx.fetch(kind, voters.select(KEYS), ["_content_sha256"])
-    if not digests.select(KEYS).equals(voters.select(KEYS)):
-        raise AssertionError("the fingerprints read do not line up with the votes")
-    return pl.concat(
-        [voters.hstack([digests["_content_sha256"]]), reviews.filter(~asked)],
-        how="diagonal_relaxed",
-    )
+    voters = ctx.fetched(kind, reviews.filter(asked), ["_content_sha256"])
+    return pl.concat([voters, reviews.filter(~asked)], how="diagonal_relaxed")
 
 
 @dataclass(frozen=True)
