@@ -195,8 +195,10 @@ def _each_string(texts: pa.Array, digest: Callable[[memoryview], bytes]) -> list
 @dataclass(frozen=True)
 class RowKeys:
     """What the gate's row keys give the matching, for a frame of rows (positions in it
-    are row ids): the ``normalised`` digests lined up with the rows, when that rule is
-    on; and for the near rule, ``near(groups, rows, rank)``: the near pairs among the
+    are row ids): the ``normalised`` groups lined up with the rows (ids from 0: rows
+    share one when their normalised digests are equal), when that rule is on, and the
+    ``exact`` groups (their content fingerprints'), found on the engine by grouping
+    checks; and for the near rule, ``near(groups, rows, rank)``: the near pairs among the
     texts (``rows[i]`` is text ``i``'s row, ``rank[i]`` its survivor rank; ``groups[r]``
     is row ``r``'s normalised group, which is its text when ``rows[groups[r]] == r``),
     found and checked on the engine (among more rows than the frame's, where it holds only
@@ -208,14 +210,11 @@ class RowKeys:
     :func:`~pipeline.dedupe.minhash.verified_pairs` give them; ``signatures(rows)``
     gives the signatures (permutations × rows) of some rows (the verified pairs').
 
-    ``normalised`` may hold the digests' dense ranks from 0 (an integer series) instead
-    of the digests (the same groups in the same order), and ``exact`` the dense ranks of
-    the content fingerprints;
     ``lineage(rows)`` gives the ``_source``, ``_line`` and ``_record_sha256`` of some
     rows (those a pointer or a cluster names): then the frame need not hold them for
     every row."""
 
-    normalised: pl.Series | None
+    normalised: I64 | None
     near: Callable[[I64, I64, I64], tuple[I64, I64, npt.NDArray[np.float64], int]] | None
     signatures: Callable[[I64], npt.NDArray[np.uint32]] | None
     exact: I64 | None = None

@@ -283,11 +283,7 @@ def match_duplicates(
         raise ConfigError(f"{kind}: no content fingerprint and no key columns to dedupe on")
     if settings.normalised and key is not None:
         if row_keys is not None and row_keys.normalised is not None:
-            given = row_keys.normalised
-            if given.dtype.is_integer():  # the dense ranks themselves
-                normalised = given.to_numpy().astype(np.int64, copy=False)
-            else:
-                normalised = dense_ids(pl.DataFrame({"k": given}), pl.col("k"))
+            normalised = row_keys.normalised
         else:
             normalised = dense_ids(frame, key_columns(key, normalisation, absent=True))
     else:

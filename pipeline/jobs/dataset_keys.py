@@ -413,9 +413,7 @@ def staged_keys(
 
     normalised = None
     if settings.normalised:
-        normalised = pl.Series(
-            NORMALISED, _grouped(engine, storage, tasks, NORMALISED, engine_settings)
-        )
+        normalised = _grouped(engine, storage, tasks, NORMALISED, engine_settings)
     searched = settings.near and starts[-1] > 1  # one row has no pair
     return RowKeys(
         normalised,

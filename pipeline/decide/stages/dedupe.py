@@ -463,14 +463,12 @@ def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: _Found)
     settings = ctx.config.dedupe
     stem = ctx.storage.row_keys_stem(kind)
     keys = frame.select(KEYS)
-    exact = found.exact
-    normalised = pl.Series(NORMALISED, found.normalised) if found.normalised is not None else None
 
     def lineage(at: I64) -> pl.DataFrame:
         return ctx.fetched(kind, ctx.with_lineage(keys[at]), ["_record_sha256"])
 
     if found.near is None:
-        return RowKeys(normalised, None, None, exact, lineage)
+        return RowKeys(found.normalised, None, None, found.exact, lineage)
     better, worse, similarity, candidates = found.near
 
     def signatures(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
@@ -488,7 +486,7 @@ def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: _Found)
         order = np.lexsort((right, left))
         return left[order], right[order], similarity[order], candidates
 
-    return RowKeys(normalised, near, signatures, exact, lineage)
+    return RowKeys(found.normalised, near, signatures, found.exact, lineage)
 
 
 @dataclass(frozen=True)
