@@ -150,37 +150,23 @@ class Duplicates:
         counts[EXACT] += int((self.count[~gone] - 1).sum())
         return counts.astype(np.int64)
 
-    # every row's, at once: for tests and small tables
-    @property
-    def kept(self) -> I64:
-        return self.kept_at(self._every())
-
-    @property
-    def rule(self) -> npt.NDArray[np.int8]:
-        return self.rule_at(self._every())
-
-    @property
-    def match(self) -> npt.NDArray[np.int8]:
-        return self.match_at(self._every())
-
-    @property
-    def estimated(self) -> F64:
-        return self.estimated_at(self._every())
-
-    @property
-    def verified(self) -> F64:
-        return self.verified_at(self._every())
-
-    @property
-    def cluster(self) -> I64:
-        return self.cluster_at(self._every())
-
     @property
     def removed(self) -> npt.NDArray[np.bool_]:
-        return self.removed_at(self._every())
+        return self.removed_at(np.arange(len(self.rows), dtype=np.int64))
 
-    def _every(self) -> I64:
-        return np.arange(len(self.rows), dtype=np.int64)
+    def verdicts(self) -> Decided:
+        """Every row's verdict at once (for tests and small tables)."""
+        every = np.arange(len(self.rows), dtype=np.int64)
+        return Decided(
+            self.rows,
+            self.kept_at(every),
+            self.rule_at(every),
+            self.match_at(every),
+            self.estimated_at(every),
+            self.verified_at(every),
+            self.cluster_at(every),
+            self.stats,
+        )
 
 
 def _group_stage(

@@ -47,7 +47,9 @@ class _PerRow:
         return self.kept >= 0
 
 
-def _per_row(found: Duplicates, n: int) -> _PerRow:
+def _per_row(duplicates: Duplicates, n: int) -> _PerRow:
+    found = duplicates.verdicts()
+
     def spread(values: np.ndarray, fill: float) -> np.ndarray:
         out = np.full(n, fill, dtype=values.dtype)
         out[found.rows] = values
@@ -259,7 +261,7 @@ def test_rows_that_share_nothing_take_no_part() -> None:
         _ids(0, 1, 2, 3, 4, 5), exact, exact, _ids(0, 0, 0, 0, 0, 0), _near((1, 3, 0.9))
     )
     assert found.rows.tolist() == [0, 1, 3, 4]
-    assert found.kept.tolist() == [-1, -1, 0, 1]
+    assert found.verdicts().kept.tolist() == [-1, -1, 0, 1]
 
 
 @st.composite
