@@ -4,6 +4,7 @@
 * :mod:`~pipeline.dedupe.normalise` — NFC, whitespace and case folding;
 * :mod:`~pipeline.dedupe.minhash` — shingles, MinHash, LSH, exact Jaccard check;
 * :mod:`~pipeline.dedupe.clusters` — survivors, removals, contamination, clusters;
+* :mod:`~pipeline.dedupe.participants` — the rows that take part, found on the engine;
 * :mod:`~pipeline.dedupe.table` — all of it over one kind's rows (a run's or a dataset's);
 * :mod:`~pipeline.dedupe.splits` — groups (task, ``meta``) that straddle splits.
 

@@ -5,10 +5,10 @@ The gate's workers stage each row's MinHash signature (:mod:`pipeline.dedupe.row
 The caller knows which rows take part as *texts* (one row of each group of equal keys:
 a run's first accepted row of each normalised key, or of each fingerprint with that
 rule off; every row where no rule groups them) and each text's survivor rank; that is
-staged as a text map beside each shard's staged rows (:func:`write_text_map`, 16 bytes a row): from arrays over every
-row (:meth:`NearSearch.verified`, ``rowgate dedupe``), or a shard at a time from the
-texts' exceptions, the rows that share a group (:class:`SparseTexts`,
-:func:`stage_sparse_texts`, a run's dedupe stage, which holds nothing of every row).
+staged as a text map beside each shard's staged rows (:func:`write_text_map`, 16 bytes a
+row), a shard at a time from the texts' exceptions, the rows that share a group
+(:class:`SparseTexts`, :func:`stage_sparse_texts`: a run's dedupe stage and ``rowgate
+dedupe`` hold nothing of every row for it).
 Then, on the engine (:meth:`NearSearch.search`):
 
 1. **shuffle**, a task per shard (:func:`shuffle_step`): the LSH band keys of the
@@ -43,7 +43,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -166,35 +166,12 @@ def _sought(among: I64, values: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
     return at, hit
 
 
-class _Texts(Protocol):
-    def ids(self, places: I64) -> I64: ...
-    def ranks(self, places: I64) -> I64: ...
-
-
-@dataclass(frozen=True)
-class _DenseTexts:
-    """Texts described by arrays over every taking row: ``groups[p]``, row ``p``'s group,
-    is its text id where ``text_rows`` names ``p`` as that text's row; ``text_rank``,
-    each text's survivor rank."""
-
-    groups: I64
-    text_rows: I64
-    text_rank: I64
-
-    def ids(self, places: I64) -> I64:
-        group = self.groups[places]
-        return np.where(self.text_rows[group] == places, group, -1)
-
-    def ranks(self, places: I64) -> I64:
-        return self.text_rank[self.groups[places]]
-
-
 def _text_maps(
     storage: RunStorage,
     kind: str,
     shards: tuple[tuple[int, int], ...],
     taking: npt.NDArray[np.bool_],
-    texts: _Texts,
+    texts: SparseTexts,
 ) -> Iterator[tuple[int, slice, npt.NDArray[np.bool_], I64, I64]]:
     """Stage each shard's text map (:func:`write_text_map`) from ``texts``, a shard at a
     time; yield, after each, the shard, its rows' slice, which of them take part, their
@@ -218,20 +195,24 @@ def stage_sparse_texts(
     kind: str,
     shards: tuple[tuple[int, int], ...],
     taking: npt.NDArray[np.bool_],
-    lines: pl.Series,
+    lines: pl.Series | None,
     texts: SparseTexts,
 ) -> int:
     """Stage each shard's text map and the texts' addresses (a row per text id: its
     ``_shard``, ``_shard_line`` and stored row), a shard at a time, for
     :meth:`NearSearch.search`; returns how many texts there are. ``taking`` and
-    ``lines``: every staged row of the ``shards`` (shard, rows), in order."""
+    ``lines``: every staged row of the ``shards`` (shard, rows), in order (``lines``
+    ``None``: each shard's rows are its lines from 0, as ``rowgate dedupe`` stages them)."""
     schema = pa.schema(
         [("_shard", pa.int32()), ("_shard_line", pa.int64()), (near_check.STORED, pa.int64())]
     )
     with storage.whole_writer(addresses_stem(kind), schema) as addresses:
         for shard, rows, took, at, ids in _text_maps(storage, kind, shards, taking, texts):
             kept = ids >= 0
-            shard_lines = lines.slice(rows.start, rows.stop - rows.start).to_numpy()
+            size = rows.stop - rows.start
+            shard_lines = (
+                np.arange(size) if lines is None else lines.slice(rows.start, size).to_numpy()
+            )
             columns = [np.full(int(kept.sum()), shard, np.int32), shard_lines[took][kept], at[kept]]
             addresses.write_batch(pa.record_batch(columns, schema=schema))
     return int(taking.sum()) - len(texts.excluded)
@@ -252,32 +233,6 @@ class NearSearch:
     workers: int
     partitions: int | None = None
 
-    def verified(
-        self,
-        taking: npt.NDArray[np.bool_],
-        groups: I64,
-        text_rows: I64,
-        text_rank: I64,
-        addresses: pa.Table,
-        source: TextSource,
-        on_stage: Callable[[str], None] = lambda name: None,
-    ) -> tuple[I64, I64, F64, int]:
-        """The near pairs among the texts: the candidate pairs whose exact similarity
-        reaches the threshold, as sorted (better, worse) text ids, their similarities,
-        and how many distinct candidate pairs there were. ``taking``: which staged rows
-        take part (in shard order); ``groups``: each taking row's normalised group, which
-        is its text when ``text_rows[group]`` is that row; ``text_rank``: each text's
-        survivor rank; ``addresses``: where each text is stored (a row per text id, with
-        its row as :data:`~pipeline.dedupe.near_check.STORED`), read through ``source``.
-
-        A text map is staged per shard (built a shard at a time: 24 bytes a row for
-        every row at once), then :meth:`search`."""
-        texts = _DenseTexts(groups, text_rows, text_rank)
-        for _ in _text_maps(self.storage, self.kind, self.shards, taking, texts):
-            pass
-        self.storage.stage_whole(addresses_stem(self.kind), addresses)
-        return self.search(taking, len(text_rows), source, on_stage)
-
     def search(
         self,
         taking: npt.NDArray[np.bool_],
@@ -285,9 +240,13 @@ class NearSearch:
         source: TextSource,
         on_stage: Callable[[str], None] = lambda name: None,
     ) -> tuple[I64, I64, F64, int]:
-        """:meth:`verified`'s pairs among ``texts`` texts whose text maps
-        (:func:`write_text_map`, one per shard) and addresses (a row per text id, staged
-        as :func:`~pipeline.dedupe.near_check.addresses_stem`) are staged already. Engine
+        """The near pairs among ``texts`` texts whose text maps (:func:`write_text_map`,
+        one per shard) and addresses (a row per text id, staged as
+        :func:`~pipeline.dedupe.near_check.addresses_stem`) are staged already
+        (:func:`stage_sparse_texts`): the candidate pairs whose exact similarity reaches
+        the threshold, as sorted (better, worse) text ids, their similarities, and how
+        many distinct candidate pairs there were. ``taking``: which staged rows take part
+        (in shard order); the texts are read through ``source``. Engine
         tasks: one per shard (the shuffle), one per partition (the candidates, staged),
         one per run of shards (the candidate texts' shingle sets, staged) and one per
         range of pair codes (the check, :mod:`pipeline.dedupe.near_check`). The driver

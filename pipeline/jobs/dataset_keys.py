@@ -4,16 +4,17 @@ texts.
 
 A dataset's inputs are cut into slices of whole row groups (about :data:`KEY_SLICE_BYTES`
 each by the files' metadata), cut again to at most :data:`KEY_SLICE_ROWS` rows; each is a
-task. It reads the key columns of its rows and stages their row keys
-(:func:`~pipeline.dedupe.row_keys.row_keys`: the normalised key's digest, the MinHash
-signature of the key text) and the exact key's digest (the raw key's SHA-256, or the
-content fingerprint's bytes). The parent then holds 8 bytes a row of each rule's groups,
-never the texts; the near candidates are found partition by partition and checked a
-range of them at a time on the engine (:class:`~pipeline.dedupe.partitions.NearSearch`,
-:mod:`pipeline.dedupe.near_check`, whose sets tasks read the candidates' texts once:
-:class:`DatasetTexts`),
-and only the verified pairs' signatures and the lineage of the rows pointers name are
-read back.
+task. It reads the key columns of its rows (where a rule reads them) and stages their
+row keys (:func:`~pipeline.dedupe.row_keys.row_keys`: the normalised key's digest, the
+MinHash signature of the key text) and the exact key's digest (the raw key's SHA-256,
+or the content fingerprint's bytes). Grouping checks on the engine then find the rows
+whose digest another row shares (:func:`_grouped`), and the near candidates are found
+partition by partition and checked a range of them at a time on the engine
+(:class:`~pipeline.dedupe.partitions.NearSearch`, :mod:`pipeline.dedupe.near_check`,
+whose sets tasks read the candidates' texts once: :class:`DatasetTexts`): the parent
+holds only the rows that take part (:mod:`pipeline.dedupe.participants`), never the
+texts, and reads back only the verified pairs' signatures and the lineage of the rows
+pointers name.
 The decisions are those of the matching over the texts themselves
 (:func:`~pipeline.dedupe.table.dedupe_table`): equal digests are equal keys, and a
 signature depends on its own text alone.
@@ -44,7 +45,15 @@ from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.near_check import STORED
 from pipeline.dedupe.normalise import Normalisation
-from pipeline.dedupe.partitions import NearSearch
+from pipeline.dedupe.participants import (
+    NONE_SHARED,
+    NearPlaces,
+    Participants,
+    Shared,
+    participant_keys,
+    sparse_texts,
+)
+from pipeline.dedupe.partitions import NearSearch, SparseTexts, stage_sparse_texts
 from pipeline.dedupe.row_keys import (
     NORMALISED,
     SIGNATURE,
@@ -89,6 +98,8 @@ _LINEAGE_TYPES: Final = pl.Schema(
 _FINGERPRINT: Final = "_content_sha256"
 #: rows whose keys are computed at a time (as the gate's batches: ``engine.batch_lines``)
 _BATCH_ROWS: Final = 4096
+#: the exact rule's digests read from the content fingerprints (:attr:`DatasetKeys.exact`)
+_PRINTED: Final = ("fingerprint", "fingerprint text")
 #: the staged stem of the row keys (a dataset is of one kind, or of columns)
 _STEM: Final = "dataset"
 
@@ -189,7 +200,9 @@ class DatasetKeys:
     layout: pl.Schema
     settings: DedupeSettings
     #: what the exact digests are: ``"key"`` (the raw key's), ``"fingerprint"`` (every
-    #: row's content fingerprint, 64 lowercase hex digits) or ``None`` (none staged)
+    #: row's content fingerprint, 64 lowercase hex digits, as its 32 bytes),
+    #: ``"fingerprint text"`` (the SHA-256 of every row's fingerprint, of another form:
+    #: compared as the text it is) or ``None`` (the rule is off)
     exact: str | None
     #: whether the key fields are probed (columns named on the command line; a kind's
     #: key reads rowgate output, whose types its schema fixed)
@@ -246,48 +259,63 @@ def _span_frame(job: DatasetKeys, task: KeySlice, local: I64) -> pl.DataFrame:
 
 def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
     """Stage the row keys of the task's rows, :data:`_BATCH_ROWS` at a time (the
-    normalised texts and tokens of a whole slice took ~7 times its bytes)."""
-    frame = pl.concat([_slice_frame(job, piece) for piece in task.pieces])
+    normalised texts and tokens of a whole slice took ~7 times its bytes). The key
+    columns are read only where a rule reads them (not for exact dedupe on content
+    fingerprints)."""
+    frame = None
+    if job.settings.normalised or job.settings.near or job.exact == "key":
+        frame = pl.concat([_slice_frame(job, piece) for piece in task.pieces])
     printed = None
-    if job.exact == "fingerprint":  # hex to its bytes: the same order, 32 bytes
+    if job.exact in _PRINTED:
         printed = pl.concat(
             [_read_columns(piece, (_FINGERPRINT,))[_FINGERPRINT] for piece in task.pieces]
-        ).str.decode("hex")
+        )
     stem = job.storage.row_keys_stem(_STEM)
     memo = SignatureMemo(LshParams.from_settings(job.settings)) if job.settings.near else None
+    height = frame.height if frame is not None else len(printed) if printed is not None else 0
     writer = None
     try:
-        for lo in range(0, frame.height, _BATCH_ROWS):
-            rows = frame.slice(lo, _BATCH_ROWS)
+        for lo in range(0, height, _BATCH_ROWS):
+            rows = frame.slice(lo, _BATCH_ROWS) if frame is not None else None
             fingerprints = printed.slice(lo, _BATCH_ROWS) if printed is not None else None
             batch = _batch_keys(job, rows, fingerprints, memo)
             # each row's place in the task: the grouping checks name rows by it
-            lines = pa.array(np.arange(lo, lo + rows.height, dtype=np.int64))
+            lines = pa.array(np.arange(lo, min(lo + _BATCH_ROWS, height), dtype=np.int64))
             batch = batch.append_column("_shard_line", lines)
             if writer is None:
                 writer = job.storage.stage_writer(task.shard, stem, batch.schema)
             writer.write_table(batch)
-            progress(0, rows.height)
+            progress(0, len(lines))
     finally:
         if writer is not None:
             writer.close()
-    return frame.height
+    return height
 
 
 def _batch_keys(
-    job: DatasetKeys, frame: pl.DataFrame, printed: pl.Series | None, memo: SignatureMemo | None
+    job: DatasetKeys,
+    frame: pl.DataFrame | None,
+    printed: pl.Series | None,
+    memo: SignatureMemo | None,
 ) -> pa.Table:
-    """The row keys of some rows: those the enabled rules read (``memo``: the task's)."""
+    """The row keys of some rows: those the enabled rules read (``memo``: the task's),
+    from their key columns (``frame``) and content fingerprints (``printed``)."""
     key = job.key()
     columns: dict[str, pa.Array] = {}
     if job.settings.normalised or job.settings.near:
+        assert frame is not None
         keys = row_keys(frame, key, job.settings, memo)
         columns = dict(zip(keys.schema.names, keys.columns, strict=True))
     if job.exact == "key":
+        assert frame is not None
         raw = frame.select(key_columns(key, None, absent=True)).to_series()
         columns[EXACT] = sha256s(raw.to_arrow())
-    elif printed is not None:
-        columns[EXACT] = printed.to_arrow().cast(pa.binary(32))
+    elif job.exact == "fingerprint":  # hex to its bytes: the same order, 32 bytes
+        assert printed is not None
+        columns[EXACT] = printed.str.decode("hex").to_arrow().cast(pa.binary(32))
+    elif job.exact == "fingerprint text":
+        assert printed is not None
+        columns[EXACT] = sha256s(printed.to_arrow())
     return pa.table(columns)
 
 
@@ -297,19 +325,17 @@ def _grouped(
     tasks: Sequence[KeyTask],
     name: str,
     engine_settings: EngineSettings,
-) -> I64:
-    """Group ids from 0 of a staged digest column (binary(32); null for a row with no
-    key): rows with equal digests share one. The rows whose digest another row shares
-    are grouped on the engine, partition by partition (a grouping check:
-    :class:`~pipeline.decide.partitioned.HashCheck`, first on a 64-bit hash, then on the
-    digests themselves); every other row, and each null, is a group of its own. Groups
-    are numbered as their first rows come. The driver holds the ids, a mark and a count
-    (~25 bytes a row) and the rows found (~36 bytes each, while they are placed):
-    ranking every row's digest prefixes here took ~40 bytes a row at its peak, for each
-    rule, and read every digest's pages."""
-    starts = np.cumsum([0, *(task.rows for task in tasks)])
+) -> Shared:
+    """The rows (places among every task's rows) whose staged digest (``name``,
+    binary(32); null for a row with no key) another row shares, and their groups,
+    numbered as the groups' first rows come. Grouped on the engine, partition by
+    partition (a grouping check: :class:`~pipeline.decide.partitioned.HashCheck`, first
+    on a 64-bit hash, then on the digests themselves): the driver holds only the rows
+    found. Every row's group here (ids, a mark and a count) held ~25 bytes a row, and
+    ranking every row's digest prefixes ~40 bytes a row, for each rule."""
     if not tasks:  # no rows
-        return np.zeros(0, np.int64)
+        return NONE_SHARED
+    starts = np.cumsum([0, *(task.rows for task in tasks)])
     shards = tuple(task.shard for task in tasks)
     digest = pl.col(name)
     exprs = {GROUP: _hashed(digest), TEXT: digest, WHERE: digest.is_not_null()}
@@ -320,21 +346,18 @@ def _grouped(
     stem = storage.row_keys_stem(_STEM)
     check = HashCheck.of(storage, _STEM, name, shards, exprs, partitions=count, source=stem)
     found = check.run(engine)
-    # each row's group is its first row: its own, or the one its digest's group names
-    ids = np.arange(int(starts[-1]), dtype=np.int64)
+    places: I64 = starts[np.searchsorted(shards, found.shards)] + found.lines
     first_shard, first_line = first_rows(shards, found.groups)
-    firsts = starts[np.searchsorted(shards, first_shard)] + first_line
+    del found
+    firsts: I64 = starts[np.searchsorted(shards, first_shard)] + first_line
     del first_shard, first_line
-    ids[starts[np.searchsorted(shards, found.shards)] + found.lines] = firsts
-    del found, firsts
-    # numbered from 0 as the first rows come
-    used = np.zeros(len(ids), np.bool_)
-    used[ids] = True
-    number = np.cumsum(used, dtype=np.int64)
-    del used
+    order = np.argsort(places)
+    places, firsts = places[order], firsts[order]
+    del order
+    # a group's first row is found too: numbered as those come, each row takes its own's
+    number = np.cumsum(places == firsts, dtype=np.int64)
     number -= 1
-    grouped: I64 = number[ids]
-    return grouped
+    return Shared(places, number[np.searchsorted(places, firsts)])
 
 
 def _hashed(digest: pl.Expr) -> pl.Expr:
@@ -370,12 +393,14 @@ def staged_keys(
     job: DatasetKeys,
     tasks: Sequence[KeyTask],
     engine_settings: EngineSettings,
-) -> RowKeys:
-    """Stage every task's row keys on ``engine`` and give the matching what it reads of
-    them (:class:`~pipeline.dedupe.row_keys.RowKeys`), for the rows of ``tasks`` in
-    order."""
+    rank: Callable[[I64], I64],
+) -> tuple[Participants, RowKeys]:
+    """Stage every task's row keys on ``engine``, find the rows that take part (of the
+    rows of ``tasks``, in order: :mod:`~pipeline.dedupe.participants`) with their
+    groups and near pairs, and give the matching what it reads of them
+    (:class:`~pipeline.dedupe.row_keys.RowKeys`, positions among the participants are
+    row ids). ``rank``: each row's survivor rank, by place."""
     counted = engine.map(key_step(job), tasks)
-    starts = np.cumsum([0, *(task.rows for task in tasks)])
     stem = storage.row_keys_stem(_STEM)
     staged = [storage.staged_table(task.shard, stem) for task in tasks]
     for task, rows, table in zip(tasks, counted, staged, strict=True):
@@ -385,52 +410,61 @@ def staged_keys(
                 f"{first.path}: rows from {first.first} read as {rows}, not {task.rows}"
             )
     settings = job.settings
+    exact = _grouped(engine, storage, tasks, EXACT, engine_settings) if job.exact else None
+    normalised = None
+    if settings.normalised:
+        normalised = _grouped(engine, storage, tasks, NORMALISED, engine_settings)
+    near = None
+    if settings.near and sum(task.rows for task in tasks) > 1:  # one row has no pair
+        # a text is a normalised group's first row (an exact group's, with that rule
+        # off; with both off, every row is a text)
+        grouped = normalised or exact or NONE_SHARED
+        near = _near_places(
+            engine, storage, job, tasks, engine_settings, sparse_texts(grouped, rank)
+        )
+    found = Participants.of(exact, normalised, near)
+    starts = np.cumsum([0, *(task.rows for task in tasks)])
 
-    def signatures(rows: I64) -> npt.NDArray[np.uint32]:
-        out = np.empty((settings.permutations, len(rows)), np.uint32)
-        for i, local, place in _located(starts, rows):
+    def signatures(at: I64) -> npt.NDArray[np.uint32]:
+        out = np.empty((settings.permutations, len(at)), np.uint32)
+        for i, local, place in _located(starts, found.places[at]):
             values = staged[i][SIGNATURE].take(pa.array(local)).combine_chunks()
             out[:, place] = values.flatten().to_numpy().reshape(len(local), -1).T
         return out
 
-    def lineage(rows: I64) -> pl.DataFrame:
-        return _rows_of(tasks, rows, _lineage, pl.DataFrame(schema=_LINEAGE_TYPES))
+    def lineage(at: I64) -> pl.DataFrame:
+        return _rows_of(tasks, found.places[at], _lineage, pl.DataFrame(schema=_LINEAGE_TYPES))
 
-    def near(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64, F64, int]:
-        search = NearSearch(
-            engine,
-            storage,
-            _STEM,
-            tuple((task.shard, task.rows) for task in tasks),
-            LshParams.from_settings(settings),
-            engine_settings.resolved_workers(),
-            engine_settings.partitions,
-        )
-        taking = np.ones(int(starts[-1]), np.bool_)
-        addresses = _addresses(text_rows).append_column(STORED, pa.array(text_rows, pa.int64()))
-        source = DatasetTexts(job, tuple(tasks))
-        return search.verified(taking, groups, text_rows, text_rank, addresses, source)
+    return found, participant_keys(found, signatures if near is not None else None, lineage)
 
-    normalised = None
-    if settings.normalised:
-        normalised = _grouped(engine, storage, tasks, NORMALISED, engine_settings)
-    searched = settings.near and starts[-1] > 1  # one row has no pair
-    return RowKeys(
-        normalised,
-        near if searched else None,
-        signatures if searched else None,
-        _grouped(engine, storage, tasks, EXACT, engine_settings) if job.exact else None,
-        lineage,
+
+def _near_places(
+    engine: Engine,
+    storage: RunStorage,
+    job: DatasetKeys,
+    tasks: Sequence[KeyTask],
+    engine_settings: EngineSettings,
+    texts: SparseTexts,
+) -> NearPlaces:
+    """The near rule's verified pairs among ``texts`` as places among every task's rows,
+    found and checked on the engine (:meth:`~pipeline.dedupe.partitions.NearSearch.search`):
+    the text maps and the texts' addresses are staged a task at a time, and the sets
+    tasks read the candidates' texts from the inputs (:class:`DatasetTexts`)."""
+    search = NearSearch(
+        engine,
+        storage,
+        _STEM,
+        tuple((task.shard, task.rows) for task in tasks),
+        LshParams.from_settings(job.settings),
+        engine_settings.resolved_workers(),
+        engine_settings.partitions,
     )
-
-
-#: a dataset text's address: its row among every task's rows, in order
-_ROW: Final = "_row"
-
-
-def _addresses(rows: I64) -> pa.Table:
-    """Where the texts of ``rows`` are, as :class:`DatasetTexts` reads them."""
-    return pa.table({_ROW: pa.array(rows, pa.int64())})
+    taking = np.ones(sum(task.rows for task in tasks), np.bool_)  # every row takes part
+    count = stage_sparse_texts(storage, _STEM, search.shards, taking, None, texts)
+    better, worse, similarity, candidates = search.search(
+        taking, count, DatasetTexts(job, tuple(tasks))
+    )
+    return NearPlaces(texts.places(better), texts.places(worse), similarity, candidates)
 
 
 def _rows_of(
@@ -460,9 +494,9 @@ class DatasetTexts:
     tasks: tuple[KeyTask, ...]
 
     def texts(self, addresses: pa.Table) -> pl.Series:
-        """The texts of the rows ``addresses`` name (``_row``: places among every task's
-        rows, in order), in their order."""
-        rows = addresses[_ROW].to_numpy()
+        """The texts of the rows ``addresses`` name (their stored rows, which are places
+        among every task's rows: every row takes part), in their order."""
+        rows = addresses[STORED].to_numpy()
         read = functools.partial(_span_frame, self.job)
         frame = _rows_of(self.tasks, rows, read, pl.DataFrame(schema=self.job.layout))
         key = self.job.key()

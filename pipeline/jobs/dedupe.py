@@ -16,19 +16,17 @@ sorted; row); rows keep ``_source``/``_line`` when the dataset is rowgate output
 they get the file path and 1-based row number.
 ``OUT`` appears atomically, as a run's output does.
 
-Memory: the decision reads only the columns it needs of every row. When a rule reads the
-key columns (normalised, near, or exact on inputs without a fingerprint column), they are
-read a slice at a time by the engine's workers, which stage each row's keys
-(:mod:`pipeline.jobs.dataset_keys`, as the gate does for a run); their exact and
-normalised groups are found on the engine (grouping checks), and the decision holds
-each row's groups, finds and checks near candidates on the engine, and reads back only
-the verified pairs' signatures and the lineage of the rows pointers name: ~30-50 bytes a
-row, plus
-the survivor and split-group fields. Otherwise (exact dedupe on fingerprints) it reads
-lineage and the fingerprint, ~0.2 KB a row. The rows themselves are then copied to
-``kept.parquet`` and ``duplicates.parquet`` a slice of a file at a time
-(:data:`_WRITE_BYTES` and :data:`_WRITE_ROWS`, whole row groups). Partitioning the decision itself is the scale
-issue's (docs/scale.md).
+Memory: whenever a rule is on, each row's keys are staged a slice at a time by the
+engine's workers (:mod:`pipeline.jobs.dataset_keys`, as the gate does for a run: the key
+columns are read only by the rules that need them, the fingerprints alone by exact
+dedupe on them); the exact and normalised groups are found and the near candidates
+found and checked on the engine, and the decision holds only the rows that take part
+(:mod:`pipeline.dedupe.participants`), reading back the verified pairs' signatures and
+the lineage of the rows pointers name. Of every row it holds the survivor rule's column
+and, for several splits, the split-group fields, when they are named. The rows
+themselves are then copied to ``kept.parquet`` and ``duplicates.parquet`` a slice of a
+file at a time (:data:`_WRITE_BYTES` and :data:`_WRITE_ROWS`, whole row groups).
+Partitioning the decision itself is the scale issue's (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -50,6 +48,7 @@ import pyarrow.parquet as pq
 from pipeline.core.config import ConfigError, DedupeSettings, EngineSettings
 from pipeline.core.files import input_type
 from pipeline.dedupe.keys import DedupeKey
+from pipeline.dedupe.participants import survivor_ranks
 from pipeline.dedupe.table import (
     DedupeOutcome,
     RemovedRows,
@@ -58,6 +57,7 @@ from pipeline.dedupe.table import (
     match_duplicates,
     required_columns,
     splits_of,
+    survivor_rank,
 )
 from pipeline.engines import get_engine
 from pipeline.gate.reader import JSONL_SUFFIXES, InputError, refuse_same_files
@@ -515,14 +515,15 @@ def _decide(
     a pointer names)."""
     name, key, fingerprint, (text_columns, key_columns) = keyed
     printed = fingerprint and all("_content_sha256" in schema for schema in schemas)
-    staged = key is not None and _stages_row_keys(settings, printed)
+    staged = key is not None and _stages_row_keys(settings)
     exact = _exact_digests(files, settings, printed) if staged else None
     columns = _columns_read(schemas, key, settings, name, fingerprint, texts=not staged)
     apart = _apart(name, schemas)
-    if staged:  # only the survivor and split-group fields, and fingerprints if ranked here
-        held = [apart.get(c, c) for c in required_columns(key, settings, name, texts=False)]
-        printed_here = settings.exact and printed and exact is None
-        columns = [c for c in columns if c in held or (printed_here and c == "_content_sha256")]
+    if staged:  # only the survivor field, and the split groups' of several splits
+        groups = _several_splits(files)
+        held = required_columns(key, settings, name, texts=False, groups=groups)
+        held = [apart.get(c, c) for c in held]
+        columns = [c for c in columns if c in held]
     frame, counts = _read(files, schemas, columns, lineage=not staged)
     if not staged and key is not None and _needs_key_columns(frame, key):  # rare
         frame, counts = _read(files, schemas, [*columns, *key.columns])
@@ -551,12 +552,13 @@ def _decide(
     return outcome, counts
 
 
-def _stages_row_keys(settings: DedupeSettings, printed: bool) -> bool:
+def _stages_row_keys(settings: DedupeSettings) -> bool:
     """Whether the row keys are staged on the engine (:mod:`pipeline.jobs.dataset_keys`):
-    when a rule reads the key columns (normalised, near, or exact on inputs without a
-    fingerprint column: ``printed`` false). Otherwise (and in the tests' reference runs)
-    the decision reads them for every row (:func:`~pipeline.dedupe.table.dedupe_table`)."""
-    return settings.normalised or settings.near or (settings.exact and not printed)
+    whenever a rule is on. Otherwise (and in the tests' reference runs) the decision
+    reads every row's key columns, or fingerprints, and lineage
+    (:func:`~pipeline.dedupe.table.dedupe_table`): exact dedupe on fingerprints so held
+    ~300 bytes a row at its peak (960,858 rows: 350 MB)."""
+    return settings.exact or settings.normalised or settings.near
 
 
 def _exact_digests(
@@ -565,10 +567,11 @@ def _exact_digests(
     """What the key tasks stage for the exact rule (:class:`DatasetKeys`): ``"key"``, the
     raw key's digest, where an input has no fingerprint column or a row none (the
     fingerprint then stands for no row's key, as in the matching over every row);
-    ``"fingerprint"`` where every row has one of 64 lowercase hex digits; ``None`` when
-    the rule is off, or (foreign data) a fingerprint is of another form: then the
-    decision ranks the fingerprints themselves. The fingerprints are counted in a
-    streaming pass over that one column."""
+    ``"fingerprint"`` where every row has one of 64 lowercase hex digits (its bytes);
+    ``"fingerprint text"`` where (foreign data) one is of another form: then the
+    fingerprints are compared as the texts they are, by their SHA-256; ``None`` when
+    the rule is off. The fingerprints are counted in a streaming pass over that one
+    column."""
     if not settings.exact:
         return None
     if not printed:
@@ -590,7 +593,7 @@ def _exact_digests(
         nulls, malformed = nulls + int(found["nulls"][0]), malformed + int(found["malformed"][0])
     if nulls:
         return "key"
-    return None if malformed else "fingerprint"
+    return "fingerprint text" if malformed else "fingerprint"
 
 
 def _key_tasks(
@@ -640,13 +643,27 @@ def _staged_outcome(
     engine_settings: EngineSettings,
 ) -> DedupeOutcome:
     """The decision with the row keys staged on the engine, slice by slice
-    (:mod:`pipeline.jobs.dataset_keys`): ``frame`` holds no key text."""
+    (:mod:`pipeline.jobs.dataset_keys`), among the rows that take part alone: ``frame``
+    holds no key text, and only the survivor field and, where the inputs are of several
+    splits, the split groups' fields."""
     tasks = _key_tasks(files, schemas, key)
+    rule = job.settings.survivor_rule(name)
+    rank = survivor_ranks(rule, frame.height, lambda: survivor_rank(frame, rule, name))
     with get_engine(engine_settings.name).from_settings(engine_settings, len(tasks)) as engine:
-        keys = staged_keys(engine, job.storage, job, tasks, engine_settings)
-        matches = match_duplicates(frame, key, job.settings, name, keys)
-    rows = frame.with_columns(_split=splits_of(frame))
-    return matches.complete(rows, group_fields(key, job.settings, name), frame.height)
+        found, keys = staged_keys(engine, job.storage, job, tasks, engine_settings, rank)
+    matches = match_duplicates(frame[found.places], key, job.settings, name, keys)
+    # the removed rows' places among every row, which are the row ids
+    matches.removed = matches.removed.placed(found.places)
+    everyone = pl.DataFrame(schema={"_split": pl.String})
+    if _several_splits(files):  # a group of rows matched or not may straddle splits
+        everyone = frame.with_columns(_split=splits_of(frame))
+    return matches.complete(everyone, group_fields(key, job.settings, name), frame.height)
+
+
+def _several_splits(files: list[DatasetInput]) -> bool:
+    """Whether the inputs are labelled with more than one split (else no group can
+    straddle splits)."""
+    return len({f.split for f in files} - {None}) > 1
 
 
 def _writer(path: Path, layout: pl.DataFrame) -> pq.ParquetWriter:

@@ -93,13 +93,13 @@ def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> 
             pl.when(pl.int_range(pl.len()) == 7)
             .then(fingerprint.str.to_uppercase())
             .otherwise(fingerprint),
-            None,
+            "fingerprint text",
         ),
     ):
         path = root / name / "rows.parquet"
         path.parent.mkdir()
         rows.with_columns(changed.alias("_content_sha256")).write_parquet(path, row_group_size=100)
-        # the exact rule's groups: of the keys; of the fingerprints as strings, ranked here
+        # the exact rule's groups: of the keys; of the fingerprints as strings (digested)
         assert job._exact_digests([job.DatasetInput(str(path))], DedupeSettings(), True) == exact
     return root
 
@@ -114,8 +114,10 @@ def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> 
          "--protect", "eval", "--text", "q", "--survivor", "last"],
         ["{run}", "--kind", "pairwise-v2"],
         ["{run}", "--no-near"],
+        ["{run}", "--no-near", "--no-normalised"],
         ["{reprinted}/null", "--kind", "pairwise-v2", "--no-near"],
         ["{reprinted}/capital", "--kind", "pairwise-v2"],
+        ["{reprinted}/capital", "--kind", "pairwise-v2", "--no-near", "--no-normalised"],
     ],
 )  # fmt: skip
 def test_staged_row_keys_decide_as_the_key_texts_do(
@@ -151,9 +153,10 @@ def test_staged_row_keys_decide_as_the_key_texts_do(
 def test_the_decision_reads_no_key_text_no_lineage_and_no_fingerprint(
     column_dataset: Path, undeduped_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the row keys staged, the one process that decides reads no key column, no
-    lineage and no fingerprint of every row: it holds ranks of digests, and reads back
-    the lineage of the rows pointers name (the near check's tasks read the texts)."""
+    """With the row keys staged (whatever rules are on), the one process that decides
+    reads no key column, no lineage and no fingerprint of every row: the grouping checks
+    compare digests on the engine, and it reads back the lineage of the rows pointers
+    name (the near check's tasks read the texts)."""
     reads: list[list[str]] = []
     original = job._read
 
@@ -164,15 +167,59 @@ def test_the_decision_reads_no_key_text_no_lineage_and_no_fingerprint(
     monkeypatch.setattr(job, "_read", recording)
     _dedupe([str(column_dataset), "--text", "q", "--key", "id"], tmp_path / "o")
     assert reads == [[]]  # the rows counted: no column read
-    reads.clear()
-    _dedupe([str(undeduped_run)], tmp_path / "run")
-    assert len(reads) == 1
-    assert not {"messages", "response_a", "_source", "_line", "_record_sha256"} & set(reads[0])
-    assert "_content_sha256" not in reads[0]
+    # one worker: the key tasks run here, and the key columns they read are seen
+    keyed: list[str] = []
+    slice_frame = dataset_keys._slice_frame
+    monkeypatch.setattr(
+        dataset_keys,
+        "_slice_frame",
+        lambda job, task: keyed.append(task.path) or slice_frame(job, task),
+    )
+    for rules in ([], ["--no-near", "--no-normalised"]):  # exact dedupe on fingerprints too
+        reads.clear()
+        keyed.clear()
+        _dedupe([str(undeduped_run), *rules, "--workers", "1"], tmp_path / f"run{len(rules)}")
+        assert len(reads) == 1
+        assert not {"messages", "response_a", "_source", "_line", "_record_sha256"} & set(reads[0])
+        assert "_content_sha256" not in reads[0]
+        assert bool(keyed) == (not rules)  # fingerprints alone: no key column read
     monkeypatch.setattr(job, "_stages_row_keys", lambda *given: False)
     reads.clear()
     _dedupe([str(column_dataset), "--text", "q", "--key", "id"], tmp_path / "r")
     assert reads == [["q", "id"]]  # the reference reads them: the check can fail
+
+
+def test_the_matching_holds_only_the_rows_that_take_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The matching decides among the rows that share a group or a near pair alone:
+    those of exact, normalised and near copies, never the rows that have none (a
+    dataset of distinct texts gives it no row), whatever their number; its removals
+    land at the rows' places among every row."""
+    heights: list[int] = []
+    original = job.match_duplicates
+
+    def recording(frame, *given):  # type: ignore[no-untyped-def]
+        heights.append(frame.height)
+        return original(frame, *given)
+
+    monkeypatch.setattr(job, "match_duplicates", recording)
+    texts = [" ".join(f"w{i * 40 + j}" for j in range(40)) for i in range(30)]
+    texts[5] = texts[2]  # exact
+    texts[9] = texts[3].upper()  # normalised
+    texts[20] = texts[4] + " more"  # near: one shingle of 37 more
+    pl.DataFrame({"q": texts}).write_parquet(tmp_path / "f.parquet", row_group_size=7)
+    _dedupe([str(tmp_path / "f.parquet"), "--text", "q"], tmp_path / "o")
+    assert heights == [6]
+    removed = pl.read_parquet(tmp_path / "o" / "duplicates.parquet")
+    assert removed["q"].to_list() == [texts[5], texts[9], texts[20]]
+    assert removed["_line"].to_list() == [6, 10, 21]
+    assert removed["_dedupe_rule"].to_list() == ["exact", "normalised", "near"]
+    heights.clear()
+    distinct = [t for i, t in enumerate(texts) if i not in (5, 9, 20)]
+    pl.DataFrame({"q": distinct}).write_parquet(tmp_path / "g.parquet", row_group_size=7)
+    _dedupe([str(tmp_path / "g.parquet"), "--text", "q"], tmp_path / "p")
+    assert heights == [0]
 
 
 def test_a_slice_that_cannot_be_compared_is_named_from_its_worker(
@@ -199,8 +246,9 @@ def test_digest_groups_are_the_dense_ids_of_the_digests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, partitions: int, colliding: bool
 ) -> None:
     """Grouped on the engine over tasks' staged digests, with nulls, and with every
-    64-bit hash colliding: the groups of :func:`pipeline.dedupe.table.dense_ids` over
-    the digests, each null a group of its own."""
+    64-bit hash colliding: the rows that share a group of
+    :func:`pipeline.dedupe.table.dense_ids` over the digests (no null: each is a group
+    of its own), in those groups, numbered as their first rows come."""
     if colliding:
         monkeypatch.setattr(dataset_keys, "_hashed", lambda digest: pl.lit(0, pl.UInt64))
     rng = np.random.default_rng(5)
@@ -223,11 +271,16 @@ def test_digest_groups_are_the_dense_ids_of_the_digests(
         tasks.append(KeyTask(shard, (KeySlice("in.parquet", lo, len(part), ()),)))
     settings = EngineSettings(workers=workers, partitions=partitions)
     with LocalEngine.from_settings(settings, len(tasks)) as engine:
-        ours = _grouped(engine, storage, tasks, EXACT, settings)
-    expected = dense_ids(pl.DataFrame({"k": pl.Series(values, dtype=pl.Binary)}), pl.col("k"))
-    pairs = set(zip(ours.tolist(), expected.tolist(), strict=True))
-    assert len(pairs) == len(set(ours.tolist())) == len(set(expected.tolist()))
-    assert sorted(set(ours.tolist())) == list(range(len(pairs)))  # dense, from 0
+        found = _grouped(engine, storage, tasks, EXACT, settings)
+    every = dense_ids(pl.DataFrame({"k": pl.Series(values, dtype=pl.Binary)}), pl.col("k"))
+    sharing = np.flatnonzero(np.bincount(every)[every] > 1)
+    assert found.places.tolist() == sharing.tolist()
+    expected = every[sharing]
+    pairs = set(zip(found.ids.tolist(), expected.tolist(), strict=True))
+    assert len(pairs) == len(set(found.ids.tolist())) == len(set(expected.tolist()))
+    assert sorted(set(found.ids.tolist())) == list(range(len(pairs)))  # dense, from 0
+    firsts = [int(found.places[found.ids == i].min()) for i in range(len(pairs))]
+    assert firsts == sorted(firsts)
 
 
 def test_the_workers_do_not_change_the_outputs(

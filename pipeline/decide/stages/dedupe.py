@@ -27,16 +27,16 @@ matches every accepted row).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import functools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, cast
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline.core.arrays import distinct
 from pipeline.core.config import CampaignConfig, ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP, Disposition
 from pipeline.decide.context import (
@@ -54,13 +54,21 @@ from pipeline.decide.repeats import repeated
 from pipeline.dedupe.keys import DedupeKey, text_columns
 from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.normalise import Normalisation
-from pipeline.dedupe.partitions import NearSearch, SparseTexts, stage_sparse_texts
+from pipeline.dedupe.participants import (
+    NONE_SHARED,
+    NearPlaces,
+    Participants,
+    Shared,
+    participant_keys,
+    sparse_texts,
+    survivor_ranks,
+)
+from pipeline.dedupe.partitions import NearSearch, stage_sparse_texts
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.table import (
     RemovedRows,
     check_survivor_column,
     group_fields,
-    group_texts,
     match_duplicates,
     ranked_values,
     required_columns,
@@ -121,7 +129,9 @@ class Dedupe:
             part = ctx.with_lineage(accepted).drop("_input")
             frame = part.hstack(_payload(ctx, kind, rows, is_accepted, [*columns, *_DIGESTS]))
         else:  # the digests and lineage are read through the row keys (_row_keys)
-            frame = ctx.fetched(kind, found.rows, columns) if columns else found.rows
+            places = pl.Series("_place", found.places, pl.UInt32)
+            taking = accepted[found.places].insert_column(0, places)
+            frame = ctx.fetched(kind, taking, columns) if columns else taking
         frame = frame.with_columns(split).rename(back, strict=False)
         row_keys = _row_keys(ctx, kind, frame, found) if found is not None else None
         ctx.on_stage(f"{kind}: dedupe: match")
@@ -200,40 +210,6 @@ def _payload_columns(
     return [c for c in available if c in alone]
 
 
-class _NearPlaces(NamedTuple):
-    """The near rule's verified pairs, as places among the accepted rows."""
-
-    better: I64
-    worse: I64
-    similarity: F64
-    candidates: int  # distinct candidate pairs, verified or not
-
-
-class _Shared(NamedTuple):
-    """The accepted rows that share a key with another accepted row: their places among
-    the accepted rows, ascending, and their groups (dense, numbered as the groups' first
-    rows come)."""
-
-    places: I64
-    ids: I64
-
-
-_NONE_SHARED: Final = _Shared(np.zeros(0, np.int64), np.zeros(0, np.int64))
-
-
-@dataclass(frozen=True)
-class _Found:
-    """The accepted rows that take part (:func:`_participants`): their keys and
-    ``_place`` among the accepted rows, ascending; their exact and normalised groups
-    (dense ids, lined up with ``rows``: a row that shares neither is a group of its own),
-    for the rules that are on; and the near rule's pairs, if it ran."""
-
-    rows: pl.DataFrame
-    exact: I64 | None
-    normalised: I64 | None
-    near: _NearPlaces | None
-
-
 def _participants(
     ctx: GlobalContext,
     kind: str,
@@ -241,7 +217,7 @@ def _participants(
     rows: pl.DataFrame,
     is_accepted: pl.Series,
     accepted: pl.DataFrame,
-) -> _Found | None:
+) -> Participants | None:
     """The accepted rows that can be removed or have a row removed in their favour,
     found without a value of every row in the driver: those whose content fingerprint
     or normalised key digest another accepted row shares (grouping checks on the engine,
@@ -260,7 +236,7 @@ def _participants(
     settings = ctx.config.dedupe
     accepting = is_accepted.to_numpy()
     stem = ctx.storage.row_keys_stem(kind)
-    exact = normalised = _NONE_SHARED
+    exact = normalised = None
     if settings.exact:
         printed = {"_u": pl.col("_content_sha256").is_null()}
         if _values(ctx, kind, rows, is_accepted, printed)["_u"].any():
@@ -268,24 +244,17 @@ def _participants(
         # its 32 bytes (the gate writes it in lowercase hex: one text a digest)
         fingerprint = pl.col("_content_sha256").str.decode("hex")
         exact = _shared(ctx, kind, rows, accepting, "fingerprints", fingerprint)
-    grouping = settings.normalised and key is not None
-    if grouping:
+    if settings.normalised and key is not None:
         digest = pl.col(NORMALISED)
         normalised = _shared(ctx, kind, rows, accepting, "normalised", digest, stem)
     near = None
-    parts = [exact.places, normalised.places]
     if settings.near and key is not None and accepted.height > 1:  # one row has no pair
         # a text is a normalised group's first row (an exact group's, with that rule
         # off; with both off, every row is a text: no row is grouped)
-        grouped = normalised if settings.normalised else exact
+        grouped = normalised or exact or NONE_SHARED
         _check_row_keys_line_up(ctx, kind, rows)
-        near = _near_places(ctx, kind, key, rows, accepting, accepted, grouped)
-        parts += [near.better, near.worse]
-    places = distinct(np.concatenate(parts))
-    found = accepted[places].insert_column(0, pl.Series("_place", places, pl.UInt32))
-    exact_ids = _ids(places, exact) if settings.exact else None
-    normalised_ids = _ids(places, normalised) if grouping else None
-    return _Found(found, exact_ids, normalised_ids, near)
+        near = _near_places(ctx, kind, key, rows, accepting, grouped)
+    return Participants.of(exact, normalised, near)
 
 
 def _shared(
@@ -296,7 +265,7 @@ def _shared(
     name: str,
     key: pl.Expr,
     stem: str | None = None,
-) -> _Shared:
+) -> Shared:
     """The accepted rows whose ``key`` (a digest, read from ``stem``'s file when given)
     another accepted row shares, and their groups. Grouped on the engine among every row
     whose key is present (:meth:`GlobalContext.groups`: first on the key's 64-bit hash,
@@ -309,23 +278,12 @@ def _shared(
     among_accepted = np.zeros(rows.height, np.bool_)
     among_accepted[shared] = again
     places = np.flatnonzero(among_accepted[accepting]).astype(np.int64)
-    ids = np.unique(of_accepted[again], return_inverse=True)[1].astype(np.int64)
-    return _Shared(places, ids)
+    return Shared.of(places, of_accepted[again])
 
 
 def _hashed(key: pl.Expr) -> pl.Expr:
     """The 64-bit hash a grouping check groups ``key`` by first."""
     return key.hash(5)
-
-
-def _ids(places: I64, shared: _Shared) -> I64:
-    """The groups of the rows taking part (at ``places``, ascending): ``shared``'s for
-    the rows it found, a group of its own for each other row (numbered after them)."""
-    ids = np.full(len(places), -1, np.int64)
-    ids[np.searchsorted(places, shared.places)] = shared.ids
-    alone = np.flatnonzero(ids < 0)
-    ids[alone] = int(shared.ids.max(initial=-1)) + 1 + np.arange(len(alone), dtype=np.int64)
-    return ids
 
 
 def _check_row_keys_line_up(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
@@ -341,25 +299,20 @@ def _near_places(
     key: DedupeKey,
     rows: pl.DataFrame,
     accepting: npt.NDArray[np.bool_],
-    accepted: pl.DataFrame,
-    grouped: _Shared,
-) -> _NearPlaces:
-    """The near rule's verified pairs as places among the accepted rows (better,
-    worse), their similarities and the candidate count, found and checked on the
-    engine (:meth:`~pipeline.dedupe.partitions.NearSearch.search`). The texts are the
-    accepted rows but the later rows of each group (``grouped``: the rows that share
-    their normalised digest, or their fingerprint with that rule off), numbered in
-    order (:class:`~pipeline.dedupe.partitions.SparseTexts`), each ranked by the
-    survivor rule (its group's best rank): the text maps and addresses
-    are staged a shard at a time, never an array of every row's text. A survivor rule by
-    a column reads that column for every accepted row and ranks it here
-    (:func:`_survivor_ranks`): the one value of every row this stage holds."""
+    grouped: Shared,
+) -> NearPlaces:
+    """The near rule's verified pairs as places among the accepted rows, found and
+    checked on the engine (:meth:`~pipeline.dedupe.partitions.NearSearch.search`). The
+    texts are the accepted rows but the later rows of each group (``grouped``:
+    :func:`~pipeline.dedupe.participants.sparse_texts`), each ranked by the survivor
+    rule (its group's best rank): the text maps and addresses are staged a shard at a
+    time, never an array of every row's text. A survivor rule by a column reads that
+    column for every accepted row and ranks it here (:func:`_column_ranks`): the one
+    value of every row this stage holds."""
     settings = ctx.config.dedupe
-    rank = _survivor_ranks(ctx, kind, rows, accepting)
-    excluded = first = best = np.zeros(0, np.int64)
-    if len(grouped.places):
-        excluded, first, best = _groups(grouped.places, grouped.ids, rank)
-    texts = SparseTexts(excluded, first, best, rank)
+    rule = settings.survivor_rule(kind)
+    by_column = functools.partial(_column_ranks, ctx, kind, rows, accepting, rule)
+    texts = sparse_texts(grouped, survivor_ranks(rule, int(accepting.sum()), by_column))
     shards = rows["_shard"].rle().struct.unnest()
     search = NearSearch(
         ctx.engine,
@@ -376,35 +329,20 @@ def _near_places(
     columns = _available(ctx, kind, [get_kind(kind).apart.get(c, c) for c in key.columns])
     source = StagedTexts(ctx.storage, kind, tuple(columns), Normalisation.from_settings(settings))
     better, worse, similarity, candidates = search.search(accepting, count, source, ctx.on_stage)
-    return _NearPlaces(texts.places(better), texts.places(worse), similarity, candidates)
+    return NearPlaces(texts.places(better), texts.places(worse), similarity, candidates)
 
 
-def _groups(places: I64, ids: I64, rank: Callable[[I64], I64]) -> tuple[I64, I64, I64]:
-    """Of rows at ``places`` (ascending) in groups ``ids`` (dense): the later rows of each
-    group (ascending), and each group of several rows' first place (ascending) with its
-    best survivor rank (:func:`~pipeline.dedupe.table.group_texts`)."""
-    first, best = group_texts(ids, rank(places))
-    later = first[ids] != np.arange(len(places))
-    several = np.bincount(ids) > 1
-    firsts = places[first[several]]
-    by_place = np.argsort(firsts)  # the texts in place order, however groups are numbered
-    return places[later], firsts[by_place], best[several][by_place]
-
-
-def _survivor_ranks(
-    ctx: GlobalContext, kind: str, rows: pl.DataFrame, accepting: npt.NDArray[np.bool_]
-) -> Callable[[I64], I64]:
-    """Each accepted place's survivor rank, as
-    :func:`~pipeline.dedupe.table.survivor_rank` gives it over every accepted row: its
-    place (``first``), the places reversed (``last``), or, by a column, ranked here."""
-    rule = ctx.config.dedupe.survivor_rule(kind)
-    n = int(accepting.sum())
-    if rule == "first":
-        return lambda places: places
-    if rule == "last":
-        return lambda places: n - 1 - places
-    # the column's rule field alone, read a shard at a time: reading the whole column
-    # (a struct of every rating) and taking the field here held ~110 bytes a row
+def _column_ranks(
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    accepting: npt.NDArray[np.bool_],
+    rule: str,
+) -> I64:
+    """Each accepted row's survivor rank by a column (``rule``: ``max:``/``min:`` it), as
+    :func:`~pipeline.dedupe.table.survivor_rank` gives it over every accepted row: the
+    column's rule field alone, read a shard at a time (reading the whole column, a
+    struct of every rating, and taking the field here held ~110 bytes a row)."""
     direction, column = rule.split(":", 1)
     root = _root(column)
     apart = get_kind(kind).apart
@@ -415,8 +353,7 @@ def _survivor_ranks(
     check_survivor_column(column, pl.Schema({back.get(n, n): t for n, t in schema.items()}), kind)
     value = survivor_value(stored + column[len(root) :])
     values = _payload(ctx, kind, rows, pl.Series(accepting), {"_v": value})["_v"]
-    ranks = ranked_values(values, direction)
-    return lambda places: ranks[places]
+    return ranked_values(values, direction)
 
 
 def _payload(
@@ -451,42 +388,26 @@ def _values(
     return {name: found.pop(name)[accepted] for name in list(found)}
 
 
-def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: _Found) -> RowKeys:
-    """The gate's row keys of the rows taking part (``frame``'s, in order): their exact
-    and normalised groups, as the grouping checks found them (``found``); the lineage of
-    only the rows a pointer or a cluster names; the near pairs found among every
-    accepted row (``found``), between their groups; the signatures of
-    only the rows asked for (the verified pairs'). Every participant's two digests and
-    lineage in the frame held ~150 bytes a row through the matching (~58 MB at 388,000
-    rows of a duplicate-heavy export), and reading their digests to rank them ~100 bytes
-    a row more."""
-    settings = ctx.config.dedupe
+def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: Participants) -> RowKeys:
+    """The gate's row keys of the rows taking part (``frame``'s, in order:
+    :func:`~pipeline.dedupe.participants.participant_keys`), the lineage and signatures
+    of only the rows asked for (those a pointer or a cluster names; the verified
+    pairs'). Every participant's two digests and lineage in the frame held ~150 bytes a
+    row through the matching (~58 MB at 388,000 rows of a duplicate-heavy export), and
+    reading their digests to rank them ~100 bytes a row more."""
+    permutations = ctx.config.dedupe.permutations
     stem = ctx.storage.row_keys_stem(kind)
     keys = frame.select(KEYS)
 
     def lineage(at: I64) -> pl.DataFrame:
         return ctx.fetched(kind, ctx.with_lineage(keys[at]), ["_record_sha256"])
 
-    if found.near is None:
-        return RowKeys(found.normalised, None, None, found.exact, lineage)
-    better, worse, similarity, candidates = found.near
-
-    def signatures(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
+    def signatures(at: I64) -> npt.NDArray[np.uint32]:
         values = ctx.fetched(kind, keys[at], [SIGNATURE], stem)[SIGNATURE].to_numpy()
-        values = values.astype(np.uint32).reshape(len(at), settings.permutations)
+        values = values.astype(np.uint32).reshape(len(at), permutations)
         return np.ascontiguousarray(values.T)
 
-    def near(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64, F64, int]:
-        # a pair's texts are the first rows of their groups, which take part whole
-        places = frame["_place"].cast(pl.Int64).to_numpy()
-        at = [np.searchsorted(places, side) for side in (better, worse)]
-        if not all((text_rows[groups[i]] == i).all() for i in at):
-            raise AssertionError("a near pair names a row that is not its group's text")
-        left, right = groups[at[0]], groups[at[1]]
-        order = np.lexsort((right, left))
-        return left[order], right[order], similarity[order], candidates
-
-    return RowKeys(found.normalised, near, signatures, found.exact, lineage)
+    return participant_keys(found, signatures, lineage)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,165 @@
+"""The rows that take part in dedupe, found without a value of every row in one process.
+
+Only a row that shares its exact or normalised group with another row, or whose text is
+in a verified near pair, can be removed or have a row removed in its favour
+(:func:`~pipeline.dedupe.clusters.find_duplicates` decides among those rows alone, as it
+would among all). Grouping checks on the engine give the rows that share a digest and
+each one's group (:class:`Shared`); the near search on the engine gives the verified
+pairs, over texts described by their exceptions
+(:class:`~pipeline.dedupe.partitions.SparseTexts`, :func:`sparse_texts`). Both a run's
+dedupe stage (:mod:`pipeline.decide.stages.dedupe`) and ``rowgate dedupe``
+(:mod:`pipeline.jobs.dataset_keys`) find their rows so, and give the matching their
+keys (:func:`participant_keys`): every array here grows with the rows that take part,
+not with the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from pipeline.core.arrays import distinct
+from pipeline.dedupe.partitions import SparseTexts
+from pipeline.dedupe.row_keys import RowKeys
+from pipeline.dedupe.table import group_texts
+
+__all__ = [
+    "NONE_SHARED",
+    "NearPlaces",
+    "Participants",
+    "Shared",
+    "participant_keys",
+    "sparse_texts",
+    "survivor_ranks",
+]
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+
+class Shared(NamedTuple):
+    """The rows that share a key (a digest) with another row: their places, ascending,
+    and their groups (dense, numbered as the groups' first rows come)."""
+
+    places: I64
+    ids: I64
+
+    @classmethod
+    def of(cls, places: I64, labels: npt.NDArray[Any]) -> Shared:
+        """The rows at ``places`` (ascending, each sharing its group with another of
+        them), grouped by ``labels`` (one a row, lined up with ``places``), which order
+        as their groups' first rows do (a group's first row, or its encoding)."""
+        return cls(places, np.unique(labels, return_inverse=True)[1].astype(np.int64))
+
+
+NONE_SHARED: Final = Shared(np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+class NearPlaces(NamedTuple):
+    """The near rule's verified pairs as places (better, worse), their similarities,
+    and how many distinct candidate pairs there were, verified or not."""
+
+    better: I64
+    worse: I64
+    similarity: F64
+    candidates: int
+
+
+@dataclass(frozen=True)
+class Participants:
+    """The rows that take part: their ``places``, ascending; their exact and normalised
+    groups (dense ids, lined up with ``places``: a row that shares neither is a group of
+    its own), for the rules that are on; and the near rule's pairs, if it ran."""
+
+    places: I64
+    exact: I64 | None
+    normalised: I64 | None
+    near: NearPlaces | None
+
+    @classmethod
+    def of(
+        cls, exact: Shared | None, normalised: Shared | None, near: NearPlaces | None
+    ) -> Participants:
+        """The rows that share a group of a rule that is on (``None``: off), or whose
+        text is in a near pair."""
+        parts = [s.places for s in (exact, normalised) if s is not None]
+        if near is not None:
+            parts += [near.better, near.worse]
+        places = distinct(np.concatenate([np.zeros(0, np.int64), *parts]))
+        return cls(
+            places,
+            _ids(places, exact) if exact is not None else None,
+            _ids(places, normalised) if normalised is not None else None,
+            near,
+        )
+
+
+def _ids(places: I64, found: Shared) -> I64:
+    """The groups of the rows at ``places`` (ascending): ``found``'s for the rows it
+    holds, a group of its own for each other row (numbered after them)."""
+    ids = np.full(len(places), -1, np.int64)
+    ids[np.searchsorted(places, found.places)] = found.ids
+    alone = np.flatnonzero(ids < 0)
+    ids[alone] = int(found.ids.max(initial=-1)) + 1 + np.arange(len(alone), dtype=np.int64)
+    return ids
+
+
+def survivor_ranks(rule: str, count: int, by_column: Callable[[], I64]) -> Callable[[I64], I64]:
+    """Each place's survivor rank among ``count`` rows, as
+    :func:`~pipeline.dedupe.table.survivor_rank` gives it over every row: its place
+    (``first``), the places reversed (``last``), or ``by_column()``'s ranks (the one
+    array of every row a rule by a column needs)."""
+    if rule == "first":
+        return lambda places: places
+    if rule == "last":
+        return lambda places: count - 1 - places
+    ranks = by_column()
+    return lambda places: ranks[places]
+
+
+def sparse_texts(grouped: Shared, rank: Callable[[I64], I64]) -> SparseTexts:
+    """The near rule's texts: every row but the later rows of each group of ``grouped``
+    (the rows that share their normalised digest, or their fingerprint with that rule
+    off), each ranked by ``rank`` (a group's text by its group's best rank)."""
+    if not len(grouped.places):
+        empty = np.zeros(0, np.int64)
+        return SparseTexts(empty, empty, empty, rank)
+    places, ids = grouped
+    first, best = group_texts(ids, rank(places))
+    later = first[ids] != np.arange(len(places))
+    several = np.bincount(ids) > 1
+    firsts = places[first[several]]
+    by_place = np.argsort(firsts)  # the texts in place order, however groups are numbered
+    return SparseTexts(places[later], firsts[by_place], best[several][by_place], rank)
+
+
+def participant_keys(
+    found: Participants,
+    signatures: Callable[[I64], npt.NDArray[np.uint32]] | None,
+    lineage: Callable[[I64], pl.DataFrame],
+) -> RowKeys:
+    """What the matching reads of the rows taking part (positions among
+    ``found.places`` are their row ids): their groups, and their near pairs between
+    their groups' texts; ``signatures`` (permutations × rows) and ``lineage`` of some of
+    them, by those positions (the verified pairs', and the rows a pointer or a cluster
+    names)."""
+    if found.near is None:
+        return RowKeys(found.normalised, None, None, found.exact, lineage)
+    better, worse, similarity, candidates = found.near
+    places = found.places
+
+    def near(groups: I64, text_rows: I64, text_rank: I64) -> tuple[I64, I64, F64, int]:
+        # a pair's texts are the first rows of their groups, which take part whole
+        at = [np.searchsorted(places, side) for side in (better, worse)]
+        if not all((text_rows[groups[i]] == i).all() for i in at):
+            raise AssertionError("a near pair names a row that is not its group's text")
+        left, right = groups[at[0]], groups[at[1]]
+        order = np.lexsort((right, left))
+        return left[order], right[order], similarity[order], candidates
+
+    return RowKeys(found.normalised, near, signatures, found.exact, lineage)
