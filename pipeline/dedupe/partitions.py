@@ -170,7 +170,7 @@ def _text_maps(
     storage: RunStorage,
     kind: str,
     shards: tuple[tuple[int, int], ...],
-    taking: npt.NDArray[np.bool_],
+    taking: npt.NDArray[np.bool_] | None,
     texts: SparseTexts,
 ) -> Iterator[tuple[int, slice, npt.NDArray[np.bool_], I64, I64]]:
     """Stage each shard's text map (:func:`write_text_map`) from ``texts``, a shard at a
@@ -178,7 +178,7 @@ def _text_maps(
     stored rows and their text ids."""
     lo = placed = 0
     for shard, size in shards:
-        took = taking[lo : lo + size]
+        took = _took(taking, lo, size)
         at = np.arange(placed, placed + int(took.sum()), dtype=np.int64)
         ids = texts.ids(at)
         text = np.full(size, -1, np.int64)
@@ -190,19 +190,26 @@ def _text_maps(
         lo, placed = lo + size, placed + len(at)
 
 
+def _took(taking: npt.NDArray[np.bool_] | None, lo: int, size: int) -> npt.NDArray[np.bool_]:
+    """Which of the ``size`` staged rows from ``lo`` take part (``taking`` ``None``:
+    every staged row)."""
+    return np.ones(size, np.bool_) if taking is None else taking[lo : lo + size]
+
+
 def stage_sparse_texts(
     storage: RunStorage,
     kind: str,
     shards: tuple[tuple[int, int], ...],
-    taking: npt.NDArray[np.bool_],
+    taking: npt.NDArray[np.bool_] | None,
     lines: pl.Series | None,
     texts: SparseTexts,
 ) -> int:
     """Stage each shard's text map and the texts' addresses (a row per text id: its
     ``_shard``, ``_shard_line`` and stored row), a shard at a time, for
     :meth:`NearSearch.search`; returns how many texts there are. ``taking`` and
-    ``lines``: every staged row of the ``shards`` (shard, rows), in order (``lines``
-    ``None``: each shard's rows are its lines from 0, as ``rowgate dedupe`` stages them)."""
+    ``lines``: every staged row of the ``shards`` (shard, rows), in order; ``None``:
+    every staged row takes part, and each shard's rows are its lines from 0 (as
+    ``rowgate dedupe`` stages a dataset's rows: no array of every row)."""
     schema = pa.schema(
         [("_shard", pa.int32()), ("_shard_line", pa.int64()), (near_check.STORED, pa.int64())]
     )
@@ -215,7 +222,8 @@ def stage_sparse_texts(
             )
             columns = [np.full(int(kept.sum()), shard, np.int32), shard_lines[took][kept], at[kept]]
             addresses.write_batch(pa.record_batch(columns, schema=schema))
-    return int(taking.sum()) - len(texts.excluded)
+    count = sum(size for _, size in shards) if taking is None else int(taking.sum())
+    return count - len(texts.excluded)
 
 
 @dataclass(frozen=True)
@@ -235,7 +243,7 @@ class NearSearch:
 
     def search(
         self,
-        taking: npt.NDArray[np.bool_],
+        taking: npt.NDArray[np.bool_] | None,
         texts: int,
         source: TextSource,
         on_stage: Callable[[str], None] = lambda name: None,
@@ -246,7 +254,7 @@ class NearSearch:
         (:func:`stage_sparse_texts`): the candidate pairs whose exact similarity reaches
         the threshold, as sorted (better, worse) text ids, their similarities, and how
         many distinct candidate pairs there were. ``taking``: which staged rows take part
-        (in shard order); the texts are read through ``source``. Engine
+        (in shard order; ``None``: every one); the texts are read through ``source``. Engine
         tasks: one per shard (the shuffle), one per partition (the candidates, staged),
         one per run of shards (the candidate texts' shingle sets, staged) and one per
         range of pair codes (the check, :mod:`pipeline.dedupe.near_check`). The driver
@@ -255,7 +263,7 @@ class NearSearch:
         starts, lo, placed = [], 0, 0  # each shard's first stored row
         for size in sizes:
             starts.append(placed)
-            lo, placed = lo + size, placed + int(taking[lo : lo + size].sum())
+            lo, placed = lo + size, placed + int(_took(taking, lo, size).sum())
         count = partition_count(texts, self.params, self.workers, len(self.shards), self.partitions)
         firsts = near_check.set_groups(sizes, self.workers)
         search = CandidateSearch(

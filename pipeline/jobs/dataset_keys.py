@@ -459,11 +459,10 @@ def _near_places(
         engine_settings.resolved_workers(),
         engine_settings.partitions,
     )
-    taking = np.ones(sum(task.rows for task in tasks), np.bool_)  # every row takes part
-    count = stage_sparse_texts(storage, _STEM, search.shards, taking, None, texts)
-    better, worse, similarity, candidates = search.search(
-        taking, count, DatasetTexts(job, tuple(tasks))
-    )
+    # every row takes part, each task's rows staged as its lines from 0
+    count = stage_sparse_texts(storage, _STEM, search.shards, None, None, texts)
+    source = DatasetTexts(job, tuple(tasks))
+    better, worse, similarity, candidates = search.search(None, count, source)
     return NearPlaces(texts.places(better), texts.places(worse), similarity, candidates)
 
 
