@@ -267,9 +267,9 @@ def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
         frame = pl.concat([_slice_frame(job, piece) for piece in task.pieces])
     printed = None
     if job.exact in _PRINTED:
-        printed = pl.concat(
-            [_read_columns(piece, (_FINGERPRINT,))[_FINGERPRINT] for piece in task.pieces]
-        )
+        # a categorical, or nulls alone, as text
+        read = [_read_columns(piece, (_FINGERPRINT,))[_FINGERPRINT] for piece in task.pieces]
+        printed = pl.concat([column.cast(pl.String) for column in read])
     stem = job.storage.row_keys_stem(_STEM)
     memo = SignatureMemo(LshParams.from_settings(job.settings)) if job.settings.near else None
     height = frame.height if frame is not None else len(printed) if printed is not None else 0

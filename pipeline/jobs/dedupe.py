@@ -107,6 +107,8 @@ _WRITE_BYTES: Final = 8 << 20
 _WRITE_ROWS: Final = 1 << 16
 #: a column that holds a file's row count while none of its columns is read
 _PLACEHOLDER: Final = "__rowgate_rows"
+#: the content fingerprint's column
+_FINGERPRINT: Final = "_content_sha256"
 #: lineage and digests the decision reads when a dataset has them
 _DECISION_EXTRAS: Final = ("_source", "_line", "_record_sha256", "_kind")
 
@@ -515,7 +517,7 @@ def _decide(
     a pointer names)."""
     name, key, fingerprint, (text_columns, key_columns) = keyed
     printed = fingerprint and all("_content_sha256" in schema for schema in schemas)
-    staged = key is not None and _stages_row_keys(settings)
+    staged = key is not None and _stages_row_keys(settings) and _textual(schemas)
     exact = _exact_digests(files, settings, printed) if staged else None
     columns = _columns_read(schemas, key, settings, name, fingerprint, texts=not staged)
     apart = _apart(name, schemas)
@@ -561,6 +563,15 @@ def _stages_row_keys(settings: DedupeSettings) -> bool:
     return settings.exact or settings.normalised or settings.near
 
 
+def _textual(schemas: list[pl.Schema]) -> bool:
+    """Whether each input's content fingerprints, where it has them, are text (a string,
+    a categorical) or nothing (a column of nulls alone): what the key tasks stage. Those
+    of another type (bytes, numbers: a dataset made elsewhere) are compared by value over
+    every row, in one process (the reference path)."""
+    text = (pl.String, pl.Categorical, pl.Enum, pl.Null)
+    return all(isinstance(s[_FINGERPRINT], text) for s in schemas if _FINGERPRINT in s)
+
+
 def _exact_digests(
     files: list[DatasetInput], settings: DedupeSettings, printed: bool
 ) -> str | None:
@@ -576,7 +587,7 @@ def _exact_digests(
         return None
     if not printed:
         return "key"
-    fingerprint = pl.col("_content_sha256")
+    fingerprint = pl.col(_FINGERPRINT).cast(pl.String)  # a categorical, or nulls alone
     nulls = malformed = 0
     for item in files:
         try:

@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -82,7 +83,10 @@ def undeduped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run's rows with fingerprints a dataset may hold: a null one (the exact rule
     then compares keys) in ``null/``, one in capitals (then it compares the strings as
-    they are) in ``capital/``."""
+    they are) in ``capital/``; dictionary-encoded (read as a categorical) in
+    ``dictionary/``, a column of nulls alone (pyarrow's null type: keys compared) in
+    ``nothing/``, and the digests' raw bytes (compared by value over every row, in one
+    process) in ``bytes/``."""
     root = tmp_path_factory.mktemp("reprinted")
     rows = pl.read_parquet(undeduped_run / "pairwise-v2")
     fingerprint = pl.col("_content_sha256")
@@ -101,6 +105,17 @@ def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         rows.with_columns(changed.alias("_content_sha256")).write_parquet(path, row_group_size=100)
         # the exact rule's groups: of the keys; of the fingerprints as strings (digested)
         assert job._exact_digests([job.DatasetInput(str(path))], DedupeSettings(), True) == exact
+    table = rows.to_arrow()
+    at = table.schema.get_field_index("_content_sha256")
+    fingerprints = table.column(at).cast(pa.string())
+    for name, column in (
+        ("dictionary", fingerprints.dictionary_encode()),
+        ("nothing", pa.nulls(table.num_rows)),
+        ("bytes", rows["_content_sha256"].str.decode("hex").to_arrow()),  # 32 raw bytes
+    ):
+        path = root / name / "rows.parquet"
+        path.parent.mkdir()
+        pq.write_table(table.set_column(at, "_content_sha256", column), path, row_group_size=100)
     return root
 
 
@@ -118,6 +133,10 @@ def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         ["{reprinted}/null", "--kind", "pairwise-v2", "--no-near"],
         ["{reprinted}/capital", "--kind", "pairwise-v2"],
         ["{reprinted}/capital", "--kind", "pairwise-v2", "--no-near", "--no-normalised"],
+        ["{reprinted}/dictionary", "--kind", "pairwise-v2", "--no-near", "--no-normalised"],
+        ["{reprinted}/nothing", "--kind", "pairwise-v2", "--no-near", "--no-normalised"],
+        ["{reprinted}/nothing", "--kind", "pairwise-v2", "--no-near"],
+        ["{reprinted}/bytes", "--kind", "pairwise-v2", "--no-near", "--no-normalised"],
     ],
 )  # fmt: skip
 def test_staged_row_keys_decide_as_the_key_texts_do(
