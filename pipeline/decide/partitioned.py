@@ -95,7 +95,8 @@ def evaluate_shard(
     storage: RunStorage, shard: int, stem: str, exprs: Mapping[str, pl.Expr]
 ) -> pl.DataFrame:
     """``exprs`` over one shard's staged file ``stem``: a frame of ``_shard``,
-    ``_shard_line`` and one column per expression, in line order.
+    ``_shard_line`` and one column per expression, in line order. An expression may read
+    ``_shard`` (the shard's number: what a row's input and split are known by).
 
     Each expression's value for a row reads that row alone (every expression rowgate
     evaluates here, the campaign's bindings included), so the file is read a few staged
@@ -104,11 +105,16 @@ def evaluate_shard(
     polars holds them and half the mapped file's pages), and each piece is evaluated by
     :func:`~pipeline.core.row_local.row_values`."""
     frames = []
-    batches = storage.staged_column_batches(shard, stem, _read_columns(storage, shard, stem, exprs))
+    columns = _read_columns(storage, shard, stem, exprs)
+    by_shard = "_shard" in columns
+    columns = [c for c in columns if c != "_shard"]
+    batches = storage.staged_column_batches(shard, stem, columns)
     for piece in _pieces(batches):
         # copied: a column still pointing into the batch's map would keep every page
         # the expressions read resident
         lines = np.array(piece.column("_shard_line"), dtype=np.int64)
+        if by_shard:
+            piece = piece.append_column("_shard", pa.array(np.full(len(lines), shard, np.int32)))
         values = row_values(piece, exprs)
         frames.append(
             values.select(
@@ -122,6 +128,7 @@ def evaluate_shard(
     # no batch: the empty frame, typed
     return (
         storage.scan_staged(shard, stem)
+        .with_columns(pl.lit(shard, pl.Int32).alias("_shard"))
         .select(
             pl.lit(shard, pl.Int32).alias("_shard"),
             pl.col("_shard_line"),

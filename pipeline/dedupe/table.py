@@ -234,12 +234,13 @@ class Matches:
 
     def complete(self, rows: pl.DataFrame, fields: Sequence[str], count: int) -> DedupeOutcome:
         """The outcome, given the rows split groups are found among (``_split`` and the
-        group ``fields``, row ids in order: the frame's, or every row when the matching saw
-        only some; none when no group can straddle splits) and how many rows took part."""
-        kept = (
-            rows.with_row_index("_row")
-            .with_columns(pl.col("_row").cast(pl.Int64))
-            .filter(~pl.col("_row").is_in(pl.Series(self.removed.rows).implode()))
+        group ``fields``, and their row ids as ``_row``, or, without it, row ids in order:
+        the frame's, or every row when the matching saw only some; none when no group can
+        straddle splits) and how many rows took part."""
+        if "_row" not in rows.columns:
+            rows = rows.with_row_index("_row")
+        kept = rows.with_columns(pl.col("_row").cast(pl.Int64)).filter(
+            ~pl.col("_row").is_in(pl.Series(self.removed.rows).implode())
         )
         groups = straddling_groups(kept, fields)
         normalisation = Normalisation.from_settings(self.settings)

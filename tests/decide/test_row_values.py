@@ -107,3 +107,20 @@ def test_small_batches_are_evaluated_together(
     pieces = list(partitioned._pieces(batches))
     assert [p.num_rows for p in pieces] == [5, 7, 3]
     assert pa.Table.from_batches(pieces).equals(pa.Table.from_batches(batches))
+
+
+def test_an_expression_may_read_its_shard(tmp_path: Path) -> None:
+    """``_shard`` is no staged column, yet an expression may read it (what a row's input
+    and split are known by): each row gets its shard's number, in a file of rows and in
+    a file of none."""
+    storage = RunStorage(tmp_path)
+    schema = pa.schema([("_shard_line", pa.int64()), ("a", pa.int64())])
+    for shard, lines in ((3, [1, 2]), (4, [])):
+        table = pa.table([pa.array(lines, pa.int64()), pa.array(lines, pa.int64())], schema=schema)
+        storage.stage_table(shard, "k", table)
+    exprs = {"split": pl.col("_shard").replace_strict({3: "train", 4: "eval"}), "a": pl.col("a")}
+    got = evaluate_shard(storage, 3, "k", exprs)
+    assert got.select("split", "a").rows() == [("train", 1), ("train", 2)]
+    none = evaluate_shard(storage, 4, "k", exprs)
+    assert none.height == 0
+    assert none.columns == ["_shard", "_shard_line", "split", "a"]
