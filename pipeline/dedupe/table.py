@@ -22,7 +22,7 @@ import numpy.typing as npt
 import polars as pl
 
 from pipeline.core.config import ConfigError, DedupeSettings
-from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP
+from pipeline.core.reasons import DEDUPE_CODES
 from pipeline.dedupe.clusters import (
     CONTAMINATION,
     EXACT,
@@ -35,7 +35,7 @@ from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
 from pipeline.dedupe.minhash import LshParams, NearPairs, estimated_pairs, near_pairs
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.row_keys import RowKeys
-from pipeline.dedupe.splits import straddling_groups
+from pipeline.dedupe.splits import SplitGroups, straddling_groups
 
 I64 = npt.NDArray[np.int64]
 
@@ -90,14 +90,13 @@ class RemovedRows:
 
 @dataclass
 class DedupeOutcome:
-    """``removed``: the removed rows' verdicts; ``flagged``: positions with a
-    straddling-group reason; ``clusters``: one row per kept row that has duplicates;
-    ``groups``: the straddling groups; ``stats``: counts and parameters for the manifest."""
+    """``removed``: the removed rows' verdicts; ``clusters``: one row per kept row that
+    has duplicates; ``groups``: the straddling groups and the rows in them (which get a
+    straddling-group reason); ``stats``: counts and parameters for the manifest."""
 
     removed: RemovedRows
-    flagged: pl.DataFrame
     clusters: pl.DataFrame
-    groups: pl.DataFrame
+    groups: SplitGroups
     stats: dict[str, Any] = field(default_factory=dict)
 
 
@@ -246,7 +245,7 @@ class Matches:
         normalisation = Normalisation.from_settings(self.settings)
         params = LshParams.from_settings(self.settings)
         stats = _stats(self.found, self.near, params, normalisation, self.key, groups, count)
-        return DedupeOutcome(self.removed, _flagged_frame(groups), self.clusters, groups, stats)
+        return DedupeOutcome(self.removed, self.clusters, groups, stats)
 
 
 def splits_of(frame: pl.DataFrame) -> pl.Series:
@@ -501,27 +500,13 @@ def _clusters_frame(
     )
 
 
-def _flagged_frame(groups: pl.DataFrame) -> pl.DataFrame:
-    return (
-        groups.with_columns(
-            _reason=pl.struct(
-                code=pl.lit(DEDUPE_SPLIT_GROUP),
-                path=pl.lit("$.") + pl.col("field"),
-                detail=pl.lit("group shared by splits ") + pl.col("splits").list.join(", "),
-            )
-        )
-        .group_by("_row", maintain_order=True)
-        .agg(_reasons=pl.col("_reason"))
-    )
-
-
 def _stats(
     found: Duplicates,
     near: NearPairs | None,
     params: LshParams,
     normalisation: Normalisation,
     key: DedupeKey | None,
-    groups: pl.DataFrame,
+    groups: SplitGroups,
     n: int,
 ) -> dict[str, Any]:
     removed = found.removed_by_rule()
@@ -535,9 +520,7 @@ def _stats(
         "normalisation": normalisation.describe(),
         "protected_overlap_rows": found.stats.get("protected_overlap_rows", 0),
         "contaminated": by_rule[RULES[CONTAMINATION]],
-        "straddling_groups": int(groups.select("field", "value").n_unique())
-        if groups.height
-        else 0,
+        "straddling_groups": groups.table().height,
     }
     if near is not None:
         stats["near"] = {

@@ -769,8 +769,6 @@ def _dedupe(
             "dedupe": outcome.stats,
         }
         outcome.clusters.write_parquet(tmp / "clusters.parquet")
-        outcome.groups.drop("_row").unique(["field", "value"], maintain_order=True).write_parquet(
-            tmp / "split_groups.parquet"
-        )
+        outcome.groups.table().write_parquet(tmp / "split_groups.parquet")
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return DatasetResult(claim.out, summary)

@@ -65,7 +65,7 @@ from pipeline.dedupe.participants import (
 )
 from pipeline.dedupe.partitions import NearSearch, stage_sparse_texts
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
-from pipeline.dedupe.splits import field_expr
+from pipeline.dedupe.splits import SplitGroups, field_expr
 from pipeline.dedupe.table import (
     RemovedRows,
     check_survivor_column,
@@ -150,11 +150,11 @@ class Dedupe:
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", outcome.clusters.to_arrow(), kind)
         ctx.write_artifact(
             f"dedupe/split_groups/{kind}.parquet",
-            outcome.groups.drop("_row").unique(["field", "value"], maintain_order=True).to_arrow(),
+            outcome.groups.table().to_arrow(),
             kind,
         )
         ctx.notes.setdefault(self.name, {})[kind] = outcome.stats
-        return _decisions(accepted.select(KEYS), outcome.removed, outcome.flagged)
+        return _decisions(accepted.select(KEYS), outcome.removed, outcome.groups)
 
 
 def _straddling_candidates(
@@ -203,14 +203,15 @@ def _straddling_candidates(
 
 
 def _decisions(
-    keys: pl.DataFrame, removed: RemovedRows, flagged: pl.DataFrame
+    keys: pl.DataFrame, removed: RemovedRows, groups: SplitGroups
 ) -> Iterator[pl.DataFrame]:
     """The stage's decisions, made :data:`PART_ROWS` removed rows at a time (then the
-    rows of split groups, flagged): ``keys`` are the accepted rows' (row ids are places
-    among them). The driver stages each slice as it comes and keeps its rows' keys,
-    dispositions and reason codes: every removed row's verdict at once (its pointer to
-    the kept row, with a path and a digest, and its reason) was ~160 bytes a removed row
-    at the stage's peak (57 MB for 359,577 removed rows of a duplicate-heavy export)."""
+    rows of split groups, flagged, as many at a time): ``keys`` are the accepted rows'
+    (row ids are places among them). The driver stages each slice as it comes and keeps
+    its rows' keys, dispositions and reason codes: every removed row's verdict at once
+    (its pointer to the kept row, with a path and a digest, and its reason) was ~160
+    bytes a removed row at the stage's peak (57 MB for 359,577 removed rows of a
+    duplicate-heavy export), and every flagged row's reasons at once ~200 bytes a row."""
     for lo in range(0, len(removed), PART_ROWS):
         verdicts = removed.slice(lo, min(lo + PART_ROWS, len(removed)))
         yield pl.concat([keys[verdicts["_row"]], verdicts.drop("_row")], how="horizontal").select(
@@ -218,9 +219,10 @@ def _decisions(
             _disposition=pl.lit(Disposition.DUPLICATE.value),
             _reasons_add=pl.concat_list("_reason"),
         )
-    yield pl.concat(
-        [keys[flagged["_row"]], flagged.select(_reasons_add="_reasons")], how="horizontal"
-    )
+    for flagged in groups.flagged(PART_ROWS):
+        yield pl.concat(
+            [keys[flagged["_row"]], flagged.select(_reasons_add="_reasons")], how="horizontal"
+        )
 
 
 def _reads_texts(settings: DedupeSettings, key: DedupeKey | None) -> bool:
