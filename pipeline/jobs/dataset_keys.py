@@ -22,6 +22,7 @@ signature depends on its own text alone.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -32,10 +33,12 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
+from pipeline.core.arrays import distinct
 from pipeline.core.config import DedupeSettings, EngineSettings
 from pipeline.decide.partitioned import (
     GROUP,
     TEXT,
+    VALUE,
     WHERE,
     HashCheck,
     first_rows,
@@ -62,6 +65,7 @@ from pipeline.dedupe.row_keys import (
     row_keys,
     sha256s,
 )
+from pipeline.dedupe.splits import field_expr
 from pipeline.engines import Engine, Progress, Step
 from pipeline.gate.reader import InputError
 from pipeline.kinds import get_kind
@@ -76,6 +80,7 @@ __all__ = [
     "check_comparable",
     "made_lineage",
     "resolved_key",
+    "split_group_rows",
     "staged_keys",
 ]
 
@@ -156,6 +161,9 @@ class KeySlice:
     columns: tuple[str, ...]
     #: the columns of :data:`LINEAGE` this input has
     lineage: tuple[str, ...] = ()
+    #: the input's split label, and the columns the split groups' fields read that it has
+    split: str | None = None
+    grouping: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,6 +215,14 @@ class DatasetKeys:
     #: whether the key fields are probed (columns named on the command line; a kind's
     #: key reads rowgate output, whose types its schema fixed)
     probe: bool
+    #: where the inputs are of several splits: the split groups' fields (members' names),
+    #: the columns they read (unified types, by members' names), the split labels
+    #: (sorted: a row's split is staged as its place among them), and the members a kind
+    #: stores apart (member, column)
+    fields: tuple[str, ...] = ()
+    grouping: pl.Schema = dataclasses.field(default_factory=pl.Schema)
+    splits: tuple[str, ...] = ()
+    apart: tuple[tuple[str, str], ...] = ()
 
     def key(self) -> DedupeKey:
         return resolved_key(self.kind, self.text_columns, self.key_columns)
@@ -273,6 +289,7 @@ def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
     stem = job.storage.row_keys_stem(_STEM)
     memo = SignatureMemo(LshParams.from_settings(job.settings)) if job.settings.near else None
     height = frame.height if frame is not None else len(printed) if printed is not None else 0
+    grouped = _group_hashes(job, task) if job.fields else None
     writer = None
     try:
         for lo in range(0, height, _BATCH_ROWS):
@@ -282,6 +299,9 @@ def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
             # each row's place in the task: the grouping checks name rows by it
             lines = pa.array(np.arange(lo, min(lo + _BATCH_ROWS, height), dtype=np.int64))
             batch = batch.append_column("_shard_line", lines)
+            if grouped is not None:
+                for column in grouped.slice(lo, _BATCH_ROWS).iter_columns():
+                    batch = batch.append_column(column.name, column.to_arrow())
             if writer is None:
                 writer = job.storage.stage_writer(task.shard, stem, batch.schema)
             writer.write_table(batch)
@@ -290,6 +310,94 @@ def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
         if writer is not None:
             writer.close()
     return height
+
+
+#: a row's split, staged as its place among the split labels (null: none)
+_SPLIT: Final = "_split_number"
+
+
+def _group_field(i: int) -> str:
+    """The staged column of the ``i``-th split-group field's hash (null: no value)."""
+    return f"_split_group_{i}"
+
+
+def _group_frame(job: DatasetKeys, piece: KeySlice, local: I64 | None = None) -> pl.DataFrame:
+    """The columns the split groups' fields read of a slice's rows (``local``: of those
+    of its rows; else all), by the members' names and in their unified types, and each
+    row's ``_split`` (the input's label)."""
+    rows = piece.rows if local is None else len(local)
+    split = pl.repeat(piece.split, rows, dtype=pl.String, eager=True).alias("_split")
+    if not piece.grouping:  # none of the columns (a frame of none has no rows)
+        nulls = [pl.lit(None, dtype).alias(c) for c, dtype in job.grouping.items()]
+        return pl.DataFrame([split]).select(*nulls, "_split")
+    read = _read_columns(piece, piece.grouping)
+    read = read[local] if local is not None else read
+    read = read.rename({c: m for m, c in job.apart if c in read.columns})
+    layout = pl.DataFrame(schema=job.grouping)
+    part = pl.concat([layout, read], how="diagonal_relaxed").select(layout.columns)
+    return part.with_columns(split)
+
+
+def _group_hashes(job: DatasetKeys, task: KeyTask) -> pl.DataFrame:
+    """Each of the task's rows' split number and hash of each split-group field's value
+    (null where the field has none), for the varying checks (:func:`split_group_rows`)."""
+    numbers = {label: i for i, label in enumerate(job.splits)}
+    parts = []
+    for piece in task.pieces:
+        frame = _group_frame(job, piece)
+        hashes = {}
+        for i, path in enumerate(job.fields):
+            value = field_expr(path, frame.schema)
+            if value is None:
+                hashes[_group_field(i)] = pl.lit(None, pl.UInt64)
+            else:
+                hashes[_group_field(i)] = pl.when(value.is_not_null()).then(value.hash())
+        number = numbers.get(piece.split) if piece.split is not None else None
+        # with_columns: a literal for every row (select would give it once)
+        columns = frame.with_columns(pl.lit(number, pl.UInt64).alias(_SPLIT), **hashes)
+        parts.append(columns.select(_SPLIT, *hashes))
+    return pl.concat(parts)
+
+
+def split_group_rows(
+    engine: Engine,
+    storage: RunStorage,
+    job: DatasetKeys,
+    tasks: Sequence[KeyTask],
+    engine_settings: EngineSettings,
+) -> pl.DataFrame:
+    """The rows a split group can hold: those whose value of a split-group field is found
+    in more than one split (a varying check on the engine per field: the value's hash
+    grouped, the split's number the value), with ``_row`` (their places among every
+    task's rows), ``_split`` and the columns the fields read, by the members' names. The
+    groups found among them are those found among every row: every row of a value found
+    in two splits is here. Every row's fields in the deciding process held them all."""
+    starts = np.cumsum([0, *(task.rows for task in tasks)])
+    shards = tuple(task.shard for task in tasks)
+    stem = storage.row_keys_stem(_STEM)
+    count = partition_count(
+        int(starts[-1]),
+        2,
+        engine_settings.resolved_workers(),
+        len(shards),
+        engine_settings.partitions,
+    )
+    found = []
+    for i in range(len(job.fields)):
+        group = pl.col(_group_field(i))
+        exprs = {
+            GROUP: group,
+            VALUE: pl.col(_SPLIT),
+            WHERE: group.is_not_null() & pl.col(_SPLIT).is_not_null(),
+        }
+        name = f"split-group-{i}"
+        check = HashCheck.of(storage, _STEM, name, shards, exprs, partitions=count, source=stem)
+        rows = check.run(engine)
+        found.append(starts[np.searchsorted(shards, rows.shards)] + rows.lines)
+    places = distinct(np.concatenate([np.zeros(0, np.int64), *found]))
+    empty = pl.DataFrame(schema=job.grouping).with_columns(_split=pl.lit(None, pl.String))
+    frame = _rows_of(tasks, places, functools.partial(_group_frame, job), empty)
+    return frame.insert_column(0, pl.Series("_row", places, pl.Int64))
 
 
 def _batch_keys(

@@ -22,8 +22,9 @@ columns are read only by the rules that need them, the fingerprints alone by exa
 dedupe on them); the exact and normalised groups are found and the near candidates
 found and checked on the engine, and the decision holds only the rows that take part
 (:mod:`pipeline.dedupe.participants`), reading back the verified pairs' signatures and
-the lineage of the rows pointers name. Of every row it holds the survivor rule's column
-and, for several splits, the split-group fields, when they are named. The rows
+the lineage of the rows pointers name. Of every row it holds the survivor rule's column,
+when it names one; for several splits, the rows a split group can hold are found on the
+engine too (:func:`~pipeline.jobs.dataset_keys.split_group_rows`). The rows
 themselves are then copied to ``kept.parquet`` and ``duplicates.parquet`` a slice of a
 file at a time (:data:`_WRITE_BYTES` and :data:`_WRITE_ROWS`, whole row groups).
 Partitioning the decision itself is the scale issue's (docs/scale.md).
@@ -56,7 +57,6 @@ from pipeline.dedupe.table import (
     group_fields,
     match_duplicates,
     required_columns,
-    splits_of,
     survivor_rank,
 )
 from pipeline.engines import get_engine
@@ -70,6 +70,7 @@ from pipeline.jobs.dataset_keys import (
     check_comparable,
     made_lineage,
     resolved_key,
+    split_group_rows,
     staged_keys,
 )
 from pipeline.kinds import KINDS, UnknownKindError, get_kind
@@ -521,9 +522,8 @@ def _decide(
     exact = _exact_digests(files, settings, printed) if staged else None
     columns = _columns_read(schemas, key, settings, name, fingerprint, texts=not staged)
     apart = _apart(name, schemas)
-    if staged:  # only the survivor field, and the split groups' of several splits
-        groups = _several_splits(files)
-        held = required_columns(key, settings, name, texts=False, groups=groups)
+    if staged:  # only the survivor field (the key tasks read the split groups')
+        held = required_columns(key, settings, name, texts=False, groups=False)
         held = [apart.get(c, c) for c in held]
         columns = [c for c in columns if c in held]
     frame, counts = _read(files, schemas, columns, lineage=not staged)
@@ -549,6 +549,8 @@ def _decide(
         exact,
         probe=not fingerprint,
     )
+    if _several_splits(files):
+        job = _grouping(job, files, schemas, group_fields(key, settings, name), apart)
     outcome = _staged_outcome(job, files, schemas, frame, key, name, engine)
     job.storage.remove_staging()
     return outcome, counts
@@ -608,11 +610,14 @@ def _exact_digests(
 
 
 def _key_tasks(
-    files: list[DatasetInput], schemas: list[pl.Schema], key: DedupeKey
+    files: list[DatasetInput],
+    schemas: list[pl.Schema],
+    key: DedupeKey,
+    grouping: Sequence[str] = (),
 ) -> list[KeyTask]:
     """The key tasks: whole row groups of about :data:`KEY_SLICE_BYTES`, cut to at most
     :data:`KEY_SLICE_ROWS` rows each; consecutive small ones (small files) joined up to
-    those bounds."""
+    those bounds. ``grouping``: the columns the split groups' fields read."""
     tasks: list[KeyTask] = []
     pieces: list[KeySlice] = []
     rows = size = 0
@@ -625,7 +630,17 @@ def _key_tasks(
                 if pieces and (rows + count > KEY_SLICE_ROWS or size + share > KEY_SLICE_BYTES):
                     tasks.append(KeyTask(len(tasks), tuple(pieces)))
                     pieces, rows, size = [], 0, 0
-                pieces.append(KeySlice(item.path, first, count, columns, _lineage_of(schema)))
+                pieces.append(
+                    KeySlice(
+                        item.path,
+                        first,
+                        count,
+                        columns,
+                        _lineage_of(schema),
+                        item.split,
+                        tuple(c for c in grouping if c in schema),
+                    )
+                )
                 rows, size = rows + count, size + share
     if pieces:
         tasks.append(KeyTask(len(tasks), tuple(pieces)))
@@ -655,20 +670,45 @@ def _staged_outcome(
 ) -> DedupeOutcome:
     """The decision with the row keys staged on the engine, slice by slice
     (:mod:`pipeline.jobs.dataset_keys`), among the rows that take part alone: ``frame``
-    holds no key text, and only the survivor field and, where the inputs are of several
-    splits, the split groups' fields."""
-    tasks = _key_tasks(files, schemas, key)
+    holds no key text, only the survivor field; where the inputs are of several splits,
+    the split groups are found among the rows the engine names."""
+    stored = dict(job.apart)
+    grouping = [stored.get(c, c) for c in job.grouping.names()]
+    tasks = _key_tasks(files, schemas, key, grouping)
     rule = job.settings.survivor_rule(name)
     rank = survivor_ranks(rule, frame.height, lambda: survivor_rank(frame, rule, name))
+    everyone = pl.DataFrame(schema={"_split": pl.String})
     with get_engine(engine_settings.name).from_settings(engine_settings, len(tasks)) as engine:
         found, keys = staged_keys(engine, job.storage, job, tasks, engine_settings, rank)
+        if job.fields:  # a group of rows matched or not may straddle splits
+            everyone = split_group_rows(engine, job.storage, job, tasks, engine_settings)
     matches = match_duplicates(frame[found.places], key, job.settings, name, keys)
     # the removed rows' places among every row, which are the row ids
     matches.removed = matches.removed.placed(found.places)
-    everyone = pl.DataFrame(schema={"_split": pl.String})
-    if _several_splits(files):  # a group of rows matched or not may straddle splits
-        everyone = frame.with_columns(_split=splits_of(frame))
     return matches.complete(everyone, group_fields(key, job.settings, name), frame.height)
+
+
+def _grouping(
+    job: DatasetKeys,
+    files: list[DatasetInput],
+    schemas: list[pl.Schema],
+    fields: Sequence[str],
+    apart: dict[str, str],
+) -> DatasetKeys:
+    """``job`` with the split groups' ``fields`` for the key tasks to hash: the columns
+    they read (stored apart under another name, read by it), in their types unified over
+    the inputs and by the members' names, and the split labels."""
+    roots = dict.fromkeys(apart.get(r, r) for r in (p.split(".", 1)[0] for p in fields))
+    empty = [pl.DataFrame(schema={c: s[c] for c in roots if c in s}) for s in schemas]
+    layout = _combined(empty, files).schema
+    back = {column: member for member, column in apart.items()}
+    return dataclasses.replace(
+        job,
+        fields=tuple(fields),
+        grouping=pl.Schema({back.get(c, c): t for c, t in layout.items()}),
+        splits=tuple(sorted({f.split for f in files if f.split is not None})),
+        apart=tuple(apart.items()),
+    )
 
 
 def _several_splits(files: list[DatasetInput]) -> bool:

@@ -44,7 +44,8 @@ def _dedupe(args: list[str], out: Path) -> dict[str, str]:
 def column_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two files of a text column and an id column (one Int64, one UInt64: their common
     type is Int128), with planted exact, normalised and near duplicates, null texts, an
-    extra column in one file, and row groups of 40 rows."""
+    extra column in one file, task ids some rows of both files share (and some null),
+    and row groups of 40 rows."""
     root = tmp_path_factory.mktemp("columns")
     rng = random.Random(3)
     texts: list[str | None] = []
@@ -55,12 +56,19 @@ def column_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
             None if rng.random() < 0.05 else "\n".join([*turns, str(record.get("response_a"))])
         )
     ids = [rng.randint(0, 2) for _ in texts]  # few: a duplicate often shares its id
+    # task ids (the split groups' field): some in both files, some null
+    tasks = [None if rng.random() < 0.1 else f"t{rng.randint(0, 500)}" for _ in texts]
     pl.DataFrame(
-        {"q": texts[:300], "id": pl.Series(ids[:300], dtype=pl.Int64), "extra": range(300)}
+        {
+            "q": texts[:300],
+            "id": pl.Series(ids[:300], dtype=pl.Int64),
+            "extra": range(300),
+            "task_id": tasks[:300],
+        }
     ).write_parquet(root / "a.parquet", row_group_size=40)
-    pl.DataFrame({"q": texts[300:], "id": pl.Series(ids[300:], dtype=pl.UInt64)}).write_parquet(
-        root / "b.parquet", row_group_size=40
-    )
+    pl.DataFrame(
+        {"q": texts[300:], "id": pl.Series(ids[300:], dtype=pl.UInt64), "task_id": tasks[300:]}
+    ).write_parquet(root / "b.parquet", row_group_size=40)
     return root
 
 
@@ -158,6 +166,14 @@ def test_staged_row_keys_decide_as_the_key_texts_do(
     monkeypatch.setattr(near_check, "BLOCK_TEXTS", 5)
     monkeypatch.setattr(near_check, "SAMPLE_EVERY", 2)
     monkeypatch.setattr(near_check, "RANGE_CODES", 4)
+    named: list[pl.DataFrame] = []
+    split_group_rows = job.split_group_rows
+
+    def spy(*given: object) -> pl.DataFrame:
+        named.append(split_group_rows(*given))  # type: ignore[arg-type]
+        return named[-1]
+
+    monkeypatch.setattr(job, "split_group_rows", spy)
     staged = _dedupe(given, tmp_path / "staged")
     with monkeypatch.context() as m:
         m.setattr(job, "_stages_row_keys", lambda *given: False)
@@ -167,6 +183,12 @@ def test_staged_row_keys_decide_as_the_key_texts_do(
     assert duplicates.height > 20
     if "--no-near" not in given:  # found by the staged keys
         assert set(duplicates["_dedupe_rule"]) - {"exact"}
+    if "--protect" in given:  # task ids straddle the splits, found on the engine too
+        assert pl.read_parquet(tmp_path / "staged" / "split_groups.parquet").height > 5
+        # ...among the rows whose task id is in both splits alone
+        a, b = (pl.read_parquet(column_dataset / f)["task_id"] for f in ("a.parquet", "b.parquet"))
+        both = pl.Series(sorted(set(a.drop_nulls()) & set(b.drop_nulls())))
+        assert [n.height for n in named] == [int(a.is_in(both).sum() + b.is_in(both).sum())]
 
 
 def test_the_decision_reads_no_key_text_no_lineage_and_no_fingerprint(
@@ -205,7 +227,7 @@ def test_the_decision_reads_no_key_text_no_lineage_and_no_fingerprint(
     monkeypatch.setattr(job, "_stages_row_keys", lambda *given: False)
     reads.clear()
     _dedupe([str(column_dataset), "--text", "q", "--key", "id"], tmp_path / "r")
-    assert reads == [["q", "id"]]  # the reference reads them: the check can fail
+    assert reads == [["q", "id", "task_id"]]  # the reference reads them: the check can fail
 
 
 def test_the_matching_holds_only_the_rows_that_take_part(
