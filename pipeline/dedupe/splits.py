@@ -16,6 +16,7 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
+from pipeline.core.config import ConfigError
 from pipeline.core.reasons import DEDUPE_SPLIT_GROUP
 
 __all__ = ["SplitGroups", "field_expr", "straddling_groups"]
@@ -23,13 +24,22 @@ __all__ = ["SplitGroups", "field_expr", "straddling_groups"]
 
 def field_expr(path: str, schema: pl.Schema) -> pl.Expr | None:
     """A dotted field path as a string expression: struct fields are followed, a JSON-text
-    column (``meta``) is read with a JSON path. ``None`` when the column is absent."""
+    column (``meta``) is read with a JSON path. ``None`` when the column is absent; a
+    :class:`ConfigError` when the path reads a list (no text stands for a group: polars
+    failed inside the run, an internal error, exit 4)."""
     root, *rest = path.split(".")
     if root not in schema:
         return None
     expr = pl.col(root)
     dtype: Any = schema[root]
-    for i, name in enumerate(rest):
+    for i, name in enumerate([*rest, None]):
+        if isinstance(dtype, pl.List | pl.Array):
+            raise ConfigError(
+                f"dedupe.split_groups: {path!r} reads a list ({'.'.join([root, *rest[:i]])}); "
+                "name a text, number or struct field"
+            )
+        if name is None:
+            break
         if isinstance(dtype, pl.Struct):
             expr = expr.struct.field(name)
             dtype = {f.name: f.dtype for f in dtype.fields}.get(name, pl.Null())

@@ -50,6 +50,7 @@ from pipeline.core.config import ConfigError, DedupeSettings, EngineSettings
 from pipeline.core.files import input_type
 from pipeline.dedupe.keys import DedupeKey
 from pipeline.dedupe.participants import survivor_ranks
+from pipeline.dedupe.splits import field_expr
 from pipeline.dedupe.table import (
     DedupeOutcome,
     RemovedRows,
@@ -702,10 +703,13 @@ def _grouping(
     empty = [pl.DataFrame(schema={c: s[c] for c in roots if c in s}) for s in schemas]
     layout = _combined(empty, files).schema
     back = {column: member for member, column in apart.items()}
+    grouping = pl.Schema({back.get(c, c): t for c, t in layout.items()})
+    for path in fields:  # a field that reads a list: refused here, not in a key task
+        field_expr(path, grouping)
     return dataclasses.replace(
         job,
         fields=tuple(fields),
-        grouping=pl.Schema({back.get(c, c): t for c, t in layout.items()}),
+        grouping=grouping,
         splits=tuple(sorted({f.split for f in files if f.split is not None})),
         apart=tuple(apart.items()),
     )

@@ -627,3 +627,39 @@ def test_a_dataset_changed_while_dedupe_reads_it_fails_and_writes_nothing(
     assert result.exit_code == 3, result.output
     assert "changed while dedupe read it" in result.output
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("field", ["messages", "messages.0.role"])
+def test_a_split_group_field_that_reads_a_list_is_a_config_error(
+    corpus: list[LabelledRow], tmp_path: Path, field: str
+) -> None:
+    """A split-group field that reads a list names no group: a run and ``rowgate
+    dedupe`` both refuse it with exit 2 naming it, and write no OUT (polars failed
+    inside them before: an internal error, exit 4)."""
+    write_lines(tmp_path / "train.jsonl", corpus[:30])
+    write_lines(tmp_path / "eval.jsonl", corpus[30:60])
+    config = tmp_path / "c.toml"
+    config.write_text(f'[dedupe.split_groups]\n"pairwise-v2" = ["{field}"]\n')
+    splits = ["--split", f"train={tmp_path / 'train.jsonl'}"]
+    splits += ["--split", f"eval={tmp_path / 'eval.jsonl'}"]
+    run = runner.invoke(
+        app,
+        ["run", *splits, "--config", str(config), "--out", str(tmp_path / "r"), "--workers", "1"],
+    )
+    assert run.exit_code == 2, run.output
+    assert f"{field!r} reads a list (messages)" in run.output
+    assert not (tmp_path / "r").exists()
+    for name in ("train", "eval"):
+        result = runner.invoke(
+            app, ["run", str(tmp_path / f"{name}.jsonl"), "--kind", "pairwise-v2", "--out",
+                  str(tmp_path / name), "--workers", "1"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+    dedupe = runner.invoke(
+        app,
+        ["dedupe", "--split", f"train={tmp_path / 'train'}", "--split",
+         f"eval={tmp_path / 'eval'}", "--config", str(config), "--out", str(tmp_path / "d")],
+    )  # fmt: skip
+    assert dedupe.exit_code == 2, dedupe.output
+    assert f"{field!r} reads a list (messages)" in dedupe.output
+    assert not (tmp_path / "d").exists()
