@@ -514,9 +514,9 @@ def _decide(
 ) -> tuple[DedupeOutcome, list[int]]:
     """The decision, and each input's rows. ``keyed``: the kind's name, its key, whether
     the fingerprint may stand for it, and the ``--text`` and ``--key`` columns. Where a
-    rule reads the key columns, their row keys are staged under ``tmp`` (deleted after)
-    and the decision's frame holds neither the key texts nor lineage (read for the rows
-    a pointer names)."""
+    rule is on, the row keys are staged under ``tmp`` (deleted after) and the decision's
+    frame holds neither the key texts, nor the fingerprints, nor lineage (read for the
+    rows a pointer names)."""
     name, key, fingerprint, (text_columns, key_columns) = keyed
     printed = fingerprint and all("_content_sha256" in schema for schema in schemas)
     staged = key is not None and _stages_row_keys(settings) and _textual(schemas)
