@@ -309,7 +309,8 @@ def test_dedupe_copies_rows_a_slice_at_a_time_as_one_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The decision reads only its columns; the rows are copied a slice of a file at a
-    time. Slices of one row group (3 rows) give the outputs of slices of every row, and together the
+    time. Slices of one row group (3 rows), or of 2 rows cut from them, give the outputs
+    of slices of every row, and together the
     outputs hold every input row once, with the columns of all inputs (a column one
     input lacks is null in its rows; an integer column widened to their common type)
     and the lineage each row had: its file and 1-based row number. The inputs are left
@@ -340,9 +341,23 @@ def test_dedupe_copies_rows_a_slice_at_a_time_as_one_whole(
     whole = outputs("whole")
     monkeypatch.setattr(job, "_WRITE_BYTES", 1)  # a row group at a time
     sliced = outputs("sliced")
+    # ...and a row group larger than a piece in pieces of 2 rows: never read whole
+    read: list[int] = []
+    original = job._rows
+
+    def recording(item, schema, columns, rows=None, **options):  # type: ignore[no-untyped-def]
+        if columns is None and rows[1]:  # the copy (not its layout, nor the decision)
+            read.append(rows[1])
+        return original(item, schema, columns, rows, **options)
+
+    monkeypatch.setattr(job, "_rows", recording)
+    monkeypatch.setattr(job, "_WRITE_ROWS", 2)
+    pieces = outputs("pieces")
+    assert read == [2, 1, 2, 1, 1, 2, 1, 1]  # groups of 3 + 3 + 1 rows, then 3 + 1
     assert {p: p.read_bytes() for p in sorted(tmp_path.glob("*.parquet"))} == inputs
-    for a, b in zip(whole, sliced, strict=True):
+    for a, b, c in zip(whole, sliced, pieces, strict=True):
         assert a.equals(b)
+        assert a.equals(c)
     kept, duplicates = sliced
     assert duplicates["q"].to_list() == ["a  B c", "a b c", "x", "A b c"]
     every = pl.concat([kept, duplicates.select(kept.columns)]).sort("_source", "_line")
