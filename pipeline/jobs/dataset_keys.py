@@ -40,6 +40,7 @@ from pipeline.decide.partitioned import (
     TEXT,
     VALUE,
     WHERE,
+    Found,
     HashCheck,
     first_rows,
     partition_count,
@@ -372,16 +373,6 @@ def split_group_rows(
     task's rows), ``_split`` and the columns the fields read, by the members' names. The
     groups found among them are those found among every row: every row of a value found
     in two splits is here. Every row's fields in the deciding process held them all."""
-    starts = np.cumsum([0, *(task.rows for task in tasks)])
-    shards = tuple(task.shard for task in tasks)
-    stem = storage.row_keys_stem(_STEM)
-    count = partition_count(
-        int(starts[-1]),
-        2,
-        engine_settings.resolved_workers(),
-        len(shards),
-        engine_settings.partitions,
-    )
     found = []
     for i in range(len(job.fields)):
         group = pl.col(_group_field(i))
@@ -391,9 +382,8 @@ def split_group_rows(
             WHERE: group.is_not_null() & pl.col(_SPLIT).is_not_null(),
         }
         name = f"split-group-{i}"
-        check = HashCheck.of(storage, _STEM, name, shards, exprs, partitions=count, source=stem)
-        rows = check.run(engine)
-        found.append(starts[np.searchsorted(shards, rows.shards)] + rows.lines)
+        rows, placed = _checked(engine, storage, tasks, name, exprs, 2, engine_settings)
+        found.append(placed(rows.shards, rows.lines))
     places = distinct(np.concatenate([np.zeros(0, np.int64), *found]))
     empty = pl.DataFrame(schema=job.grouping).with_columns(_split=pl.lit(None, pl.String))
     frame = _rows_of(tasks, places, functools.partial(_group_frame, job), empty)
@@ -427,6 +417,38 @@ def _batch_keys(
     return pa.table(columns)
 
 
+def _checked(
+    engine: Engine,
+    storage: RunStorage,
+    tasks: Sequence[KeyTask],
+    name: str,
+    exprs: dict[str, pl.Expr],
+    hashes: int,
+    engine_settings: EngineSettings,
+) -> tuple[Found, Callable[[npt.NDArray[np.int32], I64], I64]]:
+    """Run a check of ``exprs`` over the tasks' staged row keys on the engine, partition
+    by partition (:class:`~pipeline.decide.partitioned.HashCheck`, its entries sized at
+    ``hashes`` 8-byte values a row); the rows found, and what turns a shard and line
+    into a place among every task's rows. No task (no row): nothing found."""
+    shards = tuple(task.shard for task in tasks)
+    starts = np.cumsum([0, *(task.rows for task in tasks)])
+
+    def placed(shard: npt.NDArray[np.int32], line: I64) -> I64:
+        at: I64 = starts[np.searchsorted(shards, shard)] + line
+        return at
+
+    if not tasks:  # a check of no shard has no partition to run
+        none = np.zeros(0, np.int64)
+        return Found(none.astype(np.int32), none, none.astype(np.uint64)), placed
+    count = partition_count(
+        int(starts[-1]), hashes, engine_settings.resolved_workers(), len(shards),
+        engine_settings.partitions,
+    )  # fmt: skip
+    source = storage.row_keys_stem(_STEM)
+    check = HashCheck.of(storage, _STEM, name, shards, exprs, partitions=count, source=source)
+    return check.run(engine), placed
+
+
 def _grouped(
     engine: Engine,
     storage: RunStorage,
@@ -437,28 +459,16 @@ def _grouped(
     """The rows (places among every task's rows) whose staged digest (``name``,
     binary(32); null for a row with no key) another row shares, and their groups,
     numbered as the groups' first rows come. Grouped on the engine, partition by
-    partition (a grouping check: :class:`~pipeline.decide.partitioned.HashCheck`, first
-    on a 64-bit hash, then on the digests themselves): the driver holds only the rows
-    found. Every row's group here (ids, a mark and a count) held ~25 bytes a row, and
-    ranking every row's digest prefixes ~40 bytes a row, for each rule."""
-    if not tasks:  # no rows
-        return NONE_SHARED
-    starts = np.cumsum([0, *(task.rows for task in tasks)])
-    shards = tuple(task.shard for task in tasks)
+    partition (a grouping check, first on a 64-bit hash, then on the digests
+    themselves: :func:`_checked`): the driver holds only the rows found. Every row's
+    group here (ids, a mark and a count) held ~25 bytes a row, and ranking every row's
+    digest prefixes ~40 bytes a row, for each rule."""
     digest = pl.col(name)
     exprs = {GROUP: _hashed(digest), TEXT: digest, WHERE: digest.is_not_null()}
-    workers = engine_settings.resolved_workers()
-    count = partition_count(
-        int(starts[-1]), 1 + 4, workers, len(shards), engine_settings.partitions
-    )
-    stem = storage.row_keys_stem(_STEM)
-    check = HashCheck.of(storage, _STEM, name, shards, exprs, partitions=count, source=stem)
-    found = check.run(engine)
-    places: I64 = starts[np.searchsorted(shards, found.shards)] + found.lines
-    first_shard, first_line = first_rows(shards, found.groups)
+    found, placed = _checked(engine, storage, tasks, name, exprs, 1 + 4, engine_settings)
+    places = placed(found.shards, found.lines)
+    firsts = placed(*first_rows(tuple(task.shard for task in tasks), found.groups))
     del found
-    firsts: I64 = starts[np.searchsorted(shards, first_shard)] + first_line
-    del first_shard, first_line
     order = np.argsort(places)
     places, firsts = places[order], firsts[order]
     del order

@@ -421,15 +421,22 @@ def test_dedupe_errors(tmp_path: Path, args: list[str], code: int, message: str)
     assert not (tmp_path / "d").exists()
 
 
-def test_dedupe_of_empty_parquet_writes_empty_tables(tmp_path: Path) -> None:
-    """A dataset of no rows is deduped into empty tables, not an internal error."""
+@pytest.mark.parametrize("splits", [False, True])
+def test_dedupe_of_empty_parquet_writes_empty_tables(tmp_path: Path, splits: bool) -> None:
+    """A dataset of no rows is deduped into empty tables, not an internal error; also
+    labelled with two splits (whose groups' check then has no shard to run)."""
     path = tmp_path / "empty.parquet"
-    pl.DataFrame(schema={"question": pl.String}).write_parquet(path)
+    pl.DataFrame(schema={"question": pl.String, "task_id": pl.String}).write_parquet(path)
+    shutil.copy(path, tmp_path / "other.parquet")
     out = tmp_path / "d"
-    result = runner.invoke(app, ["dedupe", str(path), "--text", "question", "--out", str(out)])
+    given = [str(path)]
+    if splits:
+        given = ["--split", f"train={path}", "--split", f"eval={tmp_path / 'other.parquet'}"]
+    result = runner.invoke(app, ["dedupe", *given, "--text", "question", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert pl.read_parquet(out / "kept.parquet").height == 0
     assert pl.read_parquet(out / "duplicates.parquet").height == 0
+    assert pl.read_parquet(out / "split_groups.parquet").height == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["counts"] == {"rows": 0, "kept": 0, "duplicates": 0}
 
