@@ -125,13 +125,15 @@ class Dedupe:
         found = None
         if not _reads_texts(settings, key) or ctx.has_row_keys(kind):
             found = _participants(ctx, kind, key, rows, is_accepted, accepted)
-        columns = _payload_columns(ctx, kind, key, found is None, len(splits) > 1)
+        # the split groups' fields only where the matching's rows find them (the
+        # reference path: every accepted row; else _straddling_candidates reads them)
+        grouping = found is None and len(splits) > 1
+        columns = _payload_columns(ctx, kind, key, found is None, grouping)
         if found is None:  # every accepted row takes part, with its payload and lineage
             part = ctx.with_lineage(accepted).drop("_input")
             frame = part.hstack(_payload(ctx, kind, rows, is_accepted, [*columns, *_DIGESTS]))
         else:  # the digests and lineage are read through the row keys (_row_keys)
-            places = pl.Series("_place", found.places, pl.UInt32)
-            taking = accepted[found.places].insert_column(0, places)
+            taking = accepted[found.places]
             frame = ctx.fetched(kind, taking, columns) if columns else taking
         frame = frame.with_columns(split).rename(back, strict=False)
         row_keys = _row_keys(ctx, kind, frame, found) if found is not None else None
@@ -143,9 +145,9 @@ class Dedupe:
             everyone = frame if len(splits) > 1 else everyone
         else:
             # the removed rows' places among all accepted rows, which are the row ids
-            matches.removed = matches.removed.placed(frame["_place"].cast(pl.Int64).to_numpy())
+            matches.removed = matches.removed.placed(found.places)
             if len(splits) > 1:  # a task (or group) of rows matched or not may straddle
-                everyone = _straddling_candidates(ctx, kind, rows, is_accepted, fields)
+                everyone = _straddling_candidates(ctx, kind, rows, is_accepted, accepted, fields)
         outcome = matches.complete(everyone, fields, accepted.height)
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", outcome.clusters.to_arrow(), kind)
         ctx.write_artifact(
@@ -154,7 +156,7 @@ class Dedupe:
             kind,
         )
         ctx.notes.setdefault(self.name, {})[kind] = outcome.stats
-        return _decisions(accepted.select(KEYS), outcome.removed, outcome.groups)
+        return _decisions(accepted, outcome.removed, outcome.groups)
 
 
 def _straddling_candidates(
@@ -162,9 +164,10 @@ def _straddling_candidates(
     kind: str,
     rows: pl.DataFrame,
     is_accepted: pl.Series,
+    accepted: pl.DataFrame,
     fields: Sequence[str],
 ) -> pl.DataFrame:
-    """The accepted rows a straddling group can hold: those whose value of a split-group
+    """The accepted rows (``accepted``: their keys) a straddling group can hold: those whose value of a split-group
     field is found in more than one split among every staged row (a varying check on the
     engine per field, :meth:`GlobalContext.repeats`: the field's hash grouped, the
     split's number the value), with ``_row`` (their places among the accepted rows),
@@ -194,8 +197,8 @@ def _straddling_candidates(
         )
         hit |= found
     places = np.flatnonzero(hit[is_accepted.to_numpy()])
-    keys = rows.select(KEYS).filter(is_accepted)[places]
-    candidates = ctx.fetched(kind, keys, sorted(roots)) if roots else keys
+    candidates = accepted[places]
+    candidates = ctx.fetched(kind, candidates, sorted(roots)) if roots else candidates
     back = {column: member for member, column in apart.items()}
     return candidates.select(
         pl.Series("_row", places, pl.Int64), ctx.split().alias("_split"), *sorted(roots)
