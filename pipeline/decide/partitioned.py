@@ -128,9 +128,9 @@ def evaluate_shard(
     # no batch: the empty frame, typed
     return (
         storage.scan_staged(shard, stem)
-        .with_columns(pl.lit(shard, pl.Int32).alias("_shard"))
+        .with_columns(pl.lit(shard, pl.Int32).alias("_shard"))  # an expression may read it
         .select(
-            pl.lit(shard, pl.Int32).alias("_shard"),
+            "_shard",
             pl.col("_shard_line"),
             *(expr.alias(name) for name, expr in exprs.items()),
         )

@@ -86,7 +86,7 @@ class SplitGroups:
         ).with_row_index("_group")
         at = self.members["_row"].to_numpy()
         lo = 0
-        while lo < len(at) or lo == 0:
+        while True:
             hi = min(lo + rows, len(at))
             while hi < len(at) and at[hi] == at[hi - 1]:  # a row's reasons stay together
                 hi += 1
@@ -96,8 +96,8 @@ class SplitGroups:
                 .group_by("_row", maintain_order=True)
                 .agg(_reasons=pl.col("_reason"))
             )
-            if hi == lo:  # none
-                break
+            if hi == len(at):
+                return
             lo = hi
 
 
