@@ -24,9 +24,10 @@ __all__ = ["SplitGroups", "field_expr", "straddling_groups"]
 
 def field_expr(path: str, schema: pl.Schema) -> pl.Expr | None:
     """A dotted field path as a string expression: struct fields are followed, a JSON-text
-    column (``meta``) is read with a JSON path. ``None`` when the column is absent; a
-    :class:`ConfigError` when the path reads a list (no text stands for a group: polars
-    failed inside the run, an internal error, exit 4)."""
+    column (``meta``) is read with a JSON path, a whole struct is its JSON text (a null
+    inside it failed the cast to text: an internal error, exit 4). ``None`` when the
+    column is absent; a :class:`ConfigError` when the path reads a list (no text stands
+    for a group: polars failed inside the run, an internal error, exit 4)."""
     root, *rest = path.split(".")
     if root not in schema:
         return None
@@ -45,6 +46,8 @@ def field_expr(path: str, schema: pl.Schema) -> pl.Expr | None:
             dtype = {f.name: f.dtype for f in dtype.fields}.get(name, pl.Null())
         else:
             return expr.cast(pl.String).str.json_path_match("$." + ".".join(rest[i:]))
+    if isinstance(dtype, pl.Struct):  # its JSON text (a cast fails on a null inside)
+        return pl.when(expr.is_not_null()).then(expr.struct.json_encode())
     return expr.cast(pl.String)
 
 

@@ -685,3 +685,31 @@ def test_a_split_group_field_that_reads_a_list_is_a_config_error(
     assert dedupe.exit_code == 2, dedupe.output
     assert f"{field!r} reads a list (messages)" in dedupe.output
     assert not (tmp_path / "d").exists()
+
+
+def test_a_whole_struct_split_group_field_is_compared_as_its_json_text(tmp_path: Path) -> None:
+    """A split-group field naming a whole struct: its value is the struct's JSON text.
+    Inputs whose structs differ (one lacks a field, so its rows read it as null) failed
+    the cast to text, an internal error (exit 4). A null struct is no value: no group."""
+    pl.DataFrame(
+        {
+            "question": ["a b c d e", "f g h i j", "u v w x y"],
+            "meta": [{"task": "t1"}, {"task": "t2"}, None],
+        }
+    ).write_parquet(tmp_path / "train.parquet")
+    pl.DataFrame(
+        {"question": ["k l m n o", "p q r s t"], "meta": [{"task": "t1", "n": None}, None]},
+        schema={"question": pl.String, "meta": pl.Struct({"task": pl.String, "n": pl.Int64})},
+    ).write_parquet(tmp_path / "eval.parquet")
+    config = tmp_path / "c.toml"
+    config.write_text('[dedupe.split_groups]\ncolumns = ["meta"]\n')
+    out = tmp_path / "d"
+    result = runner.invoke(
+        app,
+        ["dedupe", "--split", f"train={tmp_path / 'train.parquet'}", "--split",
+         f"eval={tmp_path / 'eval.parquet'}", "--text", "question", "--config", str(config),
+         "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    groups = pl.read_parquet(out / "split_groups.parquet")
+    assert groups.rows() == [("meta", '{"task":"t1","n":null}', ["eval", "train"])]
