@@ -87,14 +87,16 @@ def dedupe_command(
         bool | None,
         typer.Option(
             "--normalised/--no-normalised",
-            help="Normalised duplicates (default: on, or the config's [dedupe] setting).",
+            help="Normalised duplicates (default: on; with --config, the config's [dedupe] "
+            "normalised, off unless it turns it on, as in a run).",
         ),
     ] = None,
     near: Annotated[
         bool | None,
         typer.Option(
             "--near/--no-near",
-            help="Near duplicates (default: on, or the config's [dedupe] setting).",
+            help="Near duplicates (default: on; with --config, the config's [dedupe] near, "
+            "off unless it turns it on, as in a run).",
         ),
     ] = None,
     workers: _WorkersOption = None,
@@ -165,11 +167,13 @@ def _dataset_inputs(inputs: list[str] | None, split: list[str] | None) -> list[D
 
 
 def _print_summary(summary: dict[str, Any], out_dir: Path | RemoteOut) -> None:
-    """Rows removed per rule, then the totals."""
+    """Rows removed per rule (``off`` for a rule not on: a config's ``[dedupe]`` keeps
+    normalised and near off unless it turns them on), then the totals."""
     counts = summary["counts"]
+    settings = summary["settings"]
     table = Table("rule", "rows", title=f"rowgate dedupe → {terminal_text(str(out_dir))}", box=None)
     for rule, n in summary["dedupe"]["by_rule"].items():
-        table.add_row(rule, f"{n:,}")
+        table.add_row(rule, "off" if settings.get(rule) is False else f"{n:,}")
     out.print(table)
     out.print(
         f"{counts['rows']:,} rows: {counts['kept']:,} kept, {counts['duplicates']:,} duplicates"

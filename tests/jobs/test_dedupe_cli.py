@@ -713,3 +713,31 @@ def test_a_whole_struct_split_group_field_is_compared_as_its_json_text(tmp_path:
     assert result.exit_code == 0, result.output
     groups = pl.read_parquet(out / "split_groups.parquet")
     assert groups.rows() == [("meta", '{"task":"t1","n":null}', ["eval", "train"])]
+
+
+def test_a_config_without_dedupe_keeps_normalised_and_near_off_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """With ``--config``, its ``[dedupe]`` table decides, defaults included, as in a run:
+    a config that only sets ``[engine]`` leaves normalised and near off. The console
+    said ``0`` for a rule that was not on; it says ``off``."""
+    path = tmp_path / "f.parquet"
+    pl.DataFrame({"question": ["What is 2+2?", "what is  2+2?", "x"]}).write_parquet(path)
+    config = tmp_path / "c.toml"
+    config.write_text("[engine]\nworkers = 1\n")
+    args = ["dedupe", str(path), "--text", "question"]
+    with_config = runner.invoke(app, [*args, "-c", str(config), "--out", str(tmp_path / "c")])
+    assert with_config.exit_code == 0, with_config.output
+    rules = ("exact", "normalised", "near", "contamination")
+    rows = dict(line.split() for line in with_config.output.splitlines() if line.split()[:1]
+                and line.split()[0] in rules)  # fmt: skip
+    assert rows == {"exact": "0", "normalised": "off", "near": "off", "contamination": "0"}
+    turned_on = runner.invoke(
+        app, [*args, "-c", str(config), "--normalised", "--out", str(tmp_path / "n")]
+    )
+    assert turned_on.exit_code == 0, turned_on.output
+    assert "normalised     1" in turned_on.output
+    assert "near           off" in turned_on.output
+    without = runner.invoke(app, [*args, "--out", str(tmp_path / "d")])
+    assert "normalised     1" in without.output
+    assert "near           0" in without.output
