@@ -25,7 +25,8 @@ them. From those samples the driver cuts the codes' space into ranges of about
    b. cuts them into blocks of consecutive pairs that name at most :data:`BLOCK_TEXTS`
       distinct texts and hold at most :data:`BLOCK_PAIRS` pairs (:func:`blocks`); for
       each block, gathers its texts' shingle sets from the memory-mapped files of the
-      sets tasks that staged them and compares its pairs
+      sets tasks that staged them, computes their signatures from them and compares
+      the pairs whose signatures agree enough
       (:func:`~pipeline.dedupe.minhash.set_similarities`: the reference path's
       comparison of the same sets);
    c. returns its count and the codes and similarities of the pairs that reach the
@@ -43,7 +44,8 @@ Memory: the driver holds the samples, the ranges and the verified pairs; a sets 
 its candidate texts' ids and rows (16 bytes each, a copy for each partition that names
 a text while it deduplicates them) and one piece of texts (~32 MB), its tokens and sets; a
 check task, its range's codes (~8 bytes each, twice while deduplicating), a block's
-shingle sets (~120 MB for 32,768 texts of ~450 shingles) and the check's join of
+shingle sets (~120 MB for 32,768 texts of ~450 shingles) and signatures (16 MB for
+32,768 texts at 128 permutations) and the check's join of
 ``_VERIFY_CHUNK`` hashes a side (~100 MB). Staged: 16 bytes a distinct text per
 partition that names it, each read once (by its sets task), and 8 bytes a distinct
 shingle of each candidate text (1.15 to 1.3 times its text, measured).
@@ -362,7 +364,10 @@ def _check_block(task: CheckRanges, addresses: pa.Table, left: I64, right: I64) 
     place[order] = np.arange(len(named), dtype=np.int64)
     sets = _gathered_sets(task, stored[order])
     similarity = set_similarities(
-        sets, place[np.searchsorted(named, left)], place[np.searchsorted(named, right)]
+        sets,
+        place[np.searchsorted(named, left)],
+        place[np.searchsorted(named, right)],
+        task.params,
     )
     keep = np.flatnonzero(similarity >= task.params.threshold)
     return keep.astype(np.int64), similarity[keep]

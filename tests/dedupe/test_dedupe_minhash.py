@@ -119,6 +119,81 @@ def test_near_pairs_drop_lsh_false_positives_and_keep_true_pairs() -> None:
     assert all(shingle_jaccard(texts[i], texts[j]) >= PARAMS.threshold for i, j in pairs)
 
 
+def test_the_agreement_floor_is_the_binomial_tail_at_the_threshold() -> None:
+    """A pair at the threshold agrees on fewer signature values than the floor with a
+    chance of at most 1e-9, and on at most the floor itself with more (exact fractions)."""
+    from fractions import Fraction
+    from math import comb
+
+    for permutations, threshold in [
+        (128, Fraction(4, 5)),
+        (64, Fraction(1, 2)),
+        (256, Fraction(9, 10)),
+    ]:
+        params = LshParams(threshold=float(threshold), permutations=permutations)
+        floor = params.agreement_floor
+
+        def below(k: int, n: int = permutations, t: Fraction = threshold) -> Fraction:
+            return sum((comb(n, i) * t**i * (1 - t) ** (n - i) for i in range(k)), Fraction(0))
+
+        assert below(floor) <= Fraction(1, 10**9) < below(floor + 1)
+    assert LshParams().agreement_floor == 73
+    assert LshParams(threshold=1.0).agreement_floor == 128
+
+
+def test_set_signatures_are_the_texts_signatures() -> None:
+    """Signatures computed from the shingle sets the check holds (distinct hashes, cut
+    into pieces) are those the gate computes from the texts: empty, short and repeating
+    texts included."""
+    rng = random.Random(11)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 60))) for _ in range(300)]
+    texts += ["", None, "one", "a a a a a a a a a a a a", "x y"]
+    series = pl.Series(texts)
+    expected, has = minhash.signatures(series, PARAMS)
+    sets = minhash._shingle_sets(series, PARAMS)
+    pieces = [minhash._SetParts.of(sets).joined()]
+    assert (minhash.set_signatures(pieces, PARAMS) == expected).all()
+    halves = [minhash._SetParts.of(minhash._shingle_sets(part, PARAMS)).joined()
+              for part in (series[:150], series[150:])]  # fmt: skip
+    assert (minhash.set_signatures(halves, PARAMS) == expected).all()
+    assert not has[-5]
+    assert not has[-4]
+
+
+def test_only_pairs_whose_signatures_agree_enough_are_compared(monkeypatch) -> None:
+    """Candidate pairs far below the threshold (LSH's false positives on templated
+    texts) are dropped on their signatures before the join that compares their sets;
+    every pair at or above the threshold is still found, with its exact similarity."""
+    rng = random.Random(13)
+    texts, left, right = [], [], []
+    for _ in range(200):
+        base = [rng.choice(WORDS) + str(rng.randint(0, 50)) for _ in range(120)]
+        texts += [" ".join(base), " ".join(_variant(base, rng.choice([1, 3, 30, 60]), rng))]
+        left.append(len(texts) - 2)
+        right.append(len(texts) - 1)
+    series = pl.Series(texts)
+    pairs = np.array(left), np.array(right)
+    exact = jaccard(series, *pairs, PARAMS)
+    compared: list[int] = []
+    block = minhash._jaccard_block
+
+    def counting(sets, lhs, rhs):  # type: ignore[no-untyped-def]
+        compared.append(len(lhs))
+        return block(sets, lhs, rhs)
+
+    monkeypatch.setattr(minhash, "_jaccard_block", counting)
+    got = minhash.exact_similarities(*pairs, series.gather, PARAMS)
+    sig, _ = minhash.signatures(series, PARAMS)
+    agreeing = minhash.estimated_similarity(sig, *pairs) * 128 >= PARAMS.agreement_floor
+    assert 0 < sum(compared) == agreeing.sum() < len(left)
+    assert (got[agreeing] == exact[agreeing]).all()
+    assert (got[~agreeing] == 0).all()
+    assert (exact[~agreeing] < PARAMS.threshold).all()
+    near = exact >= PARAMS.threshold
+    assert near.sum() > 50
+    assert (got[near] == exact[near]).all()
+
+
 def test_the_exact_check_reads_its_texts_once_in_order_a_piece_at_a_time(monkeypatch) -> None:
     rng = random.Random(5)
     texts = []
