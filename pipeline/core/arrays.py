@@ -6,6 +6,11 @@ them (1.5 M uint64: 0.73 s against 0.02 s; 30 M: 38 s against 2.8 s, measured he
 near candidate search deduplicates tens of millions of pair codes this way on texts that
 share templates.
 
+:func:`distinct` sorts with polars: numpy's sort of 64-bit integers took ~3.5 times as
+long on one thread (6 M random uint64: 0.38 s against 0.10 s); on 64,222 templated
+pw-decide-row rows (2.8 M candidate pairs, the codes deduplicated band by band)
+``rowgate dedupe`` went from 6.7 to 5.6 s.
+
 ``np.isin`` of millions of values in more than a few (~75 for 1 M) sorts both arrays
 together: ~25 bytes a value, for a mask of one. :func:`isin` finds each value by a binary
 search among the few, a chunk at a time.
@@ -17,6 +22,7 @@ from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 
 __all__ = ["distinct", "distinct_union", "isin", "ragged_arange"]
 
@@ -28,7 +34,8 @@ def distinct(values: npt.NDArray[G]) -> npt.NDArray[G]:
     them: by a sort for integers; by ``np.unique`` for any other kind (NaNs, objects)."""
     if values.dtype.kind not in "iub":
         return np.unique(values)
-    ordered = np.sort(values, axis=None)
+    # polars' sort: 64-bit integers sorted ~3.5 times as fast as numpy's, on one thread
+    ordered = pl.Series(values.ravel()).sort().to_numpy()
     keep = np.ones(len(ordered), dtype=np.bool_)
     keep[1:] = ordered[1:] != ordered[:-1]
     return ordered[keep]
