@@ -36,6 +36,23 @@ _WorkersOption = Annotated[
     ),
 ]
 
+
+def _rule_help(rule: str, what: str) -> str:
+    """A rule that is on without a config, and with one as in a run."""
+    return (
+        f"{what} duplicates (default: on; with --config, the config's [dedupe] {rule}, "
+        "off unless it turns it on, as in a run)."
+    )
+
+
+_NormalisedOption = Annotated[
+    bool | None,
+    typer.Option("--normalised/--no-normalised", help=_rule_help("normalised", "Normalised")),
+]
+_NearOption = Annotated[
+    bool | None, typer.Option("--near/--no-near", help=_rule_help("near", "Near"))
+]
+
 _KEY_HELP = (
     "A column compared exactly by every rule, near included: duplicates share it "
     "(repeatable; with or instead of --text)."
@@ -83,22 +100,8 @@ def dedupe_command(
             f"(default: {DedupeSettings.survivor}, or the config's [dedupe] survivor)."
         ),
     ] = None,
-    normalised: Annotated[
-        bool | None,
-        typer.Option(
-            "--normalised/--no-normalised",
-            help="Normalised duplicates (default: on; with --config, the config's [dedupe] "
-            "normalised, off unless it turns it on, as in a run).",
-        ),
-    ] = None,
-    near: Annotated[
-        bool | None,
-        typer.Option(
-            "--near/--no-near",
-            help="Near duplicates (default: on; with --config, the config's [dedupe] near, "
-            "off unless it turns it on, as in a run).",
-        ),
-    ] = None,
+    normalised: _NormalisedOption = None,
+    near: _NearOption = None,
     workers: _WorkersOption = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
 ) -> None:
