@@ -12,7 +12,8 @@ what shells and schedulers expect of a terminated process), after Ctrl-C with 13
 
 A :class:`~pipeline.core.errors.RowgateError` that a command did not turn into a message
 is reported like one (its message names no record value) with its class's exit code. Any
-other exception is a defect of rowgate: it is reported by its class and where it was
+other exception is a defect of rowgate (a Rust panic in polars or pyarrow included, which
+pyo3 raises as a ``BaseException``): it is reported by its class and where it was
 raised, exit 4, without its message or a traceback's, since polars and pyarrow quote the
 values they failed on (a record value may be a secret).
 """
@@ -70,8 +71,8 @@ def main() -> None:
         if isinstance(error, RowgateError):
             print(f"error: {error}", file=sys.stderr)
             sys.exit(error.exit_code)
-        if isinstance(error, Exception):
-            _report_defect(error)
+        if not isinstance(error, SystemExit | KeyboardInterrupt | Terminated):
+            _report_defect(error)  # a Rust panic (pyo3's PanicException) is no Exception
             sys.exit(EXIT_FAILED)
         raise
 
@@ -81,7 +82,7 @@ def _exit_terminated() -> None:
     sys.exit(EXIT_TERMINATED)
 
 
-def _report_defect(error: Exception) -> None:
+def _report_defect(error: BaseException) -> None:
     """Where an unexpected exception was raised, by file, line and function only."""
     import traceback
 
