@@ -47,8 +47,47 @@ def field_expr(path: str, schema: pl.Schema) -> pl.Expr | None:
         else:
             return expr.cast(pl.String).str.json_path_match("$." + ".".join(rest[i:]))
     if isinstance(dtype, pl.Struct):  # its JSON text (a cast fails on a null inside)
-        return pl.when(expr.is_not_null()).then(expr.struct.json_encode())
+        return _struct_text(expr, dtype)
     return expr.cast(pl.String)
+
+
+def _struct_text(expr: pl.Expr, dtype: pl.Struct) -> pl.Expr:
+    """A whole struct as a group's value: its JSON text, bytes inside it as hex (polars
+    cannot write bytes as JSON: a Rust panic). A struct whose every field is null (a
+    writer's ``{}``) is no value, as a null one is: it names no group."""
+    fields = [expr.struct.field(f.name) for f in dtype.fields]
+    if not fields:
+        return pl.lit(None, pl.String)
+    return pl.when(pl.any_horizontal(f.is_not_null() for f in fields)).then(
+        _json_ready(expr, dtype).struct.json_encode()
+    )
+
+
+def _json_ready(expr: pl.Expr, dtype: Any) -> pl.Expr:
+    """``expr`` with every binary value inside it (struct fields, list items) as its hex
+    text; unchanged where it holds none."""
+    if isinstance(dtype, pl.Binary):
+        return expr.bin.encode("hex")
+    if not _holds_binary(dtype):
+        return expr
+    if isinstance(dtype, pl.Struct):
+        rebuilt = pl.struct(
+            _json_ready(expr.struct.field(f.name), f.dtype).alias(f.name) for f in dtype.fields
+        )
+        return pl.when(expr.is_not_null()).then(rebuilt)
+    if isinstance(dtype, pl.Array):
+        return _json_ready(expr.arr.to_list(), pl.List(dtype.inner))
+    return expr.list.eval(_json_ready(pl.element(), dtype.inner))  # a list
+
+
+def _holds_binary(dtype: Any) -> bool:
+    if isinstance(dtype, pl.Binary):
+        return True
+    if isinstance(dtype, pl.Struct):
+        return any(_holds_binary(f.dtype) for f in dtype.fields)
+    if isinstance(dtype, pl.List | pl.Array):
+        return _holds_binary(dtype.inner)
+    return False
 
 
 @dataclass(frozen=True)

@@ -690,29 +690,42 @@ def test_a_split_group_field_that_reads_a_list_is_a_config_error(
 def test_a_whole_struct_split_group_field_is_compared_as_its_json_text(tmp_path: Path) -> None:
     """A split-group field naming a whole struct: its value is the struct's JSON text.
     Inputs whose structs differ (one lacks a field, so its rows read it as null) failed
-    the cast to text, an internal error (exit 4). A null struct is no value: no group."""
+    the cast to text, an internal error (exit 4). A null struct is no value, nor is one
+    whose every field is null (a writer's ``{}``): no group. Bytes inside are hex (polars
+    cannot write them as JSON: a Rust panic, exit 1 with the value in its message)."""
     pl.DataFrame(
         {
-            "question": ["a b c d e", "f g h i j", "u v w x y"],
-            "meta": [{"task": "t1"}, {"task": "t2"}, None],
+            "question": ["a b c d e", "f g h i j", "u v w x y", "z y x w v"],
+            "meta": [{"task": "t1"}, {"task": "t2"}, None, {"task": None}],
         }
     ).write_parquet(tmp_path / "train.parquet")
+    layout = pl.Struct({"task": pl.String, "n": pl.Int64, "b": pl.Binary})
     pl.DataFrame(
-        {"question": ["k l m n o", "p q r s t"], "meta": [{"task": "t1", "n": None}, None]},
-        schema={"question": pl.String, "meta": pl.Struct({"task": pl.String, "n": pl.Int64})},
+        {
+            "question": ["k l m n o", "p q r s t", "q r s t u", "r s t u v"],
+            "meta": [{"task": "t1"}, None, {"task": None}, {"task": "t3", "b": b"\x00\xff"}],
+        },
+        schema={"question": pl.String, "meta": layout},
     ).write_parquet(tmp_path / "eval.parquet")
+    pl.DataFrame(
+        {"question": ["v w x y z"], "meta": [{"task": "t3", "b": b"\x00\xff"}]},
+        schema={"question": pl.String, "meta": layout},
+    ).write_parquet(tmp_path / "dev.parquet")
     config = tmp_path / "c.toml"
     config.write_text('[dedupe.split_groups]\ncolumns = ["meta"]\n')
     out = tmp_path / "d"
     result = runner.invoke(
         app,
         ["dedupe", "--split", f"train={tmp_path / 'train.parquet'}", "--split",
-         f"eval={tmp_path / 'eval.parquet'}", "--text", "question", "--config", str(config),
-         "--out", str(out)],
+         f"eval={tmp_path / 'eval.parquet'}", "--split", f"dev={tmp_path / 'dev.parquet'}",
+         "--text", "question", "--config", str(config), "--out", str(out)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     groups = pl.read_parquet(out / "split_groups.parquet")
-    assert groups.rows() == [("meta", '{"task":"t1","n":null}', ["eval", "train"])]
+    assert sorted(groups.rows()) == [
+        ("meta", '{"task":"t1","n":null,"b":null}', ["eval", "train"]),
+        ("meta", '{"task":"t3","n":null,"b":"00ff"}', ["dev", "eval"]),
+    ]
 
 
 def test_a_config_without_dedupe_keeps_normalised_and_near_off_and_says_so(
