@@ -14,7 +14,8 @@ stable and ranked by the survivor order.
 * LSH: ``bands`` bands of ``rows`` signature values; rows sharing a band are candidates.
 * Every candidate pair whose signatures agree on at least
   :attr:`LshParams.agreement_floor` values (73 of 128 at the threshold 0.8: a pair at
-  the threshold shows fewer with a chance of at most 1e-9) gets its exact Jaccard
+  the threshold shows fewer with a chance of at most 1e-9; counted on the values' low
+  bytes, which agree wherever the values do) gets its exact Jaccard
   similarity over the 64-bit shingle sets; only pairs at or above the threshold are near
   duplicates (LSH false positives are dropped). The estimated similarity (share of
   equal signature values) is kept beside it.
@@ -538,11 +539,14 @@ def _jaccard_of_sets(
     """Exact Jaccard similarity of each pair of ``sets``: the shared hashes are counted
     by a join of ``_VERIFY_CHUNK`` hashes a side at a time. With ``params``, a pair whose
     signatures (the sets', as the gate's: :func:`set_signatures`) agree on fewer than
-    :attr:`LshParams.agreement_floor` values is not compared and gets 0: below the
-    threshold, but for a chance of at most :data:`_MISSED_AT_THRESHOLD`. On templated
-    texts nearly every candidate pair is such a pair (the join cost ~26 ns a hash)."""
+    :attr:`LshParams.agreement_floor` values (counted on their low bytes) is not compared
+    and gets 0: below the threshold, but for a chance of at most
+    :data:`_MISSED_AT_THRESHOLD`. On templated texts nearly every candidate pair can be
+    such a pair (the join cost ~26 ns a hash)."""
     result = np.zeros(len(left), np.float64)
-    sig = set_signatures(sets.parts, params) if params is not None else None
+    # each value's low byte: equal wherever the values are, so a pair's count only
+    # rises (the floor's bound holds), and a quarter of the bytes to compare
+    sig = set_signatures(sets.parts, params).astype(np.uint8) if params is not None else None
     for start in range(0, len(left), _PAIR_BLOCK):
         stop = min(start + _PAIR_BLOCK, len(left))
         block_left, block_right = left[start:stop], right[start:stop]
@@ -573,10 +577,12 @@ def set_signatures(parts: Sequence[Shingles], params: LshParams) -> U32:
     return out
 
 
-def _agreements(rows: U32, left: I64, right: I64) -> I64:
+def _agreements(rows: U32 | npt.NDArray[np.uint8], left: I64, right: I64) -> I64:
     """How many signature values each pair's two texts share (``rows``: a signature per
-    text). Rows gathered whole and compared as bytes: gathering a column per text from
-    permutations × texts and summing booleans took ~6 times as long."""
+    text, or its values' low bytes). Rows gathered whole and compared as bytes: gathering
+    a column per text from permutations × texts and summing booleans took ~6 times as
+    long as 32-bit rows, which take 3 times as long as their low bytes (1 M pairs of
+    32,768 texts: 0.27 s, 0.09 s)."""
     out = np.zeros(len(left), np.int64)
     step = 1 << 14
     for lo in range(0, len(left), step):
