@@ -545,8 +545,14 @@ def _jaccard_of_sets(
     such a pair (the join cost ~26 ns a hash)."""
     result = np.zeros(len(left), np.float64)
     # each value's low byte: equal wherever the values are, so a pair's count only
-    # rises (the floor's bound holds), and a quarter of the bytes to compare
-    sig = set_signatures(sets.parts, params).astype(np.uint8) if params is not None else None
+    # rises (the floor's bound holds); a quarter of the bytes to hold and compare, the
+    # 32-bit values made a part (a piece of texts read) at a time
+    sig = None
+    if params is not None:
+        sig = np.concatenate(
+            [set_signatures([part], params).astype(np.uint8) for part in sets.parts]
+            or [np.zeros((0, params.permutations), np.uint8)]
+        )
     for start in range(0, len(left), _PAIR_BLOCK):
         stop = min(start + _PAIR_BLOCK, len(left))
         block_left, block_right = left[start:stop], right[start:stop]
@@ -693,7 +699,7 @@ def exact_similarities(
 
     The texts are asked for in ``stored`` order, ~``_VERIFY_BYTES`` at a time, so each piece
     is a run of the stored rows and each is read once; only their shingle sets are kept
-    (8 bytes a distinct shingle), and their signatures (4 bytes a permutation).
+    (8 bytes a distinct shingle), and their signatures' low bytes (128 bytes a text).
     Shingling every involved text at once held their
     texts, tokens and windows together: 3 M rows of short similar texts (2,984,746
     candidate pairs) peaked at 2.9 GB."""
