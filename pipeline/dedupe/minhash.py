@@ -52,6 +52,7 @@ __all__ = [
     "near_pairs",
     "pairs_of_codes",
     "set_similarities",
+    "set_sketches",
     "shingle_hashes",
     "shingle_set_pieces",
     "signatures",
@@ -60,6 +61,7 @@ __all__ = [
 
 U64 = npt.NDArray[np.uint64]
 U32 = npt.NDArray[np.uint32]
+U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
@@ -534,7 +536,11 @@ def jaccard(texts: pl.Series, left: I64, right: I64, params: LshParams) -> F64:
 
 
 def _jaccard_of_sets(
-    sets: _SetParts, left: I64, right: I64, params: LshParams | None = None
+    sets: _SetParts,
+    left: I64,
+    right: I64,
+    params: LshParams | None = None,
+    sketches: U8 | None = None,
 ) -> F64:
     """Exact Jaccard similarity of each pair of ``sets``: the shared hashes are counted
     by a join of ``_VERIFY_CHUNK`` hashes a side at a time. With ``params``, a pair whose
@@ -542,17 +548,15 @@ def _jaccard_of_sets(
     :attr:`LshParams.agreement_floor` values (counted on their low bytes) is not compared
     and gets 0: below the threshold, but for a chance of at most
     :data:`_MISSED_AT_THRESHOLD`. On templated texts nearly every candidate pair can be
-    such a pair (the join cost ~26 ns a hash)."""
+    such a pair (the join cost ~26 ns a hash). ``sketches``: the sets' low bytes made
+    before (:func:`set_sketches`), else made here."""
     result = np.zeros(len(left), np.float64)
     # each value's low byte: equal wherever the values are, so a pair's count only
     # rises (the floor's bound holds); a quarter of the bytes to hold and compare, the
     # 32-bit values made a part (a piece of texts read) at a time
-    sig = None
-    if params is not None:
-        sig = np.concatenate(
-            [set_signatures([part], params).astype(np.uint8) for part in sets.parts]
-            or [np.zeros((0, params.permutations), np.uint8)]
-        )
+    sig = sketches
+    if sig is None and params is not None:
+        sig = set_sketches(sets.parts, params)
     for start in range(0, len(left), _PAIR_BLOCK):
         stop = min(start + _PAIR_BLOCK, len(left))
         block_left, block_right = left[start:stop], right[start:stop]
@@ -583,7 +587,14 @@ def set_signatures(parts: Sequence[Shingles], params: LshParams) -> U32:
     return out
 
 
-def _agreements(rows: U32 | npt.NDArray[np.uint8], left: I64, right: I64) -> I64:
+def set_sketches(parts: Sequence[Shingles], params: LshParams) -> U8:
+    """The low bytes of :func:`set_signatures` (texts × permutations), the 32-bit values
+    made a part at a time: what the exact check compares."""
+    made = [set_signatures([part], params).astype(np.uint8) for part in parts]
+    return np.concatenate(made) if made else np.zeros((0, params.permutations), np.uint8)
+
+
+def _agreements(rows: U32 | U8, left: I64, right: I64) -> I64:
     """How many signature values each pair's two texts share (``rows``: a signature per
     text, or its values' low bytes). Rows gathered whole and compared as bytes: 1 M pairs
     of 32,768 texts took 1.63 s as a column per text gathered from permutations × texts,
@@ -730,11 +741,14 @@ def shingle_set_pieces(
         count = min(max(_VERIFY_BYTES // mean, 1), 2 * count, _VERIFY_MAX_TEXTS)
 
 
-def set_similarities(sets: Shingles, left: I64, right: I64, params: LshParams) -> F64:
+def set_similarities(
+    sets: Shingles, left: I64, right: I64, params: LshParams, sketches: U8 | None = None
+) -> F64:
     """The exact Jaccard similarity of each pair (``left[i]``, ``right[i]``) of
     ``sets`` (places among them) whose signatures agree enough to be checked, else 0:
-    :func:`exact_similarities` of the texts they are the :func:`shingle_set_pieces` of."""
-    return _jaccard_of_sets(_SetParts.of([sets]), left, right, params)
+    :func:`exact_similarities` of the texts they are the :func:`shingle_set_pieces` of.
+    ``sketches``: the sets' :func:`set_sketches`, where they were made before."""
+    return _jaccard_of_sets(_SetParts.of([sets]), left, right, params, sketches)
 
 
 def _in_order(left: I64, right: I64, stored: I64 | None) -> tuple[I64, I64, I64]:

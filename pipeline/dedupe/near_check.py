@@ -24,9 +24,9 @@ them. From those samples the driver cuts the codes' space into ranges of about
       candidate pairs, counted once;
    b. cuts them into blocks of consecutive pairs that name at most :data:`BLOCK_TEXTS`
       distinct texts and hold at most :data:`BLOCK_PAIRS` pairs (:func:`blocks`); for
-      each block, gathers its texts' shingle sets from the memory-mapped files of the
-      sets tasks that staged them, computes their signatures from them and compares
-      the pairs whose signatures agree enough
+      each block, gathers its texts' shingle sets and sketches (their signatures' low
+      bytes, made once by the sets task) from the memory-mapped files of the sets tasks
+      that staged them, and compares the pairs whose signatures agree enough
       (:func:`~pipeline.dedupe.minhash.set_similarities`: the reference path's
       comparison of the same sets);
    c. returns its count and the codes and similarities of the pairs that reach the
@@ -44,11 +44,14 @@ Memory: the driver holds the samples, the ranges and the verified pairs; a sets 
 its candidate texts' ids and rows (16 bytes each, a copy for each partition that names
 a text while it deduplicates them) and one piece of texts (~32 MB), its tokens and sets; a
 check task, its range's codes (~8 bytes each, twice while deduplicating), a block's
-shingle sets (~120 MB for 32,768 texts of ~450 shingles) and signatures (16 MB for
-32,768 texts at 128 permutations) and the check's join of
+shingle sets (~120 MB for 32,768 texts of ~450 shingles) and sketches (4 MB for 32,768
+texts at 128 permutations) and the check's join of
 ``_VERIFY_CHUNK`` hashes a side (~100 MB). Staged: 16 bytes a distinct text per
 partition that names it, each read once (by its sets task), and 8 bytes a distinct
-shingle of each candidate text (1.15 to 1.3 times its text, measured).
+shingle of each candidate text (1.15 to 1.3 times its text, measured) and 128 bytes of
+sketch (at 128 permutations). Made by each block instead, the sketches cost most of the
+check: a text is named by ~100 blocks where its pairs spread over the codes (960,858
+pw-decide-row rows: 214 of 333 s with one worker).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from pipeline.dedupe.minhash import (
     Shingles,
     decoded_pairs,
     set_similarities,
+    set_sketches,
     shingle_set_pieces,
 )
 from pipeline.engines import Progress, Step
@@ -113,6 +117,9 @@ _CODE: Final = "_code"
 #: the staged texts a partition's codes name, and a sets task's candidate texts' sets
 _ID: Final = "_text_id"
 _SHINGLES: Final = "_shingles"
+#: a text's signature's low bytes (:func:`~pipeline.dedupe.minhash.set_sketches`),
+#: made once by its sets task: each block that names the text gathers them
+_SKETCH: Final = "_sketch"
 
 
 class TextSource(Protocol):
@@ -303,13 +310,24 @@ def stage_sets(task: CheckRanges, group: int) -> int:
     def texts_of(at: I64) -> pl.Series:
         return task.source.texts(found.take(pa.array(at, pa.int64())))
 
-    schema = pa.schema([(STORED, pa.int64()), (_SHINGLES, pa.large_list(pa.uint64()))])
+    width = task.params.permutations
+    schema = pa.schema(
+        [
+            (STORED, pa.int64()),
+            (_SHINGLES, pa.large_list(pa.uint64())),
+            (_SKETCH, pa.binary(width)),
+        ]
+    )
     done = 0
     with task.storage.stage_writer(group, _sets_stem(task.stem), schema) as out:
         for sets in shingle_set_pieces(np.arange(len(candidates)), texts_of, task.params):
             shingles = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes))
             piece = pa.array(stored[done : done + len(sets.offsets) - 1])
-            out.write_batch(pa.record_batch([piece, shingles], schema=schema))
+            sketch = set_sketches([sets], task.params)
+            sketches = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(width), len(piece), [None, pa.py_buffer(sketch.tobytes())]
+            )
+            out.write_batch(pa.record_batch([piece, shingles, sketches], schema=schema))
             done += len(piece)
     return len(candidates)
 
@@ -362,28 +380,31 @@ def _check_block(task: CheckRanges, addresses: pa.Table, left: I64, right: I64) 
     order = np.argsort(stored, kind="stable")
     place = np.empty(len(named), np.int64)
     place[order] = np.arange(len(named), dtype=np.int64)
-    sets = _gathered_sets(task, stored[order])
+    sets, sketches = _gathered_sets(task, stored[order])
     similarity = set_similarities(
         sets,
         place[np.searchsorted(named, left)],
         place[np.searchsorted(named, right)],
         task.params,
+        sketches,
     )
     keep = np.flatnonzero(similarity >= task.params.threshold)
     return keep.astype(np.int64), similarity[keep]
 
 
-def _gathered_sets(task: CheckRanges, stored: I64) -> Shingles:
-    """The staged shingle sets of the texts stored at rows ``stored`` (sorted), in that
-    order, from the memory-mapped files of the sets tasks that staged them: each text's
-    task by its row, its piece (record batch) by the pieces' first rows."""
+def _gathered_sets(task: CheckRanges, stored: I64) -> tuple[Shingles, npt.NDArray[np.uint8]]:
+    """The staged shingle sets and sketches of the texts stored at rows ``stored``
+    (sorted), in that order, from the memory-mapped files of the sets tasks that staged
+    them: each text's task by its row, its piece (record batch) by the pieces' first
+    rows."""
     owner = np.searchsorted(np.array(task.starts, np.int64), stored, side="right") - 1
     bounds = np.searchsorted(owner, np.arange(len(task.starts) + 1))
     counts = np.zeros(len(stored), np.int64)
     hashes: list[U64] = []
+    sketches = np.empty((len(stored), task.params.permutations), np.uint8)
     for group in np.flatnonzero(np.diff(bounds)).tolist():
         table = task.storage.staged_table(group, _sets_stem(task.stem))
-        rows, sets = table[STORED].chunks, table[_SHINGLES].chunks
+        rows, sets, sketch = table[STORED].chunks, table[_SHINGLES].chunks, table[_SKETCH].chunks
         firsts = np.array([chunk[0].as_py() for chunk in rows], np.int64)
         lo = int(bounds[group])
         wanted = stored[lo : int(bounds[group + 1])]
@@ -393,21 +414,37 @@ def _gathered_sets(task: CheckRanges, stored: I64) -> Shingles:
         edges = np.searchsorted(piece, np.arange(len(rows) + 1)).tolist()
         for index, (first, last) in enumerate(itertools.pairwise(edges)):
             if first < last:
-                count, found = _piece_sets(rows[index], sets[index], wanted[first:last])
+                at = _piece_places(rows[index], wanted[first:last])
+                count, found = _piece_sets(sets[index], at)
                 counts[lo + first : lo + last] = count
                 hashes.append(found)
+                sketches[lo + first : lo + last] = _piece_sketches(sketch[index])[at]
     offsets = np.zeros(len(stored) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
-    return Shingles(np.concatenate(hashes) if hashes else np.zeros(0, np.uint64), offsets)
+    found_sets = Shingles(np.concatenate(hashes) if hashes else np.zeros(0, np.uint64), offsets)
+    return found_sets, sketches
 
 
-def _piece_sets(rows: pa.Array, sets: pa.Array, wanted: I64) -> tuple[I64, U64]:
-    """The sizes and hashes of the sets of the texts at rows ``wanted`` (sorted) in one
-    staged piece (its ``rows``, sorted, and their ``sets``), found by a binary search."""
+def _piece_places(rows: pa.Array, wanted: I64) -> I64:
+    """The places of the texts at rows ``wanted`` (sorted) in one staged piece (its
+    ``rows``, sorted), found by a binary search."""
     keys = rows.to_numpy()
     if not _found(keys, wanted).all():
         raise AssertionError("the near check asked for a text that has no staged set")
-    at = np.searchsorted(keys, wanted)
+    places: I64 = np.searchsorted(keys, wanted)
+    return places
+
+
+def _piece_sketches(sketches: pa.FixedSizeBinaryArray) -> npt.NDArray[np.uint8]:
+    """A staged piece's sketches as rows of bytes (texts × permutations), unread."""
+    width = sketches.type.byte_width
+    data = np.frombuffer(sketches.buffers()[1], np.uint8)
+    start = sketches.offset * width
+    return data[start : start + len(sketches) * width].reshape(len(sketches), width)
+
+
+def _piece_sets(sets: pa.Array, at: I64) -> tuple[I64, U64]:
+    """The sizes and hashes of the sets at places ``at`` in one staged piece."""
     offsets = sets.offsets.to_numpy()
     begin, count = offsets[at], offsets[at + 1] - offsets[at]
     return count, sets.values.to_numpy()[np.repeat(begin, count) + ragged_arange(count)]
