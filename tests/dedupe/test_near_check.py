@@ -150,7 +150,7 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
     time: the pairs kept, their similarities and the candidate count are those of one
     check of every pair, and the last text, which no pair names, has no set staged. Two
     of the texts are exactly at the threshold (4 of 5 shingles shared: 0.8), and are
-    kept."""
+    kept. Each staged sketch is its text's."""
     words = [f"w{i}" for i in range(30)]
     texts = (
         " ".join(words[:8]),  # 4 shingles of 5 words
@@ -186,6 +186,10 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
         patched.setattr(minhash, "_VERIFY_BYTES", 1)
         staged = [near_check.stage_sets(task, group) for group in range(len(starts))]
     assert staged == [7, 4]  # text 11 is in no pair
+    # each text's sketch, made once by its sets task, is its set's: what a block compares
+    sets, sketches = near_check._gathered_sets(task, np.arange(1, n, dtype=np.int64))
+    assert (sketches == minhash.set_sketches([sets], params)).all()
+    assert len({row.tobytes() for row in sketches}) == n - 1
     step = check_step(task)
     state = step.init(*step.init_args)
     checked = [step.run(state, bounds, lambda *_: None) for bounds in ranges]
