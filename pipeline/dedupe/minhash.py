@@ -311,13 +311,21 @@ def signatures(texts: pl.Series, params: LshParams) -> tuple[U32, npt.NDArray[np
     has = np.zeros(n, dtype=np.bool_)
     for lo, hi in _chunks(texts):
         sh = shingle_hashes(texts.slice(lo, hi - lo), params.shingle_size, params.seed)
-        nonempty = np.flatnonzero(sh.counts > 0)
-        if not len(nonempty):
-            continue
+        nonempty, minima = _text_minima(sh, a, b)
         has[lo + nonempty] = True
-        x = (sh.hashes >> np.uint64(32)).astype(np.uint32)
-        out[:, lo + nonempty] = _minima(x, sh.offsets[nonempty], a, b)
+        out[:, lo + nonempty] = minima
     return out, has
+
+
+def _text_minima(sh: Shingles, a: U32, b: U32) -> tuple[I64, U32]:
+    """The texts of ``sh`` that have shingles, and their signatures (permutations ×
+    those texts): each permutation's minimum over a text's high 32 bits of hashes (a
+    repeated shingle changes no minimum, so a text's set gives its text's)."""
+    nonempty = np.flatnonzero(sh.counts > 0)
+    if not len(nonempty):
+        return nonempty, np.zeros((len(a), 0), np.uint32)
+    x = (sh.hashes >> np.uint64(32)).astype(np.uint32)
+    return nonempty, _minima(x, sh.offsets[nonempty], a, b)
 
 
 def _minima(x: U32, starts: I64, a: U32, b: U32) -> U32:
@@ -554,16 +562,15 @@ def _jaccard_of_sets(
     # each value's low byte: equal wherever the values are, so a pair's count only
     # rises (the floor's bound holds); a quarter of the bytes to hold and compare, the
     # 32-bit values made a part (a piece of texts read) at a time
-    sig = sketches
-    if sig is None and params is not None:
-        sig = set_sketches(sets.parts, params)
+    if params is not None and sketches is None:
+        sketches = set_sketches(sets.parts, params)
     for start in range(0, len(left), _PAIR_BLOCK):
         stop = min(start + _PAIR_BLOCK, len(left))
         block_left, block_right = left[start:stop], right[start:stop]
-        if sig is None or params is None:
+        if params is None or sketches is None:  # every pair compared
             result[start:stop] = _jaccard_block(sets, block_left, block_right)
             continue
-        agreeing = _agreements(sig, block_left, block_right) >= params.agreement_floor
+        agreeing = _agreements(sketches, block_left, block_right) >= params.agreement_floor
         checked = np.flatnonzero(agreeing)
         result[start + checked] = _jaccard_block(sets, block_left[checked], block_right[checked])
     return result
@@ -579,10 +586,8 @@ def set_signatures(parts: Sequence[Shingles], params: LshParams) -> U32:
     out = np.full((texts, params.permutations), np.iinfo(np.uint32).max, dtype=np.uint32)
     first = 0
     for part in parts:
-        nonempty = np.flatnonzero(part.counts > 0)
-        if len(nonempty):
-            x = (part.hashes >> np.uint64(32)).astype(np.uint32)
-            out[first + nonempty] = _minima(x, part.offsets[nonempty], a, b).T
+        nonempty, minima = _text_minima(part, a, b)
+        out[first + nonempty] = minima.T
         first += len(part.offsets) - 1
     return out
 
