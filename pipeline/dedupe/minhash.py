@@ -42,6 +42,7 @@ __all__ = [
     "LshParams",
     "NearPairs",
     "Shingles",
+    "agreeing",
     "band_candidates",
     "band_keys",
     "candidate_pairs",
@@ -544,34 +545,27 @@ def jaccard(texts: pl.Series, left: I64, right: I64, params: LshParams) -> F64:
 
 
 def _jaccard_of_sets(
-    sets: _SetParts,
-    left: I64,
-    right: I64,
-    params: LshParams | None = None,
-    sketches: U8 | None = None,
+    sets: _SetParts, left: I64, right: I64, params: LshParams | None = None
 ) -> F64:
     """Exact Jaccard similarity of each pair of ``sets``: the shared hashes are counted
     by a join of ``_VERIFY_CHUNK`` hashes a side at a time. With ``params``, a pair whose
     signatures (the sets', as the gate's: :func:`set_signatures`) agree on fewer than
-    :attr:`LshParams.agreement_floor` values (counted on their low bytes) is not compared
-    and gets 0: below the threshold, but for a chance of at most
+    :attr:`LshParams.agreement_floor` values (counted on their low bytes: :func:`agreeing`)
+    is not compared and gets 0: below the threshold, but for a chance of at most
     :data:`_MISSED_AT_THRESHOLD`. On templated texts nearly every candidate pair can be
-    such a pair (the join cost ~26 ns a hash). ``sketches``: the sets' low bytes made
-    before (:func:`set_sketches`), else made here."""
+    such a pair (the join cost ~26 ns a hash)."""
     result = np.zeros(len(left), np.float64)
     # each value's low byte: equal wherever the values are, so a pair's count only
     # rises (the floor's bound holds); a quarter of the bytes to hold and compare, the
     # 32-bit values made a part (a piece of texts read) at a time
-    if params is not None and sketches is None:
-        sketches = set_sketches(sets.parts, params)
+    sketches = set_sketches(sets.parts, params) if params is not None else None
     for start in range(0, len(left), _PAIR_BLOCK):
         stop = min(start + _PAIR_BLOCK, len(left))
         block_left, block_right = left[start:stop], right[start:stop]
         if params is None or sketches is None:  # every pair compared
             result[start:stop] = _jaccard_block(sets, block_left, block_right)
             continue
-        agreeing = _agreements(sketches, block_left, block_right) >= params.agreement_floor
-        checked = np.flatnonzero(agreeing)
+        checked = np.flatnonzero(agreeing(sketches, block_left, block_right, params))
         result[start + checked] = _jaccard_block(sets, block_left[checked], block_right[checked])
     return result
 
@@ -597,6 +591,15 @@ def set_sketches(parts: Sequence[Shingles], params: LshParams) -> U8:
     made a part at a time: what the exact check compares."""
     made = [set_signatures([part], params).astype(np.uint8) for part in parts]
     return np.concatenate(made) if made else np.zeros((0, params.permutations), np.uint8)
+
+
+def agreeing(sketches: U8, left: I64, right: I64, params: LshParams) -> npt.NDArray[np.bool_]:
+    """Whether each pair (``left[i]``, ``right[i]``, places among the rows of
+    ``sketches``: :func:`set_sketches`) agrees on :attr:`LshParams.agreement_floor`
+    values or more: the pairs whose sets are compared exactly, the others below the
+    threshold but for a chance of at most :data:`_MISSED_AT_THRESHOLD`."""
+    found: npt.NDArray[np.bool_] = _agreements(sketches, left, right) >= params.agreement_floor
+    return found
 
 
 def _agreements(rows: U32 | U8, left: I64, right: I64) -> I64:
@@ -746,14 +749,11 @@ def shingle_set_pieces(
         count = min(max(_VERIFY_BYTES // mean, 1), 2 * count, _VERIFY_MAX_TEXTS)
 
 
-def set_similarities(
-    sets: Shingles, left: I64, right: I64, params: LshParams, sketches: U8 | None = None
-) -> F64:
-    """The exact Jaccard similarity of each pair (``left[i]``, ``right[i]``) of
-    ``sets`` (places among them) whose signatures agree enough to be checked, else 0:
-    :func:`exact_similarities` of the texts they are the :func:`shingle_set_pieces` of.
-    ``sketches``: the sets' :func:`set_sketches`, where they were made before."""
-    return _jaccard_of_sets(_SetParts.of([sets]), left, right, params, sketches)
+def set_similarities(sets: Shingles, left: I64, right: I64) -> F64:
+    """The exact Jaccard similarity of each pair (``left[i]``, ``right[i]``) of ``sets``
+    (places among them): for pairs whose sketches :func:`agreeing` keeps,
+    :func:`exact_similarities` of the texts they are the :func:`shingle_set_pieces` of."""
+    return _jaccard_of_sets(_SetParts.of([sets]), left, right)
 
 
 def _in_order(left: I64, right: I64, stored: I64 | None) -> tuple[I64, I64, I64]:

@@ -22,14 +22,17 @@ them. From those samples the driver cuts the codes' space into ranges of about
    a. reads its range of every partition's codes (a pair found by bands in several
       partitions is there several times) and keeps the distinct ones: the range's
       candidate pairs, counted once;
-   b. cuts them into blocks of consecutive pairs that name at most :data:`BLOCK_TEXTS`
-      distinct texts and hold at most :data:`BLOCK_PAIRS` pairs (:func:`blocks`); for
-      each block, gathers its texts' shingle sets and sketches (their signatures' low
-      bytes, made once by the sets task) from the memory-mapped files of the sets tasks
-      that staged them, and compares the pairs whose signatures agree enough
-      (:func:`~pipeline.dedupe.minhash.set_similarities`: the reference path's
-      comparison of the same sets);
-   c. returns its count and the codes and similarities of the pairs that reach the
+   b. compares their texts' sketches (their signatures' low bytes, made once by the
+      sets task), :data:`SKETCH_PAIRS` pairs at a time, gathered from the memory-mapped
+      files of the sets tasks that staged them, and keeps the pairs whose signatures
+      agree enough (:func:`~pipeline.dedupe.minhash.agreeing`): on templated texts
+      nearly every candidate is far from near, and no set of its texts is gathered;
+   c. cuts those into blocks of consecutive pairs that name at most
+      :data:`BLOCK_TEXTS` distinct texts and hold at most :data:`BLOCK_PAIRS` pairs
+      (:func:`blocks`); for each block, gathers its texts' shingle sets and compares
+      the pairs (:func:`~pipeline.dedupe.minhash.set_similarities`: the reference
+      path's comparison of the same sets, after the same agreement);
+   d. returns its count and the codes and similarities of the pairs that reach the
       threshold.
 
 Every code falls in one range and a pair's similarity depends on its two texts alone,
@@ -43,21 +46,24 @@ nearly every shard, so many blocks read the input many times.
 Memory: the driver holds the samples, the ranges and the verified pairs; a sets task,
 its candidate texts' ids and rows (16 bytes each, a copy for each partition that names
 a text while it deduplicates them) and one piece of texts (~32 MB), its tokens and sets; a
-check task, its range's codes (~8 bytes each, twice while deduplicating), a block's
-shingle sets (~120 MB for 32,768 texts of ~450 shingles) and sketches (4 MB for 32,768
-texts at 128 permutations) and the check's join of
+check task, its range's codes (~8 bytes each, twice while deduplicating), the sketches
+of the texts of :data:`SKETCH_PAIRS` pairs (at most 64 MB at 128 permutations), a
+block's shingle sets (~120 MB for 32,768 texts of ~450 shingles) and the check's join of
 ``_VERIFY_CHUNK`` hashes a side (~100 MB). Staged: 16 bytes a distinct text per
 partition that names it, each read once (by its sets task), and 8 bytes a distinct
 shingle of each candidate text (1.15 to 1.3 times its text, measured) and 128 bytes of
 sketch (at 128 permutations). Made by each block instead, the sketches cost most of the
 check: a text is named by ~100 blocks where its pairs spread over the codes (960,858
-pw-decide-row rows: 214 of 333 s with one worker).
+pw-decide-row rows: 214 of 333 s with one worker). Gathered by each block with the sets,
+before the sketches were compared, the sets of pairs that were then not compared took
+~45 s of the check's ~100 s there (one worker; cutting the ranges into blocks, whose
+every pair named a new text, another ~22 s).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -66,10 +72,11 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline.core.arrays import distinct, distinct_union, ragged_arange
+from pipeline.core.arrays import distinct, distinct_places, distinct_union, ragged_arange
 from pipeline.dedupe.minhash import (
     LshParams,
     Shingles,
+    agreeing,
     decoded_pairs,
     set_similarities,
     set_sketches,
@@ -84,6 +91,7 @@ __all__ = [
     "RANGE_CODES",
     "SAMPLE_EVERY",
     "SETS_ROWS",
+    "SKETCH_PAIRS",
     "STORED",
     "CheckRanges",
     "TextSource",
@@ -100,11 +108,16 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
+U8 = npt.NDArray[np.uint8]
 
 #: Distinct texts a block names at most (its task holds their shingle sets)
 BLOCK_TEXTS: Final = 1 << 15
 #: Pairs a block holds at most
 BLOCK_PAIRS: Final = 1 << 20
+#: Candidate pairs whose sketches a check task compares at once, before a block gathers
+#: the sets of those that agree enough: their texts' sketches are at most twice as many
+#: rows of ``permutations`` bytes (64 MB at 128)
+SKETCH_PAIRS: Final = 1 << 18
 #: Codes a range holds, about (a check task reads them all: 8 bytes each)
 RANGE_CODES: Final = 1 << 22
 #: Rows (of the shards' text maps) a sets task covers, about
@@ -349,11 +362,15 @@ def _check_range(
     codes = _range_codes(task, *bounds)
     left, right = decoded_pairs(codes, task.texts)
     addresses = task.storage.whole_table(addresses_stem(task.stem))
+    # on templated texts nearly every candidate is far from near: its texts' sketches
+    # drop it before any shingle set is gathered
+    checked = _agreeing(task, addresses, left, right)
+    left, right = left[checked], right[checked]
     kept: list[I64] = []
     values: list[F64] = []
     for lo, hi in blocks(left, right, *task.block):
         at, similarity = _check_block(task, addresses, left[lo:hi], right[lo:hi])
-        kept.append(at + lo)
+        kept.append(checked[at + lo])
         values.append(similarity)
     keep = np.concatenate(kept) if kept else np.zeros(0, np.int64)
     return len(codes), codes[keep], np.concatenate(values) if values else np.zeros(0)
@@ -372,36 +389,70 @@ def _range_codes(task: CheckRanges, lo: int, hi: int) -> U64:
     return distinct(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
 
 
+def _agreeing(task: CheckRanges, addresses: pa.Table, left: I64, right: I64) -> I64:
+    """The places of the pairs whose texts' sketches agree enough for their sets to be
+    compared (:func:`~pipeline.dedupe.minhash.agreeing`), :data:`SKETCH_PAIRS` pairs at
+    a time: where they are far from near (templated texts), no set is gathered."""
+    found = [np.zeros(0, np.int64)]
+    for lo in range(0, len(left), SKETCH_PAIRS):
+        hi = lo + SKETCH_PAIRS
+        stored, at_left, at_right = _stored_places(addresses, left[lo:hi], right[lo:hi])
+        sketches = _gathered_sketches(task, stored)
+        found.append(np.flatnonzero(agreeing(sketches, at_left, at_right, task.params)) + lo)
+    return np.concatenate(found)
+
+
 def _check_block(task: CheckRanges, addresses: pa.Table, left: I64, right: I64) -> tuple[I64, F64]:
     """A block's pairs (text ids) that reach the threshold (places in the block) and
     their similarities: its texts' staged sets gathered in stored order."""
-    named = distinct(np.concatenate([left, right]))
-    stored = addresses[STORED].take(pa.array(named, pa.int64())).to_numpy()
-    order = np.argsort(stored, kind="stable")
-    place = np.empty(len(named), np.int64)
-    place[order] = np.arange(len(named), dtype=np.int64)
-    sets, sketches = _gathered_sets(task, stored[order])
-    similarity = set_similarities(
-        sets,
-        place[np.searchsorted(named, left)],
-        place[np.searchsorted(named, right)],
-        task.params,
-        sketches,
-    )
+    stored, at_left, at_right = _stored_places(addresses, left, right)
+    similarity = set_similarities(_gathered_sets(task, stored), at_left, at_right)
     keep = np.flatnonzero(similarity >= task.params.threshold)
     return keep.astype(np.int64), similarity[keep]
 
 
-def _gathered_sets(task: CheckRanges, stored: I64) -> tuple[Shingles, npt.NDArray[np.uint8]]:
-    """The staged shingle sets and sketches of the texts stored at rows ``stored``
-    (sorted), in that order, from the memory-mapped files of the sets tasks that staged
-    them: each text's task by its row, its piece (record batch) by the pieces' first
-    rows."""
-    owner = np.searchsorted(np.array(task.starts, np.int64), stored, side="right") - 1
-    bounds = np.searchsorted(owner, np.arange(len(task.starts) + 1))
+def _stored_places(addresses: pa.Table, left: I64, right: I64) -> tuple[I64, I64, I64]:
+    """The rows the pairs' distinct texts are stored at, sorted, and the places among
+    them of each pair's left and right text."""
+    named, places = distinct_places(np.concatenate([left, right]))
+    stored = addresses[STORED].take(pa.array(named, pa.int64())).to_numpy()
+    order = np.argsort(stored, kind="stable")
+    place = np.empty(len(named), np.int64)
+    place[order] = np.arange(len(named), dtype=np.int64)
+    return stored[order], place[places[: len(left)]], place[places[len(left) :]]
+
+
+def _gathered_sketches(task: CheckRanges, stored: I64) -> U8:
+    """The staged sketches of the texts stored at rows ``stored`` (sorted), in that
+    order."""
+    sketches = np.empty((len(stored), task.params.permutations), np.uint8)
+    for lo, hi, at, _, sketch in _pieces(task, stored):
+        sketches[lo:hi] = _piece_sketches(sketch)[at]
+    return sketches
+
+
+def _gathered_sets(task: CheckRanges, stored: I64) -> Shingles:
+    """The staged shingle sets of the texts stored at rows ``stored`` (sorted), in that
+    order."""
     counts = np.zeros(len(stored), np.int64)
     hashes: list[U64] = []
-    sketches = np.empty((len(stored), task.params.permutations), np.uint8)
+    for lo, hi, at, sets, _ in _pieces(task, stored):
+        count, found = _piece_sets(sets, at)
+        counts[lo:hi] = count
+        hashes.append(found)
+    offsets = np.zeros(len(stored) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return Shingles(np.concatenate(hashes) if hashes else np.zeros(0, np.uint64), offsets)
+
+
+def _pieces(task: CheckRanges, stored: I64) -> Iterator[tuple[int, int, I64, pa.Array, pa.Array]]:
+    """Where the texts stored at rows ``stored`` (sorted) were staged, in the
+    memory-mapped files of the sets tasks that staged them (each text's task by its row,
+    its piece, a record batch, by the pieces' first rows): for each piece that holds
+    some, their span [lo, hi) of ``stored``, their places in the piece, and the piece's
+    sets and sketches."""
+    owner = np.searchsorted(np.array(task.starts, np.int64), stored, side="right") - 1
+    bounds = np.searchsorted(owner, np.arange(len(task.starts) + 1))
     for group in np.flatnonzero(np.diff(bounds)).tolist():
         table = task.storage.staged_table(group, _sets_stem(task.stem))
         rows, sets, sketch = table[STORED].chunks, table[_SHINGLES].chunks, table[_SKETCH].chunks
@@ -415,14 +466,7 @@ def _gathered_sets(task: CheckRanges, stored: I64) -> tuple[Shingles, npt.NDArra
         for index, (first, last) in enumerate(itertools.pairwise(edges)):
             if first < last:
                 at = _piece_places(rows[index], wanted[first:last])
-                count, found = _piece_sets(sets[index], at)
-                counts[lo + first : lo + last] = count
-                hashes.append(found)
-                sketches[lo + first : lo + last] = _piece_sketches(sketch[index])[at]
-    offsets = np.zeros(len(stored) + 1, np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    found_sets = Shingles(np.concatenate(hashes) if hashes else np.zeros(0, np.uint64), offsets)
-    return found_sets, sketches
+                yield lo + first, lo + last, at, sets[index], sketch[index]
 
 
 def _piece_places(rows: pa.Array, wanted: I64) -> I64:

@@ -1,7 +1,8 @@
 """``distinct``: ``np.unique``'s sorted distinct values, by a sort for integers;
-``distinct_union``: those of two arrays, the first already distinct; ``isin``:
-``np.isin`` by binary searches among the distinct values looked for; ``ragged_arange``:
-each item's place in its row."""
+``distinct_places``: those with each value's place among them (``np.unique``'s
+inverse); ``distinct_union``: those of two arrays, the first already distinct;
+``isin``: ``np.isin`` by binary searches among the distinct values looked for;
+``ragged_arange``: each item's place in its row."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from pipeline.core import arrays
-from pipeline.core.arrays import distinct, distinct_union, isin, ragged_arange
+from pipeline.core.arrays import distinct, distinct_places, distinct_union, isin, ragged_arange
 
 _INTEGERS = st.sampled_from([np.int8, np.int32, np.int64, np.uint32, np.uint64, np.bool_])
 
@@ -23,6 +24,15 @@ def test_distinct_is_numpy_unique_for_integers(values: np.ndarray) -> None:
     expected = np.unique(values)
     assert found.dtype == expected.dtype
     assert np.array_equal(found, expected)
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(0, 9), max_size=80))
+def test_distinct_places_is_numpy_unique_with_its_inverse(values: list[int]) -> None:
+    found, places = distinct_places(np.array(values, np.int64))
+    expected, inverse = np.unique(np.array(values, np.int64), return_inverse=True)
+    assert found.dtype == places.dtype == np.int64
+    assert found.tolist() == expected.tolist()
+    assert places.tolist() == inverse.tolist()
 
 
 @given(

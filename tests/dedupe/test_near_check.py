@@ -150,13 +150,15 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
     time: the pairs kept, their similarities and the candidate count are those of one
     check of every pair, and the last text, which no pair names, has no set staged. Two
     of the texts are exactly at the threshold (4 of 5 shingles shared: 0.8), and are
-    kept. Each staged sketch is its text's."""
+    kept: their pair's code is the last, after pairs whose sketches do not agree in its
+    range. Each staged sketch is its text's."""
     words = [f"w{i}" for i in range(30)]
     texts = (
+        *(" ".join(words[i : i + 12]) for i in range(10, 14)),
+        *(" ".join(words[i : i + 9]) for i in range(1, 6)),
         " ".join(words[:8]),  # 4 shingles of 5 words
         " ".join(words[:9]),  # 5 shingles, the 4 above among them: Jaccard 0.8
-        *(" ".join(words[i : i + 9]) for i in range(1, 6)),
-        *(" ".join(words[i : i + 12]) for i in range(10, 15)),
+        " ".join(words[14:26]),
     )
     n = len(texts)
     left, right = (
@@ -167,7 +169,7 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
     params = LshParams()
     source = _Listed(texts)
     reference = exact_similarities(left, right, lambda at: source.texts_at(at.tolist()), params)
-    assert reference[0] == params.threshold  # texts 0 and 1
+    assert reference[-1] == params.threshold  # texts 9 and 10
     storage = RunStorage(tmp_path)
     ids = np.arange(n, dtype=np.int64)
     storage.stage_whole(near_check.addresses_stem("k"), pa.table({"_i": ids, STORED: ids[::-1]}))
@@ -187,16 +189,34 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
         staged = [near_check.stage_sets(task, group) for group in range(len(starts))]
     assert staged == [7, 4]  # text 11 is in no pair
     # each text's sketch, made once by its sets task, is its set's: what a block compares
-    sets, sketches = near_check._gathered_sets(task, np.arange(1, n, dtype=np.int64))
+    rows = np.arange(1, n, dtype=np.int64)
+    sets, sketches = (
+        near_check._gathered_sets(task, rows),
+        near_check._gathered_sketches(task, rows),
+    )
     assert (sketches == minhash.set_sketches([sets], params)).all()
     assert len({row.tobytes() for row in sketches}) == n - 1
     step = check_step(task)
     state = step.init(*step.init_args)
-    checked = [step.run(state, bounds, lambda *_: None) for bounds in ranges]
+    blocked: list[int] = []
+    check_block = near_check._check_block
+
+    def counting(task, addresses, left, right):  # type: ignore[no-untyped-def]
+        blocked.append(len(left))
+        return check_block(task, addresses, left, right)
+
+    with pytest.MonkeyPatch.context() as patched:  # sketches compared 4 pairs at a time
+        patched.setattr(near_check, "SKETCH_PAIRS", 4)
+        patched.setattr(near_check, "_check_block", counting)
+        checked = [step.run(state, bounds, lambda *_: None) for bounds in ranges]
+    # only the pairs whose sketches agree enough reach a block, which gathers their sets
+    # (text t is stored at row n - 1 - t, its sketch gathered above at n - 2 - t)
+    agree = minhash.agreeing(sketches, n - 2 - left, n - 2 - right, params)
+    assert 0 < sum(blocked) == agree.sum() < len(codes)
     assert sum(count for count, _, _ in checked) == len(codes)
     kept = np.concatenate([c for _, c, _ in checked])
     similarity = np.concatenate([s for _, _, s in checked])
     expected = np.flatnonzero(reference >= params.threshold)
     assert kept.tolist() == codes[expected].tolist()
     assert similarity.tolist() == reference[expected].tolist()
-    assert codes[0] in kept
+    assert codes[-1] in kept
