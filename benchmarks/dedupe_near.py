@@ -204,6 +204,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mb", type=float, default=500.0)
     parser.add_argument("--threshold", type=float, default=DedupeSettings().threshold)
+    parser.add_argument(
+        "--target-recall",
+        type=float,
+        default=DedupeSettings().target_recall,
+        help="dedupe.target_recall: the bands chosen (fewer on templated texts: fewer "
+        "candidate pairs, a lower chance of finding a pair at the threshold)",
+    )
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--skip-datasketch", action="store_true")
     parser.add_argument("--skip-datatrove", action="store_true")
@@ -216,7 +223,8 @@ def main() -> None:
     parser.add_argument("--texts", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    params = LshParams.from_settings(DedupeSettings(threshold=args.threshold))
+    settings = DedupeSettings(threshold=args.threshold, target_recall=args.target_recall)
+    params = LshParams.from_settings(settings)
     if args.worker:
         rowgate_worker(args.texts, args.out, params)
         return
@@ -236,7 +244,10 @@ def main() -> None:
         texts_path, labels_path = generate(root, args.size_mb, args.threshold, args.seed)
         truth = Truth(pl.read_parquet(labels_path), root / "corpus.jsonl", args.threshold)
         commands = {
-            "rowgate": [sys.executable, __file__, "--worker", "--threshold", str(args.threshold)]
+            "rowgate": [
+                *(sys.executable, __file__, "--worker", "--threshold", str(args.threshold)),
+                *("--target-recall", str(args.target_recall)),
+            ]
         }
         if not args.skip_datasketch:
             commands["datasketch"] = [args.peer_python, str(PEERS), "datasketch", *shared]
