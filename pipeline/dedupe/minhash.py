@@ -750,9 +750,10 @@ def shingle_set_pieces(
 
 
 def set_similarities(sets: Shingles, left: I64, right: I64) -> F64:
-    """The exact Jaccard similarity of each pair (``left[i]``, ``right[i]``) of ``sets``
-    (places among them): for pairs whose sketches :func:`agreeing` keeps,
-    :func:`exact_similarities` of the texts they are the :func:`shingle_set_pieces` of."""
+    """The exact Jaccard similarity of every pair (``left[i]``, ``right[i]``) of ``sets``
+    (places among them), none skipped: the caller keeps first the pairs whose sketches
+    :func:`agreeing` keeps, and for those this is what :func:`exact_similarities` gives
+    the texts they are the :func:`shingle_set_pieces` of."""
     return _jaccard_of_sets(_SetParts.of([sets]), left, right)
 
 

@@ -23,7 +23,7 @@ them. From those samples the driver cuts the codes' space into ranges of about
       partitions is there several times) and keeps the distinct ones: the range's
       candidate pairs, counted once;
    b. compares their texts' sketches (their signatures' low bytes, made once by the
-      sets task), :data:`SKETCH_PAIRS` pairs at a time, gathered from the memory-mapped
+      sets task), :data:`SKETCH_BYTES` of them at a time, gathered from the memory-mapped
       files of the sets tasks that staged them, and keeps the pairs whose signatures
       agree enough (:func:`~pipeline.dedupe.minhash.agreeing`): on templated texts
       nearly every candidate is far from near, and no set of its texts is gathered;
@@ -47,7 +47,7 @@ Memory: the driver holds the samples, the ranges and the verified pairs; a sets 
 its candidate texts' ids and rows (16 bytes each, a copy for each partition that names
 a text while it deduplicates them) and one piece of texts (~32 MB), its tokens and sets; a
 check task, its range's codes (~8 bytes each, twice while deduplicating), the sketches
-of the texts of :data:`SKETCH_PAIRS` pairs (at most 64 MB at 128 permutations), a
+of the texts of some of its pairs (:data:`SKETCH_BYTES`: 64 MB), a
 block's shingle sets (~120 MB for 32,768 texts of ~450 shingles) and the check's join of
 ``_VERIFY_CHUNK`` hashes a side (~100 MB). Staged: 16 bytes a distinct text per
 partition that names it, each read once (by its sets task), and 8 bytes a distinct
@@ -91,7 +91,7 @@ __all__ = [
     "RANGE_CODES",
     "SAMPLE_EVERY",
     "SETS_ROWS",
-    "SKETCH_PAIRS",
+    "SKETCH_BYTES",
     "STORED",
     "CheckRanges",
     "TextSource",
@@ -114,10 +114,11 @@ U8 = npt.NDArray[np.uint8]
 BLOCK_TEXTS: Final = 1 << 15
 #: Pairs a block holds at most
 BLOCK_PAIRS: Final = 1 << 20
-#: Candidate pairs whose sketches a check task compares at once, before a block gathers
-#: the sets of those that agree enough: their texts' sketches are at most twice as many
-#: rows of ``permutations`` bytes (64 MB at 128)
-SKETCH_PAIRS: Final = 1 << 18
+#: Bytes of sketches a check task gathers at once to compare candidate pairs, before a
+#: block gathers the sets of those that agree enough: a pair names at most two texts of
+#: ``permutations`` bytes each, so 262,144 pairs at a time at 128 permutations, 32,768
+#: at 1,024
+SKETCH_BYTES: Final = 1 << 26
 #: Codes a range holds, about (a check task reads them all: 8 bytes each)
 RANGE_CODES: Final = 1 << 22
 #: Rows (of the shards' text maps) a sets task covers, about
@@ -391,11 +392,13 @@ def _range_codes(task: CheckRanges, lo: int, hi: int) -> U64:
 
 def _agreeing(task: CheckRanges, addresses: pa.Table, left: I64, right: I64) -> I64:
     """The places of the pairs whose texts' sketches agree enough for their sets to be
-    compared (:func:`~pipeline.dedupe.minhash.agreeing`), :data:`SKETCH_PAIRS` pairs at
-    a time: where they are far from near (templated texts), no set is gathered."""
+    compared (:func:`~pipeline.dedupe.minhash.agreeing`), as many pairs at a time as
+    name :data:`SKETCH_BYTES` of sketches at most: where they are far from near
+    (templated texts), no set is gathered."""
     found = [np.zeros(0, np.int64)]
-    for lo in range(0, len(left), SKETCH_PAIRS):
-        hi = lo + SKETCH_PAIRS
+    step = max(SKETCH_BYTES // (2 * task.params.permutations), 1)
+    for lo in range(0, len(left), step):
+        hi = lo + step
         stored, at_left, at_right = _stored_places(addresses, left[lo:hi], right[lo:hi])
         sketches = _gathered_sketches(task, stored)
         found.append(np.flatnonzero(agreeing(sketches, at_left, at_right, task.params)) + lo)

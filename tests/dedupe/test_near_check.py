@@ -199,16 +199,24 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
     step = check_step(task)
     state = step.init(*step.init_args)
     blocked: list[int] = []
-    check_block = near_check._check_block
+    gathered: list[int] = []
+    check_block, gathered_sketches = near_check._check_block, near_check._gathered_sketches
 
     def counting(task, addresses, left, right):  # type: ignore[no-untyped-def]
         blocked.append(len(left))
         return check_block(task, addresses, left, right)
 
+    def sketching(task, stored):  # type: ignore[no-untyped-def]
+        gathered.append(len(stored))
+        return gathered_sketches(task, stored)
+
     with pytest.MonkeyPatch.context() as patched:  # sketches compared 4 pairs at a time
-        patched.setattr(near_check, "SKETCH_PAIRS", 4)
+        patched.setattr(near_check, "SKETCH_BYTES", 4 * 2 * params.permutations)
         patched.setattr(near_check, "_check_block", counting)
+        patched.setattr(near_check, "_gathered_sketches", sketching)
         checked = [step.run(state, bounds, lambda *_: None) for bounds in ranges]
+    assert len(gathered) == sum(-(-count // 4) for count, _, _ in checked)
+    assert max(gathered) <= 8
     # only the pairs whose sketches agree enough reach a block, which gathers their sets
     # (text t is stored at row n - 1 - t, its sketch gathered above at n - 2 - t)
     agree = minhash.agreeing(sketches, n - 2 - left, n - 2 - right, params)
