@@ -243,12 +243,11 @@ def main() -> None:
         root = Path(tmp)
         texts_path, labels_path = generate(root, args.size_mb, args.threshold, args.seed)
         truth = Truth(pl.read_parquet(labels_path), root / "corpus.jsonl", args.threshold)
-        commands = {
-            "rowgate": [
-                *(sys.executable, __file__, "--worker", "--threshold", str(args.threshold)),
-                *("--target-recall", str(args.target_recall)),
-            ]
-        }
+        rowgate = [
+            sys.executable, __file__, "--worker", "--threshold", str(args.threshold),
+            "--target-recall", str(args.target_recall),
+        ]  # fmt: skip
+        commands = {"rowgate": rowgate}
         if not args.skip_datasketch:
             commands["datasketch"] = [args.peer_python, str(PEERS), "datasketch", *shared]
         if not args.skip_datatrove:

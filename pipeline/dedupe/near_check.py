@@ -132,7 +132,8 @@ _CODE: Final = "_code"
 _ID: Final = "_text_id"
 _SHINGLES: Final = "_shingles"
 #: a text's signature's low bytes (:func:`~pipeline.dedupe.minhash.set_sketches`),
-#: made once by its sets task: each block that names the text gathers them
+#: made once by its sets task: a check task gathers them for a chunk of its pairs at a
+#: time (:func:`_agreeing`)
 _SKETCH: Final = "_sketch"
 
 

@@ -188,7 +188,7 @@ def test_the_range_tasks_keep_what_one_check_of_every_pair_keeps(tmp_path: Path)
         patched.setattr(minhash, "_VERIFY_BYTES", 1)
         staged = [near_check.stage_sets(task, group) for group in range(len(starts))]
     assert staged == [7, 4]  # text 11 is in no pair
-    # each text's sketch, made once by its sets task, is its set's: what a block compares
+    # each text's sketch, made once by its sets task, is its set's: what a check task compares
     rows = np.arange(1, n, dtype=np.int64)
     sets, sketches = (
         near_check._gathered_sets(task, rows),
