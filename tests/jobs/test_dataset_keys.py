@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import random
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 import orjson
@@ -28,10 +29,21 @@ from pipeline.testing.corpus import duplicate_corpus
 from tests.dedupe_helpers import write_lines
 
 runner = CliRunner()
+#: the dedupe command's two row files: every input row is in one of them
+_OUTPUTS: Final = ("kept.parquet", "duplicates.parquet")
 
 
 def _digests(out: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())}
+
+
+def _input_files(args: list[str]) -> list[Path]:
+    """The Parquet files the dedupe command's arguments name (a file, a directory of
+    them, or ``SPLIT=PATH``)."""
+    paths = [Path(a.partition("=")[2] or a) for a in args if not a.startswith("-")]
+    return sorted(
+        f for p in paths if p.exists() for f in ([p] if p.is_file() else p.rglob("*.parquet"))
+    )
 
 
 def _dedupe(args: list[str], out: Path) -> dict[str, str]:
@@ -174,7 +186,13 @@ def test_staged_row_keys_decide_as_the_key_texts_do(
         return named[-1]
 
     monkeypatch.setattr(job, "split_group_rows", spy)
+    inputs = {f: f.read_bytes() for f in _input_files(given)}
     staged = _dedupe(given, tmp_path / "staged")
+    # the inputs are unchanged, and each of their rows is in exactly one output
+    assert inputs
+    assert {f: f.read_bytes() for f in inputs} == inputs
+    written = sum(pq.read_metadata(tmp_path / "staged" / name).num_rows for name in _OUTPUTS)
+    assert written == sum(pq.read_metadata(f).num_rows for f in inputs)
     with monkeypatch.context() as m:
         m.setattr(job, "_stages_row_keys", lambda *given: False)
         reference = _dedupe(given, tmp_path / "reference")
