@@ -88,6 +88,8 @@ DEDUPE_FORMAT: Final = "rowgate-dedupe/1"
 
 #: the rows a dedupe's OUT kept (what it stands for as a dataset)
 _KEPT: Final = "kept.parquet"
+#: the rows it removed, each with its verdict columns
+_DUPLICATES: Final = "duplicates.parquet"
 
 _OUTPUT_COLUMNS: Final = (
     "_duplicate_of",
@@ -388,7 +390,8 @@ def _write_rows(
     ``duplicates.parquet`` (``removed``: the verdicts by row id, ascending, built for one
     slice at a time), a slice of a file at a time, in the order key; the columns are
     those of all inputs together (a column one input lacks is null in its rows).
-    Returns (kept, duplicates) counts."""
+    Returns (kept, duplicates) counts, read from the files written (a row the copy
+    lost fails the caller's conservation check, whatever the copy counted)."""
     empty = [_rows(f, s, None, (0, 0)) for f, s in zip(files, schemas, strict=True)]
     layout = _combined(empty, files)
     # pyarrow has no 128-bit integer (polars' common type of Int64 and UInt64)
@@ -402,8 +405,8 @@ def _write_rows(
         return removed.slice(lo, hi).select(*_OUTPUT_COLUMNS, _dedupe_reason="_reason")
 
     kept_out = _writer(tmp / _KEPT, layout)
-    duplicates_out = _writer(tmp / "duplicates.parquet", layout.hstack(verdicts(0, 0)))
-    base = kept = done = 0
+    duplicates_out = _writer(tmp / _DUPLICATES, layout.hstack(verdicts(0, 0)))
+    base = done = 0
     # a slice is written (compressed, on one core) while the next is read and decoded:
     # both release the GIL (8.1 -> 6.3 s for 338 K rows); at most two slices are held
     writing: Future[None] | None = None
@@ -434,12 +437,12 @@ def _write_rows(
                     writing = writer.submit(
                         _write_slice, kept_out, ready[0], duplicates_out, ready[1]
                     )
-                kept, done, size = kept + part.height, done + len(hit), size + length
+                done, size = done + len(hit), size + length
             base += size
         if writing is not None:
             writing.result()
         _write_slice(kept_out, kept_groups.take(), duplicates_out, removed_groups.take())
-    return kept, done
+    return pq.read_metadata(tmp / _KEPT).num_rows, pq.read_metadata(tmp / _DUPLICATES).num_rows
 
 
 def _pieces(path: str) -> Iterator[tuple[int, int]]:

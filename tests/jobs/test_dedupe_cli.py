@@ -374,6 +374,30 @@ def test_dedupe_copies_rows_a_slice_at_a_time_as_one_whole(
     assert every["extra"].to_list() == [None] * 7 + ["e"] * 4
 
 
+def test_a_row_the_copy_loses_fails_the_conservation_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept and duplicate counts the conservation check compares with the rows read
+    are the files' own: a copy that loses a row while it counts it is refused, and no
+    OUT is left."""
+    from pipeline.jobs import dedupe as job
+
+    pl.DataFrame({"q": ["a b c", "x", "a b c", "y"]}).write_parquet(tmp_path / "in.parquet")
+    write_slice = job._write_slice
+
+    def losing(kept_out, kept, removed_out, removed):  # type: ignore[no-untyped-def]
+        return write_slice(kept_out, None if kept is None else kept[1:], removed_out, removed)
+
+    monkeypatch.setattr(job, "_write_slice", losing)
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["dedupe", str(tmp_path / "in.parquet"), "--text", "q", "--out", str(out)]
+    )
+    assert isinstance(result.exception, AssertionError)
+    assert "lost rows" in str(result.exception)
+    assert not out.exists()
+
+
 def test_every_row_counts_when_none_of_its_columns_is_read(tmp_path: Path) -> None:
     """A file whose only columns are an earlier dedupe's verdicts, or that lacks the key
     column, still has rows: every one of them ends in an output (the decision had read
