@@ -184,3 +184,28 @@ def test_bench_scale_runs_every_mode_and_size(tmp_path: Path) -> None:
     assert "2×/1× local near+normalised: parent peak RSS" in names
     assert all(t["passed"] is not None for t in document["targets"])
     assert list(tmp_path.iterdir()) == [results]  # its temporary directory is gone
+
+
+def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
+    """driver_memory on exports of a few shards each: the gate and every global step the
+    run names are measured at both sizes, the growth a row computed, and its temporary
+    directory is gone; sizes that would fit one shard (gated in the driver) are refused."""
+    script = [sys.executable, str(ROOT / "benchmarks" / "driver_memory.py"), "--tmp", str(tmp_path)]
+    done = subprocess.run(
+        [*script, "--rows", "2000,4000", "--shard-mb", "0.5", "--near"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("pairwise-v2, near+normalised: ")
+    steps = {line.split("  ")[0]: line.split()[-1] for line in lines[3:] if "  " in line}
+    for step in ("gate", "pairwise-v2: read", "pairwise-v2: cross_rules", "pairwise-v2: dedupe"):
+        float(steps[step])  # a growth a row, measured at both sizes
+    assert "pairwise-v2: dedupe: candidates" in steps  # named without its partition count
+    assert any(line.startswith("the global phase's peak: ") for line in lines)
+    assert list(tmp_path.iterdir()) == []
+    refused = subprocess.run(
+        [*script, "--rows", "100,200"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert refused.returncode == 2
+    assert "two shards at least" in refused.stderr

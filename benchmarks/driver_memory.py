@@ -1,0 +1,177 @@
+"""What the driver (the process running ``rowgate run``) holds per row, step by step.
+
+    python benchmarks/driver_memory.py                       # 250,000 and 1,000,000 rows
+    python benchmarks/driver_memory.py --rows 20000,80000 --shard-mb 4   # quick
+    python benchmarks/driver_memory.py --near                # with --near --normalised
+
+For each size, a pairwise-v2 export of that many rows (~1.2 KB each: the scale
+benchmark's generator, 3 % defects and 3 % repeats) is run once by a child process that
+samples its own anonymous memory (``RssAnon``) every 2 ms, with the allocators set as the
+command line sets them, and reads each step of the global phase off the run's progress
+hooks. It prints, per step, the peak at each size and the growth per row between the
+sizes: what a driver must be sized for, beyond what it holds at any size (docs/scale.md,
+"Memory"). The global phase runs in the driver; the workers' memory is the scale
+benchmark's (``bench_scale.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import table, write_export
+
+#: bytes a row of the generated pairwise-v2 export (size 1), to size it in rows
+ROW_BYTES = 1221
+GATE = "gate"
+MB = 1 << 20
+#: the engine's shard size; a run of one shard is gated in the driver itself
+SHARD_MB = 64
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status", "rb") as fh:
+        for line in fh:
+            if line.startswith(b"RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no RssAnon in /proc/self/status (Linux only)")
+
+
+def child(export: Path, out: Path, near: bool, shard_mb: float, result: Path) -> None:
+    """Run the export in this process; write each step's peak ``RssAnon`` to ``result``."""
+    from pipeline.core.allocator import apply_parent_allocator, hand_back_large_blocks
+
+    apply_parent_allocator()  # as the command line does, before polars and pyarrow load
+    hand_back_large_blocks()
+    from pipeline.core.config import load_campaign
+    from pipeline.jobs.run import RunObserver, run
+
+    steps: list[tuple[str, float]] = [("start", time.perf_counter())]
+    samples: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append((time.perf_counter(), _rss_anon()))
+            time.sleep(0.002)
+
+    def step(name: str) -> None:
+        # a step's task count ("candidates (8 partitions)") depends on the size; a
+        # sample as it begins: a step shorter than the sampling's period has one too
+        now = time.perf_counter()
+        steps.append((re.sub(r" \(\d+ \w+\)$", "", name), now))
+        samples.append((now, _rss_anon()))
+
+    campaign = out.parent / "campaign.toml"
+    campaign.write_text(
+        f'[[inputs]]\npath = "{export}"\nkind = "pairwise-v2"\n\n'
+        f"[dedupe]\nnear = {str(near).lower()}\nnormalised = {str(near).lower()}\n\n"
+        f"[engine]\nshard_bytes = {int(shard_mb * MB)}\n"
+    )
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    manifest = run(
+        load_campaign(campaign),
+        out,
+        force=True,
+        observer=RunObserver(on_phase=step, on_stage=step),
+    ).manifest
+    steps.append(("end", time.perf_counter()))
+    done.set()
+    sampler.join()
+    peaks: dict[str, int] = {}
+    for (name, start), (_, end) in itertools.pairwise(steps):
+        inside = [rss for t, rss in samples if start <= t < end]
+        if inside:
+            peaks[name] = max(peaks.get(name, 0), max(inside))
+    rows = manifest["conservation"]["lines_read"]
+    result.write_text(json.dumps({"rows": rows, "peaks": peaks}))
+
+
+@dataclass
+class Measured:
+    lines: int
+    #: each step's peak RssAnon, in bytes
+    peaks: dict[str, int]
+
+
+def _measure(rows: int, near: bool, shard_mb: float, tmp: Path) -> Measured:
+    export = tmp / f"export-{rows}.jsonl"
+    if not export.exists():
+        write_export(export, rows * ROW_BYTES / 1e6, size=1)
+    result = tmp / "result.json"
+    command = [sys.executable, __file__, "--child", str(export), str(tmp / "out"), str(result)]
+    options = ["--shard-mb", str(shard_mb), *(["--near"] if near else [])]
+    subprocess.run([*command, *options], check=True)
+    shutil.rmtree(tmp / "out", ignore_errors=True)
+    measured = json.loads(result.read_text())
+    return Measured(measured["rows"], measured["peaks"])
+
+
+def _report(small: Measured, large: Measured, mode: str) -> str:
+    """Each step's peak at both sizes and the growth a row between them; then the
+    global phase's (its steps are named ``<kind>: <stage>``)."""
+    grown = large.lines - small.lines
+    rows = []
+    for name, b in large.peaks.items():
+        a = small.peaks.get(name)
+        rows.append([name, "" if a is None else f"{a / MB:.0f}", f"{b / MB:.0f}",
+                     "" if a is None else f"{(b - a) / grown:.0f}"])  # fmt: skip
+    header = ["step", f"peak MB, {small.lines:,}", f"peak MB, {large.lines:,}", "bytes a row"]
+    peak = [max(v for k, v in m.peaks.items() if ": " in k) for m in (small, large)]
+    return (
+        f"pairwise-v2, {mode}: {small.lines:,} and {large.lines:,} lines; the driver's RssAnon\n"
+        f"{table(rows, header)}\n\n"
+        f"the global phase's peak: {peak[0] / MB:.0f} and {peak[1] / MB:.0f} MB, "
+        f"{(peak[1] - peak[0]) / grown:.0f} bytes a row between the sizes; "
+        f"{(peak[1] - large.peaks[GATE]) / MB:.0f} MB above the gate phase's level "
+        f"at {large.lines:,} lines"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="250000,1000000", help="two sizes, in rows")
+    parser.add_argument("--near", action="store_true", help="with --near --normalised")
+    parser.add_argument("--tmp", type=Path, default=None, help="where the exports go")
+    parser.add_argument(
+        "--shard-mb", type=float, default=SHARD_MB, help="engine.shard_bytes, in MiB (default 64)"
+    )
+    parser.add_argument(
+        "--child", nargs=3, metavar=("EXPORT", "OUT", "RESULT"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.child:
+        export, out, result = map(Path, args.child)
+        child(export, out, args.near, args.shard_mb, result)
+        return
+    sizes = [int(n) for n in args.rows.split(",")]
+    least = math.ceil(2 * args.shard_mb * MB / ROW_BYTES)
+    if len(sizes) != 2 or not least <= sizes[0] < sizes[1]:
+        parser.error(
+            f"--rows: two sizes, the smaller first, each of two shards at least ({least:,} rows)"
+        )
+    load = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="driver-memory-", dir=args.tmp))
+    try:
+        small, large = (_measure(n, args.near, args.shard_mb, tmp) for n in sizes)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(_report(small, large, "near+normalised" if args.near else "plain"))
+    print(f"load average (1, 5, 15 min) before {load}, after {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
