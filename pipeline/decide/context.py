@@ -26,12 +26,13 @@ exact keys: :meth:`GlobalContext.unmatched`; exact groups: :meth:`GlobalContext.
 or reads values shard by shard
 (:meth:`GlobalContext.evaluate`; lined up with its rows: :meth:`GlobalContext.values`),
 and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them alone out
-of the staged files). On 1,000,000 pairwise-v2 or pw-decide-row rows the global phase
-peaks ~30–38 bytes a row above where the gate phase left the parent, with or without
-near and normalised dedupe (polars' allocator returning freed pages at once:
-:mod:`pipeline.core.allocator`), and ~130–375 bytes more for each row a whole-run stage
-reads in full and decides (a duplicate, a retry): the bytes a row of each structure are
-in docs/scale.md ("The driver's memory, per row", "Duplicate-heavy exports").
+of the staged files). Stages name rows by their keys taken out of the state
+(:func:`keys_of`), never by a copy of every row's. On 1,000,000 pairwise-v2 rows with 3 %
+repeats the global phase grows ~27 bytes a row, with or without near and normalised
+dedupe (``benchmarks/driver_memory.py``; polars' allocator returning freed pages at once:
+:mod:`pipeline.core.allocator`), ~130–375 bytes of it for each row a whole-run stage
+reads in full and decides (a duplicate, a retry): docs/scale.md ("Memory") and
+docs/scale-measurements.md ("The driver's memory, per row", "Duplicate-heavy exports").
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ __all__ = [
     "GlobalStage",
     "OutputColumn",
     "declared_columns",
+    "keys_of",
     "lines_by_shard",
     "register_stage",
     "run_global",
@@ -412,10 +414,10 @@ class GlobalContext:
         set beside them: a join held a hash table of the rows and a copy of both frames
         at once (dedupe's peak where most rows are duplicates); rows in another order
         are joined. A row the staged files lack is an error, never a null."""
-        payload = self.fetch(kind, rows.select(KEYS), columns, stem)
+        payload = self.fetch(kind, keys_of(rows), columns, stem)
         if payload.height != rows.height:
             raise AssertionError(f"{kind}: {rows.height} rows asked for, {payload.height} read")
-        aligned = payload.select(KEYS).equals(rows.select(KEYS))
+        aligned = keys_of(payload).equals(keys_of(rows))
         if aligned and set(payload.columns) & set(rows.columns) == set(KEYS):
             return rows.hstack(payload.drop(KEYS).get_columns())
         return rows.join(payload, on=list(KEYS), how="left", maintain_order="left")
@@ -450,6 +452,17 @@ class GlobalContext:
         if not frames:
             return pl.DataFrame()
         return pl.concat(frames, rechunk=False)
+
+
+def keys_of(
+    rows: pl.DataFrame, where: npt.NDArray[np.bool_] | pl.Series | None = None
+) -> pl.DataFrame:
+    """The keys (``_shard``, ``_shard_line``) of ``rows`` where ``where`` holds (of every
+    row without it), copying only those rows' keys. Taken by name, the keys share the
+    state's buffers; an eager ``select`` of them runs as a query that copies every row's
+    (12 bytes a row of the state with polars 2, each time a rule took its rows' keys)."""
+    keys = rows[list(KEYS)]
+    return keys if where is None else keys.filter(where)
 
 
 def lines_by_shard(keys: pl.DataFrame) -> dict[int, npt.NDArray[np.int64]]:
@@ -749,7 +762,7 @@ def with_reason_codes(
     for frame in decided:
         if "_reasons_add" in frame.columns:
             codes = advance(codes, frame.select(*KEYS, "_reasons_add"), set())
-    if not codes.select(KEYS).equals(current.select(KEYS)):
+    if not keys_of(codes).equals(keys_of(current)):
         raise AssertionError("the reason codes do not line up with the state")
     return current.with_columns(codes[REASON_CODES])
 
@@ -765,7 +778,9 @@ def advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) -> 
     state at the peak, against 252 MB for the join of every row to the decisions this
     replaced (344 MB when it also added a retry's pointer column)."""
     extras = [c for c in decided.columns if c in carried]
-    current = current.drop([c for c in extras if c in current.columns])
+    replaced = [c for c in extras if c in current.columns]
+    if replaced:  # an eager drop copies the columns it keeps, even of nothing to drop
+        current = current.drop(replaced)
     reasons = "_reasons_add" in decided.columns and REASON_CODES in current.columns
     if not (extras or reasons or "_disposition" in decided.columns):
         return current

@@ -552,3 +552,26 @@ def test_a_survivor_field_that_is_none_is_a_config_error(
         run(config, tmp_path / "out")
     assert message in str(raised.value)
     assert not (tmp_path / "out").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_accepted_rows_name_the_accepted_rows_keys_and_shards(data: st.DataObject) -> None:
+    """The accepted rows by their places among them: the keys of those places, and the
+    shards holding one, as a copy of the accepted rows' keys gives them."""
+    shards = data.draw(st.lists(st.integers(0, 6), min_size=1, max_size=40))
+    state = pl.DataFrame(
+        {"_shard": shards, "_shard_line": list(range(len(shards)))},
+        schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
+    )
+    accepting = pl.Series(
+        data.draw(st.lists(st.booleans(), min_size=len(shards), max_size=len(shards)))
+    )
+    accepted = dedupe.AcceptedRows.of(state, accepting)
+    copied = state.filter(accepting)
+    assert accepted.height == copied.height
+    assert accepted.keys().equals(copied)
+    places = np.array(data.draw(st.lists(st.integers(0, max(copied.height - 1, 0)))), np.int64)
+    if copied.height:
+        assert accepted.keys(places).equals(copied[places])
+    assert accepted.shards() == set(copied["_shard"].to_list())

@@ -776,3 +776,63 @@ def test_fetched_sets_staged_columns_beside_the_rows_asked_for() -> None:
     extra = pl.DataFrame({"_shard": [1], "_shard_line": [9], "n": [40]}).cast({"_shard": pl.Int32})
     with pytest.raises(AssertionError, match="4 rows asked for, 3 read"):
         GlobalContext.fetched(ctx, "k", pl.concat([rows, extra]), ["v"])  # type: ignore[arg-type]
+
+
+def test_keys_of_shares_the_states_buffers_and_copies_only_the_rows_asked_for() -> None:
+    """The keys of every row share the state's buffers (an eager select copied them all:
+    12 bytes a row of the state); with a mask, they are the masked rows' keys."""
+    staged = pl.DataFrame({"_shard_line": np.arange(4) * 3, "x": 1.0})
+    # as GlobalContext.scan reads the state: a shard at a time, its number a literal
+    parts = [
+        staged.lazy()
+        .with_columns(_shard=pl.lit(shard, pl.Int32))
+        .select("_shard", "_shard_line", "x")
+        .collect()
+        for shard in range(3)
+    ]
+    state = pl.concat(parts, rechunk=False)
+    keys = global_phase.keys_of(state)
+    assert keys.columns == ["_shard", "_shard_line"]
+    for name in keys.columns:
+        assert keys[name].n_chunks() == state[name].n_chunks()
+        for ours, theirs in zip(keys[name].get_chunks(), state[name].get_chunks(), strict=True):
+            assert _address(ours) == _address(theirs)
+    mask = np.arange(12) % 5 == 0
+    assert global_phase.keys_of(state, mask).equals(
+        state.filter(mask).select("_shard", "_shard_line")
+    )
+    assert global_phase.keys_of(state, pl.Series(mask)).height == 3
+
+
+def test_advance_shares_the_columns_it_does_not_change() -> None:
+    """A stage's dispositions rebuild the state's disposition alone: its keys stay the
+    state's buffers (an eager drop of no column copied every row's)."""
+    staged = pl.DataFrame({"_shard_line": np.arange(6), "_disposition": "accepted"})
+    state = pl.concat(
+        [
+            staged.lazy()
+            .with_columns(
+                _shard=pl.lit(shard, pl.Int32),
+                _disposition=pl.col("_disposition").cast(DISPOSITIONS),
+            )
+            .select(*global_phase.KEYS, "_disposition")
+            .collect()
+            for shard in range(2)
+        ],
+        rechunk=False,
+    )
+    decided = pl.DataFrame(
+        {"_shard": [1], "_shard_line": [2], "_disposition": ["rejected"]},
+        schema={"_shard": pl.Int32, "_shard_line": pl.Int64, "_disposition": pl.String},
+    )
+    advanced = global_phase.advance(state, decided, set())
+    assert advanced["_disposition"].to_list() == ["accepted"] * 8 + ["rejected"] + ["accepted"] * 3
+    for name in global_phase.KEYS:
+        assert [_address(c) for c in advanced[name].get_chunks()] == [
+            _address(c) for c in state[name].get_chunks()
+        ]
+
+
+def _address(chunk: pl.Series) -> int:
+    """Where a one-chunk series' values live (its Arrow view is zero-copy)."""
+    return int(chunk.to_arrow().buffers()[1].address)

@@ -51,6 +51,7 @@ from pipeline.decide.context import (
     GlobalContext,
     OutputColumn,
     advance,
+    keys_of,
     register_stage,
 )
 from pipeline.decide.repeats import run_starts
@@ -214,9 +215,7 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     # not every row's hash); only those rows (retries, duplicates, conflicts: a few
     # percent) are re-read and decided on the exact keys and digests, so a collision of
     # key hashes can never invent a conflict, nor hide one.
-    candidates = rows.select(KEYS).filter(
-        _found(ctx, kind, rows, "submission-keys", _key_hash(keys))
-    )
+    candidates = keys_of(rows, _found(ctx, kind, rows, "submission-keys", _key_hash(keys)))
     if candidates.height == 0:
         return None
     # The rows found, each key's together and in the order key within it (a sort, not
@@ -311,7 +310,7 @@ def contradictory_preference(
     found = _found(
         ctx, kind, rows, "comparisons", comparison.hash(4), value=preferred_hash, where=decisive
     )
-    candidates = rows.select(KEYS).filter(found)
+    candidates = keys_of(rows, found)
     if candidates.height == 0:
         return None
     texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])
@@ -350,7 +349,7 @@ def session_model_conflict(
     found = _found(ctx, kind, rows, "session-models", _group_hash(session), value=model.hash())
     if not found.any():
         return None
-    payload = ctx.fetch(kind, rows.select(KEYS).filter(found), ["session", "model"])
+    payload = ctx.fetch(kind, keys_of(rows, found), ["session", "model"])
     return _differing(payload, session, model, "{} models named for one session")
 
 
@@ -380,9 +379,9 @@ def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl
         named,
         worker,
         where=_GATE_LIVE & (coordinator | worker) & named.is_not_null(),
-        left_out=rows.select(KEYS).filter(~_live(rows)),
+        left_out=keys_of(rows, ~_live(rows)),
     )
-    orphans = rows.select(KEYS).filter(orphan)
+    orphans = keys_of(rows, orphan)
     return orphans.select(
         *KEYS,
         _detail=pl.lit("root_session names no coordinator session of this run that a rule left in"),
@@ -427,7 +426,7 @@ def _conflicting(
     )
     if not found.any():
         return None
-    payload = ctx.fetch(kind, rows.select(KEYS).filter(found), [column])
+    payload = ctx.fetch(kind, keys_of(rows, found), [column])
     return _differing(
         payload, value.struct.field(key), compared, f"{{}} different {what} under one {key}"
     )

@@ -47,6 +47,7 @@ from pipeline.decide.context import (
     Decisions,
     GlobalContext,
     OutputColumn,
+    keys_of,
     register_stage,
     staged_rows,
 )
@@ -112,9 +113,9 @@ class Dedupe:
         # rejected and quarantined rows never take part, not even as survivors; row ids
         # are places among the accepted rows
         is_accepted = rows["_disposition"] == Disposition.ACCEPTED.value
-        accepted = rows.select(KEYS).filter(is_accepted)
+        accepted = AcceptedRows.of(rows, is_accepted)
         split = ctx.split().alias("_split")
-        splits = {ctx.shards[s].input.split for s in accepted["_shard"].unique()} - {None}
+        several = _several_splits(ctx, accepted)
         # Keys name JSON members; a kind may store one apart under another column name
         # (pw-decide-row's ``meta`` is the ``_meta`` column).
         apart = get_kind(kind).apart
@@ -127,13 +128,13 @@ class Dedupe:
             found = _participants(ctx, kind, key, rows, is_accepted, accepted)
         # the split groups' fields only where the matching's rows find them (the
         # reference path: every accepted row; else _straddling_candidates reads them)
-        grouping = found is None and len(splits) > 1
+        grouping = found is None and several
         columns = _payload_columns(ctx, kind, key, found is None, grouping)
         if found is None:  # every accepted row takes part, with its payload and lineage
-            part = ctx.with_lineage(accepted).drop("_input")
+            part = ctx.with_lineage(accepted.keys()).drop("_input")
             frame = part.hstack(_payload(ctx, kind, rows, is_accepted, [*columns, *_DIGESTS]))
         else:  # the digests and lineage are read through the row keys (_row_keys)
-            taking = accepted[found.places]
+            taking = accepted.keys(found.places)
             frame = ctx.fetched(kind, taking, columns) if columns else taking
         frame = frame.with_columns(split).rename(back, strict=False)
         row_keys = _row_keys(ctx, kind, frame, found) if found is not None else None
@@ -142,11 +143,11 @@ class Dedupe:
         ctx.on_stage(f"{kind}: dedupe: clusters")
         everyone = pl.DataFrame(schema={"_split": pl.String})
         if found is None:
-            everyone = frame if len(splits) > 1 else everyone
+            everyone = frame if several else everyone
         else:
             # the removed rows' places among all accepted rows, which are the row ids
             matches.removed = matches.removed.placed(found.places)
-            if len(splits) > 1:  # a task (or group) of rows matched or not may straddle
+            if several:  # a task (or group) of rows matched or not may straddle
                 everyone = _straddling_candidates(ctx, kind, rows, is_accepted, accepted, fields)
         outcome = matches.complete(everyone, fields, accepted.height)
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", outcome.clusters.to_arrow(), kind)
@@ -159,15 +160,58 @@ class Dedupe:
         return _decisions(accepted, outcome.removed, outcome.groups)
 
 
+@dataclass(frozen=True)
+class AcceptedRows:
+    """The state's accepted rows, named by their places among them (the matching's row
+    ids), without a copy of their keys: each one's place in the state (4 bytes a row;
+    their keys copied out of the state were 12 through the stage)."""
+
+    state: pl.DataFrame
+    #: polars' row index type (``UInt32``, ``UInt64`` in its large-index build)
+    at: npt.NDArray[np.unsignedinteger[Any]]
+
+    @classmethod
+    def of(cls, state: pl.DataFrame, is_accepted: pl.Series) -> AcceptedRows:
+        return cls(state, is_accepted.arg_true().to_numpy())
+
+    @property
+    def height(self) -> int:
+        return len(self.at)
+
+    def keys(self, places: I64 | None = None) -> pl.DataFrame:
+        """The keys (``_shard``, ``_shard_line``) of the accepted rows at ``places`` (of
+        every accepted row without)."""
+        at = self.at if places is None else self.at[places]
+        return keys_of(self.state)[at.astype(np.int64)]
+
+    def shards(self) -> set[int]:
+        """The shards that hold an accepted row, read off the state's runs of shards (a
+        copy of every row's shard while they are counted)."""
+        runs = self.state["_shard"].rle()
+        ends = np.cumsum(runs.struct.field("len").to_numpy())
+        starts = np.r_[0, ends[:-1]]
+        holding = np.searchsorted(self.at, ends) > np.searchsorted(self.at, starts)
+        return set(runs.struct.field("value").to_numpy()[holding].tolist())
+
+
+def _several_splits(ctx: GlobalContext, accepted: AcceptedRows) -> bool:
+    """Whether the accepted rows come from shards of more than one split label: only
+    then can a split group straddle splits. The state's shards are read only where the
+    run's inputs have several labels."""
+    if len({s.input.split for s in ctx.shards} - {None}) < 2:
+        return False
+    return len({ctx.shards[s].input.split for s in accepted.shards()} - {None}) > 1
+
+
 def _straddling_candidates(
     ctx: GlobalContext,
     kind: str,
     rows: pl.DataFrame,
     is_accepted: pl.Series,
-    accepted: pl.DataFrame,
+    accepted: AcceptedRows,
     fields: Sequence[str],
 ) -> pl.DataFrame:
-    """The accepted rows (``accepted``: their keys) a straddling group can hold: those whose value of a split-group
+    """The accepted rows a straddling group can hold: those whose value of a split-group
     field is found in more than one split among every staged row (a varying check on the
     engine per field, :meth:`GlobalContext.repeats`: the field's hash grouped, the
     split's number the value), with ``_row`` (their places among the accepted rows),
@@ -197,7 +241,7 @@ def _straddling_candidates(
         )
         hit |= found
     places = np.flatnonzero(hit[is_accepted.to_numpy()])
-    candidates = accepted[places]
+    candidates = accepted.keys(places)
     candidates = ctx.fetched(kind, candidates, sorted(roots)) if roots else candidates
     back = {column: member for member, column in apart.items()}
     return candidates.select(
@@ -206,25 +250,27 @@ def _straddling_candidates(
 
 
 def _decisions(
-    keys: pl.DataFrame, removed: RemovedRows, groups: SplitGroups
+    accepted: AcceptedRows, removed: RemovedRows, groups: SplitGroups
 ) -> Iterator[pl.DataFrame]:
     """The stage's decisions, made :data:`PART_ROWS` removed rows at a time (then the
-    rows of split groups, flagged, as many at a time): ``keys`` are the accepted rows'
-    (row ids are places among them). The driver stages each slice as it comes and keeps
+    rows of split groups, flagged, as many at a time), for ``accepted`` rows (row ids
+    are places among them). The driver stages each slice as it comes and keeps
     its rows' keys, dispositions and reason codes: every removed row's verdict at once
     (its pointer to the kept row, with a path and a digest, and its reason) was ~160
     bytes a removed row at the stage's peak (57 MB for 359,577 removed rows of a
     duplicate-heavy export), and every flagged row's reasons at once ~200 bytes a row."""
     for lo in range(0, len(removed), PART_ROWS):
         verdicts = removed.slice(lo, min(lo + PART_ROWS, len(removed)))
-        yield pl.concat([keys[verdicts["_row"]], verdicts.drop("_row")], how="horizontal").select(
+        keys = accepted.keys(verdicts["_row"].to_numpy())
+        yield pl.concat([keys, verdicts.drop("_row")], how="horizontal").select(
             pl.exclude("_reason"),
             _disposition=pl.lit(Disposition.DUPLICATE.value),
             _reasons_add=pl.concat_list("_reason"),
         )
     for flagged in groups.flagged(PART_ROWS):
         yield pl.concat(
-            [keys[flagged["_row"]], flagged.select(_reasons_add="_reasons")], how="horizontal"
+            [accepted.keys(flagged["_row"].to_numpy()), flagged.select(_reasons_add="_reasons")],
+            how="horizontal",
         )
 
 
@@ -259,7 +305,7 @@ def _participants(
     key: DedupeKey | None,
     rows: pl.DataFrame,
     is_accepted: pl.Series,
-    accepted: pl.DataFrame,
+    accepted: AcceptedRows,
 ) -> Participants | None:
     """The accepted rows that can be removed or have a row removed in their favour,
     found without a value of every row in the driver: those whose content fingerprint
@@ -440,7 +486,7 @@ def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: Partici
     reading their digests to rank them ~100 bytes a row more."""
     permutations = ctx.config.dedupe.permutations
     stem = ctx.storage.row_keys_stem(kind)
-    keys = frame.select(KEYS)
+    keys = keys_of(frame)
 
     def lineage(at: I64) -> pl.DataFrame:
         return ctx.fetched(kind, ctx.with_lineage(keys[at]), ["_record_sha256"])

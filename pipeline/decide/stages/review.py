@@ -57,6 +57,7 @@ from pipeline.decide.context import (
     Decisions,
     GlobalContext,
     OutputColumn,
+    keys_of,
     lines_by_shard,
     register_stage,
 )
@@ -153,7 +154,7 @@ def _votes(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
     the engine (:func:`_shard_votes`), and the driver receives each accepted row's
     subject hash and vote: scoring every accepted row here took ~1.15 KB a row (230 MB
     above the state at 200,000 pairwise-v2 rows)."""
-    accepted = rows.filter(pl.col("_disposition") == Disposition.ACCEPTED.value).select(KEYS)
+    accepted = keys_of(rows, rows["_disposition"] == Disposition.ACCEPTED.value)
     shards = [s.shard for s in ctx.summaries if kind in s.kinds]
     tasks = shard_tasks(shards, lines_by_shard(accepted))
     settings = _VoteSettings(ctx.config, ctx.storage, kind)
@@ -161,7 +162,7 @@ def _votes(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
     votes = pl.concat(
         [v.with_columns(_shard=pl.lit(s, pl.Int32)) for s, v in zip(shards, voted, strict=True)]
     ).select(*KEYS, "_vote")
-    if not votes.select(KEYS).equals(accepted):
+    if not keys_of(votes).equals(accepted):
         raise AssertionError("staged rows and the global state are out of step")
     return votes
 
@@ -222,7 +223,7 @@ def _reviews(
         key_columns(subject, None),
         _subject_hash(subject),
         where=pl.col("_disposition") == Disposition.ACCEPTED.value,  # the gate's
-        left_out=rows.select(KEYS).filter(~accepted),  # removed by the rules since
+        left_out=keys_of(rows, ~accepted),  # removed by the rules since
         digested=True,  # a subject's SHA-256, not its text (~780 bytes a pairwise subject)
     )
     of_votes = shared[accepted]
@@ -293,7 +294,7 @@ def _decide(reviews: pl.DataFrame, order: Sequence[pl.Expr], policy: ReviewPolic
     target = np.where(refused[rows], -1, kept[item[rows]])
     # the kept reviews a decided one duplicates, in the stable order key (as read)
     kept_rows = np.unique(target[target >= 0])
-    kept_keys = reviews.select(KEYS)[kept_rows]
+    kept_keys = keys_of(reviews)[kept_rows]
     kept_rows = kept_rows[np.lexsort((kept_keys["_shard_line"], kept_keys["_shard"]))]
     place = np.full(n, -1, np.int64)
     place[kept_rows] = np.arange(len(kept_rows))
@@ -317,7 +318,7 @@ def _decisions(
         pl.struct(_source="_source", _line="_line", _record_sha256="_record_sha256")
     ).to_series()
     pointers = pointers.extend(pl.Series([None], dtype=pointers.dtype))  # -1: none
-    keys = decided.reviews.select(KEYS)
+    keys = keys_of(decided.reviews)
     for lo in range(0, len(decided.rows), PART_ROWS):
         at = slice(lo, lo + PART_ROWS)
         counts = decided.counts[at]
