@@ -27,12 +27,13 @@ or reads values shard by shard
 (:meth:`GlobalContext.evaluate`; lined up with its rows: :meth:`GlobalContext.values`),
 and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them alone out
 of the staged files). Stages name rows by their keys taken out of the state
-(:func:`keys_of`), never by a copy of every row's. On 1,000,000 pairwise-v2 rows with 3 %
-repeats the global phase grows ~27 bytes a row, with or without near and normalised
-dedupe (``benchmarks/driver_memory.py``; polars' allocator returning freed pages at once:
-:mod:`pipeline.core.allocator`), ~130–375 bytes of it for each row a whole-run stage
-reads in full and decides (a duplicate, a retry): docs/scale.md ("Memory") and
-docs/scale-measurements.md ("The driver's memory, per row", "Duplicate-heavy exports").
+(:func:`keys_of`), never by a copy of every row's. The global phase holds ~18 bytes for
+every row and ~130–375 for each row a whole-run stage reads in full and decides (a
+duplicate, a retry): ~27 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 %
+repeats, with or without near and normalised dedupe (``benchmarks/driver_memory.py``;
+polars' allocator returning freed pages at once: :mod:`pipeline.core.allocator`).
+docs/scale.md ("Memory") and docs/scale-measurements.md ("The driver's memory, per
+row", "Duplicate-heavy exports") give each structure's bytes.
 """
 
 from __future__ import annotations
@@ -778,9 +779,8 @@ def advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) -> 
     state at the peak, against 252 MB for the join of every row to the decisions this
     replaced (344 MB when it also added a retry's pointer column)."""
     extras = [c for c in decided.columns if c in carried]
-    replaced = [c for c in extras if c in current.columns]
-    if replaced:  # an eager drop copies the columns it keeps, even of nothing to drop
-        current = current.drop(replaced)
+    if any(c in current.columns for c in extras):  # taken by name: a drop copies the rest
+        current = current[[c for c in current.columns if c not in extras]]
     reasons = "_reasons_add" in decided.columns and REASON_CODES in current.columns
     if not (extras or reasons or "_disposition" in decided.columns):
         return current

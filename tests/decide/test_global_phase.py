@@ -805,8 +805,9 @@ def test_keys_of_shares_the_states_buffers_and_copies_only_the_rows_asked_for() 
 
 
 def test_advance_shares_the_columns_it_does_not_change() -> None:
-    """A stage's dispositions rebuild the state's disposition alone: its keys stay the
-    state's buffers (an eager drop of no column copied every row's)."""
+    """A stage's dispositions rebuild the state's disposition alone, and a carried column
+    it replaces that column alone: the keys stay the state's buffers (an eager drop, of
+    no column or of the replaced one, copied every row's)."""
     staged = pl.DataFrame({"_shard_line": np.arange(6), "_disposition": "accepted"})
     state = pl.concat(
         [
@@ -814,8 +815,9 @@ def test_advance_shares_the_columns_it_does_not_change() -> None:
             .with_columns(
                 _shard=pl.lit(shard, pl.Int32),
                 _disposition=pl.col("_disposition").cast(DISPOSITIONS),
+                _kept=pl.lit(0.0),  # a carried column, as scoring's
             )
-            .select(*global_phase.KEYS, "_disposition")
+            .select(*global_phase.KEYS, "_disposition", "_kept")
             .collect()
             for shard in range(2)
         ],
@@ -827,10 +829,13 @@ def test_advance_shares_the_columns_it_does_not_change() -> None:
     )
     advanced = global_phase.advance(state, decided, set())
     assert advanced["_disposition"].to_list() == ["accepted"] * 8 + ["rejected"] + ["accepted"] * 3
+    replaced = global_phase.advance(state, decided.with_columns(_kept=pl.lit(1.0)), {"_kept"})
+    assert replaced["_kept"].to_list() == [None] * 8 + [1.0] + [None] * 3
     for name in global_phase.KEYS:
-        assert [_address(c) for c in advanced[name].get_chunks()] == [
-            _address(c) for c in state[name].get_chunks()
-        ]
+        for frame in (advanced, replaced):
+            assert [_address(c) for c in frame[name].get_chunks()] == [
+                _address(c) for c in state[name].get_chunks()
+            ]
 
 
 def _address(chunk: pl.Series) -> int:
