@@ -46,6 +46,7 @@ from pipeline.decide.context import (
     by_shard,
     merge_decisions,
     run_stages,
+    shard_runs,
 )
 from pipeline.engines import Progress, Step
 from pipeline.engines.local import LocalEngine
@@ -256,12 +257,11 @@ def _tasks(
 ) -> Iterator[_ShardTask]:
     """A task per shard of the kind (only those with decisions when no stage runs)."""
     kind = decided.kind
-    runs = current["_shard"].rle()
-    starts: dict[int, tuple[int, int]] = {}
-    at = 0
-    for shard, length in zip(runs.struct.field("value"), runs.struct.field("len"), strict=True):
-        starts[int(shard)] = (at, int(length))
-        at += int(length)
+    shards, bounds = shard_runs(current)
+    starts = {
+        int(shard): (int(lo), int(hi - lo))
+        for shard, lo, hi in zip(shards, bounds[:-1], bounds[1:], strict=True)
+    }
     for summary in ctx.summaries:
         if kind not in summary.kinds:
             continue

@@ -86,6 +86,7 @@ __all__ = [
     "lines_by_shard",
     "register_stage",
     "run_global",
+    "shard_runs",
     "staged_rows",
 ]
 
@@ -466,6 +467,16 @@ def keys_of(
     return keys if where is None else keys.filter(where)
 
 
+def shard_runs(rows: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The runs of ``rows`` (a state, or frames keyed like it) that hold one shard each,
+    in their order (the state's shards are one run each, in the order key): each run's
+    shard, and the runs' bounds (run ``i`` is rows ``bounds[i]:bounds[i + 1]``)."""
+    runs = rows["_shard"].rle()
+    bounds = np.zeros(len(runs) + 1, np.int64)
+    np.cumsum(runs.struct.field("len").to_numpy(), out=bounds[1:])
+    return runs.struct.field("value").to_numpy().astype(np.int64), bounds
+
+
 def lines_by_shard(keys: pl.DataFrame) -> dict[int, npt.NDArray[np.int64]]:
     """The lines of ``keys`` (``_shard``, ``_shard_line``) by shard, in their order."""
     return {
@@ -813,10 +824,7 @@ def _places(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int6
     row is found by a binary search among its shard's lines, read a shard at a time (a
     state out of order is sorted first: :func:`_places_sorting`). Keys of every row at
     once (three 8-byte arrays) were the plain run's peak."""
-    runs = current["_shard"].rle()
-    run_shard = runs.struct.field("value").to_numpy().astype(np.int64)
-    run_start = np.zeros(len(runs) + 1, np.int64)
-    np.cumsum(runs.struct.field("len").to_numpy(), out=run_start[1:])
+    run_shard, run_start = shard_runs(current)
     if not bool((run_shard[1:] > run_shard[:-1]).all()):
         return _places_sorting(current, decided)
     wanted_shard = decided["_shard"].to_numpy().astype(np.int64)

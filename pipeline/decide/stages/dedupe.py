@@ -49,6 +49,7 @@ from pipeline.decide.context import (
     OutputColumn,
     keys_of,
     register_stage,
+    shard_runs,
     staged_rows,
 )
 from pipeline.decide.repeats import repeated
@@ -181,17 +182,13 @@ class AcceptedRows:
     def keys(self, places: I64 | None = None) -> pl.DataFrame:
         """The keys (``_shard``, ``_shard_line``) of the accepted rows at ``places`` (of
         every accepted row without)."""
-        at = self.at if places is None else self.at[places]
-        return keys_of(self.state)[at.astype(np.int64)]
+        return keys_of(self.state)[self.at if places is None else self.at[places]]
 
     def shards(self) -> set[int]:
-        """The shards that hold an accepted row, read off the state's runs of shards (a
-        copy of every row's shard while they are counted)."""
-        runs = self.state["_shard"].rle()
-        ends = np.cumsum(runs.struct.field("len").to_numpy())
-        starts = np.r_[0, ends[:-1]]
-        holding = np.searchsorted(self.at, ends) > np.searchsorted(self.at, starts)
-        return set(runs.struct.field("value").to_numpy()[holding].tolist())
+        """The shards that hold an accepted row, read off the state's runs of shards."""
+        shards, bounds = shard_runs(self.state)
+        holding = np.diff(np.searchsorted(self.at, bounds)) > 0
+        return set(shards[holding].tolist())
 
 
 def _several_splits(ctx: GlobalContext, accepted: AcceptedRows) -> bool:
@@ -402,12 +399,12 @@ def _near_places(
     rule = settings.survivor_rule(kind)
     by_column = functools.partial(_column_ranks, ctx, kind, rows, accepting, rule)
     texts = sparse_texts(grouped, survivor_ranks(rule, int(accepting.sum()), by_column))
-    shards = rows["_shard"].rle().struct.unnest()
+    shards, bounds = shard_runs(rows)
     search = NearSearch(
         ctx.engine,
         ctx.storage,
         kind,
-        tuple(zip(shards["value"].to_list(), shards["len"].to_list(), strict=True)),
+        tuple(zip(shards.tolist(), np.diff(bounds).tolist(), strict=True)),
         LshParams.from_settings(settings),
         ctx.config.engine.resolved_workers(),
         ctx.config.engine.partitions,
