@@ -109,8 +109,7 @@ class Measured:
 
 def _measure(rows: int, near: bool, shard_mb: float, tmp: Path) -> Measured:
     export = tmp / f"export-{rows}.jsonl"
-    if not export.exists():
-        write_export(export, rows * ROW_BYTES / 1e6, size=1)
+    write_export(export, rows * ROW_BYTES / 1e6, size=1)
     result = tmp / "result.json"
     command = [sys.executable, __file__, "--child", str(export), str(tmp / "out"), str(result)]
     options = ["--shard-mb", str(shard_mb), *(["--near"] if near else [])]
