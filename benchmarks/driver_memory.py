@@ -10,7 +10,9 @@ samples its own anonymous memory (``RssAnon``) every 2 ms, with the allocators s
 command line sets them, and reads each step of the global phase off the run's progress
 hooks. It prints, per step, the peak at each size and the growth per row between the
 sizes: what a driver must be sized for, beyond what it holds at any size (docs/scale.md,
-"Memory"). The global phase runs in the driver; the workers' memory is the scale
+"Memory"). It then prints the peak of the driver's file-backed pages (``RssFile``) in the
+global phase: the staged files it maps, the state's keys among them, which the kernel
+evicts and reads again when memory runs short, and the libraries' code. The global phase runs in the driver; the workers' memory is the scale
 benchmark's (``bench_scale.py``).
 """
 
@@ -41,16 +43,21 @@ MB = 1 << 20
 SHARD_MB = 64
 
 
-def _rss_anon() -> int:
+def _rss() -> tuple[int, int]:
+    """This process's anonymous and file-backed resident bytes (``RssAnon``, ``RssFile``)."""
+    found = {}
     with open("/proc/self/status", "rb") as fh:
         for line in fh:
-            if line.startswith(b"RssAnon:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no RssAnon in /proc/self/status (Linux only)")
+            if line.startswith((b"RssAnon:", b"RssFile:")):
+                found[line.split(b":")[0]] = int(line.split()[1]) * 1024
+    if len(found) != 2:
+        raise RuntimeError("no RssAnon and RssFile in /proc/self/status (Linux only)")
+    return found[b"RssAnon"], found[b"RssFile"]
 
 
 def child(export: Path, out: Path, near: bool, shard_mb: float, result: Path) -> None:
-    """Run the export in this process; write each step's peak ``RssAnon`` to ``result``."""
+    """Run the export in this process; write each step's peak ``RssAnon`` and the global
+    phase's peak ``RssFile`` to ``result``."""
     from pipeline.core.allocator import apply_parent_allocator, hand_back_large_blocks
 
     apply_parent_allocator()  # as the command line does, before polars and pyarrow load
@@ -59,12 +66,12 @@ def child(export: Path, out: Path, near: bool, shard_mb: float, result: Path) ->
     from pipeline.jobs.run import RunObserver, run
 
     steps: list[tuple[str, float]] = [("start", time.perf_counter())]
-    samples: list[tuple[float, int]] = []
+    samples: list[tuple[float, tuple[int, int]]] = []
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            samples.append((time.perf_counter(), _rss_anon()))
+            samples.append((time.perf_counter(), _rss()))
             time.sleep(0.002)
 
     def step(name: str) -> None:
@@ -72,7 +79,7 @@ def child(export: Path, out: Path, near: bool, shard_mb: float, result: Path) ->
         # sample as it begins: a step shorter than the sampling's period has one too
         now = time.perf_counter()
         steps.append((re.sub(r" \(\d+ \w+\)$", "", name), now))
-        samples.append((now, _rss_anon()))
+        samples.append((now, _rss()))
 
     campaign = out.parent / "campaign.toml"
     campaign.write_text(
@@ -92,12 +99,15 @@ def child(export: Path, out: Path, near: bool, shard_mb: float, result: Path) ->
     done.set()
     sampler.join()
     peaks: dict[str, int] = {}
+    files = 0  # the global phase's peak RssFile
     for (name, start), (_, end) in itertools.pairwise(steps):
         inside = [rss for t, rss in samples if start <= t < end]
         if inside:
-            peaks[name] = max(peaks.get(name, 0), max(inside))
+            peaks[name] = max(peaks.get(name, 0), max(anon for anon, _ in inside))
+            if ": " in name:
+                files = max(files, max(file for _, file in inside))
     rows = manifest["conservation"]["lines_read"]
-    result.write_text(json.dumps({"rows": rows, "peaks": peaks}))
+    result.write_text(json.dumps({"rows": rows, "peaks": peaks, "files": files}))
 
 
 @dataclass
@@ -105,6 +115,8 @@ class Measured:
     lines: int
     #: each step's peak RssAnon, in bytes
     peaks: dict[str, int]
+    #: the global phase's peak RssFile, in bytes
+    files: int
 
 
 def _measure(rows: int, near: bool, shard_mb: float, tmp: Path) -> Measured:
@@ -116,7 +128,7 @@ def _measure(rows: int, near: bool, shard_mb: float, tmp: Path) -> Measured:
     subprocess.run([*command, *options], check=True)
     shutil.rmtree(tmp / "out", ignore_errors=True)
     measured = json.loads(result.read_text())
-    return Measured(measured["rows"], measured["peaks"])
+    return Measured(measured["rows"], measured["peaks"], measured["files"])
 
 
 def _report(small: Measured, large: Measured, mode: str) -> str:
@@ -136,7 +148,10 @@ def _report(small: Measured, large: Measured, mode: str) -> str:
         f"the global phase's peak: {peak[0] / MB:.0f} and {peak[1] / MB:.0f} MB, "
         f"{(peak[1] - peak[0]) / grown:.0f} bytes a row between the sizes; "
         f"{(peak[1] - large.peaks[GATE]) / MB:.0f} MB above the gate phase's level "
-        f"at {large.lines:,} lines"
+        f"at {large.lines:,} lines\n"
+        f"the global phase's file-backed pages (RssFile: the staged files it maps, the "
+        f"state's keys among them, and the libraries): peak {small.files / MB:.0f} and "
+        f"{large.files / MB:.0f} MB"
     )
 
 

@@ -203,6 +203,7 @@ def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
         float(steps[step])  # a growth a row, measured at both sizes
     assert "pairwise-v2: dedupe: candidates" in steps  # named without its partition count
     assert any(line.startswith("the global phase's peak: ") for line in lines)
+    assert any(line.startswith("the global phase's file-backed pages") for line in lines)
     assert list(tmp_path.iterdir()) == []
     refused = subprocess.run(
         [*script, "--rows", "100,200"], capture_output=True, text=True, timeout=60, check=False

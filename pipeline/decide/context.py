@@ -18,20 +18,24 @@ Memory: the whole-run stages run in the parent over every row of the run, so wha
 hold per row is what grows with the input. The row-local stages after them (scoring, the
 policy) and the merge of every stage's decisions run a task per shard on the engine
 (:mod:`pipeline.decide.by_shard`): their scores and decisions never reach the parent.
-The state is :data:`STATE_COLUMNS` (13 bytes a row: a stage that reads the reason codes
-is given them, built for it alone: :data:`REASON_CODES`). A stage finds the few rows a
-check needs on 64-bit hashes, partition by partition on the engine
+The state is :data:`STATE_COLUMNS` (13 bytes a row; a stage that reads the reason codes
+is given them, built for it alone: :data:`REASON_CODES`), and its keys, 12 of them, are
+pages of a file in the staging area that the driver maps (:meth:`GlobalContext.state`),
+not its own memory. A stage finds the few rows a check needs on 64-bit hashes,
+partition by partition on the engine
 (:meth:`GlobalContext.repeats`, :mod:`pipeline.decide.partitioned`; an anti-join on
 exact keys: :meth:`GlobalContext.unmatched`; exact groups: :meth:`GlobalContext.groups`),
 or reads values shard by shard
 (:meth:`GlobalContext.evaluate`; lined up with its rows: :meth:`GlobalContext.values`),
 and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them alone out
 of the staged files). Stages name rows by their keys taken out of the state
-(:func:`keys_of`), never by a copy of every row's. The global phase holds ~18 bytes for
-every row and ~130–375 for each row a whole-run stage reads in full and decides (a
-duplicate, a retry): ~27 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 %
-repeats, with or without near and normalised dedupe (``benchmarks/driver_memory.py``;
-polars' allocator returning freed pages at once: :mod:`pipeline.core.allocator`).
+(:func:`keys_of`), never by a copy of every row's. The global phase holds ~4 bytes of
+its own memory for every row (the dispositions, 1, and a stage's masks over the rows)
+and ~130–375 for each row a whole-run stage reads in full and decides (a duplicate, a
+retry): ~13 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 % repeats, with or
+without near and normalised dedupe (``benchmarks/driver_memory.py``, where it was 26–27
+with the keys held; polars' allocator returns freed pages at once:
+:mod:`pipeline.core.allocator`).
 docs/scale.md ("Memory") and docs/scale-measurements.md ("The driver's memory, per
 row", "Duplicate-heavy exports") give each structure's bytes.
 """
@@ -424,6 +428,38 @@ class GlobalContext:
             return rows.hstack(payload.drop(KEYS).get_columns())
         return rows.join(payload, on=list(KEYS), how="left", maintain_order="left")
 
+    def state(self, kind: str) -> pl.DataFrame:
+        """The kind's state (:data:`STATE_COLUMNS`) of every staged row, in the stable
+        order key, one chunk per shard.
+
+        Its keys (12 of its 13 bytes a row) are written to a table of the run's staging
+        area, a shard at a time, and memory-mapped (:meth:`RunStorage.state_stem`): they
+        are pages of a file, which the kernel may evict and read again when memory runs
+        short, not the driver's anonymous memory. The dispositions, which stages
+        replace, are held (1 byte a row). Collected as :meth:`scan` collects them, the
+        keys were the state's 12 bytes a row of anonymous memory through the phase."""
+        stem = self.storage.state_stem(kind)
+        schema = pa.schema([("_shard", pa.int32()), ("_shard_line", pa.int64())])
+        dispositions = []
+        with self.storage.whole_writer(stem, schema) as writer:
+            for summary in self.summaries:
+                if kind not in summary.kinds:
+                    continue
+                staged = self.staged(summary.shard, kind).select(
+                    "_shard_line", pl.col("_disposition").cast(DISPOSITIONS)
+                )
+                frame = staged.collect()
+                shard = pa.array(np.full(frame.height, summary.shard, np.int32))
+                writer.write_batch(
+                    pa.record_batch([shard, frame["_shard_line"].to_arrow()], schema=schema)
+                )
+                dispositions.append(frame["_disposition"])
+                del frame
+        if not dispositions:
+            return pl.DataFrame()
+        keys = cast(pl.DataFrame, pl.from_arrow(self.storage.whole_table(stem), rechunk=False))
+        return keys.with_columns(pl.concat(dispositions, rechunk=False))
+
     def scan(
         self, kind: str, columns: Sequence[str] = (), *, reason_codes: bool = False
     ) -> pl.DataFrame:
@@ -678,7 +714,7 @@ def run_global(ctx: GlobalContext, stages: Sequence[GlobalStage] | None = None) 
             ctx,
             kind,
             whole_run,
-            ctx.scan(kind),
+            ctx.state(kind),
             [],
             {c.name for c in columns if c.carried},
             result.timings,

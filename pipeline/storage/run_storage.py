@@ -82,7 +82,9 @@ class RunStorage:
                                         (:mod:`pipeline.dedupe.near_check`)
         _staging/<stem>.arrow           a table of the whole run (:meth:`stage_whole`):
                                         where each near text is stored
-                                        (``<kind>.near-text-addresses``)
+                                        (``<kind>.near-text-addresses``); the
+                                        global phase's keys of every row of a kind
+                                        (``<kind>.state``, memory-mapped)
         _staging/spill/                 compressed inputs decompressed, a file per shard
         <relative>                      the published files (``accepted/<kind>/part-…``,
                                         artifacts such as ``dedupe/clusters/<kind>.parquet``)
@@ -144,9 +146,11 @@ class RunStorage:
 
     def whole_writer(self, stem: str, schema: pa.Schema) -> ipc.RecordBatchFileWriter:
         """A new staged table of the whole run (:meth:`stage_whole`), written a batch at
-        a time by the caller, who closes it."""
+        a time by the caller, who closes it. An earlier file of that name is unlinked
+        first, not truncated: a map of it (:meth:`whole_table`) keeps its pages."""
         path = self._whole_path(stem)
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
         return ipc.new_file(str(path), schema)
 
     def whole_table(self, stem: str) -> pa.Table:
@@ -168,6 +172,12 @@ class RunStorage:
         computes per row, :mod:`pipeline.dedupe.row_keys`), one row per staged row of the
         kind, in the same order; the writer never reads it."""
         return f"{kind}{ROW_KEYS_SUFFIX}"
+
+    def state_stem(self, kind: str) -> str:
+        """The staged stem of the whole run's table of every staged row's keys of
+        ``kind`` (``_shard``, ``_shard_line``; a record batch per shard), which the global
+        phase's state memory-maps (:meth:`~pipeline.decide.context.GlobalContext.state`)."""
+        return f"{kind}.state"
 
     def decisions_stem(self, kind: str) -> str:
         """The staged stem of a shard's decisions of ``kind``: the global phase's merged

@@ -841,3 +841,73 @@ def test_advance_shares_the_columns_it_does_not_change() -> None:
 def _address(chunk: pl.Series) -> int:
     """Where a one-chunk series' values live (its Arrow view is zero-copy)."""
     return int(chunk.to_arrow().buffers()[1].address)
+
+
+def _mapped_ranges(name: str) -> list[tuple[int, int]]:
+    """The address ranges at which this process maps a file whose name ends ``name``."""
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].endswith(name):
+                start, end = (int(a, 16) for a in fields[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+class ProbeState:
+    """Keeps the state it is given, the staged rows' own keys and dispositions (read as
+    ``scan`` reads them), and whether each chunk of the state's keys lies in a mapping of
+    the kind's state file (decides nothing)."""
+
+    name = "probe-state"
+    order = 1
+    seen: ClassVar[dict[str, tuple[pl.DataFrame, pl.DataFrame, list[bool]]]] = {}
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
+        ranges = _mapped_ranges(f"/{ctx.storage.state_stem(kind)}.arrow")
+        mapped = [
+            any(lo <= _address(chunk) < hi for lo, hi in ranges)
+            for name in KEYS
+            for chunk in rows[name].get_chunks()
+        ]
+        self.seen[kind] = (rows, ctx.scan(kind), mapped)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc/self/maps (Linux)")
+def test_the_state_is_every_staged_row_with_its_keys_mapped_from_the_staging_area(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The state a stage is given is every staged row of its kind, with the gate's
+    dispositions, in the stable order key, one chunk a shard; its keys are pages of the
+    kind's state file in the staging area, not the driver's own memory."""
+    monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeState])
+    ProbeState.seen.clear()
+    inputs = []
+    for kind, seed in (("pairwise-v2", 5), ("grounded-qa-v1", 6)):
+        source = tmp_path / f"{kind}.jsonl"
+        lines = export_lines(kind, 300, seed=seed, defect_rate=0.1)
+        source.write_bytes(b"".join(line + b"\n" for line in lines))
+        inputs.append(InputSpec(str(source), kind=kind))
+    config = CampaignConfig(inputs=tuple(inputs)).override(
+        **{"engine.shard_bytes": 64 * 1024, "engine.batch_lines": 16, "engine.workers": 1}
+    )
+    run(config, tmp_path / "out")
+    assert sorted(ProbeState.seen) == ["grounded-qa-v1", "pairwise-v2"]
+    dispositions = set()
+    for state, staged, mapped in ProbeState.seen.values():
+        assert state.columns == list(global_phase.STATE_COLUMNS)
+        assert state.schema == staged.schema
+        assert state.equals(staged)
+        assert state["_shard"].n_unique() > 1
+        assert state["_shard_line"].n_chunks() == state["_shard"].n_unique()
+        dispositions |= set(state["_disposition"].to_list())
+        assert mapped
+        assert all(mapped)
+    assert len(dispositions) > 1  # the gate's, held beside the keys

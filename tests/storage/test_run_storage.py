@@ -110,3 +110,16 @@ def test_the_storage_object_crosses_process_boundaries(tmp_path: Path) -> None:
     copy = pickle.loads(pickle.dumps(storage))
     assert copy == storage
     assert copy.staged_path(1, "k") == storage.staged_path(1, "k")
+
+
+def test_a_whole_run_table_written_again_leaves_a_map_of_the_old_one_whole(
+    tmp_path: Path,
+) -> None:
+    """A whole-run table staged again is a new file: a table mapped from the old one (the
+    global phase's state keys) still reads the old rows, never a truncated file's pages."""
+    storage = RunStorage(tmp_path)
+    storage.stage_whole("k.state", pa.table({"x": list(range(100_000))}))
+    old = storage.whole_table("k.state")
+    storage.stage_whole("k.state", pa.table({"x": [7]}))
+    assert old.column("x").to_pylist() == list(range(100_000))
+    assert storage.whole_table("k.state").column("x").to_pylist() == [7]
