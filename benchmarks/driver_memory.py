@@ -3,9 +3,10 @@
     python benchmarks/driver_memory.py                       # 250,000 and 1,000,000 rows
     python benchmarks/driver_memory.py --rows 20000,80000 --shard-mb 4   # quick
     python benchmarks/driver_memory.py --near                # with --near --normalised
+    python benchmarks/driver_memory.py --duplicates 0.3      # a duplicate-heavy export
 
 For each size, a pairwise-v2 export of that many rows (~1.2 KB each: the scale
-benchmark's generator, 3 % defects and 3 % repeats) is run once by a child process that
+benchmark's generator, 3 % defects and 3 % repeats, or ``--duplicates`` of them) is run once by a child process that
 samples its own anonymous memory (``RssAnon``) every 2 ms, with the allocators set as the
 command line sets them, and reads each step of the global phase off the run's progress
 hooks. It prints, per step, the peak at each size and the growth per row between the
@@ -119,9 +120,9 @@ class Measured:
     files: int
 
 
-def _measure(rows: int, near: bool, shard_mb: float, tmp: Path) -> Measured:
+def _measure(rows: int, near: bool, shard_mb: float, duplicates: float, tmp: Path) -> Measured:
     export = tmp / f"export-{rows}.jsonl"
-    write_export(export, rows * ROW_BYTES / 1e6, size=1)
+    write_export(export, rows * ROW_BYTES / 1e6, size=1, duplicate_rate=duplicates)
     result = tmp / "result.json"
     command = [sys.executable, __file__, "--child", str(export), str(tmp / "out"), str(result)]
     options = ["--shard-mb", str(shard_mb), *(["--near"] if near else [])]
@@ -159,6 +160,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="250000,1000000", help="two sizes, in rows")
     parser.add_argument("--near", action="store_true", help="with --near --normalised")
+    parser.add_argument(
+        "--duplicates", type=float, default=0.03, help="the rate of repeated lines (0.03)"
+    )
     parser.add_argument("--tmp", type=Path, default=None, help="where the exports go")
     parser.add_argument(
         "--shard-mb", type=float, default=SHARD_MB, help="engine.shard_bytes, in MiB (default 64)"
@@ -180,10 +184,11 @@ def main() -> None:
     load = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="driver-memory-", dir=args.tmp))
     try:
-        small, large = (_measure(n, args.near, args.shard_mb, tmp) for n in sizes)
+        small, large = (_measure(n, args.near, args.shard_mb, args.duplicates, tmp) for n in sizes)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(_report(small, large, "near+normalised" if args.near else "plain"))
+    mode = "near+normalised" if args.near else "plain"
+    print(_report(small, large, f"{mode}, {args.duplicates:.0%} repeated lines"))
     print(f"load average (1, 5, 15 min) before {load}, after {os.getloadavg()}")
 
 

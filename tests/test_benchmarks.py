@@ -192,12 +192,12 @@ def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
     directory is gone; sizes that would fit one shard (gated in the driver) are refused."""
     script = [sys.executable, str(ROOT / "benchmarks" / "driver_memory.py"), "--tmp", str(tmp_path)]
     done = subprocess.run(
-        [*script, "--rows", "2000,4000", "--shard-mb", "0.5", "--near"],
+        [*script, "--rows", "2000,4000", "--shard-mb", "0.5", "--near", "--duplicates", "0.1"],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("pairwise-v2, near+normalised: ")
+    assert lines[0].startswith("pairwise-v2, near+normalised, 10% repeated lines: ")
     steps = {line.split("  ")[0]: line.split()[-1] for line in lines[3:] if "  " in line}
     for step in ("gate", "pairwise-v2: read", "pairwise-v2: cross_rules", "pairwise-v2: dedupe"):
         float(steps[step])  # a growth a row, measured at both sizes
