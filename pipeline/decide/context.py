@@ -433,9 +433,10 @@ class GlobalContext:
         order key, one chunk per shard.
 
         Its keys (12 of its 13 bytes a row) are written to a table of the run's staging
-        area, a shard at a time, and memory-mapped (:meth:`RunStorage.state_stem`): they
-        are pages of a file, which the kernel may evict and read again when memory runs
-        short, not the driver's anonymous memory. The dispositions, which stages
+        area (:meth:`RunStorage.state_stem`), a shard at a time, and memory-mapped
+        (:meth:`RunStorage.whole_table`): they are pages of a file, which the kernel may
+        evict and read again when memory runs short, not the driver's anonymous memory
+        (on a staging area on disk: on tmpfs they are memory all the same). The dispositions, which stages
         replace, are held (1 byte a row). Collected as :meth:`scan` collects them, the
         keys were the state's 12 bytes a row of anonymous memory through the phase."""
         stem = self.storage.state_stem(kind)

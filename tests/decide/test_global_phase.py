@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pickle
 import types
 from collections import Counter
@@ -895,11 +896,26 @@ def test_the_state_is_every_staged_row_with_its_keys_mapped_from_the_staging_are
         lines = export_lines(kind, 300, seed=seed, defect_rate=0.1)
         source.write_bytes(b"".join(line + b"\n" for line in lines))
         inputs.append(InputSpec(str(source), kind=kind))
+    # two kinds routed line by line, interleaved: shards that hold rows of both
+    mixed = zip(
+        export_lines("ari-replication-rubric-3", 200, seed=7, defect_rate=0.1),
+        export_lines("ari-replication-rubric-v2", 200, seed=8, defect_rate=0.1),
+        strict=True,
+    )
+    (tmp_path / "ari.jsonl").write_bytes(b"".join(a + b"\n" + b + b"\n" for a, b in mixed))
+    inputs.append(InputSpec(str(tmp_path / "ari.jsonl")))
     config = CampaignConfig(inputs=tuple(inputs)).override(
-        **{"engine.shard_bytes": 64 * 1024, "engine.batch_lines": 16, "engine.workers": 1}
+        **{"engine.shard_bytes": 64 * 1024, "engine.batch_lines": 16, "engine.workers": 2}
     )
     run(config, tmp_path / "out")
-    assert sorted(ProbeState.seen) == ["grounded-qa-v1", "pairwise-v2"]
+    assert sorted(ProbeState.seen) == [
+        "ari-replication-rubric-3",
+        "ari-replication-rubric-v2",
+        "grounded-qa-v1",
+        "pairwise-v2",
+    ]
+    shards = [set(state["_shard"].to_list()) for state, _, _ in ProbeState.seen.values()]
+    assert any(a & b for a, b in itertools.combinations(shards, 2))  # a shard of two kinds
     dispositions = set()
     for state, staged, mapped in ProbeState.seen.values():
         assert state.columns == list(global_phase.STATE_COLUMNS)

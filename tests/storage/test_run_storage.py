@@ -120,6 +120,10 @@ def test_a_whole_run_table_written_again_leaves_a_map_of_the_old_one_whole(
     storage = RunStorage(tmp_path)
     storage.stage_whole("k.state", pa.table({"x": list(range(100_000))}))
     old = storage.whole_table("k.state")
+    path = tmp_path / STAGING_DIR / "k.state.arrow"
+    before = path.stat().st_ino
     storage.stage_whole("k.state", pa.table({"x": [7]}))
+    # a new file (checked first: reading a truncated file's map kills the process)
+    assert path.stat().st_ino != before
     assert old.column("x").to_pylist() == list(range(100_000))
     assert storage.whole_table("k.state").column("x").to_pylist() == [7]
