@@ -29,13 +29,13 @@ or reads values shard by shard
 (:meth:`GlobalContext.evaluate`; lined up with its rows: :meth:`GlobalContext.values`),
 and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them alone out
 of the staged files). Stages name rows by their keys taken out of the state
-(:func:`keys_of`), never by a copy of every row's. The global phase holds ~4 bytes of
+(:func:`keys_of`), never by a copy of every row's. The global phase holds ~3 bytes of
 its own memory for every row (the dispositions, 1, and a stage's masks over the rows)
-and ~130–375 for each row a whole-run stage reads in full and decides (a duplicate, a
-retry): ~13 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 % repeats, with or
-without near and normalised dedupe (``benchmarks/driver_memory.py``, where it was 26–27
-with the keys held; polars' allocator returns freed pages at once:
-:mod:`pipeline.core.allocator`).
+and ~130–280 for each row a whole-run stage reads in full or decides (a duplicate, a
+retry): ~10–11 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 % repeats, with
+or without near and normalised dedupe, ~84 with 30 % retries
+(``benchmarks/driver_memory.py``; 26–27 with the keys held; polars' allocator returns
+freed pages at once: :mod:`pipeline.core.allocator`).
 docs/scale.md ("Memory") and docs/scale-measurements.md ("The driver's memory, per
 row", "Duplicate-heavy exports") give each structure's bytes.
 """
@@ -66,6 +66,7 @@ from pipeline.decide.partitioned import (
     WHERE,
     HashCheck,
     evaluate_shard,
+    first_rows,
     partition_count,
 )
 from pipeline.engines import Engine
@@ -308,13 +309,16 @@ class GlobalContext:
         *,
         where: pl.Expr | None = None,
         left_out: pl.DataFrame | None = None,
+        among: pl.DataFrame | None = None,
         stem: str | None = None,
         digested: bool = False,
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
         """Which of ``rows`` (as for :meth:`repeats`) share their exact ``key`` (a
         string or bytes; a row where it is null takes no part), grouped first on
         ``hashed`` (its 64-bit hash), with another row where ``where`` holds, none of
-        ``left_out`` taking part; and each found row's group, in the rows' order: its
+        ``left_out`` taking part, or only rows ``among`` (``_shard``, ``_shard_line``:
+        a few rows a check before found, whose keys alone are then staged and
+        compared); and each found row's group, in the rows' order: its
         key's first row in the stable order key, encoded
         (:func:`~pipeline.decide.partitioned.first_rows` reads it; groups order as their
         first rows do). ``stem``: the expressions read a file staged beside the rows (as
@@ -324,10 +328,34 @@ class GlobalContext:
         the keys."""
         present = key.is_not_null()
         exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
-        left = lines_by_shard(left_out) if left_out is not None else None
+        if left_out is not None and among is not None:
+            raise ValueError("a check's rows are those left out or those among, not both")
+        given = left_out if left_out is not None else among
         return self._check(
-            kind, rows, name, exprs, 1 + 4, stem=stem, left_out=left, digested=digested
+            kind,
+            rows,
+            name,
+            exprs,
+            1 + 4,
+            stem=stem,
+            left_out=lines_by_shard(given) if given is not None else None,
+            among=among is not None,
+            participants=among.height if among is not None else None,
+            digested=digested,
         )
+
+    def first_rows(self, kind: str, groups: npt.NDArray[np.uint64]) -> pl.DataFrame:
+        """The keys (``_shard``, ``_shard_line``) of each of ``groups``' first rows (a
+        grouping check's groups of ``kind``'s rows, :meth:`groups`), in their order."""
+        shards, lines = first_rows(self._shards_of(kind), groups)
+        return pl.DataFrame(
+            {"_shard": shards, "_shard_line": lines},
+            schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
+        )
+
+    def _shards_of(self, kind: str) -> tuple[int, ...]:
+        """The shards that hold rows of ``kind``, in the stable order key."""
+        return tuple(s.shard for s in self.summaries if kind in s.kinds)
 
     def _check(
         self,
@@ -339,16 +367,21 @@ class GlobalContext:
         *,
         stem: str | None = None,
         left_out: Mapping[int, npt.NDArray[np.int64]] | None = None,
+        among: bool = False,
+        participants: int | None = None,
         digested: bool = False,
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
         """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
-        row, to size its partitions): a mask over ``rows`` and the found rows' groups."""
+        row, to size its partitions): a mask over ``rows`` and the found rows' groups.
+        ``left_out``: each shard's lines that take no part, or, with ``among``, the only
+        lines that take part (``participants`` of them, to size the partitions)."""
         engine = self.config.engine
-        shards = tuple(s.shard for s in self.summaries if kind in s.kinds)
+        shards = self._shards_of(kind)
         if not shards:
             return np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64)
+        entries = rows.height if participants is None else participants
         count = partition_count(
-            rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
+            entries, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
         check = HashCheck.of(
             self.storage,
@@ -359,6 +392,7 @@ class GlobalContext:
             partitions=count,
             source=stem,
             digested=digested,
+            among=among,
         )
         found = check.run(self.engine, left_out)
         keys = pl.DataFrame(

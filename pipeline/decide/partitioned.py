@@ -195,6 +195,9 @@ class HashCheck:
     #: the keys (:data:`TEXT`) are staged and compared as their SHA-256 (32 bytes), not
     #: as they are (a long text: a review's subject)
     digested: bool = False
+    #: the lines a shard task carries are the only rows that take part (a check over a
+    #: few rows an earlier check found), not rows left out
+    among: bool = False
 
     @classmethod
     def of(
@@ -208,11 +211,13 @@ class HashCheck:
         partitions: int,
         source: str | None = None,
         digested: bool = False,
+        among: bool = False,
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE` or :data:`TEXT` and
         :data:`SEEKS`, :data:`WHERE`) over ``kind``'s rows in ``shards`` (or over
         ``source``, a stem staged beside them), its entries staged as
-        ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256."""
+        ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256;
+        ``among``: the lines each shard task is given are the only rows that take part."""
         allowed = ({GROUP}, {GROUP, VALUE}, {GROUP, TEXT}, {GROUP, TEXT, SEEKS})
         if set(exprs) - {WHERE} not in allowed:
             raise ValueError(
@@ -220,7 +225,9 @@ class HashCheck:
                 f"(and {SEEKS}), and optionally {WHERE}: not {sorted(exprs)}"
             )
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
-        return cls(storage, kind, name, shards, serialized, partitions, source or kind, digested)
+        return cls(
+            storage, kind, name, shards, serialized, partitions, source or kind, digested, among
+        )
 
     @property
     def varying(self) -> bool:
@@ -250,7 +257,8 @@ class HashCheck:
     def run(self, engine: Engine, left_out: Mapping[int, I64] | None = None) -> Found:
         """The rows the check finds, from a shuffle task per shard and a find task per
         partition on ``engine``; no row of the lines ``left_out`` of a shard takes part
-        (each shuffle task is given its shard's alone: the check goes with every task)."""
+        (each shuffle task is given its shard's alone: the check goes with every task),
+        or, for a check :attr:`among` them, only those rows do."""
         engine.map(Step(_init, (self,), _shuffle_shard), shard_tasks(self.shards, left_out))
         found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
         return Found(
@@ -291,7 +299,9 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
     frame = evaluate_shard(check.storage, shard, check.source, check.expressions())
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
-    if left_out:
+    if check.among:  # only the lines given take part (none given: none)
+        frame = frame.filter(pl.col("_shard_line").is_in(task_lines(task).implode()))
+    elif left_out:
         frame = frame.filter(~pl.col("_shard_line").is_in(task_lines(task).implode()))
     for name in (GROUP, VALUE, TEXT):
         if name in frame.columns and frame[name].null_count():

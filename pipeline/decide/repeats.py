@@ -26,8 +26,8 @@ __all__ = ["repeated", "run_starts", "varying"]
 
 def run_starts(frame: pl.DataFrame, columns: Sequence[str]) -> npt.NDArray[np.int64]:
     """Where each run of rows with equal ``columns`` begins in ``frame`` (sorted on them;
-    a null equals a null): the rows sorted into runs, as the replay rule's keys and the
-    review stage's items are, are counted and pointed at by array, with no hash table."""
+    a null equals a null): the rows sorted into runs, as the review stage's items are,
+    are counted and pointed at by array, with no hash table."""
     new = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in columns)
     starts = frame.select(new).to_series().to_numpy().copy()
     starts[:1] = True  # the first row, whose values may all be null (as its shift's)

@@ -346,6 +346,8 @@ class ProbeRepeats:
     #: (expected mask, expected groups, got mask, got groups) per check and count
     found: ClassVar[list[tuple[Any, Any, Any, Any]]] = []
     refused: ClassVar[list[str]] = []
+    #: whether a grouping check given rows left out and rows among at once was refused
+    both: ClassVar[list[bool]] = []
 
     def enabled(self, config: CampaignConfig) -> bool:
         return True
@@ -428,6 +430,16 @@ class ProbeRepeats:
             named = np.stack([shard, line], axis=1)
             wanted = rows.select(KEYS)[firsts].to_numpy().astype(np.int64)
             self.found.append((expected, wanted, mask, named))
+            # the same rows named as those that take part (``among``), not those left out
+            mask, groups = at.groups(
+                kind, rows, "probe", key, key.hash() % 3, where=where, among=rows.filter(~left_out)
+            )
+            shard, line = first_rows(shards, groups)
+            self.found.append((expected, wanted, mask, np.stack([shard, line], axis=1)))
+        both = {"left_out": rows.filter(left_out), "among": rows.filter(~left_out)}
+        self.both.append(
+            _refuses(lambda: ctx.groups(kind, rows, "probe", key, key, **both), ValueError)
+        )
 
     def _unmatched(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
         """``unmatched`` against the anti-join over every row's values: the rows where
@@ -473,6 +485,7 @@ def test_repeats_on_the_engine_find_what_every_row_would(
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeRepeats])
     ProbeRepeats.found.clear()
     ProbeRepeats.refused.clear()
+    ProbeRepeats.both.clear()
     source = tmp_path / "in.jsonl"
     source.write_bytes(
         b"".join(
@@ -486,13 +499,14 @@ def test_repeats_on_the_engine_find_what_every_row_would(
         **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeRepeats.found) == 22
+    assert len(ProbeRepeats.found) == 27
     assert len(ProbeRepeats.refused) == 2
+    assert ProbeRepeats.both == [True]
     assert all("hash is null" in message for message in ProbeRepeats.refused)
     # natural groups: the retries repeat, and none varies; five groups: every row
     # repeats, and the rows where ``where`` holds vary; some rows seek what none offers
     found = [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found]
-    assert found == [True, False] * 3 + [True] * 16
+    assert found == [True, False] * 3 + [True] * 21
     for expected, groups, mask, got in ProbeRepeats.found:
         assert np.array_equal(mask, expected)
         assert groups is None or np.array_equal(got, groups)

@@ -54,7 +54,6 @@ from pipeline.decide.context import (
     keys_of,
     register_stage,
 )
-from pipeline.decide.repeats import run_starts
 from pipeline.kinds import KINDS
 from pipeline.kinds.pairwise import conversation_key
 
@@ -210,63 +209,84 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     keys = _key_columns(kind)
     if not keys:
         return None
-    # Only keys that occur more than once can conflict. They are found on a 64-bit hash
-    # of the key, partition by partition on the engine (the parent holds the rows found,
-    # not every row's hash); only those rows (retries, duplicates, conflicts: a few
-    # percent) are re-read and decided on the exact keys and digests, so a collision of
-    # key hashes can never invent a conflict, nor hide one.
-    candidates = keys_of(rows, _found(ctx, kind, rows, "submission-keys", _key_hash(keys)))
-    if candidates.height == 0:
-        return None
-    # The rows found, each key's together and in the order key within it (a sort, not
-    # a hash table a window function builds per expression: those held ~250 bytes a row
-    # read at the rule's peak). A key's first row is its original.
-    exact = ctx.fetch(kind, candidates, [*keys, "_record_sha256"]).sort(
-        [*map(pl.col, keys), *ctx.order_key()], nulls_last=True
+    # Only keys that occur more than once can conflict. Grouping checks on the engine
+    # find, partition by partition, the rows that share their exact key with another
+    # (grouped first on its 64-bit hash: a collision never joins two keys), each with
+    # the key's first row in the order key (its original), and the rows that share key
+    # and body with another, each with that pair's first row. A later row whose body's
+    # first row is its key's first row repeats the original's body. The driver holds a
+    # few numbers for each row that shares a key: reading their keys and digests and
+    # sorting them here held ~230 bytes each (~390 a retry on an export of 30 % retries).
+    removed = keys_of(rows, ~_live(rows).to_numpy())  # by a rule before: no part in this
+    key = pl.struct(keys).struct.json_encode()  # exact, and a null key part equals a null
+    shared, original = ctx.groups(
+        kind, rows, "submission-keys", key, _key_hash(keys), where=_GATE_LIVE, left_out=removed
     )
-    starts = run_starts(exact, keys)
-    if len(starts) == exact.height:
-        return None  # every key once: no replay
-    sizes = np.diff(np.r_[starts, exact.height])
-    first = pl.Series(np.repeat(starts, sizes))  # each row's original
-    digest = exact["_record_sha256"]
-    differs = (digest != digest.gather(first)).fill_null(False).to_numpy()
-    later = np.ones(exact.height, np.bool_)
-    later[starts] = False
+    if not shared.any():
+        return None
+    candidates = keys_of(rows, shared)  # in the order key, as their groups
+    bodied, body = ctx.groups(
+        kind,
+        rows,
+        "submission-bodies",
+        pl.concat_str([key, pl.lit("\n"), pl.col("_record_sha256")]),
+        _key_hash([*keys, "_record_sha256"]),
+        among=candidates,  # a key and body shared is a key shared
+    )
+    if (bodied & ~shared).any():
+        raise AssertionError("rows share a key and body but not the key")
+    same_body = np.zeros(candidates.height, np.bool_)
+    same_body[bodied[shared]] = body == original[bodied[shared]]
+    del bodied, body
+    first = ctx.first_rows(kind, original)
+    later = (
+        (candidates["_shard"] != first["_shard"])
+        | (candidates["_shard_line"] != first["_shard_line"])
+    ).to_numpy()
+    differs = later & ~same_body
     # The same body in another split than the original's is no retry but a copy across
     # splits: dedupe's contamination rule decides it, and keeps a protected split's rows.
-    split = exact.select(ctx.split()).to_series()
-    other_split = split.ne_missing(split.gather(first)).to_numpy()
+    split = candidates.select(ctx.split()).to_series()
+    other_split = split.ne_missing(first.select(ctx.split()).to_series()).to_numpy()
     decided = np.flatnonzero(later & (differs | ~other_split))
-    original = ctx.with_lineage(exact[first.gather(decided)].select(KEYS)).select(
-        "_source", "_line", _record_sha256=digest.gather(first.gather(decided))
-    )
-    group = np.repeat(np.arange(len(starts)), sizes)[decided]
-    return (
-        exact[decided]
-        .select(
-            "_shard",
-            "_shard_line",
-            _differs=differs[decided],
-            _rows=sizes[group],
-            _conflicts=np.add.reduceat(differs, starts)[group],
-        )
-        .select(
-            "_shard",
-            "_shard_line",
-            _code=pl.when("_differs").then(pl.lit(CONFLICT)).otherwise(pl.lit(RETRY)),
-            _detail=pl.when("_differs")
-            .then(
-                pl.format(
-                    "this body differs from the first of {} rows with this submission key "
-                    "(the first stays; {} later bodies differ)",
-                    "_rows",
-                    "_conflicts",
-                )
+    if len(decided) == 0:
+        return None  # every key once among the rows left, or only copies across splits
+    group, sizes = np.unique(original, return_inverse=True, return_counts=True)[1:]
+    conflicts = np.bincount(group, weights=differs, minlength=len(sizes)).astype(np.int64)
+    replays, group = candidates[decided], group[decided]
+    # a retry's body is its original's, so the kept row's digest is the retry's own
+    digests = ctx.fetched(kind, replays, ["_record_sha256"])["_record_sha256"]
+    kept = ctx.with_lineage(first[decided]).select("_source", "_line", _record_sha256=digests)
+    return _replays(replays, differs[decided], sizes[group], conflicts[group], kept)
+
+
+def _replays(
+    replays: pl.DataFrame,
+    differs: npt.NDArray[np.bool_],
+    rows: npt.NDArray[np.int64],
+    conflicts: npt.NDArray[np.int64],
+    kept: pl.DataFrame,
+) -> pl.DataFrame:
+    """The replay rule's findings for ``replays`` (their keys): a conflict where the body
+    ``differs`` from the original's (its key's ``rows`` and ``conflicts`` in the detail),
+    else a retry pointing at the ``kept`` row (its lineage and digest)."""
+    return replays.select(
+        "_shard", "_shard_line", _differs=differs, _rows=rows, _conflicts=conflicts
+    ).select(
+        "_shard",
+        "_shard_line",
+        _code=pl.when("_differs").then(pl.lit(CONFLICT)).otherwise(pl.lit(RETRY)),
+        _detail=pl.when("_differs")
+        .then(
+            pl.format(
+                "this body differs from the first of {} rows with this submission key "
+                "(the first stays; {} later bodies differ)",
+                "_rows",
+                "_conflicts",
             )
-            .otherwise(pl.lit("an identical retry of the first row with this submission key")),
-            _duplicate_of=pl.when("_differs").then(None).otherwise(pl.struct(original)),
         )
+        .otherwise(pl.lit("an identical retry of the first row with this submission key")),
+        _duplicate_of=pl.when("_differs").then(None).otherwise(pl.struct(kept)),
     )
 
 
@@ -508,29 +528,56 @@ class CrossRules:
                 rows = advance(rows, removed.unique(KEYS).select(*KEYS, "_disposition"), set())
         if not found:
             return None
-        hits = pl.concat(found, how="diagonal_relaxed").with_columns(
+        return _merged(pl.concat(found, how="diagonal_relaxed"))
+
+
+def _merged(hits: pl.DataFrame) -> pl.DataFrame:
+    """One decision a row from the rules' findings: the most severe disposition, every
+    rule's reason, and a retry's pointer. A row one rule found (nearly every row) is
+    taken as it is; only the rows several rules found are sorted and merged. Sorting and
+    grouping every finding held ~240 bytes a finding at the stage's peak (300,115
+    retries of a duplicate-heavy export)."""
+    retries = "_duplicate_of" in hits.columns
+    several = hits.select(pl.struct(KEYS).is_duplicated()).to_series()
+    reason = pl.struct(code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail"))
+    pointer: list[pl.Expr] = (
+        [
+            pl.col("_duplicate_of"),
+            pl.when(pl.col("_duplicate_of").is_not_null())
+            .then(pl.lit("retry"))
+            .alias(DEDUPE_RULE.name),
+        ]
+        if retries
+        else []
+    )
+    once = hits.filter(~several).select(
+        *KEYS, "_disposition", pl.concat_list(reason).alias("_reasons_add"), *pointer
+    )
+    if not several.any():
+        return once
+    pointers = (
+        [
+            pl.col("_duplicate_of").drop_nulls().first(),
+            pl.when(pl.col("_duplicate_of").is_not_null())
+            .then(pl.lit("retry"))
+            .drop_nulls()
+            .first()
+            .alias(DEDUPE_RULE.name),
+        ]
+        if retries
+        else []
+    )
+    merged = (
+        hits.filter(several)
+        .with_columns(
             _severity=pl.col("_disposition").replace_strict(_SEVERITY, return_dtype=pl.Int8)
         )
-        pointers = (
-            [
-                pl.col("_duplicate_of").drop_nulls().first(),
-                pl.when(pl.col("_duplicate_of").is_not_null())
-                .then(pl.lit("retry"))
-                .drop_nulls()
-                .first()
-                .alias(DEDUPE_RULE.name),
-            ]
-            if "_duplicate_of" in hits.columns
-            else []
+        .sort(["_shard", "_shard_line", "_code"])
+        .group_by(["_shard", "_shard_line"], maintain_order=True)
+        .agg(
+            pl.col("_disposition").sort_by("_severity").last(),
+            reason.alias("_reasons_add"),
+            *pointers,
         )
-        return (
-            hits.sort(["_shard", "_shard_line", "_code"])
-            .group_by(["_shard", "_shard_line"], maintain_order=True)
-            .agg(
-                pl.col("_disposition").sort_by("_severity").last(),
-                pl.struct(code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail")).alias(
-                    "_reasons_add"
-                ),
-                *pointers,
-            )
-        )
+    )
+    return pl.concat([once, merged], how="vertical")
