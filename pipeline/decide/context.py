@@ -297,7 +297,7 @@ class GlobalContext:
         The driver holds the rows found and the mask; a find task one partition's keys
         (a key, its hash and line: counted as 32 bytes a key to size the partitions)."""
         exprs = {GROUP: key.hash(), TEXT: key, SEEKS: seeks, WHERE: where}
-        return self._check(kind, rows, name, exprs, 1 + 4, left_out=lines_by_shard(left_out))[0]
+        return self._check(kind, rows, name, exprs, 1 + 4, lines=lines_by_shard(left_out))[0]
 
     def groups(
         self,
@@ -338,9 +338,8 @@ class GlobalContext:
             exprs,
             1 + 4,
             stem=stem,
-            left_out=lines_by_shard(given) if given is not None else None,
+            lines=lines_by_shard(given) if given is not None else None,
             among=among is not None,
-            participants=among.height if among is not None else None,
             digested=digested,
         )
 
@@ -366,20 +365,19 @@ class GlobalContext:
         hashes: int,
         *,
         stem: str | None = None,
-        left_out: Mapping[int, npt.NDArray[np.int64]] | None = None,
+        lines: Mapping[int, npt.NDArray[np.int64]] | None = None,
         among: bool = False,
-        participants: int | None = None,
         digested: bool = False,
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
         """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
         row, to size its partitions): a mask over ``rows`` and the found rows' groups.
-        ``left_out``: each shard's lines that take no part, or, with ``among``, the only
-        lines that take part (``participants`` of them, to size the partitions)."""
+        ``lines``: each shard's lines that take no part, or, ``among``, the only lines
+        that take part (then they alone size the partitions)."""
         engine = self.config.engine
         shards = self._shards_of(kind)
         if not shards:
             return np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64)
-        entries = rows.height if participants is None else participants
+        entries = sum(map(len, (lines or {}).values())) if among else rows.height
         count = partition_count(
             entries, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
@@ -394,7 +392,7 @@ class GlobalContext:
             digested=digested,
             among=among,
         )
-        found = check.run(self.engine, left_out)
+        found = check.run(self.engine, lines)
         keys = pl.DataFrame(
             {"_shard": found.shards, "_shard_line": found.lines},
             schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
@@ -470,9 +468,10 @@ class GlobalContext:
         area (:meth:`RunStorage.state_stem`), a shard at a time, and memory-mapped
         (:meth:`RunStorage.whole_table`): they are pages of a file, which the kernel may
         evict and read again when memory runs short, not the driver's anonymous memory
-        (on a staging area on disk: on tmpfs they are memory all the same). The dispositions, which stages
-        replace, are held (1 byte a row). Collected as :meth:`scan` collects them, the
-        keys were the state's 12 bytes a row of anonymous memory through the phase."""
+        (on a staging area on disk: on tmpfs they are memory all the same). The
+        dispositions, which stages replace, are held (1 byte a row). Collected as
+        :meth:`scan` collects them, the keys were the state's 12 bytes a row of anonymous
+        memory through the phase."""
         stem = self.storage.state_stem(kind)
         schema = pa.schema([("_shard", pa.int32()), ("_shard_line", pa.int64())])
         dispositions = []
@@ -489,7 +488,6 @@ class GlobalContext:
                     pa.record_batch([shard, frame["_shard_line"].to_arrow()], schema=schema)
                 )
                 dispositions.append(frame["_disposition"])
-                del frame
         if not dispositions:
             return pl.DataFrame()
         keys = cast(pl.DataFrame, pl.from_arrow(self.storage.whole_table(stem), rechunk=False))

@@ -254,12 +254,12 @@ class HashCheck:
         """The check's expressions, deserialized (in a worker: once a task)."""
         return {n: pl.Expr.deserialize(io.BytesIO(b), format="binary") for n, b in self.exprs}
 
-    def run(self, engine: Engine, left_out: Mapping[int, I64] | None = None) -> Found:
+    def run(self, engine: Engine, lines: Mapping[int, I64] | None = None) -> Found:
         """The rows the check finds, from a shuffle task per shard and a find task per
-        partition on ``engine``; no row of the lines ``left_out`` of a shard takes part
-        (each shuffle task is given its shard's alone: the check goes with every task),
-        or, for a check :attr:`among` them, only those rows do."""
-        engine.map(Step(_init, (self,), _shuffle_shard), shard_tasks(self.shards, left_out))
+        partition on ``engine``; no row of a shard's ``lines`` takes part (each shuffle
+        task is given its shard's alone: the check goes with every task), or, for a check
+        :attr:`among` them, only those rows do."""
+        engine.map(Step(_init, (self,), _shuffle_shard), shard_tasks(self.shards, lines))
         found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
         return Found(
             np.concatenate([f.shards for f in found]),
@@ -293,16 +293,16 @@ def _init(check: HashCheck) -> HashCheck:
 
 def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int:
     """Stage the shard's (line, group, value) entries where ``where`` holds, but its
-    lines left out (:func:`shard_tasks`), ordered by partition, a record batch per
-    partition (empty ones too); returns how many."""
-    shard, left_out = task
+    lines left out (:func:`shard_tasks`), or only its lines given for a check
+    :attr:`~HashCheck.among` them, ordered by partition, a record batch per partition
+    (empty ones too); returns how many."""
+    shard, lines = task
     frame = evaluate_shard(check.storage, shard, check.source, check.expressions())
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
-    if check.among:  # only the lines given take part (none given: none)
-        frame = frame.filter(pl.col("_shard_line").is_in(task_lines(task).implode()))
-    elif left_out:
-        frame = frame.filter(~pl.col("_shard_line").is_in(task_lines(task).implode()))
+    if check.among or lines:  # among: none given, none take part
+        given = pl.col("_shard_line").is_in(task_lines(task).implode())
+        frame = frame.filter(given if check.among else ~given)
     for name in (GROUP, VALUE, TEXT):
         if name in frame.columns and frame[name].null_count():
             # numpy has no null integer: the column would become floats, whose

@@ -235,9 +235,10 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     )
     if (bodied & ~shared).any():
         raise AssertionError("rows share a key and body but not the key")
+    of_candidates = bodied[shared]
     same_body = np.zeros(candidates.height, np.bool_)
-    same_body[bodied[shared]] = body == original[bodied[shared]]
-    del bodied, body
+    same_body[of_candidates] = body == original[of_candidates]
+    del bodied, body, of_candidates
     first = ctx.first_rows(kind, original)
     later = (
         (candidates["_shard"] != first["_shard"])
@@ -540,33 +541,15 @@ def _merged(hits: pl.DataFrame) -> pl.DataFrame:
     retries = "_duplicate_of" in hits.columns
     several = hits.select(pl.struct(KEYS).is_duplicated()).to_series()
     reason = pl.struct(code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail"))
-    pointer: list[pl.Expr] = (
-        [
-            pl.col("_duplicate_of"),
-            pl.when(pl.col("_duplicate_of").is_not_null())
-            .then(pl.lit("retry"))
-            .alias(DEDUPE_RULE.name),
-        ]
-        if retries
-        else []
-    )
+    pointer: list[pl.Expr] = []
+    if retries:
+        rule = pl.when(pl.col("_duplicate_of").is_not_null()).then(pl.lit("retry"))
+        pointer = [pl.col("_duplicate_of"), rule.alias(DEDUPE_RULE.name)]
     once = hits.filter(~several).select(
         *KEYS, "_disposition", pl.concat_list(reason).alias("_reasons_add"), *pointer
     )
     if not several.any():
         return once
-    pointers = (
-        [
-            pl.col("_duplicate_of").drop_nulls().first(),
-            pl.when(pl.col("_duplicate_of").is_not_null())
-            .then(pl.lit("retry"))
-            .drop_nulls()
-            .first()
-            .alias(DEDUPE_RULE.name),
-        ]
-        if retries
-        else []
-    )
     merged = (
         hits.filter(several)
         .with_columns(
@@ -577,7 +560,7 @@ def _merged(hits: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.col("_disposition").sort_by("_severity").last(),
             reason.alias("_reasons_add"),
-            *pointers,
+            *(p.drop_nulls().first() for p in pointer),
         )
     )
     return pl.concat([once, merged], how="vertical")
