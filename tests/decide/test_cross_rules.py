@@ -565,16 +565,20 @@ def _replay_oracle(
     return decided
 
 
-@pytest.mark.parametrize("collide", [False, True])
+@pytest.mark.parametrize(("collide", "part_rows"), [(False, None), (True, None), (False, 7)])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_replay_rule_decides_as_over_every_row(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, collide: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, collide: bool, part_rows: int | None
 ) -> None:
     """The replay rule against a Python oracle over every row, on three inputs of two
     splits: retries (the same body, its keys in another order: the same record digest),
     conflicts (up to three bodies a key), copies into the other split, and rows the gate
     rejects that share a task id, whose keys are read, found and decided a group at a
-    time; with every key's hash colliding too (then the exact keys alone decide)."""
+    time; with every key's hash colliding too (then the exact keys alone decide), and
+    with the findings made whole 7 at a time (a reason's text and a retry's pointer are
+    made a part at a time)."""
+    if part_rows is not None:
+        monkeypatch.setattr(cross_rules, "PART_ROWS", part_rows)
     rng = random.Random(seed)
     base = [_pairwise(i) for i in range(30)]
     files: dict[str, tuple[str, list[dict[str, Any] | bytes]]] = {}

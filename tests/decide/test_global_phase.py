@@ -651,6 +651,21 @@ def test_the_state_is_updated_as_a_join_of_every_row_would(data: st.DataObject) 
         assert "_dropped" not in got.columns
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 1 << 40)), max_size=40))
+def test_repeated_keys_are_those_polars_finds(keys: list[tuple[int, int]]) -> None:
+    """The rows that share their keys with another row, and each of those but the first,
+    as polars finds them by hashing the keys."""
+    frame = pl.DataFrame(
+        {"_shard": [k[0] for k in keys], "_shard_line": [k[1] for k in keys]},
+        schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
+    )
+    every = frame.select(pl.struct(KEYS).is_duplicated()).to_series().to_numpy()
+    later = ~frame.select(pl.struct(KEYS).is_first_distinct()).to_series().to_numpy()
+    assert np.array_equal(global_phase.repeated_keys(frame), every)
+    assert np.array_equal(global_phase.repeated_keys(frame, every=False), later)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_places_find_each_decided_row_in_the_state(data: st.DataObject) -> None:

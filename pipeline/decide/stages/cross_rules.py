@@ -8,7 +8,9 @@ removes takes no part in the rules after it; a quarantined row does). Each rule 
 findings (row keys, code, detail, disposition); the stage folds them per row, worst
 disposition wins (rejected > quarantined > duplicate) and every code is kept. A rule may give a finding
 another code and disposition of its own family (``cross.retry``, a duplicate pointing at
-the row it repeats in ``_duplicate_of``); disabling the rule disables both.
+the row it repeats in ``_duplicate_of``); disabling the rule disables both. A rule's
+findings are compact (keys, code, numbers); the texts of their reasons and pointers are
+made a part at a time (:data:`PART_ROWS` findings) as the driver stages them.
 
 =============================== ======================= =====================================
 code                            kinds                   finding
@@ -28,7 +30,7 @@ code                            kinds                   finding
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -36,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from pipeline.core.arrays import distinct_places
 from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import (
     CATALOGUE,
@@ -46,13 +49,17 @@ from pipeline.core.reasons import (
 )
 from pipeline.decide.context import (
     DEDUPE_RULE,
+    DISPOSITIONS,
     DUPLICATE_OF,
     KEYS,
+    PART_ROWS,
+    Decisions,
     GlobalContext,
     OutputColumn,
     advance,
     keys_of,
     register_stage,
+    repeated_keys,
 )
 from pipeline.kinds import KINDS
 from pipeline.kinds.pairwise import conversation_key
@@ -75,6 +82,9 @@ _SEVERITY: Final = {
 }
 
 Finder = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame | None]
+#: makes a part of a rule's findings whole: adds their ``_detail`` and a duplicate's
+#: ``_duplicate_of``, from the compact columns its finder returned
+Finisher = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame]
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,8 @@ class CrossRule:
     find: Finder
     #: the codes of its own a finding may carry instead of ``code``
     own: tuple[str, ...] = ()
+    #: makes a part of its findings whole (``None``: its finder returns them whole)
+    finish: Finisher | None = None
 
 
 CROSS_RULES: list[CrossRule] = []
@@ -100,12 +112,19 @@ def cross_rule(
     meaning: str,
     spec: Spec,
     own: Mapping[str, tuple[Disposition, str]] | None = None,
+    finish: Finisher | None = None,
 ) -> Callable[[Finder], Finder]:
     """Register a finder returning the rows it finds (``_shard``, ``_shard_line``) with a
     ``_detail``; its docstring cites the seed it enforces. Its ``cross.*`` code goes into
     the reason catalogue with ``meaning`` (one line) and ``spec``. A finder may also return
     a ``_code`` per row (one of its ``own`` codes, each declared with its disposition and
-    meaning; null: the rule's) and a ``_duplicate_of`` (the kept row, for duplicates)."""
+    meaning; null: the rule's).
+
+    A rule that finds many rows (the replay rule: every retry of a duplicate-heavy
+    export) returns instead compact columns of its own, and ``finish(ctx, kind, part)``
+    makes a part of them whole: their ``_detail`` and, for duplicates, ``_duplicate_of``
+    (the kept row). The stage holds the compact findings and finishes
+    :data:`PART_ROWS` of them at a time (``_code`` then an enum of the cross codes)."""
 
     def register(finder: Finder) -> Finder:
         if not (finder.__doc__ or "").strip():
@@ -123,7 +142,8 @@ def cross_rule(
             )
         _OWN_CODES.update({name: effect for name, (effect, _) in (own or {}).items()})
         scope = frozenset(kinds) if kinds is not None else None
-        CROSS_RULES.append(CrossRule(code, disposition, scope, finder, tuple(own or ())))
+        rule = CrossRule(code, disposition, scope, finder, tuple(own or ()), finish)
+        CROSS_RULES.append(rule)
         return finder
 
     return register
@@ -182,6 +202,30 @@ def _key_hash(keys: Sequence[str]) -> pl.Expr:
     return pl.struct(keys).hash(4)
 
 
+def _replays(ctx: GlobalContext, kind: str, part: pl.DataFrame) -> pl.DataFrame:
+    """A part of the replay rule's findings made whole: a conflict's detail (its key's
+    ``_rows`` and ``_conflicts``), and a retry's pointer to the kept row (``_kept_shard``,
+    ``_kept_line``): its lineage and digest."""
+    # a retry's body is its original's, so the kept row's digest is the retry's own
+    digests = ctx.fetched(kind, keys_of(part), ["_record_sha256"])["_record_sha256"]
+    kept = part.select(_shard="_kept_shard", _shard_line="_kept_line")
+    kept = ctx.with_lineage(kept).select("_source", "_line", _record_sha256=digests)
+    differs = pl.col("_code") == CONFLICT
+    return part.with_columns(
+        _detail=pl.when(differs)
+        .then(
+            pl.format(
+                "this body differs from the first of {} rows with this submission key "
+                "(the first stays; {} later bodies differ)",
+                "_rows",
+                "_conflicts",
+            )
+        )
+        .otherwise(pl.lit("an identical retry of the first row with this submission key")),
+        _duplicate_of=pl.when(differs).then(None).otherwise(pl.struct(kept)),
+    )
+
+
 @cross_rule(
     CONFLICT,
     Disposition.REJECTED,
@@ -195,6 +239,7 @@ def _key_hash(keys: Sequence[str]) -> pl.Expr:
             "duplicate of the first",
         )
     },
+    finish=_replays,
 )
 def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
     """Seed 002: "identical authenticated retry -> return original receipt/status; same
@@ -252,42 +297,21 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     decided = np.flatnonzero(later & (differs | ~other_split))
     if len(decided) == 0:
         return None  # every key once among the rows left, or only copies across splits
-    group, sizes = np.unique(original, return_inverse=True, return_counts=True)[1:]
+    group = distinct_places(original.view(np.int64))[1]  # each row's key, numbered
+    sizes = np.bincount(group)
     conflicts = np.bincount(group, weights=differs, minlength=len(sizes)).astype(np.int64)
-    replays, group = candidates[decided], group[decided]
-    # a retry's body is its original's, so the kept row's digest is the retry's own
-    digests = ctx.fetched(kind, replays, ["_record_sha256"])["_record_sha256"]
-    kept = ctx.with_lineage(first[decided]).select("_source", "_line", _record_sha256=digests)
-    return _replays(replays, differs[decided], sizes[group], conflicts[group], kept)
-
-
-def _replays(
-    replays: pl.DataFrame,
-    differs: npt.NDArray[np.bool_],
-    rows: npt.NDArray[np.int64],
-    conflicts: npt.NDArray[np.int64],
-    kept: pl.DataFrame,
-) -> pl.DataFrame:
-    """The replay rule's findings for ``replays`` (their keys): a conflict where the body
-    ``differs`` from the original's (its key's ``rows`` and ``conflicts`` in the detail),
-    else a retry pointing at the ``kept`` row (its lineage and digest)."""
-    return replays.select(
-        "_shard", "_shard_line", _differs=differs, _rows=rows, _conflicts=conflicts
-    ).select(
-        "_shard",
-        "_shard_line",
-        _code=pl.when("_differs").then(pl.lit(CONFLICT)).otherwise(pl.lit(RETRY)),
-        _detail=pl.when("_differs")
-        .then(
-            pl.format(
-                "this body differs from the first of {} rows with this submission key "
-                "(the first stays; {} later bodies differ)",
-                "_rows",
-                "_conflicts",
-            )
-        )
-        .otherwise(pl.lit("an identical retry of the first row with this submission key")),
-        _duplicate_of=pl.when("_differs").then(None).otherwise(pl.struct(kept)),
+    group = group[decided]
+    # Compact (~40 bytes a finding): the texts of a reason and a retry's pointer are
+    # made a part at a time (_replays). Made for every finding at once they held ~250
+    # bytes a retry at the stage's peak (300,115 retries of a duplicate-heavy export).
+    code = pl.when(pl.Series(differs[decided])).then(pl.lit(CONFLICT)).otherwise(pl.lit(RETRY))
+    return candidates[decided].select(
+        *KEYS,
+        _code=code,
+        _rows=pl.Series(sizes[group]),
+        _conflicts=pl.Series(conflicts[group]),
+        _kept_shard=first["_shard"].gather(decided),
+        _kept_line=first["_shard_line"].gather(decided),
     )
 
 
@@ -507,60 +531,99 @@ class CrossRules:
             return []
         return [DUPLICATE_OF, DEDUPE_RULE]  # retries, as the dedupe stage writes its own
 
-    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> Decisions:
         """The rules in order, each over the rows the ones before it left in: a rejected
         replay (a conflicting body) no longer counts in the rules after it, where it made
-        its original contradict it, or its session name two models."""
+        its original contradict it, or its session name two models. The findings are
+        held compact, and made whole a part at a time (:func:`_decisions`)."""
         disabled = set(ctx.config.rules.disabled)
+        codes = pl.Enum(self.reason_codes)
         found = []
         for rule in CROSS_RULES:
             if rule.code in disabled or (rule.kinds is not None and kind not in rule.kinds):
                 continue
             hits = rule.find(ctx, kind, rows)
-            if hits is not None and hits.height:
-                code = pl.col("_code") if "_code" in hits.columns else pl.lit(None, pl.String)
-                hits = hits.with_columns(_code=code.fill_null(pl.lit(rule.code))).with_columns(
-                    _disposition=pl.col("_code").replace_strict(
-                        _OWN_CODES, default=rule.disposition.value, return_dtype=pl.String
-                    )
-                )
-                found.append(hits)
-                removed = hits.filter(pl.col("_disposition").is_in(_REMOVED))
-                rows = advance(rows, removed.unique(KEYS).select(*KEYS, "_disposition"), set())
-        if not found:
-            return None
-        return _merged(pl.concat(found, how="diagonal_relaxed"))
+            if hits is None or not hits.height:
+                continue
+            code = pl.col("_code") if "_code" in hits.columns else pl.lit(None, pl.String)
+            code = code.fill_null(pl.lit(rule.code))
+            disposition = code.replace_strict(
+                _OWN_CODES, default=rule.disposition.value, return_dtype=pl.String
+            )
+            hits = hits.with_columns(
+                _code=code.cast(codes), _disposition=disposition.cast(DISPOSITIONS)
+            )
+            found.append((rule, hits))
+            removed = hits.select(*KEYS, "_disposition").filter(
+                pl.col("_disposition").is_in(_REMOVED)
+            )
+            rows = advance(rows, removed.filter(~repeated_keys(removed, every=False)), set())
+        return _decisions(ctx, kind, found) if found else None
+
+
+def _decisions(
+    ctx: GlobalContext, kind: str, found: list[tuple[CrossRule, pl.DataFrame]]
+) -> Iterator[pl.DataFrame]:
+    """One decision a row from the rules' findings (each rule's, in rule order): the most
+    severe disposition, every rule's reason, and a retry's pointer. A row one rule found
+    (nearly every row) is made whole and decided :data:`PART_ROWS` at a time; the rows
+    several rules found are then sorted and merged (:func:`_merged`). Sorting and grouping
+    every finding held ~240 bytes a finding at the stage's peak (300,115 retries of a
+    duplicate-heavy export), and every finding made whole at once ~250."""
+    several = repeated_keys(pl.concat([hits[list(KEYS)] for _, hits in found]))
+    merged, at = [], 0
+    for rule, hits in found:
+        of_several = several[at : at + hits.height]
+        at += hits.height
+        once = hits.filter(~of_several) if of_several.any() else hits
+        for lo in range(0, once.height, PART_ROWS):
+            yield _reasoned(_finished(ctx, kind, rule, once.slice(lo, PART_ROWS)))
+        if of_several.any():
+            merged.append(_finished(ctx, kind, rule, hits.filter(of_several)))
+    if merged:
+        yield _merged(pl.concat(merged, how="diagonal_relaxed"))
+
+
+def _finished(ctx: GlobalContext, kind: str, rule: CrossRule, part: pl.DataFrame) -> pl.DataFrame:
+    """A part of ``rule``'s findings made whole (:attr:`CrossRule.finish`), its codes and
+    dispositions as text."""
+    whole = part if rule.finish is None else rule.finish(ctx, kind, part)
+    return whole.with_columns(
+        pl.col("_code").cast(pl.String), pl.col("_disposition").cast(pl.String)
+    )
+
+
+def _reason() -> pl.Expr:
+    return pl.struct(code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail"))
+
+
+def _pointer(hits: pl.DataFrame) -> list[pl.Expr]:
+    """A retry's pointer to the row kept, and its rule, where ``hits`` hold pointers."""
+    if "_duplicate_of" not in hits.columns:
+        return []
+    rule = pl.when(pl.col("_duplicate_of").is_not_null()).then(pl.lit("retry"))
+    return [pl.col("_duplicate_of"), rule.alias(DEDUPE_RULE.name)]
+
+
+def _reasoned(hits: pl.DataFrame) -> pl.DataFrame:
+    """The decisions of rows one rule found (``hits``, made whole): each its finding."""
+    return hits.select(
+        *KEYS, "_disposition", pl.concat_list(_reason()).alias("_reasons_add"), *_pointer(hits)
+    )
 
 
 def _merged(hits: pl.DataFrame) -> pl.DataFrame:
-    """One decision a row from the rules' findings: the most severe disposition, every
-    rule's reason, and a retry's pointer. A row one rule found (nearly every row) is
-    taken as it is; only the rows several rules found are sorted and merged. Sorting and
-    grouping every finding held ~240 bytes a finding at the stage's peak (300,115
-    retries of a duplicate-heavy export)."""
-    retries = "_duplicate_of" in hits.columns
-    several = hits.select(pl.struct(KEYS).is_duplicated()).to_series()
-    reason = pl.struct(code=pl.col("_code"), path=pl.lit(""), detail=pl.col("_detail"))
-    pointer: list[pl.Expr] = []
-    if retries:
-        rule = pl.when(pl.col("_duplicate_of").is_not_null()).then(pl.lit("retry"))
-        pointer = [pl.col("_duplicate_of"), rule.alias(DEDUPE_RULE.name)]
-    once = hits.filter(~several).select(
-        *KEYS, "_disposition", pl.concat_list(reason).alias("_reasons_add"), *pointer
-    )
-    if not several.any():
-        return once
-    merged = (
-        hits.filter(several)
-        .with_columns(
+    """The decisions of rows several rules found (``hits``, made whole): the most severe
+    disposition, every rule's reason (by code), and a retry's pointer."""
+    return (
+        hits.with_columns(
             _severity=pl.col("_disposition").replace_strict(_SEVERITY, return_dtype=pl.Int8)
         )
         .sort(["_shard", "_shard_line", "_code"])
         .group_by(["_shard", "_shard_line"], maintain_order=True)
         .agg(
             pl.col("_disposition").sort_by("_severity").last(),
-            reason.alias("_reasons_add"),
-            *(p.drop_nulls().first() for p in pointer),
+            _reason().alias("_reasons_add"),
+            *(p.drop_nulls().first() for p in _pointer(hits)),
         )
     )
-    return pl.concat([once, merged], how="vertical")
