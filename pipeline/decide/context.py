@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeAlias, cast
+from typing import Any, Final, NamedTuple, Protocol, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +59,7 @@ from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import CATALOGUE, REASONS_TYPE, Disposition
 from pipeline.decide.columns import OutputColumn
 from pipeline.decide.partitioned import (
+    BODY,
     GROUP,
     SEEKS,
     TEXT,
@@ -85,6 +86,7 @@ __all__ = [
     "GlobalContext",
     "GlobalResult",
     "GlobalStage",
+    "Grouped",
     "OutputColumn",
     "declared_columns",
     "keys_of",
@@ -137,6 +139,16 @@ DUPLICATE_OF: Final = OutputColumn(
 #: The rule that made a row a duplicate (``exact``, ``near``, ... ; ``retry`` for a
 #: replayed submission), shared like :data:`DUPLICATE_OF`.
 DEDUPE_RULE: Final = OutputColumn("_dedupe_rule", pa.string(), frozenset({Disposition.DUPLICATE}))
+
+
+class Grouped(NamedTuple):
+    """What a hash check found (:meth:`GlobalContext.groups`): a mask over the rows,
+    each found row's group, and, for a grouping check with a body, whether each found
+    row's body is its group's first row's; the found rows' in the rows' order."""
+
+    found: npt.NDArray[np.bool_]
+    groups: npt.NDArray[np.uint64]
+    same: npt.NDArray[np.bool_] | None
 
 
 @dataclass(frozen=True)
@@ -276,7 +288,9 @@ class GlobalContext:
         exprs = {GROUP: group, **({VALUE: value} if value is not None else {})}
         if where is not None:
             exprs[WHERE] = where
-        return self._check(kind, rows, name, exprs, len(exprs) - (where is not None), stem=stem)
+        hashes = len(exprs) - (where is not None)
+        found, groups, _ = self._check(kind, rows, name, exprs, hashes, stem=stem)
+        return found, groups
 
     def unmatched(
         self,
@@ -310,37 +324,34 @@ class GlobalContext:
         *,
         where: pl.Expr | None = None,
         left_out: pl.DataFrame | None = None,
-        among: pl.DataFrame | None = None,
+        body: pl.Expr | None = None,
         stem: str | None = None,
         digested: bool = False,
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
+    ) -> Grouped:
         """Which of ``rows`` (as for :meth:`repeats`) share their exact ``key`` (a
         string or bytes; a row where it is null takes no part), grouped first on
         ``hashed`` (its 64-bit hash), with another row where ``where`` holds, none of
-        ``left_out`` taking part, or only rows ``among`` (``_shard``, ``_shard_line``:
-        a few rows a check before found, whose keys alone are then staged and
-        compared); and each found row's group, in the rows' order: its
-        key's first row in the stable order key, encoded
+        ``left_out`` (``_shard``, ``_shard_line``) taking part; and each found row's
+        group, in the rows' order: its key's first row in the stable order key, encoded
         (:func:`~pipeline.decide.partitioned.first_rows` reads it; groups order as their
-        first rows do). ``stem``: the expressions read a file staged beside the rows (as
-        for :meth:`evaluate`); ``digested``: keys (strings) are staged and compared as
-        their SHA-256, as content fingerprints are (a long text's 32 bytes). Compared
-        partition by partition on the engine: the driver holds a group a row found, not
-        the keys."""
+        first rows do). ``body`` (a string or bytes): each found row also tells whether
+        its body is its key's first row's (a null body is nobody's). ``stem``: the
+        expressions read a file staged beside the rows (as for :meth:`evaluate`);
+        ``digested``: keys (strings) are staged and compared as their SHA-256, as
+        content fingerprints are (a long text's 32 bytes). Compared partition by
+        partition on the engine: the driver holds a group a row found, not the keys."""
         present = key.is_not_null()
         exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
-        if left_out is not None and among is not None:
-            raise ValueError("a check's rows are those left out or those among, not both")
-        given = left_out if left_out is not None else among
+        if body is not None:
+            exprs[BODY] = body
         return self._check(
             kind,
             rows,
             name,
             exprs,
-            1 + 4,
+            1 + 4 + (4 if body is not None else 0),  # a key, its hash, a digest: 32 bytes
             stem=stem,
-            lines=lines_by_shard(given) if given is not None else None,
-            among=among is not None,
+            lines=lines_by_shard(left_out) if left_out is not None else None,
             digested=digested,
         )
 
@@ -367,20 +378,20 @@ class GlobalContext:
         *,
         stem: str | None = None,
         lines: Mapping[int, npt.NDArray[np.int64]] | None = None,
-        among: bool = False,
         digested: bool = False,
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
+    ) -> Grouped:
         """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
-        row, to size its partitions): a mask over ``rows`` and the found rows' groups.
-        ``lines``: each shard's lines that take no part, or, ``among``, the only lines
-        that take part (then they alone size the partitions)."""
+        row, to size its partitions): a mask over ``rows`` and the found rows' groups
+        (and whether each one's body is its group's first row's), in the rows' order.
+        ``lines``: each shard's lines that take no part."""
         engine = self.config.engine
         shards = self._shards_of(kind)
+        bodied = BODY in exprs
         if not shards:
-            return np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64)
-        entries = sum(map(len, (lines or {}).values())) if among else rows.height
+            none = np.zeros(0, np.bool_) if bodied else None
+            return Grouped(np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64), none)
         count = partition_count(
-            entries, hashes, engine.resolved_workers(), len(shards), engine.partitions
+            rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
         check = HashCheck.of(
             self.storage,
@@ -391,7 +402,6 @@ class GlobalContext:
             partitions=count,
             source=stem,
             digested=digested,
-            among=among,
         )
         found = check.run(self.engine, lines)
         keys = pl.DataFrame(
@@ -401,7 +411,9 @@ class GlobalContext:
         at = _places(rows, keys)
         mask = np.zeros(rows.height, np.bool_)
         mask[at] = True
-        return mask, found.groups[np.argsort(at)]  # in the rows' order
+        order = np.argsort(at)  # the rows' order
+        same = None if found.same is None else found.same[order]
+        return Grouped(mask, found.groups[order], same)
 
     def has_row_keys(self, kind: str) -> bool:
         """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""

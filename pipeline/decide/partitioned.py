@@ -4,7 +4,8 @@ holds more than one value (:func:`~pipeline.decide.repeats.varying`), found with
 every row's hash in the driver; the rows that seek a key no other row offers, on the
 exact keys (a partitioned anti-join: the worker-root rule's); and the rows whose exact
 key another row shares, each with its key's first row (exact groups: the review
-stage's items). A shuffle through staged
+stage's items), and whether a second value (a body) is that row's too (the replay
+rule's retries). A shuffle through staged
 files, as near dedupe's candidate search (:mod:`pipeline.dedupe.partitions`):
 
 1. **shuffle**, a task per shard (:func:`_shuffle_shard`): the check's expressions over
@@ -47,6 +48,7 @@ from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
 
 __all__ = [
+    "BODY",
     "GROUP",
     "SEEKS",
     "TEXT",
@@ -79,6 +81,10 @@ WHERE: Final = "_where"
 #: A grouping check has the key alone: the rows whose exact key another row shares.
 TEXT: Final = "_text"
 SEEKS: Final = "_seeks"
+#: A grouping check's second exact value, optional (a string or bytes; null equals
+#: nothing): each row found also tells whether it is its key's first row's (the replay
+#: rule's record digest under a submission key).
+BODY: Final = "_body"
 #: A grouping check's group of a row found: its key's first row in the stable order key,
 #: as its shard's position among the check's shards and its line (:func:`first_rows`).
 _LINE_BITS: Final = 40
@@ -175,6 +181,9 @@ class Found:
     shards: npt.NDArray[np.int32]
     lines: I64
     groups: U64
+    #: a grouping check's with a :data:`BODY`: whether each row's body is its group's
+    #: first row's
+    same: npt.NDArray[np.bool_] | None = None
 
 
 @dataclass(frozen=True)
@@ -195,9 +204,6 @@ class HashCheck:
     #: the keys (:data:`TEXT`) are staged and compared as their SHA-256 (32 bytes), not
     #: as they are (a long text: a review's subject)
     digested: bool = False
-    #: the lines a shard task carries are the only rows that take part (a check over a
-    #: few rows an earlier check found), not rows left out
-    among: bool = False
 
     @classmethod
     def of(
@@ -211,23 +217,25 @@ class HashCheck:
         partitions: int,
         source: str | None = None,
         digested: bool = False,
-        among: bool = False,
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE` or :data:`TEXT` and
-        :data:`SEEKS`, :data:`WHERE`) over ``kind``'s rows in ``shards`` (or over
-        ``source``, a stem staged beside them), its entries staged as
-        ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256;
-        ``among``: the lines each shard task is given are the only rows that take part."""
-        allowed = ({GROUP}, {GROUP, VALUE}, {GROUP, TEXT}, {GROUP, TEXT, SEEKS})
+        :data:`SEEKS` or :data:`BODY`, :data:`WHERE`) over ``kind``'s rows in ``shards``
+        (or over ``source``, a stem staged beside them), its entries staged as
+        ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256."""
+        allowed = (
+            {GROUP},
+            {GROUP, VALUE},
+            {GROUP, TEXT},
+            {GROUP, TEXT, SEEKS},
+            {GROUP, TEXT, BODY},
+        )
         if set(exprs) - {WHERE} not in allowed:
             raise ValueError(
                 f"a hash check's expressions are {GROUP}, optionally {VALUE} or {TEXT} "
-                f"(and {SEEKS}), and optionally {WHERE}: not {sorted(exprs)}"
+                f"(and {SEEKS} or {BODY}), and optionally {WHERE}: not {sorted(exprs)}"
             )
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
-        return cls(
-            storage, kind, name, shards, serialized, partitions, source or kind, digested, among
-        )
+        return cls(storage, kind, name, shards, serialized, partitions, source or kind, digested)
 
     @property
     def varying(self) -> bool:
@@ -254,17 +262,24 @@ class HashCheck:
         """The check's expressions, deserialized (in a worker: once a task)."""
         return {n: pl.Expr.deserialize(io.BytesIO(b), format="binary") for n, b in self.exprs}
 
+    @property
+    def bodied(self) -> bool:
+        """Whether the grouping check also tells whether a row's body is its group's
+        first row's."""
+        return any(name == BODY for name, _ in self.exprs)
+
     def run(self, engine: Engine, lines: Mapping[int, I64] | None = None) -> Found:
         """The rows the check finds, from a shuffle task per shard and a find task per
         partition on ``engine``; no row of a shard's ``lines`` takes part (each shuffle
-        task is given its shard's alone: the check goes with every task), or, for a check
-        :attr:`among` them, only those rows do."""
+        task is given its shard's alone: the check goes with every task)."""
         engine.map(Step(_init, (self,), _shuffle_shard), shard_tasks(self.shards, lines))
         found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
+        same = [f.same for f in found if f.same is not None]
         return Found(
             np.concatenate([f.shards for f in found]),
             np.concatenate([f.lines for f in found]),
             np.concatenate([f.groups for f in found]),
+            np.concatenate(same) if self.bodied else None,
         )
 
 
@@ -293,16 +308,14 @@ def _init(check: HashCheck) -> HashCheck:
 
 def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int:
     """Stage the shard's (line, group, value) entries where ``where`` holds, but its
-    lines left out (:func:`shard_tasks`), or only its lines given for a check
-    :attr:`~HashCheck.among` them, ordered by partition, a record batch per partition
-    (empty ones too); returns how many."""
+    lines left out (:func:`shard_tasks`), ordered by partition, a record batch per
+    partition (empty ones too); returns how many."""
     shard, lines = task
     frame = evaluate_shard(check.storage, shard, check.source, check.expressions())
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
-    if check.among or lines:  # among: none given, none take part
-        given = pl.col("_shard_line").is_in(task_lines(task).implode())
-        frame = frame.filter(given if check.among else ~given)
+    if lines:
+        frame = frame.filter(~pl.col("_shard_line").is_in(task_lines(task).implode()))
     for name in (GROUP, VALUE, TEXT):
         if name in frame.columns and frame[name].null_count():
             # numpy has no null integer: the column would become floats, whose
@@ -322,6 +335,8 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
     if check.matching or check.grouping:
         text = _key_text(frame[TEXT]).gather(order).to_arrow()
         columns[TEXT] = sha256s(text) if check.digested else text
+    if check.bodied:
+        columns[BODY] = _key_text(frame[BODY]).gather(order).to_arrow()
     if check.matching:
         columns[SEEKS] = pa.array(frame[SEEKS].fill_null(False).to_numpy()[order], pa.bool_())
     entries = pa.record_batch(columns)
@@ -340,29 +355,32 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     sizes = [b.num_rows for b in batches]
     group: U64 = np.concatenate([b[GROUP].to_numpy() for b in batches])
     lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])
+    same = None
     if check.varying:
         value: U64 = np.concatenate([b[VALUE].to_numpy() for b in batches])
         hit = varying(group, value).to_numpy()
     elif check.matching:
         hit = _unmatched(batches)
     elif check.grouping:
-        hit, group = _exact_groups(batches, group, group_places(sizes, lines))
+        hit, group, same = _exact_groups(batches, group, group_places(sizes, lines))
     else:
         hit = repeated(group).to_numpy()
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
-    return Found(shards[hit], lines[hit], group[hit])
+    return Found(shards[hit], lines[hit], group[hit], None if same is None else same[hit])
 
 
 def _exact_groups(
     batches: list[pa.RecordBatch], group: U64, place: U64
-) -> tuple[npt.NDArray[np.bool_], U64]:
+) -> tuple[npt.NDArray[np.bool_], U64, npt.NDArray[np.bool_] | None]:
     """Which rows of a partition's ``batches`` share their exact key with another (equal
-    keys share a partition; only keys whose hash repeats are compared), and each row's
+    keys share a partition; only keys whose hash repeats are compared), each row's
     group: the ``place`` of its key's first row (the entries are in the stable order key:
-    the shards' batches in shard order, a shard's lines ascending)."""
+    the shards' batches in shard order, a shard's lines ascending), and, where the
+    batches hold a :data:`BODY`, whether each row's is its key's first row's."""
+    bodied = BODY in batches[0].schema.names
     hit = repeated(group).to_numpy()
     if not hit.any():
-        return hit, group
+        return hit, group, np.zeros(len(hit), np.bool_) if bodied else None
     at = np.flatnonzero(hit)
     text = pl.concat([_key_text(pl.Series(b[TEXT])) for b in batches]).gather(at)
     first = pl.DataFrame({"t": text}).with_row_index("i").select(pl.col("i").first().over("t"))
@@ -373,7 +391,12 @@ def _exact_groups(
     keyed[firsts[shared]] = True  # a first row another row shares
     groups = group.copy()
     groups[at] = place[firsts]
-    return keyed, groups
+    if not bodied:
+        return keyed, groups, None
+    body = pl.concat([_key_text(pl.Series(b[BODY])) for b in batches])
+    same = np.zeros(len(hit), np.bool_)
+    same[at] = (body.gather(at) == body.gather(firsts)).fill_null(False).to_numpy()
+    return keyed, groups, same
 
 
 def _key_text(keys: pl.Series) -> pl.Series:

@@ -25,6 +25,7 @@ from pipeline.core.reasons import Disposition
 from pipeline.decide import context as global_phase
 from pipeline.decide.context import DISPOSITIONS, KEYS, GlobalContext, OutputColumn
 from pipeline.decide.partitioned import (
+    BODY,
     GROUP,
     SEEKS,
     TEXT,
@@ -346,8 +347,6 @@ class ProbeRepeats:
     #: (expected mask, expected groups, got mask, got groups) per check and count
     found: ClassVar[list[tuple[Any, Any, Any, Any]]] = []
     refused: ClassVar[list[str]] = []
-    #: whether a grouping check given rows left out and rows among at once was refused
-    both: ClassVar[list[bool]] = []
 
     def enabled(self, config: CampaignConfig) -> bool:
         return True
@@ -394,26 +393,32 @@ class ProbeRepeats:
         """``groups`` against exact grouping over every row's values: the rows where
         ``where`` holds and the key is not null, but those left out, whose key another
         of them shares, each with its key's first such row (keys hashed to few groups,
-        so many hashes repeat over distinct keys)."""
+        so many hashes repeat over distinct keys); and, given a body, whether each
+        found row's body is its first row's (a null body is nobody's)."""
         line = pl.col("_shard_line")
         key = pl.when(line % 13 != 4).then(line % 11).cast(pl.String)
+        body = pl.when(line % 17 != 2).then((line // 11) % 3).cast(pl.String)
         where = line % 5 != 3
         lines = rows["_shard_line"].to_numpy()
         part = (lines % 5 != 3) & (lines % 7 != 0) & (lines % 13 != 4)
         left_out = lines % 7 == 0
         keys = lines % 11
+        bodies = np.where(lines % 17 != 2, (lines // 11) % 3, -1)  # -1: null
         first: dict[int, int] = {}
         for i in np.flatnonzero(part):
             first.setdefault(int(keys[i]), int(i))
         counts = Counter(keys[part].tolist())
         expected = part & np.array([counts.get(int(k), 0) > 1 for k in keys])
         firsts = np.array([first[int(k)] for k in keys[expected]], np.int64)
+        same = (bodies[expected] == bodies[firsts]) & (bodies[expected] != -1)
+        assert same.any()
+        assert not same.all()
         shards = tuple(s.shard for s in ctx.summaries if kind in s.kinds)
         for count, digested in ((1, False), (7, False), (7, True), (64, False), (64, True)):
             at = dataclasses.replace(
                 ctx, config=ctx.config.override(**{"engine.partitions": count})
             )
-            mask, groups = at.groups(
+            mask, groups, _ = at.groups(
                 kind,
                 rows,
                 "probe",
@@ -430,16 +435,21 @@ class ProbeRepeats:
             named = np.stack([shard, line], axis=1)
             wanted = rows.select(KEYS)[firsts].to_numpy().astype(np.int64)
             self.found.append((expected, wanted, mask, named))
-            # the same rows named as those that take part (``among``), not those left out
-            mask, groups = at.groups(
-                kind, rows, "probe", key, key.hash() % 3, where=where, among=rows.filter(~left_out)
+            # the same groups, each row found telling whether its body is its first's
+            mask, groups, told = at.groups(
+                kind,
+                rows,
+                "probe",
+                key,
+                key.hash() % 3,
+                where=where,
+                left_out=rows.filter(left_out),
+                body=body,
+                digested=digested,
             )
             shard, line = first_rows(shards, groups)
             self.found.append((expected, wanted, mask, np.stack([shard, line], axis=1)))
-        both = {"left_out": rows.filter(left_out), "among": rows.filter(~left_out)}
-        self.both.append(
-            _refuses(lambda: ctx.groups(kind, rows, "probe", key, key, **both), ValueError)
-        )
+            self.found.append((expected, same, mask, told))
 
     def _unmatched(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
         """``unmatched`` against the anti-join over every row's values: the rows where
@@ -485,7 +495,6 @@ def test_repeats_on_the_engine_find_what_every_row_would(
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeRepeats])
     ProbeRepeats.found.clear()
     ProbeRepeats.refused.clear()
-    ProbeRepeats.both.clear()
     source = tmp_path / "in.jsonl"
     source.write_bytes(
         b"".join(
@@ -499,14 +508,13 @@ def test_repeats_on_the_engine_find_what_every_row_would(
         **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeRepeats.found) == 27
+    assert len(ProbeRepeats.found) == 32
     assert len(ProbeRepeats.refused) == 2
-    assert ProbeRepeats.both == [True]
     assert all("hash is null" in message for message in ProbeRepeats.refused)
     # natural groups: the retries repeat, and none varies; five groups: every row
     # repeats, and the rows where ``where`` holds vary; some rows seek what none offers
     found = [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found]
-    assert found == [True, False] * 3 + [True] * 21
+    assert found == [True, False] * 3 + [True] * 26
     for expected, groups, mask, got in ProbeRepeats.found:
         assert np.array_equal(mask, expected)
         assert groups is None or np.array_equal(got, groups)
@@ -514,15 +522,17 @@ def test_repeats_on_the_engine_find_what_every_row_would(
 
 
 def test_a_hash_check_is_refused_expressions_it_cannot_run(tmp_path: Path) -> None:
-    """A check is repeats (a group), varying (and a value), grouping (and a key) or
-    matching (a key and who seeks it); any other set of expressions is refused before a
-    task runs."""
+    """A check is repeats (a group), varying (and a value), grouping (and a key, and
+    optionally a body) or matching (a key and who seeks it); any other set of
+    expressions is refused before a task runs."""
     storage = RunStorage(tmp_path)
     group, text = pl.col("a").hash(), pl.col("a").cast(pl.String)
     for exprs in (
         {VALUE: group},
         {GROUP: group, SEEKS: pl.lit(True)},
+        {GROUP: group, BODY: text},
         {GROUP: group, VALUE: group, TEXT: text},
+        {GROUP: group, TEXT: text, SEEKS: pl.lit(True), BODY: text},
         {GROUP: group, VALUE: group, TEXT: text, SEEKS: pl.lit(True)},
     ):
         with pytest.raises(ValueError, match="a hash check's expressions are"):

@@ -254,36 +254,31 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     keys = _key_columns(kind)
     if not keys:
         return None
-    # Only keys that occur more than once can conflict. Grouping checks on the engine
-    # find, partition by partition, the rows that share their exact key with another
+    # Only keys that occur more than once can conflict. A grouping check on the engine
+    # finds, partition by partition, the rows that share their exact key with another
     # (grouped first on its 64-bit hash: a collision never joins two keys), each with
-    # the key's first row in the order key (its original), and the rows that share key
-    # and body with another, each with that pair's first row. A later row whose body's
-    # first row is its key's first row repeats the original's body. The driver holds a
-    # few numbers for each row that shares a key: reading their keys and digests and
-    # sorting them here held ~230 bytes each (~390 a retry on an export of 30 % retries).
+    # the key's first row in the order key (its original) and whether its body (the
+    # record digest) is the original's. The driver holds a few numbers for each row
+    # that shares a key: reading their keys and digests and sorting them here held ~230
+    # bytes each (~390 a retry on an export of 30 % retries).
     removed = keys_of(rows, ~_live(rows).to_numpy())  # by a rule before: no part in this
     key = pl.struct(keys).struct.json_encode()  # exact, and a null key part equals a null
-    shared, original = ctx.groups(
-        kind, rows, "submission-keys", key, _key_hash(keys), where=_GATE_LIVE, left_out=removed
+    body = pl.col("_record_sha256").str.decode("hex")  # its 32 bytes
+    shared, original, same_body = ctx.groups(
+        kind,
+        rows,
+        "submission-keys",
+        key,
+        _key_hash(keys),
+        body=body,
+        where=_GATE_LIVE,
+        left_out=removed,
     )
     if not shared.any():
         return None
+    if same_body is None:
+        raise AssertionError("a grouping check with a body told no row's")
     candidates = keys_of(rows, shared)  # in the order key, as their groups
-    bodied, body = ctx.groups(
-        kind,
-        rows,
-        "submission-bodies",
-        pl.concat_str([key, pl.lit("\n"), pl.col("_record_sha256")]),
-        _key_hash([*keys, "_record_sha256"]),
-        among=candidates,  # a key and body shared is a key shared
-    )
-    if (bodied & ~shared).any():
-        raise AssertionError("rows share a key and body but not the key")
-    of_candidates = bodied[shared]
-    same_body = np.zeros(candidates.height, np.bool_)
-    same_body[of_candidates] = body == original[of_candidates]
-    del bodied, body, of_candidates
     first = ctx.first_rows(kind, original)
     later = (
         (candidates["_shard"] != first["_shard"])

@@ -357,7 +357,7 @@ def _shared(
     whose key is present (:meth:`GlobalContext.groups`: first on the key's 64-bit hash,
     then on the key itself); a group of accepted rows is a group of them all, so the
     accepted rows found are checked again among themselves (few)."""
-    found, groups = ctx.groups(kind, rows, name, key, _hashed(key), stem=stem)
+    found, groups, _ = ctx.groups(kind, rows, name, key, _hashed(key), stem=stem)
     shared = found & accepting
     of_accepted = groups[shared[found]]
     again = repeated(of_accepted).to_numpy()

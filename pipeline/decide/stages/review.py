@@ -216,7 +216,7 @@ def _reviews(
     subjects' texts (a pairwise subject is the conversation and both responses) read
     into the driver held ~2.2 KB a review that shares its subject."""
     accepted = (rows["_disposition"] == Disposition.ACCEPTED.value).to_numpy()
-    shared, items = ctx.groups(
+    shared, items, _ = ctx.groups(
         kind,
         rows,
         "review-subjects",
