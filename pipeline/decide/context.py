@@ -68,6 +68,7 @@ from pipeline.decide.partitioned import (
     HashCheck,
     evaluate_shard,
     first_rows,
+    line_set,
     partition_count,
 )
 from pipeline.engines import Engine
@@ -301,18 +302,20 @@ class GlobalContext:
         seeks: pl.Expr,
         *,
         where: pl.Expr,
-        left_out: pl.DataFrame,
+        left_out: npt.NDArray[np.bool_],
     ) -> npt.NDArray[np.bool_]:
         """Which of ``rows`` (as for :meth:`repeats`) seek (``seeks``) a ``key`` that no
         row offers (one where ``seeks`` is false): an anti-join on the exact keys (a
         string, never null where ``where`` holds), partition by partition on the engine
         (their hash partitions them). Only rows where ``where`` holds take part, and none
-        of ``left_out`` (``_shard``, ``_shard_line``), whatever ``where`` says.
+        of the rows where ``left_out`` holds (a mask over ``rows``), whatever ``where``
+        says.
 
         The driver holds the rows found and the mask; a find task one partition's keys
         (a key, its hash and line: counted as 32 bytes a key to size the partitions)."""
         exprs = {GROUP: key.hash(), TEXT: key, SEEKS: seeks, WHERE: where}
-        return self._check(kind, rows, name, exprs, 1 + 4, lines=lines_by_shard(left_out))[0]
+        lines = lines_by_shard(rows, left_out)
+        return self._check(kind, rows, name, exprs, 1 + 4, lines=lines)[0]
 
     def groups(
         self,
@@ -323,15 +326,15 @@ class GlobalContext:
         hashed: pl.Expr,
         *,
         where: pl.Expr | None = None,
-        left_out: pl.DataFrame | None = None,
+        left_out: npt.NDArray[np.bool_] | None = None,
         body: pl.Expr | None = None,
         stem: str | None = None,
         digested: bool = False,
     ) -> Grouped:
         """Which of ``rows`` (as for :meth:`repeats`) share their exact ``key`` (a
         string or bytes; a row where it is null takes no part), grouped first on
-        ``hashed`` (its 64-bit hash), with another row where ``where`` holds, none of
-        ``left_out`` (``_shard``, ``_shard_line``) taking part; and each found row's
+        ``hashed`` (its 64-bit hash), with another row where ``where`` holds, none where
+        ``left_out`` holds (a mask over ``rows``) taking part; and each found row's
         group, in the rows' order: its key's first row in the stable order key, encoded
         (:func:`~pipeline.decide.partitioned.first_rows` reads it; groups order as their
         first rows do). ``body`` (a string or bytes): each found row also tells whether
@@ -351,7 +354,7 @@ class GlobalContext:
             exprs,
             1 + 4 + (4 if body is not None else 0),  # a key, its hash, a digest: 32 bytes
             stem=stem,
-            lines=lines_by_shard(left_out) if left_out is not None else None,
+            lines=lines_by_shard(rows, left_out) if left_out is not None else None,
             digested=digested,
         )
 
@@ -377,13 +380,13 @@ class GlobalContext:
         hashes: int,
         *,
         stem: str | None = None,
-        lines: Mapping[int, npt.NDArray[np.int64]] | None = None,
+        lines: Mapping[int, bytes] | None = None,
         digested: bool = False,
     ) -> Grouped:
         """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
         row, to size its partitions): a mask over ``rows`` and the found rows' groups
         (and whether each one's body is its group's first row's), in the rows' order.
-        ``lines``: each shard's lines that take no part."""
+        ``lines``: each shard's lines that take no part (:func:`lines_by_shard`)."""
         engine = self.config.engine
         shards = self._shards_of(kind)
         bodied = BODY in exprs
@@ -557,12 +560,21 @@ def shard_runs(rows: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArray[n
     return runs.struct.field("value").to_numpy().astype(np.int64), bounds
 
 
-def lines_by_shard(keys: pl.DataFrame) -> dict[int, npt.NDArray[np.int64]]:
-    """The lines of ``keys`` (``_shard``, ``_shard_line``) by shard, in their order."""
-    return {
-        int(part["_shard"][0]): part["_shard_line"].to_numpy()
-        for part in keys.partition_by("_shard", maintain_order=True)
-    }
+def lines_by_shard(rows: pl.DataFrame, where: npt.NDArray[np.bool_]) -> dict[int, bytes]:
+    """The lines of ``rows`` (a state) where ``where`` holds, by shard, as a shard task
+    carries them (:func:`~pipeline.decide.partitioned.line_set`), taken a shard's run of
+    rows at a time: a bitmap or int64 values, whichever is smaller, where the lines'
+    keys copied out of the state and their values held ~20 bytes a line at once."""
+    shards, bounds = shard_runs(rows)
+    found: dict[int, list[npt.NDArray[np.int64]]] = {}
+    for shard, lo, hi in zip(
+        shards.tolist(), bounds[:-1].tolist(), bounds[1:].tolist(), strict=True
+    ):
+        taken = where[lo:hi]
+        if taken.any():
+            lines = rows["_shard_line"].slice(lo, hi - lo).to_numpy()
+            found.setdefault(shard, []).append(lines[taken].astype(np.int64, copy=False))
+    return {shard: line_set(np.concatenate(parts)) for shard, parts in found.items()}
 
 
 def _codes(reasons: pl.Expr) -> pl.Expr:
@@ -793,8 +805,12 @@ def run_stages(
 
     ``stage_part(i, part)`` (the driver's) stages each part of the ``i``-th stage's
     decisions as the stage makes it (:class:`~pipeline.decide.by_shard.DecisionStaging`);
-    ``decided`` then holds only what the stages after it read of them (:func:`_retained`)."""
+    ``decided`` then holds only what the stages after it read of them (:func:`_retained`),
+    and a stage's decisions only while a stage after it reads the reason codes: held
+    through the stages after them, a duplicate-heavy export's retries (their keys,
+    dispositions and codes) were ~45 bytes each through dedupe."""
     for i, stage in enumerate(stages):
+        codes_read = any(getattr(s, "reads_reason_codes", False) for s in stages[i + 1 :])
         ctx.on_stage(f"{kind}: {stage.name}")
         started = time.perf_counter()
         given = (
@@ -806,7 +822,7 @@ def run_stages(
         for part in _parts(stage.decide(ctx, kind, given)):
             if stage_part is not None:
                 stage_part(i, part)
-                part = _retained(part, carried)
+                part = _retained(part, carried, codes=codes_read)
             parts.append(part)
         del given
         seconds[stage.name] = seconds.get(stage.name, 0.0) + time.perf_counter() - started
@@ -814,7 +830,8 @@ def run_stages(
             continue
         made = parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
         del parts
-        decided.append(made)
+        if stage_part is None or codes_read:
+            decided.append(made)
         if read_after or i + 1 < len(stages):
             current = advance(current, made, carried)
     return current
@@ -829,13 +846,14 @@ def _parts(made: Decisions) -> Iterator[pl.DataFrame]:
             yield part
 
 
-def _retained(part: pl.DataFrame, carried: Set[str]) -> pl.DataFrame:
+def _retained(part: pl.DataFrame, carried: Set[str], *, codes: bool) -> pl.DataFrame:
     """What the stages after one read of its decisions (:func:`advance`,
-    :func:`with_reason_codes`): the rows' keys, dispositions, carried columns and reason
-    codes, not the reasons' paths and details nor the other columns (a removed row's
-    pointer to the row kept: a path and a digest)."""
+    :func:`with_reason_codes`): the rows' keys, dispositions, carried columns and, where
+    a stage after it reads them (``codes``), reason codes; not the reasons' paths and
+    details nor the other columns (a removed row's pointer to the row kept: a path and a
+    digest)."""
     keep = [c for c in part.columns if c in (*KEYS, "_disposition") or c in carried]
-    if "_reasons_add" not in part.columns:
+    if not codes or "_reasons_add" not in part.columns:
         return part.select(keep)
     reasons = part.schema["_reasons_add"]
     inner = reasons.inner if isinstance(reasons, pl.List) else None

@@ -59,6 +59,7 @@ __all__ = [
     "evaluate_shard",
     "first_rows",
     "group_places",
+    "line_set",
     "partition_count",
     "shard_tasks",
     "task_lines",
@@ -66,7 +67,7 @@ __all__ = [
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
-#: a task of one shard: its index and lines of it, as int64 bytes (:func:`shard_tasks`)
+#: a task of one shard: its index and a set of its lines (:func:`line_set`)
 ShardTask = tuple[int, bytes]
 
 #: The check's expressions, by name: the group's 64-bit hash; for a varying check, the
@@ -268,7 +269,7 @@ class HashCheck:
         first row's."""
         return any(name == BODY for name, _ in self.exprs)
 
-    def run(self, engine: Engine, lines: Mapping[int, I64] | None = None) -> Found:
+    def run(self, engine: Engine, lines: Mapping[int, bytes] | None = None) -> Found:
         """The rows the check finds, from a shuffle task per shard and a find task per
         partition on ``engine``; no row of a shard's ``lines`` takes part (each shuffle
         task is given its shard's alone: the check goes with every task)."""
@@ -283,17 +284,40 @@ class HashCheck:
         )
 
 
-def shard_tasks(shards: Sequence[int], lines: Mapping[int, I64] | None) -> list[ShardTask]:
-    """A task per shard: the shard and its own ``lines`` (none: empty) as int64 bytes.
-    A step goes with every task, so lines of every shard put on it would be sent once a
-    shard; each task carries its own (:func:`task_lines` reads them)."""
+def shard_tasks(shards: Sequence[int], lines: Mapping[int, bytes] | None) -> list[ShardTask]:
+    """A task per shard: the shard and its own set of ``lines`` (:func:`line_set`; none:
+    empty). A step goes with every task, so lines of every shard put on it would be sent
+    once a shard; each task carries its own (:func:`task_lines` reads them)."""
     given = lines or {}
-    return [(s, np.asarray(given.get(s, ()), np.int64).tobytes()) for s in shards]
+    return [(s, given.get(s, b"")) for s in shards]
+
+
+def line_set(lines: I64) -> bytes:
+    """Distinct ``lines`` of one shard as a task carries them: a bitmap over the line
+    numbers or the lines as int64 values, whichever is smaller. A bitmap holds a shard's
+    set at 1/8 byte a line of it, however many lines the set has: the rows a check
+    leaves out (the gate's rejects, a rule's removed rows, dedupe's rows no longer
+    accepted) cost 8 bytes each as values."""
+    if not len(lines):
+        return b""
+    top = int(lines.max())
+    if top // 8 + 1 < 8 * len(lines):
+        bits = np.zeros(top + 1, np.bool_)
+        bits[lines] = True
+        return b"B" + np.packbits(bits).tobytes()
+    return b"L" + np.asarray(lines, np.int64).tobytes()
 
 
 def task_lines(task: ShardTask) -> pl.Series:
-    """The lines a :func:`shard_tasks` task carries."""
-    return pl.Series("_shard_line", np.frombuffer(task[1], np.int64))
+    """The lines a :func:`shard_tasks` task carries, ascending where a bitmap carried
+    them."""
+    data = task[1]
+    if not data:
+        return pl.Series("_shard_line", [], pl.Int64)
+    body = np.frombuffer(data, np.uint8)[1:]
+    if data[:1] == b"B":
+        return pl.Series("_shard_line", np.flatnonzero(np.unpackbits(body)).astype(np.int64))
+    return pl.Series("_shard_line", body.view(np.int64))
 
 
 def partition_count(rows: int, hashes: int, workers: int, shards: int, given: int | None) -> int:

@@ -119,9 +119,9 @@ def test_a_stage_made_in_parts_gives_each_shard_the_frame_made_whole(tmp_path: P
 
 def test_the_driver_keeps_keys_dispositions_carried_columns_and_codes() -> None:
     """What the driver keeps of a part it staged (``_retained``): what later stages read
-    (keys, dispositions, carried columns, reason codes), not the reasons' paths and
-    details nor other columns; a plug-in's reasons that hold no code (empty lists, no
-    type) stay as they are."""
+    (keys, dispositions, carried columns, and reason codes where a later stage reads
+    them), not the reasons' paths and details nor other columns; a plug-in's reasons
+    that hold no code (empty lists, no type) stay as they are."""
     from pipeline.decide.context import _retained
 
     part = pl.DataFrame(
@@ -134,8 +134,11 @@ def test_the_driver_keeps_keys_dispositions_carried_columns_and_codes() -> None:
             "_reasons_add": [[{"code": "x.y", "path": "$.a", "detail": "long"}], []],
         }
     )
-    kept = _retained(part, {"_score"})
+    kept = _retained(part, {"_score"}, codes=True)
     assert kept.columns == ["_shard", "_shard_line", "_disposition", "_score", "_reasons_add"]
     assert kept["_reasons_add"].to_list() == [[{"code": "x.y"}], []]
     untyped = pl.DataFrame({"_shard": [0], "_shard_line": [1], "_reasons_add": [[]]})
-    assert _retained(untyped, set()).equals(untyped)
+    assert _retained(untyped, set(), codes=True).equals(untyped)
+    assert _retained(part, {"_score"}, codes=False).equals(
+        part.drop("_duplicate_of", "_reasons_add")
+    )

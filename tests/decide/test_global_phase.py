@@ -34,6 +34,9 @@ from pipeline.decide.partitioned import (
     HashCheck,
     first_rows,
     group_places,
+    line_set,
+    shard_tasks,
+    task_lines,
 )
 from pipeline.decide.repeats import repeated, varying
 from pipeline.engines import Step
@@ -425,7 +428,7 @@ class ProbeRepeats:
                 key,
                 key.hash() % 3,
                 where=where,
-                left_out=rows.filter(left_out),
+                left_out=left_out,
                 digested=digested,
             )
             # digested: the staged keys are their SHA-256s, not the keys
@@ -443,7 +446,7 @@ class ProbeRepeats:
                 key,
                 key.hash() % 3,
                 where=where,
-                left_out=rows.filter(left_out),
+                left_out=left_out,
                 body=body,
                 digested=digested,
             )
@@ -468,9 +471,7 @@ class ProbeRepeats:
             at = dataclasses.replace(
                 ctx, config=ctx.config.override(**{"engine.partitions": count})
             )
-            mask = at.unmatched(
-                kind, rows, "probe", key, seeks, where=where, left_out=rows.filter(left_out)
-            )
+            mask = at.unmatched(kind, rows, "probe", key, seeks, where=where, left_out=left_out)
             self.found.append((expected, None, mask, None))
 
 
@@ -662,6 +663,23 @@ def test_the_state_is_updated_as_a_join_of_every_row_would(data: st.DataObject) 
 
 
 @settings(max_examples=80, deadline=None)
+@given(st.sets(st.integers(0, 5000)), st.integers(0, 3))
+def test_a_tasks_lines_are_the_lines_it_was_given(lines: set[int], shard: int) -> None:
+    """A shard task carries a set of its lines as a bitmap or as values, whichever is
+    smaller, and gives back the same lines: a few far apart as values, many as a
+    bitmap (1/8 byte a line of the shard)."""
+    given = np.array(sorted(lines), np.int64)
+    encoded = line_set(np.random.default_rng(shard).permutation(given))
+    [task] = shard_tasks([shard], {shard: encoded})
+    assert task[0] == shard
+    assert sorted(task_lines(task).to_list()) == sorted(lines)
+    assert len(encoded) <= 1 + 8 * len(lines)
+    if lines:
+        assert len(encoded) <= 1 + max(lines) // 8 + 1 or len(encoded) == 1 + 8 * len(lines)
+    assert task_lines((shard, b"")).len() == 0
+
+
+@settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 1 << 40)), max_size=40))
 def test_repeated_keys_are_those_polars_finds(keys: list[tuple[int, int]]) -> None:
     """The rows that share their keys with another row, and each of those but the first,
@@ -767,14 +785,13 @@ def test_a_shuffle_task_carries_only_its_own_shards_lines_left_out(tmp_path: Pat
     key = pl.col("a").cast(pl.String)
     exprs = {GROUP: key.hash(), TEXT: key, SEEKS: pl.lit(True)}
     check = HashCheck.of(RunStorage(tmp_path), "k", "n", (0, 1, 2), exprs, partitions=1)
-    left_out = {0: np.arange(100_000, dtype=np.int64), 2: np.array([7], np.int64)}
+    lines = {0: np.arange(100_000, dtype=np.int64), 2: np.array([70_000], np.int64)}
+    left_out = {shard: line_set(values) for shard, values in lines.items()}
     check.run(cast(Any, Recording()), left_out)
     (shuffle, tasks), (_, partitions) = seen
-    assert tasks == [
-        (0, np.arange(100_000, dtype=np.int64).tobytes()),
-        (1, b""),
-        (2, np.array([7], np.int64).tobytes()),
-    ]
+    assert tasks == [(0, left_out[0]), (1, b""), (2, left_out[2])]
+    assert len(left_out[0]) == 1 + 100_000 // 8  # a bitmap: many lines
+    assert len(left_out[2]) == 1 + 8  # a value: one line far in
     assert partitions == [0]
     assert len(pickle.dumps(shuffle.init_args)) < 4096  # no shard's lines in the check
 

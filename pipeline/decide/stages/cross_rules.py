@@ -261,7 +261,7 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     # record digest) is the original's. The driver holds a few numbers for each row
     # that shares a key: reading their keys and digests and sorting them here held ~230
     # bytes each (~390 a retry on an export of 30 % retries).
-    removed = keys_of(rows, ~_live(rows).to_numpy())  # by a rule before: no part in this
+    removed = ~_live(rows).to_numpy()  # by the gate or a rule before: no part in this
     key = pl.struct(keys).struct.json_encode()  # exact, and a null key part equals a null
     body = pl.col("_record_sha256").str.decode("hex")  # its 32 bytes
     shared, original, same_body = ctx.groups(
@@ -419,7 +419,7 @@ def worker_root_missing(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl
         named,
         worker,
         where=_GATE_LIVE & (coordinator | worker) & named.is_not_null(),
-        left_out=keys_of(rows, ~_live(rows)),
+        left_out=~_live(rows).to_numpy(),
     )
     orphans = keys_of(rows, orphan)
     return orphans.select(

@@ -156,7 +156,8 @@ def _votes(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
     above the state at 200,000 pairwise-v2 rows)."""
     accepted = keys_of(rows, rows["_disposition"] == Disposition.ACCEPTED.value)
     shards = [s.shard for s in ctx.summaries if kind in s.kinds]
-    tasks = shard_tasks(shards, lines_by_shard(accepted))
+    is_accepted = (rows["_disposition"] == Disposition.ACCEPTED.value).to_numpy()
+    tasks = shard_tasks(shards, lines_by_shard(rows, is_accepted))
     settings = _VoteSettings(ctx.config, ctx.storage, kind)
     voted = ctx.engine.map(Step(_vote_init, (settings,), _shard_votes), tasks)
     votes = pl.concat(
@@ -223,7 +224,7 @@ def _reviews(
         key_columns(subject, None),
         _subject_hash(subject),
         where=pl.col("_disposition") == Disposition.ACCEPTED.value,  # the gate's
-        left_out=keys_of(rows, ~accepted),  # removed by the rules since
+        left_out=~accepted,  # removed by the rules since
         digested=True,  # a subject's SHA-256, not its text (~780 bytes a pairwise subject)
     )
     of_votes = shared[accepted]
