@@ -421,38 +421,29 @@ class ProbeRepeats:
             at = dataclasses.replace(
                 ctx, config=ctx.config.override(**{"engine.partitions": count})
             )
-            mask, groups, _ = at.groups(
-                kind,
-                rows,
-                "probe",
-                key,
-                key.hash() % 3,
-                where=where,
-                left_out=left_out,
-                digested=digested,
-            )
-            # digested: the staged keys are their SHA-256s, not the keys
-            staged = ctx.storage.staged_table(shards[0], f"{kind}.hash-probe")["_text"]
-            assert {len(k) for k in staged.to_pylist()} == ({32} if digested else {1, 2})
-            shard, line = first_rows(shards, groups)
-            named = np.stack([shard, line], axis=1)
             wanted = rows.select(KEYS)[firsts].to_numpy().astype(np.int64)
-            self.found.append((expected, wanted, mask, named))
-            # the same groups, each row found telling whether its body is its first's
-            mask, groups, told = at.groups(
-                kind,
-                rows,
-                "probe",
-                key,
-                key.hash() % 3,
-                where=where,
-                left_out=left_out,
-                body=body,
-                digested=digested,
-            )
-            shard, line = first_rows(shards, groups)
-            self.found.append((expected, wanted, mask, np.stack([shard, line], axis=1)))
-            self.found.append((expected, same, mask, told))
+            # the groups; then each row found also telling whether its body is its first's
+            for bodies_of in (None, body):
+                mask, groups, told = at.groups(
+                    kind,
+                    rows,
+                    "probe",
+                    key,
+                    key.hash() % 3,
+                    where=where,
+                    left_out=left_out,
+                    body=bodies_of,
+                    digested=digested,
+                )
+                # digested: the staged keys are their SHA-256s, not the keys
+                staged = ctx.storage.staged_table(shards[0], f"{kind}.hash-probe")["_text"]
+                assert {len(k) for k in staged.to_pylist()} == ({32} if digested else {1, 2})
+                shard, line = first_rows(shards, groups)
+                self.found.append((expected, wanted, mask, np.stack([shard, line], axis=1)))
+                if bodies_of is not None:
+                    self.found.append((expected, same, mask, told))
+                else:
+                    assert told is None
 
     def _unmatched(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:
         """``unmatched`` against the anti-join over every row's values: the rows where
