@@ -317,7 +317,7 @@ def task_lines(task: ShardTask) -> pl.Series:
     body = np.frombuffer(data, np.uint8)[1:]
     if data[:1] == b"B":
         return pl.Series("_shard_line", np.flatnonzero(np.unpackbits(body)).astype(np.int64))
-    return pl.Series("_shard_line", body.view(np.int64))
+    return pl.Series("_shard_line", body.copy().view(np.int64))  # copied: aligned
 
 
 def partition_count(rows: int, hashes: int, workers: int, shards: int, given: int | None) -> int:
