@@ -6,15 +6,16 @@
     python benchmarks/driver_memory.py --duplicates 0.3      # a duplicate-heavy export
 
 For each size, a pairwise-v2 export of that many rows (~1.2 KB each: the scale
-benchmark's generator, 3 % defects and 3 % repeats, or ``--duplicates`` of them) is run once by a child process that
-samples its own anonymous memory (``RssAnon``) every 2 ms, with the allocators set as the
-command line sets them, and reads each step of the global phase off the run's progress
-hooks. It prints, per step, the peak at each size and the growth per row between the
-sizes: what a driver must be sized for, beyond what it holds at any size (docs/scale.md,
-"Memory"). It then prints the peak of the driver's file-backed pages (``RssFile``) in the
-global phase: the staged files it maps, the state's keys among them, which the kernel
-evicts and reads again when memory runs short, and the libraries' code. The global phase runs in the driver; the workers' memory is the scale
-benchmark's (``bench_scale.py``).
+benchmark's generator, 3 % defects and 3 % repeats, or ``--duplicates`` of them) is run
+once by a child process that samples its own anonymous memory (``RssAnon``) every 2 ms,
+with the allocators set as the command line sets them, and reads each step of the global
+phase off the run's progress hooks. It prints, per step, the peak at each size and the
+growth per row between the sizes: what a driver must be sized for, beyond what it holds
+at any size (docs/scale.md, "Memory"). It then prints the peak of the driver's
+file-backed pages (``RssFile``) in the global phase: the staged files it maps, the
+state's keys among them, which the kernel evicts and reads again when memory runs short,
+and the libraries' code. The global phase runs in the driver; the workers' memory is the
+scale benchmark's (``bench_scale.py``).
 """
 
 from __future__ import annotations

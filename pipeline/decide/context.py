@@ -31,9 +31,9 @@ and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them 
 of the staged files). Stages name rows by their keys taken out of the state
 (:func:`keys_of`), never by a copy of every row's. The global phase holds ~3 bytes of
 its own memory for every row (the dispositions, 1, and a stage's masks over the rows)
-and ~130–280 for each row a whole-run stage reads in full or decides (a duplicate, a
-retry): ~10–11 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 % repeats, with
-or without near and normalised dedupe, ~84 with 30 % retries
+and ~130–150 for each row a whole-run stage reads in full or decides (a duplicate, a
+retry): ~10 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 % repeats, with or
+without near and normalised dedupe, ~43 with 30 % retries
 (``benchmarks/driver_memory.py``; 26–27 with the keys held; polars' allocator returns
 freed pages at once: :mod:`pipeline.core.allocator`).
 docs/scale.md ("Memory") and docs/scale-measurements.md ("The driver's memory, per
@@ -205,7 +205,7 @@ class GlobalContext:
 
     def staged_schema(self, kind: str) -> pl.Schema:
         """The schema staged for ``kind`` (the same in every shard: one Arrow layout)."""
-        shard = next(s.shard for s in self.summaries if kind in s.kinds)
+        shard = self.shards_of(kind)[0]
         return self.staged(shard, kind).collect_schema()
 
     def evaluate(
@@ -361,13 +361,13 @@ class GlobalContext:
     def first_rows(self, kind: str, groups: npt.NDArray[np.uint64]) -> pl.DataFrame:
         """The keys (``_shard``, ``_shard_line``) of each of ``groups``' first rows (a
         grouping check's groups of ``kind``'s rows, :meth:`groups`), in their order."""
-        shards, lines = first_rows(self._shards_of(kind), groups)
+        shards, lines = first_rows(self.shards_of(kind), groups)
         return pl.DataFrame(
             {"_shard": shards, "_shard_line": lines},
             schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
         )
 
-    def _shards_of(self, kind: str) -> tuple[int, ...]:
+    def shards_of(self, kind: str) -> tuple[int, ...]:
         """The shards that hold rows of ``kind``, in the stable order key."""
         return tuple(s.shard for s in self.summaries if kind in s.kinds)
 
@@ -388,7 +388,7 @@ class GlobalContext:
         (and whether each one's body is its group's first row's), in the rows' order.
         ``lines``: each shard's lines that take no part (:func:`lines_by_shard`)."""
         engine = self.config.engine
-        shards = self._shards_of(kind)
+        shards = self.shards_of(kind)
         bodied = BODY in exprs
         if not shards:
             none = np.zeros(0, np.bool_) if bodied else None
@@ -419,7 +419,7 @@ class GlobalContext:
     def has_row_keys(self, kind: str) -> bool:
         """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""
         stem = self.storage.row_keys_stem(kind)
-        shards = [s.shard for s in self.summaries if kind in s.kinds]
+        shards = self.shards_of(kind)
         return bool(shards) and all(self.storage.has_staged(s, stem) for s in shards)
 
     def with_lineage(self, frame: pl.DataFrame) -> pl.DataFrame:
@@ -453,7 +453,7 @@ class GlobalContext:
         read them from another file staged beside the kind's rows (its row keys)."""
 
         if keys.height == 0:
-            shard = next(s.shard for s in self.summaries if kind in s.kinds)
+            shard = self.shards_of(kind)[0]
             return _staged_shard_rows(self.storage, shard, stem or kind, None, columns)
         return staged_rows(self.storage, kind, keys, columns, stem)
 

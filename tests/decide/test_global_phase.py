@@ -416,7 +416,7 @@ class ProbeRepeats:
         same = (bodies[expected] == bodies[firsts]) & (bodies[expected] != -1)
         assert same.any()
         assert not same.all()
-        shards = tuple(s.shard for s in ctx.summaries if kind in s.kinds)
+        shards = ctx.shards_of(kind)
         for count, digested in ((1, False), (7, False), (7, True), (64, False), (64, True)):
             at = dataclasses.replace(
                 ctx, config=ctx.config.override(**{"engine.partitions": count})

@@ -154,9 +154,9 @@ def _votes(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
     the engine (:func:`_shard_votes`), and the driver receives each accepted row's
     subject hash and vote: scoring every accepted row here took ~1.15 KB a row (230 MB
     above the state at 200,000 pairwise-v2 rows)."""
-    accepted = keys_of(rows, rows["_disposition"] == Disposition.ACCEPTED.value)
-    shards = [s.shard for s in ctx.summaries if kind in s.kinds]
     is_accepted = (rows["_disposition"] == Disposition.ACCEPTED.value).to_numpy()
+    accepted = keys_of(rows, is_accepted)
+    shards = ctx.shards_of(kind)
     tasks = shard_tasks(shards, lines_by_shard(rows, is_accepted))
     settings = _VoteSettings(ctx.config, ctx.storage, kind)
     voted = ctx.engine.map(Step(_vote_init, (settings,), _shard_votes), tasks)

@@ -268,7 +268,7 @@ def _code_evidence(
         plan.allowed_imports,
         plan.allow_stdlib,
     )
-    shards = [s.shard for s in ctx.summaries if kind in s.kinds]
+    shards = list(ctx.shards_of(kind))
     return ctx.engine.map(Step(_init_code_gates, (settings,), _shard_code_evidence), shards)
 
 
