@@ -33,7 +33,7 @@ of the staged files). Stages name rows by their keys taken out of the state
 its own memory for every row (the dispositions, 1, and a stage's masks over the rows)
 and ~130–150 for each row a whole-run stage reads in full or decides (a duplicate, a
 retry): ~10 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 % repeats, with or
-without near and normalised dedupe, ~43 with 30 % retries
+without near and normalised dedupe, ~16 with 30 % retries
 (``benchmarks/driver_memory.py``; 26–27 with the keys held; polars' allocator returns
 freed pages at once: :mod:`pipeline.core.allocator`).
 docs/scale.md ("Memory") and docs/scale-measurements.md ("The driver's memory, per
@@ -144,8 +144,9 @@ DEDUPE_RULE: Final = OutputColumn("_dedupe_rule", pa.string(), frozenset({Dispos
 
 class Grouped(NamedTuple):
     """What a hash check found (:meth:`GlobalContext.groups`): a mask over the rows,
-    each found row's group, and, for a grouping check with a body, whether each found
-    row's body is its group's first row's; the found rows' in the rows' order."""
+    each found row's group, and, for a grouping check with a body (which finds a key's
+    later rows only), whether each found row's body is its group's first row's; the found
+    rows' in the rows' order."""
 
     found: npt.NDArray[np.bool_]
     groups: npt.NDArray[np.uint64]
@@ -337,8 +338,9 @@ class GlobalContext:
         ``left_out`` holds (a mask over ``rows``) taking part; and each found row's
         group, in the rows' order: its key's first row in the stable order key, encoded
         (:func:`~pipeline.decide.partitioned.first_rows` reads it; groups order as their
-        first rows do). ``body`` (a string or bytes): each found row also tells whether
-        its body is its key's first row's (a null body is nobody's). ``stem``: the
+        first rows do). ``body`` (a string or bytes): only the later rows of a key are
+        found, not its first, each telling whether its body is its key's first row's (a
+        null body is nobody's): a retry's original is found as its group alone. ``stem``: the
         expressions read a file staged beside the rows (as for :meth:`evaluate`);
         ``digested``: keys (strings) are staged and compared as their SHA-256, as
         content fingerprints are (a long text's 32 bytes). Compared partition by

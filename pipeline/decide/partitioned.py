@@ -4,8 +4,8 @@ holds more than one value (:func:`~pipeline.decide.repeats.varying`), found with
 every row's hash in the driver; the rows that seek a key no other row offers, on the
 exact keys (a partitioned anti-join: the worker-root rule's); and the rows whose exact
 key another row shares, each with its key's first row (exact groups: the review
-stage's items), and whether a second value (a body) is that row's too (the replay
-rule's retries). A shuffle through staged
+stage's items), or only the later rows of each such key, each telling whether a second
+value (a body) is its first row's too (the replay rule's retries and conflicts). A shuffle through staged
 files, as near dedupe's candidate search (:mod:`pipeline.dedupe.partitions`):
 
 1. **shuffle**, a task per shard (:func:`_shuffle_shard`): the check's expressions over
@@ -83,8 +83,9 @@ WHERE: Final = "_where"
 TEXT: Final = "_text"
 SEEKS: Final = "_seeks"
 #: A grouping check's second exact value, optional (a string or bytes; null equals
-#: nothing): each row found also tells whether it is its key's first row's (the replay
-#: rule's record digest under a submission key).
+#: nothing): the check then finds only the later rows of each key another row shares,
+#: each telling whether its body is its key's first row's, the first row being their
+#: group (the replay rule's retries: a record digest under a submission key).
 BODY: Final = "_body"
 #: A grouping check's group of a row found: its key's first row in the stable order key,
 #: as its shard's position among the check's shards and its line (:func:`first_rows`).
@@ -265,8 +266,8 @@ class HashCheck:
 
     @property
     def bodied(self) -> bool:
-        """Whether the grouping check also tells whether a row's body is its group's
-        first row's."""
+        """Whether the grouping check finds only the later rows of a key, each telling
+        whether its body is its group's first row's."""
         return any(name == BODY for name, _ in self.exprs)
 
     def run(self, engine: Engine, lines: Mapping[int, bytes] | None = None) -> Found:
@@ -399,8 +400,9 @@ def _exact_groups(
     """Which rows of a partition's ``batches`` share their exact key with another (equal
     keys share a partition; only keys whose hash repeats are compared), each row's
     group: the ``place`` of its key's first row (the entries are in the stable order key:
-    the shards' batches in shard order, a shard's lines ascending), and, where the
-    batches hold a :data:`BODY`, whether each row's is its key's first row's."""
+    the shards' batches in shard order, a shard's lines ascending). Where the batches
+    hold a :data:`BODY`, only the later rows of a key are found, each telling whether its
+    body is its key's first row's: the first row is their group."""
     bodied = BODY in batches[0].schema.names
     hit = repeated(group).to_numpy()
     if not hit.any():
@@ -412,10 +414,10 @@ def _exact_groups(
     shared = firsts != at  # not the first of its key
     keyed = np.zeros(len(hit), np.bool_)
     keyed[at] = shared
-    keyed[firsts[shared]] = True  # a first row another row shares
     groups = group.copy()
     groups[at] = place[firsts]
     if not bodied:
+        keyed[firsts[shared]] = True  # a first row another row shares
         return keyed, groups, None
     body = pl.concat([_key_text(pl.Series(b[BODY])) for b in batches])
     same = np.zeros(len(hit), np.bool_)

@@ -396,8 +396,9 @@ class ProbeRepeats:
         """``groups`` against exact grouping over every row's values: the rows where
         ``where`` holds and the key is not null, but those left out, whose key another
         of them shares, each with its key's first such row (keys hashed to few groups,
-        so many hashes repeat over distinct keys); and, given a body, whether each
-        found row's body is its first row's (a null body is nobody's)."""
+        so many hashes repeat over distinct keys); and, given a body, only the later
+        rows of each key, each telling whether its body is its first row's (a null body
+        is nobody's)."""
         line = pl.col("_shard_line")
         key = pl.when(line % 13 != 4).then(line % 11).cast(pl.String)
         body = pl.when(line % 17 != 2).then((line // 11) % 3).cast(pl.String)
@@ -414,8 +415,13 @@ class ProbeRepeats:
         expected = part & np.array([counts.get(int(k), 0) > 1 for k in keys])
         firsts = np.array([first[int(k)] for k in keys[expected]], np.int64)
         same = (bodies[expected] == bodies[firsts]) & (bodies[expected] != -1)
-        assert same.any()
-        assert not same.all()
+        is_first = np.zeros(rows.height, np.bool_)
+        is_first[list(first.values())] = True
+        later = expected & ~is_first
+        of_later = ~is_first[expected]  # the later rows among the expected
+        assert same[of_later].any()
+        assert not same[of_later].all()
+        assert (expected & is_first).any()
         shards = ctx.shards_of(kind)
         for count, digested in ((1, False), (7, False), (7, True), (64, False), (64, True)):
             at = dataclasses.replace(
@@ -439,10 +445,12 @@ class ProbeRepeats:
                 staged = ctx.storage.staged_table(shards[0], f"{kind}.hash-probe")["_text"]
                 assert {len(k) for k in staged.to_pylist()} == ({32} if digested else {1, 2})
                 shard, line = first_rows(shards, groups)
-                self.found.append((expected, wanted, mask, np.stack([shard, line], axis=1)))
+                got = np.stack([shard, line], axis=1)
                 if bodies_of is not None:
-                    self.found.append((expected, same, mask, told))
+                    self.found.append((later, wanted[of_later], mask, got))
+                    self.found.append((later, same[of_later], mask, told))
                 else:
+                    self.found.append((expected, wanted, mask, got))
                     assert told is None
 
     def _unmatched(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> None:

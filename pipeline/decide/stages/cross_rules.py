@@ -202,6 +202,16 @@ def _key_hash(keys: Sequence[str]) -> pl.Expr:
     return pl.struct(keys).hash(4)
 
 
+def _split_numbers(ctx: GlobalContext) -> npt.NDArray[np.int64]:
+    """Each shard's split label as a number, by shard index: equal labels (no label
+    among them) equal numbers."""
+    labels: dict[str | None, int] = {}
+    numbers = np.zeros(max((s.index for s in ctx.shards), default=-1) + 1, np.int64)
+    for shard in ctx.shards:
+        numbers[shard.index] = labels.setdefault(shard.input.split, len(labels))
+    return numbers
+
+
 def _replays(ctx: GlobalContext, kind: str, part: pl.DataFrame) -> pl.DataFrame:
     """A part of the replay rule's findings made whole: a conflict's detail (its key's
     ``_rows`` and ``_conflicts``), and a retry's pointer to the kept row (``_kept_shard``,
@@ -255,16 +265,17 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     if not keys:
         return None
     # Only keys that occur more than once can conflict. A grouping check on the engine
-    # finds, partition by partition, the rows that share their exact key with another
+    # finds, partition by partition, the later rows of each key another row shares
     # (grouped first on its 64-bit hash: a collision never joins two keys), each with
     # the key's first row in the order key (its original) and whether its body (the
-    # record digest) is the original's. The driver holds a few numbers for each row
-    # that shares a key: reading their keys and digests and sorting them here held ~230
-    # bytes each (~390 a retry on an export of 30 % retries).
+    # record digest) is the original's. The driver holds a few numbers for each later
+    # row: reading every sharing row's keys and digests and sorting them here held ~230
+    # bytes each (~390 a retry on an export of 30 % retries); the originals too, with
+    # their splits as text, ~145 a retry.
     removed = ~_live(rows).to_numpy()  # by the gate or a rule before: no part in this
     key = pl.struct(keys).struct.json_encode()  # exact, and a null key part equals a null
     body = pl.col("_record_sha256").str.decode("hex")  # its 32 bytes
-    shared, original, same_body = ctx.groups(
+    later, original, same_body = ctx.groups(
         kind,
         rows,
         "submission-keys",
@@ -274,26 +285,22 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
         where=_GATE_LIVE,
         left_out=removed,
     )
-    if not shared.any():
+    if not later.any():
         return None
     if same_body is None:
         raise AssertionError("a grouping check with a body told no row's")
-    candidates = keys_of(rows, shared)  # in the order key, as their groups
+    candidates = keys_of(rows, later)  # in the order key, as their groups
     first = ctx.first_rows(kind, original)
-    later = (
-        (candidates["_shard"] != first["_shard"])
-        | (candidates["_shard_line"] != first["_shard_line"])
-    ).to_numpy()
-    differs = later & ~same_body
+    differs = ~same_body
     # The same body in another split than the original's is no retry but a copy across
     # splits: dedupe's contamination rule decides it, and keeps a protected split's rows.
-    split = candidates.select(ctx.split()).to_series()
-    other_split = split.ne_missing(first.select(ctx.split()).to_series()).to_numpy()
-    decided = np.flatnonzero(later & (differs | ~other_split))
+    split = _split_numbers(ctx)
+    other_split = split[candidates["_shard"].to_numpy()] != split[first["_shard"].to_numpy()]
+    decided = np.flatnonzero(differs | ~other_split)
     if len(decided) == 0:
-        return None  # every key once among the rows left, or only copies across splits
+        return None  # only copies across splits
     group = distinct_places(original.view(np.int64))[1]  # each row's key, numbered
-    sizes = np.bincount(group)
+    sizes = np.bincount(group) + 1  # its later rows and its first
     conflicts = np.bincount(group, weights=differs, minlength=len(sizes)).astype(np.int64)
     group = group[decided]
     # Compact (~40 bytes a finding): the texts of a reason and a retry's pointer are
