@@ -29,11 +29,11 @@ or reads values shard by shard
 (:meth:`GlobalContext.evaluate`; lined up with its rows: :meth:`GlobalContext.values`),
 and reads the rows found in full (:meth:`GlobalContext.fetch`, which takes them alone out
 of the staged files). Stages name rows by their keys taken out of the state
-(:func:`keys_of`), never by a copy of every row's. The global phase holds ~3 bytes of
+(:func:`keys_of`), never by a copy of every row's. The global phase holds ~2 bytes of
 its own memory for every row (the dispositions, 1, and a stage's masks over the rows)
-and ~130–150 for each row a whole-run stage reads in full or decides (a duplicate, a
-retry): ~10 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 % repeats, with or
-without near and normalised dedupe, ~16 with 30 % retries
+and more for each row a whole-run stage reads in full or decides (a duplicate, a
+retry): ~6 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 % repeats, with or
+without near and normalised dedupe, ~17 with 30 % retries
 (``benchmarks/driver_memory.py``; 26–27 with the keys held; polars' allocator returns
 freed pages at once: :mod:`pipeline.core.allocator`).
 docs/scale.md ("Memory") and docs/scale-measurements.md ("The driver's memory, per
@@ -836,6 +836,7 @@ def run_stages(
             decided.append(made)
         if read_after or i + 1 < len(stages):
             current = advance(current, made, carried)
+        del made  # not held through the next stage (an export of 30 % retries: ~5 MB at 1 M rows)
     return current
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import orjson
@@ -21,6 +22,7 @@ from pipeline.decide.stages.dedupe import Dedupe
 from pipeline.dedupe import near_check
 from pipeline.dedupe.table import match_duplicates
 from pipeline.jobs.run import run
+from pipeline.kinds import get_kind
 from pipeline.output.verify import verify_run
 from pipeline.testing.corpus import LabelledRow, duplicate_corpus
 from tests.conftest import DATA
@@ -557,8 +559,9 @@ def test_a_survivor_field_that_is_none_is_a_config_error(
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_accepted_rows_name_the_accepted_rows_keys_and_shards(data: st.DataObject) -> None:
-    """The accepted rows by their places among them: the keys of those places, and the
-    shards holding one, as a copy of the accepted rows' keys gives them."""
+    """The accepted rows by their places among them: the keys of those places (in any
+    order, or ascending), and the shards holding one, as a copy of the accepted rows'
+    keys gives them, with blocks of any size; a place past them is refused."""
     shards = data.draw(st.lists(st.integers(0, 6), min_size=1, max_size=40))
     state = pl.DataFrame(
         {"_shard": shards, "_shard_line": list(range(len(shards)))},
@@ -567,11 +570,50 @@ def test_accepted_rows_name_the_accepted_rows_keys_and_shards(data: st.DataObjec
     accepting = pl.Series(
         data.draw(st.lists(st.booleans(), min_size=len(shards), max_size=len(shards)))
     )
-    accepted = dedupe.AcceptedRows.of(state, accepting)
     copied = state.filter(accepting)
-    assert accepted.height == copied.height
-    assert accepted.keys().equals(copied)
     places = np.array(data.draw(st.lists(st.integers(0, max(copied.height - 1, 0)))), np.int64)
-    if copied.height:
-        assert accepted.keys(places).equals(copied[places])
-    assert accepted.shards() == set(copied["_shard"].to_list())
+    for block in (1, 3, 8, 1 << 16):
+        with mock.patch.object(dedupe, "_BLOCK", block):
+            accepted = dedupe.AcceptedRows.of(state, accepting)
+            assert accepted.height == copied.height
+            assert accepted.keys().equals(copied)
+            if copied.height:
+                assert accepted.keys(places).equals(copied[places])
+                assert accepted.keys(np.sort(places)).equals(copied[np.sort(places)])
+            with pytest.raises(IndexError):
+                accepted.keys(np.array([copied.height], np.int64))
+            assert accepted.shards() == set(copied["_shard"].to_list())
+
+
+def test_an_accepted_row_without_a_fingerprint_takes_the_reference_path(
+    corpus: list[LabelledRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where an accepted row has no content fingerprint (a kind may give none), the
+    fingerprints cannot decide exact duplicates: the stage matches every accepted row on
+    the key's columns (the reference path). With every accepted row's, it groups only
+    the rows that share one."""
+    source = write_lines(tmp_path / "c.jsonl", corpus[:200])
+    config = _exact_only(CampaignConfig(inputs=(InputSpec(str(source)),))).override(
+        **{"engine.workers": 1}  # one shard, gated in this process: the patch below holds
+    )
+    taken: list[object] = []
+    participants = dedupe._participants
+
+    def recorded(*args: Any) -> object:
+        taken.append(participants(*args))
+        return taken[-1]
+
+    monkeypatch.setattr(dedupe, "_participants", recorded)
+    printed_run = run(config, tmp_path / "printed").manifest["global"]["dedupe"][KIND]
+    kind = type(get_kind(KIND))
+    printed = kind.fingerprint_and_profile
+
+    def unprinted(self: Any, record: dict[str, Any], key: bytes | None = None) -> Any:
+        return None, printed(self, record, key)[1]
+
+    monkeypatch.setattr(kind, "fingerprint_and_profile", unprinted)
+    unprinted_run = run(config, tmp_path / "unprinted").manifest["global"]["dedupe"][KIND]
+    assert unprinted_run["removed"] == printed_run["removed"] > 0
+    assert len(taken) == 2
+    assert taken[0] is not None
+    assert taken[1] is None

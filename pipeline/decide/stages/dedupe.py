@@ -28,9 +28,10 @@ matches every accepted row).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -125,7 +126,7 @@ class Dedupe:
         # the gate's row keys stand in for the key texts (normalised and near rules)
         found = None
         if not _reads_texts(settings, key) or ctx.has_row_keys(kind):
-            found = _participants(ctx, kind, key, rows, is_accepted, accepted)
+            found = _participants(ctx, kind, key, rows, accepted)
         # the split groups' fields only where the matching's rows find them (the
         # reference path: every accepted row; else _straddling_candidates reads them)
         grouping = found is None and several
@@ -148,7 +149,7 @@ class Dedupe:
             # the removed rows' places among all accepted rows, which are the row ids
             matches.removed = matches.removed.placed(found.places)
             if several:  # a task (or group) of rows matched or not may straddle
-                everyone = _straddling_candidates(ctx, kind, rows, is_accepted, accepted, fields)
+                everyone = _straddling_candidates(ctx, kind, rows, accepted, fields)
         outcome = matches.complete(everyone, fields, accepted.height)
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", outcome.clusters.to_arrow(), kind)
         ctx.write_artifact(
@@ -160,34 +161,73 @@ class Dedupe:
         return _decisions(accepted, outcome.removed, outcome.groups)
 
 
+#: the accepted rows are counted a block of this many rows of the state at a time
+_BLOCK: Final = 1 << 16
+
+
 @dataclass(frozen=True)
 class AcceptedRows:
     """The state's accepted rows, named by their places among them (the matching's row
-    ids), without a copy of their keys: each one's place in the state (4 bytes a row;
-    their keys copied out of the state were 12 through the stage)."""
+    ids), from a mask over the state (1 byte a row, which the stage reads anyway) and the
+    count of accepted rows before each block of :data:`_BLOCK` rows (8 bytes a block): a
+    place is found in its block's mask. The places the stage asks for ascend (the rows
+    taking part, the removed rows, the candidates of split groups), so each block is
+    searched about once a pass. Every accepted row's place in the state, held instead,
+    was the stage's largest array of every row (4 bytes a row)."""
 
     state: pl.DataFrame
-    #: polars' row index type (``UInt32``, ``UInt64`` in its large-index build)
-    at: npt.NDArray[np.unsignedinteger[Any]]
+    mask: npt.NDArray[np.bool_]
+    #: the accepted rows before each block, then every accepted row
+    before: I64
 
     @classmethod
     def of(cls, state: pl.DataFrame, is_accepted: pl.Series) -> AcceptedRows:
-        return cls(state, is_accepted.arg_true().to_numpy())
+        mask = is_accepted.to_numpy()
+        # counted a block at a time: a sum over the blocks at once (``reduceat`` with an
+        # int64 dtype) cast the whole mask to int64 first, 8 bytes a row for a moment
+        counts = [np.count_nonzero(mask[lo : lo + _BLOCK]) for lo in range(0, len(mask), _BLOCK)]
+        before = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts, out=before[1:])
+        return cls(state, mask, before)
 
     @property
     def height(self) -> int:
-        return len(self.at)
+        return int(self.before[-1])
+
+    def places(self, at: I64) -> I64:
+        """The state's rows of the accepted rows at ``at`` (places among them), in
+        their order."""
+        at = np.asarray(at, np.int64)
+        if len(at) and (int(at.min()) < 0 or int(at.max()) >= self.height):
+            raise IndexError(f"an accepted row past the {self.height} there are")
+        block = np.searchsorted(self.before, at, side="right") - 1
+        order = None if bool((block[1:] >= block[:-1]).all()) else np.argsort(block, kind="stable")
+        blocks = block if order is None else block[order]
+        wanted = at if order is None else at[order]
+        found = np.empty(len(at), np.int64)
+        bounds = [0, *(np.flatnonzero(np.diff(blocks)) + 1).tolist(), len(at)]
+        for lo, hi in itertools.pairwise(bounds if len(at) else []):
+            b = int(blocks[lo])
+            within = np.flatnonzero(self.mask[b * _BLOCK : (b + 1) * _BLOCK])
+            found[lo:hi] = b * _BLOCK + within[wanted[lo:hi] - self.before[b]]
+        if order is None:
+            return found
+        placed = np.empty_like(found)
+        placed[order] = found
+        return placed
 
     def keys(self, places: I64 | None = None) -> pl.DataFrame:
         """The keys (``_shard``, ``_shard_line``) of the accepted rows at ``places`` (of
         every accepted row without)."""
-        return keys_of(self.state)[self.at if places is None else self.at[places]]
+        if places is None:
+            return keys_of(self.state, self.mask)
+        return keys_of(self.state)[self.places(places)]
 
     def shards(self) -> set[int]:
         """The shards that hold an accepted row, read off the state's runs of shards."""
         shards, bounds = shard_runs(self.state)
-        holding = np.diff(np.searchsorted(self.at, bounds)) > 0
-        return set(shards[holding].tolist())
+        holding = [bool(self.mask[lo:hi].any()) for lo, hi in itertools.pairwise(bounds)]
+        return set(shards[np.array(holding, np.bool_)].tolist())
 
 
 def _several_splits(ctx: GlobalContext, accepted: AcceptedRows) -> bool:
@@ -203,7 +243,6 @@ def _straddling_candidates(
     ctx: GlobalContext,
     kind: str,
     rows: pl.DataFrame,
-    is_accepted: pl.Series,
     accepted: AcceptedRows,
     fields: Sequence[str],
 ) -> pl.DataFrame:
@@ -236,7 +275,7 @@ def _straddling_candidates(
             kind, rows, f"split-group-{i}", value.hash(), value=split, where=where
         )
         hit |= found
-    places = np.flatnonzero(hit[is_accepted.to_numpy()])
+    places = np.flatnonzero(hit[accepted.mask])
     candidates = accepted.keys(places)
     candidates = ctx.fetched(kind, candidates, sorted(roots)) if roots else candidates
     back = {column: member for member, column in apart.items()}
@@ -282,17 +321,19 @@ def _payload_columns(
 ) -> list[str]:
     """The staged payload columns the matching reads (:func:`required_columns`, as the
     kind stages them); the split groups' fields only when the rows are of several
-    ``splits`` (else no group can straddle splits). A configured column the kind lacks
-    is an error either way."""
+    ``splits`` (else no group can straddle splits). With ``texts`` (every accepted row
+    read: the reference path, or an accepted row without a fingerprint), the key's
+    columns too: where a row has no fingerprint they decide exact duplicates, as in
+    ``rowgate dedupe``. A configured column the kind lacks is an error either way."""
     settings, apart = ctx.config.dedupe, get_kind(kind).apart
-    wanted = [apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts)]
-    available = _available(ctx, kind, wanted)
+    # the key columns decide exact duplicates where a row has no fingerprint
+    keyed = list(key.columns) if texts and key is not None and settings.exact else []
+    read = required_columns(key, settings, kind, texts=texts)
+    available = _available(ctx, kind, list(dict.fromkeys(apart.get(c, c) for c in [*read, *keyed])))
     if splits:
         return available
-    alone = {
-        apart.get(c, c) for c in required_columns(key, settings, kind, texts=texts, groups=False)
-    }
-    return [c for c in available if c in alone]
+    alone = required_columns(key, settings, kind, texts=texts, groups=False)
+    return [c for c in available if c in {apart.get(c, c) for c in [*alone, *keyed]}]
 
 
 def _participants(
@@ -300,7 +341,6 @@ def _participants(
     kind: str,
     key: DedupeKey | None,
     rows: pl.DataFrame,
-    is_accepted: pl.Series,
     accepted: AcceptedRows,
 ) -> Participants | None:
     """The accepted rows that can be removed or have a row removed in their favour,
@@ -319,12 +359,11 @@ def _participants(
     bytes a row more, with near and normalised dedupe on (at a million rows); reading
     each participant's digests to group them, ~100 bytes a participant more."""
     settings = ctx.config.dedupe
-    accepting = is_accepted.to_numpy()
+    accepting = accepted.mask
     stem = ctx.storage.row_keys_stem(kind)
     exact = normalised = None
     if settings.exact:
-        printed = {"_u": pl.col("_content_sha256").is_null()}
-        if _values(ctx, kind, rows, is_accepted, printed)["_u"].any():
+        if _any_accepted(ctx, kind, rows, accepting, pl.col("_content_sha256").is_null()):
             return None
         # its 32 bytes (the gate writes it in lowercase hex: one text a digest)
         fingerprint = pl.col("_content_sha256").str.decode("hex")
@@ -455,21 +494,21 @@ def _payload(
     return pl.concat(ctx.aligned(kind, rows, exprs)).filter(is_accepted)
 
 
-def _values(
+def _any_accepted(
     ctx: GlobalContext,
     kind: str,
     rows: pl.DataFrame,
-    is_accepted: pl.Series,
-    exprs: Mapping[str, pl.Expr],
-    stem: str | None = None,
-) -> dict[str, npt.NDArray[Any]]:
-    """Expressions over the staged rows (or ``stem``'s: :meth:`GlobalContext.values`),
-    the accepted rows' values only."""
-    accepted = is_accepted.to_numpy()
-    found = ctx.values(kind, rows, exprs, stem=stem)
-    if accepted.all():  # every row: no copy
-        return found
-    return {name: found.pop(name)[accepted] for name in list(found)}
+    accepting: npt.NDArray[np.bool_],
+    expr: pl.Expr,
+) -> bool:
+    """Whether ``expr`` (a boolean) holds for an accepted row, read a shard at a time:
+    never a value of every row (:meth:`GlobalContext.aligned`)."""
+    found, at = False, 0
+    for frame in ctx.aligned(kind, rows, {"_v": expr}):
+        n = frame.height
+        found |= bool((frame["_v"].fill_null(False).to_numpy() & accepting[at : at + n]).any())
+        at += n
+    return found
 
 
 def _row_keys(ctx: GlobalContext, kind: str, frame: pl.DataFrame, found: Participants) -> RowKeys:
