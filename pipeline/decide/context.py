@@ -33,7 +33,7 @@ of the staged files). Stages name rows by their keys taken out of the state
 its own memory for every row (the dispositions, 1, and a stage's masks over the rows)
 and more for each row a whole-run stage reads in full or decides (a duplicate, a
 retry): ~6 bytes a row in all on 1,000,000 pairwise-v2 rows with 3 % repeats, with or
-without near and normalised dedupe, ~17 with 30 % retries
+without near and normalised dedupe, ~14 with 30 % retries
 (``benchmarks/driver_memory.py``; 26–27 with the keys held; polars' allocator returns
 freed pages at once: :mod:`pipeline.core.allocator`).
 docs/scale.md ("Memory") and docs/scale-measurements.md ("The driver's memory, per

@@ -300,20 +300,24 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     if len(decided) == 0:
         return None  # only copies across splits
     group = distinct_places(original.view(np.int64))[1]  # each row's key, numbered
+    del original, same_body, other_split
     sizes = np.bincount(group) + 1  # its later rows and its first
     conflicts = np.bincount(group, weights=differs, minlength=len(sizes)).astype(np.int64)
-    group = group[decided]
+    if len(decided) < len(differs):  # but the copies across splits (else none is copied)
+        candidates, first = candidates[decided], first[decided]
+        group, differs = group[decided], differs[decided]
+    del decided
     # Compact (~40 bytes a finding): the texts of a reason and a retry's pointer are
     # made a part at a time (_replays). Made for every finding at once they held ~250
     # bytes a retry at the stage's peak (300,115 retries of a duplicate-heavy export).
-    code = pl.when(pl.Series(differs[decided])).then(pl.lit(CONFLICT)).otherwise(pl.lit(RETRY))
-    return candidates[decided].select(
+    code = pl.when(pl.Series(differs)).then(pl.lit(CONFLICT)).otherwise(pl.lit(RETRY))
+    return candidates.select(
         *KEYS,
         _code=code,
         _rows=pl.Series(sizes[group]),
         _conflicts=pl.Series(conflicts[group]),
-        _kept_shard=first["_shard"].gather(decided),
-        _kept_line=first["_shard_line"].gather(decided),
+        _kept_shard=first["_shard"],
+        _kept_line=first["_shard_line"],
     )
 
 
