@@ -340,8 +340,9 @@ class GlobalContext:
         (:func:`~pipeline.decide.partitioned.first_rows` reads it; groups order as their
         first rows do). ``body`` (a string or bytes): only the later rows of a key are
         found, not its first, each telling whether its body is its key's first row's (a
-        null body is nobody's): a retry's original is found as its group alone. ``stem``: the
-        expressions read a file staged beside the rows (as for :meth:`evaluate`);
+        null body is nobody's): a retry's original is found as its group alone.
+        ``stem``: the expressions read a file staged beside the rows (as for
+        :meth:`evaluate`);
         ``digested``: keys (strings) are staged and compared as their SHA-256, as
         content fingerprints are (a long text's 32 bytes). Compared partition by
         partition on the engine: the driver holds a group a row found, not the keys."""

@@ -5,8 +5,9 @@ every row's hash in the driver; the rows that seek a key no other row offers, on
 exact keys (a partitioned anti-join: the worker-root rule's); and the rows whose exact
 key another row shares, each with its key's first row (exact groups: the review
 stage's items), or only the later rows of each such key, each telling whether a second
-value (a body) is its first row's too (the replay rule's retries and conflicts). A shuffle through staged
-files, as near dedupe's candidate search (:mod:`pipeline.dedupe.partitions`):
+value (a body) is its first row's too (the replay rule's retries and conflicts). A
+shuffle through staged files, as near dedupe's candidate search
+(:mod:`pipeline.dedupe.partitions`):
 
 1. **shuffle**, a task per shard (:func:`_shuffle_shard`): the check's expressions over
    the shard's staged rows (:func:`evaluate_shard`), the rows kept where ``where`` holds,
