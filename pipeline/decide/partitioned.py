@@ -376,7 +376,8 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     """The rows of ``partition`` (its batch of every shard's entries, read alone) whose
     group another row shares, or, for a varying check, holds another value (a matching
     check: that seek a key none offers; a grouping check: whose key another row shares,
-    with its first row as their group)."""
+    with its first row as their group, and with a body only the later rows of a key,
+    each telling whether its body is the first row's)."""
     batches = [check.storage.staged_batch(s, check.stem, partition) for s in check.shards]
     sizes = [b.num_rows for b in batches]
     group: U64 = np.concatenate([b[GROUP].to_numpy() for b in batches])

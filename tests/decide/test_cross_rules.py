@@ -534,7 +534,7 @@ def test_autoqa_conflicts_decide_on_exact_values_when_hashes_collide(
 
 
 def _replay_oracle(
-    files: dict[str, tuple[str, list[dict[str, Any] | bytes]]], root: Path
+    files: dict[str, tuple[str | None, list[dict[str, Any] | bytes]]], root: Path
 ) -> dict[tuple[str, int], tuple[str, list[str], Any]]:
     """What the replay rule decides, row by row over every row (the spec, in Python):
     among the rows the gate left in that share a task id, the first in input order is
@@ -570,8 +570,9 @@ def _replay_oracle(
 def test_replay_rule_decides_as_over_every_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, collide: bool, part_rows: int | None
 ) -> None:
-    """The replay rule against a Python oracle over every row, on three inputs of two
-    splits: retries (the same body, its keys in another order: the same record digest),
+    """The replay rule against a Python oracle over every row, on four inputs of two
+    splits and none (an input without a label is of one split with the others without
+    one, and of another than the labelled ones'): retries (the same body, its keys in another order: the same record digest),
     conflicts (up to three bodies a key), copies into the other split, and rows the gate
     rejects that share a task id, whose keys are read, found and decided a group at a
     time; with every key's hash colliding too (then the exact keys alone decide), and
@@ -581,8 +582,9 @@ def test_replay_rule_decides_as_over_every_row(
         monkeypatch.setattr(cross_rules, "PART_ROWS", part_rows)
     rng = random.Random(seed)
     base = [_pairwise(i) for i in range(30)]
-    files: dict[str, tuple[str, list[dict[str, Any] | bytes]]] = {}
-    for name, split in (("a.jsonl", "train"), ("b.jsonl", "test"), ("c.jsonl", "train")):
+    files: dict[str, tuple[str | None, list[dict[str, Any] | bytes]]] = {}
+    inputs = (("a.jsonl", "train"), ("b.jsonl", "test"), ("c.jsonl", "train"), ("d.jsonl", None))
+    for name, split in inputs:
         lines: list[dict[str, Any] | bytes] = []
         for _ in range(70):
             record = dict(reversed(rng.choice(base).items()))  # same body, keys reordered

@@ -617,3 +617,20 @@ def test_an_accepted_row_without_a_fingerprint_takes_the_reference_path(
     assert len(taken) == 2
     assert taken[0] is not None
     assert taken[1] is None
+
+
+def test_any_accepted_reads_each_shard_against_its_own_rows() -> None:
+    """Whether an expression holds for an accepted row, read a shard at a time: each
+    shard's values against that shard's rows of the mask (a null is no)."""
+
+    class Shards:
+        def aligned(self, kind: str, rows: pl.DataFrame, exprs: Any) -> Any:
+            yield pl.DataFrame({"_v": [False, False, False]})
+            yield pl.DataFrame({"_v": [False, True, None, False]})
+
+    ctx: Any = Shards()
+    accepting = np.array([True, True, True, True, False, True, True])
+    # the second shard's true row is not accepted; the first shard's row at its place is
+    assert not dedupe._any_accepted(ctx, KIND, pl.DataFrame(), accepting, pl.lit(True))
+    accepting[4] = True
+    assert dedupe._any_accepted(ctx, KIND, pl.DataFrame(), accepting, pl.lit(True))

@@ -202,14 +202,18 @@ def _key_hash(keys: Sequence[str]) -> pl.Expr:
     return pl.struct(keys).hash(4)
 
 
-def _split_numbers(ctx: GlobalContext) -> npt.NDArray[np.int64]:
-    """Each shard's split label as a number, by shard index: equal labels (no label
-    among them) equal numbers."""
+def _split_numbers(ctx: GlobalContext, *shards: pl.Series) -> list[npt.NDArray[np.int64]]:
+    """The split label of each row of ``shards`` (series of shard numbers) as a number:
+    equal labels (no label among them) equal numbers. A shard the run does not hold is
+    refused."""
     labels: dict[str | None, int] = {}
-    numbers = np.zeros(max((s.index for s in ctx.shards), default=-1) + 1, np.int64)
+    numbers = np.full(max((s.index for s in ctx.shards), default=-1) + 1, -1, np.int64)
     for shard in ctx.shards:
         numbers[shard.index] = labels.setdefault(shard.input.split, len(labels))
-    return numbers
+    split = [numbers[s.to_numpy().astype(np.int64)] for s in shards]
+    if any(bool((s < 0).any()) for s in split):
+        raise AssertionError("a row of a shard the run does not hold")
+    return split
 
 
 def _replays(ctx: GlobalContext, kind: str, part: pl.DataFrame) -> pl.DataFrame:
@@ -289,18 +293,18 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
         return None
     if same_body is None:
         raise AssertionError("a grouping check with a body told no row's")
-    candidates = keys_of(rows, later)  # in the order key, as their groups
+    candidates = keys_of(rows, later)  # in the rows' order, as their groups
     first = ctx.first_rows(kind, original)
     differs = ~same_body
     # The same body in another split than the original's is no retry but a copy across
     # splits: dedupe's contamination rule decides it, and keeps a protected split's rows.
-    split = _split_numbers(ctx)
-    other_split = split[candidates["_shard"].to_numpy()] != split[first["_shard"].to_numpy()]
+    split, first_split = _split_numbers(ctx, candidates["_shard"], first["_shard"])
+    other_split = split != first_split
     decided = np.flatnonzero(differs | ~other_split)
     if len(decided) == 0:
         return None  # only copies across splits
     group = distinct_places(original.view(np.int64))[1]  # each row's key, numbered
-    del original, same_body, other_split
+    del original, same_body, split, first_split, other_split
     sizes = np.bincount(group) + 1  # its later rows and its first
     conflicts = np.bincount(group, weights=differs, minlength=len(sizes)).astype(np.int64)
     if len(decided) < len(differs):  # but the copies across splits (else none is copied)

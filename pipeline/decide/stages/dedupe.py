@@ -226,8 +226,10 @@ class AcceptedRows:
     def shards(self) -> set[int]:
         """The shards that hold an accepted row, read off the state's runs of shards."""
         shards, bounds = shard_runs(self.state)
-        holding = [bool(self.mask[lo:hi].any()) for lo, hi in itertools.pairwise(bounds)]
-        return set(shards[np.array(holding, np.bool_)].tolist())
+        if not len(shards):
+            return set()
+        holding = np.logical_or.reduceat(self.mask, bounds[:-1])  # runs are never empty
+        return set(shards[holding].tolist())
 
 
 def _several_splits(ctx: GlobalContext, accepted: AcceptedRows) -> bool:
