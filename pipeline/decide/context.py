@@ -196,6 +196,16 @@ class GlobalContext:
         splits = {shard.index: shard.input.split for shard in self.shards}
         return pl.col("_shard").replace_strict(splits, return_dtype=pl.String)
 
+    def split_numbers(self) -> dict[int, int | None]:
+        """Each shard's split label as a number, by shard index: its place among the
+        run's labels, sorted (``None``: no label). Equal labels, equal numbers: a split
+        compared or hashed without its text."""
+        labels = sorted({s.input.split for s in self.shards if s.input.split is not None})
+        return {
+            s.index: None if s.input.split is None else labels.index(s.input.split)
+            for s in self.shards
+        }
+
     def staged(self, shard: int, kind: str) -> pl.LazyFrame:
         """One shard's staged rows of ``kind`` as a lazy scan (project what you need)."""
         return self.storage.scan_staged(shard, kind)
@@ -342,10 +352,10 @@ class GlobalContext:
         found, not its first, each telling whether its body is its key's first row's (a
         null body is nobody's): a retry's original is found as its group alone.
         ``stem``: the expressions read a file staged beside the rows (as for
-        :meth:`evaluate`);
-        ``digested``: keys (strings) are staged and compared as their SHA-256, as
-        content fingerprints are (a long text's 32 bytes). Compared partition by
-        partition on the engine: the driver holds a group a row found, not the keys."""
+        :meth:`evaluate`); ``digested``: keys (strings) are staged and compared as their
+        SHA-256, as content fingerprints are (a long text's 32 bytes). Compared
+        partition by partition on the engine: the driver holds a group a row found, not
+        the keys."""
         present = key.is_not_null()
         exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
         if body is not None:

@@ -572,10 +572,10 @@ def test_replay_rule_decides_as_over_every_row(
 ) -> None:
     """The replay rule against a Python oracle over every row, on four inputs of two
     splits and none (an input without a label is of one split with the others without
-    one, and of another than the labelled ones'): retries (the same body, its keys in another order: the same record digest),
-    conflicts (up to three bodies a key), copies into the other split, and rows the gate
-    rejects that share a task id, whose keys are read, found and decided a group at a
-    time; with every key's hash colliding too (then the exact keys alone decide), and
+    one, and of another than the labelled ones'): retries (the same body, its keys in
+    another order: the same record digest), conflicts (up to three bodies a key), copies
+    into the other split, and rows the gate rejects that share a task id, whose keys are
+    read, found and decided a group at a time; with every key's hash colliding too (then the exact keys alone decide), and
     with the findings made whole 7 at a time (a reason's text and a retry's pointer are
     made a part at a time)."""
     if part_rows is not None:

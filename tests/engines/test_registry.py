@@ -145,9 +145,8 @@ def test_a_registered_engine_is_chosen_by_name(
     assert engine.shards > 1
     # the gate; the grouping checks of the replay rule (the later rows of a key another
     # row shares, each telling whether its body is its key's first row's) and of exact
-    # dedupe (each a
-    # shuffle, then a task per partition; math rows have no contradiction rule); the
-    # decisions merged a shard at a time; the writer
+    # dedupe (each a shuffle, then a task per partition; math rows have no contradiction
+    # rule); the decisions merged a shard at a time; the writer
     checks = ["_shuffle_shard", "_partition_rows"] * 2
     assert engine.steps == ["_gate_shard", *checks, "_decide_shard", "_write_shard"]
     assert engine.closed

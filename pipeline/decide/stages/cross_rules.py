@@ -203,13 +203,14 @@ def _key_hash(keys: Sequence[str]) -> pl.Expr:
 
 
 def _split_numbers(ctx: GlobalContext, *shards: pl.Series) -> list[npt.NDArray[np.int64]]:
-    """The split label of each row of ``shards`` (series of shard numbers) as a number:
-    equal labels (no label among them) equal numbers. A shard the run does not hold is
-    refused."""
-    labels: dict[str | None, int] = {}
-    numbers = np.full(max((s.index for s in ctx.shards), default=-1) + 1, -1, np.int64)
-    for shard in ctx.shards:
-        numbers[shard.index] = labels.setdefault(shard.input.split, len(labels))
+    """The split of each row of ``shards`` (series of shard numbers) as a number
+    (:meth:`GlobalContext.split_numbers`), no label being one more: equal labels (no
+    label among them) equal numbers. A shard the run does not hold is refused."""
+    by_shard = ctx.split_numbers()
+    unlabelled = len(by_shard)  # past every label's number
+    numbers = np.full(max(by_shard, default=-1) + 1, -1, np.int64)
+    for shard, number in by_shard.items():
+        numbers[shard] = unlabelled if number is None else number
     split = [numbers[s.to_numpy().astype(np.int64)] for s in shards]
     if any(bool((s < 0).any()) for s in split):
         raise AssertionError("a row of a shard the run does not hold")

@@ -198,7 +198,9 @@ class AcceptedRows:
         """The state's rows of the accepted rows at ``at`` (places among them), in
         their order."""
         at = np.asarray(at, np.int64)
-        if len(at) and (int(at.min()) < 0 or int(at.max()) >= self.height):
+        if not len(at):
+            return at
+        if int(at.min()) < 0 or int(at.max()) >= self.height:
             raise IndexError(f"an accepted row past the {self.height} there are")
         block = np.searchsorted(self.before, at, side="right") - 1
         order = None if bool((block[1:] >= block[:-1]).all()) else np.argsort(block, kind="stable")
@@ -206,7 +208,7 @@ class AcceptedRows:
         wanted = at if order is None else at[order]
         found = np.empty(len(at), np.int64)
         bounds = [0, *(np.flatnonzero(np.diff(blocks)) + 1).tolist(), len(at)]
-        for lo, hi in itertools.pairwise(bounds if len(at) else []):
+        for lo, hi in itertools.pairwise(bounds):
             b = int(blocks[lo])
             within = np.flatnonzero(self.mask[b * _BLOCK : (b + 1) * _BLOCK])
             found[lo:hi] = b * _BLOCK + within[wanted[lo:hi] - self.before[b]]
@@ -258,11 +260,7 @@ def _straddling_candidates(
     bytes a row (1,000,000 pw-decide-row rows in two splits, three fields)."""
     apart = get_kind(kind).apart
     schema = ctx.staged_schema(kind)
-    labels = sorted({s.input.split for s in ctx.shards if s.input.split is not None})
-    numbers = {
-        s.index: None if s.input.split is None else labels.index(s.input.split) for s in ctx.shards
-    }
-    split = pl.col("_shard").replace_strict(numbers, return_dtype=pl.UInt64)
+    split = pl.col("_shard").replace_strict(ctx.split_numbers(), return_dtype=pl.UInt64)
     hit = np.zeros(rows.height, np.bool_)
     roots = set()
     for i, path in enumerate(fields):
