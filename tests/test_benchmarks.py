@@ -184,6 +184,41 @@ def test_bench_scale_runs_every_mode_and_size(tmp_path: Path) -> None:
     assert "2×/1× local near+normalised: parent peak RSS" in names
     assert all(t["passed"] is not None for t in document["targets"])
     assert list(tmp_path.iterdir()) == [results]  # its temporary directory is gone
+    assert document["repeat"] == 1
+    assert all(len(run["walls"]) == 1 for run in runs.values())
+
+
+def test_bench_scale_combines_tries_by_fastest_time_and_largest_peak(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--repeat``: a run's figures are its fastest try's wall, CPU, counts and phase
+    timings and its largest peaks, with every try's wall listed; a failed try stands for
+    them all, and a count of tries below one is refused."""
+    scale = _benchmark("bench_scale", monkeypatch)
+
+    def tried(seconds: float, cpu: float, peak: int, parent: int, code: int = 0) -> object:
+        measurement = scale.Measurement("1× local plain", seconds, peak, code, "", parent, cpu)
+        return scale.Run(
+            1, "local", "plain", measurement, int(seconds), {}, {"gate_s": seconds}, [seconds]
+        )
+
+    run = scale.combined(
+        [tried(12.0, 20.0, 700, 190), tried(10.0, 21.0, 650, 200), tried(11.0, 19.0, 640, 180)]
+    )
+    assert run.measurement.seconds == 10.0
+    assert run.lines == 10
+    assert run.timings == {"gate_s": 10.0}
+    assert run.measurement.cpu_seconds == 19.0
+    assert (run.measurement.peak_rss, run.measurement.parent_peak_rss) == (700, 200)
+    assert run.walls == [12.0, 10.0, 11.0]
+    assert scale.row(run)[-1] == "12.0 / 10.0 / 11.0"
+    failed = scale.combined([tried(10.0, 20.0, 700, 190), tried(3.0, 1.0, 10, 10, code=4)])
+    assert not failed.ok
+    assert failed.measurement.seconds == 3.0
+    assert failed.walls == [10.0, 3.0]
+    with pytest.raises(scale.argparse.ArgumentTypeError):
+        scale.positive("0")
+    assert scale.positive("3") == 3
 
 
 def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
