@@ -141,7 +141,9 @@ def _dedupe_config(
     """The campaign config (its inputs dropped) with the command line's dedupe settings
     and worker count."""
     config = load_campaign(config_file) if config_file else CampaignConfig()
-    changes: dict[str, object] = {}
+    # a run's switch: a config that keeps a run from deduping (to dedupe its output
+    # later with the same settings) still dedupes here, and its summary says so
+    changes: dict[str, object] = {"dedupe.enabled": True}
     # This command exists to dedupe: without a config, every rule is on (a run keeps
     # the costly normalised and near rules opt-in, see DedupeSettings).
     for name, flag in (("normalised", normalised), ("near", near)):

@@ -79,6 +79,7 @@ __all__ = [
     "KeySlice",
     "KeyTask",
     "check_comparable",
+    "fitted",
     "made_lineage",
     "resolved_key",
     "split_group_rows",
@@ -247,6 +248,37 @@ def _read_columns(task: KeySlice, columns: Sequence[str]) -> pl.DataFrame:
         raise InputError(f"{task.path}: not a readable Parquet file ({exc})") from None
 
 
+def fitted(layout: pl.DataFrame, part: pl.DataFrame, path: str) -> pl.DataFrame:
+    """``part``'s rows in ``layout``'s columns and types (the inputs' common ones; a
+    column ``part`` lacks is null in its rows), or an :class:`InputError` naming the input
+    and a column whose values the common type cannot hold exactly: a 64-bit integer
+    above 2**53 in a column another input holds as floats would compare equal to its
+    neighbour and be written as another number, a float beside a struct would become a
+    struct. A value is held exactly when casting it back gives it again (null and NaN
+    included)."""
+    try:
+        made = pl.concat([layout, part], how="diagonal_relaxed").select(layout.columns)
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(f"{path}: its columns do not fit the other inputs' ({exc})") from None
+    for name, dtype in part.schema.items():
+        common = made.schema[name]
+        if common != dtype and not _held_exactly(part[name], made[name]):
+            raise InputError(
+                f"{path}: its column {name!r} ({dtype}) does not fit the type the inputs "
+                f"share for it ({common}) without changing a value; give every input "
+                "the same type for it"
+            )
+    return made
+
+
+def _held_exactly(original: pl.Series, widened: pl.Series) -> bool:
+    try:
+        back = widened.cast(original.dtype, strict=False)
+    except pl.exceptions.PolarsError:
+        return False
+    return back.dtype == original.dtype and bool(back.eq_missing(original).all())
+
+
 def _slice_frame(job: DatasetKeys, task: KeySlice) -> pl.DataFrame:
     """The key columns of the slice's rows, in the layout's columns and types."""
     layout = pl.DataFrame(schema=job.layout)
@@ -254,12 +286,7 @@ def _slice_frame(job: DatasetKeys, task: KeySlice) -> pl.DataFrame:
         return layout.clear(task.rows)
     part = _read_columns(task, task.columns)
     if part.schema != job.layout:
-        try:
-            part = pl.concat([layout, part], how="diagonal_relaxed").select(layout.columns)
-        except pl.exceptions.PolarsError as exc:
-            raise InputError(
-                f"{task.path}: its columns do not fit the other inputs' ({exc})"
-            ) from None
+        part = fitted(layout, part, task.path)
     if job.probe:
         check_comparable(part, job.key(), "first")
     return part
@@ -334,8 +361,7 @@ def _group_frame(job: DatasetKeys, piece: KeySlice, local: I64 | None = None) ->
     read = _read_columns(piece, piece.grouping)
     read = read[local] if local is not None else read
     read = read.rename({c: m for m, c in job.apart if c in read.columns})
-    layout = pl.DataFrame(schema=job.grouping)
-    part = pl.concat([layout, read], how="diagonal_relaxed").select(layout.columns)
+    part = fitted(pl.DataFrame(schema=job.grouping), read, piece.path)
     return part.with_columns(split)
 
 

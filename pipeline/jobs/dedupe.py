@@ -69,6 +69,7 @@ from pipeline.jobs.dataset_keys import (
     KeySlice,
     KeyTask,
     check_comparable,
+    fitted,
     made_lineage,
     resolved_key,
     split_group_rows,
@@ -98,9 +99,6 @@ _OUTPUT_COLUMNS: Final = (
     "_similarity_estimated",
     "_similarity_verified",
 )
-#: columns the dedupe stage adds to the rows it reads (a row's split, its row id): a dataset
-#: holding one is refused, since its values would be overwritten and then dropped
-_RESERVED_COLUMNS: Final = ("_split", "_row")
 #: about how many bytes of one input (decoded) are copied to the outputs at a time: whole
 #: row groups, as many as fit (at least one)
 _WRITE_BYTES: Final = 8 << 20
@@ -111,6 +109,10 @@ _WRITE_BYTES: Final = 8 << 20
 _WRITE_ROWS: Final = 1 << 16
 #: a column that holds a file's row count while none of its columns is read
 _PLACEHOLDER: Final = "__rowgate_rows"
+#: columns the dedupe stage adds to the rows it reads (a row's split, its row id) and the
+#: placeholder: a dataset holding one is refused, since its values would be overwritten
+#: and then dropped
+_RESERVED_COLUMNS: Final = ("_split", "_row", _PLACEHOLDER)
 #: the content fingerprint's column
 _FINGERPRINT: Final = "_content_sha256"
 #: lineage and digests the decision reads when a dataset has them
@@ -244,7 +246,14 @@ def _schema(item: DatasetInput) -> pl.Schema:
     if len(half) == 2 and not (schema["_source"] == pl.String and schema["_line"].is_integer()):
         raise InputError(
             f"{item.path}: its '_source' and '_line' columns are not lineage (a string "
-            "and an integer): rename them first"
+            f"and an integer; they are {schema['_source']} and {schema['_line']}): rename "
+            "them first"
+        )
+    if "_record_sha256" in schema and schema["_record_sha256"] not in (pl.String, pl.Null):
+        # pointers name a kept row by it: a digest of another type cannot be one
+        raise InputError(
+            f"{item.path}: its '_record_sha256' column is not lineage (a string of hex "
+            f"digits; it is {schema['_record_sha256']}): rename it first"
         )
     return pl.Schema(schema)
 
@@ -302,8 +311,8 @@ def _read(
 
 def _combined(frames: list[pl.DataFrame], files: list[DatasetInput]) -> pl.DataFrame:
     """The inputs' frames as one (a column one lacks is null in its rows; a type widened
-    to the common one), or an :class:`InputError` naming the first input whose columns
-    do not fit those before it."""
+    to the common one, which changes no value: :func:`_refuse_changed_values`), or an
+    :class:`InputError` naming the first input whose columns do not fit those before it."""
     try:
         return pl.concat(frames, how="diagonal_relaxed")
     except pl.exceptions.PolarsError as exc:
@@ -315,6 +324,22 @@ def _combined(frames: list[pl.DataFrame], files: list[DatasetInput]) -> pl.DataF
                     f"{files[i].path}: its columns do not fit the inputs' before it ({first})"
                 ) from None
         raise InputError(f"the inputs do not share compatible columns ({exc})") from None
+
+
+def _refuse_changed_values(files: list[DatasetInput], schemas: list[pl.Schema]) -> None:
+    """Before any work, an :class:`InputError` naming the first input and column whose
+    values the inputs' common type for that column would change (:func:`fitted`: an
+    integer above 2**53 where another input holds floats). Only the columns an input
+    holds in another type than the common one are read, a piece at a time; the reads
+    that widen a column later (the key tasks, the decision, the copy) check it again."""
+    layout = _combined([pl.DataFrame(schema=schema) for schema in schemas], files).schema
+    for item, schema in zip(files, schemas, strict=True):
+        changed = [c for c, dtype in schema.items() if layout[c] != dtype]
+        if not changed:
+            continue
+        common = pl.DataFrame(schema={c: layout[c] for c in changed})
+        for lo, length in _pieces(item.path):
+            fitted(common, _rows(item, schema, changed, (lo, length), lineage=False), item.path)
 
 
 def _listed(files: list[DatasetInput], rows: list[int]) -> list[dict[str, Any]]:
@@ -417,13 +442,7 @@ def _write_rows(
             for lo, length in _pieces(item.path):
                 part = _rows(item, schema, None, (lo, length))
                 if part.schema != layout.schema:  # another input's columns, or wider types
-                    try:
-                        part = pl.concat([layout, part], how="diagonal_relaxed")
-                    except pl.exceptions.PolarsError as exc:
-                        raise InputError(
-                            f"{item.path}: its columns do not fit the other inputs' ({exc})"
-                        ) from None
-                    part = part.with_columns(wide)
+                    part = fitted(layout, part, item.path).with_columns(wide)
                 hit = rows[(rows >= base + lo) & (rows < base + lo + part.height)] - base - lo
                 found = part[hit].hstack(verdicts(done, done + len(hit)))
                 if len(hit):
@@ -785,6 +804,7 @@ def _dedupe(
 ) -> DatasetResult:
     """``files``: the inputs, expanded (:func:`_expand`), each stamped before any read."""
     schemas = [_schema(f) for f in files]
+    _refuse_changed_values(files, schemas)
     labelled = {f.split for f in files}
     for split in settings.protected_splits:
         if split not in labelled:

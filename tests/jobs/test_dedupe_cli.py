@@ -474,7 +474,14 @@ def test_dedupe_of_empty_parquet_writes_empty_tables(tmp_path: Path, splits: boo
         ("_source", "has a column '_source' but no '_line'"),
         ("_line", "has a column '_line' but no '_source'"),
         # both, but not lineage: `_duplicate_of` could not be made (an internal error)
-        ("_source,_line", "columns are not lineage"),
+        (
+            "_source,_line",
+            "columns are not lineage (a string and an integer; they are String and String)",
+        ),
+        # the placeholder of a file none of whose columns is read: dropped from the output
+        ("__rowgate_rows", "has a column named '__rowgate_rows'"),
+        # a digest that is no hex text: pointers to the kept row failed (exit 4)
+        ("_record_sha256:binary", "its '_record_sha256' column is not lineage"),
     ],
 )
 def test_dedupe_refuses_a_column_it_would_overwrite(
@@ -483,7 +490,10 @@ def test_dedupe_refuses_a_column_it_would_overwrite(
     """A dataset's own column is never overwritten or dropped: one named like a column
     dedupe writes for itself is refused (exit 3), so kept + duplicates hold every value."""
     path = tmp_path / "f.parquet"
-    columns = {name: ["x", "y"] for name in column.split(",")}
+    columns: dict[str, list[object]] = {}
+    for name in column.split(","):
+        name, _, form = name.partition(":")
+        columns[name] = [b"x", b"y"] if form == "binary" else ["x", "y"]
     pl.DataFrame({"question": ["a b c", "a b c"], **columns}).write_parquet(path)
     before = path.read_bytes()
     result = runner.invoke(
@@ -493,6 +503,109 @@ def test_dedupe_refuses_a_column_it_would_overwrite(
     assert message in result.output
     assert not (tmp_path / "d").exists()
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("where", "args"),
+    [
+        ("a column the copy alone reads", []),
+        ("a key column, read by the key tasks", ["--key", "x"]),
+        ("the survivor rule's column, read by the decision", ["--survivor", "max:x"]),
+        ("a split group's field, read by its check", ["split groups"]),
+    ],
+)
+def test_dedupe_refuses_a_type_that_would_change_a_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, args: list[str]
+) -> None:
+    """Integers in one input and floats in another share a float column: 2**53 + 1 would
+    be written as 2**53 and, as a key, compared equal to it (a row removed as an exact
+    duplicate of another value). Such a column is refused (exit 3) before any work,
+    naming the input and the column; integers a float holds exactly are widened."""
+    from pipeline.jobs import dedupe as job
+
+    decide = job._decide
+    big, small = tmp_path / "big", tmp_path / "small"
+    for folder, ints in ((big, [2**53, 2**53 + 1]), (small, [1, 2])):
+        folder.mkdir()
+        rows = {"question": ["same words", "same words"], "x": ints, "task_id": ints}
+        pl.DataFrame(rows).write_parquet(folder / "a.parquet")
+        floats = {"question": ["other words"], "x": [0.5], "task_id": [0.5]}
+        pl.DataFrame(floats).write_parquet(folder / "b.parquet")
+    for folder in (big, small):
+        given = [str(folder)]
+        options = [*args]
+        if options == ["split groups"]:
+            given = [
+                "--split",
+                f"train={folder / 'a.parquet'}",
+                "--split",
+                f"eval={folder / 'b.parquet'}",
+            ]
+            options = []
+        out = tmp_path / f"{folder.name}-out"
+
+        def refused(*given: object, big: bool = folder is big) -> object:
+            assert not big, "the big integers were not refused before the decision"
+            return decide(*given)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(job, "_decide", refused)
+        result = runner.invoke(
+            app, ["dedupe", *given, "--text", "question", *options, "--out", str(out)]
+        )
+        if folder is big:
+            assert result.exit_code == 3, (where, result.output)
+            assert f"{folder / 'a.parquet'}: its column " in result.output
+            assert "without changing a value" in result.output
+            assert not out.exists()
+        else:
+            assert result.exit_code == 0, (where, result.output)
+            rows = pl.concat(
+                [pl.read_parquet(out / n) for n in ("kept.parquet", "duplicates.parquet")],
+                how="diagonal",
+            )
+            assert sorted(rows["x"].to_list()) == [0.5, 1.0, 2.0]
+
+
+def test_fitted_refuses_each_value_a_common_type_would_change() -> None:
+    """The check under every read that widens a column to the inputs' common type: a
+    value cast back must be itself (null and NaN included); a scalar beside a struct,
+    or an integer a float cannot hold, is refused."""
+    from pipeline.gate.reader import InputError
+    from pipeline.jobs.dataset_keys import fitted
+
+    floats = pl.DataFrame(schema={"x": pl.Float64, "y": pl.String})
+    ints = pl.DataFrame({"x": [1, None, -(2**53)]})
+    made = fitted(floats, ints, "a.parquet")
+    assert made.schema == floats.schema
+    assert made["x"].to_list() == [1.0, None, -(2.0**53)]
+    assert made["y"].to_list() == [None] * 3
+    nan = pl.DataFrame({"x": [float("nan")]}, schema={"x": pl.Float32})
+    assert fitted(floats, nan, "n.parquet")["x"].is_nan().all()
+    structs = pl.DataFrame(schema={"x": pl.Struct({"k": pl.Float64})})
+    for layout, part in (
+        (floats, pl.DataFrame({"x": [1, 2**53 + 1]})),
+        (structs, pl.DataFrame({"x": [1.5]})),
+    ):
+        with pytest.raises(InputError, match=r"b\.parquet: its column 'x' \("):
+            fitted(layout, part, "b.parquet")
+
+
+def test_dedupe_with_a_config_that_turns_a_runs_dedupe_off_still_dedupes(tmp_path: Path) -> None:
+    """``[dedupe] enabled = false`` keeps a run from deduping (its output to be deduped
+    later with the same settings); ``rowgate dedupe -c`` with it dedupes, and its summary
+    says so (it said ``"enabled": false`` beside the rows it removed)."""
+    path = tmp_path / "f.parquet"
+    pl.DataFrame({"question": ["a b c", "a b c", "d e f"]}).write_parquet(path)
+    config = tmp_path / "c.toml"
+    config.write_text("[dedupe]\nenabled = false\n")
+    out = tmp_path / "d"
+    result = runner.invoke(
+        app, ["dedupe", str(path), "--text", "question", "-c", str(config), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"] == {"rows": 3, "kept": 2, "duplicates": 1}
+    assert summary["settings"]["enabled"] is True
 
 
 def test_dedupe_refuses_one_file_under_two_names(tmp_path: Path) -> None:
