@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -219,6 +220,26 @@ def test_bench_scale_combines_tries_by_fastest_time_and_largest_peak(
     with pytest.raises(scale.argparse.ArgumentTypeError):
         scale.positive("0")
     assert scale.positive("3") == 3
+
+
+def test_near_keys_times_every_step_of_a_rows_keys() -> None:
+    """near_keys on 200 rows: each step of the gate's near and normalised keys is timed,
+    per row and per byte of key text, on one polars thread, and ``row_keys`` whole."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "near_keys.py"), "--rows", "200", "--repeat", "1"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("200 rows, key text ")
+    assert lines[0].endswith("POLARS_MAX_THREADS=1")
+    steps = [line.split("  ")[0] for line in lines[3:]]
+    assert steps[0] == "normalise the key fields"
+    assert steps[-1] == "row_keys whole (the gate's call)"
+    assert "MinHash minima (128 permutations)" in steps
+    for line in lines[3:]:
+        assert float(line.split()[-2]) >= 0  # µs a row
 
 
 def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
