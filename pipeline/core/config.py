@@ -50,6 +50,7 @@ __all__ = [
     "bounded",
     "build_section",
     "check_bounds",
+    "check_ray_address",
     "did_you_mean",
     "load_campaign",
     "parse_toml",
@@ -230,6 +231,8 @@ class EngineSettings:
 
     def validate(self, path: str) -> None:
         check_bounds(self, path)
+        if self.address is not None:
+            check_ray_address(self.address, f"{path}.address")
         # ``name`` is checked against the engine registry when a run builds its engine
         # (pipeline.engines.get_engine): engines are plug-ins, registered above this layer.
 
@@ -243,6 +246,25 @@ class EngineSettings:
         except AttributeError:  # pragma: no cover - not Linux
             cores = max(1, os.cpu_count() or 1)
         return cores if shards is None else max(1, min(cores, shards))
+
+
+#: A Ray address: ``HOST:PORT`` (a bracketed IPv6 host too) or ``ray://HOST:PORT``, the
+#: port 1-65535; or ``auto`` or ``local``, which Ray resolves itself.
+_RAY_ADDRESS: Final = re.compile(r"(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):([0-9]{1,5})")
+
+
+def check_ray_address(address: str, where: str) -> None:
+    """A :class:`ConfigError` unless ``address`` is one Ray can join. Ray took
+    ``not a host`` with exit 4, and ``127.0.0.1:0`` or ``:99999`` by retrying for
+    minutes with signals held."""
+    if address in ("auto", "local"):
+        return
+    match = _RAY_ADDRESS.fullmatch(address)
+    if match is None or not 1 <= int(match.group(1)) <= 65535:
+        raise ConfigError(
+            f"{where}: not a Ray address: {address!r} (HOST:PORT or ray://HOST:PORT with "
+            "a port from 1 to 65535, auto or local)"
+        )
 
 
 #: Parquet codecs, and the compression levels each accepts (None: it takes no level).

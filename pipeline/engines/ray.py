@@ -38,6 +38,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
 from types import TracebackType
@@ -46,7 +47,7 @@ from typing import Any, Final, TypeVar
 import ray
 import ray.exceptions
 
-from pipeline.core.config import EngineSettings
+from pipeline.core.config import EngineSettings, check_ray_address
 from pipeline.engines.base import Engine, EngineError, Progress, Step, register_engine
 from pipeline.engines.local import release_memory, step_state, worker_environment
 
@@ -62,6 +63,25 @@ DEFAULT_MAX_RETRIES: Final = 3
 _CANCEL_PATIENCE_S: Final = 60.0
 #: starts of a private local Ray before the run fails (a cluster is joined once)
 _LOCAL_START_ATTEMPTS: Final = 2
+#: How long the driver tries to open a connection to a cluster's address before Ray
+#: does: Ray retries an address nothing answers at for minutes, with signals held.
+_REACH_TIMEOUT_S: Final = 10.0
+
+
+def _check_reachable(address: str) -> None:
+    """An :class:`EngineError` unless something accepts a connection at ``address``'s
+    host and port (``auto`` and ``local`` are Ray's to resolve). Ray kept retrying an
+    address nothing answered at (still after 5 minutes), and the driver held SIGTERM and
+    Ctrl-C throughout (acted on once Ray returns)."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), _REACH_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise EngineError(f"cannot reach the Ray cluster at {address}: {reason}") from None
 
 
 def _run_task(step: Step[Any, Any, Any], task: Any) -> tuple[Any, tuple[int, int] | None]:
@@ -91,10 +111,20 @@ _HELD: Final = (signal.SIGTERM, signal.SIGINT)
 
 def _init_ray(kwargs: dict[str, Any], attempts: int, where: str) -> None:
     """``ray.init(**kwargs)``, up to ``attempts`` times; the caller's handlers kept."""
-    with _signals_held():
+    with _signals_held() as arrived:
         for attempt in range(1, attempts + 1):
             try:
                 ray.init(**kwargs)
+                return
+            except SystemExit as exc:
+                # Ray's SIGTERM handler, which ray.init puts in place of the one held
+                # here, ends the start with sys.exit(SIGTERM) (the run exited 15, with
+                # no message): the signal arrived, and is acted on as the caller's
+                # handler would once its handlers are back
+                if exc.code != signal.SIGTERM:
+                    raise
+                ray.shutdown()  # the processes the start left running
+                arrived.append(signal.SIGTERM)
                 return
             except Exception as exc:  # Ray raises bare Exception, e.g. a slow raylet
                 ray.shutdown()  # the processes a failed start left running
@@ -156,6 +186,8 @@ class RayEngine(Engine):
         self.workers = workers
         #: the cluster to join; ``None``: a private local Ray of ``workers`` CPUs
         self.address = address or os.environ.get("RAY_ADDRESS") or None
+        if self.address is not None and not address:
+            check_ray_address(self.address, "RAY_ADDRESS")
         self.max_retries = max_retries
         #: whether this engine started Ray (and so shuts it down)
         self._owns_ray = False
@@ -319,6 +351,8 @@ class RayEngine(Engine):
         # register, which a loaded machine misses now and then (seen here, load 7-17)
         attempts = _LOCAL_START_ATTEMPTS if self.address is None else 1
         where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"
+        if self.address is not None:
+            _check_reachable(self.address)
         try:
             _init_ray(kwargs, attempts, where)
         finally:

@@ -41,6 +41,13 @@ def test_sample_campaign_loads() -> None:
 
 
 @pytest.mark.parametrize(
+    "address", ["auto", "local", "10.0.0.1:6379", "ray://head.example:10001", "[::1]:6379"]
+)
+def test_ray_addresses_ray_can_join_are_taken(address: str) -> None:
+    assert CampaignConfig().override(**{"engine.address": address}).engine.address == address
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ("nmae = 'x'", "nmae: unknown key"),
@@ -60,6 +67,11 @@ def test_sample_campaign_loads() -> None:
         ("[output]\ncompression = 'gzip'\ncompression_level = 10", "must be in [1, 9] for gzip"),
         ("[output]\ncompression = 'snappy'\ncompression_level = 1", "takes no compression level"),
         ("[engine]\nworkers = 257", "engine.workers: must be in [1, 256]"),
+        # Ray exited 4 on these, or retried for minutes on a port that cannot be
+        ("[engine]\naddress = 'not a host'", "engine.address: not a Ray address: 'not a host'"),
+        ("[engine]\naddress = '127.0.0.1:0'", "engine.address: not a Ray address"),
+        ("[engine]\naddress = '127.0.0.1:99999'", "engine.address: not a Ray address"),
+        ("[engine]\naddress = 'ray://head:port'", "engine.address: not a Ray address"),
         ("[dedupe]\nthreshold = nan", "dedupe.threshold: must be in (0, 1]"),
         # Path("") is "." : it read every JSONL file in the config's directory
         ("[[inputs]]\npath = ''", "inputs[0].path: must not be empty"),

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ import pytest
 
 pytest.importorskip("ray", reason="ray is not installed: pip install 'rowgate[ray]' to test it")
 
-from pipeline.core.config import CampaignConfig, load_campaign
+from pipeline.core.config import CampaignConfig, ConfigError, load_campaign
 from pipeline.engines import EngineError, Progress, Step
 from pipeline.engines import ray as ray_module
 from pipeline.engines.ray import RayEngine
@@ -83,6 +84,62 @@ def test_a_private_local_ray_gets_a_second_start(
             engine._connect()
         assert calls == ["init", "shutdown", "init", "shutdown"]
     engine._owns_ray = False  # the module's Ray is not this engine's to stop
+
+
+def test_a_sigterm_inside_ray_init_raises_the_callers_exception(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ray.init puts its own SIGTERM handler, ``sys.exit(SIGTERM)``, in place of the one
+    the engine holds: a SIGTERM that arrived then ended the run with exit 15 and no
+    message. The start's processes are stopped and the caller's handler acts."""
+    calls: list[str] = []
+
+    def init(**kwargs: Any) -> None:
+        calls.append("init")
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # Ray's
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs first
+        calls.append("not interrupted")
+
+    monkeypatch.setattr(ray_module.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray_module.ray, "init", init)
+    monkeypatch.setattr(ray_module.ray, "shutdown", lambda: calls.append("shutdown"))
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        engine = RayEngine(2)
+        with pytest.raises(_Stopped):
+            engine._connect()
+        assert calls == ["init", "shutdown"]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_cluster_address_nothing_answers_at_fails_before_ray_tries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray retried an address nothing answered at for minutes, with SIGTERM and Ctrl-C
+    held: the driver first opens a connection to it, and fails without asking Ray
+    (exit 4); an address something listens at passes."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free once closed: nothing listens there
+    monkeypatch.setattr(ray_module.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray_module.ray, "init", lambda **kwargs: pytest.fail("Ray was asked"))
+    with pytest.raises(EngineError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
+        RayEngine(2, f"127.0.0.1:{port}")._connect()
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        ray_module._check_reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}")
+
+
+def test_an_invalid_ray_address_in_the_environment_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``RAY_ADDRESS`` is checked as ``engine.address`` is (exit 2), naming the variable."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:0")
+    with pytest.raises(ConfigError, match="RAY_ADDRESS: not a Ray address"):
+        RayEngine(2)
 
 
 def _init_logged(log: str) -> str:
