@@ -331,7 +331,8 @@ def _refuse_changed_values(files: list[DatasetInput], schemas: list[pl.Schema]) 
     values the inputs' common type for that column would change (:func:`fitted`: an
     integer above 2**53 where another input holds floats). Only the columns an input
     holds in another type than the common one are read, a piece at a time; the reads
-    that widen a column later (the key tasks, the decision, the copy) check it again."""
+    that widen a column later (the key tasks, the split groups' checks, the copy) check
+    it again."""
     layout = _combined([pl.DataFrame(schema=schema) for schema in schemas], files).schema
     for item, schema in zip(files, schemas, strict=True):
         changed = [c for c, dtype in schema.items() if layout[c] != dtype]
