@@ -45,7 +45,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness import Measurement, measure, table, write_export
+from harness import Measurement, measure, positive, table, write_export
 
 MODES = {"plain": [], "near+normalised": ["--near", "--normalised"]}
 #: the issue's targets (docs/scale.md)
@@ -249,16 +249,6 @@ def parse_sizes(text: str) -> list[int]:
     if not sizes or sizes[0] < 1:
         raise argparse.ArgumentTypeError(f"sizes are multiples ≥ 1 of --size-mb: {text!r}")
     return sizes
-
-
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1: {text!r}")
-    return value
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import orjson
 import pyarrow as pa
-from harness import LAYOUTS, fastest_each, table, write_export
+from harness import LAYOUTS, fastest_each, positive, table, write_export
 
 from pipeline.core.config import CampaignConfig
 from pipeline.gate.gate import Gate
@@ -128,13 +128,6 @@ def target_line(ratio: Spread, limit: float = FLOOR_TARGET) -> str:
         f"gate_batch / floor = {ratio.median:.3f}×  {ratio.describe()}"
         f"   (target ≤ {limit:g}×)  {verdict}"
     )
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def main() -> None:

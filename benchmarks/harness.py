@@ -13,6 +13,7 @@ waited for, i.e. rowgate's workers.)
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import subprocess
@@ -184,6 +185,17 @@ def fastest_each(fns: Mapping[str, Callable[[], object]], repeat: int) -> dict[s
             fn()
             best[name] = min(best[name], time.perf_counter() - started)
     return best
+
+
+def positive(text: str) -> int:
+    """An ``argparse`` type: a whole number of at least 1 (counts of rounds, tries, rows)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def python(code: str) -> list[str]:

@@ -26,13 +26,12 @@ import os
 os.environ.setdefault("POLARS_MAX_THREADS", "1")  # before polars is imported
 
 import argparse
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import orjson
 import polars as pl
-from harness import table
+from harness import fastest, positive, table
 
 from pipeline.core.config import DedupeSettings
 from pipeline.dedupe import minhash
@@ -53,20 +52,10 @@ def payload(rows: int) -> pl.DataFrame:
     return pl.DataFrame([{c: r.get(c) for c in key.columns} for r in records])
 
 
-def best(fn: Callable[[], T], repeat: int) -> tuple[float, T]:
-    fastest, result = float("inf"), None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = fn()
-        fastest = min(fastest, time.perf_counter() - started)
-    assert result is not None
-    return fastest, result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=8000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rows", type=positive, default=8000)
+    parser.add_argument("--repeat", type=positive, default=5)
     args = parser.parse_args()
 
     frame = payload(args.rows)
@@ -80,8 +69,8 @@ def main() -> None:
     steps: list[tuple[str, float]] = []
 
     def step(name: str, fn: Callable[[], T]) -> T:
-        seconds, result = best(fn, args.repeat)
-        steps.append((name, seconds))
+        result = fn()  # what the next steps read; then timed
+        steps.append((name, fastest(fn, args.repeat)))
         return result
 
     parts = step("normalise the key fields", lambda: frame.select(normalised_parts(key, norm)))

@@ -250,21 +250,23 @@ class EngineSettings:
 
 #: A Ray address: ``HOST:PORT`` (a bracketed IPv6 host too) or ``ray://HOST:PORT``, the
 #: port 1-65535; or ``auto`` or ``local``, which Ray resolves itself.
-_RAY_ADDRESS: Final = re.compile(r"(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):([0-9]{1,5})")
+_RAY_ADDRESS: Final = re.compile(r"(?:ray://)?(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+)):([0-9]{1,5})")
 
 
-def check_ray_address(address: str, where: str) -> None:
-    """A :class:`ConfigError` unless ``address`` is one Ray can join. Ray took
-    ``not a host`` with exit 4, and ``127.0.0.1:0`` or ``:99999`` by retrying for
-    minutes with signals held."""
+def check_ray_address(address: str, where: str) -> tuple[str, int] | None:
+    """The host and port of a Ray address (``None``: ``auto`` or ``local``, which Ray
+    resolves itself), or a :class:`ConfigError` naming ``where``. Ray took ``not a
+    host`` with exit 4, and ``127.0.0.1:0`` or ``:99999`` by retrying for minutes with
+    signals held."""
     if address in ("auto", "local"):
-        return
+        return None
     match = _RAY_ADDRESS.fullmatch(address)
-    if match is None or not 1 <= int(match.group(1)) <= 65535:
+    if match is None or not 1 <= int(match.group(3)) <= 65535:
         raise ConfigError(
             f"{where}: not a Ray address: {address!r} (HOST:PORT or ray://HOST:PORT with "
             "a port from 1 to 65535, auto or local)"
         )
+    return match.group(1) or match.group(2), int(match.group(3))
 
 
 #: Parquet codecs, and the compression levels each accepts (None: it takes no level).

@@ -73,11 +73,11 @@ def _check_reachable(address: str) -> None:
     host and port (``auto`` and ``local`` are Ray's to resolve). Ray kept retrying an
     address nothing answered at (still after 5 minutes), and the driver held SIGTERM and
     Ctrl-C throughout (acted on once Ray returns)."""
-    if address in ("auto", "local"):
+    endpoint = check_ray_address(address, "engine.address")
+    if endpoint is None:
         return
-    host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), _REACH_TIMEOUT_S):
+        with socket.create_connection(endpoint, _REACH_TIMEOUT_S):
             pass
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
@@ -186,8 +186,8 @@ class RayEngine(Engine):
         self.workers = workers
         #: the cluster to join; ``None``: a private local Ray of ``workers`` CPUs
         self.address = address or os.environ.get("RAY_ADDRESS") or None
-        if self.address is not None and not address:
-            check_ray_address(self.address, "RAY_ADDRESS")
+        if self.address is not None:
+            check_ray_address(self.address, "engine.address" if address else "RAY_ADDRESS")
         self.max_retries = max_retries
         #: whether this engine started Ray (and so shuts it down)
         self._owns_ray = False

@@ -549,9 +549,11 @@ def test_dedupe_refuses_a_type_that_would_change_a_value(
             return decide(*given)  # type: ignore[arg-type]
 
         monkeypatch.setattr(job, "_decide", refused)
+        inputs = {p: p.read_bytes() for p in folder.iterdir()}
         result = runner.invoke(
             app, ["dedupe", *given, "--text", "question", *options, "--out", str(out)]
         )
+        assert {p: p.read_bytes() for p in folder.iterdir()} == inputs  # never touched
         if folder is big:
             assert result.exit_code == 3, (where, result.output)
             assert f"{folder / 'a.parquet'}: its column " in result.output
@@ -563,7 +565,7 @@ def test_dedupe_refuses_a_type_that_would_change_a_value(
                 [pl.read_parquet(out / n) for n in ("kept.parquet", "duplicates.parquet")],
                 how="diagonal",
             )
-            assert sorted(rows["x"].to_list()) == [0.5, 1.0, 2.0]
+            assert sorted(rows["x"].to_list()) == [0.5, 1.0, 2.0]  # every row, once
 
 
 def test_fitted_refuses_each_value_a_common_type_would_change() -> None:
