@@ -3,10 +3,13 @@
     python benchmarks/driver_memory.py                       # 250,000 and 1,000,000 rows
     python benchmarks/driver_memory.py --rows 20000,80000 --shard-mb 4   # quick
     python benchmarks/driver_memory.py --near                # with --near --normalised
-    python benchmarks/driver_memory.py --duplicates 0.3      # a duplicate-heavy export
+    python benchmarks/driver_memory.py --duplicates 0.3      # a retry-heavy export
+    python benchmarks/driver_memory.py --copies 0.5          # half the rows dedupe's copies
 
 For each size, a pairwise-v2 export of that many rows (~1.2 KB each: the scale
-benchmark's generator, 3 % defects and 3 % repeats, or ``--duplicates`` of them) is run
+benchmark's generator, 3 % defects and 3 % repeats, or ``--duplicates`` of them; with
+``--copies``, that share of the lines an earlier line's content under a task id of its
+own, which dedupe removes and the replay rule does not see) is run
 once by a child process that samples its own anonymous memory (``RssAnon``) every 2 ms,
 with the allocators set as the command line sets them, and reads each step of the global
 phase off the run's progress hooks. It prints, per step, the peak at each size and the
@@ -32,9 +35,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import orjson
 from harness import table, write_export
 
 #: bytes a row of the generated pairwise-v2 export (size 1), to size it in rows
@@ -121,9 +127,36 @@ class Measured:
     files: int
 
 
-def _measure(rows: int, near: bool, shard_mb: float, duplicates: float, tmp: Path) -> Measured:
+def copying(rate: float) -> Callable[[bytes, int], bytes] | None:
+    """A ``write_export`` transform that makes ``rate`` of the lines copies of the last
+    line it kept, each under its own task id: exact duplicates for dedupe, in runs of
+    ~1 / (1 - rate) rows, that no cross-record rule rejects (a retry repeats its task id)."""
+    if not rate:
+        return None
+    last: dict[str, Any] = {}
+
+    def transform(line: bytes, number: int) -> bytes:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return line  # a planted defect: the gate rejects it
+        if not isinstance(record, dict) or "task_id" not in record:
+            return line
+        if last and (number * 2654435761) % 1000 < rate * 1000:
+            return orjson.dumps({**last, "task_id": record["task_id"]})
+        last.clear()
+        last.update(record)
+        return line
+
+    return transform
+
+
+def _measure(
+    rows: int, near: bool, shard_mb: float, duplicates: float, copies: float, tmp: Path
+) -> Measured:
     export = tmp / f"export-{rows}.jsonl"
-    write_export(export, rows * ROW_BYTES / 1e6, size=1, duplicate_rate=duplicates)
+    megabytes = rows * ROW_BYTES / 1e6
+    write_export(export, megabytes, size=1, duplicate_rate=duplicates, transform=copying(copies))
     result = tmp / "result.json"
     command = [sys.executable, __file__, "--child", str(export), str(tmp / "out"), str(result)]
     options = ["--shard-mb", str(shard_mb), *(["--near"] if near else [])]
@@ -164,6 +197,12 @@ def main() -> None:
     parser.add_argument(
         "--duplicates", type=float, default=0.03, help="the rate of repeated lines (0.03)"
     )
+    parser.add_argument(
+        "--copies",
+        type=float,
+        default=0.0,
+        help="the share of lines that repeat an earlier line's content under their own task id",
+    )
     parser.add_argument("--tmp", type=Path, default=None, help="where the exports go")
     parser.add_argument(
         "--shard-mb", type=float, default=SHARD_MB, help="engine.shard_bytes, in MiB (default 64)"
@@ -176,6 +215,8 @@ def main() -> None:
         export, out, result = map(Path, args.child)
         child(export, out, args.near, args.shard_mb, result)
         return
+    if not 0 <= args.copies < 1:
+        parser.error("--copies: a share in [0, 1)")
     sizes = [int(n) for n in args.rows.split(",")]
     least = math.ceil(2 * args.shard_mb * MB / ROW_BYTES)
     if len(sizes) != 2 or not least <= sizes[0] < sizes[1]:
@@ -185,11 +226,14 @@ def main() -> None:
     load = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="driver-memory-", dir=args.tmp))
     try:
-        small, large = (_measure(n, args.near, args.shard_mb, args.duplicates, tmp) for n in sizes)
+        small, large = (
+            _measure(n, args.near, args.shard_mb, args.duplicates, args.copies, tmp) for n in sizes
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mode = "near+normalised" if args.near else "plain"
-    print(_report(small, large, f"{mode}, {args.duplicates:.0%} repeated lines"))
+    copied = f", {args.copies:.0%} copies" if args.copies else ""
+    print(_report(small, large, f"{mode}, {args.duplicates:.0%} repeated lines{copied}"))
     print(f"load average (1, 5, 15 min) before {load}, after {os.getloadavg()}")
 
 

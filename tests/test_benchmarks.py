@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import orjson
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,6 +241,39 @@ def test_near_keys_times_every_step_of_a_rows_keys() -> None:
     assert "MinHash minima (128 permutations)" in steps
     for line in lines[3:]:
         assert float(line.split()[-2]) >= 0  # µs a row
+
+
+def test_driver_memory_copies_make_dedupes_duplicates_not_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--copies``: that share of the lines repeat the content of the last line kept
+    before them, each under its own task id (exact duplicates, no retry); the planted
+    defects pass through as written."""
+    driver_memory = _benchmark("driver_memory", monkeypatch)
+    harness = _benchmark("harness", monkeypatch)
+    export = tmp_path / "export.jsonl"
+    harness.write_export(export, 0.5, size=1, transform=driver_memory.copying(0.5))
+    plain = tmp_path / "plain.jsonl"
+    harness.write_export(plain, 0.5, size=1)
+
+    def counted(path: Path) -> tuple[int, int, int]:
+        """The records, their repeated task ids and their repeated contents."""
+        ids, contents = [], []
+        for line in path.read_bytes().splitlines():
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # a planted defect
+            if isinstance(record, dict) and "task_id" in record:
+                ids.append(record.pop("task_id"))
+                contents.append(orjson.dumps(record))
+        return len(ids), len(ids) - len(set(ids)), len(contents) - len(set(contents))
+
+    records, retries, copies = counted(export)
+    _, plain_retries, plain_copies = counted(plain)
+    assert 0.4 < (copies - plain_copies) / records < 0.6
+    assert retries <= plain_retries  # a copy is no retry (it may replace one)
+    assert driver_memory.copying(0) is None
 
 
 def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:

@@ -179,11 +179,14 @@ class GlobalContext:
     on_stage: Callable[[str], None] = lambda name: None
 
     def write_artifact(
-        self, relative: str, table: pa.Table, kind: str | None = None
+        self, relative: str, table: pa.Table | Iterable[pa.Table], kind: str | None = None
     ) -> WrittenFile:
         """Write a whole-run Parquet table under the output directory (deterministically)
-        and list it in the manifest, e.g. ``write_artifact("dedupe/clusters.parquet", t)``."""
-        written = self.storage.write_table(table, relative, "artifact", kind, self.config)
+        and list it in the manifest, e.g. ``write_artifact("dedupe/clusters.parquet", t)``;
+        or its parts in turn, each made as the one before is written
+        (:meth:`RunStorage.write_tables`)."""
+        tables = [table] if isinstance(table, pa.Table) else table
+        written = self.storage.write_tables(tables, relative, "artifact", kind, self.config)
         self.artifacts.append(written)
         return written
 

@@ -13,7 +13,8 @@ can take part (:func:`~pipeline.dedupe.clusters.find_duplicates`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -40,6 +41,7 @@ from pipeline.dedupe.splits import SplitGroups, straddling_groups
 I64 = npt.NDArray[np.int64]
 
 __all__ = [
+    "ClusterTable",
     "DedupeOutcome",
     "Matches",
     "RemovedRows",
@@ -95,7 +97,7 @@ class DedupeOutcome:
     straddling-group reason); ``stats``: counts and parameters for the manifest."""
 
     removed: RemovedRows
-    clusters: pl.DataFrame
+    clusters: ClusterTable
     groups: SplitGroups
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -227,7 +229,7 @@ class Matches:
     found: Duplicates
     near: NearPairs | None
     removed: RemovedRows
-    clusters: pl.DataFrame
+    clusters: ClusterTable
     key: DedupeKey | None
     settings: DedupeSettings
 
@@ -318,8 +320,10 @@ def match_duplicates(
     found = find_duplicates(rank, exact, normalised, partition, near, split)
     del split
     lineage = row_keys.lineage if row_keys is not None else None
-    removed = _removed_rows(frame, found, splits, key, normalisation, params, lineage)
-    clusters = _clusters_frame(frame, found, splits, kind, lineage)
+    keepers = found.keepers()
+    kept = _kept_lineage(frame, keepers, lineage)
+    removed = _removed_rows(found, splits, key, normalisation, params, keepers, kept)
+    clusters = ClusterTable(found, splits, kind, kept)
     return Matches(found, near, removed, clusters, key, settings)
 
 
@@ -334,37 +338,40 @@ def group_texts(groups: I64, rank: I64) -> tuple[I64, I64]:
     return first, best
 
 
-def _lineage(
-    frame: pl.DataFrame, rows: npt.NDArray[np.int64], lineage: Callable[[I64], pl.DataFrame] | None
+def _kept_lineage(
+    frame: pl.DataFrame, keepers: I64, lineage: Callable[[I64], pl.DataFrame] | None
 ) -> pl.DataFrame:
-    """``_source``, ``_line`` and ``_record_sha256`` of the frame's ``rows``: read for
-    those rows only (``lineage``) when the frame does not hold them."""
+    """``_source``, ``_line`` and ``_record_sha256`` of the kept rows that have duplicates
+    (``keepers``, in cluster order), read once for the removed rows' pointers and the
+    cluster table, and for those rows only (``lineage``) when the frame does not hold
+    them. ``_source`` is held categorical (the inputs' paths, a few): read twice and as
+    text, the kept rows' lineage was ~190 bytes a cluster of the dedupe stage's peak."""
     if lineage is None:
-        return frame.select("_source", "_line", "_record_sha256")[rows]
-    return lineage(rows).select("_source", "_line", "_record_sha256")
+        named = frame.select("_source", "_line", "_record_sha256")[keepers]
+    else:
+        named = lineage(keepers).select("_source", "_line", "_record_sha256")
+    return named.with_columns(pl.col("_source").cast(pl.Categorical))
 
 
 def _removed_rows(
-    frame: pl.DataFrame,
     found: Duplicates,
     splits: pl.Series,
     key: DedupeKey | None,
     normalisation: Normalisation,
     params: LshParams,
-    lineage: Callable[[I64], pl.DataFrame] | None,
+    keepers: I64,
+    kept_lineage: pl.DataFrame,
 ) -> RemovedRows:
     """The removed rows' verdicts, built when asked for: what is held is the decision
     (:class:`~pipeline.dedupe.clusters.Duplicates`), the removed rows' places and the
-    lineage of each kept row that has duplicates, read once."""
+    lineage of each kept row that has duplicates (``keepers``: :func:`_kept_lineage`)."""
     removed = np.flatnonzero(found.removed)
-    targets = found.keepers()
-    target_lineage = _lineage(frame, targets, lineage)
     described = key.description if key is not None else "key"
 
     def build(lo: int, hi: int) -> pl.DataFrame:
         at = removed[lo:hi]
         kept = found.kept_at(at)
-        target = target_lineage[np.searchsorted(targets, kept)]
+        target = kept_lineage[np.searchsorted(keepers, kept)]
         return _verdicts(found, at, kept, target, splits, described, normalisation, params)
 
     return RemovedRows(found.rows[removed], build)
@@ -395,7 +402,7 @@ def _verdicts(
     ).with_columns(
         pl.col("_similarity_estimated", "_similarity_verified").fill_nan(None),
         _duplicate_of=pl.struct(
-            _source=target["_source"],
+            _source=target["_source"].cast(pl.String),
             _line=target["_line"].cast(pl.Int64),
             _record_sha256=target["_record_sha256"].cast(pl.String),
         ),
@@ -436,47 +443,83 @@ def _verdicts(
     ).drop("_match", "_kept_split")
 
 
-def _clusters_frame(
-    frame: pl.DataFrame,
-    found: Duplicates,
-    splits: pl.Series,
-    kind: str,
-    lineage: Callable[[I64], pl.DataFrame] | None,
-) -> pl.DataFrame:
+@dataclass(frozen=True)
+class ClusterTable:
     """One row per cluster: its kept row's lineage and split, its size, the rules that
-    removed its other rows and the splits of its rows. Only the kept rows' lineage is
-    read, and rules stay codes until each cluster's are collected: reading every member's
+    removed its other rows and the splits of its rows; made a range of clusters at a
+    time (:meth:`parts`) or whole (:meth:`frame`), the same rows either way.
+
+    Only the kept rows' lineage is read (``kept``, in cluster order: :func:`_kept_lineage`),
+    and rules stay codes until each cluster's are collected: reading every member's
     lineage and naming every member's rule took ~100 bytes a member (+206 MB on 3 M
     copies of 500 texts, the command's peak). Made from the representatives, each
     counting the rows it represents (which share its split, its rule and its cluster;
     a kept one's are removed by ``exact``): a frame of every member was ~30 bytes a
-    member."""
-    by_rep, count = found.by_rep, found.count
-    at = np.flatnonzero(by_rep.cluster >= 0)
+    member. Made whole, the table was ~175 bytes a cluster of the dedupe stage's peak
+    (233,557 clusters of 1 M rows, half of them copies)."""
+
+    found: Duplicates
+    splits: pl.Series
+    kind: str
+    kept: pl.DataFrame
+
+    @property
+    def height(self) -> int:
+        return self.kept.height
+
+    def frame(self) -> pl.DataFrame:
+        """Every cluster's row, in cluster order."""
+        return _clusters_frame(self, self._members(), 0, self.height)
+
+    def parts(self, clusters: int) -> Iterator[pl.DataFrame]:
+        """The rows of ``clusters`` clusters at a time, in cluster order; one part (of
+        none) where there is no cluster."""
+        members = self._members()
+        if self.height <= clusters:
+            yield _clusters_frame(self, members, 0, self.height)
+            return
+        cluster = self.found.by_rep.cluster[members]
+        by_cluster = np.argsort(cluster, kind="stable")
+        starts = np.arange(0, self.height, clusters)
+        bounds = np.searchsorted(cluster[by_cluster], [*starts, self.height])
+        for lo, (first, last) in zip(starts, itertools.pairwise(bounds), strict=True):
+            part = members[by_cluster[first:last]]
+            yield _clusters_frame(self, part, int(lo), min(int(lo) + clusters, self.height))
+
+    def _members(self) -> I64:
+        """The representatives in a cluster, ascending."""
+        return np.flatnonzero(self.found.by_rep.cluster >= 0)
+
+
+def _clusters_frame(table: ClusterTable, at: I64, lo: int, hi: int) -> pl.DataFrame:
+    """The rows of clusters ``lo`` to ``hi``, made from the representatives ``at`` that
+    are in them: each cluster's kept one comes in cluster order, the order of ``kept``'s
+    rows (the others' order changes nothing: they are counted and collected)."""
+    by_rep, count = table.found.by_rep, table.found.count
     is_kept = by_rep.kept[at] < 0
     keeps = at[is_kept & (count[at] > 1)]  # and removes the rows it represents
     rows = np.concatenate([by_rep.rows[at], by_rep.rows[keeps]])
-    table = pl.DataFrame(
+    members = pl.DataFrame(
         {
             "cluster": np.concatenate([by_rep.cluster[at], by_rep.cluster[keeps]]),
             "kept": np.concatenate([is_kept, np.zeros(len(keeps), np.bool_)]),
             "rule": np.concatenate([by_rep.rule[at], np.full(len(keeps), EXACT, np.int8)]),
             "rows": np.concatenate([np.where(is_kept, 1, count[at]), count[keeps] - 1]),
-            "split": splits.gather(rows) if len(rows) else pl.Series([], dtype=pl.String),
+            "split": table.splits.gather(rows) if len(rows) else pl.Series([], dtype=pl.String),
         }
     )
-    named = _lineage(frame, by_rep.rows[at[is_kept]], lineage)
-    kept = table.filter("kept").select(
+    named = table.kept.slice(lo, hi - lo)
+    kept = members.filter("kept").select(
         "cluster",
         kept=pl.struct(
-            source=named["_source"],
+            source=named["_source"].cast(pl.String),
             line=named["_line"].cast(pl.Int64),
             record_sha256=named["_record_sha256"].cast(pl.String),
         ),
         kept_split="split",
     )
     names = dict(enumerate(RULES))
-    summary = table.group_by("cluster").agg(
+    summary = members.group_by("cluster").agg(
         size=pl.col("rows").sum().cast(pl.Int64),
         rules=pl.col("rule")
         .filter(~pl.col("kept"))
@@ -490,7 +533,7 @@ def _clusters_frame(
         .sort("cluster")
         .select(
             "cluster",
-            kind=pl.lit(kind),
+            kind=pl.lit(table.kind),
             size="size",
             kept="kept",
             kept_split="kept_split",

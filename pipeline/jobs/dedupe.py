@@ -846,7 +846,7 @@ def _dedupe(
             "counts": {"rows": rows, "kept": kept, "duplicates": duplicates},
             "dedupe": outcome.stats,
         }
-        outcome.clusters.write_parquet(tmp / "clusters.parquet")
+        outcome.clusters.frame().write_parquet(tmp / "clusters.parquet")
         outcome.groups.table().write_parquet(tmp / "split_groups.parquet")
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return DatasetResult(claim.out, summary)

@@ -32,7 +32,7 @@ from pipeline.engines import Progress, Step
 from pipeline.gate.gate import GATE_FIELDS, REJECTED_FIELDS
 from pipeline.gate.reader import Shard, fetch_lines
 from pipeline.records.lineage import LINEAGE_FIELDS, LINEAGE_NAMES
-from pipeline.storage import RunStorage, WrittenFile
+from pipeline.storage import ROW_GROUP_ROWS, RunStorage, WrittenFile
 
 __all__ = [
     "DISPOSITION_DIRS",
@@ -239,12 +239,6 @@ def _withhold_raw(
     return kept, reasons
 
 
-#: Rows per Parquet row group. Parts are cut into row groups by row count alone, and
-#: each row group is written as one Arrow chunk (:meth:`_Parts._flush`), so the files
-#: depend on the shards, never on the batch size or the worker count.
-ROW_GROUP_ROWS: Final = 4096
-
-
 @dataclass
 class _Part:
     writer: pq.ParquetWriter
@@ -271,7 +265,10 @@ def _one_chunk(group: pa.Table) -> pa.Table:
 
 class _Parts:
     """The Parquet parts of one shard, written as staged batches arrive, in row groups
-    of :data:`ROW_GROUP_ROWS` rows, each part opened on its first row.
+    of :data:`~pipeline.storage.ROW_GROUP_ROWS` rows, each part opened on its first row.
+    Parts are cut into row groups by row count alone, and each row group is written as
+    one Arrow chunk (:meth:`_flush`), so the files depend on the shards, never on the
+    batch size or the worker count.
 
     The write phase holds a row group's worth of rows per part, not the whole shard (the
     rows the global phase rejects are the exception: they are gathered per shard, to be

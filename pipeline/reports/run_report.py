@@ -31,6 +31,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline.reports import html, svg
+from pipeline.storage import ROW_GROUP_ROWS
 
 if TYPE_CHECKING:
     from polars._typing import PolarsDataType
@@ -429,13 +430,14 @@ def _scores(out: Path, outputs: list[dict[str, Any]]) -> str:
 
 def _largest(path: Path, columns: list[pl.Expr], size: str) -> pl.DataFrame:
     """The :data:`TOP_CLUSTERS` rows of a Parquet table with the largest ``size`` (ties
-    in file order), as ``columns`` show them: read a batch at a time, keeping the largest
-    so far (sorting the table whole held the shown columns of every cluster, a row per
-    cluster). The kept rows come before a batch's and the sort is stable, so the rows
+    in file order), as ``columns`` show them: read a row group at a time, keeping the
+    largest so far (sorting the table whole held the shown columns of every cluster, a row
+    per cluster; pyarrow's batches of 65,536 rows held +41 MB on 233,557 clusters, a row
+    group's +16 MB). The kept rows come before a batch's and the sort is stable, so the rows
     kept are those of the whole table's sort."""
     roots = sorted({root for expr in columns for root in expr.meta.root_names()})
     kept = None
-    for batch in pq.ParquetFile(path).iter_batches(columns=roots):
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=ROW_GROUP_ROWS, columns=roots):
         part = cast(pl.DataFrame, pl.from_arrow(batch)).select(columns)
         joined = part if kept is None else pl.concat([kept, part])
         kept = joined.sort(size, descending=True, maintain_order=True).head(TOP_CLUSTERS)
@@ -451,7 +453,7 @@ def _column_histogram(path: Path, column: str, name: str) -> svg.Binned | None:
     many as half the rows of a run."""
 
     def batches() -> Iterator[npt.NDArray[np.float64]]:
-        for batch in pq.ParquetFile(path).iter_batches(columns=[column]):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=ROW_GROUP_ROWS, columns=[column]):
             values = cast(pl.DataFrame, pl.from_arrow(batch))[column].drop_nulls()
             yield values.cast(pl.Float64).to_numpy()
 

@@ -12,10 +12,18 @@ from __future__ import annotations
 
 from pipeline.storage.run_storage import (
     REJECTED_STEM,
+    ROW_GROUP_ROWS,
     STAGING_DIR,
     RunStorage,
     WrittenFile,
     writer_options,
 )
 
-__all__ = ["REJECTED_STEM", "STAGING_DIR", "RunStorage", "WrittenFile", "writer_options"]
+__all__ = [
+    "REJECTED_STEM",
+    "ROW_GROUP_ROWS",
+    "STAGING_DIR",
+    "RunStorage",
+    "WrittenFile",
+    "writer_options",
+]

@@ -10,7 +10,7 @@ builds a path under the output root.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -25,7 +25,14 @@ from pipeline.records.lineage import file_sha256
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["REJECTED_STEM", "STAGING_DIR", "RunStorage", "WrittenFile", "writer_options"]
+__all__ = [
+    "REJECTED_STEM",
+    "ROW_GROUP_ROWS",
+    "STAGING_DIR",
+    "RunStorage",
+    "WrittenFile",
+    "writer_options",
+]
 
 #: The staging area's directory under the output root; removed before OUT is published.
 STAGING_DIR: Final = "_staging"
@@ -36,6 +43,11 @@ REJECTED_STEM: Final = "rejected"
 ROW_KEYS_SUFFIX: Final = ".row-keys"
 #: the staged stem's suffix of a shard's global decisions of a kind
 DECISIONS_SUFFIX: Final = ".decisions"
+#: Rows per Parquet row group of a published file: the writer's parts
+#: (:mod:`pipeline.output.writer`) and the whole-run artifacts. A reader of one then
+#: holds a row group, not the whole table (a dedupe cluster table has a row per cluster:
+#: as many as half the rows of a run).
+ROW_GROUP_ROWS: Final = 4096
 
 
 @dataclass(frozen=True)
@@ -248,10 +260,35 @@ class RunStorage:
         kind: str | None,
         config: CampaignConfig,
     ) -> WrittenFile:
-        """Write one Parquet file with the campaign's settings; return its manifest entry."""
+        """Write one Parquet file with the campaign's settings, in row groups of
+        :data:`ROW_GROUP_ROWS` rows; return its manifest entry."""
+        return self.write_tables([table], relative, disposition, kind, config)
+
+    def write_tables(
+        self,
+        tables: Iterable[pa.Table],
+        relative: str,
+        disposition: str,
+        kind: str | None,
+        config: CampaignConfig,
+    ) -> WrittenFile:
+        """Write one Parquet file of ``tables`` (at least one, each of the first's schema)
+        in turn, as :meth:`write_table` writes one: a table made a part at a time is
+        never whole in memory, and one part is :meth:`write_table`'s bytes."""
         path = self._published(relative)
-        pq.write_table(table, str(path), **writer_options(config))
-        return self.written(relative, disposition, kind, table.num_rows)
+        rows, writer = 0, None
+        try:
+            for table in tables:
+                if writer is None:
+                    writer = pq.ParquetWriter(str(path), table.schema, **writer_options(config))
+                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+                rows += table.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            raise ValueError(f"{relative}: no table to write")
+        return self.written(relative, disposition, kind, rows)
 
     def parquet_writer(
         self, relative: str, schema: pa.Schema, config: CampaignConfig

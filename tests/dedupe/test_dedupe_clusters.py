@@ -16,7 +16,7 @@ from pipeline.core.config import ConfigError
 from pipeline.dedupe.clusters import RULES, Decided, Duplicates, decide
 from pipeline.dedupe.clusters import find_duplicates as find_among_participants
 from pipeline.dedupe.minhash import NearPairs
-from pipeline.dedupe.table import _clusters_frame, survivor_rank
+from pipeline.dedupe.table import ClusterTable, _kept_lineage, survivor_rank
 
 
 def _ids(*values: int) -> np.ndarray:
@@ -216,8 +216,8 @@ def test_the_cluster_table_has_one_schema_with_or_without_clusters() -> None:
     alone = dedupe_table(distinct, key, settings, "k")
     assert copies.clusters.height == 1
     assert alone.clusters.height == 0
-    assert alone.clusters.schema == copies.clusters.schema
-    assert copies.clusters["rules"].to_list() == [["exact"]]
+    assert alone.clusters.frame().schema == copies.clusters.frame().schema
+    assert copies.clusters.frame()["rules"].to_list() == [["exact"]]
 
 
 def test_a_cluster_names_its_kept_row_and_the_rules_that_removed_the_others() -> None:
@@ -247,7 +247,7 @@ def test_a_cluster_names_its_kept_row_and_the_rules_that_removed_the_others() ->
     )
     settings = DedupeSettings(normalised=True, near=True, threshold=0.7)
     outcome = dedupe_table(frame, get_kind("pairwise-v2").dedupe_key(), settings, "k")
-    first, second = outcome.clusters.to_dicts()
+    first, second = outcome.clusters.frame().to_dicts()
     assert first["kept"] == {"source": "in-0.jsonl", "line": 10, "record_sha256": "r0"}
     assert (first["size"], first["rules"]) == (2, ["exact"])
     assert second["kept"] == {"source": "in-1.jsonl", "line": 11, "record_sha256": "r1"}
@@ -366,10 +366,14 @@ def test_clusters_and_counts_from_representatives_are_every_rows(
     )
     ours = find_among_participants(rank, exact, normalised, partition, near, split)
     every = decide(rank, exact, normalised, partition, near)
-    assert_frame_equal(
-        _clusters_frame(frame, ours, splits, "k", None),
-        _clusters_of_every_row(frame, every, splits, "k"),
-    )
+    table = ClusterTable(ours, splits, "k", _kept_lineage(frame, ours.keepers(), None))
+    whole = table.frame()
+    assert_frame_equal(whole, _clusters_of_every_row(frame, every, splits, "k"))
+    # made a few clusters at a time (as a run writes it), the same rows
+    for clusters in (1, 2, 3):
+        parts = list(table.parts(clusters))
+        assert len(parts) == max(1, -(-whole.height // clusters))
+        assert_frame_equal(pl.concat(parts), whole)
     removed = every.rule[every.removed]
     assert ours.removed_by_rule().tolist() == [int((removed == c).sum()) for c in range(len(RULES))]
     assert ours.keepers().tolist() == sorted(set(every.kept[every.removed].tolist()))

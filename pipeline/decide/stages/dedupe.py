@@ -151,7 +151,8 @@ class Dedupe:
             if several:  # a task (or group) of rows matched or not may straddle
                 everyone = _straddling_candidates(ctx, kind, rows, accepted, fields)
         outcome = matches.complete(everyone, fields, accepted.height)
-        ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", outcome.clusters.to_arrow(), kind)
+        clusters = (part.to_arrow() for part in outcome.clusters.parts(PART_ROWS))
+        ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", clusters, kind)
         ctx.write_artifact(
             f"dedupe/split_groups/{kind}.parquet",
             outcome.groups.table().to_arrow(),
