@@ -29,17 +29,32 @@ class KeyField:
     """One component of a duplicate key.
 
     ``expr`` evaluates to a string, or to a list of strings when ``unordered`` (compared
-    as a multiset, sorted after normalisation). ``prose`` fields are normalised;
-    identifiers (document ids, tool names) are not. An ``exact`` field is compared
-    exactly by every rule, near included: it is not shingled, and near duplicates share
-    it (``rowgate dedupe --key``; :func:`text_columns`).
+    as a multiset, sorted after normalisation) or ``ordered`` (compared element by
+    element, in order: a conversation's turns, a derivation's steps). A list's elements
+    are normalised one by one and length-prefixed in the key, so where one element ends
+    is part of the key: joined into one text first, the steps ``["x = 1", "y = 2"]`` and
+    ``["x = 1\ny = 2"]`` had one key, and a row was removed as a normalised duplicate of
+    a different one. ``prose`` fields are normalised; identifiers (document ids, tool
+    names) are not. An ``exact`` field is compared exactly by every rule, near included:
+    it is not shingled, and near duplicates share it (``rowgate dedupe --key``;
+    :func:`text_columns`).
     """
 
     name: str
     expr: pl.Expr
     prose: bool = True
     unordered: bool = False
+    ordered: bool = False
     exact: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ordered and self.unordered:
+            raise ValueError(f"key field {self.name!r}: a list is ordered or unordered")
+
+    @property
+    def listed(self) -> bool:
+        """Whether ``expr`` is a list of strings (ordered or not)."""
+        return self.ordered or self.unordered
 
 
 @dataclass(frozen=True)
@@ -70,9 +85,10 @@ def _normalised_parts(key: DedupeKey, normalisation: Normalisation | None) -> li
     parts = []
     for f in key.fields:
         norm = normalisation if (normalisation is not None and f.prose) else None
-        if f.unordered:
+        if f.listed:
             inner = pl.element() if norm is None else norm.text(pl.element())
-            parts.append(f.expr.list.eval(inner).list.sort())
+            part = f.expr.list.eval(inner)
+            parts.append(part.list.sort() if f.unordered else part)
         else:
             parts.append(f.expr if norm is None else norm.text(f.expr))
     return parts
@@ -104,7 +120,7 @@ def key_columns(
         parts = _normalised_parts(key, normalisation)
     encoded = []
     for f, part in zip(key.fields, parts, strict=True):
-        if f.unordered:
+        if f.listed:
             part = part.list.eval(_prefixed(pl.element())).list.join("")
         encoded.append(_prefixed(part))
     whole = pl.concat_str(encoded, separator="")
@@ -129,7 +145,8 @@ def text_columns(
     name: str = "_text",
     parts: Sequence[pl.Expr] | None = None,
 ) -> pl.Expr:
-    """The key's fields as one normalised text (lists in sorted order), for shingling;
+    """The key's fields as one normalised text (a list's elements a line each, an
+    unordered one's sorted), for shingling;
     ``parts``: the fields as already normalised (:func:`normalised_parts`).
 
     The ``exact`` fields are not in the text: every token of it is suffixed with a hash
@@ -140,7 +157,7 @@ def text_columns(
     if parts is None:
         parts = _normalised_parts(key, normalisation)
     texts: Sequence[pl.Expr] = [
-        (part.list.join("\n") if f.unordered else part).fill_null("")
+        (part.list.join("\n") if f.listed else part).fill_null("")
         for f, part in zip(key.fields, parts, strict=True)
         if not f.exact
     ]

@@ -48,7 +48,7 @@ class AgentTrace(RecordKind):
             ("prompt", "steps"),
             (
                 KeyField("prompt", pl.col("prompt")),
-                KeyField("calls", pl.col("steps").list.eval(call).list.join("\n")),
+                KeyField("calls", pl.col("steps").list.eval(call), ordered=True),
             ),
         )
 

@@ -41,7 +41,7 @@ class MathReasoning(RecordKind):
             ("problem", "derivation", "final_answer"),
             (
                 KeyField("problem", pl.col("problem")),
-                KeyField("derivation", pl.col("derivation").list.join("\n")),
+                KeyField("derivation", pl.col("derivation"), ordered=True),
                 KeyField("answer", pl.col("final_answer")),
             ),
         )

@@ -95,7 +95,7 @@ class Pairwise(RecordKind):
             "conversation + unordered pair of responses",
             ("messages", "response_a", "response_b"),
             (
-                KeyField("conversation", pl.col("messages").list.eval(turn).list.join("\n")),
+                KeyField("conversation", pl.col("messages").list.eval(turn), ordered=True),
                 KeyField("responses", pl.concat_list("response_a", "response_b"), unordered=True),
             ),
         )

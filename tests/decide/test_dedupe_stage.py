@@ -634,3 +634,31 @@ def test_any_accepted_reads_each_shard_against_its_own_rows() -> None:
     assert not dedupe._any_accepted(ctx, KIND, pl.DataFrame(), accepting, pl.lit(True))
     accepting[4] = True
     assert dedupe._any_accepted(ctx, KIND, pl.DataFrame(), accepting, pl.lit(True))
+
+
+@pytest.mark.parametrize("path", ["gate's row keys", "reference"])
+def test_a_step_split_in_two_is_not_a_normalised_duplicate(
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two derivations whose steps, joined by a newline, are one text (``x = 1``,
+    ``y = 2`` against ``x = 1⏎y = 2``) are different records: the normalised rule keeps
+    both (it removed the second), on the gate's row keys and on the reference path.
+    The near rule, which compares their words, finds them alike."""
+    import random
+
+    from pipeline.testing.synthetic import make_record
+
+    record = make_record("math-reasoning-v1", random.Random(3), 1)
+    record["derivation"] = ["x = 1", "y = 2", *record["derivation"]]
+    merged = dict(record, task_id="merged", derivation=["x = 1\ny = 2", *record["derivation"][2:]])
+    source = tmp_path / "steps.jsonl"
+    source.write_bytes(orjson.dumps(record) + b"\n" + orjson.dumps(merged) + b"\n")
+    if path == "reference":
+        monkeypatch.setattr(GlobalContext, "has_row_keys", lambda ctx, kind: False)
+    spec = InputSpec(str(source), kind="math-reasoning-v1")
+    config = CampaignConfig(inputs=(spec,)).override(**{"dedupe.normalised": True})
+    counts = run(config, tmp_path / "normalised").manifest["counts"]["by_disposition"]
+    assert counts == {"accepted": 2}
+    near = config.override(**{"dedupe.near": True, "dedupe.threshold": 0.9})
+    rules = run(near, tmp_path / "near").manifest["global"]["dedupe"]["math-reasoning-v1"]
+    assert rules["by_rule"]["near"] == 1

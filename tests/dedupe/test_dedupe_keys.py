@@ -8,6 +8,7 @@ import sys
 import unicodedata
 from collections.abc import Callable
 
+import orjson
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -68,6 +69,58 @@ def test_key_components_are_length_prefixed() -> None:
     frame = pl.DataFrame({"a": ["ab", "a"], "b": ["c", "bc"]})
     keys = frame.select(key_columns(key, None)).to_series().to_list()
     assert keys[0] != keys[1]
+
+
+def _regrouped(kind: str, record: dict) -> dict:
+    """``record`` with its list field's first two elements merged into one, joined by a
+    newline (a conversation's first two turns, a derivation's first two steps, a trace's
+    first two calls): the same text, another structure."""
+    merged = copy.deepcopy(record)
+    if kind == "pairwise-v2":
+        first, second = merged["messages"][:2]
+        first["content"] += f"\n{second['role']}: {second['content']}"
+        del merged["messages"][1]
+    elif kind == "math-reasoning-v1":
+        merged["derivation"][:2] = ["\n".join(merged["derivation"][:2])]
+    else:
+        first, second = merged["steps"][:2]
+        arguments = first["arguments"]
+        first["tool"] += f" {orjson.dumps(arguments).decode()}\n{second['tool']}"
+        first["arguments"] = second["arguments"]
+        del merged["steps"][1]
+    return merged
+
+
+@pytest.mark.parametrize("kind", ["pairwise-v2", "math-reasoning-v1", "agent-trace-v1"])
+def test_where_a_list_element_ends_is_part_of_the_key(kind: str) -> None:
+    """Two turns, steps or calls are not one that holds both texts on two lines: the
+    elements of an ordered list are length-prefixed in the key, raw or normalised, with
+    every fold off too. The near rule's text (its words) is the same for both."""
+    rng = random.Random(9)
+    record = make_record(kind, rng, 1)
+    field = {"pairwise-v2": "messages", "math-reasoning-v1": "derivation"}.get(kind, "steps")
+    while len(record[field]) < 2:
+        record = make_record(kind, rng, 1)
+    if kind == "pairwise-v2":  # turns alternate: the first two are the user's, then a reply
+        record["messages"][:2] = [
+            {"role": "user", "content": "What does merge_rows do?"},
+            {"role": "assistant", "content": "It merges rows."},
+        ]
+    merged = _regrouped(kind, record)
+    every_fold_off = Normalisation(nfc=False, fold_whitespace=False, fold_case=False)
+    for normalisation in (None, Normalisation(), every_fold_off):
+        keys = _keys(kind, [record, merged], normalisation)
+        assert keys[0] != keys[1], normalisation
+    key = get_kind(kind).dedupe_key()
+    assert key is not None
+    texts = kind_frame(kind, [record, merged]).select(text_columns(key, Normalisation()))
+    words = texts.to_series().str.extract_all(r"\w+").to_list()
+    assert words[0] == words[1]
+
+
+def test_a_list_is_ordered_or_unordered() -> None:
+    with pytest.raises(ValueError, match="ordered or unordered"):
+        KeyField("x", pl.col("x"), ordered=True, unordered=True)
 
 
 def test_grounded_qa_key_is_question_and_citation_set() -> None:
