@@ -217,9 +217,9 @@ class EngineSettings:
         3, 0, 100, "a task that kills its worker 100 times will not succeed the 101st"
     )
     #: Partitions of each of the global phase's partitioned steps (near-dedupe candidates,
-    #: the hash-first checks); unset: each step's own, from its size
-    #: (:func:`pipeline.dedupe.partitions.partitions_for`). Outputs are the same for any
-    #: count.
+    #: the hash-first checks), each step taking no more than its entries; unset: each
+    #: step's own, from its size (:func:`pipeline.dedupe.partitions.partitions_for`).
+    #: Outputs are the same for any count.
     partitions: int | None = bounded(
         None,
         1,

@@ -324,8 +324,9 @@ def task_lines(task: ShardTask) -> pl.Series:
 
 def partition_count(rows: int, hashes: int, workers: int, shards: int, given: int | None) -> int:
     """A check's partitions: :func:`~pipeline.dedupe.partitions.partitions_for` its
-    entries, ``rows`` × a line and ``hashes`` hashes (8 bytes each)."""
-    return partitions_for(rows * 8 * (1 + hashes), workers, shards, given)
+    entries, ``rows`` × a line and ``hashes`` hashes (8 bytes each), no more than its
+    rows."""
+    return partitions_for(rows * 8 * (1 + hashes), workers, shards, given, rows)
 
 
 def _init(check: HashCheck) -> HashCheck:

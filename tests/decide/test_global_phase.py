@@ -982,3 +982,14 @@ def test_the_state_is_every_staged_row_with_its_keys_mapped_from_the_staging_are
         assert mapped
         assert all(mapped)
     assert len(dispositions) > 1  # the gate's, held beside the keys
+
+
+def test_a_checks_partitions_are_at_most_its_rows() -> None:
+    """A count given is taken up to the rows a check reads: a partition past them holds
+    nothing (65,536 on 10 rows in 5 shards took 168 s against 1.4 s with 8)."""
+    from pipeline.decide.partitioned import partition_count
+
+    assert partition_count(10, 1, 2, 5, 65536) == 10
+    assert partition_count(10, 1, 2, 5, 7) == 7
+    assert partition_count(0, 1, 2, 5, 64) == 1
+    assert partition_count(10, 1, 2, 5, None) == 2  # unset: a multiple of the workers

@@ -182,11 +182,25 @@ _SPACES = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u202
 )
 def test_whitespace_folding_is_every_run_to_one_space(texts: list[str]) -> None:
     """Whitespace folding skips lone spaces (most of a text's whitespace) instead of
-    replacing each with itself: the same strings as folding every ``\\s+`` run."""
+    replacing each with itself: the same strings as Python's ``" ".join(t.split())``,
+    the kinds' rules' folding (``\\x1c`` to ``\\x1f`` included, which the regex
+    engine's ``\\s`` is not)."""
     frame = pl.DataFrame({"t": texts}, schema={"t": pl.String})
     folded = frame.select(Normalisation(False, True, False).text(pl.col("t"))).to_series()
-    every_run = frame.select(pl.col("t").str.replace_all(r"\s+", " ").str.strip_chars(" "))
-    assert folded.to_list() == every_run.to_series().to_list()
+    assert folded.to_list() == [" ".join(t.split()) for t in texts]
+
+
+def test_every_character_python_splits_at_is_folded() -> None:
+    """Each character ``str.isspace`` accepts, and no other, folds to a space between
+    two letters, as the rules' folding sees it (:func:`pipeline.kinds.rules.folded`)."""
+    from pipeline.kinds.rules import folded as rules_folded
+
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    frame = pl.DataFrame({"t": [f"a{c}b" for c in chars]})
+    folded = frame.select(Normalisation(False, True, False).text(pl.col("t"))).to_series()
+    spaced = [c for c, text in zip(chars, folded.to_list(), strict=True) if text == "a b"]
+    assert spaced == [c for c in chars if c.isspace()]
+    assert all(rules_folded(f"a{c}b") == "a b" for c in spaced)
 
 
 @settings(max_examples=300)

@@ -391,6 +391,9 @@ def test_partitions_are_a_multiple_of_the_workers_of_at_most_their_bytes() -> No
             fewer = count - workers
             assert fewer == 0 or texts * PARAMS.bands * _ENTRY_BYTES / fewer > PARTITION_BYTES
     assert partition_count(10, PARAMS, 2, 100, 7) == 7
+    # a count given is taken up to the texts: more hold a few entries each, or none
+    assert partition_count(30, PARAMS, 2, 100, 65536) == 30
+    assert partition_count(0, PARAMS, 2, 100, 65536) == 1
     # no more workers at once than shards: one shard of few texts is one partition
     assert partition_count(10, PARAMS, 6, 1, None) == 1
     assert partition_count(10, PARAMS, 6, 4, None) == 4
