@@ -75,7 +75,7 @@ from pipeline.jobs.dataset_keys import (
     split_group_rows,
     staged_keys,
 )
-from pipeline.kinds import KINDS, UnknownKindError, get_kind
+from pipeline.kinds import KINDS, UnknownKindError, check_kind_names, get_kind
 from pipeline.output.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from pipeline.output.outdir import OutputClaim, claim_output, output_format
 from pipeline.output.remote import RemoteClaim, RemoteOut
@@ -86,6 +86,9 @@ __all__ = ["DEDUPE_FORMAT", "DatasetInput", "DatasetResult", "dedupe_dataset"]
 
 #: ``summary.json``'s format: it also proves that rowgate wrote OUT (:mod:`pipeline.output.outdir`)
 DEDUPE_FORMAT: Final = "rowgate-dedupe/1"
+#: The name the ``--text``/``--key`` columns' key goes by where a config table is keyed
+#: by record kind (``[dedupe.split_groups] columns = ["meta"]``), and in the summary
+COLUMNS: Final = "columns"
 
 #: the rows a dedupe's OUT kept (what it stands for as a dataset)
 _KEPT: Final = "kept.parquet"
@@ -200,7 +203,7 @@ def _resolve_key(
 ) -> tuple[str, DedupeKey | None, bool]:
     """(kind name, key, whether ``_content_sha256`` may serve as the exact key)."""
     if text or keys:
-        return kind or "columns", resolved_key(kind, text, keys), False
+        return kind or COLUMNS, resolved_key(kind, text, keys), False
     if kind is None:
         found = {
             value
@@ -772,6 +775,8 @@ def dedupe_dataset(
     """Dedupe Parquet ``inputs`` into ``out`` (see the module docstring); ``engine``:
     where the row keys are computed (default: the local engine, a worker per core)."""
     settings.validate("dedupe")
+    check_kind_names(settings.survivor_by_kind, "dedupe.survivor_by_kind", (COLUMNS,))
+    check_kind_names(settings.split_groups, "dedupe.split_groups", (COLUMNS,))
     if not inputs:
         raise ConfigError("dedupe: no inputs")
     files = _expand(inputs)

@@ -39,7 +39,7 @@ from pipeline.gate.reader import (
     refuse_same_files,
 )
 from pipeline.gate.staging import GateTask, ShardSummary, gate_step
-from pipeline.kinds import KINDS, UnknownKindError
+from pipeline.kinds import KINDS, UnknownKindError, check_kind_names
 from pipeline.output.manifest import (
     MANIFEST_FORMAT,
     config_hex,
@@ -258,6 +258,8 @@ def _preflight(config: CampaignConfig) -> Gate:
         )
     if unknown:
         raise ConfigError(f"rules.disabled: unknown rule code {unknown[0]!r}")
+    check_kind_names(config.dedupe.survivor_by_kind, "dedupe.survivor_by_kind")
+    check_kind_names(config.dedupe.split_groups, "dedupe.split_groups")
     given = config.schemas.directory
     if given and not (directory := config.resolve_path(given)).is_dir():
         raise ConfigError(f"schemas.directory: {directory}: no such directory")

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, Final, TypeGuard
 
 from pipeline.core.reasons import Spec
@@ -444,17 +445,43 @@ def acyclic_dependencies(record: dict[str, Any], ctx: RuleContext) -> Iterator[F
         )
 
 
-def _instant(text: str) -> datetime | None:
+#: The schema's form of a time (RFC 3339 with an offset, up to nine fractional digits).
+_TIME: Final = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?"
+    r"(?:Z|([+-])([0-9]{2}):([0-9]{2}))"
+)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _instant(text: str) -> tuple[int, int, int] | None:
+    """A time as an instant that compares exactly: its UTC second since the epoch, 1 for
+    a leap second (``23:59:60``, after ``:59`` and before the next minute, as RFC 3339
+    allows), and its nanoseconds; ``None`` for no calendar instant (month 13). Read with
+    ``datetime.fromisoformat``, the digits past the sixth were dropped (``…00.0000009Z``
+    and ``…00.0000001Z`` were one instant) and a leap second was refused."""
+    found = _TIME.fullmatch(text)
+    if found is None:
+        return None
+    year, month, day, hour, minute, second, digits, sign, off_h, off_m = found.groups()
+    leap = int(second) == 60
+    if int(off_m or 0) > 59:
+        return None
     try:
-        return datetime.fromisoformat(text)
+        offset = timedelta(hours=int(off_h or 0), minutes=int(off_m or 0))
+        zone = timezone(-offset if sign == "-" else offset)
+        stamp = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), 59 if leap else int(second),
+            tzinfo=zone,
+        )  # fmt: skip
     except ValueError:
         return None
+    return (stamp - _EPOCH) // timedelta(seconds=1), int(leap), int((digits or "").ljust(9, "0"))
 
 
 @record_rule(
     KIND,
     "human_response_before_final",
-    meaning="a final decision is made while the human answer is pending, or before it (instants compared with their offsets)",
+    meaning="a final decision is made while the human answer is pending, or before it (instants compared with their offsets, to the nanosecond; a leap second is an instant)",
     spec=Spec.AUTOQA,
 )
 def human_response_before_final(record: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
+from pipeline.core.config import ConfigError, did_you_mean
 from pipeline.core.errors import EXIT_INPUT, RowgateError
 from pipeline.core.reasons import SCHEMA_UNSUPPORTED_VERSION, RejectLine
 
@@ -12,7 +13,15 @@ if TYPE_CHECKING:  # polars stays out of the gate workers, which import every ki
     from pipeline.dedupe.keys import DedupeKey
     from pipeline.records.lineage import ContentFingerprint
 
-__all__ = ["KINDS", "VERSION_FIELDS", "RecordKind", "get_kind", "register_kind", "route"]
+__all__ = [
+    "KINDS",
+    "VERSION_FIELDS",
+    "RecordKind",
+    "check_kind_names",
+    "get_kind",
+    "register_kind",
+    "route",
+]
 
 #: Fields a record may use to name its own version, in the order routing consults them
 #: (``schemaVersion``: the AutoQA evaluation contract's camel-case documents).
@@ -26,6 +35,20 @@ class UnknownKindError(RowgateError, KeyError):
 
     def __str__(self) -> str:
         return f"unknown record kind {self.args[0]!r}; known kinds: {', '.join(sorted(KINDS))}"
+
+
+def check_kind_names(names: Iterable[str], path: str, also: Sequence[str] = ()) -> None:
+    """Refuse a config table keyed by record kind (``path``) whose key names none (nor
+    one of ``also``): its setting would apply to no row, silently
+    (``dedupe.survivor_by_kind`` with ``math-reasoning`` kept the first row where
+    ``max:`` was meant)."""
+    known = [*sorted(KINDS), *also]
+    for name in names:
+        if name not in known:
+            raise ConfigError(
+                f"{path}.{name}: unknown record kind{did_you_mean(name, known)} "
+                f"(known: {', '.join(known)})"
+            )
 
 
 class RecordKind:

@@ -87,3 +87,35 @@ def test_split_options() -> None:
     assert InputSpec.labelled("train=x=y.jsonl").path == "x=y.jsonl"
     with pytest.raises(ConfigError, match="expected SPLIT=PATH"):
         InputSpec.labelled("b.jsonl")
+
+
+@pytest.mark.parametrize("table", ["survivor_by_kind", "split_groups"])
+@pytest.mark.parametrize("command", ["run", "dedupe"])
+def test_a_kind_table_naming_no_kind_is_refused(table: str, command: str, tmp_path: Path) -> None:
+    """A kind misspelt in ``survivor_by_kind`` or ``split_groups`` is a config error
+    (exit 2) naming the key and the kind meant, in a run and in ``rowgate dedupe``: its
+    rule applied to no row, and the first row of each group was kept silently."""
+    import polars as pl
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+    from tests.conftest import DATA
+
+    value = "'max:reasoning_score'" if table == "survivor_by_kind" else "['task_id']"
+    config = tmp_path / "campaign.toml"
+    config.write_text(
+        f"[[inputs]]\npath = '{DATA / 'math-reasoning-v1.jsonl'}'\n\n"
+        f'[dedupe]\n{table} = {{ "math-reasoning" = {value} }}\n'
+    )
+    if command == "run":
+        argv = ["run", "--config", str(config), "--out", str(tmp_path / "out")]
+    else:
+        pl.DataFrame({"text": ["a", "a"]}).write_parquet(tmp_path / "d.parquet")
+        argv = ["dedupe", str(tmp_path / "d.parquet"), "--text", "text", "-c", str(config)]
+        argv += ["--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    err = result.output
+    assert f"dedupe.{table}.math-reasoning: unknown record kind" in err
+    assert "did you mean 'math-reasoning-v1'?" in err
+    assert not (tmp_path / "out").exists()

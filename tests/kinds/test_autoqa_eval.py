@@ -365,6 +365,33 @@ def test_times_that_are_no_instant_are_refused() -> None:
     assert _codes(pending) == (Disposition.REJECTED, [code] * 3)  # three final decisions
 
 
+@pytest.mark.parametrize(
+    ("responded", "decided", "refused"),
+    [
+        # nine fractional digits compare as nine (datetime kept six: these were equal)
+        ("2026-05-13T11:00:00.0000009Z", "2026-05-13T11:00:00.0000001Z", True),
+        ("2026-05-13T11:00:00.0000001Z", "2026-05-13T11:00:00.0000009Z", False),
+        # a leap second is an instant: after :59, before the next minute
+        ("2016-12-31T23:59:60Z", "2017-01-01T00:00:00Z", False),
+        ("2016-12-31T23:59:60.5Z", "2016-12-31T23:59:59.999999999Z", True),
+        ("2017-01-01T00:00:00.5Z", "2016-12-31T23:59:60.5Z", True),
+        # the same instant in two offsets is not before itself
+        ("2026-05-13T12:00:00+01:00", "2026-05-13T11:00:00-00:00", False),
+    ],
+)
+def test_times_compare_to_the_nanosecond_and_a_leap_second_is_an_instant(
+    responded: str, decided: str, *, refused: bool
+) -> None:
+    code = f"semantic.{KIND}.human_response_before_final"
+    record = _changed(lambda r: r.update(humanResolution=autoqa_human(responded)))
+    for d in record["decisions"]:
+        d["decidedAt"] = decided
+    disposition, codes = _codes(record)
+    assert (code in codes) is refused, codes
+    if not refused:
+        assert disposition is Disposition.ACCEPTED, codes
+
+
 def test_without_the_table_proof_invariants_still_check_what_needs_no_contract() -> None:
     """A not_met verdict with no negative finding is refused even when the met verdicts
     are unknown for want of the contracts table (they need positiveProofRequired)."""
