@@ -345,7 +345,7 @@ def _kept_lineage(
     (``keepers``, in cluster order), read once for the removed rows' pointers and the
     cluster table, and for those rows only (``lineage``) when the frame does not hold
     them. ``_source`` is held categorical (the inputs' paths, a few): read twice and as
-    text, the kept rows' lineage was ~190 bytes a cluster of the dedupe stage's peak."""
+    text, the kept rows' lineage was ~175 bytes a cluster of the dedupe stage's peak."""
     if lineage is None:
         named = frame.select("_source", "_line", "_record_sha256")[keepers]
     else:
