@@ -184,9 +184,8 @@ class GlobalContext:
         """Write a whole-run Parquet table under the output directory (deterministically)
         and list it in the manifest, e.g. ``write_artifact("dedupe/clusters.parquet", t)``;
         or its parts in turn, each made as the one before is written
-        (:meth:`RunStorage.write_tables`)."""
-        tables = [table] if isinstance(table, pa.Table) else table
-        written = self.storage.write_tables(tables, relative, "artifact", kind, self.config)
+        (:meth:`RunStorage.write_table`)."""
+        written = self.storage.write_table(table, relative, "artifact", kind, self.config)
         self.artifacts.append(written)
         return written
 

@@ -475,12 +475,9 @@ class ClusterTable:
         """The rows of ``clusters`` clusters at a time, in cluster order; one part (of
         none) where there is no cluster."""
         members = self._members()
-        if self.height <= clusters:
-            yield _clusters_frame(self, members, 0, self.height)
-            return
         cluster = self.found.by_rep.cluster[members]
         by_cluster = np.argsort(cluster, kind="stable")
-        starts = np.arange(0, self.height, clusters)
+        starts = np.arange(0, max(self.height, 1), clusters)
         bounds = np.searchsorted(cluster[by_cluster], [*starts, self.height])
         for lo, (first, last) in zip(starts, itertools.pairwise(bounds), strict=True):
             part = members[by_cluster[first:last]]

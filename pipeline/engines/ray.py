@@ -68,14 +68,11 @@ _LOCAL_START_ATTEMPTS: Final = 2
 _REACH_TIMEOUT_S: Final = 10.0
 
 
-def _check_reachable(address: str) -> None:
+def _check_reachable(address: str, endpoint: tuple[str, int]) -> None:
     """An :class:`EngineError` unless something accepts a connection at ``address``'s
-    host and port (``auto`` and ``local`` are Ray's to resolve). Ray kept retrying an
-    address nothing answered at (still after 5 minutes), and the driver held SIGTERM and
-    Ctrl-C throughout (acted on once Ray returns)."""
-    endpoint = check_ray_address(address, "engine.address")
-    if endpoint is None:
-        return
+    host and port (``endpoint``). Ray kept retrying an address nothing answered at
+    (still after 5 minutes), and the driver held SIGTERM and Ctrl-C throughout (acted on
+    once Ray returns)."""
     try:
         with socket.create_connection(endpoint, _REACH_TIMEOUT_S):
             pass
@@ -186,8 +183,11 @@ class RayEngine(Engine):
         self.workers = workers
         #: the cluster to join; ``None``: a private local Ray of ``workers`` CPUs
         self.address = address or os.environ.get("RAY_ADDRESS") or None
+        #: its host and port (``None``: no address, or ``auto``/``local``, Ray's to resolve)
+        self._endpoint = None
         if self.address is not None:
-            check_ray_address(self.address, "engine.address" if address else "RAY_ADDRESS")
+            where = "engine.address" if address else "RAY_ADDRESS"
+            self._endpoint = check_ray_address(self.address, where)
         self.max_retries = max_retries
         #: whether this engine started Ray (and so shuts it down)
         self._owns_ray = False
@@ -351,8 +351,8 @@ class RayEngine(Engine):
         # register, which a loaded machine misses now and then (seen here, load 7-17)
         attempts = _LOCAL_START_ATTEMPTS if self.address is None else 1
         where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"
-        if self.address is not None:
-            _check_reachable(self.address)
+        if self.address is not None and self._endpoint is not None:
+            _check_reachable(self.address, self._endpoint)
         try:
             _init_ray(kwargs, attempts, where)
         finally:

@@ -14,7 +14,7 @@ import polars as pl
 
 from pipeline.core.config import CampaignConfig, ConfigError
 from pipeline.gate.gate import Gate
-from pipeline.kinds import KINDS, get_kind
+from pipeline.kinds import KINDS, check_kind_names, get_kind
 from pipeline.rubrics.bindings import ScoringPlan, compile_scoring
 from pipeline.rubrics.decision_policy import Policy, load_policy, validate_policy
 from pipeline.rubrics.model import RUBRIC_DIR, ReviewPolicy, RubricRegistry
@@ -51,10 +51,7 @@ def scoring_plan(config: CampaignConfig, kind: str, gate: Gate | None = None) ->
     settings = config.scoring.get(kind)
     if settings is None:
         return None
-    if kind not in KINDS:
-        raise ConfigError(
-            f"scoring.{kind}: unknown record kind (known: {', '.join(sorted(KINDS))})"
-        )
+    check_kind_names([kind], "scoring")
     rubric = rubric_registry(config).get(settings.rubric)
     fields = (gate or Gate(config)).kind_gate(KINDS[kind]).layout.fields
     return compile_scoring(kind, settings, rubric, fields)
@@ -98,8 +95,7 @@ def kind_policy(config: CampaignConfig, kind: str, plan: ScoringPlan | None) -> 
     settings = config.policy.get(kind)
     if settings is None:
         return None
-    if kind not in KINDS:
-        raise ConfigError(f"policy.{kind}: unknown record kind (known: {', '.join(sorted(KINDS))})")
+    check_kind_names([kind], "policy")
     policy = load_policy(config.resolve_path(settings.file), settings.sha256)
     validate_policy(policy, plan.rubric if plan else None)
     return policy

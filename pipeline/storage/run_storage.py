@@ -254,35 +254,23 @@ class RunStorage:
 
     def write_table(
         self,
-        table: pa.Table,
+        table: pa.Table | Iterable[pa.Table],
         relative: str,
         disposition: str,
         kind: str | None,
         config: CampaignConfig,
     ) -> WrittenFile:
         """Write one Parquet file with the campaign's settings, in row groups of
-        :data:`ROW_GROUP_ROWS` rows; return its manifest entry."""
-        return self.write_tables([table], relative, disposition, kind, config)
-
-    def write_tables(
-        self,
-        tables: Iterable[pa.Table],
-        relative: str,
-        disposition: str,
-        kind: str | None,
-        config: CampaignConfig,
-    ) -> WrittenFile:
-        """Write one Parquet file of ``tables`` (at least one, each of the first's schema)
-        in turn, as :meth:`write_table` writes one: a table made a part at a time is
-        never whole in memory, and one part is :meth:`write_table`'s bytes."""
-        path = self._published(relative)
+        :data:`ROW_GROUP_ROWS` rows; return its manifest entry. ``table`` may come as
+        parts (at least one, each of the first's schema), each written as it is made: a
+        table made a part at a time is never whole in memory."""
         rows, writer = 0, None
         try:
-            for table in tables:
+            for part in [table] if isinstance(table, pa.Table) else table:
                 if writer is None:
-                    writer = pq.ParquetWriter(str(path), table.schema, **writer_options(config))
-                writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-                rows += table.num_rows
+                    writer = self.parquet_writer(relative, part.schema, config)
+                writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
+                rows += part.num_rows
         finally:
             if writer is not None:
                 writer.close()

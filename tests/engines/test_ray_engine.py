@@ -130,7 +130,10 @@ def test_a_cluster_address_nothing_answers_at_fails_before_ray_tries(
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
-        ray_module._check_reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}")
+        engine = RayEngine(2, f"ray://127.0.0.1:{listening.getsockname()[1]}")
+        assert engine.address is not None
+        assert engine._endpoint == ("127.0.0.1", listening.getsockname()[1])
+        ray_module._check_reachable(engine.address, engine._endpoint)
 
 
 def test_an_invalid_ray_address_in_the_environment_is_a_config_error(

@@ -127,3 +127,26 @@ def test_a_whole_run_table_written_again_leaves_a_map_of_the_old_one_whole(
     assert path.stat().st_ino != before
     assert old.column("x").to_pylist() == list(range(100_000))
     assert storage.whole_table("k.state").column("x").to_pylist() == [7]
+
+
+def test_a_table_written_in_parts_is_the_whole_tables_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A published table is cut into row groups of ``ROW_GROUP_ROWS`` rows, whether it
+    comes whole or in parts of whole row groups (the cluster table, made a part at a
+    time): the same file either way, and no part is left out of its count."""
+    from pipeline.storage import run_storage
+
+    monkeypatch.setattr(run_storage, "ROW_GROUP_ROWS", 4)
+    storage = RunStorage(tmp_path)
+    config = CampaignConfig()
+    table = pa.table({"x": list(range(10)), "y": [str(i) for i in range(10)]})
+    whole = storage.write_table(table, "whole.parquet", "artifact", "k", config)
+    parts = (table.slice(lo, 8) for lo in (0, 8))
+    parted = storage.write_table(parts, "parts.parquet", "artifact", "k", config)
+    assert (whole.rows, parted.rows) == (10, 10)
+    assert whole.sha256 == parted.sha256
+    metadata = pq.ParquetFile(tmp_path / "parts.parquet").metadata
+    assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [4, 4, 2]
+    with pytest.raises(ValueError, match="no table to write"):
+        storage.write_table(iter(()), "none.parquet", "artifact", "k", config)
