@@ -660,5 +660,8 @@ def test_a_step_split_in_two_is_not_a_normalised_duplicate(
     counts = run(config, tmp_path / "normalised").manifest["counts"]["by_disposition"]
     assert counts == {"accepted": 2}
     near = config.override(**{"dedupe.near": True, "dedupe.threshold": 0.9})
-    rules = run(near, tmp_path / "near").manifest["global"]["dedupe"]["math-reasoning-v1"]
-    assert rules["by_rule"]["near"] == 1
+    manifest = run(near, tmp_path / "near").manifest
+    assert manifest["global"]["dedupe"]["math-reasoning-v1"]["by_rule"]["near"] == 1
+    assert manifest["counts"]["by_disposition"] == {"accepted": 1, "duplicate": 1}
+    # the input is read, never written
+    assert source.read_bytes() == orjson.dumps(record) + b"\n" + orjson.dumps(merged) + b"\n"
