@@ -75,7 +75,14 @@ from pipeline.records.strict_json import (
 if TYPE_CHECKING:
     from pipeline.sanitize import Sanitizer
 
-__all__ = ["GATE_FIELDS", "REJECTED_FIELDS", "Gate", "GateOutcome", "GatedBatch"]
+__all__ = [
+    "GATE_FIELDS",
+    "REJECTED_FIELDS",
+    "SUBMISSION_SCHEMA",
+    "Gate",
+    "GateOutcome",
+    "GatedBatch",
+]
 
 #: Lineage columns a kind's staged rows carry after the payload (``_source``, ``_line``
 #: and ``_kind`` are added by the writer: they are constant per shard or per file).
@@ -104,6 +111,15 @@ REJECTED_FIELDS: Final = (
     pa.field("_raw", pa.binary()),
 )
 REJECTED_SCHEMA: Final = pa.schema(REJECTED_FIELDS)
+#: With sanitization on, what the replay rule compares for each staged row: its
+#: submission key and its body as sent, before redaction (:meth:`Gate._submission`).
+SUBMISSION_SCHEMA: Final = pa.schema(
+    [
+        pa.field("_shard_line", pa.int64(), nullable=False),
+        pa.field("_submission_key", pa.binary(32), nullable=False),
+        pa.field("_submission_body", pa.binary(32), nullable=False),
+    ]
+)
 #: the detail of a line holding an integral float beyond int64 in an integer field
 _WIDE_INTEGER: Final = (
     "an integral number outside int64 in an integer field (such as 1e19) cannot be stored exactly"
@@ -201,6 +217,9 @@ class _KindRows:
     profile: list[str | None] = field(default_factory=list)
     reasons: list[list[dict[str, str]]] = field(default_factory=list)
     disposition: list[str] = field(default_factory=list)
+    #: with sanitization on, each row's submission as sent (:meth:`Gate._submission`)
+    submitted_key: list[bytes] = field(default_factory=list)
+    submitted_body: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -225,6 +244,9 @@ class GatedBatch:
     kinds: dict[str, pa.RecordBatch]
     rejected: pa.RecordBatch | None
     counts: Counter[tuple[str, str]]
+    #: with sanitization on, each kind's submissions as sent (:data:`SUBMISSION_SCHEMA`),
+    #: a row per row of ``kinds``, in their order; staged beside them, never published
+    submitted: dict[str, pa.RecordBatch] = field(default_factory=dict)
 
 
 class Gate:
@@ -373,8 +395,7 @@ class Gate:
         """A schema-valid record's disposition and reasons after its kind's rules and the
         sanitizer, the record as stored, and its record and content digests and content
         profile (both paths end here; the batch path reads this tuple, not an outcome: 0.5
-        µs a row). Canonical JSON goes through orjson only where that is provably the same
-        bytes: no float in the line, no key the schema cannot vouch for."""
+        µs a row); the record digest is of its canonical JSON (:func:`_canonical`)."""
         reasons: tuple[Reason, ...] = ()
         if rules == ():  # the batch forms cleared every rule (most rows)
             disposition = Disposition.ACCEPTED
@@ -383,14 +404,33 @@ class Gate:
             reasons = tuple(found)
         if self.sanitizer is not None and disposition is not Disposition.REJECTED:
             record, disposition, reasons = self._sanitize(kind_gate, record, disposition, reasons)
-        if reference:
-            canonical = canonical_json(record)
-        elif kind_gate.keys_safe and not saw_float:
-            canonical = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
-        else:
-            canonical = canonical_json_fast(record)
+        canonical = _canonical(kind_gate, record, reference, saw_float)
         content, profile = kind_gate.kind.fingerprint_and_profile(record, self.lineage.key)
         return disposition, reasons, record, hashlib.sha256(canonical).hexdigest(), content, profile
+
+    def _submission(
+        self,
+        kind_gate: KindGate,
+        record: dict[str, Any],
+        stored: dict[str, Any],
+        record_sha: str,
+        saw_float: bool,
+    ) -> tuple[bytes, bytes]:
+        """With sanitization on, what the replay rule compares for a row: its submission
+        key and its body *as sent*, not as stored. Redaction makes different values one
+        placeholder: two task ids that are e-mail addresses were one key, so a different
+        submission was removed as the first one's retry, and two bodies that differ only
+        in a redacted value one body, so a conflict passed as a retry. The key's digest is
+        the lineage's (HMAC under the campaign key where one is set, as ``_raw_sha256``:
+        it may be a short PII value); the body's is ``_record_sha256``'s of the record
+        before redaction (the same for a row nothing was redacted in)."""
+        names = kind_gate.kind.idempotency_key
+        key = canonical_json([record.get(name) for name in names])
+        if stored is record:
+            body = bytes.fromhex(record_sha)
+        else:
+            body = hashlib.sha256(_canonical(kind_gate, record, False, saw_float)).digest()
+        return bytes.fromhex(self.lineage.hexdigest(key)), body
 
     # -- sanitization (pipeline.sanitize); only reached when it is enabled --------------
 
@@ -443,6 +483,7 @@ class Gate:
     def gate_batch(self, batch: LineBatch, declared: str | None = None) -> GatedBatch:
         """Gate a batch of lines into Arrow record batches (see the module docstring)."""
         verdict, add_rejected = self._verdict, self._add_rejected
+        submissions = self.sanitizer is not None  # only redaction makes them differ
         rows: dict[str, _KindRows] = {}
         rejected = _RejectedRows()
         counts: Counter[tuple[str, str]] = Counter()
@@ -481,6 +522,10 @@ class Gate:
             kind_rows.content.append(content)
             kind_rows.profile.append(profile)
             kind_rows.disposition.append(disposition.value)
+            if submissions and kind_gate.kind.idempotency_key:
+                key, body = self._submission(kind_gate, record, stored, record_sha, saw_float)
+                kind_rows.submitted_key.append(key)
+                kind_rows.submitted_body.append(body)
             if reasons:
                 kind_rows.reasons.append([r.as_row() for r in reasons])
                 counts[(disposition.value, reasons[0].code)] += 1
@@ -497,6 +542,11 @@ class Gate:
             },
             self._rejected_batch(rejected) if rejected.shard_lines else None,
             counts,
+            {
+                kind_id: _submission_batch(kind_rows)
+                for kind_id, kind_rows in rows.items()
+                if kind_rows.submitted_key
+            },
         )
 
     def _parsed(
@@ -647,6 +697,29 @@ class Gate:
             ],
             schema=REJECTED_SCHEMA,
         )
+
+
+def _canonical(
+    kind_gate: KindGate, record: dict[str, Any], reference: bool, saw_float: bool
+) -> bytes:
+    """A schema-valid record's RFC 8785 canonical JSON: through orjson only where that is
+    provably the same bytes (no float in the line, no key the schema cannot vouch for)."""
+    if reference:
+        return canonical_json(record)
+    if kind_gate.keys_safe and not saw_float:
+        return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+    return canonical_json_fast(record)
+
+
+def _submission_batch(rows: _KindRows) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(rows.shard_lines, pa.int64()),
+            pa.array(rows.submitted_key, pa.binary(32)),
+            pa.array(rows.submitted_body, pa.binary(32)),
+        ],
+        schema=SUBMISSION_SCHEMA,
+    )
 
 
 def _sanitizer(config: CampaignConfig) -> Sanitizer | None:

@@ -85,6 +85,8 @@ def _gate_shard(gate: Gate, task: GateTask, progress: Progress) -> ShardSummary:
                 keys = _row_keys(gate.config, kind_id, record_batch, memos)
                 if keys is not None:
                     write(task.storage.row_keys_stem(kind_id), keys)
+            for kind_id, submitted in gated.submitted.items():
+                write(task.storage.submissions_stem(kind_id), submitted)
             if gated.rejected is not None:
                 write(REJECTED_STEM, gated.rejected)
             summary.counts.update(gated.counts)

@@ -185,6 +185,13 @@ class RunStorage:
         kind, in the same order; the writer never reads it."""
         return f"{kind}{ROW_KEYS_SUFFIX}"
 
+    def submissions_stem(self, kind: str) -> str:
+        """The staged stem of a shard's submissions of ``kind`` as sent (with
+        sanitization on: each staged row's key and body digests before redaction, which
+        the replay rule compares; :data:`~pipeline.gate.gate.SUBMISSION_SCHEMA`), one row
+        per staged row of the kind, in the same order; the writer never reads it."""
+        return f"{kind}.submissions"
+
     def state_stem(self, kind: str) -> str:
         """The staged stem of the whole run's table of every staged row's keys of
         ``kind`` (``_shard``, ``_shard_line``; a record batch per shard), which the global

@@ -166,6 +166,68 @@ def test_replay_admits_the_original_counts_a_retry_once_and_rejects_a_conflict(
     assert raw == [orjson.dumps(conflicting)]  # re-read from the source
 
 
+def _trace(i: int, **changes: Any) -> dict[str, Any]:
+    return {**make_record("agent-trace-v1", random.Random(i), i), **changes}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_with_sanitization_submissions_are_compared_as_sent(tmp_path: Path, workers: int) -> None:
+    """Redaction makes different values one placeholder; the replay rule compares what
+    was sent. Two task ids that are e-mail addresses were one ``[REDACTED_PII:EMAIL]``
+    key, so a different submission with the same body was removed as the first's retry
+    (and with another body rejected as a conflict); a later body that differs from its
+    key's first only in a redacted value was a retry, where the submitter sent a
+    conflicting body. A true retry of a redacted row stays a retry of it."""
+    email = "leak.{}@gmail.com"
+    rows = [
+        _trace(1, task_id=email.format("one")),
+        _trace(1, task_id=email.format("two")),  # same body, another key as sent
+        _trace(2, task_id=email.format("three")),  # another body, another key
+        _trace(4, final_answer=f"Write to {email.format('x')}."),
+        _trace(4, final_answer=f"Write to {email.format('y')}."),  # a conflict as sent
+        _trace(5, final_answer=f"Write to {email.format('z')}."),
+        _trace(6),
+    ]
+    rows.append(dict(reversed(list(rows[5].items()))))  # a retry of a redacted row
+    settings = {"sanitize.enabled": True, "dedupe.enabled": False, "engine.shard_bytes": 4096}
+    found = _run(tmp_path, {"a.jsonl": rows}, "agent-trace-v1", workers, settings=settings)
+    # kept: accepted, or quarantined where a trace names documents and the run has no
+    # authorised-documents table
+    decided = [
+        (
+            "kept" if d in ("accepted", "quarantined") else d,
+            [c for c in c if c.startswith("cross.")],
+        )
+        for d, c in _codes(found)
+    ]
+    kept = ("kept", [])
+    assert decided == [
+        kept,
+        kept,
+        kept,
+        kept,
+        ("rejected", ["cross.idempotency_conflict"]),
+        kept,
+        kept,
+        ("duplicates", ["cross.retry"]),
+    ]
+    assert [("pii.redacted" in codes) for _, codes in _codes(found)] == [True] * 6 + [False, True]
+    stored = pl.concat(
+        pl.read_parquet(path).select("_line", "_record_sha256")
+        for path in (tmp_path / "out").glob("[aq]*/*/*.parquet")  # accepted, quarantined
+    ).filter(pl.col("_line") == 6)
+    assert found["_duplicate_of"][7] == {
+        "_source": str(tmp_path / "a.jsonl"),
+        "_line": 6,
+        "_record_sha256": stored["_record_sha256"][0],  # the row as stored, redacted
+    }
+    # the same lines without sanitization: what was sent is what is stored
+    plain = _run(tmp_path, {"a.jsonl": rows}, "agent-trace-v1", workers, name="plain")
+    assert [(d, [c for c in c if c.startswith("cross.")]) for d, c in _codes(plain)] == [
+        (d, [c for c in c if c.startswith("cross.")]) for d, c in _codes(found)
+    ]
+
+
 def test_the_original_is_first_in_input_order_whatever_the_shards(tmp_path: Path) -> None:
     """The original is the first row of the key in the order key (inputs sorted by path,
     then line), not the first a worker finishes: ``b.jsonl``, given first, holds the later

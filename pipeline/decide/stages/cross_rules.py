@@ -55,6 +55,7 @@ from pipeline.decide.context import (
     PART_ROWS,
     Decisions,
     GlobalContext,
+    Grouped,
     OutputColumn,
     advance,
     keys_of,
@@ -217,6 +218,41 @@ def _split_numbers(ctx: GlobalContext, *shards: pl.Series) -> list[npt.NDArray[n
     return split
 
 
+def _submission_groups(
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    keys: Sequence[str],
+    removed: npt.NDArray[np.bool_],
+) -> Grouped:
+    """The replay rule's grouping check: the later rows of each submission key another
+    row shares, each with its key's first row and whether its body is that row's. With
+    sanitization on, keys and bodies as sent, which the gate staged beside the rows (a
+    row per staged row, every one live at the gate): redaction makes different keys, and
+    different bodies, one (:meth:`~pipeline.gate.gate.Gate._submission`)."""
+    if ctx.config.sanitize.enabled:
+        return ctx.groups(
+            kind,
+            rows,
+            "submission-keys",
+            pl.col("_submission_key"),
+            _key_hash(["_submission_key"]),
+            body=pl.col("_submission_body"),
+            left_out=removed,
+            stem=ctx.storage.submissions_stem(kind),
+        )
+    return ctx.groups(
+        kind,
+        rows,
+        "submission-keys",
+        pl.struct(keys).struct.json_encode(),  # exact; a null key part equals a null
+        _key_hash(keys),
+        body=pl.col("_record_sha256").str.decode("hex"),  # its 32 bytes
+        where=_GATE_LIVE,
+        left_out=removed,
+    )
+
+
 def _replays(ctx: GlobalContext, kind: str, part: pl.DataFrame) -> pl.DataFrame:
     """A part of the replay rule's findings made whole: a conflict's detail (its key's
     ``_rows`` and ``_conflicts``), and a retry's pointer to the kept row (``_kept_shard``,
@@ -265,7 +301,8 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     key order and insignificant whitespace do not make a body differ) is its retry, a
     duplicate of it (``cross.retry``), when both are of one split (a copy in another split
     is dedupe's: ``dedupe.contamination`` keeps a protected split's rows); a later row with
-    another body is rejected."""
+    another body is rejected. With sanitization on, keys and bodies are compared as sent,
+    before redaction (:meth:`~pipeline.gate.gate.Gate._submission`)."""
     keys = _key_columns(kind)
     if not keys:
         return None
@@ -278,18 +315,7 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     # bytes each (~390 a retry on an export of 30 % retries); the originals too, with
     # their splits as text, ~145 a retry.
     removed = ~_live(rows).to_numpy()  # by the gate or a rule before: no part in this
-    key = pl.struct(keys).struct.json_encode()  # exact, and a null key part equals a null
-    body = pl.col("_record_sha256").str.decode("hex")  # its 32 bytes
-    later, original, same_body = ctx.groups(
-        kind,
-        rows,
-        "submission-keys",
-        key,
-        _key_hash(keys),
-        body=body,
-        where=_GATE_LIVE,
-        left_out=removed,
-    )
+    later, original, same_body = _submission_groups(ctx, kind, rows, keys, removed)
     if not later.any():
         return None
     if same_body is None:
