@@ -438,3 +438,44 @@ def test_a_top_level_arrays_indices_stay_indices(declared: str | None) -> None:
     an undeclared key: ``$.*`` for ``$[1]`` (found by the gate red team)."""
     assert GATE.gate_line(b"[1,NaN]", declared).reasons[0].path == "$[1]"
     assert GATE.gate_line(b'[{"c":1,"c":2}]', declared).reasons[0].path == "$[0].*"
+
+
+def test_with_sanitization_the_gate_stages_each_rows_submission_as_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the replay rule compares with sanitization on, a row per staged row in their
+    order: the key's digest is the lineage's (HMAC under the campaign key: a task id may
+    be a short PII value, which a plain hash gives away to a guess), the body's that of
+    the record before redaction (the stored record's digest where nothing was redacted).
+    Without sanitization nothing is staged beside the rows."""
+    import hashlib
+    import hmac
+
+    from pipeline.records.canonical import canonical_json
+
+    key = "f00dfeedc0ffee0123456789abcdef0123456789abcdef"
+    monkeypatch.setenv("ROWGATE_TEST_LINEAGE_KEY", key)
+    rng = random.Random(3)
+    rows = [make_record("agent-trace-v1", rng, i) for i in range(3)]
+    rows[1]["task_id"] = "leak.one@gmail.com"
+    rows[2]["final_answer"] = "Write to leak.two@gmail.com."
+    batch = LineBatch(1, list(range(3)), [orjson.dumps(r) for r in rows])
+    config = CampaignConfig().override(
+        **{"sanitize.enabled": True, "lineage.key_env": "ROWGATE_TEST_LINEAGE_KEY"}
+    )
+    gated = Gate(config).gate_batch(batch, "agent-trace-v1")
+    stored = gated.kinds["agent-trace-v1"].to_pydict()
+    submitted = gated.submitted["agent-trace-v1"].to_pydict()
+    assert submitted["_shard_line"] == stored["_shard_line"] == [1, 2, 3]
+    assert stored["task_id"][1] == "[REDACTED_PII:EMAIL]"
+    assert submitted["_submission_key"] == [
+        hmac.new(key.encode(), canonical_json([r["task_id"]]), hashlib.sha256).digest()
+        for r in rows
+    ]
+    assert submitted["_submission_body"] == [
+        hashlib.sha256(canonical_json(r)).digest() for r in rows
+    ]
+    assert stored["_record_sha256"][0] == submitted["_submission_body"][0].hex()
+    assert stored["_record_sha256"][2] != submitted["_submission_body"][2].hex()  # redacted
+    plain = Gate(CampaignConfig()).gate_batch(batch, "agent-trace-v1")
+    assert plain.submitted == {}
