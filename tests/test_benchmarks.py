@@ -300,3 +300,19 @@ def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
     )
     assert refused.returncode == 2
     assert "two shards at least" in refused.stderr
+
+
+def test_shuffle_reads_reads_the_same_rows_both_ways() -> None:
+    """shuffle_reads on a few small files: both formats staged and every sampled
+    partition read back (the script refuses to print when the two read other rows)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "shuffle_reads.py"), "--partitions", "1,60",
+         "--files", "3", "--rows", "500", "--repeat", "1"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("3 files of 500 entries")
+    assert [line.split()[0] for line in lines[3:]] == ["1", "60"]
+    for line in lines[3:]:
+        assert all(float(cell) > 0 for cell in line.split()[1:])

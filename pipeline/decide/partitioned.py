@@ -31,7 +31,6 @@ process runs the same polars (its ``hash`` is stable within a version).
 from __future__ import annotations
 
 import io
-import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -366,10 +365,7 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
         columns[BODY] = _key_text(frame[BODY]).gather(order).to_arrow()
     if check.matching:
         columns[SEEKS] = pa.array(frame[SEEKS].fill_null(False).to_numpy()[order], pa.bool_())
-    entries = pa.record_batch(columns)
-    with check.storage.stage_writer(shard, check.stem, entries.schema) as out:
-        for lo, hi in itertools.pairwise(starts.tolist()):
-            out.write_batch(entries.slice(lo, hi - lo))
+    check.storage.stage_partitions(shard, check.stem, pa.record_batch(columns), starts.tolist())
     return len(group)
 
 
@@ -379,7 +375,7 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     check: that seek a key none offers; a grouping check: whose key another row shares,
     with its first row as their group, and with a body only the later rows of a key,
     each telling whether its body is the first row's)."""
-    batches = [check.storage.staged_batch(s, check.stem, partition) for s in check.shards]
+    batches = [check.storage.staged_partition(s, check.stem, partition) for s in check.shards]
     sizes = [b.num_rows for b in batches]
     group: U64 = np.concatenate([b[GROUP].to_numpy() for b in batches])
     lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])

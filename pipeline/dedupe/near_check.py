@@ -235,9 +235,7 @@ def stage_codes(
     order = np.argsort(owner, kind="stable")
     bounds = np.searchsorted(owner[order], np.arange(len(starts) + 1)).tolist()
     texts_stored = pa.record_batch({_ID: named[order], STORED: stored[order]})
-    with storage.stage_writer(partition, _ids_stem(stem), texts_stored.schema) as out:
-        for lo, hi in itertools.pairwise(bounds):
-            out.write_batch(texts_stored.slice(lo, hi - lo))
+    storage.stage_partitions(partition, _ids_stem(stem), texts_stored, bounds)
     return len(codes), codes[every - 1 :: every].copy()
 
 
@@ -307,7 +305,7 @@ def stage_sets(task: CheckRanges, group: int) -> int:
     texts read in stored order through the task's source (16,384 texts, then ~32 MB);
     return how many."""
     parts = [
-        task.storage.staged_batch(partition, _ids_stem(task.stem), group)
+        task.storage.staged_partition(partition, _ids_stem(task.stem), group)
         for partition in range(task.partitions)
     ]
     stored = np.concatenate([part[STORED].to_numpy() for part in parts])

@@ -39,7 +39,6 @@ also sets how many small reads there are (shards × partitions).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -369,9 +368,7 @@ def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> i
             _RANK: pa.array(np.repeat(rank, bands)[order]),
         }
     )
-    with search.storage.stage_writer(shard, _entries_stem(search.kind), entries.schema) as out:
-        for lo, hi in itertools.pairwise(starts.tolist()):
-            out.write_batch(entries.slice(lo, hi - lo))
+    search.storage.stage_partitions(shard, _entries_stem(search.kind), entries, starts.tolist())
     return len(key)
 
 
@@ -412,7 +409,7 @@ def _partition_slice(
     1 offsets: the shuffle ordered a partition's entries by band). Read, not mapped:
     a map of the file kept ~3 times the partition's pages resident (the page cache's
     pages around each one touched), ~400 MB a task at 3 M texts against 63 MB read."""
-    part = search.storage.staged_batch(shard, _entries_stem(search.kind), partition)
+    part = search.storage.staged_partition(shard, _entries_stem(search.kind), partition)
     bands = np.arange(search.params.bands + 1)
     return part, np.searchsorted(part[_BAND].to_numpy(), bands).astype(np.int64)
 

@@ -442,7 +442,7 @@ class ProbeRepeats:
                     digested=digested,
                 )
                 # digested: the staged keys are their SHA-256s, not the keys
-                staged = ctx.storage.staged_table(shards[0], f"{kind}.hash-probe")["_text"]
+                staged = _shuffled(ctx.storage, shards[0], f"{kind}.hash-probe")["_text"]
                 assert {len(k) for k in staged.to_pylist()} == ({32} if digested else {1, 2})
                 shard, line = first_rows(shards, groups)
                 got = np.stack([shard, line], axis=1)
@@ -481,6 +481,17 @@ def _refuses(call: Callable[[], object], error: type[Exception]) -> bool:
     except error:
         return True
     return False
+
+
+def _shuffled(storage: RunStorage, shard: int, stem: str) -> pa.Table:
+    """Every partition of a shard's staged shuffle entries, in partition order."""
+    parts = []
+    for partition in itertools.count():
+        try:
+            parts.append(storage.staged_partition(shard, stem, partition))
+        except IndexError:
+            return pa.Table.from_batches(parts)
+    raise AssertionError("unreachable")
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -4,6 +4,7 @@ glob pattern), published files with their digests, and crossing process boundari
 from __future__ import annotations
 
 import hashlib
+import itertools
 import pickle
 from pathlib import Path
 
@@ -47,13 +48,37 @@ def test_staged_rows_read_back_batch_by_batch_and_as_a_scan(tmp_path: Path) -> N
     assert list(storage.rejected_batches(1)) == []  # nothing rejected: nothing staged
 
 
-def test_one_staged_batch_reads_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array(range(7), pa.uint64()),
+        pa.array([f"key {i}" * i for i in range(7)], pa.large_string()),
+        pa.array([f"key {i}" * i for i in range(7)], pa.string_view()),
+        pa.array([bytes([i]) * 32 for i in range(7)], pa.binary(32)),
+        pa.array([i % 2 == 0 for i in range(7)], pa.bool_()),
+    ],
+    ids=["uint64", "large_string", "string_view", "binary32", "bool"],
+)
+def test_a_shuffle_partition_reads_alone(tmp_path: Path, column: pa.Array) -> None:
+    """A task's shuffle entries cut into partitions (an empty one keeps its place), each
+    read back alone as the slice it was, of every type a shuffle stages."""
     storage = RunStorage(tmp_path)
-    _stage(storage, 2, "k", [[0, 1], [], [2, 3, 4]])  # an empty batch keeps its place
-    read = [storage.staged_batch(2, "k", i)["_shard_line"].to_pylist() for i in range(3)]
-    assert read == [[0, 1], [], [2, 3, 4]]
-    with pytest.raises(ValueError, match="out of range"):
-        storage.staged_batch(2, "k", 3)
+    entries = pa.record_batch({"_shard_line": pa.array(range(7), pa.int64()), "v": column})
+    starts = [0, 2, 2, 6, 7]
+    storage.stage_partitions(3, "k.entries", entries, starts)
+    for p, (lo, hi) in enumerate(itertools.pairwise(starts)):
+        read = storage.staged_partition(3, "k.entries", p)
+        assert read.equals(entries.slice(lo, hi - lo)), p
+        assert read.schema == entries.schema
+    for outside in (-1, 4):
+        with pytest.raises(IndexError, match=f"partition {outside} of 4"):
+            storage.staged_partition(3, "k.entries", outside)
+    storage.stage_partitions(4, "k.entries", entries.slice(0, 0), [0])  # none
+    with pytest.raises(IndexError):
+        storage.staged_partition(4, "k.entries", 0)
+    dictionary = pa.record_batch({"v": pa.array(["a"]).dictionary_encode()})
+    with pytest.raises(TypeError, match="no dictionary column"):
+        storage.stage_partitions(5, "k.entries", dictionary, [0, 1])
 
 
 @pytest.mark.parametrize("name", ["out[1]", "out*", "out?"])
