@@ -79,21 +79,24 @@ class RunStorage:
 
         _staging/<shard>/<stem>.arrow   a shard's gated rows of one kind (``stem`` is the
                                         kind, ``/`` written ``_``) or ``rejected``; or
-                                        a kind's row keys (``<kind>.row-keys``), or
+                                        a kind's row keys (``<kind>.row-keys``), its
+                                        submissions as sent (``<kind>.submissions``,
+                                        with sanitization on), or
                                         its global decisions (``<kind>.decisions``), or
                                         a global stage's per-shard input to its
-                                        tasks (``<kind>.near-texts``,
-                                        ``<kind>.near-entries``, a hash-first
-                                        check's ``<kind>.hash-<check>``)
+                                        tasks (``<kind>.near-texts``)
                                         (Arrow IPC files, one record batch per gate batch)
+        _staging/<shard>/<stem>.parts   a shard's entries of a shuffle, by partition
+                                        (:meth:`stage_partitions`): near dedupe's
+                                        (``<kind>.near-entries``), a hash-first or
+                                        grouping check's (``<kind>.hash-<check>``)
         _staging/<partition>/<stem>.arrow
                                         a near candidate task's pair codes, sorted
-                                        (``<kind>.near-codes``), and the texts they
-                                        name, a record batch per sets task
-                                        (``<kind>.near-ids``), under its partition's
-                                        number; or a near sets task's shingle sets
-                                        (``<kind>.near-sets``), under its own number
-                                        (:mod:`pipeline.dedupe.near_check`)
+                                        (``<kind>.near-codes``), under its partition's
+                                        number, and (``.parts``) the texts they name by
+                                        sets task (``<kind>.near-ids``); or a near sets
+                                        task's shingle sets (``<kind>.near-sets``), under
+                                        its own number (:mod:`pipeline.dedupe.near_check`)
         _staging/<stem>.arrow           a table of the whole run (:meth:`stage_whole`):
                                         where each near text is stored
                                         (``<kind>.near-text-addresses``); the
