@@ -403,7 +403,7 @@ def span_offsets_match(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fin
             continue  # no offsets, or no artifact (span_in_artifact's finding)
         if start is None or end is None or not start < end <= len(content):
             yield Finding(f"{path}.end", "offsets missing one end or outside the artifact")
-        elif content[start:end] != span["quote"]:
+        elif content[int(start) : int(end)] != span["quote"]:  # the schema admits 3.0
             yield Finding(f"{path}.quote", "quote differs from the text at its offsets")
 
 

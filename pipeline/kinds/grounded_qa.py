@@ -145,5 +145,7 @@ def quote_matches_span(record: dict[str, Any], ctx: RuleContext) -> Iterator[Fin
             or citation["end"] > len(document.text)
         ):
             continue  # reported by the rules above
-        if document.text[citation["start"] : citation["end"]] != citation["quote"]:
+        # int: the schema's integers admit 60.0, which a slice refuses (an internal error)
+        start, end = int(citation["start"]), int(citation["end"])
+        if document.text[start:end] != citation["quote"]:
             yield Finding(f"$.citations[{i}].quote", "quote differs from the cited span")

@@ -22,6 +22,7 @@ from pipeline.core.config import CampaignConfig, ConfigError, InputSpec, load_ca
 from pipeline.decide.stages import cross_rules
 from pipeline.jobs.run import run
 from pipeline.output import writer
+from pipeline.output.verify import verify_run
 from pipeline.records.lineage import record_sha256
 from pipeline.testing.synthetic import decide_rows_with_conflicts, make_record
 from tests.conftest import DATA
@@ -226,6 +227,32 @@ def test_with_sanitization_submissions_are_compared_as_sent(tmp_path: Path, work
     assert [(d, [c for c in c if c.startswith("cross.")]) for d, c in _codes(plain)] == [
         (d, [c for c in c if c.startswith("cross.")]) for d, c in _codes(found)
     ]
+
+
+def test_a_retry_points_at_its_originals_record_as_stored(tmp_path: Path) -> None:
+    """With sanitization on, a retry is the same body as sent, and its record as stored
+    can differ from its original's: two member names that redact to one tag keep the
+    value written last (``pii.key_collision``), so the order they were written in
+    decides. The retry's pointer names the original's ``_record_sha256`` (it named the
+    retry's own, and ``rowgate verify`` refused the output)."""
+    record = make_record("pw-decide-row-1", random.Random(1), 1)
+    record.update(host="coordinator", root_session=record["session"])
+    first, retry = copy.deepcopy(record), copy.deepcopy(record)
+    first["labels"]["skill_scores"] = {"alice@acme.io": 1, "bob@acme.io": 2}
+    retry["labels"]["skill_scores"] = {"bob@acme.io": 2, "alice@acme.io": 1}
+    (tmp_path / "a.jsonl").write_bytes(_lines([first, retry]))
+    config = CampaignConfig(inputs=(InputSpec(str(tmp_path / "a.jsonl"), "pw-decide-row-1"),))
+    run(config.override(**{"sanitize.enabled": True}), tmp_path / "out")
+    kept = pl.read_parquet(tmp_path / "out" / "quarantined")
+    removed = pl.read_parquet(tmp_path / "out" / "duplicates")
+    assert [r["code"] for r in removed["_reasons"][0]][-1] == "cross.retry"
+    assert removed["_record_sha256"][0] != kept["_record_sha256"][0]  # stored apart
+    assert removed["_duplicate_of"][0] == {
+        "_source": str(tmp_path / "a.jsonl"),
+        "_line": 1,
+        "_record_sha256": kept["_record_sha256"][0],
+    }
+    assert verify_run(tmp_path / "out").ok
 
 
 def test_the_original_is_first_in_input_order_whatever_the_shards(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from pipeline.core.config import CampaignConfig, Limits, SanitizeSettings
-from pipeline.core.reasons import Disposition
-from pipeline.gate.gate import Gate
+from pipeline.core.reasons import Disposition, Reason
+from pipeline.gate.gate import Gate, GateOutcome
 from pipeline.gate.reader import LineBatch
 from pipeline.records.strict_json import MAX_NESTING
 from pipeline.testing.synthetic import (
@@ -479,3 +479,62 @@ def test_with_sanitization_the_gate_stages_each_rows_submission_as_sent(
     assert stored["_record_sha256"][2] != submitted["_submission_body"][2].hex()  # redacted
     plain = Gate(CampaignConfig()).gate_batch(batch, "agent-trace-v1")
     assert plain.submitted == {}
+
+
+def _integers_as_floats(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _integers_as_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integers_as_floats(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("kind", sorted(GENERATORS))
+def test_integers_written_as_floats_gate_as_the_integers(kind: str) -> None:
+    """JSON Schema's ``integer`` admits ``60.0``: a record whose integers are written so
+    gates as the same record written with integers (its disposition, reasons and
+    digests), on both paths, with the bundled campaign's reference tables. A rule that
+    sliced a text with them (a grounded-QA citation's span, an AutoQA quote's offsets)
+    was an internal error: the run failed with exit 4. ARI's digest is over the envelope
+    as written (the upstream tool's ``json.dumps``), so it is recomputed for the floats."""
+    from pipeline.core.config import load_campaign
+    from pipeline.kinds import KINDS
+    from pipeline.kinds.ari import rubric_sha256
+    from tests.conftest import DATA
+
+    gate = Gate(load_campaign(DATA / "campaign.toml"))
+    for i in range(12):
+        record = make_record(kind, random.Random(i), i)
+        floated = _integers_as_floats(record)
+        excludes = getattr(KINDS[kind], "digest_excludes", None)
+        if excludes is not None:
+            floated["rubric_sha256"] = rubric_sha256(floated, excludes)
+        line, written = orjson.dumps(record), orjson.dumps(floated)
+        assert written != line
+        expected = gate.gate_line(line, kind)
+        for got in (
+            gate.gate_line(written, kind),
+            gate.gate_batch(LineBatch(1, [0], [written]), kind),
+        ):
+            if not isinstance(got, GateOutcome):  # the batch path: its one row
+                batch = got.kinds.get(kind) or got.rejected
+                assert batch is not None
+                row = batch.to_pylist()[0]
+                got = GateOutcome(
+                    Disposition(row.get("_disposition", "rejected")),
+                    tuple(Reason(**r) for r in row["_reasons"]),
+                    row["_raw_sha256"],
+                    record_sha256=row["_record_sha256"],
+                    content_sha256=row["_content_sha256"],
+                )
+            assert got.disposition == expected.disposition, (i, got.reasons)
+            assert [(r.code, r.path) for r in got.reasons] == [
+                (r.code, r.path) for r in expected.reasons
+            ]
+            if excludes is None:  # an ARI envelope's digest field differs: another record
+                assert got.record_sha256 == expected.record_sha256
+                assert got.content_sha256 == expected.content_sha256

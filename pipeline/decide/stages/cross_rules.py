@@ -257,10 +257,14 @@ def _replays(ctx: GlobalContext, kind: str, part: pl.DataFrame) -> pl.DataFrame:
     """A part of the replay rule's findings made whole: a conflict's detail (its key's
     ``_rows`` and ``_conflicts``), and a retry's pointer to the kept row (``_kept_shard``,
     ``_kept_line``): its lineage and digest."""
-    # a retry's body is its original's, so the kept row's digest is the retry's own
-    digests = ctx.fetched(kind, keys_of(part), ["_record_sha256"])["_record_sha256"]
+    # The kept row's own digest: with sanitization on, a retry is the same body as sent,
+    # and its record as stored may differ (two member names that redact to one tag keep
+    # the value written last), so the retry's digest is not always the original's. An
+    # original with several retries is read once.
     kept = part.select(_shard="_kept_shard", _shard_line="_kept_line")
-    kept = ctx.with_lineage(kept).select("_source", "_line", _record_sha256=digests)
+    originals = ctx.fetched(kind, kept.unique(maintain_order=True), ["_record_sha256"])
+    kept = kept.join(originals, on=list(KEYS), how="left", maintain_order="left")
+    kept = ctx.with_lineage(kept).select("_source", "_line", "_record_sha256")
     differs = pl.col("_code") == CONFLICT
     return part.with_columns(
         _detail=pl.when(differs)
