@@ -53,14 +53,22 @@ def field_expr(path: str, schema: pl.Schema) -> pl.Expr | None:
 
 def _struct_text(expr: pl.Expr, dtype: pl.Struct) -> pl.Expr:
     """A whole struct as a group's value: its JSON text, bytes inside it as hex (polars
-    cannot write bytes as JSON: a Rust panic). A struct whose every field is null (a
-    writer's ``{}``) is no value, as a null one is: it names no group."""
-    fields = [expr.struct.field(f.name) for f in dtype.fields]
-    if not fields:
+    cannot write bytes as JSON: a Rust panic). A struct that holds no value below it (a
+    writer's ``{}``, or ``{"a": {}}``: every field null, or a struct holding none) is no
+    value, as a null one is: it names no group."""
+    if not dtype.fields:
         return pl.lit(None, pl.String)
-    return pl.when(pl.any_horizontal(f.is_not_null() for f in fields)).then(
-        _json_ready(expr, dtype).struct.json_encode()
-    )
+    return pl.when(_holds_value(expr, dtype)).then(_json_ready(expr, dtype).struct.json_encode())
+
+
+def _holds_value(expr: pl.Expr, dtype: Any) -> pl.Expr:
+    """Whether ``expr`` holds a value: not null, and for a struct, a field that holds
+    one (a list holds one, empty or not)."""
+    if not isinstance(dtype, pl.Struct):
+        return expr.is_not_null()
+    if not dtype.fields:
+        return pl.lit(False)
+    return pl.any_horizontal(_holds_value(expr.struct.field(f.name), f.dtype) for f in dtype.fields)
 
 
 def _json_ready(expr: pl.Expr, dtype: Any) -> pl.Expr:

@@ -867,6 +867,32 @@ def test_a_whole_struct_split_group_field_is_compared_as_its_json_text(tmp_path:
     ]
 
 
+def test_a_struct_holding_only_empty_structs_names_no_group(tmp_path: Path) -> None:
+    """``{"inner": {}}`` holds no value, as ``{}`` does: rows of two splits whose split-group
+    struct holds only empty structs are no group (they were one, by the text
+    ``{"task":null,"inner":{"x":null}}``); a value anywhere below names one."""
+    layout = pl.Struct({"task": pl.String, "inner": pl.Struct({"x": pl.Int64})})
+    for split, texts, metas in (
+        ("train", ["a b c d e", "f g h i j"], [{"inner": {"x": None}}, {"inner": {"x": 3}}]),
+        ("eval", ["k l m n o", "p q r s t"], [{"inner": {"x": None}}, {"inner": {"x": 3}}]),
+    ):
+        frame = pl.DataFrame(
+            {"question": texts, "meta": metas}, schema={"question": pl.String, "meta": layout}
+        )
+        frame.write_parquet(tmp_path / f"{split}.parquet")
+    config = tmp_path / "c.toml"
+    config.write_text('[dedupe.split_groups]\ncolumns = ["meta"]\n')
+    result = runner.invoke(
+        app,
+        ["dedupe", "--split", f"train={tmp_path / 'train.parquet'}", "--split",
+         f"eval={tmp_path / 'eval.parquet'}", "--text", "question", "--config", str(config),
+         "--out", str(tmp_path / "d")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    groups = pl.read_parquet(tmp_path / "d" / "split_groups.parquet")
+    assert groups.rows() == [("meta", '{"task":null,"inner":{"x":3}}', ["eval", "train"])]
+
+
 def test_a_config_without_dedupe_keeps_normalised_and_near_off_and_says_so(
     tmp_path: Path,
 ) -> None:
