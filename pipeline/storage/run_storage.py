@@ -243,9 +243,9 @@ class RunStorage:
 
         Not an Arrow IPC file: a shuffle reads every task's file once per partition, and
         the IPC file's footer names every batch, so each read parsed a footer of all the
-        partitions: ~70-110 µs a (partition, file) pair at 2,400 partitions, ~100-140 at
-        20,000, where reading two offsets costs ~20-27 (``benchmarks/shuffle_reads.py``),
-        and a shuffle has files × partitions pairs (36 M at 1 TB: docs/scale.md)."""
+        partitions: ~106 µs a (partition, file) pair at 2,400 partitions, where reading
+        two offsets costs ~32 (``benchmarks/shuffle_reads.py``), and a shuffle has files ×
+        partitions pairs (36 M at 1 TB: docs/scale.md)."""
         if any(pa.types.is_dictionary(f.type) for f in entries.schema):
             raise TypeError(f"{stem}: a shuffle's entries hold no dictionary column")
         path = self._partitions_path(shard, stem)

@@ -192,6 +192,8 @@ def test_with_sanitization_submissions_are_compared_as_sent(tmp_path: Path, work
     rows.append(dict(reversed(list(rows[5].items()))))  # a retry of a redacted row
     settings = {"sanitize.enabled": True, "dedupe.enabled": False, "engine.shard_bytes": 4096}
     found = _run(tmp_path, {"a.jsonl": rows}, "agent-trace-v1", workers, settings=settings)
+    assert found.height == len(rows)  # every line lands once
+    assert (tmp_path / "a.jsonl").read_bytes() == _lines(rows)  # the input untouched
     # kept: accepted, or quarantined where a trace names documents and the run has no
     # authorised-documents table
     decided = [
@@ -252,7 +254,8 @@ def test_a_retry_points_at_its_originals_record_as_stored(tmp_path: Path) -> Non
         "_line": 1,
         "_record_sha256": kept["_record_sha256"][0],
     }
-    assert verify_run(tmp_path / "out").ok
+    assert verify_run(tmp_path / "out").ok  # every line lands once, lineage included
+    assert (tmp_path / "a.jsonl").read_bytes() == _lines([first, retry])  # untouched
 
 
 def test_the_original_is_first_in_input_order_whatever_the_shards(tmp_path: Path) -> None:
