@@ -45,10 +45,31 @@ def field_expr(path: str, schema: pl.Schema) -> pl.Expr | None:
             expr = expr.struct.field(name)
             dtype = {f.name: f.dtype for f in dtype.fields}.get(name, pl.Null())
         else:
-            return expr.cast(pl.String).str.json_path_match("$." + ".".join(rest[i:]))
+            return _json_value(expr.cast(pl.String), rest[i:])
     if isinstance(dtype, pl.Struct):  # its JSON text (a cast fails on a null inside)
         return _struct_text(expr, dtype)
     return expr.cast(pl.String)
+
+
+#: an object's member name, with its colon (the JSON path match writes objects compactly)
+_MEMBER_NAME: Final = r'"(?:[^"\\]|\\.)*"\s*:'
+
+
+def _json_value(text: pl.Expr, path: Sequence[str]) -> pl.Expr:
+    """The value at ``path`` in JSON ``text`` as a group's value, as a struct column's
+    would be: a string is its content, a number, boolean or list its JSON text; an
+    object its JSON text where it holds a value below it, and none where it holds only
+    nulls and objects holding none (``{}``, ``{"a": {}}``), as :func:`_struct_text`.
+    The path match gives an object and a string the same text (``{}`` for both), so a
+    string is told by a filter that only a string passes (every string is ``>= ""``)."""
+    value = text.str.json_path_match("$." + ".".join(path))
+    parent = "$" + "".join("." + name for name in path[:-1])
+    is_string = text.str.json_path_match(f'{parent}[?(@.{path[-1]} >= "")]').is_not_null()
+    # an object holds no value when, its members' names gone, only braces, commas and
+    # nulls are left: a string, number, boolean or list leaves something
+    left = value.str.replace_all(_MEMBER_NAME, "").str.replace_all(r"null|[\s{},]", "")
+    holds_nothing = value.str.starts_with("{") & (left.str.len_bytes() == 0)
+    return pl.when(is_string | ~holds_nothing).then(value)
 
 
 def _struct_text(expr: pl.Expr, dtype: pl.Struct) -> pl.Expr:

@@ -268,6 +268,38 @@ def test_pw_decide_meta_groups_straddling_splits_are_reported(tmp_path: Path) ->
     assert result.manifest["counts"]["by_reason"]["accepted"]["dedupe.split_group"] == 2 * 40
 
 
+def test_a_meta_object_holding_no_value_names_no_group_in_a_run(tmp_path: Path) -> None:
+    """In a run, pw-decide-row's ``meta`` is JSON text (``_meta``): ``meta.group`` set to
+    ``{}`` or ``{"a": {}}`` in rows of two splits names no group, as the same objects in
+    a struct column do in ``rowgate dedupe``; the string ``"{}"`` and an object holding
+    a value still name one, and only those rows are flagged."""
+    from pipeline.testing.synthetic import export_lines
+
+    groups = [{}, {"a": {}}, "{}", {"a": {"b": 1}}]
+    lines = []
+    for i, line in enumerate(export_lines("pw-decide-row-1", 8, seed=3)):
+        record = orjson.loads(line)
+        record["meta"] = {"group": groups[i % 4]}
+        lines.append(orjson.dumps(record))
+    (tmp_path / "a.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[:4]))
+    (tmp_path / "b.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[4:]))
+    config = CampaignConfig(
+        inputs=(
+            InputSpec(str(tmp_path / "a.jsonl"), split="train"),
+            InputSpec(str(tmp_path / "b.jsonl"), split="eval"),
+        )
+    )
+    result = run(config, tmp_path / "out")
+    table = pl.read_parquet(
+        tmp_path / "out" / "dedupe" / "split_groups" / "pw-decide-row-1.parquet"
+    )
+    assert sorted(table.select("field", "value").rows()) == [
+        ("meta.group", '{"a":{"b":1}}'),
+        ("meta.group", "{}"),
+    ]
+    assert result.manifest["counts"]["by_reason"]["accepted"]["dedupe.split_group"] == 4
+
+
 _BASELINE: dict[str, dict[str, bytes]] = {}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import orjson
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -103,3 +104,45 @@ def test_no_row_straddles_gives_one_empty_part() -> None:
     assert len(parts) == 1
     assert parts[0].height == 0
     assert found.table().height == 0
+
+
+def test_a_json_text_field_holding_no_value_names_no_group() -> None:
+    """A field read from JSON text (pw-decide-row's ``meta`` in a run) names a group where
+    the same value in a struct column would: an object holding only nulls and empty
+    objects names none, a string names its content (``"{}"`` too, which the path match
+    gives the text of ``{}``), a number, boolean, list or object holding a value its
+    JSON text. Names and strings holding quotes, colons and braces are read as such."""
+    cases: list[tuple[object, str | None]] = [
+        ({}, None),
+        ({"a": {}}, None),
+        ({"a": None}, None),
+        ({"a": {"b": None, "c": {}}}, None),
+        ({'k":{': {}}, None),
+        ("{}", "{}"),
+        ("", ""),
+        ("null", "null"),
+        ({"a": []}, '{"a":[]}'),
+        ({"a": 'y:":{}'}, '{"a":"y:\\":{}"}'),
+        ({"a": {"b": 0}}, '{"a":{"b":0}}'),
+        ([], "[]"),
+        (5, "5"),
+        (False, "false"),
+        (None, None),
+    ]
+    frame = pl.DataFrame({"meta": [orjson.dumps({"group": v}).decode() for v, _ in cases]})
+    found = frame.select(v=field_expr("meta.group", frame.schema))["v"].to_list()
+    assert found == [expected for _, expected in cases]
+    # a member path below: the same rules, and a parent that is no object holds none
+    nested = pl.DataFrame(
+        {"meta": ['{"a":{"b":{}}}', '{"a":{"b":"{}"}}', '{"a":[{"b":"x"}]}', '{"a":"s"}']}
+    )
+    assert nested.select(v=field_expr("meta.a.b", nested.schema))["v"].to_list() == [
+        None,
+        "{}",
+        None,
+        None,
+    ]
+    # the objects that name no group name none as a struct column's values either
+    layout = pl.Struct({"group": pl.Struct({"a": pl.Struct({"b": pl.Int64})})})
+    structs = pl.DataFrame({"meta": [{"group": {}}, {"group": {"a": {}}}]}, schema={"meta": layout})
+    assert structs.select(v=field_expr("meta.group", structs.schema))["v"].to_list() == [None, None]
