@@ -62,19 +62,32 @@ def _json_value(text: pl.Expr, path: Sequence[str]) -> pl.Expr:
     nulls and objects holding none (``{}``, ``{"a": {}}``), as :func:`_struct_text`.
     The path match gives an object and a string the same text (``{}`` for both), so a
     string is told by a filter that only a string passes (every string is ``>= ""``)."""
-    match = "$." + ".".join(path)
+    match = "$" + "".join(_member(name) for name in path)
     value = text.str.json_path_match(match)
     # only a text holding an object inside it is matched again (the others are null
     # here: matched and tested in every row, a field cost ~5 times the one match)
     nested = pl.when(text.str.count_matches("{", literal=True) > 1).then(text)
-    parent = "$" + "".join("." + name for name in path[:-1])
-    string = nested.str.json_path_match(f'{parent}[?(@.{path[-1]} >= "")]').is_not_null()
+    parent = "$" + "".join(_member(name) for name in path[:-1])
+    string = nested.str.json_path_match(f'{parent}[?(@{_member(path[-1])} >= "")]').is_not_null()
     again = nested.str.json_path_match(match)
     # an object holds no value when, its members' names gone, only braces, commas and
     # nulls are left: a string, number, boolean or list leaves something
     left = again.str.replace_all(_MEMBER_NAME, "").str.replace_all(r"null|[\s{},]", "")
     holds_nothing = (again.str.starts_with("{") & (left.str.len_bytes() == 0)).fill_null(False)
     return pl.when(string | ~holds_nothing).then(value)
+
+
+def _member(name: str) -> str:
+    """``name`` as a JSON path member, bracketed and quoted (a name holding a space read
+    as ``$.a b`` matched nothing: no group). The path's filters take no escapes, so a
+    name holding both quotes or a backslash is refused."""
+    quote = "'" if "'" not in name else '"'
+    if quote in name or "\\" in name:
+        raise ConfigError(
+            f"dedupe.split_groups: the member {name!r} cannot be read from JSON text "
+            "(it holds both quotes or a backslash)"
+        )
+    return f"[{quote}{name}{quote}]"
 
 
 def _struct_text(expr: pl.Expr, dtype: pl.Struct) -> pl.Expr:

@@ -9,9 +9,11 @@ from collections.abc import Sequence
 
 import orjson
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.core.config import ConfigError
 from pipeline.core.reasons import DEDUPE_SPLIT_GROUP
 from pipeline.dedupe.splits import field_expr, straddling_groups
 
@@ -142,6 +144,14 @@ def test_a_json_text_field_holding_no_value_names_no_group() -> None:
         None,
         None,
     ]
+    # any member name a config can give but one holding both quotes or a backslash
+    for name in ("a b", "my-group", "it's", 'say "x"', "ü"):
+        named = pl.DataFrame({"meta": [orjson.dumps({name: v}).decode() for v in ("{}", {}, 7)]})
+        found = named.select(v=field_expr(f"meta.{name}", named.schema))["v"].to_list()
+        assert found == ["{}", None, "7"], name
+    for name in ("both'\"", "back\\slash"):
+        with pytest.raises(ConfigError, match="cannot be read from JSON text"):
+            field_expr(f"meta.{name}", frame.schema)
     # the objects that name no group name none as a struct column's values either
     layout = pl.Struct({"group": pl.Struct({"a": pl.Struct({"b": pl.Int64})})})
     structs = pl.DataFrame({"meta": [{"group": {}}, {"group": {"a": {}}}]}, schema={"meta": layout})
