@@ -26,52 +26,56 @@ from types import FrameType
 from typing import Final
 
 # these modules import nothing else (~1 ms): only the command line is deferred
+from pipeline.core import signals
 from pipeline.core.allocator import apply_parent_allocator, hand_back_large_blocks
 from pipeline.core.errors import EXIT_FAILED, RowgateError
+from pipeline.core.signals import Terminated
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "Terminated", "main"]
 
 #: 128 + SIGTERM
 EXIT_TERMINATED: Final = 143
+#: 128 + SIGINT (Ctrl-C)
+EXIT_INTERRUPTED: Final = 130
 #: innermost frames printed for a defect
 _DEFECT_FRAMES: Final = 8
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived. Not an ``Exception``: like ``KeyboardInterrupt``, it passes every
-    handler of operational errors and runs every clean-up on its way out."""
-
-
-#: whether SIGTERM arrived: a library may turn :class:`Terminated` into another exception
-#: (Ray's blocking calls poll for signals from C++ and raise their own)
-_signalled: list[int] = []
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
     # A second SIGTERM must not interrupt the clean-up the first one started.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _signalled.append(signum)
+    # recorded: a library may turn Terminated into another exception (Ray's blocking
+    # calls poll for signals from C++ and raise their own), and Python loses it where it
+    # lands in a weakref callback (an import): nothing is published after it
+    # (pipeline.core.signals)
+    signals.record(signum)
     raise Terminated
 
 
 def main() -> None:
-    _signalled.clear()
+    signals.clear()
     signal.signal(signal.SIGTERM, _terminate)
     # before polars and pyarrow load (the command line imports them): they read these once
     apply_parent_allocator()
     # numpy's large arrays unmapped when freed (glibc): pipeline.core.allocator
     hand_back_large_blocks()
-    from pipeline.cli import main as cli_main
-
     try:
+        # inside: a signal while the command line loads ends like one during the command
+        from pipeline.cli import main as cli_main
+
         cli_main()
     except BaseException as error:
         # after SIGTERM, a command that did not complete was terminated, whatever the
         # exception its unwinding ended in
-        if _signalled and not (isinstance(error, SystemExit) and error.code in (0, None)):
+        if signals.received() and not (isinstance(error, SystemExit) and error.code in (0, None)):
             _exit_terminated()
         if isinstance(error, RowgateError):
             print(f"error: {error}", file=sys.stderr)
             sys.exit(error.exit_code)
-        if not isinstance(error, SystemExit | KeyboardInterrupt | Terminated):
+        if isinstance(error, KeyboardInterrupt):  # before a command took it (loading)
+            print("interrupted; no output was written", file=sys.stderr)
+            sys.exit(EXIT_INTERRUPTED)
+        if not isinstance(error, SystemExit | Terminated):
             _report_defect(error)  # a Rust panic (pyo3's PanicException) is no Exception
             sys.exit(EXIT_FAILED)
         raise

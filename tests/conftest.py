@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from hypothesis import HealthCheck, settings
 # while a test had patched that list, they went into the patched copy and were gone for
 # every later test in the process (runs without cross rules or dedupe).
 import pipeline.decide.stages  # noqa: F401
+from pipeline.core import signals
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -46,6 +48,15 @@ def python_script(
         timeout=timeout,
         check=False,
     )
+
+
+@pytest.fixture(autouse=True)
+def _no_sigterm_carried_over() -> Iterator[None]:
+    """A test that sends this process SIGTERM through the command line's handler leaves
+    it recorded (:mod:`pipeline.core.signals`): every later command would refuse to
+    publish. A process that really got one is ending; a test process goes on."""
+    yield
+    signals.clear()
 
 
 settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from pipeline.core.allocator import (
     RELEASE_AT_ONCE,
 )
 from pipeline.core.config import ConfigError
+from pipeline.output.outdir import atomic_file, claim_output
 from tests.conftest import ROOT, python_script
 
 SECRET = "sk-live-PLANTED-77aa01"
@@ -121,6 +124,76 @@ def test_a_command_that_fails_after_sigterm_exits_143(
         entry.main()
     assert exited.value.code == entry.EXIT_TERMINATED
     assert capsys.readouterr().err == "error: terminated (SIGTERM)\n"
+
+
+@pytest.mark.parametrize("output", ["directory", "file"])
+def test_a_sigterm_whose_exception_is_lost_still_stops_the_publishing(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    output: str,
+) -> None:
+    """Python loses a signal's exception where it lands in a weakref callback (an
+    import's; as a library may swallow it): the command went on, published OUT and
+    exited 0. What it wrote is removed and not published: exit 143."""
+    out = tmp_path / "OUT"
+    went_on = []
+
+    def work() -> None:
+        if output == "directory":
+            with claim_output(out, force=False) as claim, claim.staging() as tmp:
+                _lost_sigterm(tmp / "a-file")
+                went_on.append(True)
+        else:
+            with atomic_file(out, force=False) as tmp:
+                _lost_sigterm(tmp)
+                went_on.append(True)
+
+    monkeypatch.setattr(pipeline.cli, "main", work)
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == entry.EXIT_TERMINATED
+    assert went_on == [True]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no OUT, nothing beside it
+    assert capsys.readouterr().err == "error: terminated (SIGTERM)\n"
+
+
+def _lost_sigterm(written: Path) -> None:
+    written.write_text("written")
+    try:
+        signal.raise_signal(signal.SIGTERM)
+    except entry.Terminated:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [
+        (signal.SIGTERM, 143, "error: terminated (SIGTERM)"),
+        (signal.SIGINT, 130, "interrupted; no output was written"),
+    ],
+)
+def test_a_signal_while_the_command_line_loads_ends_the_command_with_its_code(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    signum: int,
+    code: int,
+    line: str,
+) -> None:
+    """A signal while the command line's modules load (before any command runs) was a
+    traceback and exit 1 (SIGTERM) or -2 (Ctrl-C); it is the command's one line and
+    exit code."""
+    loading = types.ModuleType("pipeline.cli")
+
+    def arrives(name: str) -> None:
+        signal.raise_signal(signum)
+
+    loading.__getattr__ = arrives  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "pipeline.cli", loading)
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == code
+    assert capsys.readouterr().err == line + "\n"
 
 
 def test_a_command_that_completes_after_sigterm_keeps_its_exit(

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from pipeline.core import signals
 from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
 
 if TYPE_CHECKING:
@@ -621,11 +622,13 @@ class OutputClaim:
     def staging(self) -> Iterator[Path]:
         """Yield an empty hidden sibling that replaces OUT when the block completes; on
         any exception it is removed and OUT is left as it was."""
+        signals.check()
         tmp = _staging_path(self.out)
         _check_staging_free(self.out, self.protect)
         tmp.mkdir()
         try:
             yield tmp
+            signals.check()  # once SIGTERM arrived, nothing is published
             self._publish(tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -793,9 +796,11 @@ def atomic_file(out: Path, *, force: bool, protect: Iterable[Path] = ()) -> Iter
     _check_utf8(out, "an output file")
     _check_file(out, force, protect)
     _remove_dead_parts(out, protect)
+    signals.check()
     tmp = _new_sibling(out)
     try:
         yield tmp
+        signals.check()  # once SIGTERM arrived, nothing is published
         _publish_file(tmp, out, force, protect)
     except BaseException:
         tmp.unlink(missing_ok=True)

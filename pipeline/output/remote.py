@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from pipeline.core import signals
 from pipeline.core.errors import EXIT_FAILED, EXIT_USAGE, RowgateError
 from pipeline.output.outdir import PROOFS, OutputExistsError, meets_a_read_path, pid_alive
 
@@ -228,9 +229,11 @@ class RemoteClaim:
     def staging(self) -> Iterator[Path]:
         """Yield an empty private work directory; when the block completes its files are
         uploaded to OUT, the proof last. It is removed in every case."""
+        signals.check()
         tmp = private_directory("out", self.protect)
         try:
             yield tmp
+            signals.check()  # once SIGTERM arrived, nothing is uploaded
             upload(tmp, self)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
