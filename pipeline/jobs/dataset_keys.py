@@ -131,9 +131,21 @@ def resolved_key(kind: str | None, text: Sequence[str], keys: Sequence[str]) -> 
 
 def check_comparable(frame: pl.DataFrame, key: DedupeKey | None, rule: str) -> None:
     """An :class:`InputError` naming a key column that cannot be read as text (a list,
-    bytes that are not UTF-8) or a survivor field that does not exist; the dedupe would
-    otherwise fail inside polars (an internal error). Only types are named: a polars
-    message may quote a value."""
+    a struct, bytes that are not UTF-8) or a survivor field that does not exist; the
+    dedupe would otherwise fail inside polars (an internal error). A struct's text is not
+    its value: polars writes ``{"a": "x\",\"y", "b": "z"}`` and ``{"a": "x", "b":
+    "y\",\"z"}`` alike (``{"x","y","z"}``), as a list of two strings and one of one,
+    so two rows that differ were one exact key, and one was removed. Only types are
+    named: a polars message may quote a value."""
+    for field in key.fields if key is not None else ():
+        for column in field.expr.meta.root_names():
+            dtype = frame.schema.get(column)
+            if dtype is not None and dtype.is_nested():
+                raise InputError(
+                    f"dedupe: {field.name} cannot be compared ({column}: {dtype}); a key is "
+                    "read as text, and a list's or a struct's text is not its value: name "
+                    "a text, number or date column"
+                )
     probes = [(f.name, f.expr) for f in key.fields] if key is not None else []
     if ":" in rule:
         root, *rest = rule.split(":", 1)[1].split(".")
@@ -262,13 +274,23 @@ def fitted(layout: pl.DataFrame, part: pl.DataFrame, path: str) -> pl.DataFrame:
         raise InputError(f"{path}: its columns do not fit the other inputs' ({exc})") from None
     for name, dtype in part.schema.items():
         common = made.schema[name]
-        if common != dtype and not _held_exactly(part[name], made[name]):
+        if common != dtype and (
+            _as_text(dtype, common) or not _held_exactly(part[name], made[name])
+        ):
             raise InputError(
                 f"{path}: its column {name!r} ({dtype}) does not fit the type the inputs "
                 f"share for it ({common}) without changing a value; give every input "
                 "the same type for it"
             )
     return made
+
+
+def _as_text(dtype: pl.DataType, common: pl.DataType) -> bool:
+    """Whether a number, date or boolean would be held as text beside another input's
+    strings: written back it is the same number, but as text it compares by its
+    characters (a survivor rule ``max:`` kept "9" over 10) and is written as a string."""
+    scalar = dtype.is_numeric() or dtype.is_temporal() or dtype == pl.Boolean
+    return scalar and common in (pl.String, pl.Categorical)
 
 
 def _held_exactly(original: pl.Series, widened: pl.Series) -> bool:

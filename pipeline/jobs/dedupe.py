@@ -178,10 +178,11 @@ def _dataset_files(directory: Path) -> list[Path]:
                 f"{directory / MANIFEST_NAME} lacks or mangles its list of outputs ({exc!r})"
             ) from None
     else:  # a FIFO named like a table is refused, never opened nor skipped
-        found = sorted(directory.rglob("*.parquet"))
+        # in any case (``a.PARQUET`` was left out without a word), as a run's JSONL names
+        found = sorted(p for p in directory.rglob("*") if p.name.lower().endswith(".parquet"))
         members = [p for p in found if input_type(p, str(p)) == "file"]
     if not members:
-        raise InputError(f"{directory}: directory holds no .parquet files")
+        raise InputError(f"{directory}: directory holds no .parquet files (in any case)")
     return members
 
 
@@ -230,6 +231,9 @@ def _schema(item: DatasetInput) -> pl.Schema:
     itself (its bookkeeping, its lineage pair)."""
     try:
         schema = pl.scan_parquet(item.path, glob=False).collect_schema()  # a file: no pattern
+        # a type polars names but cannot hold (a decimal of more than 38 digits) fails
+        # only when a frame is made of it: an internal error, exit 4
+        pl.DataFrame(schema=schema)
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise InputError(f"{item.path}: not a readable Parquet file ({exc})") from None
     reserved = [c for c in _RESERVED_COLUMNS if c in schema]

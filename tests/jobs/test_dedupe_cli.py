@@ -919,3 +919,94 @@ def test_a_config_without_dedupe_keeps_normalised_and_near_off_and_says_so(
     without = runner.invoke(app, [*args, "--out", str(tmp_path / "d")])
     assert "normalised     1" in without.output
     assert "near           0" in without.output
+
+
+def _sha256s(paths: list[Path]) -> list[str]:
+    import hashlib
+
+    return [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
+
+
+@pytest.mark.parametrize(
+    ("values", "option"),
+    [
+        ([{"tags": ["x", "y"]}, {"tags": ['x", "y']}], "--key"),  # one text: {["x", "y"]}
+        ([{"a": 'x","y', "b": "z"}, {"a": "x", "b": 'y","z'}], "--key"),  # {"x","y","z"}
+        ([{"a": "x", "b": "y"}, {"a": "x", "b": "y"}], "--text"),
+        ([["x", "y"], ["x", "y"]], "--key"),
+    ],
+)
+def test_a_struct_or_list_key_column_is_refused(
+    tmp_path: Path, values: list[Any], option: str
+) -> None:
+    """A key is read as text, and a struct's or a list's text is not its value: two
+    rows that differ read alike, and one was removed as an exact duplicate of the other
+    (exit 0). Refused, naming the column and its type, and the input is untouched."""
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "st": pa.array(values)}), path)
+    before = _sha256s([path])
+    result = runner.invoke(app, ["dedupe", str(path), option, "st", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 3, result.output
+    assert "st cannot be compared" in result.output
+    assert "(st: " in result.output
+    assert not (tmp_path / "o").exists()
+    assert _sha256s([path]) == before
+
+
+def test_a_type_polars_cannot_hold_is_an_unreadable_input(tmp_path: Path) -> None:
+    """A decimal of 40 digits is valid Parquet that polars names but cannot hold: it
+    failed as an internal error (exit 4) even as a column dedupe only carries along."""
+    import decimal
+
+    path = tmp_path / "in.parquet"
+    amounts = pa.array([decimal.Decimal("1.5")] * 3, pa.decimal256(40, 2))
+    pq.write_table(pa.table({"t": ["a", "a", "b"], "amount": amounts}), path)
+    result = runner.invoke(app, ["dedupe", str(path), "--text", "t", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 3, result.output
+    assert "not a readable Parquet file" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_directory_stands_for_its_parquet_files_in_any_case(tmp_path: Path) -> None:
+    """``a.PARQUET`` and ``b.Parquet`` under a directory are read beside ``c.parquet``
+    (they were left out without a word: their rows in no output)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, texts in (("a.PARQUET", ["x", "y"]), ("b.Parquet", ["x"]), ("c.parquet", ["z"])):
+        pq.write_table(pa.table({"t": texts}), folder / name)
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["dedupe", str(folder), "--text", "t", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [Path(i["path"]).name for i in summary["inputs"]] == [
+        "a.PARQUET",
+        "b.Parquet",
+        "c.parquet",
+    ]
+    assert pl.read_parquet(out / "kept.parquet").height == 3
+    assert pl.read_parquet(out / "duplicates.parquet").height == 1
+
+
+def test_a_number_beside_another_inputs_strings_is_refused(tmp_path: Path) -> None:
+    """Held as text beside another input's strings, integers compare by their characters
+    (``max:s`` kept "9" over 10) and were written as strings, with exit 0."""
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"t": ["same", "other"], "s": pa.array([10, 3], pa.int64())}), a)
+    pq.write_table(pa.table({"t": ["same"], "s": pa.array(["9"])}), b)
+    result = runner.invoke(
+        app,
+        [
+            "dedupe",
+            str(a),
+            str(b),
+            "--text",
+            "t",
+            "--survivor",
+            "max:s",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert result.exit_code == 3, result.output
+    assert "its column 's' (Int64) does not fit" in result.output
+    assert not (tmp_path / "o").exists()
