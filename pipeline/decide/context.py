@@ -84,6 +84,7 @@ __all__ = [
     "PART_ROWS",
     "REASON_CODES",
     "Decisions",
+    "Following",
     "GlobalContext",
     "GlobalResult",
     "GlobalStage",
@@ -151,6 +152,17 @@ class Grouped(NamedTuple):
     found: npt.NDArray[np.bool_]
     groups: npt.NDArray[np.uint64]
     same: npt.NDArray[np.bool_] | None
+
+
+class Following(NamedTuple):
+    """What a led check found beside its leaders (:meth:`GlobalContext.led_groups`):
+    how many rows each found row leads, itself included (in the rows' order, as
+    :attr:`Grouped.groups`), and the rows it does not find but gives a leader, with
+    their leaders, as places among the rows."""
+
+    led: npt.NDArray[np.int64]
+    followers: npt.NDArray[np.int64]
+    leaders: npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -303,7 +315,7 @@ class GlobalContext:
         if where is not None:
             exprs[WHERE] = where
         hashes = len(exprs) - (where is not None)
-        found, groups, _ = self._check(kind, rows, name, exprs, hashes, stem=stem)
+        (found, groups, _), _ = self._check(kind, rows, name, exprs, hashes, stem=stem)
         return found, groups
 
     def unmatched(
@@ -328,7 +340,7 @@ class GlobalContext:
         (a key, its hash and line: counted as 32 bytes a key to size the partitions)."""
         exprs = {GROUP: key.hash(), TEXT: key, SEEKS: seeks, WHERE: where}
         lines = lines_by_shard(rows, left_out)
-        return self._check(kind, rows, name, exprs, 1 + 4, lines=lines)[0]
+        return self._check(kind, rows, name, exprs, 1 + 4, lines=lines)[0].found
 
     def groups(
         self,
@@ -362,7 +374,7 @@ class GlobalContext:
         exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
         if body is not None:
             exprs[BODY] = body
-        return self._check(
+        grouped, _ = self._check(
             kind,
             rows,
             name,
@@ -372,6 +384,33 @@ class GlobalContext:
             lines=lines_by_shard(rows, left_out) if left_out is not None else None,
             digested=digested,
         )
+        return grouped
+
+    def led_groups(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        name: str,
+        key: pl.Expr,
+        hashed: pl.Expr,
+        *,
+        left_out: npt.NDArray[np.bool_],
+    ) -> tuple[Grouped, Following]:
+        """As :meth:`groups` without a body, but the rows of a key in one split (or in
+        no split) are led by their first in the stable order key: only the leaders of
+        the keys another row shares are found, each with its group and how many rows it
+        leads (itself included); the rows they lead come apart, each with its leader
+        (:class:`Following`: places among ``rows``). The driver holds two places a row
+        led, not the row's group and a place among those found."""
+        splits = self.split_numbers()
+        leads = [-1 if (split := splits[s]) is None else split for s in self.shards_of(kind)]
+        exprs = {GROUP: hashed, TEXT: key, WHERE: key.is_not_null()}
+        grouped, following = self._check(
+            kind, rows, name, exprs, 1 + 4, lines=lines_by_shard(rows, left_out), leads=leads
+        )
+        if following is None:
+            raise AssertionError(f"{kind}: {name}: a led check gave no leaders")
+        return grouped, following
 
     def first_rows(self, kind: str, groups: npt.NDArray[np.uint64]) -> pl.DataFrame:
         """The keys (``_shard``, ``_shard_line``) of each of ``groups``' first rows (a
@@ -397,17 +436,21 @@ class GlobalContext:
         stem: str | None = None,
         lines: Mapping[int, bytes] | None = None,
         digested: bool = False,
-    ) -> Grouped:
+        leads: Sequence[int] = (),
+    ) -> tuple[Grouped, Following | None]:
         """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
         row, to size its partitions): a mask over ``rows`` and the found rows' groups
-        (and whether each one's body is its group's first row's), in the rows' order.
-        ``lines``: each shard's lines that take no part (:func:`lines_by_shard`)."""
+        (and whether each one's body is its group's first row's; with ``leads``, how
+        many rows each leads, and the rows led), in the rows' order. ``lines``: each
+        shard's lines that take no part (:func:`lines_by_shard`)."""
         engine = self.config.engine
         shards = self.shards_of(kind)
         bodied = BODY in exprs
         if not shards:
             none = np.zeros(0, np.bool_) if bodied else None
-            return Grouped(np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64), none)
+            empty = np.zeros(0, np.int64)
+            nothing = Following(empty, empty, empty) if leads else None
+            return Grouped(np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64), none), nothing
         count = partition_count(
             rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
@@ -420,16 +463,24 @@ class GlobalContext:
             partitions=count,
             source=stem,
             digested=digested,
+            leads=leads,
         )
         found = check.run(self.engine, lines)
-        keys = {"_shard": found.shards, "_shard_line": found.lines}
-        at = _places(rows, pl.DataFrame(keys, schema={"_shard": pl.Int32, "_shard_line": pl.Int64}))
-        groups, same = found.groups, found.same
-        del found, keys  # the rows' keys: 12 bytes a row found
+        at = _places(rows, _keys_frame(found.shards, found.lines))
+        groups, same, led, following = found.groups, found.same, found.led, found.followers
+        del found  # the rows' keys: 12 bytes a row found
         mask = np.zeros(rows.height, np.bool_)
         mask[at] = True
         order = np.argsort(at)  # the rows' order
-        return Grouped(mask, groups[order], None if same is None else same[order])
+        if led is None or following is None:
+            return Grouped(mask, groups[order], None if same is None else same[order]), None
+        followers = _places(rows, _keys_frame(following.shards, following.lines))
+        # a leader once, however many rows it leads (a row is placed once)
+        distinct_leaders, leader = np.unique(following.leaders, return_inverse=True)
+        del following
+        lead_shards, lead_lines = first_rows(check.shards, distinct_leaders)
+        leaders = _places(rows, _keys_frame(lead_shards, lead_lines))[leader]
+        return Grouped(mask, groups[order], None), Following(led[order], followers, leaders)
 
     def has_row_keys(self, kind: str) -> bool:
         """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""
@@ -930,6 +981,13 @@ def advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) -> 
             .alias(REASON_CODES)
         )
     return current.with_columns(updates)
+
+
+def _keys_frame(shards: npt.NDArray[np.int32], lines: npt.NDArray[np.int64]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"_shard": shards, "_shard_line": lines},
+        schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
+    )
 
 
 def _places(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int64]:

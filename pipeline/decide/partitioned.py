@@ -5,7 +5,9 @@ every row's hash in the driver; the rows that seek a key no other row offers, on
 exact keys (a partitioned anti-join: the worker-root rule's); and the rows whose exact
 key another row shares, each with its key's first row (exact groups: the review
 stage's items), or only the later rows of each such key, each telling whether a second
-value (a body) is its first row's too (the replay rule's retries and conflicts). A
+value (a body) is its first row's too (the replay rule's retries and conflicts), or only
+the first row of each such key in each split, each with the rows it leads (dedupe's
+exact groups: :attr:`HashCheck.leads`). A
 shuffle through staged files, as near dedupe's candidate search
 (:mod:`pipeline.dedupe.partitions`):
 
@@ -54,6 +56,7 @@ __all__ = [
     "TEXT",
     "VALUE",
     "WHERE",
+    "Followers",
     "Found",
     "HashCheck",
     "evaluate_shard",
@@ -186,6 +189,29 @@ class Found:
     #: a grouping check's with a :data:`BODY`: whether each row's body is its group's
     #: first row's
     same: npt.NDArray[np.bool_] | None = None
+    #: a led check's (:attr:`HashCheck.leads`): how many rows each row found leads, itself
+    #: included, and the rows it leads, apart
+    led: npt.NDArray[np.int64] | None = None
+    followers: Followers | None = None
+
+
+@dataclass(frozen=True)
+class Followers:
+    """The rows a led check (:attr:`HashCheck.leads`) does not find but gives their
+    leader: their shards and lines, and each one's leader as a group (its place:
+    :func:`first_rows` reads it)."""
+
+    shards: npt.NDArray[np.int32]
+    lines: I64
+    leaders: U64
+
+    @classmethod
+    def joined(cls, parts: Sequence[Followers]) -> Followers:
+        return cls(
+            np.concatenate([np.zeros(0, np.int32), *(f.shards for f in parts)]),
+            np.concatenate([np.zeros(0, np.int64), *(f.lines for f in parts)]),
+            np.concatenate([np.zeros(0, np.uint64), *(f.leaders for f in parts)]),
+        )
 
 
 @dataclass(frozen=True)
@@ -206,6 +232,11 @@ class HashCheck:
     #: the keys (:data:`TEXT`) are staged and compared as their SHA-256 (32 bytes), not
     #: as they are (a long text: a review's subject)
     digested: bool = False
+    #: a grouping check's label of each of ``shards`` (a split's): where given, the rows
+    #: of a key that share a label are led by their first, and only the leaders of
+    #: the keys another row shares are found, each with how many rows it leads; the
+    #: others are returned apart with their leader (:class:`Followers`)
+    leads: tuple[int, ...] = ()
 
     @classmethod
     def of(
@@ -219,11 +250,13 @@ class HashCheck:
         partitions: int,
         source: str | None = None,
         digested: bool = False,
+        leads: Sequence[int] = (),
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE` or :data:`TEXT` and
         :data:`SEEKS` or :data:`BODY`, :data:`WHERE`) over ``kind``'s rows in ``shards``
         (or over ``source``, a stem staged beside them), its entries staged as
-        ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256."""
+        ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256;
+        ``leads``: a grouping check's label of each shard (:attr:`leads`)."""
         allowed = (
             {GROUP},
             {GROUP, VALUE},
@@ -236,8 +269,20 @@ class HashCheck:
                 f"a hash check's expressions are {GROUP}, optionally {VALUE} or {TEXT} "
                 f"(and {SEEKS} or {BODY}), and optionally {WHERE}: not {sorted(exprs)}"
             )
+        if leads and (set(exprs) - {WHERE} != {GROUP, TEXT} or len(leads) != len(shards)):
+            raise ValueError("a led check groups by a key alone, with a label for each shard")
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
-        return cls(storage, kind, name, shards, serialized, partitions, source or kind, digested)
+        return cls(
+            storage,
+            kind,
+            name,
+            shards,
+            serialized,
+            partitions,
+            source or kind,
+            digested,
+            tuple(leads),
+        )
 
     @property
     def varying(self) -> bool:
@@ -277,11 +322,16 @@ class HashCheck:
         engine.map(Step(_init, (self,), _shuffle_shard), shard_tasks(self.shards, lines))
         found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
         same = [f.same for f in found if f.same is not None]
+        led = [f.led for f in found if f.led is not None]
         return Found(
             np.concatenate([f.shards for f in found]),
             np.concatenate([f.lines for f in found]),
             np.concatenate([f.groups for f in found]),
             np.concatenate(same) if self.bodied else None,
+            np.concatenate(led) if self.leads else None,
+            Followers.joined([f.followers for f in found if f.followers is not None])
+            if self.leads
+            else None,
         )
 
 
@@ -385,12 +435,53 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
         hit = varying(group, value).to_numpy()
     elif check.matching:
         hit = _unmatched(batches)
+    elif check.leads:
+        return _led_rows(check, batches, group, lines, sizes)
     elif check.grouping:
         hit, group, same = _exact_groups(batches, group, group_places(sizes, lines))
     else:
         hit = repeated(group).to_numpy()
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
     return Found(shards[hit], lines[hit], group[hit], None if same is None else same[hit])
+
+
+def _led_rows(
+    check: HashCheck, batches: list[pa.RecordBatch], group: U64, lines: I64, sizes: list[int]
+) -> Found:
+    """A led check's partition (:attr:`HashCheck.leads`): of the keys another row
+    shares, each label's first row (the leader: entries are in the stable order key), its
+    group (its key's first row's place) and how many rows of its key and label it leads;
+    the others apart, each with its leader's place. Only keys whose hash repeats are
+    compared (equal keys share a partition)."""
+    shards = np.repeat(np.array(check.shards, np.int32), sizes)
+    place = group_places(sizes, lines)
+    at = np.flatnonzero(repeated(group).to_numpy())
+    label = np.repeat(np.array(check.leads, np.int64), sizes)[at]
+    text = pl.concat([_key_text(pl.Series(b[TEXT])) for b in batches]).gather(at)
+    i = pl.col("i")
+    found = (
+        pl.DataFrame({"t": text, "s": label})
+        .with_row_index("i")
+        .select(
+            first=i.first().over("t"),
+            rows=i.count().over("t"),
+            lead=i.first().over("t", "s"),
+            led=i.count().over("t", "s"),
+        )
+    )
+    first, rows, lead, led = (found[c].to_numpy().astype(np.int64) for c in found.columns)
+    shared = rows > 1
+    leader = shared & (lead == np.arange(len(at)))
+    follower = shared & ~leader
+    hit, follows = at[leader], at[follower]
+    return Found(
+        shards[hit],
+        lines[hit],
+        place[at[first[leader]]],
+        None,
+        led[leader],
+        Followers(shards[follows], lines[follows], place[at[lead[follower]]]),
+    )
 
 
 def _exact_groups(

@@ -55,7 +55,7 @@ import polars as pl
 from pipeline.core.arrays import distinct, isin
 from pipeline.dedupe.minhash import NearPairs
 
-__all__ = ["RULES", "Decided", "Duplicates", "decide", "find_duplicates"]
+__all__ = ["RULES", "Decided", "Duplicates", "Followed", "decide", "find_duplicates"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -167,6 +167,44 @@ class Duplicates:
             self.cluster_at(every),
             self.stats,
         )
+
+
+@dataclass(frozen=True)
+class Followed:
+    """The verdicts of rows that took no part in the decision but follow a row that did
+    (each led by it: its exact group's first row in their split, whose weight counts
+    them): their leaders are at ``lead`` (places among :attr:`Duplicates.rows`). A
+    follower is removed: in its leader's favour by ``exact`` where the leader is kept,
+    else as its leader is (its kept row, rule, match, similarities and cluster), as a
+    row a representative represents is (:class:`Duplicates`)."""
+
+    found: Duplicates
+    lead: I64
+
+    def _rep(self, at: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
+        rep = self.found.rep[self.lead[at]]
+        return rep, self.found.by_rep.kept[rep] >= 0
+
+    def kept_at(self, at: I64) -> I64:
+        rep, follows = self._rep(at)
+        by_rep = self.found.by_rep
+        return np.where(follows, by_rep.kept[rep], by_rep.rows[rep])
+
+    def rule_at(self, at: I64) -> npt.NDArray[np.int8]:
+        rep, follows = self._rep(at)
+        return np.where(follows, self.found.by_rep.rule[rep], np.int8(EXACT)).astype(np.int8)
+
+    def match_at(self, at: I64) -> npt.NDArray[np.int8]:
+        return self.found.by_rep.match[self._rep(at)[0]]
+
+    def estimated_at(self, at: I64) -> F64:
+        return self.found.by_rep.estimated[self._rep(at)[0]]
+
+    def verified_at(self, at: I64) -> F64:
+        return self.found.by_rep.verified[self._rep(at)[0]]
+
+    def cluster_at(self, at: I64) -> I64:
+        return self.found.by_rep.cluster[self._rep(at)[0]]
 
 
 def _group_stage(
@@ -361,19 +399,23 @@ def find_duplicates(
     partition: I64,
     near: NearPairs | None,
     split: I64 | None = None,
+    weight: I64 | None = None,
 ) -> Duplicates:
     """Decide every row (see the module docstring): the rows that can take part
     (:func:`_participants`) are decided by their representatives, each exact group's
     best-ranked row in each split (``split``: dense ids; none: one split), among
     themselves (:func:`decide`), as every row would be among all. ``normalised`` ids
-    index the texts ``near`` was computed over."""
-    rows = _participants(exact, normalised, near)
+    index the texts ``near`` was computed over. ``weight``: how many rows each row
+    stands for, where the rows it represents are not given (:class:`Followed` decides
+    them): itself and those."""
+    rows = _participants(exact, normalised, near, weight)
     rep, reps = _representatives(rows, rank, exact, partition, split)
     at = rows[reps]
     by_rep = decide(rank[at], exact[at], normalised[at], partition[at], near)
     by_rep.kept = np.where(by_rep.kept >= 0, at[np.maximum(by_rep.kept, 0)], -1)
     by_rep.rows = at
-    count = np.bincount(rep, minlength=len(at)).astype(np.int64)
+    weights = None if weight is None else weight[rows]
+    count = np.bincount(rep, weights, minlength=len(at)).astype(np.int64)
     by_rep.cluster = _clusters(by_rep, count)
     stats = {**by_rep.stats, "clusters": int(by_rep.cluster.max(initial=-1)) + 1}
     return Duplicates(rows, rep, by_rep, count, stats)
@@ -419,10 +461,13 @@ def _clusters(by_rep: Decided, count: I64) -> I64:
     return cluster
 
 
-def _participants(exact: I64, normalised: I64, near: NearPairs | None) -> I64:
-    """The rows that share an exact or a normalised group, or whose text is in a near
-    pair, ascending (group ids and texts are dense ranks: counted, not sorted)."""
+def _participants(exact: I64, normalised: I64, near: NearPairs | None, weight: I64 | None) -> I64:
+    """The rows that share an exact or a normalised group, or stand for more rows than
+    their own (``weight``), or whose text is in a near pair, ascending (group ids and
+    texts are dense ranks: counted, not sorted)."""
     taking_part = np.bincount(exact)[exact] > 1
+    if weight is not None:
+        taking_part |= weight > 1
     taking_part |= np.bincount(normalised)[normalised] > 1
     if near is not None:
         taking_part |= isin(normalised, np.concatenate([near.left, near.right]))

@@ -44,17 +44,21 @@ F64 = npt.NDArray[np.float64]
 
 class Shared(NamedTuple):
     """The rows that share a key (a digest) with another row: their places, ascending,
-    and their groups (dense, numbered as the groups' first rows come)."""
+    and their groups (dense, numbered as the groups' first rows come); where the rows
+    of a group in one split are led by their first (a run's exact groups), only the
+    leaders, and how many rows each leads (``led``, itself included)."""
 
     places: I64
     ids: I64
+    led: I64 | None = None
 
     @classmethod
-    def of(cls, places: I64, labels: npt.NDArray[Any]) -> Shared:
+    def of(cls, places: I64, labels: npt.NDArray[Any], led: I64 | None = None) -> Shared:
         """The rows at ``places`` (ascending, each sharing its group with another of
-        them), grouped by ``labels`` (one a row, lined up with ``places``), which order
-        as their groups' first rows do (a group's first row, or its encoding)."""
-        return cls(places, np.unique(labels, return_inverse=True)[1].astype(np.int64))
+        them, or leading another row), grouped by ``labels`` (one a row, lined up with
+        ``places``), which order as their groups' first rows do (a group's first row,
+        or its encoding)."""
+        return cls(places, np.unique(labels, return_inverse=True)[1].astype(np.int64), led)
 
 
 NONE_SHARED: Final = Shared(np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -80,6 +84,9 @@ class Participants:
     exact: I64 | None
     normalised: I64 | None
     near: NearPlaces | None
+    #: how many rows each row stands for, itself included, where exact groups were
+    #: found led (:attr:`Shared.led`): its own and the rows it leads
+    weight: I64 | None = None
 
     @classmethod
     def of(
@@ -91,11 +98,16 @@ class Participants:
         if near is not None:
             parts += [near.better, near.worse]
         places = distinct(np.concatenate([np.zeros(0, np.int64), *parts]))
+        weight = None
+        if exact is not None and exact.led is not None:
+            weight = np.ones(len(places), np.int64)
+            weight[np.searchsorted(places, exact.places)] = exact.led
         return cls(
             places,
             _ids(places, exact) if exact is not None else None,
             _ids(places, normalised) if normalised is not None else None,
             near,
+            weight,
         )
 
 
@@ -129,7 +141,7 @@ def sparse_texts(grouped: Shared, rank: Callable[[I64], I64]) -> SparseTexts:
     if not len(grouped.places):
         empty = np.zeros(0, np.int64)
         return SparseTexts(empty, empty, empty, rank)
-    places, ids = grouped
+    places, ids = grouped.places, grouped.ids
     first, best = group_texts(ids, rank(places))
     later = first[ids] != np.arange(len(places))
     several = np.bincount(ids) > 1
@@ -149,7 +161,7 @@ def participant_keys(
     them, by those positions (the verified pairs', and the rows a pointer or a cluster
     names)."""
     if found.near is None:
-        return RowKeys(found.normalised, None, None, found.exact, lineage)
+        return RowKeys(found.normalised, None, None, found.exact, lineage, found.weight)
     better, worse, similarity, candidates = found.near
     places = found.places
 
@@ -162,4 +174,4 @@ def participant_keys(
         order = np.lexsort((right, left))
         return left[order], right[order], similarity[order], candidates
 
-    return RowKeys(found.normalised, near, signatures, found.exact, lineage)
+    return RowKeys(found.normalised, near, signatures, found.exact, lineage, found.weight)

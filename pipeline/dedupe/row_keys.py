@@ -212,10 +212,12 @@ class RowKeys:
 
     ``lineage(rows)`` gives the ``_source``, ``_line`` and ``_record_sha256`` of some
     rows (those a pointer or a cluster names): then the frame need not hold them for
-    every row."""
+    every row. ``weight``: how many rows each row stands for (its own and those it
+    leads, which take no part: :class:`~pipeline.dedupe.participants.Participants`)."""
 
     normalised: I64 | None
     near: Callable[[I64, I64, I64], tuple[I64, I64, npt.NDArray[np.float64], int]] | None
     signatures: Callable[[I64], npt.NDArray[np.uint32]] | None
     exact: I64 | None = None
     lineage: Callable[[I64], pl.DataFrame] | None = None
+    weight: I64 | None = None

@@ -13,10 +13,11 @@ can take part (:func:`~pipeline.dedupe.clusters.find_duplicates`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,7 @@ from pipeline.dedupe.clusters import (
     NEAR,
     RULES,
     Duplicates,
+    Followed,
     find_duplicates,
 )
 from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
@@ -232,6 +234,15 @@ class Matches:
     clusters: ClusterTable
     key: DedupeKey | None
     settings: DedupeSettings
+    #: the verdicts of removed rows, as :attr:`removed` holds them (:func:`_removed_rows`)
+    verdicts: Callable[[Verdicts, I64, I64], RemovedRows]
+
+    def followed(self, lead: I64) -> RemovedRows:
+        """The verdicts of rows that took no part but follow the rows at ``lead``
+        (places among the rows that did: :class:`~pipeline.dedupe.clusters.Followed`),
+        all removed; their rows are their places in ``lead``."""
+        every = np.arange(len(lead), dtype=np.int64)
+        return self.verdicts(Followed(self.found, lead), every, every)
 
     def complete(self, rows: pl.DataFrame, fields: Sequence[str], count: int) -> DedupeOutcome:
         """The outcome, given the rows split groups are found among (``_split`` and the
@@ -317,14 +328,19 @@ def match_duplicates(
     split = None
     if splits.null_count() < len(splits):
         split = splits.rank("dense").fill_null(0).to_numpy().astype(np.int64)
-    found = find_duplicates(rank, exact, normalised, partition, near, split)
+    weight = row_keys.weight if row_keys is not None else None
+    found = find_duplicates(rank, exact, normalised, partition, near, split, weight)
     del split
-    lineage = row_keys.lineage if row_keys is not None else None
     keepers = found.keepers()
-    kept = _kept_lineage(frame, keepers, lineage)
-    removed = _removed_rows(found, splits, key, normalisation, params, keepers, kept)
+    kept = _kept_lineage(frame, keepers, row_keys.lineage if row_keys is not None else None)
+    verdicts = functools.partial(
+        _removed_rows, splits=splits, key=key, normalisation=normalisation, params=params,
+        keepers=keepers, kept_lineage=kept,
+    )  # fmt: skip
+    removed = np.flatnonzero(found.removed)
+    removed_rows = verdicts(found, found.rows[removed], removed)
     clusters = ClusterTable(found, splits, kind, kept)
-    return Matches(found, near, removed, clusters, key, settings)
+    return Matches(found, near, removed_rows, clusters, key, settings, verdicts)
 
 
 def group_texts(groups: I64, rank: I64) -> tuple[I64, I64]:
@@ -354,7 +370,10 @@ def _kept_lineage(
 
 
 def _removed_rows(
-    found: Duplicates,
+    found: Verdicts,
+    rows: I64,
+    removed: I64,
+    *,
     splits: pl.Series,
     key: DedupeKey | None,
     normalisation: Normalisation,
@@ -362,10 +381,11 @@ def _removed_rows(
     keepers: I64,
     kept_lineage: pl.DataFrame,
 ) -> RemovedRows:
-    """The removed rows' verdicts, built when asked for: what is held is the decision
-    (:class:`~pipeline.dedupe.clusters.Duplicates`), the removed rows' places and the
-    lineage of each kept row that has duplicates (``keepers``: :func:`_kept_lineage`)."""
-    removed = np.flatnonzero(found.removed)
+    """The verdicts of removed ``rows`` (``found``'s at ``removed``), built when asked
+    for: what is held is the decision (:class:`~pipeline.dedupe.clusters.Duplicates`,
+    or rows that follow it: :class:`~pipeline.dedupe.clusters.Followed`), the removed
+    rows' places and the lineage of each kept row that has duplicates (``keepers``:
+    :func:`_kept_lineage`)."""
     described = key.description if key is not None else "key"
 
     def build(lo: int, hi: int) -> pl.DataFrame:
@@ -374,11 +394,22 @@ def _removed_rows(
         target = kept_lineage[np.searchsorted(keepers, kept)]
         return _verdicts(found, at, kept, target, splits, described, normalisation, params)
 
-    return RemovedRows(found.rows[removed], build)
+    return RemovedRows(rows, build)
+
+
+class Verdicts(Protocol):
+    """What a removed row's verdict is read from, by its place ``at``."""
+
+    def kept_at(self, at: I64) -> I64: ...
+    def rule_at(self, at: I64) -> npt.NDArray[np.int8]: ...
+    def match_at(self, at: I64) -> npt.NDArray[np.int8]: ...
+    def estimated_at(self, at: I64) -> npt.NDArray[np.float64]: ...
+    def verified_at(self, at: I64) -> npt.NDArray[np.float64]: ...
+    def cluster_at(self, at: I64) -> I64: ...
 
 
 def _verdicts(
-    found: Duplicates,
+    found: Verdicts,
     at: I64,
     kept: I64,
     target: pl.DataFrame,
@@ -515,16 +546,19 @@ def _clusters_frame(table: ClusterTable, at: I64, lo: int, hi: int) -> pl.DataFr
         ),
         kept_split="split",
     )
-    names = dict(enumerate(RULES))
-    summary = members.group_by("cluster").agg(
-        size=pl.col("rows").sum().cast(pl.Int64),
-        rules=pl.col("rule")
-        .filter(~pl.col("kept"))
-        .unique()
-        .replace_strict(names, return_dtype=pl.String)
-        .sort(),
-        splits=pl.col("split").drop_nulls().unique().sort(),
-    )
+    names = pl.col("rule").replace_strict(dict(enumerate(RULES)), return_dtype=pl.String)
+    # each cluster's distinct rules and splits, sorted, as plain columns gathered into
+    # lists (a list made by an expression in each group was ~500 bytes a cluster of the
+    # stage's peak: 40 MB a part of 65,536 clusters)
+    removed = members.filter(~pl.col("kept")).select("cluster", rules=names)
+    splits = members.filter(pl.col("split").is_not_null()).select("cluster", splits="split")
+    summary = members.group_by("cluster").agg(size=pl.col("rows").sum().cast(pl.Int64))
+    for listed, name in ((removed, "rules"), (splits, "splits")):
+        distinct = listed.unique().sort("cluster", name)
+        collected = distinct.group_by("cluster", maintain_order=True).agg(name)
+        summary = summary.join(collected, on="cluster", how="left").with_columns(
+            pl.col(name).fill_null(pl.lit([], pl.List(pl.String)))
+        )
     return (
         kept.join(summary, on="cluster")
         .sort("cluster")

@@ -1004,3 +1004,102 @@ def test_a_checks_partitions_are_at_most_its_rows() -> None:
     assert partition_count(10, 1, 2, 5, 7) == 7
     assert partition_count(0, 1, 2, 5, 64) == 1
     assert partition_count(10, 1, 2, 5, None) == 2  # unset: a multiple of the workers
+
+
+class ProbeLed:
+    """Leads the rows of each key in each split with ``led_groups`` (on the engine, at
+    several partition counts) and over every row's values here (decides nothing)."""
+
+    name = "probe-led"
+    order = 1
+    #: (expected, got) per partition count: leaders, their groups, how many each
+    #: leads, and each follower with its leader (places among the rows)
+    found: ClassVar[list[tuple[Any, Any]]] = []
+
+    def enabled(self, config: CampaignConfig) -> bool:
+        return True
+
+    def output_columns(self, ctx: GlobalContext, kind: str) -> Sequence[OutputColumn]:
+        return []
+
+    def decide(self, ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+        # eleven keys, one held by a single row; every seventh row left out
+        line = pl.col("_shard_line")
+        key = pl.when(line == 5).then(pl.lit("alone")).otherwise((line % 11).cast(pl.String))
+        left_out = (rows["_shard_line"] % 7 == 0).to_numpy()
+        got = ctx.values(kind, rows, {"k": key})
+        split = rows["_shard"].replace_strict(ctx.split_numbers(), default=None).to_list()
+        leaders: dict[tuple[str, Any], int] = {}
+        keys: dict[str, list[int]] = {}
+        for i, k in enumerate(got["k"]):
+            if not left_out[i]:
+                keys.setdefault(k, []).append(i)
+                leaders.setdefault((k, split[i]), i)
+        shared = {k for k, members in keys.items() if len(members) > 1}
+        lead = {i: leaders[(got["k"][i], split[i])] for k in shared for i in keys[k]}
+        led = Counter(lead.values())
+        first = {k: keys[k][0] for k in shared}
+        expected = (
+            sorted(led),
+            [first[got["k"][i]] for i in sorted(led)],
+            [led[i] for i in sorted(led)],
+            sorted((i, j) for i, j in lead.items() if i != j),
+        )
+        for count in (1, 7, 64):
+            at = dataclasses.replace(
+                ctx, config=ctx.config.override(**{"engine.partitions": count})
+            )
+            grouped, following = at.led_groups(
+                kind, rows, "probe", key, key.hash(), left_out=left_out
+            )
+            places = np.flatnonzero(grouped.found)
+            shard, line_of = first_rows(ctx.shards_of(kind), grouped.groups)
+            group_rows = _places_of(rows, shard, line_of)
+            pairs = zip(following.followers.tolist(), following.leaders.tolist(), strict=True)
+            self.found.append(
+                (
+                    expected,
+                    (places.tolist(), group_rows, following.led.tolist(), sorted(pairs)),
+                )
+            )
+        return None
+
+
+def _places_of(rows: pl.DataFrame, shards: Any, lines: Any) -> list[int]:
+    """The places among ``rows`` of the rows at ``shards`` and ``lines``."""
+    at = {
+        (s, n): i for i, (s, n) in enumerate(zip(rows["_shard"], rows["_shard_line"], strict=True))
+    }
+    return [at[(int(s), int(n))] for s, n in zip(shards, lines, strict=True)]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_led_check_leads_each_keys_rows_in_a_split_by_their_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int
+) -> None:
+    """``led_groups`` finds, partition by partition on the engine, the first row of each
+    key in each split (an unlabelled input is a split of its own) among the keys two
+    rows share, the rows left out taking no part: each leader with its key's first row
+    as its group and how many rows it leads, and every other row of those keys with
+    its leader, as over every row's values, at any partition count."""
+    import pipeline.decide.stages  # noqa: F401
+
+    monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeLed])
+    ProbeLed.found.clear()
+    lines = list(export_lines("pairwise-v2", 240, seed=5))
+    specs = []
+    for i, split in enumerate(("train", "eval", None, "train")):
+        path = tmp_path / f"in{i}.jsonl"
+        path.write_bytes(b"".join(line + b"\n" for line in lines[i::4]))
+        specs.append(InputSpec(str(path), split=split))
+    config = CampaignConfig(inputs=tuple(specs)).override(
+        **{"engine.shard_bytes": 48 * 1024, "engine.workers": workers}
+    )
+    run(config, tmp_path / "out")
+    assert len(ProbeLed.found) == 3
+    for expected, got in ProbeLed.found:
+        assert got == expected
+    leaders, _, led, followers = ProbeLed.found[0][0]
+    assert len(leaders) > 11
+    assert max(led) > 2
+    assert len(followers) > 100

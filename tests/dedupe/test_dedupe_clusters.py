@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from pipeline.core.config import ConfigError
-from pipeline.dedupe.clusters import RULES, Decided, Duplicates, decide
+from pipeline.dedupe.clusters import RULES, Decided, Duplicates, Followed, decide
 from pipeline.dedupe.clusters import find_duplicates as find_among_participants
 from pipeline.dedupe.minhash import NearPairs
 from pipeline.dedupe.table import ClusterTable, _kept_lineage, survivor_rank
@@ -377,3 +377,53 @@ def test_clusters_and_counts_from_representatives_are_every_rows(
     removed = every.rule[every.removed]
     assert ours.removed_by_rule().tolist() == [int((removed == c).sum()) for c in range(len(RULES))]
     assert ours.keepers().tolist() == sorted(set(every.kept[every.removed].tolist()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_runs())
+def test_leaders_standing_for_the_rows_they_lead_decide_as_every_row(
+    run: tuple[np.ndarray, ...],
+) -> None:
+    """Each exact group's best-ranked row in each split given alone, standing for its
+    group's rows in that split (``weight``), and the others given their verdict from it
+    (:class:`Followed`): every row's verdict, the counts by rule and the clusters are the
+    decision over every row's. (A run leads a group's rows by their first, with the
+    survivor rule ``first``: its best-ranked.)"""
+    rank, exact, normalised, partition, near, split = run
+    n = len(rank)
+    order = np.lexsort((rank, split, exact))
+    key = exact * (int(split.max()) + 1) + split
+    first = np.r_[True, key[order][1:] != key[order][:-1]]
+    leader_of = np.empty(n, np.int64)
+    leader_of[order] = order[first][np.cumsum(first) - 1]
+    leaders = np.flatnonzero(leader_of == np.arange(n))
+    weight = np.bincount(leader_of, minlength=n)[leaders]
+    ours = find_among_participants(
+        rank[leaders], exact[leaders], normalised[leaders], partition[leaders], near,
+        split[leaders], weight,
+    )  # fmt: skip
+    every = decide(rank, exact, normalised, partition, near)
+    # the leaders' verdicts, and the others' from their leaders (row ids: leaders' places)
+    followers = np.flatnonzero(leader_of != np.arange(n))
+    lead = np.searchsorted(ours.rows, np.searchsorted(leaders, leader_of[followers]))
+    view = Followed(ours, lead)
+    at = np.arange(len(followers), dtype=np.int64)
+    kept = np.full(n, -1, np.int64)
+    rule = np.zeros(n, np.int8)
+    cluster = np.full(n, -1, np.int64)
+    verdicts = ours.verdicts()
+    kept[leaders[verdicts.rows]] = np.where(verdicts.kept >= 0, leaders[verdicts.kept], -1)
+    rule[leaders[verdicts.rows]] = verdicts.rule
+    cluster[leaders[verdicts.rows]] = verdicts.cluster
+    kept[followers] = leaders[view.kept_at(at)]
+    rule[followers] = view.rule_at(at)
+    cluster[followers] = view.cluster_at(at)
+    verified = np.full(n, np.nan)
+    verified[leaders[verdicts.rows]] = verdicts.verified
+    verified[followers] = view.verified_at(at)
+    np.testing.assert_array_equal(verified, every.verified)
+    np.testing.assert_array_equal(kept, every.kept)
+    np.testing.assert_array_equal(rule, every.rule)
+    np.testing.assert_array_equal(cluster, every.cluster)
+    removed = every.rule[every.removed]
+    assert ours.removed_by_rule().tolist() == [int((removed == c).sum()) for c in range(len(RULES))]

@@ -13,7 +13,9 @@ accepted row, or whose key text has a verified near pair, can be removed or have
 removed in its favour; the matching decides among those rows alone
 (:func:`~pipeline.dedupe.clusters.find_duplicates`), and they are found without holding
 a value of every row in the driver (:func:`_participants`): hash-first checks on the
-engine find the rows whose fingerprint or digest hash repeats, and the near rule's
+engine find the rows whose fingerprint or digest hash repeats (with the survivor rule
+``first``, only the first row of each fingerprint in each split, which leads the others
+and decides for them: :func:`_leaders`), and the near rule's
 candidates are found and checked on the engine, over texts described by their
 exceptions (:class:`~pipeline.dedupe.partitions.SparseTexts`), whose sets tasks read the
 candidates' texts once (:class:`StagedTexts`); only a survivor rule by a column, with
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, cast
 
@@ -78,7 +80,7 @@ from pipeline.dedupe.table import (
     survivor_value,
 )
 from pipeline.kinds import get_kind
-from pipeline.storage import RunStorage
+from pipeline.storage import ROW_GROUP_ROWS, RunStorage
 
 __all__ = ["Dedupe"]
 
@@ -115,6 +117,7 @@ class Dedupe:
         # are places among the accepted rows
         is_accepted = rows["_disposition"] == Disposition.ACCEPTED.value
         accepted = AcceptedRows.of(rows, is_accepted)
+        count = accepted.height
         split = ctx.split().alias("_split")
         several = _several_splits(ctx, accepted)
         # Keys name JSON members; a kind may store one apart under another column name
@@ -124,9 +127,13 @@ class Dedupe:
         fields = group_fields(key, settings, kind)
         ctx.on_stage(f"{kind}: dedupe: read keys")
         # the gate's row keys stand in for the key texts (normalised and near rules)
-        found = None
+        found, led = None, None
         if not _reads_texts(settings, key) or ctx.has_row_keys(kind):
-            found = _participants(ctx, kind, key, rows, accepted)
+            # the rows another leads leave the rows taking part (from here, ``accepted``)
+            accepted, led = _leaders(ctx, kind, rows, accepted)
+            found = _participants(ctx, kind, key, rows, accepted, led)
+            if found is None:  # every accepted row takes part (the reference path)
+                accepted, led = AcceptedRows.of(rows, is_accepted), None
         # the split groups' fields only where the matching's rows find them (the
         # reference path: every accepted row; else _straddling_candidates reads them)
         grouping = found is None and several
@@ -135,8 +142,9 @@ class Dedupe:
             part = ctx.with_lineage(accepted.keys()).drop("_input")
             frame = part.hstack(_payload(ctx, kind, rows, is_accepted, [*columns, *_DIGESTS]))
         else:  # the digests and lineage are read through the row keys (_row_keys)
-            taking = accepted.keys(found.places)
-            frame = ctx.fetched(kind, taking, columns) if columns else taking
+            named = accepted.keys(found.places)
+            frame = ctx.fetched(kind, named, columns) if columns else named
+            del named
         frame = frame.with_columns(split).rename(back, strict=False)
         row_keys = _row_keys(ctx, kind, frame, found) if found is not None else None
         ctx.on_stage(f"{kind}: dedupe: match")
@@ -146,12 +154,17 @@ class Dedupe:
         if found is None:
             everyone = frame if several else everyone
         else:
-            # the removed rows' places among all accepted rows, which are the row ids
+            # the removed rows' places among all rows taking part (the accepted rows
+            # but those led), which are the row ids
             matches.removed = matches.removed.placed(found.places)
             if several:  # a task (or group) of rows matched or not may straddle
                 everyone = _straddling_candidates(ctx, kind, rows, accepted, fields)
-        outcome = matches.complete(everyone, fields, accepted.height)
-        clusters = (part.to_arrow() for part in outcome.clusters.parts(PART_ROWS))
+        followed = None
+        if led is not None and found is not None:
+            lead = np.searchsorted(found.places, led.leaders)
+            followed = (led.rows, matches.followed(lead))
+        outcome = matches.complete(everyone, fields, count)
+        clusters = (part.to_arrow() for part in outcome.clusters.parts(_CLUSTER_PART_ROWS))
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", clusters, kind)
         ctx.write_artifact(
             f"dedupe/split_groups/{kind}.parquet",
@@ -159,11 +172,16 @@ class Dedupe:
             kind,
         )
         ctx.notes.setdefault(self.name, {})[kind] = outcome.stats
-        return _decisions(accepted, outcome.removed, outcome.groups)
+        return _decisions(accepted, outcome.removed, outcome.groups, followed)
 
 
 #: the accepted rows are counted a block of this many rows of the state at a time
 _BLOCK: Final = 1 << 16
+#: Clusters made at a time into the cluster table (a multiple of a row group's rows, so
+#: the file's row groups are the same for any part size): a part of 65,536 clusters,
+#: its frames, its Arrow copy and the writer's pages, was ~30 MB of the dedupe stage's
+#: peak on an export of 233,557 clusters
+_CLUSTER_PART_ROWS: Final = 4 * ROW_GROUP_ROWS
 
 
 @dataclass(frozen=True)
@@ -183,7 +201,11 @@ class AcceptedRows:
 
     @classmethod
     def of(cls, state: pl.DataFrame, is_accepted: pl.Series) -> AcceptedRows:
-        mask = is_accepted.to_numpy()
+        return cls.masked(state, is_accepted.to_numpy())
+
+    @classmethod
+    def masked(cls, state: pl.DataFrame, mask: npt.NDArray[np.bool_]) -> AcceptedRows:
+        """The rows of ``state`` where ``mask`` holds (held, not copied)."""
         # counted a block at a time: a sum over the blocks at once (``reduceat`` with an
         # int64 dtype) cast the whole mask to int64 first, 8 bytes a row for a moment
         counts = [np.count_nonzero(mask[lo : lo + _BLOCK]) for lo in range(0, len(mask), _BLOCK)]
@@ -218,6 +240,32 @@ class AcceptedRows:
         placed = np.empty_like(found)
         placed[order] = found
         return placed
+
+    def leaving_out(self, rows: I64) -> AcceptedRows:
+        """The accepted rows but the state's ``rows``, in this object's mask: taken, not
+        copied (a mask of every row, 1 byte a row); this object is left with its count
+        alone (:attr:`height`)."""
+        self.mask[rows] = False
+        return AcceptedRows.masked(self.state, self.mask)
+
+    def place_of(self, rows: I64) -> I64:
+        """The places among them of the state's rows ``rows`` (each one of them), a
+        block of the mask counted at a time."""
+        rows = np.asarray(rows, np.int64)
+        if not len(rows):
+            return rows
+        if not self.mask[rows].all():
+            raise IndexError("a row that is not among them")
+        block = rows // _BLOCK
+        order = np.argsort(block, kind="stable")
+        found = np.empty(len(rows), np.int64)
+        bounds = [0, *(np.flatnonzero(np.diff(block[order])) + 1).tolist(), len(rows)]
+        for lo, hi in itertools.pairwise(bounds):
+            b = int(block[order[lo]])
+            before = np.cumsum(self.mask[b * _BLOCK : (b + 1) * _BLOCK]) - 1
+            at = order[lo:hi]
+            found[at] = self.before[b] + before[rows[at] - b * _BLOCK]
+        return found
 
     def keys(self, places: I64 | None = None) -> pl.DataFrame:
         """The keys (``_shard``, ``_shard_line``) of the accepted rows at ``places`` (of
@@ -286,7 +334,10 @@ def _straddling_candidates(
 
 
 def _decisions(
-    accepted: AcceptedRows, removed: RemovedRows, groups: SplitGroups
+    accepted: AcceptedRows,
+    removed: RemovedRows,
+    groups: SplitGroups,
+    followed: tuple[I64, RemovedRows] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The stage's decisions, made :data:`PART_ROWS` removed rows at a time (then the
     rows of split groups, flagged, as many at a time), for ``accepted`` rows (row ids
@@ -295,14 +346,19 @@ def _decisions(
     (its pointer to the kept row, with a path and a digest, and its reason) was ~160
     bytes a removed row at the stage's peak (57 MB for 359,577 removed rows of a
     duplicate-heavy export), and every flagged row's reasons at once ~200 bytes a row."""
-    for lo in range(0, len(removed), PART_ROWS):
-        verdicts = removed.slice(lo, min(lo + PART_ROWS, len(removed)))
-        keys = accepted.keys(verdicts["_row"].to_numpy())
-        yield pl.concat([keys, verdicts.drop("_row")], how="horizontal").select(
-            pl.exclude("_reason"),
-            _disposition=pl.lit(Disposition.DUPLICATE.value),
-            _reasons_add=pl.concat_list("_reason"),
-        )
+    parts: list[tuple[RemovedRows, Callable[[I64], pl.DataFrame]]] = [(removed, accepted.keys)]
+    if followed is not None:  # the rows led: their places in the state
+        state_rows, verdicts_of = followed
+        parts.append((verdicts_of, lambda at: keys_of(accepted.state)[state_rows[at]]))
+    for verdicts_of, keys_at in parts:
+        for lo in range(0, len(verdicts_of), PART_ROWS):
+            verdicts = verdicts_of.slice(lo, min(lo + PART_ROWS, len(verdicts_of)))
+            keys = keys_at(verdicts["_row"].to_numpy())
+            yield pl.concat([keys, verdicts.drop("_row")], how="horizontal").select(
+                pl.exclude("_reason"),
+                _disposition=pl.lit(Disposition.DUPLICATE.value),
+                _reasons_add=pl.concat_list("_reason"),
+            )
     for flagged in groups.flagged(PART_ROWS):
         yield pl.concat(
             [accepted.keys(flagged["_row"].to_numpy()), flagged.select(_reasons_add="_reasons")],
@@ -337,12 +393,57 @@ def _payload_columns(
     return [c for c in available if c in {apart.get(c, c) for c in [*alone, *keyed]}]
 
 
+@dataclass(frozen=True)
+class Led:
+    """The accepted rows led by another (:func:`_leaders`): their places in the state,
+    ascending, and each one's leader's place among the rows that take part."""
+
+    rows: I64
+    leaders: I64
+    #: the leaders' places among the rows that take part, and how many rows each leads
+    #: (itself included): the exact rule's groups of the rows taking part
+    exact: Shared
+
+
+def _leaders(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame, accepted: AcceptedRows
+) -> tuple[AcceptedRows, Led | None]:
+    """The accepted rows that take part in the matching, and those that do not because
+    another row leads them: with the exact rule on and the survivor rule ``first``, the
+    rows of a content fingerprint in one split are led by their first
+    (:meth:`GlobalContext.led_groups`, on the engine): each is removed in its leader's
+    favour, or as its leader is (:class:`~pipeline.dedupe.clusters.Followed`), which is
+    the verdict the matching gives a row its representative represents, so the matching
+    holds the leaders alone, each counting the rows it leads. Every row of an exact
+    group in the matching held ~120 bytes at the dedupe stage's peak; a row led holds
+    16. ``None``: every accepted row takes part (another survivor rule ranks a group's
+    rows by more than their order, or a row has no fingerprint)."""
+    settings = ctx.config.dedupe
+    if not settings.exact or settings.survivor_rule(kind) != "first":
+        return accepted, None
+    if _any_accepted(ctx, kind, rows, accepted.mask, pl.col("_content_sha256").is_null()):
+        return accepted, None
+    fingerprint = pl.col("_content_sha256").str.decode("hex")
+    grouped, following = ctx.led_groups(
+        kind, rows, "fingerprints", fingerprint, _hashed(fingerprint), left_out=~accepted.mask
+    )
+    if (grouped.found & ~accepted.mask).any():
+        raise AssertionError(f"{kind}: fingerprints: a row left out was found")
+    order = np.argsort(following.followers)
+    followers, leaders = following.followers[order], following.leaders[order]
+    taking = accepted.leaving_out(followers)
+    places = np.flatnonzero(grouped.found[taking.mask]).astype(np.int64)
+    exact = Shared.of(places, grouped.groups, following.led)
+    return taking, Led(followers, taking.place_of(leaders), exact)
+
+
 def _participants(
     ctx: GlobalContext,
     kind: str,
     key: DedupeKey | None,
     rows: pl.DataFrame,
     accepted: AcceptedRows,
+    led: Led | None = None,
 ) -> Participants | None:
     """The accepted rows that can be removed or have a row removed in their favour,
     found without a value of every row in the driver: those whose content fingerprint
@@ -363,7 +464,9 @@ def _participants(
     accepting = accepted.mask
     stem = ctx.storage.row_keys_stem(kind)
     exact = normalised = None
-    if settings.exact:
+    if led is not None:  # the exact groups' leaders, found already
+        exact = led.exact
+    elif settings.exact:
         if _any_accepted(ctx, kind, rows, accepting, pl.col("_content_sha256").is_null()):
             return None
         # its 32 bytes (the gate writes it in lowercase hex: one text a digest)
