@@ -39,10 +39,12 @@ from pipeline.dedupe.minhash import LshParams, NearPairs, estimated_pairs, near_
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.row_keys import RowKeys
 from pipeline.dedupe.splits import SplitGroups, straddling_groups
+from pipeline.storage import ROW_GROUP_ROWS
 
 I64 = npt.NDArray[np.int64]
 
 __all__ = [
+    "CLUSTER_PART_ROWS",
     "ClusterTable",
     "DedupeOutcome",
     "Matches",
@@ -58,6 +60,12 @@ __all__ = [
     "survivor_rank",
     "survivor_value",
 ]
+
+#: Clusters made at a time into a run's cluster table (:meth:`ClusterTable.parts`): a
+#: multiple of a row group's rows, so the file's row groups are the same for any part
+#: size. A part of 65,536 clusters (its frames, its Arrow copy and the writer's pages)
+#: was ~30 MB of the dedupe stage's peak on an export of 233,557 clusters.
+CLUSTER_PART_ROWS: Final = 4 * ROW_GROUP_ROWS
 
 #: removal rule -> its reason code, ``dedupe.<rule>`` (a rule the catalogue lacks fails here)
 _CODES: Final = {rule: DEDUPE_CODES[rule] for rule in RULES[1:]}

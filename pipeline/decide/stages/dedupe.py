@@ -71,6 +71,7 @@ from pipeline.dedupe.partitions import NearSearch, stage_sparse_texts
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.splits import SplitGroups, field_expr
 from pipeline.dedupe.table import (
+    CLUSTER_PART_ROWS,
     RemovedRows,
     check_survivor_column,
     group_fields,
@@ -80,7 +81,7 @@ from pipeline.dedupe.table import (
     survivor_value,
 )
 from pipeline.kinds import get_kind
-from pipeline.storage import ROW_GROUP_ROWS, RunStorage
+from pipeline.storage import RunStorage
 
 __all__ = ["Dedupe"]
 
@@ -164,7 +165,7 @@ class Dedupe:
             lead = np.searchsorted(found.places, led.leaders)
             followed = (led.rows, matches.followed(lead))
         outcome = matches.complete(everyone, fields, count)
-        clusters = (part.to_arrow() for part in outcome.clusters.parts(_CLUSTER_PART_ROWS))
+        clusters = (part.to_arrow() for part in outcome.clusters.parts(CLUSTER_PART_ROWS))
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", clusters, kind)
         ctx.write_artifact(
             f"dedupe/split_groups/{kind}.parquet",
@@ -177,11 +178,6 @@ class Dedupe:
 
 #: the accepted rows are counted a block of this many rows of the state at a time
 _BLOCK: Final = 1 << 16
-#: Clusters made at a time into the cluster table (a multiple of a row group's rows, so
-#: the file's row groups are the same for any part size): a part of 65,536 clusters,
-#: its frames, its Arrow copy and the writer's pages, was ~30 MB of the dedupe stage's
-#: peak on an export of 233,557 clusters
-_CLUSTER_PART_ROWS: Final = 4 * ROW_GROUP_ROWS
 
 
 @dataclass(frozen=True)
