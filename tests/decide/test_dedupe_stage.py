@@ -245,13 +245,12 @@ def test_contamination_removes_train_copies_of_eval_rows(
     assert set(named["_split"].to_list()) == {"train", "eval"}
 
 
-@pytest.mark.slow
-def test_pw_decide_meta_groups_straddling_splits_are_reported(tmp_path: Path) -> None:
-    from pipeline.testing.synthetic import export_lines
-
-    lines = list(export_lines("pw-decide-row-1", 40, seed=3))
-    (tmp_path / "a.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[:20]))
-    (tmp_path / "b.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[20:]))
+def _train_and_eval(tmp_path: Path, lines: list[bytes]) -> tuple[Any, pl.DataFrame]:
+    """A run of pw-decide-row ``lines``, the first half labelled train and the rest
+    eval; its result and split-groups table."""
+    half = len(lines) // 2
+    (tmp_path / "a.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[:half]))
+    (tmp_path / "b.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[half:]))
     config = CampaignConfig(
         inputs=(
             InputSpec(str(tmp_path / "a.jsonl"), split="train"),
@@ -259,9 +258,18 @@ def test_pw_decide_meta_groups_straddling_splits_are_reported(tmp_path: Path) ->
         )
     )
     result = run(config, tmp_path / "out")
-    groups = pl.read_parquet(
+    table = pl.read_parquet(
         tmp_path / "out" / "dedupe" / "split_groups" / "pw-decide-row-1.parquet"
     )
+    return result, table
+
+
+@pytest.mark.slow
+def test_pw_decide_meta_groups_straddling_splits_are_reported(tmp_path: Path) -> None:
+    from pipeline.testing.synthetic import export_lines
+
+    lines = list(export_lines("pw-decide-row-1", 40, seed=3))
+    result, groups = _train_and_eval(tmp_path, lines)
     # synthetic meta: task t-(i % 7), group g-(i % 5): all of them straddle
     assert set(groups["field"].to_list()) == {"meta.task", "meta.group"}
     assert groups.height == 7 + 5
@@ -282,18 +290,7 @@ def test_a_meta_object_holding_no_value_names_no_group_in_a_run(tmp_path: Path) 
         record = orjson.loads(line)
         record["meta"] = {"group": groups[i % 4]}
         lines.append(orjson.dumps(record))
-    (tmp_path / "a.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[:4]))
-    (tmp_path / "b.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[4:]))
-    config = CampaignConfig(
-        inputs=(
-            InputSpec(str(tmp_path / "a.jsonl"), split="train"),
-            InputSpec(str(tmp_path / "b.jsonl"), split="eval"),
-        )
-    )
-    result = run(config, tmp_path / "out")
-    table = pl.read_parquet(
-        tmp_path / "out" / "dedupe" / "split_groups" / "pw-decide-row-1.parquet"
-    )
+    result, table = _train_and_eval(tmp_path, lines)
     assert sorted(table.select("field", "value").rows()) == [
         ("meta.group", '{"a":{"b":1}}'),
         ("meta.group", "{}"),
