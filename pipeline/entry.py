@@ -28,15 +28,13 @@ from typing import Final
 # these modules import nothing else (~1 ms): only the command line is deferred
 from pipeline.core import signals
 from pipeline.core.allocator import apply_parent_allocator, hand_back_large_blocks
-from pipeline.core.errors import EXIT_FAILED, RowgateError
+from pipeline.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, INTERRUPTED, RowgateError
 from pipeline.core.signals import Terminated
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "Terminated", "main"]
 
 #: 128 + SIGTERM
 EXIT_TERMINATED: Final = 143
-#: 128 + SIGINT (Ctrl-C)
-EXIT_INTERRUPTED: Final = 130
 #: innermost frames printed for a defect
 _DEFECT_FRAMES: Final = 8
 
@@ -73,7 +71,7 @@ def main() -> None:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(error.exit_code)
         if isinstance(error, KeyboardInterrupt):  # before a command took it (loading)
-            print("interrupted; no output was written", file=sys.stderr)
+            print(INTERRUPTED, file=sys.stderr)
             sys.exit(EXIT_INTERRUPTED)
         if not isinstance(error, SystemExit | Terminated):
             _report_defect(error)  # a Rust panic (pyo3's PanicException) is no Exception

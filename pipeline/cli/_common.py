@@ -19,7 +19,14 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from pipeline.core.errors import EXIT_FAILED, EXIT_INPUT, EXIT_USAGE, RowgateError
+from pipeline.core.errors import (
+    EXIT_FAILED,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    INTERRUPTED,
+    RowgateError,
+)
 from pipeline.output.remote import RemoteOut, output_target, work_directory
 
 __all__ = [
@@ -118,8 +125,8 @@ def library_errors(writing: str | None = None) -> Iterator[None]:
     except OSError as exc:
         fail(os_error_message(exc, writing), EXIT_FAILED)
     except KeyboardInterrupt:
-        err.print("interrupted; no output was written")
-        sys.exit(130)
+        err.print(INTERRUPTED)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def out_option(what: str) -> Any:

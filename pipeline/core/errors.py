@@ -42,7 +42,15 @@ from __future__ import annotations
 
 from typing import ClassVar, Final, Self
 
-__all__ = ["EXIT_FAILED", "EXIT_INPUT", "EXIT_USAGE", "InputError", "RowgateError"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INPUT",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "INTERRUPTED",
+    "InputError",
+    "RowgateError",
+]
 
 #: a bad flag, config key or value; an OUT the command refuses to write
 EXIT_USAGE: Final = 2
@@ -50,6 +58,9 @@ EXIT_USAGE: Final = 2
 EXIT_INPUT: Final = 3
 #: the command failed; nothing was written
 EXIT_FAILED: Final = 4
+#: Ctrl-C (128 + SIGINT), and the line the command says then
+EXIT_INTERRUPTED: Final = 130
+INTERRUPTED: Final = "interrupted; no output was written"
 
 
 class RowgateError(Exception):

@@ -415,11 +415,7 @@ class GlobalContext:
     def first_rows(self, kind: str, groups: npt.NDArray[np.uint64]) -> pl.DataFrame:
         """The keys (``_shard``, ``_shard_line``) of each of ``groups``' first rows (a
         grouping check's groups of ``kind``'s rows, :meth:`groups`), in their order."""
-        shards, lines = first_rows(self.shards_of(kind), groups)
-        return pl.DataFrame(
-            {"_shard": shards, "_shard_line": lines},
-            schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
-        )
+        return _keys_frame(*first_rows(self.shards_of(kind), groups))
 
     def shards_of(self, kind: str) -> tuple[int, ...]:
         """The shards that hold rows of ``kind``, in the stable order key."""

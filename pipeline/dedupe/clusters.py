@@ -55,7 +55,7 @@ import polars as pl
 from pipeline.core.arrays import distinct, isin
 from pipeline.dedupe.minhash import NearPairs
 
-__all__ = ["RULES", "Decided", "Duplicates", "Followed", "decide", "find_duplicates"]
+__all__ = ["RULES", "Decided", "Duplicates", "Followed", "Verdicts", "decide", "find_duplicates"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -88,8 +88,47 @@ class Decided:
         return self.kept >= 0
 
 
+class Verdicts:
+    """Verdicts read from representatives' (:attr:`Duplicates.by_rep`), a row at a time
+    by its place ``at``: a row whose verdict follows its representative's (the
+    representative itself, or a row of a removed one) has that one's kept row and rule;
+    any other is kept's removal in its favour by ``exact``. Its match, similarities and
+    cluster are its representative's. What differs is which rows follow
+    (:meth:`_follows`): :class:`Duplicates` for the rows that take part, :class:`Followed`
+    for rows led by one of them."""
+
+    def _follows(self, at: I64) -> tuple[Decided, I64, npt.NDArray[np.bool_]]:
+        """The representatives' decision, the representatives of the rows at ``at``,
+        and whether each row's verdict is its representative's."""
+        raise NotImplementedError
+
+    def kept_at(self, at: I64) -> I64:
+        by_rep, rep, follows = self._follows(at)
+        return np.where(follows, by_rep.kept[rep], by_rep.rows[rep])
+
+    def rule_at(self, at: I64) -> npt.NDArray[np.int8]:
+        by_rep, rep, follows = self._follows(at)
+        return np.where(follows, by_rep.rule[rep], np.int8(EXACT)).astype(np.int8)
+
+    def match_at(self, at: I64) -> npt.NDArray[np.int8]:
+        by_rep, rep, _ = self._follows(at)
+        return by_rep.match[rep]  # a kept representative's: none
+
+    def estimated_at(self, at: I64) -> F64:
+        by_rep, rep, _ = self._follows(at)
+        return by_rep.estimated[rep]
+
+    def verified_at(self, at: I64) -> F64:
+        by_rep, rep, _ = self._follows(at)
+        return by_rep.verified[rep]
+
+    def cluster_at(self, at: I64) -> I64:
+        by_rep, rep, _ = self._follows(at)
+        return by_rep.cluster[rep]
+
+
 @dataclass
-class Duplicates:
+class Duplicates(Verdicts):
     """The decision over the rows that take part (``rows``: their row ids, ascending), made
     by their representatives (see the module docstring): ``rep`` is each row's
     representative, a place in ``by_rep``, the decision over the representatives (its
@@ -105,32 +144,13 @@ class Duplicates:
     count: I64
     stats: dict[str, Any] = field(default_factory=dict)
 
-    def _follows(self, at: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
-        """The representatives of the rows at places ``at``, and whether each row's
-        verdict is its representative's: the representative itself, or a row of one
-        that is removed (a kept one keeps its other rows, by ``exact``)."""
+    def _follows(self, at: I64) -> tuple[Decided, I64, npt.NDArray[np.bool_]]:
+        """Whether each row's verdict is its representative's: the representative
+        itself, or a row of one that is removed (a kept one keeps its other rows, by
+        ``exact``)."""
         rep = self.rep[at]
-        return rep, (self.by_rep.rows[rep] == self.rows[at]) | (self.by_rep.kept[rep] >= 0)
-
-    def kept_at(self, at: I64) -> I64:
-        rep, follows = self._follows(at)
-        return np.where(follows, self.by_rep.kept[rep], self.by_rep.rows[rep])
-
-    def rule_at(self, at: I64) -> npt.NDArray[np.int8]:
-        rep, follows = self._follows(at)
-        return np.where(follows, self.by_rep.rule[rep], np.int8(EXACT)).astype(np.int8)
-
-    def match_at(self, at: I64) -> npt.NDArray[np.int8]:
-        return self.by_rep.match[self.rep[at]]  # a kept representative's: none
-
-    def estimated_at(self, at: I64) -> F64:
-        return self.by_rep.estimated[self.rep[at]]
-
-    def verified_at(self, at: I64) -> F64:
-        return self.by_rep.verified[self.rep[at]]
-
-    def cluster_at(self, at: I64) -> I64:
-        return self.by_rep.cluster[self.rep[at]]
+        follows = (self.by_rep.rows[rep] == self.rows[at]) | (self.by_rep.kept[rep] >= 0)
+        return self.by_rep, rep, follows
 
     def removed_at(self, at: I64) -> npt.NDArray[np.bool_]:
         rep = self.rep[at]
@@ -170,7 +190,7 @@ class Duplicates:
 
 
 @dataclass(frozen=True)
-class Followed:
+class Followed(Verdicts):
     """The verdicts of rows that took no part in the decision but follow a row that did
     (each led by it: its exact group's first row in their split, whose weight counts
     them): their leaders are at ``lead`` (places among :attr:`Duplicates.rows`). A
@@ -181,30 +201,10 @@ class Followed:
     found: Duplicates
     lead: I64
 
-    def _rep(self, at: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
-        rep = self.found.rep[self.lead[at]]
-        return rep, self.found.by_rep.kept[rep] >= 0
-
-    def kept_at(self, at: I64) -> I64:
-        rep, follows = self._rep(at)
+    def _follows(self, at: I64) -> tuple[Decided, I64, npt.NDArray[np.bool_]]:
         by_rep = self.found.by_rep
-        return np.where(follows, by_rep.kept[rep], by_rep.rows[rep])
-
-    def rule_at(self, at: I64) -> npt.NDArray[np.int8]:
-        rep, follows = self._rep(at)
-        return np.where(follows, self.found.by_rep.rule[rep], np.int8(EXACT)).astype(np.int8)
-
-    def match_at(self, at: I64) -> npt.NDArray[np.int8]:
-        return self.found.by_rep.match[self._rep(at)[0]]
-
-    def estimated_at(self, at: I64) -> F64:
-        return self.found.by_rep.estimated[self._rep(at)[0]]
-
-    def verified_at(self, at: I64) -> F64:
-        return self.found.by_rep.verified[self._rep(at)[0]]
-
-    def cluster_at(self, at: I64) -> I64:
-        return self.found.by_rep.cluster[self._rep(at)[0]]
+        rep = self.found.rep[self.lead[at]]
+        return by_rep, rep, by_rep.kept[rep] >= 0
 
 
 def _group_stage(

@@ -17,7 +17,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,7 @@ from pipeline.dedupe.clusters import (
     RULES,
     Duplicates,
     Followed,
+    Verdicts,
     find_duplicates,
 )
 from pipeline.dedupe.keys import DedupeKey, key_columns, text_columns
@@ -403,17 +404,6 @@ def _removed_rows(
         return _verdicts(found, at, kept, target, splits, described, normalisation, params)
 
     return RemovedRows(rows, build)
-
-
-class Verdicts(Protocol):
-    """What a removed row's verdict is read from, by its place ``at``."""
-
-    def kept_at(self, at: I64) -> I64: ...
-    def rule_at(self, at: I64) -> npt.NDArray[np.int8]: ...
-    def match_at(self, at: I64) -> npt.NDArray[np.int8]: ...
-    def estimated_at(self, at: I64) -> npt.NDArray[np.float64]: ...
-    def verified_at(self, at: I64) -> npt.NDArray[np.float64]: ...
-    def cluster_at(self, at: I64) -> I64: ...
 
 
 def _verdicts(

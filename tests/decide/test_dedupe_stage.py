@@ -695,3 +695,59 @@ def test_a_step_split_in_two_is_not_a_normalised_duplicate(
     assert manifest["counts"]["by_disposition"] == {"accepted": 1, "duplicate": 1}
     # the input is read, never written
     assert source.read_bytes() == orjson.dumps(record) + b"\n" + orjson.dumps(merged) + b"\n"
+
+
+def test_rows_led_by_their_group_s_first_land_once_and_leave_the_inputs_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies under their own task ids, three to a content, in a train and a protected
+    eval input: the rows each group's first leads take no part in the matching, yet
+    every input line lands in exactly one output, the run verifies, each led row points
+    at its group's kept row, and the inputs' bytes are untouched."""
+    import hashlib
+
+    from pipeline.testing.synthetic import export_lines
+
+    originals = list(export_lines(KIND, 12, seed=9))
+    inputs = []
+    for split, part in (("train", originals[:8]), ("eval", originals[4:])):
+        lines = [
+            orjson.dumps({**orjson.loads(line), "task_id": f"{split}-{n}-{copy}"})
+            for n, line in enumerate(part)
+            for copy in range(3)
+        ]
+        inputs.append(
+            write_lines(tmp_path / f"{split}.jsonl", [LabelledRow(x, "x") for x in lines])
+        )
+    before = [hashlib.sha256(p.read_bytes()).hexdigest() for p in inputs]
+    led: list[int] = []
+    leaders = dedupe._leaders
+
+    def spy(*args: Any) -> Any:
+        taking, found = leaders(*args)
+        led.append(0 if found is None else len(found.rows))
+        return taking, found
+
+    monkeypatch.setattr(dedupe, "_leaders", spy)
+    config = CampaignConfig(
+        inputs=(InputSpec(str(inputs[0]), split="train"), InputSpec(str(inputs[1]), split="eval"))
+    ).override(**{"dedupe.protected_splits": ("eval",)})
+    run(config, tmp_path / "out")
+    assert led  # the stage asked for leaders
+    assert led[0] > 0  # rows were led, not matched
+    frames = [pl.read_parquet(p) for p in sorted((tmp_path / "out").rglob("part-*.parquet"))]
+    landed = pl.concat([f.select("_source", "_line") for f in frames], how="vertical_relaxed")
+    assert landed.height == 3 * (8 + 8)
+    assert landed.n_unique() == landed.height
+    assert verify_run(tmp_path / "out").ok
+    removed = pl.read_parquet(tmp_path / "out" / "duplicates" / KIND)
+    named = ["_source", "_line", "_record_sha256"]
+    kept = pl.read_parquet(tmp_path / "out" / "accepted" / KIND).select(named)
+    pointers = removed.select(pl.col("_duplicate_of").struct.field(*named))
+    # eval (protected) keeps one of each of its 8 contents; train keeps one of each of
+    # the 4 contents eval lacks, and its copies of eval's are contamination
+    assert kept.height == 8 + 4
+    rules = removed["_dedupe_rule"].value_counts().sort("_dedupe_rule").rows()
+    assert rules == [("contamination", 4 * 3), ("exact", 8 * 2 + 4 * 2)]
+    assert pointers.join(kept, on=named, how="anti").height == 0
+    assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in inputs] == before
