@@ -302,6 +302,25 @@ def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
     assert "two shards at least" in refused.stderr
 
 
+def test_dedupe_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
+    """dedupe_memory on two small datasets: each step ``rowgate dedupe`` names is measured
+    at both sizes and the growth a row computed, half the rows are removed (the copies),
+    and its temporary directory is gone."""
+    script = [sys.executable, str(ROOT / "benchmarks" / "dedupe_memory.py"), "--tmp", str(tmp_path)]
+    done = subprocess.run(
+        [*script, "--rows", "2000,4000", "--near"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("rowgate dedupe (--near --normalised): 2,000 and 4,000 rows, ")
+    assert "1,000 and 2,000 removed" in lines[0]
+    steps = {line.split("  ")[0]: line.split()[-1] for line in lines[3:] if "  " in line}
+    for step in ("dedupe: row keys", "dedupe: match", "dedupe: write"):
+        float(steps[step])  # a growth a row, measured at both sizes
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_shuffle_reads_reads_the_same_rows_both_ways() -> None:
     """shuffle_reads on a few small files: both formats staged and every sampled
     partition read back (the script refuses to print when the two read other rows)."""

@@ -23,13 +23,14 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.core.arrays import distinct
+from pipeline.core.arrays import distinct, distinct_union
 from pipeline.dedupe.partitions import SparseTexts
 from pipeline.dedupe.row_keys import RowKeys
 from pipeline.dedupe.table import group_texts
 
 __all__ = [
     "NONE_SHARED",
+    "Led",
     "NearPlaces",
     "Participants",
     "Shared",
@@ -62,6 +63,22 @@ class Shared(NamedTuple):
 
 
 NONE_SHARED: Final = Shared(np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+@dataclass(frozen=True)
+class Led:
+    """The rows another row leads, which take no part in the matching (with the exact
+    rule on and the survivor rule ``first``, an exact group's rows in one split are led
+    by their first: :attr:`~pipeline.decide.partitioned.HashCheck.leads`): their places,
+    ascending (in a run's state; among a dataset's rows), and each one's leader's place
+    among the rows that take part (its verdict is made from its leader's:
+    :class:`~pipeline.dedupe.clusters.Followed`)."""
+
+    rows: I64
+    leaders: I64
+    #: the leaders' places among the rows that take part, and how many rows each leads
+    #: (itself included): the exact rule's groups of the rows taking part
+    exact: Shared
 
 
 class NearPlaces(NamedTuple):
@@ -134,20 +151,29 @@ def survivor_ranks(rule: str, count: int, by_column: Callable[[], I64]) -> Calla
     return lambda places: ranks[places]
 
 
-def sparse_texts(grouped: Shared, rank: Callable[[I64], I64]) -> SparseTexts:
+def sparse_texts(
+    grouped: Shared, rank: Callable[[I64], I64], led: I64 | None = None
+) -> SparseTexts:
     """The near rule's texts: every row but the later rows of each group of ``grouped``
     (the rows that share their normalised digest, or their fingerprint with that rule
-    off), each ranked by ``rank`` (a group's text by its group's best rank)."""
-    if not len(grouped.places):
-        empty = np.zeros(0, np.int64)
-        return SparseTexts(empty, empty, empty, rank)
-    places, ids = grouped.places, grouped.ids
-    first, best = group_texts(ids, rank(places))
-    later = first[ids] != np.arange(len(places))
-    several = np.bincount(ids) > 1
-    firsts = places[first[several]]
-    by_place = np.argsort(firsts)  # the texts in place order, however groups are numbered
-    return SparseTexts(places[later], firsts[by_place], best[several][by_place], rank)
+    off) and the rows ``led`` (ascending: :attr:`Led.rows`, where the rows are every
+    row of a dataset), each ranked by ``rank`` (a group's text by its group's best
+    rank). A row led shares its leader's key, so its leader, or another row of the
+    group, is its text."""
+    empty = np.zeros(0, np.int64)
+    excluded = empty
+    firsts = best = empty
+    if len(grouped.places):
+        places, ids = grouped.places, grouped.ids
+        first, best = group_texts(ids, rank(places))
+        later = first[ids] != np.arange(len(places))
+        several = np.bincount(ids) > 1
+        firsts = places[first[several]]
+        by_place = np.argsort(firsts)  # the texts in place order, however groups are numbered
+        excluded, firsts, best = places[later], firsts[by_place], best[several][by_place]
+    if led is not None and len(led):
+        excluded = distinct_union(excluded, led)
+    return SparseTexts(excluded, firsts, best, rank)
 
 
 def participant_keys(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -40,9 +40,11 @@ from pipeline.decide.partitioned import (
     TEXT,
     VALUE,
     WHERE,
+    Followers,
     Found,
     HashCheck,
     first_rows,
+    line_set,
     partition_count,
 )
 from pipeline.dedupe.keys import DedupeKey, KeyField, key_columns, text_columns
@@ -51,6 +53,7 @@ from pipeline.dedupe.near_check import STORED
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.participants import (
     NONE_SHARED,
+    Led,
     NearPlaces,
     Participants,
     Shared,
@@ -191,6 +194,15 @@ class KeyTask:
     @property
     def rows(self) -> int:
         return sum(piece.rows for piece in self.pieces)
+
+    @property
+    def split(self) -> str | None:
+        """The split of the task's rows (its slices are of one: :func:`~pipeline.jobs.
+        dedupe._key_tasks`)."""
+        splits = {piece.split for piece in self.pieces}
+        if len(splits) != 1:
+            raise AssertionError(f"key task {self.shard}: slices of several splits")  # never
+        return splits.pop()
 
     def located(self, local: I64) -> list[tuple[KeySlice, I64, I64]]:
         """(slice, the rows' places in it, their places in ``local``) of each slice that
@@ -473,11 +485,16 @@ def _checked(
     exprs: dict[str, pl.Expr],
     hashes: int,
     engine_settings: EngineSettings,
+    *,
+    left_out: Mapping[int, bytes] | None = None,
+    leads: Sequence[int] = (),
 ) -> tuple[Found, Callable[[npt.NDArray[np.int32], I64], I64]]:
     """Run a check of ``exprs`` over the tasks' staged row keys on the engine, partition
     by partition (:class:`~pipeline.decide.partitioned.HashCheck`, its entries sized at
     ``hashes`` 8-byte values a row); the rows found, and what turns a shard and line
-    into a place among every task's rows. No task (no row): nothing found."""
+    into a place among every task's rows. No task (no row): nothing found. ``left_out``:
+    each task's lines that take no part (:func:`_lines_of`); ``leads``: a led check's
+    label of each task (:attr:`~pipeline.decide.partitioned.HashCheck.leads`)."""
     shards = tuple(task.shard for task in tasks)
     starts = np.cumsum([0, *(task.rows for task in tasks)])
 
@@ -487,14 +504,19 @@ def _checked(
 
     if not tasks:  # a check of no shard has no partition to run
         none = np.zeros(0, np.int64)
-        return Found(none.astype(np.int32), none, none.astype(np.uint64)), placed
+        nothing = Found(
+            none.astype(np.int32), none, none.astype(np.uint64), None, none, Followers.joined([])
+        )
+        return nothing, placed
     count = partition_count(
         int(starts[-1]), hashes, engine_settings.resolved_workers(), len(shards),
         engine_settings.partitions,
     )  # fmt: skip
     source = storage.row_keys_stem(_STEM)
-    check = HashCheck.of(storage, _STEM, name, shards, exprs, partitions=count, source=source)
-    return check.run(engine), placed
+    check = HashCheck.of(
+        storage, _STEM, name, shards, exprs, partitions=count, source=source, leads=leads
+    )
+    return check.run(engine, left_out), placed
 
 
 def _grouped(
@@ -503,27 +525,84 @@ def _grouped(
     tasks: Sequence[KeyTask],
     name: str,
     engine_settings: EngineSettings,
+    *,
+    left_out: Mapping[int, bytes] | None = None,
 ) -> Shared:
     """The rows (places among every task's rows) whose staged digest (``name``,
     binary(32); null for a row with no key) another row shares, and their groups,
-    numbered as the groups' first rows come. Grouped on the engine, partition by
+    numbered as the groups' first rows come; the rows ``left_out`` (:func:`_lines_of`)
+    take no part. Grouped on the engine, partition by
     partition (a grouping check, first on a 64-bit hash, then on the digests
     themselves: :func:`_checked`): the driver holds only the rows found. Every row's
     group here (ids, a mark and a count) held ~25 bytes a row, and ranking every row's
     digest prefixes ~40 bytes a row, for each rule."""
-    digest = pl.col(name)
-    exprs = {GROUP: _hashed(digest), TEXT: digest, WHERE: digest.is_not_null()}
-    found, placed = _checked(engine, storage, tasks, name, exprs, 1 + 4, engine_settings)
+    exprs = _digest_exprs(name)
+    found, placed = _checked(
+        engine, storage, tasks, name, exprs, 1 + 4, engine_settings, left_out=left_out
+    )
+    shards = tuple(task.shard for task in tasks)
+    return _numbered(placed(found.shards, found.lines), placed(*first_rows(shards, found.groups)))
+
+
+def _led_groups(
+    engine: Engine, storage: RunStorage, tasks: Sequence[KeyTask], engine_settings: EngineSettings
+) -> Led:
+    """The exact rule's groups with their rows in each split led by their first (with
+    the survivor rule ``first``, a group's best-ranked row in a split), found on the
+    engine (a led grouping check of :data:`EXACT`, each task's split its label): the
+    leaders of the digests another row shares, numbered as :func:`_grouped` numbers
+    groups, each with how many rows it leads; and the rows led, each with its leader.
+    Only the leaders take part in the matching; the driver holds two places a row led
+    (a run's dedupe held ~120 bytes a row of an exact group at its peak)."""
+    splits = sorted({task.split for task in tasks if task.split is not None})
+    leads = [-1 if task.split is None else splits.index(task.split) for task in tasks]
+    exprs = _digest_exprs(EXACT)
+    found, placed = _checked(
+        engine, storage, tasks, EXACT, exprs, 1 + 4, engine_settings, leads=leads
+    )
+    if found.led is None or found.followers is None:
+        raise AssertionError("a led check gave no leaders")  # never expected
+    shards = tuple(task.shard for task in tasks)
     places = placed(found.shards, found.lines)
-    firsts = placed(*first_rows(tuple(task.shard for task in tasks), found.groups))
+    exact = _numbered(places, placed(*first_rows(shards, found.groups)), found.led)
+    following = found.followers
     del found
+    rows = placed(following.shards, following.lines)
+    leaders = placed(*first_rows(shards, following.leaders))
+    order = np.argsort(rows)
+    return Led(rows[order], leaders[order], exact)
+
+
+def _digest_exprs(name: str) -> dict[str, pl.Expr]:
+    """A grouping check's expressions over a staged digest (null: a row with no key)."""
+    digest = pl.col(name)
+    return {GROUP: _hashed(digest), TEXT: digest, WHERE: digest.is_not_null()}
+
+
+def _numbered(places: I64, firsts: I64, led: I64 | None = None) -> Shared:
+    """The rows found at ``places`` (in no order), each with its group's first row's
+    place (found too) and how many rows it leads (``led``, lined up with them), as
+    :class:`Shared`: groups numbered as their first rows come."""
     order = np.argsort(places)
     places, firsts = places[order], firsts[order]
-    del order
     # a group's first row is found too: numbered as those come, each row takes its own's
     number = np.cumsum(places == firsts, dtype=np.int64)
     number -= 1
-    return Shared(places, number[np.searchsorted(places, firsts)])
+    return Shared(
+        places, number[np.searchsorted(places, firsts)], None if led is None else led[order]
+    )
+
+
+def _lines_of(tasks: Sequence[KeyTask], rows: I64) -> dict[int, bytes]:
+    """The lines of ``rows`` (places among every task's rows, ascending) by task, as a
+    check's tasks carry them (:func:`~pipeline.decide.partitioned.line_set`)."""
+    starts = np.cumsum([0, *(task.rows for task in tasks)])
+    bounds = np.searchsorted(rows, starts)
+    return {
+        task.shard: line_set(rows[bounds[i] : bounds[i + 1]] - starts[i])
+        for i, task in enumerate(tasks)
+        if bounds[i + 1] > bounds[i]
+    }
 
 
 def _hashed(digest: pl.Expr) -> pl.Expr:
@@ -560,12 +639,17 @@ def staged_keys(
     tasks: Sequence[KeyTask],
     engine_settings: EngineSettings,
     rank: Callable[[I64], I64],
-) -> tuple[Participants, RowKeys]:
+    *,
+    leading: bool = False,
+) -> tuple[Participants, RowKeys, Led | None]:
     """Stage every task's row keys on ``engine``, find the rows that take part (of the
     rows of ``tasks``, in order: :mod:`~pipeline.dedupe.participants`) with their
     groups and near pairs, and give the matching what it reads of them
     (:class:`~pipeline.dedupe.row_keys.RowKeys`, positions among the participants are
-    row ids). ``rank``: each row's survivor rank, by place."""
+    row ids). ``rank``: each row's survivor rank, by place. ``leading`` (the survivor
+    rule ``first``, which ranks rows by place): with the exact rule on, each exact
+    group's rows in a split are led by their first (:func:`_led_groups`), and the rows
+    led (returned) take no part: not in the normalised groups, not as near texts."""
     counted = engine.map(key_step(job), tasks)
     stem = storage.row_keys_stem(_STEM)
     staged = [storage.staged_table(task.shard, stem) for task in tasks]
@@ -576,18 +660,24 @@ def staged_keys(
                 f"{first.path}: rows from {first.first} read as {rows}, not {task.rows}"
             )
     settings = job.settings
-    exact = _grouped(engine, storage, tasks, EXACT, engine_settings) if job.exact else None
+    exact, led, left_out = None, None, None
+    if job.exact and leading:
+        led = _led_groups(engine, storage, tasks, engine_settings)
+        exact, left_out = led.exact, _lines_of(tasks, led.rows)
+    elif job.exact:
+        exact = _grouped(engine, storage, tasks, EXACT, engine_settings)
     normalised = None
     if settings.normalised:
-        normalised = _grouped(engine, storage, tasks, NORMALISED, engine_settings)
+        normalised = _grouped(
+            engine, storage, tasks, NORMALISED, engine_settings, left_out=left_out
+        )
     near = None
     if settings.near and sum(task.rows for task in tasks) > 1:  # one row has no pair
         # a text is a normalised group's first row (an exact group's, with that rule
-        # off; with both off, every row is a text)
+        # off; with both off, every row is a text), never a row led
         grouped = normalised or exact or NONE_SHARED
-        near = _near_places(
-            engine, storage, job, tasks, engine_settings, sparse_texts(grouped, rank)
-        )
+        texts = sparse_texts(grouped, rank, None if led is None else led.rows)
+        near = _near_places(engine, storage, job, tasks, engine_settings, texts)
     found = Participants.of(exact, normalised, near)
     starts = np.cumsum([0, *(task.rows for task in tasks)])
 
@@ -601,7 +691,8 @@ def staged_keys(
     def lineage(at: I64) -> pl.DataFrame:
         return _rows_of(tasks, found.places[at], _lineage, pl.DataFrame(schema=_LINEAGE_TYPES))
 
-    return found, participant_keys(found, signatures if near is not None else None, lineage)
+    keys = participant_keys(found, signatures if near is not None else None, lineage)
+    return found, keys, led
 
 
 def _near_places(

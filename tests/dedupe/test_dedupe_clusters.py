@@ -16,7 +16,7 @@ from pipeline.core.config import ConfigError
 from pipeline.dedupe.clusters import RULES, Decided, Duplicates, Followed, decide
 from pipeline.dedupe.clusters import find_duplicates as find_among_participants
 from pipeline.dedupe.minhash import NearPairs
-from pipeline.dedupe.table import ClusterTable, _kept_lineage, survivor_rank
+from pipeline.dedupe.table import ClusterTable, RemovedRows, _kept_lineage, survivor_rank
 
 
 def _ids(*values: int) -> np.ndarray:
@@ -427,3 +427,39 @@ def test_leaders_standing_for_the_rows_they_lead_decide_as_every_row(
     np.testing.assert_array_equal(cluster, every.cluster)
     removed = every.rule[every.removed]
     assert ours.removed_by_rule().tolist() == [int((removed == c).sum()) for c in range(len(RULES))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 60), unique=True, max_size=40),
+    st.lists(st.integers(0, 2), min_size=40, max_size=40),
+    st.integers(1, 7),
+)
+def test_merged_removed_rows_build_each_slice_from_their_parts(
+    rows: list[int], part: list[int], step: int
+) -> None:
+    """Removed rows of several parts merged: their rows ascending, and every slice's
+    verdicts those its rows' parts build for them, whatever slices are asked for."""
+    values = np.array(rows, np.int64)
+    owner = np.array(part[: len(rows)], np.int64)
+    parts = []
+    for i in range(3):
+        mine = np.sort(values[owner == i])
+        # a part's verdict names its row and its part, built for removed rows [lo, hi)
+        parts.append(
+            RemovedRows(
+                mine,
+                lambda lo, hi, mine=mine, i=i: pl.DataFrame(
+                    {"row": mine[lo:hi], "part": [i] * (hi - lo)},
+                    schema={"row": pl.Int64, "part": pl.Int64},
+                ),
+            )
+        )
+    merged = RemovedRows.merged(parts)
+    order = np.argsort(values)
+    assert merged.rows.tolist() == values[order].tolist()
+    for lo in range(0, len(rows), step):
+        hi = min(lo + step, len(rows))
+        built = merged.slice(lo, hi)
+        assert built["_row"].to_list() == built["row"].to_list() == values[order][lo:hi].tolist()
+        assert built["part"].to_list() == owner[order][lo:hi].tolist()

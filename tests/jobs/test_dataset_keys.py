@@ -147,6 +147,10 @@ def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         ["{columns}", "--text", "q", "--no-normalised", "--no-near"],
         ["--split", "train={columns}/a.parquet", "--split", "eval={columns}/b.parquet",
          "--protect", "eval", "--text", "q", "--survivor", "last"],
+        ["--split", "train={columns}/a.parquet", "--split", "eval={columns}/b.parquet",
+         "--protect", "eval", "--text", "q", "--no-near"],
+        ["--split", "train={columns}/a.parquet", "--split", "eval={columns}/b.parquet",
+         "--text", "q", "--no-normalised"],
         ["{run}", "--kind", "pairwise-v2"],
         ["{run}", "--no-near"],
         ["{run}", "--no-near", "--no-normalised"],
@@ -253,8 +257,9 @@ def test_the_matching_holds_only_the_rows_that_take_part(
 ) -> None:
     """The matching decides among the rows that share a group or a near pair alone:
     those of exact, normalised and near copies, never the rows that have none (a
-    dataset of distinct texts gives it no row), whatever their number; its removals
-    land at the rows' places among every row."""
+    dataset of distinct texts gives it no row), whatever their number, nor, with the
+    survivor rule ``first``, an exact copy, which its group's first row leads; its
+    removals land at the rows' places among every row."""
     heights: list[int] = []
     original = job.match_duplicates
 
@@ -268,12 +273,14 @@ def test_the_matching_holds_only_the_rows_that_take_part(
     texts[9] = texts[3].upper()  # normalised
     texts[20] = texts[4] + " more"  # near: one shingle of 37 more
     pl.DataFrame({"q": texts}).write_parquet(tmp_path / "f.parquet", row_group_size=7)
-    _dedupe([str(tmp_path / "f.parquet"), "--text", "q"], tmp_path / "o")
-    assert heights == [6]
-    removed = pl.read_parquet(tmp_path / "o" / "duplicates.parquet")
-    assert removed["q"].to_list() == [texts[5], texts[9], texts[20]]
-    assert removed["_line"].to_list() == [6, 10, 21]
-    assert removed["_dedupe_rule"].to_list() == ["exact", "normalised", "near"]
+    for rule, height in (("first", 5), ("last", 6)):  # the exact copy led, or taking part
+        heights.clear()
+        out = tmp_path / rule
+        _dedupe([str(tmp_path / "f.parquet"), "--text", "q", "--survivor", rule], out)
+        assert heights == [height]
+        removed = pl.read_parquet(out / "duplicates.parquet")
+        assert removed["_line"].to_list() == ([6, 10, 21] if rule == "first" else [3, 4, 5])
+        assert removed["_dedupe_rule"].to_list() == ["exact", "normalised", "near"]
     heights.clear()
     distinct = [t for i, t in enumerate(texts) if i not in (5, 9, 20)]
     pl.DataFrame({"q": distinct}).write_parquet(tmp_path / "g.parquet", row_group_size=7)
@@ -410,6 +417,41 @@ def test_small_files_share_a_task(
     staged = _dedupe([str(many), "--text", "q"], tmp_path / "staged")
     monkeypatch.setattr(job, "_stages_row_keys", lambda *given: False)
     assert staged == _dedupe([str(many), "--text", "q"], tmp_path / "reference")
+
+
+def test_small_files_of_several_splits_make_tasks_of_one_split(
+    column_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thirty files of 20 rows, three of train, three of eval and so on (exact copies
+    within and across the splits): a task joins small files of one split alone, so its
+    rows have one label in the exact rule's led check, and the outputs are the
+    reference decision's, byte for byte, with eval protected or not."""
+    rows = pl.concat(
+        [pl.read_parquet(column_dataset / n).select("q") for n in ("a.parquet", "b.parquet")]
+    )
+    rows = pl.concat([rows, rows.slice(0, 60)])  # copies of the first files' rows
+    args = []
+    for i in range(30):
+        path = tmp_path / "many" / f"{i:02d}.parquet"
+        path.parent.mkdir(exist_ok=True)
+        rows.slice(22 * i, 22).write_parquet(path)
+        args += ["--split", f"{('train', 'eval')[i // 3 % 2]}={path}"]
+    monkeypatch.setattr(job, "KEY_SLICE_ROWS", 50)
+    files = job._expand([job.DatasetInput(a.split("=", 1)[1], a.split("=")[0]) for a in args[1::2]])
+    tasks = job._key_tasks(
+        files, [job._schema(f) for f in files], job.resolved_key(None, ("q",), ())
+    )
+    assert [len(task.pieces) for task in tasks] == [2, 1] * 10
+    assert [task.split for task in tasks] == ["train", "train", "eval", "eval"] * 5
+    for protect in ([], ["--protect", "eval"]):
+        given = [*args, *protect, "--text", "q"]
+        out = tmp_path / f"staged{len(protect)}"
+        staged = _dedupe(given, out)
+        removed = pl.read_parquet(out / "duplicates.parquet")["_dedupe_rule"]
+        assert removed.value_counts()["count"].min() >= 5  # exact copies, led and not
+        with monkeypatch.context() as m:
+            m.setattr(job, "_stages_row_keys", lambda *given: False)
+            assert staged == _dedupe(given, tmp_path / f"reference{len(protect)}")
 
 
 def test_inputs_whose_columns_do_not_fit_are_named(tmp_path: Path) -> None:

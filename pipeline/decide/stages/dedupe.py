@@ -60,6 +60,7 @@ from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.participants import (
     NONE_SHARED,
+    Led,
     NearPlaces,
     Participants,
     Shared,
@@ -387,18 +388,6 @@ def _payload_columns(
         return available
     alone = required_columns(key, settings, kind, texts=texts, groups=False)
     return [c for c in available if c in {apart.get(c, c) for c in [*alone, *keyed]}]
-
-
-@dataclass(frozen=True)
-class Led:
-    """The accepted rows led by another (:func:`_leaders`): their places in the state,
-    ascending, and each one's leader's place among the rows that take part."""
-
-    rows: I64
-    leaders: I64
-    #: the leaders' places among the rows that take part, and how many rows each leads
-    #: (itself included): the exact rule's groups of the rows taking part
-    exact: Shared
 
 
 def _leaders(
