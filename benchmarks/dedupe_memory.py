@@ -4,6 +4,7 @@
     python benchmarks/dedupe_memory.py --rows 20000,80000   # quick
     python benchmarks/dedupe_memory.py --near               # with --near --normalised
     python benchmarks/dedupe_memory.py --copies 0.1         # a tenth of the rows copies
+    python benchmarks/dedupe_memory.py --survivor last      # the survivor rule (default first)
 
 For each size, a Parquet dataset of that many rows (four files; a text column of 45
 words, ~300 bytes, and an id), ``--copies`` of them (default half) a copy of an earlier
@@ -66,7 +67,7 @@ def write_dataset(root: Path, rows: int, copies: float, seed: int = 5) -> None:
         part.write_parquet(root / f"part-{i}.parquet", row_group_size=65_536)
 
 
-def child(dataset: Path, out: Path, near: bool, result: Path) -> None:
+def child(dataset: Path, out: Path, near: bool, survivor: str, result: Path) -> None:
     """Deduplicate ``dataset`` in this process; write each step's peak ``RssAnon``."""
     from pipeline.core.allocator import apply_parent_allocator, hand_back_large_blocks
 
@@ -91,7 +92,7 @@ def child(dataset: Path, out: Path, near: bool, result: Path) -> None:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    settings = DedupeSettings(near=near, normalised=near)
+    settings = DedupeSettings(near=near, normalised=near, survivor=survivor)
     summary = dedupe_dataset(
         [DatasetInput(str(dataset))], out, settings, text_columns=["q"], on_stage=step
     ).summary
@@ -108,12 +109,13 @@ def child(dataset: Path, out: Path, near: bool, result: Path) -> None:
                                   "peaks": peaks}))  # fmt: skip
 
 
-def _measure(rows: int, near: bool, copies: float, tmp: Path) -> dict[str, Any]:
+def _measure(rows: int, near: bool, copies: float, survivor: str, tmp: Path) -> dict[str, Any]:
     dataset = tmp / f"dataset-{rows}"
     write_dataset(dataset, rows, copies)
     result = tmp / "result.json"
     command = [sys.executable, __file__, "--child", str(dataset), str(tmp / "out"), str(result)]
-    subprocess.run([*command, *(["--near"] if near else [])], check=True)
+    options = ["--survivor", survivor, *(["--near"] if near else [])]
+    subprocess.run([*command, *options], check=True)
     shutil.rmtree(tmp / "out")
     shutil.rmtree(dataset)
     measured: dict[str, Any] = json.loads(result.read_text())
@@ -125,19 +127,22 @@ def main() -> None:
     parser.add_argument("--rows", default="250000,1000000", help="two sizes, in rows")
     parser.add_argument("--near", action="store_true", help="with --near --normalised")
     parser.add_argument("--copies", type=float, default=0.5, help="share of rows copies")
+    parser.add_argument("--survivor", default="first", help="the survivor rule (default first)")
     parser.add_argument("--tmp", type=Path, default=None, help="where the datasets go")
     parser.add_argument("--child", nargs=3, metavar=("DATASET", "OUT", "RESULT"),
                         help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args()
     if args.child:
         dataset, out, result = (Path(p) for p in args.child)
-        child(dataset, out, args.near, result)
+        child(dataset, out, args.near, args.survivor, result)
         return
     sizes = [int(n) for n in args.rows.split(",")]
     if len(sizes) != 2 or sizes[0] >= sizes[1]:
         parser.error("--rows: two sizes, the smaller first")
     with tempfile.TemporaryDirectory(prefix="rowgate-dedupe-memory-", dir=args.tmp) as name:
-        small, large = (_measure(n, args.near, args.copies, Path(name)) for n in sizes)
+        small, large = (
+            _measure(n, args.near, args.copies, args.survivor, Path(name)) for n in sizes
+        )
     grown = large["rows"] - small["rows"]
     a, b = small["peaks"], large["peaks"]
     rows = [
@@ -145,7 +150,7 @@ def main() -> None:
          f"{(peak - a[step]) / grown:.0f}" if step in a else ""]
         for step, peak in b.items()
     ]  # fmt: skip
-    mode = "--near --normalised" if args.near else "exact"
+    mode = ("--near --normalised" if args.near else "exact") + f", survivor {args.survivor}"
     print(
         f"rowgate dedupe ({mode}): {small['rows']:,} and {large['rows']:,} rows, "
         f"{small['removed']:,} and {large['removed']:,} removed; the process's RssAnon"

@@ -313,7 +313,9 @@ def test_dedupe_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("rowgate dedupe (--near --normalised): 2,000 and 4,000 rows, ")
+    assert lines[0].startswith(
+        "rowgate dedupe (--near --normalised, survivor first): 2,000 and 4,000 rows, "
+    )
     assert "1,000 and 2,000 removed" in lines[0]
     steps = {line.split("  ")[0]: line.split()[-1] for line in lines[3:] if "  " in line}
     for step in ("dedupe: row keys", "dedupe: match", "dedupe: write"):

@@ -395,9 +395,11 @@ class GlobalContext:
         hashed: pl.Expr,
         *,
         left_out: npt.NDArray[np.bool_],
+        last: bool = False,
     ) -> tuple[Grouped, Following]:
         """As :meth:`groups` without a body, but the rows of a key in one split (or in
-        no split) are led by their first in the stable order key: only the leaders of
+        no split) are led by their first in the stable order key (their ``last``, the
+        survivor rule ``last``'s best-ranked): only the leaders of
         the keys another row shares are found, each with its group and how many rows it
         leads (itself included); the rows they lead come apart, each with its leader
         (:class:`Following`: places among ``rows``). The driver holds two places a row
@@ -405,8 +407,9 @@ class GlobalContext:
         splits = self.split_numbers()
         leads = [-1 if (split := splits[s]) is None else split for s in self.shards_of(kind)]
         exprs = {GROUP: hashed, TEXT: key, WHERE: key.is_not_null()}
+        lines = lines_by_shard(rows, left_out)
         grouped, following = self._check(
-            kind, rows, name, exprs, 1 + 4, lines=lines_by_shard(rows, left_out), leads=leads
+            kind, rows, name, exprs, 1 + 4, lines=lines, leads=leads, last=last
         )
         if following is None:
             raise AssertionError(f"{kind}: {name}: a led check gave no leaders")
@@ -433,6 +436,7 @@ class GlobalContext:
         lines: Mapping[int, bytes] | None = None,
         digested: bool = False,
         leads: Sequence[int] = (),
+        last: bool = False,
     ) -> tuple[Grouped, Following | None]:
         """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
         row, to size its partitions): a mask over ``rows`` and the found rows' groups
@@ -460,6 +464,7 @@ class GlobalContext:
             source=stem,
             digested=digested,
             leads=leads,
+            last=last,
         )
         found = check.run(self.engine, lines)
         at = _places(rows, _keys_frame(found.shards, found.lines))

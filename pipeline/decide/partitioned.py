@@ -6,8 +6,8 @@ exact keys (a partitioned anti-join: the worker-root rule's); and the rows whose
 key another row shares, each with its key's first row (exact groups: the review
 stage's items), or only the later rows of each such key, each telling whether a second
 value (a body) is its first row's too (the replay rule's retries and conflicts), or only
-the first row of each such key in each split, each with the rows it leads (dedupe's
-exact groups: :attr:`HashCheck.leads`). A
+the first (or last) row of each such key in each split, each with the rows it leads
+(dedupe's exact groups: :attr:`HashCheck.leads`). A
 shuffle through staged files, as near dedupe's candidate search
 (:mod:`pipeline.dedupe.partitions`):
 
@@ -237,6 +237,9 @@ class HashCheck:
     #: the keys another row shares are found, each with how many rows it leads; the
     #: others are returned apart with their leader (:class:`Followers`)
     leads: tuple[int, ...] = ()
+    #: a led check's leader is the last row of its key and label, not the first (the
+    #: survivor rule ``last``: the best-ranked)
+    last: bool = False
 
     @classmethod
     def of(
@@ -251,12 +254,14 @@ class HashCheck:
         source: str | None = None,
         digested: bool = False,
         leads: Sequence[int] = (),
+        last: bool = False,
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE` or :data:`TEXT` and
         :data:`SEEKS` or :data:`BODY`, :data:`WHERE`) over ``kind``'s rows in ``shards``
         (or over ``source``, a stem staged beside them), its entries staged as
         ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256;
-        ``leads``: a grouping check's label of each shard (:attr:`leads`)."""
+        ``leads``: a grouping check's label of each shard (:attr:`leads`), its rows led by
+        the ``last`` of a key and label, not the first."""
         allowed = (
             {GROUP},
             {GROUP, VALUE},
@@ -282,6 +287,7 @@ class HashCheck:
             source or kind,
             digested,
             tuple(leads),
+            last,
         )
 
     @property
@@ -449,7 +455,8 @@ def _led_rows(
     check: HashCheck, batches: list[pa.RecordBatch], group: U64, lines: I64, sizes: list[int]
 ) -> Found:
     """A led check's partition (:attr:`HashCheck.leads`): of the keys another row
-    shares, each label's first row (the leader: entries are in the stable order key), its
+    shares, each label's first row (the leader: entries are in the stable order key; its
+    last with :attr:`HashCheck.last`), its
     group (its key's first row's place) and how many rows of its key and label it leads;
     the others apart, each with its leader's place. Only keys whose hash repeats are
     compared (equal keys share a partition)."""
@@ -465,7 +472,7 @@ def _led_rows(
         .select(
             first=i.first().over("t"),
             rows=i.count().over("t"),
-            lead=i.first().over("t", "s"),
+            lead=(i.last() if check.last else i.first()).over("t", "s"),
             led=i.count().over("t", "s"),
         )
     )

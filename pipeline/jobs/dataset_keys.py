@@ -488,13 +488,15 @@ def _checked(
     *,
     left_out: Mapping[int, bytes] | None = None,
     leads: Sequence[int] = (),
+    last: bool = False,
 ) -> tuple[Found, Callable[[npt.NDArray[np.int32], I64], I64]]:
     """Run a check of ``exprs`` over the tasks' staged row keys on the engine, partition
     by partition (:class:`~pipeline.decide.partitioned.HashCheck`, its entries sized at
     ``hashes`` 8-byte values a row); the rows found, and what turns a shard and line
     into a place among every task's rows. No task (no row): nothing found. ``left_out``:
     each task's lines that take no part (:func:`_lines_of`); ``leads``: a led check's
-    label of each task (:attr:`~pipeline.decide.partitioned.HashCheck.leads`)."""
+    label of each task (:attr:`~pipeline.decide.partitioned.HashCheck.leads`), its rows
+    led by the ``last`` of a key and label."""
     shards = tuple(task.shard for task in tasks)
     starts = np.cumsum([0, *(task.rows for task in tasks)])
 
@@ -514,7 +516,7 @@ def _checked(
     )  # fmt: skip
     source = storage.row_keys_stem(_STEM)
     check = HashCheck.of(
-        storage, _STEM, name, shards, exprs, partitions=count, source=source, leads=leads
+        storage, _STEM, name, shards, exprs, partitions=count, source=source, leads=leads, last=last
     )
     return check.run(engine, left_out), placed
 
@@ -545,10 +547,16 @@ def _grouped(
 
 
 def _led_groups(
-    engine: Engine, storage: RunStorage, tasks: Sequence[KeyTask], engine_settings: EngineSettings
+    engine: Engine,
+    storage: RunStorage,
+    tasks: Sequence[KeyTask],
+    engine_settings: EngineSettings,
+    *,
+    last: bool = False,
 ) -> Led:
-    """The exact rule's groups with their rows in each split led by their first (with
-    the survivor rule ``first``, a group's best-ranked row in a split), found on the
+    """The exact rule's groups with their rows in each split led by their first (their
+    ``last``; with the survivor rule of that name, a group's best-ranked row in a
+    split), found on the
     engine (a led grouping check of :data:`EXACT`, each task's split its label): the
     leaders of the digests another row shares, numbered as :func:`_grouped` numbers
     groups, each with how many rows it leads; and the rows led, each with its leader.
@@ -558,7 +566,7 @@ def _led_groups(
     leads = [-1 if task.split is None else splits.index(task.split) for task in tasks]
     exprs = _digest_exprs(EXACT)
     found, placed = _checked(
-        engine, storage, tasks, EXACT, exprs, 1 + 4, engine_settings, leads=leads
+        engine, storage, tasks, EXACT, exprs, 1 + 4, engine_settings, leads=leads, last=last
     )
     if found.led is None or found.followers is None:
         raise AssertionError("a led check gave no leaders")  # never expected
@@ -581,16 +589,11 @@ def _digest_exprs(name: str) -> dict[str, pl.Expr]:
 
 def _numbered(places: I64, firsts: I64, led: I64 | None = None) -> Shared:
     """The rows found at ``places`` (in no order), each with its group's first row's
-    place (found too) and how many rows it leads (``led``, lined up with them), as
-    :class:`Shared`: groups numbered as their first rows come."""
+    place and how many rows it leads (``led``, lined up with them), as :class:`Shared`:
+    groups numbered as their first rows come (a first row need not be found: a led
+    check's leaders may be their splits' last rows)."""
     order = np.argsort(places)
-    places, firsts = places[order], firsts[order]
-    # a group's first row is found too: numbered as those come, each row takes its own's
-    number = np.cumsum(places == firsts, dtype=np.int64)
-    number -= 1
-    return Shared(
-        places, number[np.searchsorted(places, firsts)], None if led is None else led[order]
-    )
+    return Shared.of(places[order], firsts[order], None if led is None else led[order])
 
 
 def _lines_of(tasks: Sequence[KeyTask], rows: I64) -> dict[int, bytes]:
@@ -640,16 +643,17 @@ def staged_keys(
     engine_settings: EngineSettings,
     rank: Callable[[I64], I64],
     *,
-    leading: bool = False,
+    leading: str | None = None,
 ) -> tuple[Participants, RowKeys, Led | None]:
     """Stage every task's row keys on ``engine``, find the rows that take part (of the
     rows of ``tasks``, in order: :mod:`~pipeline.dedupe.participants`) with their
     groups and near pairs, and give the matching what it reads of them
     (:class:`~pipeline.dedupe.row_keys.RowKeys`, positions among the participants are
     row ids). ``rank``: each row's survivor rank, by place. ``leading`` (the survivor
-    rule ``first``, which ranks rows by place): with the exact rule on, each exact
-    group's rows in a split are led by their first (:func:`_led_groups`), and the rows
-    led (returned) take no part: not in the normalised groups, not as near texts."""
+    rule, where it ranks rows by their order alone: ``first`` or ``last``): with the
+    exact rule on, each exact group's rows in a split are led by their best-ranked
+    (:func:`_led_groups`), and the rows led (returned) take no part: not in the
+    normalised groups, not as near texts."""
     counted = engine.map(key_step(job), tasks)
     stem = storage.row_keys_stem(_STEM)
     staged = [storage.staged_table(task.shard, stem) for task in tasks]
@@ -661,8 +665,8 @@ def staged_keys(
             )
     settings = job.settings
     exact, led, left_out = None, None, None
-    if job.exact and leading:
-        led = _led_groups(engine, storage, tasks, engine_settings)
+    if job.exact and leading is not None:
+        led = _led_groups(engine, storage, tasks, engine_settings, last=leading == "last")
         exact, left_out = led.exact, _lines_of(tasks, led.rows)
     elif job.exact:
         exact = _grouped(engine, storage, tasks, EXACT, engine_settings)

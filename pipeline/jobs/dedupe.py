@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from pipeline.core.config import ConfigError, DedupeSettings, EngineSettings
 from pipeline.core.files import input_type
 from pipeline.dedupe.keys import DedupeKey
-from pipeline.dedupe.participants import survivor_ranks
+from pipeline.dedupe.participants import LED_BY, survivor_ranks
 from pipeline.dedupe.splits import field_expr
 from pipeline.dedupe.table import (
     CLUSTER_PART_ROWS,
@@ -728,7 +728,13 @@ def _staged_outcome(
     with get_engine(engine_settings.name).from_settings(engine_settings, len(tasks)) as engine:
         on_stage("dedupe: row keys")
         found, keys, led = staged_keys(
-            engine, job.storage, job, tasks, engine_settings, rank, leading=rule == "first"
+            engine,
+            job.storage,
+            job,
+            tasks,
+            engine_settings,
+            rank,
+            leading=rule if rule in LED_BY else None,
         )
         if job.fields:  # a group of rows matched or not may straddle splits
             everyone = split_group_rows(engine, job.storage, job, tasks, engine_settings)

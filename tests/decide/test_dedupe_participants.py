@@ -127,6 +127,7 @@ def _config(*inputs: InputSpec, **overrides: Any) -> CampaignConfig:
     "campaign",
     [
         "normalised and near without exact, survivor last, buckets of 2",
+        "every rule, survivor last (exact groups led by their last), small shards",
         "near without normalised, survivor by a struct field with ties, buckets of 2",
         "normalised without exact or near",
         "survivor by a nullable column (golden_patch), buckets of 2",
@@ -141,6 +142,9 @@ def test_modes_and_survivor_rules(
     campaigns: dict[str, dict[str, Any]] = {
         "normalised and near without exact, survivor last, buckets of 2": {
             "dedupe.exact": False, "dedupe.survivor": "last", "dedupe.max_bucket": 2,
+        },
+        "every rule, survivor last (exact groups led by their last), small shards": {
+            "dedupe.survivor": "last", "engine.shard_bytes": 48 * 1024,
         },
         "near without normalised, survivor by a struct field with ties, buckets of 2": {
             "dedupe.normalised": False,
@@ -271,7 +275,13 @@ def test_pw_decide_row_meta_apart_across_splits(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "campaign",
-    ["every rule", "buckets of 2, survivor ties, small shards", "no exact, last", "no normalised"],
+    [
+        "every rule",
+        "buckets of 2, survivor ties, small shards",
+        "no exact, last",
+        "every rule, last",
+        "no normalised",
+    ],
 )
 def test_one_text_copied_many_times(
     corpus: list[LabelledRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, campaign: str
@@ -291,6 +301,7 @@ def test_one_text_copied_many_times(
             "dedupe.survivor": "last",
             "dedupe.max_bucket": 2,
         },
+        "every rule, last": {"dedupe.survivor": "last", "engine.shard_bytes": 16 * 1024},
         "no normalised": {"dedupe.normalised": False, "dedupe.max_bucket": 2},
     }
     config = _config(source, **campaigns[campaign])

@@ -1029,39 +1029,41 @@ class ProbeLed:
         left_out = (rows["_shard_line"] % 7 == 0).to_numpy()
         got = ctx.values(kind, rows, {"k": key})
         split = rows["_shard"].replace_strict(ctx.split_numbers(), default=None).to_list()
-        leaders: dict[tuple[str, Any], int] = {}
-        keys: dict[str, list[int]] = {}
-        for i, k in enumerate(got["k"]):
-            if not left_out[i]:
-                keys.setdefault(k, []).append(i)
-                leaders.setdefault((k, split[i]), i)
-        shared = {k for k, members in keys.items() if len(members) > 1}
-        lead = {i: leaders[(got["k"][i], split[i])] for k in shared for i in keys[k]}
-        led = Counter(lead.values())
-        first = {k: keys[k][0] for k in shared}
-        expected = (
-            sorted(led),
-            [first[got["k"][i]] for i in sorted(led)],
-            [led[i] for i in sorted(led)],
-            sorted((i, j) for i, j in lead.items() if i != j),
-        )
-        for count in (1, 7, 64):
-            at = dataclasses.replace(
-                ctx, config=ctx.config.override(**{"engine.partitions": count})
+        for last in (False, True):  # led by the first row of a key and split, or the last
+            leaders: dict[tuple[str, Any], int] = {}
+            keys: dict[str, list[int]] = {}
+            for i, k in enumerate(got["k"]):
+                if not left_out[i]:
+                    keys.setdefault(k, []).append(i)
+                    if last or (k, split[i]) not in leaders:
+                        leaders[(k, split[i])] = i
+            shared = {k for k, members in keys.items() if len(members) > 1}
+            lead = {i: leaders[(got["k"][i], split[i])] for k in shared for i in keys[k]}
+            led = Counter(lead.values())
+            first = {k: keys[k][0] for k in shared}
+            expected = (
+                sorted(led),
+                [first[got["k"][i]] for i in sorted(led)],
+                [led[i] for i in sorted(led)],
+                sorted((i, j) for i, j in lead.items() if i != j),
             )
-            grouped, following = at.led_groups(
-                kind, rows, "probe", key, key.hash(), left_out=left_out
-            )
-            places = np.flatnonzero(grouped.found)
-            shard, line_of = first_rows(ctx.shards_of(kind), grouped.groups)
-            group_rows = _places_of(rows, shard, line_of)
-            pairs = zip(following.followers.tolist(), following.leaders.tolist(), strict=True)
-            self.found.append(
-                (
-                    expected,
-                    (places.tolist(), group_rows, following.led.tolist(), sorted(pairs)),
+            for count in (1, 7, 64):
+                at = dataclasses.replace(
+                    ctx, config=ctx.config.override(**{"engine.partitions": count})
                 )
-            )
+                grouped, following = at.led_groups(
+                    kind, rows, "probe", key, key.hash(), left_out=left_out, last=last
+                )
+                places = np.flatnonzero(grouped.found)
+                shard, line_of = first_rows(ctx.shards_of(kind), grouped.groups)
+                group_rows = _places_of(rows, shard, line_of)
+                pairs = zip(following.followers.tolist(), following.leaders.tolist(), strict=True)
+                self.found.append(
+                    (
+                        expected,
+                        (places.tolist(), group_rows, following.led.tolist(), sorted(pairs)),
+                    )
+                )
         return None
 
 
@@ -1078,7 +1080,8 @@ def test_a_led_check_leads_each_keys_rows_in_a_split_by_their_first(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int
 ) -> None:
     """``led_groups`` finds, partition by partition on the engine, the first row of each
-    key in each split (an unlabelled input is a split of its own) among the keys two
+    key in each split, or its last (an unlabelled input is a split of its own), among the
+    keys two
     rows share, the rows left out taking no part: each leader with its key's first row
     as its group and how many rows it leads, and every other row of those keys with
     its leader, as over every row's values, at any partition count."""
@@ -1096,10 +1099,12 @@ def test_a_led_check_leads_each_keys_rows_in_a_split_by_their_first(
         **{"engine.shard_bytes": 48 * 1024, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeLed.found) == 3
+    assert len(ProbeLed.found) == 6
     for expected, got in ProbeLed.found:
         assert got == expected
-    leaders, _, led, followers = ProbeLed.found[0][0]
-    assert len(leaders) > 11
-    assert max(led) > 2
-    assert len(followers) > 100
+    for found in (ProbeLed.found[0], ProbeLed.found[3]):  # first, last
+        leaders, _, led, followers = found[0]
+        assert len(leaders) > 11
+        assert max(led) > 2
+        assert len(followers) > 100
+    assert ProbeLed.found[0][0][0] != ProbeLed.found[3][0][0]  # other leaders

@@ -151,6 +151,9 @@ def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> 
          "--protect", "eval", "--text", "q", "--no-near"],
         ["--split", "train={columns}/a.parquet", "--split", "eval={columns}/b.parquet",
          "--text", "q", "--no-normalised"],
+        ["{run}", "--survivor", "last"],
+        ["--split", "train={columns}/a.parquet", "--split", "eval={columns}/b.parquet",
+         "--protect", "eval", "--text", "q", "--survivor", "last", "--no-near"],
         ["{run}", "--kind", "pairwise-v2"],
         ["{run}", "--no-near"],
         ["{run}", "--no-near", "--no-normalised"],
@@ -258,8 +261,8 @@ def test_the_matching_holds_only_the_rows_that_take_part(
     """The matching decides among the rows that share a group or a near pair alone:
     those of exact, normalised and near copies, never the rows that have none (a
     dataset of distinct texts gives it no row), whatever their number, nor, with the
-    survivor rule ``first``, an exact copy, which its group's first row leads; its
-    removals land at the rows' places among every row."""
+    survivor rule ``first`` or ``last``, an exact copy, which its group's best-ranked
+    row leads; its removals land at the rows' places among every row."""
     heights: list[int] = []
     original = job.match_duplicates
 
@@ -273,11 +276,11 @@ def test_the_matching_holds_only_the_rows_that_take_part(
     texts[9] = texts[3].upper()  # normalised
     texts[20] = texts[4] + " more"  # near: one shingle of 37 more
     pl.DataFrame({"q": texts}).write_parquet(tmp_path / "f.parquet", row_group_size=7)
-    for rule, height in (("first", 5), ("last", 6)):  # the exact copy led, or taking part
+    for rule in ("first", "last"):  # the exact copy led by its first, or its last
         heights.clear()
         out = tmp_path / rule
         _dedupe([str(tmp_path / "f.parquet"), "--text", "q", "--survivor", rule], out)
-        assert heights == [height]
+        assert heights == [5]
         removed = pl.read_parquet(out / "duplicates.parquet")
         assert removed["_line"].to_list() == ([6, 10, 21] if rule == "first" else [3, 4, 5])
         assert removed["_dedupe_rule"].to_list() == ["exact", "normalised", "near"]
@@ -425,7 +428,8 @@ def test_small_files_of_several_splits_make_tasks_of_one_split(
     """Thirty files of 20 rows, three of train, three of eval and so on (exact copies
     within and across the splits): a task joins small files of one split alone, so its
     rows have one label in the exact rule's led check, and the outputs are the
-    reference decision's, byte for byte, with eval protected or not."""
+    reference decision's, byte for byte, with eval protected or not, and with the
+    survivor rule ``last`` (each group's rows in a split led by their last)."""
     rows = pl.concat(
         [pl.read_parquet(column_dataset / n).select("q") for n in ("a.parquet", "b.parquet")]
     )
@@ -443,15 +447,15 @@ def test_small_files_of_several_splits_make_tasks_of_one_split(
     )
     assert [len(task.pieces) for task in tasks] == [2, 1] * 10
     assert [task.split for task in tasks] == ["train", "train", "eval", "eval"] * 5
-    for protect in ([], ["--protect", "eval"]):
+    for protect in ([], ["--protect", "eval"], ["--survivor", "last"]):
         given = [*args, *protect, "--text", "q"]
-        out = tmp_path / f"staged{len(protect)}"
+        out = tmp_path / f"staged{protect[0] if protect else ''}"
         staged = _dedupe(given, out)
         removed = pl.read_parquet(out / "duplicates.parquet")["_dedupe_rule"]
         assert removed.value_counts()["count"].min() >= 5  # exact copies, led and not
         with monkeypatch.context() as m:
             m.setattr(job, "_stages_row_keys", lambda *given: False)
-            assert staged == _dedupe(given, tmp_path / f"reference{len(protect)}")
+            assert staged == _dedupe(given, tmp_path / f"reference{protect[0] if protect else ''}")
 
 
 def test_inputs_whose_columns_do_not_fit_are_named(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ from pipeline.dedupe.keys import DedupeKey, text_columns
 from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.participants import (
+    LED_BY,
     NONE_SHARED,
     Led,
     NearPlaces,
@@ -394,9 +395,10 @@ def _leaders(
     ctx: GlobalContext, kind: str, rows: pl.DataFrame, accepted: AcceptedRows
 ) -> tuple[AcceptedRows, Led | None]:
     """The accepted rows that take part in the matching, and those that do not because
-    another row leads them: with the exact rule on and the survivor rule ``first``, the
-    rows of a content fingerprint in one split are led by their first
-    (:meth:`GlobalContext.led_groups`, on the engine): each is removed in its leader's
+    another row leads them: with the exact rule on and the survivor rule ``first`` (or
+    ``last``), the rows of a content fingerprint in one split are led by their first (or
+    last: :data:`~pipeline.dedupe.participants.LED_BY`; :meth:`GlobalContext.led_groups`,
+    on the engine): each is removed in its leader's
     favour, or as its leader is (:class:`~pipeline.dedupe.clusters.Followed`), which is
     the verdict the matching gives a row its representative represents, so the matching
     holds the leaders alone, each counting the rows it leads. Every row of an exact
@@ -404,13 +406,20 @@ def _leaders(
     16. ``None``: every accepted row takes part (another survivor rule ranks a group's
     rows by more than their order, or a row has no fingerprint)."""
     settings = ctx.config.dedupe
-    if not settings.exact or settings.survivor_rule(kind) != "first":
+    rule = settings.survivor_rule(kind)
+    if not settings.exact or rule not in LED_BY:
         return accepted, None
     if _any_accepted(ctx, kind, rows, accepted.mask, pl.col("_content_sha256").is_null()):
         return accepted, None
     fingerprint = pl.col("_content_sha256").str.decode("hex")
     grouped, following = ctx.led_groups(
-        kind, rows, "fingerprints", fingerprint, _hashed(fingerprint), left_out=~accepted.mask
+        kind,
+        rows,
+        "fingerprints",
+        fingerprint,
+        _hashed(fingerprint),
+        left_out=~accepted.mask,
+        last=rule == "last",
     )
     if (grouped.found & ~accepted.mask).any():
         raise AssertionError(f"{kind}: fingerprints: a row left out was found")
