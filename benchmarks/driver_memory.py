@@ -5,6 +5,7 @@
     python benchmarks/driver_memory.py --near                # with --near --normalised
     python benchmarks/driver_memory.py --duplicates 0.3      # a retry-heavy export
     python benchmarks/driver_memory.py --copies 0.5          # half the rows dedupe's copies
+    python benchmarks/driver_memory.py --copies 0.5 --survivor last   # dedupe keeps the last
 
 For each size, a pairwise-v2 export of that many rows (~1.2 KB each: the scale
 benchmark's generator, 3 % defects and 3 % repeats, or ``--duplicates`` of them; with
@@ -63,7 +64,9 @@ def _rss() -> tuple[int, int]:
     return found[b"RssAnon"], found[b"RssFile"]
 
 
-def child(export: Path, out: Path, near: bool, shard_mb: float, result: Path) -> None:
+def child(
+    export: Path, out: Path, near: bool, shard_mb: float, survivor: str, result: Path
+) -> None:
     """Run the export in this process; write each step's peak ``RssAnon`` and the global
     phase's peak ``RssFile`` to ``result``."""
     from pipeline.core.allocator import apply_parent_allocator, hand_back_large_blocks
@@ -92,7 +95,8 @@ def child(export: Path, out: Path, near: bool, shard_mb: float, result: Path) ->
     campaign = out.parent / "campaign.toml"
     campaign.write_text(
         f'[[inputs]]\npath = "{export}"\nkind = "pairwise-v2"\n\n'
-        f"[dedupe]\nnear = {str(near).lower()}\nnormalised = {str(near).lower()}\n\n"
+        f"[dedupe]\nnear = {str(near).lower()}\nnormalised = {str(near).lower()}\n"
+        f"survivor = {json.dumps(survivor)}\n\n"
         f"[engine]\nshard_bytes = {int(shard_mb * MB)}\n"
     )
     sampler = threading.Thread(target=sample, daemon=True)
@@ -152,14 +156,20 @@ def copying(rate: float) -> Callable[[bytes, int], bytes] | None:
 
 
 def _measure(
-    rows: int, near: bool, shard_mb: float, duplicates: float, copies: float, tmp: Path
+    rows: int,
+    near: bool,
+    shard_mb: float,
+    duplicates: float,
+    copies: float,
+    survivor: str,
+    tmp: Path,
 ) -> Measured:
     export = tmp / f"export-{rows}.jsonl"
     megabytes = rows * ROW_BYTES / 1e6
     write_export(export, megabytes, size=1, duplicate_rate=duplicates, transform=copying(copies))
     result = tmp / "result.json"
     command = [sys.executable, __file__, "--child", str(export), str(tmp / "out"), str(result)]
-    options = ["--shard-mb", str(shard_mb), *(["--near"] if near else [])]
+    options = ["--shard-mb", str(shard_mb), "--survivor", survivor, *(["--near"] if near else [])]
     subprocess.run([*command, *options], check=True)
     shutil.rmtree(tmp / "out", ignore_errors=True)
     measured = json.loads(result.read_text())
@@ -203,6 +213,7 @@ def main() -> None:
         default=0.0,
         help="the share of lines that repeat an earlier line's content under their own task id",
     )
+    parser.add_argument("--survivor", default="first", help="dedupe's survivor rule (first)")
     parser.add_argument("--tmp", type=Path, default=None, help="where the exports go")
     parser.add_argument(
         "--shard-mb", type=float, default=SHARD_MB, help="engine.shard_bytes, in MiB (default 64)"
@@ -213,7 +224,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         export, out, result = map(Path, args.child)
-        child(export, out, args.near, args.shard_mb, result)
+        child(export, out, args.near, args.shard_mb, args.survivor, result)
         return
     if not 0 <= args.copies < 1:
         parser.error("--copies: a share in [0, 1)")
@@ -227,12 +238,14 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="driver-memory-", dir=args.tmp))
     try:
         small, large = (
-            _measure(n, args.near, args.shard_mb, args.duplicates, args.copies, tmp) for n in sizes
+            _measure(n, args.near, args.shard_mb, args.duplicates, args.copies, args.survivor, tmp)
+            for n in sizes
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mode = "near+normalised" if args.near else "plain"
     copied = f", {args.copies:.0%} copies" if args.copies else ""
+    copied += f", survivor {args.survivor}" if args.survivor != "first" else ""
     print(_report(small, large, f"{mode}, {args.duplicates:.0%} repeated lines{copied}"))
     print(f"load average (1, 5, 15 min) before {load}, after {os.getloadavg()}")
 

@@ -555,13 +555,13 @@ def _led_groups(
     last: bool = False,
 ) -> Led:
     """The exact rule's groups with their rows in each split led by their first (their
-    ``last``; with the survivor rule of that name, a group's best-ranked row in a
-    split), found on the
-    engine (a led grouping check of :data:`EXACT`, each task's split its label): the
-    leaders of the digests another row shares, numbered as :func:`_grouped` numbers
-    groups, each with how many rows it leads; and the rows led, each with its leader.
-    Only the leaders take part in the matching; the driver holds two places a row led
-    (a run's dedupe held ~120 bytes a row of an exact group at its peak)."""
+    ``last``): with the survivor rule of that name, a group's best-ranked row in a
+    split. Found on the engine (a led grouping check of :data:`EXACT`, each task's
+    split its label): the leaders of the digests another row shares, numbered as
+    :func:`_grouped` numbers groups, each with how many rows it leads; and the rows
+    led, each with its leader. Only the leaders take part in the matching; the driver
+    holds two places a row led (a run's dedupe held ~120 bytes a row of an exact group
+    at its peak)."""
     splits = sorted({task.split for task in tasks if task.split is not None})
     leads = [-1 if task.split is None else splits.index(task.split) for task in tasks]
     exprs = _digest_exprs(EXACT)
