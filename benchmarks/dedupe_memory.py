@@ -20,20 +20,16 @@ in these figures.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
-from harness import table
+from harness import StepSampler, table
 
 MB = 1 << 20
 #: words of the generated texts' vocabulary, and words a text
@@ -52,6 +48,8 @@ def _rss_anon() -> int:
 def write_dataset(root: Path, rows: int, copies: float, seed: int = 5) -> None:
     """Four Parquet files of ``rows`` rows in all: ``q``, a text of :data:`WORDS` words
     (each row's own, or, for ``copies`` of the rows, an earlier row's), and ``id``."""
+    import polars as pl  # here: the child sets polars' allocator before polars loads
+
     rng = np.random.default_rng(seed)
     words = np.array([f"w{i}" for i in range(VOCABULARY)])
     own = max(1, round(rows * (1 - copies)))
@@ -76,34 +74,14 @@ def child(dataset: Path, out: Path, near: bool, survivor: str, result: Path) -> 
     from pipeline.core.config import DedupeSettings
     from pipeline.jobs.dedupe import DatasetInput, dedupe_dataset
 
-    steps: list[tuple[str, float]] = [("start", time.perf_counter())]
-    samples: list[tuple[float, int]] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            samples.append((time.perf_counter(), _rss_anon()))
-            time.sleep(0.002)
-
-    def step(name: str) -> None:
-        now = time.perf_counter()
-        steps.append((name, now))
-        samples.append((now, _rss_anon()))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     settings = DedupeSettings(near=near, normalised=near, survivor=survivor)
-    summary = dedupe_dataset(
-        [DatasetInput(str(dataset))], out, settings, text_columns=["q"], on_stage=step
-    ).summary
-    steps.append(("end", time.perf_counter()))
-    done.set()
-    sampler.join()
+    with StepSampler(_rss_anon) as sampler:
+        summary = dedupe_dataset(
+            [DatasetInput(str(dataset))], out, settings, text_columns=["q"], on_stage=sampler.step
+        ).summary
     peaks: dict[str, int] = {}
-    for (name, start), (_, end) in itertools.pairwise(steps):
-        inside = [rss for t, rss in samples if start <= t < end]
-        if inside:
-            peaks[name] = max(peaks.get(name, 0), max(inside))
+    for name, inside in sampler.by_step():
+        peaks[name] = max(peaks.get(name, 0), max(inside))
     counts = summary["counts"]
     result.write_text(json.dumps({"rows": counts["rows"], "removed": counts["duplicates"],
                                   "peaks": peaks}))  # fmt: skip

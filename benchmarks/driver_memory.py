@@ -25,7 +25,6 @@ scale benchmark's (``bench_scale.py``).
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -34,15 +33,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
-from harness import table, write_export
+from harness import StepSampler, table, write_export
 
 #: bytes a row of the generated pairwise-v2 export (size 1), to size it in rows
 ROW_BYTES = 1221
@@ -76,22 +73,6 @@ def child(
     from pipeline.core.config import load_campaign
     from pipeline.jobs.run import RunObserver, run
 
-    steps: list[tuple[str, float]] = [("start", time.perf_counter())]
-    samples: list[tuple[float, tuple[int, int]]] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            samples.append((time.perf_counter(), _rss()))
-            time.sleep(0.002)
-
-    def step(name: str) -> None:
-        # a step's task count ("candidates (8 partitions)") depends on the size; a
-        # sample as it begins: a step shorter than the sampling's period has one too
-        now = time.perf_counter()
-        steps.append((re.sub(r" \(\d+ \w+\)$", "", name), now))
-        samples.append((now, _rss()))
-
     campaign = out.parent / "campaign.toml"
     campaign.write_text(
         f'[[inputs]]\npath = "{export}"\nkind = "pairwise-v2"\n\n'
@@ -99,25 +80,20 @@ def child(
         f"survivor = {json.dumps(survivor)}\n\n"
         f"[engine]\nshard_bytes = {int(shard_mb * MB)}\n"
     )
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    manifest = run(
-        load_campaign(campaign),
-        out,
-        force=True,
-        observer=RunObserver(on_phase=step, on_stage=step),
-    ).manifest
-    steps.append(("end", time.perf_counter()))
-    done.set()
-    sampler.join()
+    with StepSampler(_rss) as sampler:
+
+        def step(name: str) -> None:
+            # a step's task count ("candidates (8 partitions)") depends on the size
+            sampler.step(re.sub(r" \(\d+ \w+\)$", "", name))
+
+        observer = RunObserver(on_phase=step, on_stage=step)
+        manifest = run(load_campaign(campaign), out, force=True, observer=observer).manifest
     peaks: dict[str, int] = {}
     files = 0  # the global phase's peak RssFile
-    for (name, start), (_, end) in itertools.pairwise(steps):
-        inside = [rss for t, rss in samples if start <= t < end]
-        if inside:
-            peaks[name] = max(peaks.get(name, 0), max(anon for anon, _ in inside))
-            if ": " in name:
-                files = max(files, max(file for _, file in inside))
+    for name, inside in sampler.by_step():
+        peaks[name] = max(peaks.get(name, 0), max(anon for anon, _ in inside))
+        if ": " in name:
+            files = max(files, max(file for _, file in inside))
     rows = manifest["conservation"]["lines_read"]
     result.write_text(json.dumps({"rows": rows, "peaks": peaks, "files": files}))
 

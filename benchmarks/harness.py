@@ -14,6 +14,7 @@ waited for, i.e. rowgate's workers.)
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import resource
 import subprocess
@@ -24,8 +25,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from pipeline.testing.synthetic import export_lines, json_dumps_layout
+
+T = TypeVar("T")
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -166,6 +170,47 @@ def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = N
             lines = stderr.read().decode("utf-8", "replace").strip().splitlines()
             error = lines[-1] if lines else ""
     return Measurement(name, seconds, peak, returncode, error, parent_peak, cpu)
+
+
+class StepSampler(Generic[T]):
+    """``read()`` sampled every 2 ms in a thread while a job runs in this process, and the
+    job's steps marked (:meth:`step`, as its progress hook), each with a sample as it
+    begins (a step shorter than the period has one too); :meth:`by_step` gives each
+    step's samples, for their peaks. Use as a context manager around the job."""
+
+    def __init__(self, read: Callable[[], T]) -> None:
+        self._read = read
+        self.steps: list[tuple[str, float]] = [("start", time.perf_counter())]
+        self.samples: list[tuple[float, T]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> StepSampler[T]:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.steps.append(("end", time.perf_counter()))
+        self._done.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.samples.append((time.perf_counter(), self._read()))
+            time.sleep(0.002)
+
+    def step(self, name: str) -> None:
+        now = time.perf_counter()
+        self.steps.append((name, now))
+        self.samples.append((now, self._read()))
+
+    def by_step(self) -> Iterator[tuple[str, list[T]]]:
+        """Each step's name and the samples taken while it ran (a step without one is
+        left out)."""
+        for (name, start), (_, end) in itertools.pairwise(self.steps):
+            inside = [value for t, value in self.samples if start <= t < end]
+            if inside:
+                yield name, inside
 
 
 def fastest(fn: Callable[[], object], repeat: int) -> float:
