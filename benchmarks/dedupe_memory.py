@@ -29,20 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from harness import StepSampler, table
+from harness import StepSampler, process_rss, table
 
 MB = 1 << 20
 #: words of the generated texts' vocabulary, and words a text
 VOCABULARY = 20_000
 WORDS = 45
-
-
-def _rss_anon() -> int:
-    with open("/proc/self/status", "rb") as fh:
-        for line in fh:
-            if line.startswith(b"RssAnon:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no RssAnon in /proc/self/status (Linux only)")
 
 
 def write_dataset(root: Path, rows: int, copies: float, seed: int = 5) -> None:
@@ -75,7 +67,7 @@ def child(dataset: Path, out: Path, near: bool, survivor: str, result: Path) -> 
     from pipeline.jobs.dedupe import DatasetInput, dedupe_dataset
 
     settings = DedupeSettings(near=near, normalised=near, survivor=survivor)
-    with StepSampler(_rss_anon) as sampler:
+    with StepSampler(lambda: process_rss()[0]) as sampler:
         summary = dedupe_dataset(
             [DatasetInput(str(dataset))], out, settings, text_columns=["q"], on_stage=sampler.step
         ).summary

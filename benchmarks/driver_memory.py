@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from harness import StepSampler, table, write_export
+from harness import StepSampler, process_rss, table, write_export
 
 #: bytes a row of the generated pairwise-v2 export (size 1), to size it in rows
 ROW_BYTES = 1221
@@ -47,18 +47,6 @@ GATE = "gate"
 MB = 1 << 20
 #: the engine's shard size; a run of one shard is gated in the driver itself
 SHARD_MB = 64
-
-
-def _rss() -> tuple[int, int]:
-    """This process's anonymous and file-backed resident bytes (``RssAnon``, ``RssFile``)."""
-    found = {}
-    with open("/proc/self/status", "rb") as fh:
-        for line in fh:
-            if line.startswith((b"RssAnon:", b"RssFile:")):
-                found[line.split(b":")[0]] = int(line.split()[1]) * 1024
-    if len(found) != 2:
-        raise RuntimeError("no RssAnon and RssFile in /proc/self/status (Linux only)")
-    return found[b"RssAnon"], found[b"RssFile"]
 
 
 def child(
@@ -80,7 +68,7 @@ def child(
         f"survivor = {json.dumps(survivor)}\n\n"
         f"[engine]\nshard_bytes = {int(shard_mb * MB)}\n"
     )
-    with StepSampler(_rss) as sampler:
+    with StepSampler(process_rss) as sampler:
 
         def step(name: str) -> None:
             # a step's task count ("candidates (8 partitions)") depends on the size

@@ -172,6 +172,18 @@ def measure(name: str, command: Sequence[str], *, env: dict[str, str] | None = N
     return Measurement(name, seconds, peak, returncode, error, parent_peak, cpu)
 
 
+def process_rss() -> tuple[int, int]:
+    """This process's anonymous and file-backed resident bytes (``RssAnon``, ``RssFile``)."""
+    found = {}
+    with open("/proc/self/status", "rb") as fh:
+        for line in fh:
+            if line.startswith((b"RssAnon:", b"RssFile:")):
+                found[line.split(b":")[0]] = int(line.split()[1]) * 1024
+    if len(found) != 2:
+        raise RuntimeError("no RssAnon and RssFile in /proc/self/status (Linux only)")
+    return found[b"RssAnon"], found[b"RssFile"]
+
+
 class StepSampler(Generic[T]):
     """``read()`` sampled every 2 ms in a thread while a job runs in this process, and the
     job's steps marked (:meth:`step`, as its progress hook), each with a sample as it

@@ -447,10 +447,16 @@ def test_small_files_of_several_splits_make_tasks_of_one_split(
     )
     assert [len(task.pieces) for task in tasks] == [2, 1] * 10
     assert [task.split for task in tasks] == ["train", "train", "eval", "eval"] * 5
+    inputs = {f: f.read_bytes() for f in _input_files(args)}
+    assert len(inputs) == 30
     for protect in ([], ["--protect", "eval"], ["--survivor", "last"]):
         given = [*args, *protect, "--text", "q"]
         out = tmp_path / f"staged{protect[0] if protect else ''}"
         staged = _dedupe(given, out)
+        # the inputs unchanged, and each of their rows in exactly one output
+        assert {f: f.read_bytes() for f in inputs} == inputs
+        written = sum(pq.read_metadata(out / name).num_rows for name in _OUTPUTS)
+        assert written == rows.height
         removed = pl.read_parquet(out / "duplicates.parquet")["_dedupe_rule"]
         assert removed.value_counts()["count"].min() >= 5  # exact copies, led and not
         with monkeypatch.context() as m:
