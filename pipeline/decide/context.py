@@ -61,6 +61,7 @@ from pipeline.decide.columns import OutputColumn
 from pipeline.decide.partitioned import (
     BODY,
     GROUP,
+    RANK,
     SEEKS,
     TEXT,
     VALUE,
@@ -395,11 +396,13 @@ class GlobalContext:
         hashed: pl.Expr,
         *,
         left_out: npt.NDArray[np.bool_],
-        last: bool = False,
+        leader: str = "first",
+        rank: pl.Expr | None = None,
     ) -> tuple[Grouped, Following]:
         """As :meth:`groups` without a body, but the rows of a key in one split (or in
-        no split) are led by their first in the stable order key (their ``last``, the
-        survivor rule ``last``'s best-ranked): only the leaders of
+        no split) are led by their best-ranked (``leader``: their first in the stable
+        order key, their last, or their best by ``rank``'s value, ``max`` or ``min``, as
+        the survivor rules rank rows): only the leaders of
         the keys another row shares are found, each with its group and how many rows it
         leads (itself included); the rows they lead come apart, each with its leader
         (:class:`Following`: places among ``rows``). The driver holds two places a row
@@ -407,9 +410,11 @@ class GlobalContext:
         splits = self.split_numbers()
         leads = [-1 if (split := splits[s]) is None else split for s in self.shards_of(kind)]
         exprs = {GROUP: hashed, TEXT: key, WHERE: key.is_not_null()}
+        if rank is not None:
+            exprs[RANK] = rank
         lines = lines_by_shard(rows, left_out)
         grouped, following = self._check(
-            kind, rows, name, exprs, 1 + 4, lines=lines, leads=leads, last=last
+            kind, rows, name, exprs, 1 + 4, lines=lines, leads=leads, leader=leader
         )
         if following is None:
             raise AssertionError(f"{kind}: {name}: a led check gave no leaders")
@@ -436,7 +441,7 @@ class GlobalContext:
         lines: Mapping[int, bytes] | None = None,
         digested: bool = False,
         leads: Sequence[int] = (),
-        last: bool = False,
+        leader: str = "first",
     ) -> tuple[Grouped, Following | None]:
         """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
         row, to size its partitions): a mask over ``rows`` and the found rows' groups
@@ -464,7 +469,7 @@ class GlobalContext:
             source=stem,
             digested=digested,
             leads=leads,
-            last=last,
+            leader=leader,
         )
         found = check.run(self.engine, lines)
         at = _places(rows, _keys_frame(found.shards, found.lines))
@@ -477,10 +482,10 @@ class GlobalContext:
             return Grouped(mask, groups[order], None if same is None else same[order]), None
         followers = _places(rows, _keys_frame(following.shards, following.lines))
         # a leader once, however many rows it leads (a row is placed once)
-        distinct_leaders, leader = np.unique(following.leaders, return_inverse=True)
+        distinct_leaders, of_leader = np.unique(following.leaders, return_inverse=True)
         del following
         lead_shards, lead_lines = first_rows(check.shards, distinct_leaders)
-        leaders = _places(rows, _keys_frame(lead_shards, lead_lines))[leader]
+        leaders = _places(rows, _keys_frame(lead_shards, lead_lines))[of_leader]
         return Grouped(mask, groups[order], None), Following(led[order], followers, leaders)
 
     def has_row_keys(self, kind: str) -> bool:

@@ -6,7 +6,7 @@ exact keys (a partitioned anti-join: the worker-root rule's); and the rows whose
 key another row shares, each with its key's first row (exact groups: the review
 stage's items), or only the later rows of each such key, each telling whether a second
 value (a body) is its first row's too (the replay rule's retries and conflicts), or only
-the first (or last) row of each such key in each split, each with the rows it leads
+the best-ranked row of each such key in each split, each with the rows it leads
 (dedupe's exact groups: :attr:`HashCheck.leads`). A
 shuffle through staged files, as near dedupe's candidate search
 (:mod:`pipeline.dedupe.partitions`):
@@ -46,12 +46,15 @@ from pipeline.core.row_local import row_values
 from pipeline.decide.repeats import repeated, varying
 from pipeline.dedupe.partitions import partitions_for
 from pipeline.dedupe.row_keys import sha256s
+from pipeline.dedupe.table import ranked_values
 from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
 
 __all__ = [
     "BODY",
     "GROUP",
+    "LEADERS",
+    "RANK",
     "SEEKS",
     "TEXT",
     "VALUE",
@@ -90,6 +93,14 @@ SEEKS: Final = "_seeks"
 #: each telling whether its body is its key's first row's, the first row being their
 #: group (the replay rule's retries: a record digest under a submission key).
 BODY: Final = "_body"
+#: A led check's value its rows are ranked by (:attr:`HashCheck.leader` ``max`` or
+#: ``min``): any type :func:`~pipeline.dedupe.table.ranked_values` orders; a null or NaN
+#: ranks last.
+RANK: Final = "_rank"
+#: Which row of a key and label leads, as the survivor rules name them: its first or
+#: last in the stable order key, or its best by :data:`RANK` (``max``, ``min``; ties
+#: by that order).
+LEADERS: Final = ("first", "last", "max", "min")
 #: A grouping check's group of a row found: its key's first row in the stable order key,
 #: as its shard's position among the check's shards and its line (:func:`first_rows`).
 _LINE_BITS: Final = 40
@@ -237,9 +248,9 @@ class HashCheck:
     #: the keys another row shares are found, each with how many rows it leads; the
     #: others are returned apart with their leader (:class:`Followers`)
     leads: tuple[int, ...] = ()
-    #: a led check's leader is the last row of its key and label, not the first (the
-    #: survivor rule ``last``: the best-ranked)
-    last: bool = False
+    #: which row of a key and label leads (:data:`LEADERS`): the survivor rule's
+    #: best-ranked row
+    leader: str = "first"
 
     @classmethod
     def of(
@@ -254,14 +265,15 @@ class HashCheck:
         source: str | None = None,
         digested: bool = False,
         leads: Sequence[int] = (),
-        last: bool = False,
+        leader: str = "first",
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE` or :data:`TEXT` and
         :data:`SEEKS` or :data:`BODY`, :data:`WHERE`) over ``kind``'s rows in ``shards``
         (or over ``source``, a stem staged beside them), its entries staged as
         ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256;
         ``leads``: a grouping check's label of each shard (:attr:`leads`), its rows led by
-        the ``last`` of a key and label, not the first."""
+        the ``leader`` of a key and label (:data:`LEADERS`; ``max`` and ``min`` rank
+        them by a :data:`RANK` expression)."""
         allowed = (
             {GROUP},
             {GROUP, VALUE},
@@ -269,13 +281,21 @@ class HashCheck:
             {GROUP, TEXT, SEEKS},
             {GROUP, TEXT, BODY},
         )
-        if set(exprs) - {WHERE} not in allowed:
+        shape = set(exprs) - {WHERE}
+        if shape - {RANK} not in allowed:
             raise ValueError(
                 f"a hash check's expressions are {GROUP}, optionally {VALUE} or {TEXT} "
                 f"(and {SEEKS} or {BODY}), and optionally {WHERE}: not {sorted(exprs)}"
             )
-        if leads and (set(exprs) - {WHERE} != {GROUP, TEXT} or len(leads) != len(shards)):
-            raise ValueError("a led check groups by a key alone, with a label for each shard")
+        if leader not in LEADERS:
+            raise ValueError(f"a led check's leader is one of {LEADERS}: not {leader!r}")
+        ranked = leader in ("max", "min")
+        led = {GROUP, TEXT, RANK} if ranked else {GROUP, TEXT}
+        if (RANK in shape or leads) and (not leads or shape != led or len(leads) != len(shards)):
+            raise ValueError(
+                f"a led check groups by a key alone ({RANK} too where max or min leads), "
+                "with a label for each shard"
+            )
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
         return cls(
             storage,
@@ -287,7 +307,7 @@ class HashCheck:
             source or kind,
             digested,
             tuple(leads),
-            last,
+            leader,
         )
 
     @property
@@ -421,6 +441,8 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
         columns[BODY] = _key_text(frame[BODY]).gather(order).to_arrow()
     if check.matching:
         columns[SEEKS] = pa.array(frame[SEEKS].fill_null(False).to_numpy()[order], pa.bool_())
+    if RANK in frame.columns:
+        columns[RANK] = frame[RANK].gather(order).to_arrow()
     check.storage.stage_partitions(shard, check.stem, pa.record_batch(columns), starts.tolist())
     return len(group)
 
@@ -455,28 +477,32 @@ def _led_rows(
     check: HashCheck, batches: list[pa.RecordBatch], group: U64, lines: I64, sizes: list[int]
 ) -> Found:
     """A led check's partition (:attr:`HashCheck.leads`): of the keys another row
-    shares, each label's first row (the leader: entries are in the stable order key; its
-    last with :attr:`HashCheck.last`), its
-    group (its key's first row's place) and how many rows of its key and label it leads;
-    the others apart, each with its leader's place. Only keys whose hash repeats are
-    compared (equal keys share a partition)."""
+    shares, each label's best-ranked row (the leader, :attr:`HashCheck.leader`: entries
+    are in the stable order key, which breaks ties), its group (its key's first row's
+    place) and how many rows of its key and label it leads; the others apart, each with
+    its leader's place. Only keys whose hash repeats are compared (equal keys share a
+    partition)."""
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
     place = group_places(sizes, lines)
     at = np.flatnonzero(repeated(group).to_numpy())
     label = np.repeat(np.array(check.leads, np.int64), sizes)[at]
     text = pl.concat([_key_text(pl.Series(b[TEXT])) for b in batches]).gather(at)
+    rank = _ranks(check.leader, batches, at)
     i = pl.col("i")
     found = (
-        pl.DataFrame({"t": text, "s": label})
+        pl.DataFrame({"t": text, "s": label, "r": rank})
         .with_row_index("i")
         .select(
             first=i.first().over("t"),
             rows=i.count().over("t"),
-            lead=(i.last() if check.last else i.first()).over("t", "s"),
+            best=pl.col("r").min().over("t", "s"),
             led=i.count().over("t", "s"),
         )
     )
-    first, rows, lead, led = (found[c].to_numpy().astype(np.int64) for c in found.columns)
+    first, rows, best, led = (found[c].to_numpy().astype(np.int64) for c in found.columns)
+    by_rank = np.empty(len(at), np.int64)
+    by_rank[rank] = np.arange(len(at), dtype=np.int64)
+    lead = by_rank[best]
     shared = rows > 1
     leader = shared & (lead == np.arange(len(at)))
     follower = shared & ~leader
@@ -489,6 +515,23 @@ def _led_rows(
         led[leader],
         Followers(shards[follows], lines[follows], place[at[lead[follower]]]),
     )
+
+
+def _ranks(leader: str, batches: list[pa.RecordBatch], at: I64) -> I64:
+    """The survivor ranks (0 the best; distinct) of a led partition's entries ``at``, in
+    the stable order key: by their order (``first``, ``last``) or by their :data:`RANK`
+    values (``max``, ``min``), ties by order, as
+    :func:`~pipeline.dedupe.table.ranked_values` ranks every row: the same order
+    restricted to these entries."""
+    order = np.arange(len(at), dtype=np.int64)
+    if leader == "first":
+        return order
+    if leader == "last":
+        return len(at) - 1 - order
+    # a type every shard's fits (a shard whose values are all null may stage them untyped)
+    frames = [pl.DataFrame([pl.Series("v", b[RANK])]) for b in batches]
+    values = pl.concat(frames, how="vertical_relaxed")["v"]
+    return ranked_values(values.gather(at), leader)
 
 
 def _exact_groups(

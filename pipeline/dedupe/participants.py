@@ -29,7 +29,6 @@ from pipeline.dedupe.row_keys import RowKeys
 from pipeline.dedupe.table import group_texts
 
 __all__ = [
-    "LED_BY",
     "NONE_SHARED",
     "Led",
     "NearPlaces",
@@ -66,19 +65,11 @@ class Shared(NamedTuple):
 NONE_SHARED: Final = Shared(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-#: The survivor rules that rank an exact group's rows by their order alone: a split's
-#: rows of a group are then led by their first or their last, the best-ranked
-#: (:class:`Led`). A rule by a column ranks them by more than the exact check's partition
-#: tasks see.
-LED_BY: Final = frozenset({"first", "last"})
-
-
 @dataclass(frozen=True)
 class Led:
     """The rows another row leads, which take no part in the matching (with the exact
-    rule on and the survivor rule ``first`` or ``last``, an exact group's rows in one
-    split are led by their first or last, its best-ranked: :data:`LED_BY`,
-    :attr:`~pipeline.decide.partitioned.HashCheck.leads`): their places,
+    rule on, an exact group's rows in one split are led by their best-ranked by the
+    survivor rule: :attr:`~pipeline.decide.partitioned.HashCheck.leads`): their places,
     ascending (in a run's state; among a dataset's rows), and each one's leader's place
     among the rows that take part (its verdict is made from its leader's:
     :class:`~pipeline.dedupe.clusters.Followed`)."""

@@ -37,6 +37,7 @@ from pipeline.core.arrays import distinct
 from pipeline.core.config import DedupeSettings, EngineSettings
 from pipeline.decide.partitioned import (
     GROUP,
+    RANK,
     TEXT,
     VALUE,
     WHERE,
@@ -112,6 +113,11 @@ _BATCH_ROWS: Final = 4096
 _PRINTED: Final = ("fingerprint", "fingerprint text")
 #: the staged stem of the row keys (a dataset is of one kind, or of columns)
 _STEM: Final = "dataset"
+#: where a survivor rule by a column leads exact groups (:attr:`DatasetKeys.ranked`):
+#: the staged stem of each task's survivor ranks, which the deciding process stages
+#: before the key tasks run, and the row keys' column each key task copies them to
+_RANKS: Final = "dataset.ranks"
+_RANK: Final = "_survivor_rank"
 
 
 def resolved_key(kind: str | None, text: Sequence[str], keys: Sequence[str]) -> DedupeKey:
@@ -249,6 +255,9 @@ class DatasetKeys:
     grouping: pl.Schema = dataclasses.field(default_factory=pl.Schema)
     splits: tuple[str, ...] = ()
     apart: tuple[tuple[str, str], ...] = ()
+    #: whether each task's survivor ranks are staged (:data:`_RANKS`) for its row keys
+    #: to hold: a survivor rule by a column, which the led check ranks a group's rows by
+    ranked: bool = False
 
     def key(self) -> DedupeKey:
         return resolved_key(self.kind, self.text_columns, self.key_columns)
@@ -352,6 +361,7 @@ def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
     memo = SignatureMemo(LshParams.from_settings(job.settings)) if job.settings.near else None
     height = frame.height if frame is not None else len(printed) if printed is not None else 0
     grouped = _group_hashes(job, task) if job.fields else None
+    ranks = job.storage.staged_table(task.shard, _RANKS)[_RANK] if job.ranked else None
     writer = None
     try:
         for lo in range(0, height, _BATCH_ROWS):
@@ -364,6 +374,8 @@ def _stage_slice(job: DatasetKeys, task: KeyTask, progress: Progress) -> int:
             if grouped is not None:
                 for column in grouped.slice(lo, _BATCH_ROWS).iter_columns():
                     batch = batch.append_column(column.name, column.to_arrow())
+            if ranks is not None:
+                batch = batch.append_column(_RANK, ranks.slice(lo, _BATCH_ROWS))
             if writer is None:
                 writer = job.storage.stage_writer(task.shard, stem, batch.schema)
             writer.write_table(batch)
@@ -488,7 +500,7 @@ def _checked(
     *,
     left_out: Mapping[int, bytes] | None = None,
     leads: Sequence[int] = (),
-    last: bool = False,
+    leader: str = "first",
 ) -> tuple[Found, Callable[[npt.NDArray[np.int32], I64], I64]]:
     """Run a check of ``exprs`` over the tasks' staged row keys on the engine, partition
     by partition (:class:`~pipeline.decide.partitioned.HashCheck`, its entries sized at
@@ -496,7 +508,7 @@ def _checked(
     into a place among every task's rows. No task (no row): nothing found. ``left_out``:
     each task's lines that take no part (:func:`_lines_of`); ``leads``: a led check's
     label of each task (:attr:`~pipeline.decide.partitioned.HashCheck.leads`), its rows
-    led by the ``last`` of a key and label."""
+    led by the ``leader`` of a key and label (its best-ranked by the survivor rule)."""
     shards = tuple(task.shard for task in tasks)
     starts = np.cumsum([0, *(task.rows for task in tasks)])
 
@@ -516,7 +528,15 @@ def _checked(
     )  # fmt: skip
     source = storage.row_keys_stem(_STEM)
     check = HashCheck.of(
-        storage, _STEM, name, shards, exprs, partitions=count, source=source, leads=leads, last=last
+        storage,
+        _STEM,
+        name,
+        shards,
+        exprs,
+        partitions=count,
+        source=source,
+        leads=leads,
+        leader=leader,
     )
     return check.run(engine, left_out), placed
 
@@ -552,11 +572,13 @@ def _led_groups(
     tasks: Sequence[KeyTask],
     engine_settings: EngineSettings,
     *,
-    last: bool = False,
+    leader: str = "first",
 ) -> Led:
-    """The exact rule's groups with their rows in each split led by their first (their
-    ``last``): with the survivor rule of that name, a group's best-ranked row in a
-    split. Found on the engine (a led grouping check of :data:`EXACT`, each task's
+    """The exact rule's groups with their rows in each split led by their best-ranked
+    by the survivor rule (``leader``: their first, their last, or, for a rule by a
+    column, ``max`` or ``min``, the least of the survivor ranks staged with the row keys,
+    :attr:`DatasetKeys.ranked`). Found on the engine (a led grouping check of
+    :data:`EXACT`, each task's
     split its label): the leaders of the digests another row shares, numbered as
     :func:`_grouped` numbers groups, each with how many rows it leads; and the rows
     led, each with its leader. Only the leaders take part in the matching; the driver
@@ -565,8 +587,10 @@ def _led_groups(
     splits = sorted({task.split for task in tasks if task.split is not None})
     leads = [-1 if task.split is None else splits.index(task.split) for task in tasks]
     exprs = _digest_exprs(EXACT)
+    if leader in ("max", "min"):  # the ranks say which is best, whatever the direction
+        exprs[RANK], leader = pl.col(_RANK), "min"
     found, placed = _checked(
-        engine, storage, tasks, EXACT, exprs, 1 + 4, engine_settings, leads=leads, last=last
+        engine, storage, tasks, EXACT, exprs, 1 + 4, engine_settings, leads=leads, leader=leader
     )
     if found.led is None or found.followers is None:
         raise AssertionError("a led check gave no leaders")  # never expected
@@ -579,6 +603,16 @@ def _led_groups(
     leaders = placed(*first_rows(shards, following.leaders))
     order = np.argsort(rows)
     return Led(rows[order], leaders[order], exact)
+
+
+def _stage_ranks(storage: RunStorage, tasks: Sequence[KeyTask], rank: Callable[[I64], I64]) -> None:
+    """Stage each task's rows' survivor ranks (``rank``, by place among every task's
+    rows), for its key task to copy beside its row keys (:data:`_RANKS`)."""
+    lo = 0
+    for task in tasks:
+        places = np.arange(lo, lo + task.rows, dtype=np.int64)
+        storage.stage_table(task.shard, _RANKS, pa.table({_RANK: rank(places)}))
+        lo += task.rows
 
 
 def _digest_exprs(name: str) -> dict[str, pl.Expr]:
@@ -650,10 +684,14 @@ def staged_keys(
     groups and near pairs, and give the matching what it reads of them
     (:class:`~pipeline.dedupe.row_keys.RowKeys`, positions among the participants are
     row ids). ``rank``: each row's survivor rank, by place. ``leading`` (the survivor
-    rule, where it ranks rows by their order alone: ``first`` or ``last``): with the
-    exact rule on, each exact group's rows in a split are led by their best-ranked
-    (:func:`_led_groups`), and the rows led (returned) take no part: not in the
-    normalised groups, not as near texts."""
+    rule's direction: ``first``, ``last``, ``max`` or ``min``): with the exact rule on,
+    each exact group's rows in a split are led by their best-ranked
+    (:func:`_led_groups`; by a column, the ranks ``rank`` gives, staged a task at a
+    time for the key tasks to copy beside the row keys), and the rows led (returned)
+    take no part: not in the normalised groups, not as near texts."""
+    if job.exact and leading in ("max", "min"):
+        job = replace(job, ranked=True)
+        _stage_ranks(storage, tasks, rank)
     counted = engine.map(key_step(job), tasks)
     stem = storage.row_keys_stem(_STEM)
     staged = [storage.staged_table(task.shard, stem) for task in tasks]
@@ -666,7 +704,7 @@ def staged_keys(
     settings = job.settings
     exact, led, left_out = None, None, None
     if job.exact and leading is not None:
-        led = _led_groups(engine, storage, tasks, engine_settings, last=leading == "last")
+        led = _led_groups(engine, storage, tasks, engine_settings, leader=leading)
         exact, left_out = led.exact, _lines_of(tasks, led.rows)
     elif job.exact:
         exact = _grouped(engine, storage, tasks, EXACT, engine_settings)

@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from pipeline.core.config import ConfigError, DedupeSettings, EngineSettings
 from pipeline.core.files import input_type
 from pipeline.dedupe.keys import DedupeKey
-from pipeline.dedupe.participants import LED_BY, survivor_ranks
+from pipeline.dedupe.participants import survivor_ranks
 from pipeline.dedupe.splits import field_expr
 from pipeline.dedupe.table import (
     CLUSTER_PART_ROWS,
@@ -734,7 +734,7 @@ def _staged_outcome(
             tasks,
             engine_settings,
             rank,
-            leading=rule if rule in LED_BY else None,
+            leading=rule.partition(":")[0],
         )
         if job.fields:  # a group of rows matched or not may straddle splits
             everyone = split_group_rows(engine, job.storage, job, tasks, engine_settings)

@@ -346,7 +346,13 @@ def _exact_only(config: CampaignConfig) -> CampaignConfig:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "campaign",
-    ["one split", "protected eval split", "survivor last", "survivor and groups on digests"],
+    [
+        "one split",
+        "protected eval split",
+        "survivor last",
+        "survivor and groups on digests",
+        "survivor by a column, protected eval split",
+    ],
 )
 def test_fingerprint_hashing_decides_like_every_row_taking_part(
     corpus: list[LabelledRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, campaign: str
@@ -355,8 +361,10 @@ def test_fingerprint_hashing_decides_like_every_row_taking_part(
     matched. Outputs, tables and manifest notes are those of matching every accepted row,
     and stay so when every fingerprint hash collides."""
 
-    if campaign == "protected eval split":
+    if "protected eval split" in campaign:
         config = _exact_only(_split_inputs(tmp_path, corpus))
+        if "by a column" in campaign:  # a copy's task id ("dup-...") ranks before its original's
+            config = config.override(**{"dedupe.survivor": "min:task_id"})
     else:
         source = write_lines(tmp_path / "c.jsonl", corpus[:600])
         config = _exact_only(CampaignConfig(inputs=(InputSpec(str(source)),)))
@@ -376,7 +384,7 @@ def test_fingerprint_hashing_decides_like_every_row_taking_part(
 
     hashed, hashed_notes = outcome("hashed")
     assert hashed_notes[KIND]["removed"] > 0
-    if campaign == "protected eval split":
+    if "protected eval split" in campaign:
         assert hashed_notes[KIND]["straddling_groups"] > 0
         assert hashed_notes[KIND]["by_rule"]["contamination"] > 0
     with monkeypatch.context() as patched:
@@ -422,6 +430,7 @@ def _templated(corpus: list[LabelledRow]) -> list[LabelledRow]:
         "near without exact",
         "survivor by a column, small buckets",
         "survivor last, small buckets",
+        "survivor by a column, protected eval split",
     ],
 )
 def test_gate_row_keys_decide_like_the_stage_computing_them(
@@ -431,8 +440,10 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
     workers; the stage reads them instead of the key texts. Outputs, tables and manifest
     notes are those of the stage computing them (the reference path, taken when no row
     keys are staged, as for ``rowgate dedupe`` on existing datasets)."""
-    if campaign == "protected eval split":
+    if "protected eval split" in campaign:
         config = _split_inputs(tmp_path, corpus)
+        if "by a column" in campaign:  # a copy's task id ("dup-...") ranks before its original's
+            config = config.override(**{"dedupe.survivor": "min:task_id"})
     else:
         source = write_lines(tmp_path / "c.jsonl", corpus[:700])
         config = CampaignConfig(inputs=(InputSpec(str(source)),)).override(
@@ -473,7 +484,7 @@ def test_gate_row_keys_decide_like_the_stage_computing_them(
         reference, reference_notes = outcome("reference")
     rules = reference_notes[KIND]["by_rule"]
     assert rules["normalised" if campaign == "normalised only" else "near"] > 0
-    if campaign == "protected eval split":
+    if "protected eval split" in campaign:
         assert rules["contamination"] > 0
     # the near rule's candidates are found partition by partition on the engine, and
     # checked there a range of pair codes at a time, each range a block of pairs at a
@@ -697,13 +708,16 @@ def test_a_step_split_in_two_is_not_a_normalised_duplicate(
     assert source.read_bytes() == orjson.dumps(record) + b"\n" + orjson.dumps(merged) + b"\n"
 
 
-def test_rows_led_by_their_group_s_first_land_once_and_leave_the_inputs_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("survivor", ["first", "max:ratings.style"])
+def test_rows_led_by_their_group_s_best_land_once_and_leave_the_inputs_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, survivor: str
 ) -> None:
-    """Copies under their own task ids, three to a content, in a train and a protected
-    eval input: the rows each group's first leads take no part in the matching, yet
-    every input line lands in exactly one output, the run verifies, each led row points
-    at its group's kept row, and the inputs' bytes are untouched."""
+    """Copies under their own task ids, three to a content (their styles rated 3, 5 and
+    5), in a train and a protected eval input: the rows each group's best-ranked row
+    leads (its first; by the rating, its second, the first of the two rated 5) take no
+    part in the matching, yet every input line lands in exactly one output, the run
+    verifies, the leaders are kept, each led row points at its group's kept row, and
+    the inputs' bytes are untouched."""
     import hashlib
 
     from pipeline.testing.synthetic import export_lines
@@ -712,7 +726,13 @@ def test_rows_led_by_their_group_s_first_land_once_and_leave_the_inputs_alone(
     inputs = []
     for split, part in (("train", originals[:8]), ("eval", originals[4:])):
         lines = [
-            orjson.dumps({**orjson.loads(line), "task_id": f"{split}-{n}-{copy}"})
+            orjson.dumps(
+                {
+                    **(record := orjson.loads(line)),
+                    "task_id": f"{split}-{n}-{copy}",
+                    "ratings": {**record["ratings"], "style": (3, 5, 5)[copy]},
+                }
+            )
             for n, line in enumerate(part)
             for copy in range(3)
         ]
@@ -731,7 +751,7 @@ def test_rows_led_by_their_group_s_first_land_once_and_leave_the_inputs_alone(
     monkeypatch.setattr(dedupe, "_leaders", spy)
     config = CampaignConfig(
         inputs=(InputSpec(str(inputs[0]), split="train"), InputSpec(str(inputs[1]), split="eval"))
-    ).override(**{"dedupe.protected_splits": ("eval",)})
+    ).override(**{"dedupe.protected_splits": ("eval",), "dedupe.survivor": survivor})
     run(config, tmp_path / "out")
     assert led  # the stage asked for leaders
     assert led[0] > 0  # rows were led, not matched
@@ -747,6 +767,8 @@ def test_rows_led_by_their_group_s_first_land_once_and_leave_the_inputs_alone(
     # eval (protected) keeps one of each of its 8 contents; train keeps one of each of
     # the 4 contents eval lacks, and its copies of eval's are contamination
     assert kept.height == 8 + 4
+    task_ids = pl.read_parquet(tmp_path / "out" / "accepted" / KIND)["task_id"]
+    assert {t.rsplit("-", 1)[1] for t in task_ids} == {"0" if survivor == "first" else "1"}
     rules = removed["_dedupe_rule"].value_counts().sort("_dedupe_rule").rows()
     assert rules == [("contamination", 4 * 3), ("exact", 8 * 2 + 4 * 2)]
     assert pointers.join(kept, on=named, how="anti").height == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import pickle
 import types
 from collections import Counter
@@ -27,6 +28,7 @@ from pipeline.decide.context import DISPOSITIONS, KEYS, GlobalContext, OutputCol
 from pipeline.decide.partitioned import (
     BODY,
     GROUP,
+    LEADERS,
     SEEKS,
     TEXT,
     VALUE,
@@ -1029,13 +1031,33 @@ class ProbeLed:
         left_out = (rows["_shard_line"] % 7 == 0).to_numpy()
         got = ctx.values(kind, rows, {"k": key})
         split = rows["_shard"].replace_strict(ctx.split_numbers(), default=None).to_list()
-        for last in (False, True):  # led by the first row of a key and split, or the last
+        # a survivor value with ties (across shards too), nulls and NaNs, which rank last
+        value = (
+            pl.when(line % 13 == 0)
+            .then(None)
+            .when(line % 17 == 0)
+            .then(float("nan"))
+            .otherwise((line * 7919 % 5).cast(pl.Float64))
+        )
+        read = ctx.values(kind, rows, {"v": value.fill_null(0.0), "null": value.is_null()})
+        values = [None if n else v for v, n in zip(read["v"], read["null"], strict=True)]
+
+        def rank_key(leader: str, i: int) -> tuple[Any, ...]:
+            v = values[i]
+            if leader in ("first", "last"):
+                return (i if leader == "first" else -i,)
+            if v is None or math.isnan(v):
+                return (1, 0.0, i)
+            return (0, -v if leader == "max" else v, i)
+
+        for leader in LEADERS:  # led by the best-ranked row of a key and split
             leaders: dict[tuple[str, Any], int] = {}
             keys: dict[str, list[int]] = {}
             for i, k in enumerate(got["k"]):
                 if not left_out[i]:
                     keys.setdefault(k, []).append(i)
-                    if last or (k, split[i]) not in leaders:
+                    best = leaders.get((k, split[i]))
+                    if best is None or rank_key(leader, i) < rank_key(leader, best):
                         leaders[(k, split[i])] = i
             shared = {k for k, members in keys.items() if len(members) > 1}
             lead = {i: leaders[(got["k"][i], split[i])] for k in shared for i in keys[k]}
@@ -1052,7 +1074,14 @@ class ProbeLed:
                     ctx, config=ctx.config.override(**{"engine.partitions": count})
                 )
                 grouped, following = at.led_groups(
-                    kind, rows, "probe", key, key.hash(), left_out=left_out, last=last
+                    kind,
+                    rows,
+                    "probe",
+                    key,
+                    key.hash(),
+                    left_out=left_out,
+                    leader=leader,
+                    rank=value if leader in ("max", "min") else None,
                 )
                 places = np.flatnonzero(grouped.found)
                 shard, line_of = first_rows(ctx.shards_of(kind), grouped.groups)
@@ -1079,12 +1108,12 @@ def _places_of(rows: pl.DataFrame, shards: Any, lines: Any) -> list[int]:
 def test_a_led_check_leads_each_keys_rows_in_a_split_by_their_first(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int
 ) -> None:
-    """``led_groups`` finds, partition by partition on the engine, the first row of each
-    key in each split, or its last (an unlabelled input is a split of its own), among the
-    keys two
-    rows share, the rows left out taking no part: each leader with its key's first row
-    as its group and how many rows it leads, and every other row of those keys with
-    its leader, as over every row's values, at any partition count."""
+    """``led_groups`` finds, partition by partition on the engine, the best-ranked row
+    of each key in each split (an unlabelled input is a split of its own) by each
+    survivor rule (its first, its last, its best by a value with ties, nulls and NaNs),
+    among the keys two rows share, the rows left out taking no part: each leader with
+    its key's first row as its group and how many rows it leads, and every other row of
+    those keys with its leader, as over every row's values, at any partition count."""
     import pipeline.decide.stages  # noqa: F401
 
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeLed])
@@ -1099,12 +1128,13 @@ def test_a_led_check_leads_each_keys_rows_in_a_split_by_their_first(
         **{"engine.shard_bytes": 48 * 1024, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeLed.found) == 6
+    assert len(ProbeLed.found) == 3 * len(LEADERS)
     for expected, got in ProbeLed.found:
         assert got == expected
-    for found in (ProbeLed.found[0], ProbeLed.found[3]):  # first, last
+    by_leader = ProbeLed.found[::3]  # first, last, max, min
+    for found in by_leader:
         leaders, _, led, followers = found[0]
         assert len(leaders) > 11
         assert max(led) > 2
         assert len(followers) > 100
-    assert ProbeLed.found[0][0][0] != ProbeLed.found[3][0][0]  # other leaders
+    assert len({tuple(found[0][0]) for found in by_leader}) == len(LEADERS)  # other leaders

@@ -154,6 +154,12 @@ def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         ["{run}", "--survivor", "last"],
         ["--split", "train={columns}/a.parquet", "--split", "eval={columns}/b.parquet",
          "--protect", "eval", "--text", "q", "--survivor", "last", "--no-near"],
+        # by a column: ids of few values (Int64 and UInt64: compared as Int128); a column
+        # one file lacks (null in its rows, which rank last); task ids of a run
+        ["--split", "train={columns}/a.parquet", "--split", "eval={columns}/b.parquet",
+         "--protect", "eval", "--text", "q", "--survivor", "max:id"],
+        ["{columns}", "--text", "q", "--no-near", "--survivor", "max:extra"],
+        ["{run}", "--survivor", "min:task_id"],
         ["{run}", "--kind", "pairwise-v2"],
         ["{run}", "--no-near"],
         ["{run}", "--no-near", "--no-normalised"],
@@ -260,9 +266,9 @@ def test_the_matching_holds_only_the_rows_that_take_part(
 ) -> None:
     """The matching decides among the rows that share a group or a near pair alone:
     those of exact, normalised and near copies, never the rows that have none (a
-    dataset of distinct texts gives it no row), whatever their number, nor, with the
-    survivor rule ``first`` or ``last``, an exact copy, which its group's best-ranked
-    row leads; its removals land at the rows' places among every row."""
+    dataset of distinct texts gives it no row), whatever their number, nor an exact
+    copy, which its group's best-ranked row leads (by the survivor rule: first, last,
+    or by a column); its removals land at the rows' places among every row."""
     heights: list[int] = []
     original = job.match_duplicates
 
@@ -275,14 +281,23 @@ def test_the_matching_holds_only_the_rows_that_take_part(
     texts[5] = texts[2]  # exact
     texts[9] = texts[3].upper()  # normalised
     texts[20] = texts[4] + " more"  # near: one shingle of 37 more
-    pl.DataFrame({"q": texts}).write_parquet(tmp_path / "f.parquet", row_group_size=7)
-    for rule in ("first", "last"):  # the exact copy led by its first, or its last
+    scores = [0] * 30
+    scores[5] = 1  # the exact copy scores higher than its original
+    frame = pl.DataFrame({"q": texts, "s": scores})
+    frame.write_parquet(tmp_path / "f.parquet", row_group_size=7)
+    expected = {  # the removed rows' lines: the exact copy led by its first, its last...
+        "first": [6, 10, 21],
+        "last": [3, 4, 5],
+        "max:s": [3, 10, 21],  # ...its best-scored
+        "min:s": [6, 10, 21],
+    }
+    for rule, lines in expected.items():
         heights.clear()
-        out = tmp_path / rule
+        out = tmp_path / rule.replace(":", "-")
         _dedupe([str(tmp_path / "f.parquet"), "--text", "q", "--survivor", rule], out)
         assert heights == [5]
         removed = pl.read_parquet(out / "duplicates.parquet")
-        assert removed["_line"].to_list() == ([6, 10, 21] if rule == "first" else [3, 4, 5])
+        assert removed["_line"].to_list() == lines
         assert removed["_dedupe_rule"].to_list() == ["exact", "normalised", "near"]
     heights.clear()
     distinct = [t for i, t in enumerate(texts) if i not in (5, 9, 20)]

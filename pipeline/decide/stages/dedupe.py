@@ -13,9 +13,9 @@ accepted row, or whose key text has a verified near pair, can be removed or have
 removed in its favour; the matching decides among those rows alone
 (:func:`~pipeline.dedupe.clusters.find_duplicates`), and they are found without holding
 a value of every row in the driver (:func:`_participants`): hash-first checks on the
-engine find the rows whose fingerprint or digest hash repeats (with the survivor rule
-``first``, only the first row of each fingerprint in each split, which leads the others
-and decides for them: :func:`_leaders`), and the near rule's
+engine find the rows whose fingerprint or digest hash repeats (with the exact rule, only
+the best-ranked row of each fingerprint in each split, which leads the others and
+decides for them: :func:`_leaders`), and the near rule's
 candidates are found and checked on the engine, over texts described by their
 exceptions (:class:`~pipeline.dedupe.partitions.SparseTexts`), whose sets tasks read the
 candidates' texts once (:class:`StagedTexts`); only a survivor rule by a column, with
@@ -59,7 +59,6 @@ from pipeline.dedupe.keys import DedupeKey, text_columns
 from pipeline.dedupe.minhash import LshParams
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.participants import (
-    LED_BY,
     NONE_SHARED,
     Led,
     NearPlaces,
@@ -395,22 +394,23 @@ def _leaders(
     ctx: GlobalContext, kind: str, rows: pl.DataFrame, accepted: AcceptedRows
 ) -> tuple[AcceptedRows, Led | None]:
     """The accepted rows that take part in the matching, and those that do not because
-    another row leads them: with the exact rule on and the survivor rule ``first`` (or
-    ``last``), the rows of a content fingerprint in one split are led by their first (or
-    last: :data:`~pipeline.dedupe.participants.LED_BY`; :meth:`GlobalContext.led_groups`,
-    on the engine): each is removed in its leader's
-    favour, or as its leader is (:class:`~pipeline.dedupe.clusters.Followed`), which is
-    the verdict the matching gives a row its representative represents, so the matching
-    holds the leaders alone, each counting the rows it leads. Every row of an exact
-    group in the matching held ~120 bytes at the dedupe stage's peak; a row led holds
-    16. ``None``: every accepted row takes part (another survivor rule ranks a group's
-    rows by more than their order, or a row has no fingerprint)."""
+    another row leads them: with the exact rule on, the rows of a content fingerprint in
+    one split are led by their best-ranked by the survivor rule (their first, their
+    last, or their best by a column's value: :meth:`GlobalContext.led_groups`, on the
+    engine, which ranks a group's rows as the matching ranks every row): each is
+    removed in its leader's favour, or as its leader is
+    (:class:`~pipeline.dedupe.clusters.Followed`), which is the verdict the matching
+    gives a row its representative represents, so the matching holds the leaders
+    alone, each counting the rows it leads. Every row of an exact group in the matching
+    held ~120 bytes at the dedupe stage's peak; a row led holds 16. ``None``: every
+    accepted row takes part (a row has no fingerprint)."""
     settings = ctx.config.dedupe
-    rule = settings.survivor_rule(kind)
-    if not settings.exact or rule not in LED_BY:
+    if not settings.exact:
         return accepted, None
     if _any_accepted(ctx, kind, rows, accepted.mask, pl.col("_content_sha256").is_null()):
         return accepted, None
+    rule = settings.survivor_rule(kind)
+    leader, _, column = rule.partition(":")
     fingerprint = pl.col("_content_sha256").str.decode("hex")
     grouped, following = ctx.led_groups(
         kind,
@@ -419,7 +419,8 @@ def _leaders(
         fingerprint,
         _hashed(fingerprint),
         left_out=~accepted.mask,
-        last=rule == "last",
+        leader=leader,
+        rank=_survivor_expr(ctx, kind, column) if column else None,
     )
     if (grouped.found & ~accepted.mask).any():
         raise AssertionError(f"{kind}: fingerprints: a row left out was found")
@@ -565,6 +566,15 @@ def _column_ranks(
     column's rule field alone, read a shard at a time (reading the whole column, a
     struct of every rating, and taking the field here held ~110 bytes a row)."""
     direction, column = rule.split(":", 1)
+    value = _survivor_expr(ctx, kind, column)
+    values = _payload(ctx, kind, rows, pl.Series(accepting), {"_v": value})["_v"]
+    return ranked_values(values, direction)
+
+
+def _survivor_expr(ctx: GlobalContext, kind: str, column: str) -> pl.Expr:
+    """A survivor rule's ``column`` (dotted: a struct's field) over the kind's staged
+    rows (a member stored apart under its column's name); a column the kind lacks, or a
+    field of it that is none, is a config error here, in the driver."""
     root = _root(column)
     apart = get_kind(kind).apart
     stored = apart.get(root, root)
@@ -572,9 +582,7 @@ def _column_ranks(
     back = {c: member for member, c in apart.items()}
     schema = ctx.staged_schema(kind)
     check_survivor_column(column, pl.Schema({back.get(n, n): t for n, t in schema.items()}), kind)
-    value = survivor_value(stored + column[len(root) :])
-    values = _payload(ctx, kind, rows, pl.Series(accepting), {"_v": value})["_v"]
-    return ranked_values(values, direction)
+    return survivor_value(stored + column[len(root) :])
 
 
 def _payload(
