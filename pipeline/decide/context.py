@@ -413,8 +413,10 @@ class GlobalContext:
         if rank is not None:
             exprs[RANK] = rank
         lines = lines_by_shard(rows, left_out)
+        # a key's hash and 32 bytes, and a rank's value (a number; a short text)
+        hashes = 1 + 4 + (1 if rank is not None else 0)
         grouped, following = self._check(
-            kind, rows, name, exprs, 1 + 4, lines=lines, leads=leads, leader=leader
+            kind, rows, name, exprs, hashes, lines=lines, leads=leads, leader=leader
         )
         if following is None:
             raise AssertionError(f"{kind}: {name}: a led check gave no leaders")

@@ -589,8 +589,9 @@ def _led_groups(
     exprs = _digest_exprs(EXACT)
     if leader in ("max", "min"):  # the ranks say which is best, whatever the direction
         exprs[RANK], leader = pl.col(_RANK), "min"
+    hashes = 1 + 4 + (1 if RANK in exprs else 0)  # a digest's hash and bytes, a rank
     found, placed = _checked(
-        engine, storage, tasks, EXACT, exprs, 1 + 4, engine_settings, leads=leads, leader=leader
+        engine, storage, tasks, EXACT, exprs, hashes, engine_settings, leads=leads, leader=leader
     )
     if found.led is None or found.followers is None:
         raise AssertionError("a led check gave no leaders")  # never expected
