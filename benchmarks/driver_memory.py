@@ -6,11 +6,14 @@
     python benchmarks/driver_memory.py --duplicates 0.3      # a retry-heavy export
     python benchmarks/driver_memory.py --copies 0.5          # half the rows dedupe's copies
     python benchmarks/driver_memory.py --copies 0.5 --survivor last   # dedupe keeps the last
+    python benchmarks/driver_memory.py --reviews 3           # three reviews an item, scored
 
 For each size, a pairwise-v2 export of that many rows (~1.2 KB each: the scale
 benchmark's generator, 3 % defects and 3 % repeats, or ``--duplicates`` of them; with
 ``--copies``, that share of the lines an earlier line's content under a task id of its
-own, which dedupe removes and the replay rule does not see) is run
+own, which dedupe removes and the replay rule does not see; with ``--reviews``, runs of
+that many lines reviews of one item, scored with code-review-v1 and its review policy)
+is run
 once by a child process that samples its own anonymous memory (``RssAnon``) every 2 ms,
 with the allocators set as the command line sets them, and reads each step of the global
 phase off the run's progress hooks. It prints, per step, the peak at each size and the
@@ -49,8 +52,28 @@ MB = 1 << 20
 SHARD_MB = 64
 
 
+#: with ``--reviews``: the reviews scored with code-review-v1, whose review policy applies
+SCORING = """
+[scoring."pairwise-v2"]
+rubric = "code-review-v1"
+code = "COALESCE(golden_patch, CASE preference WHEN 'A' THEN response_a WHEN 'B' THEN response_b END)"
+
+[scoring."pairwise-v2".criteria]
+correctness = "ratings.factuality"
+instruction_adherence = "ratings.instruction_adherence"
+reasoning_evidence = "ratings.reasoning"
+readability = "ratings.style"
+"""
+
+
 def child(
-    export: Path, out: Path, near: bool, shard_mb: float, survivor: str, result: Path
+    export: Path,
+    out: Path,
+    near: bool,
+    shard_mb: float,
+    survivor: str,
+    result: Path,
+    scored: bool = False,
 ) -> None:
     """Run the export in this process; write each step's peak ``RssAnon`` and the global
     phase's peak ``RssFile`` to ``result``."""
@@ -66,7 +89,7 @@ def child(
         f'[[inputs]]\npath = "{export}"\nkind = "pairwise-v2"\n\n'
         f"[dedupe]\nnear = {str(near).lower()}\nnormalised = {str(near).lower()}\n"
         f"survivor = {json.dumps(survivor)}\n\n"
-        f"[engine]\nshard_bytes = {int(shard_mb * MB)}\n"
+        f"[engine]\nshard_bytes = {int(shard_mb * MB)}\n" + (SCORING if scored else "")
     )
     with StepSampler(process_rss) as sampler:
 
@@ -119,6 +142,35 @@ def copying(rate: float) -> Callable[[bytes, int], bytes] | None:
     return transform
 
 
+def reviewing(per_item: int) -> Callable[[bytes, int], bytes] | None:
+    """A ``write_export`` transform that makes each run of ``per_item`` lines reviews of
+    one item: the run's first line's conversation and candidates, each line with its
+    own task id and ratings (so some reviews vote against, and the replay rule sees no
+    retry), and four in five with the item's preference (the others their own: some
+    items contradicted, or disagreeing)."""
+    if per_item < 2:
+        return None
+    item: dict[str, Any] = {}
+
+    def transform(line: bytes, number: int) -> bytes:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return line  # a planted defect: the gate rejects it
+        if not isinstance(record, dict) or "messages" not in record:
+            return line
+        if number % per_item == 0 or not item:
+            item.clear()
+            shared = ("messages", "response_a", "response_b", "preference", "rationale")
+            item.update({k: record.get(k) for k in shared})
+            return line
+        agrees = (number * 2654435761) % 5 != 0
+        own = {} if agrees else {"preference": record.get("preference")}
+        return orjson.dumps({**record, **item, **own})
+
+    return transform
+
+
 def _measure(
     rows: int,
     near: bool,
@@ -127,13 +179,16 @@ def _measure(
     copies: float,
     survivor: str,
     tmp: Path,
+    reviews: int = 0,
 ) -> Measured:
     export = tmp / f"export-{rows}.jsonl"
     megabytes = rows * ROW_BYTES / 1e6
-    write_export(export, megabytes, size=1, duplicate_rate=duplicates, transform=copying(copies))
+    transform = reviewing(reviews) if reviews else copying(copies)
+    write_export(export, megabytes, size=1, duplicate_rate=duplicates, transform=transform)
     result = tmp / "result.json"
     command = [sys.executable, __file__, "--child", str(export), str(tmp / "out"), str(result)]
     options = ["--shard-mb", str(shard_mb), "--survivor", survivor, *(["--near"] if near else [])]
+    options += ["--scored"] if reviews else []
     subprocess.run([*command, *options], check=True)
     shutil.rmtree(tmp / "out", ignore_errors=True)
     measured = json.loads(result.read_text())
@@ -178,6 +233,14 @@ def main() -> None:
         help="the share of lines that repeat an earlier line's content under their own task id",
     )
     parser.add_argument("--survivor", default="first", help="dedupe's survivor rule (first)")
+    parser.add_argument(
+        "--reviews",
+        type=int,
+        default=0,
+        help="runs of this many lines reviews of one item, scored with code-review-v1 and "
+        "its review policy (three reviews an item, two accept votes)",
+    )
+    parser.add_argument("--scored", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tmp", type=Path, default=None, help="where the exports go")
     parser.add_argument(
         "--shard-mb", type=float, default=SHARD_MB, help="engine.shard_bytes, in MiB (default 64)"
@@ -188,10 +251,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         export, out, result = map(Path, args.child)
-        child(export, out, args.near, args.shard_mb, args.survivor, result)
+        child(export, out, args.near, args.shard_mb, args.survivor, result, args.scored)
         return
     if not 0 <= args.copies < 1:
         parser.error("--copies: a share in [0, 1)")
+    if args.reviews and args.copies:
+        parser.error("--reviews and --copies: one or the other")
     sizes = [int(n) for n in args.rows.split(",")]
     least = math.ceil(2 * args.shard_mb * MB / ROW_BYTES)
     if len(sizes) != 2 or not least <= sizes[0] < sizes[1]:
@@ -201,15 +266,14 @@ def main() -> None:
     load = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="driver-memory-", dir=args.tmp))
     try:
-        small, large = (
-            _measure(n, args.near, args.shard_mb, args.duplicates, args.copies, args.survivor, tmp)
-            for n in sizes
-        )
+        given = (args.near, args.shard_mb, args.duplicates, args.copies, args.survivor)
+        small, large = (_measure(n, *given, tmp, args.reviews) for n in sizes)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mode = "near+normalised" if args.near else "plain"
     copied = f", {args.copies:.0%} copies" if args.copies else ""
     copied += f", survivor {args.survivor}" if args.survivor != "first" else ""
+    copied += f", {args.reviews} reviews an item, scored" if args.reviews else ""
     print(_report(small, large, f"{mode}, {args.duplicates:.0%} repeated lines{copied}"))
     print(f"load average (1, 5, 15 min) before {load}, after {os.getloadavg()}")
 

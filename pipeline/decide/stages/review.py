@@ -41,11 +41,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
+import pyarrow as pa
 
 from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import REVIEW_ACTIONS, REVIEW_AGREEING, REVIEW_OUTVOTED, Disposition
@@ -61,9 +62,16 @@ from pipeline.decide.context import (
     lines_by_shard,
     register_stage,
 )
-from pipeline.decide.partitioned import ShardTask, evaluate_shard, shard_tasks, task_lines
+from pipeline.decide.partitioned import (
+    ShardTask,
+    evaluate_shard,
+    partition_count,
+    shard_tasks,
+    task_lines,
+)
 from pipeline.decide.repeats import run_starts
 from pipeline.dedupe.keys import DedupeKey, key_columns
+from pipeline.dedupe.row_keys import sha256s
 from pipeline.engines import Progress, Step
 from pipeline.kinds import get_kind
 from pipeline.rubrics.bindings import ScoringPlan
@@ -117,27 +125,257 @@ class ReviewStage:
         _, policy = found
         subject = get_kind(kind).review_subject()
         assert subject is not None  # review_policy_of refused the kind otherwise
-        votes = _votes(ctx, kind, rows)
-        if votes.height == 0:
+        counts, decisions = _items_on_engine(ctx, kind, subject, rows, policy)
+        if not counts["reviews"]:
             return None
-        decided = _decide(_reviews(ctx, kind, subject, rows, votes), ctx.order_key(), policy)
         code, _ = REVIEW_ACTIONS[policy.disagreement_action]
-        counts = {
-            code: int(decided.refused.sum()),
-            REVIEW_AGREEING: int((~decided.refused & decided.vote).sum()),
-            REVIEW_OUTVOTED: int((~decided.refused & ~decided.vote).sum()),
+        decided = {
+            code: counts["refused"],
+            REVIEW_AGREEING: counts["agreeing"],
+            REVIEW_OUTVOTED: counts["outvoted"],
         }
         ctx.notes.setdefault(self.name, {})[kind] = {
             **policy.describe(),
             "applied": True,
-            "reviews": votes.height,
-            "accept_votes": int(votes["_vote"].sum()),
-            "decided": dict(sorted((c, n) for c, n in counts.items() if n)),
+            "reviews": counts["reviews"],
+            "accept_votes": counts["accept_votes"],
+            "decided": dict(sorted((c, n) for c, n in decided.items() if n)),
         }
-        if not len(decided.rows):
-            return None
-        kept = ctx.with_lineage(decided.reviews[decided.kept_rows].select(KEYS))
-        return _decisions(decided, ctx.fetched(kind, kept, ["_record_sha256"]), policy)
+        return decisions if any(decided.values()) else None
+
+
+#: what the review stage counts of a kind's reviews (the manifest's notes)
+_COUNTS: Final = ("reviews", "accept_votes", "refused", "agreeing", "outvoted")
+
+
+def _items_in_driver(
+    ctx: GlobalContext, kind: str, subject: DedupeKey, rows: pl.DataFrame, policy: ReviewPolicy
+) -> tuple[dict[str, int], Iterator[pl.DataFrame]]:
+    """The reference path (tests): every review's vote, item and fingerprint gathered in
+    the driver, the items decided there (:func:`_decide`): ~300 bytes a review that
+    shares its subject at the stage's peak. The counts of :data:`_COUNTS`, and the
+    decisions."""
+    votes = _votes(ctx, kind, rows)
+    if votes.height == 0:
+        return dict.fromkeys(_COUNTS, 0), iter(())
+    decided = _decide(_reviews(ctx, kind, subject, rows, votes), ctx.order_key(), policy)
+    counts = {
+        "reviews": votes.height,
+        "accept_votes": int(votes["_vote"].sum()),
+        **_decided_counts(decided),
+    }
+    kept = ctx.with_lineage(decided.reviews[decided.kept_rows].select(KEYS))
+    return counts, _decisions(decided, ctx.fetched(kind, kept, ["_record_sha256"]), policy)
+
+
+def _decided_counts(decided: _Decided) -> dict[str, int]:
+    return {
+        "refused": int(decided.refused.sum()),
+        "agreeing": int((~decided.refused & decided.vote).sum()),
+        "outvoted": int((~decided.refused & ~decided.vote).sum()),
+    }
+
+
+def _items_on_engine(
+    ctx: GlobalContext, kind: str, subject: DedupeKey, rows: pl.DataFrame, policy: ReviewPolicy
+) -> tuple[dict[str, int], Iterator[pl.DataFrame]]:
+    """Every accepted row is a review; its items are decided on the engine, partition
+    by partition, and the driver holds a part of the decisions at a time: the counts of
+    :data:`_COUNTS`, and the decisions, read back a partition at a time.
+
+    A task per shard (:func:`_stage_entries`) computes its accepted rows' votes (each
+    reads its row alone) and stages each review's line, subject digest, vote, content
+    fingerprint (an accept vote's) and record digest by its subject's 64-bit hash, so
+    that every review of an item lands in one partition. A task per partition
+    (:func:`_decide_partition`) gathers its reviews in the stable order key and decides
+    its items with :func:`_decide`, as the driver decides every item on the reference
+    path (:func:`_items_in_driver`), and stages its decided reviews, each with the
+    keys and record digest of the kept review it duplicates. Every review's vote, split,
+    item and fingerprint in the driver held ~300 bytes a review that shares its
+    subject."""
+    is_accepted = (rows["_disposition"] == Disposition.ACCEPTED.value).to_numpy()
+    shards = ctx.shards_of(kind)
+    if not shards or not is_accepted.any():
+        return dict.fromkeys(_COUNTS, 0), iter(())
+    labels = {s.index: s.input.split for s in ctx.shards}
+    engine = ctx.config.engine
+    count = partition_count(
+        int(is_accepted.sum()), _ENTRY_WORDS, engine.resolved_workers(), len(shards),
+        engine.partitions,
+    )  # fmt: skip
+    settings = _ItemSettings(
+        ctx.config, ctx.storage, kind, shards, tuple(labels[s] for s in shards), count, policy
+    )
+    tasks = shard_tasks(shards, lines_by_shard(rows, is_accepted))
+    ctx.engine.map(Step(_entries_init, (settings,), _stage_entries), tasks)
+    counted = ctx.engine.map(Step(_init, (settings,), _decide_partition), range(count))
+    counts = {name: sum(c[name] for c in counted) for name in _COUNTS}
+    return counts, _staged_decisions(ctx, settings)
+
+
+#: a review's staged entry, in 8-byte words (its line, subject digest, vote and, for an
+#: accept vote, its content fingerprint; its record digest): a partition's share
+_ENTRY_WORDS: Final = 21
+
+
+@dataclass(frozen=True)
+class _ItemSettings:
+    """What every task of one kind's review items shares (compared by value: the
+    engine's contract): the kind's shards in the stable order key, each one's split
+    label, and the partition count."""
+
+    config: CampaignConfig
+    storage: RunStorage
+    kind: str
+    shards: tuple[int, ...]
+    splits: tuple[str | None, ...]
+    partitions: int
+    policy: ReviewPolicy
+
+    @property
+    def entries(self) -> str:
+        """The staged stem of a shard's review entries, by partition."""
+        return f"{self.kind}.review-entries"
+
+    @property
+    def decided(self) -> str:
+        """The staged stem of a partition's decided reviews."""
+        return f"{self.kind}.review-decided"
+
+
+def _init(settings: _ItemSettings) -> _ItemSettings:
+    return settings
+
+
+def _entries_init(
+    settings: _ItemSettings,
+) -> tuple[_ItemSettings, ScoringPlan, dict[str, pl.Expr]]:
+    """The kind's plan and what a shard's entries read (once a worker): the criteria,
+    the subject and its hash, and the row's digests."""
+    _, plan, exprs = _vote_init(_VoteSettings(settings.config, settings.storage, settings.kind))
+    subject = get_kind(settings.kind).review_subject()
+    assert subject is not None
+    key = key_columns(subject, None)
+    # a review without a subject is an item alone: spread by its line, not one hash
+    spread = pl.when(key.is_null()).then(pl.col("_shard_line").hash(7))
+    exprs = {
+        **exprs,
+        _SUBJECT_TEXT: key,
+        _SUBJECT_HASH: spread.otherwise(_subject_hash(subject)),
+        "_content_sha256": pl.col("_content_sha256"),
+        "_record_sha256": pl.col("_record_sha256"),
+    }
+    return settings, plan, exprs
+
+
+_SUBJECT_TEXT: Final = "_subject_text"
+_SUBJECT_HASH: Final = "_subject_hash"
+
+
+def _stage_entries(
+    state: tuple[_ItemSettings, ScoringPlan, dict[str, pl.Expr]],
+    task: ShardTask,
+    progress: Progress,
+) -> int:
+    """Stage one shard's reviews (its accepted rows: the lines its task carries) by
+    partition: each one's line, subject digest (null: none), vote, content fingerprint
+    (an accept vote's; null otherwise: only accept votes' verdicts are compared) and
+    record digest. Returns how many."""
+    settings, plan, exprs = state
+    observed = evaluate_shard(settings.storage, task[0], settings.kind, exprs).filter(
+        pl.col("_shard_line").is_in(task_lines(task).implode())
+    )
+    voted = _voted(plan, observed)
+    vote = voted["_vote"]
+    hashes = voted[_SUBJECT_HASH].to_numpy().astype(np.uint64, copy=False)
+    partition = hashes % np.uint64(settings.partitions)
+    order = np.argsort(partition, kind="stable")
+    starts = np.searchsorted(partition[order], np.arange(settings.partitions + 1, dtype=np.uint64))
+    fingerprint = voted.select(pl.when(vote).then(pl.col("_content_sha256").cast(pl.String)))
+    entries = {
+        "_shard_line": pa.array(voted["_shard_line"].to_numpy()[order], pa.int64()),
+        _GROUP: sha256s(voted[_SUBJECT_TEXT].cast(pl.String).gather(order).to_arrow()),
+        "_vote": vote.gather(order).to_arrow(),
+        "_content_sha256": fingerprint.to_series().gather(order).to_arrow(),
+        "_record_sha256": voted["_record_sha256"].cast(pl.String).gather(order).to_arrow(),
+    }
+    batch = pa.record_batch(entries)
+    settings.storage.stage_partitions(task[0], settings.entries, batch, starts.tolist())
+    return int(batch.num_rows)
+
+
+def _decide_partition(
+    settings: _ItemSettings, partition: int, progress: Progress
+) -> dict[str, int]:
+    """Decide the items of one partition (its entries of every shard, read alone: every
+    review of an item is here) in the stable order key, as :func:`_decide` decides every
+    item; stage its decided reviews (:func:`_decided_table`); return its counts."""
+    batches = [
+        settings.storage.staged_partition(s, settings.entries, partition) for s in settings.shards
+    ]
+    sizes = [b.num_rows for b in batches]
+    frames = [cast(pl.DataFrame, pl.from_arrow(b)) for b in batches]
+    reviews = pl.concat(frames, how="vertical_relaxed").with_columns(
+        _shard=pl.Series(np.repeat(np.array(settings.shards, np.int32), sizes)),
+        _split=pl.Series(np.repeat(np.array(settings.splits, object), sizes), dtype=pl.String),
+        _at=pl.int_range(pl.len(), dtype=pl.Int64),  # the entries' order: the order key
+    )
+    if reviews.height == 0:
+        return dict.fromkeys(_COUNTS, 0)
+    decided = _decide(reviews, [pl.col("_at")], settings.policy)
+    if len(decided.rows):
+        settings.storage.stage_table(
+            partition, settings.decided, _decided_table(decided).to_arrow()
+        )
+    accepts = int(reviews["_vote"].sum())
+    return {"reviews": reviews.height, "accept_votes": accepts, **_decided_counts(decided)}
+
+
+def _decided_table(decided: _Decided) -> pl.DataFrame:
+    """A partition's decided reviews: their keys, whether their item is refused, their
+    vote, their item's counts, and the kept review each duplicates (its keys and record
+    digest; null: none)."""
+    kept = decided.reviews[decided.kept_rows].select(
+        _kept_shard="_shard", _kept_line="_shard_line", _kept_record="_record_sha256"
+    )
+    none = len(kept)  # the null row after them
+    kept = pl.concat([kept, kept.clear(1)])
+    counts = decided.counts
+    return (
+        keys_of(decided.reviews)[decided.rows]
+        .hstack(kept[np.where(decided.pointer < 0, none, decided.pointer)])
+        .with_columns(
+            _refused=decided.refused,
+            _vote=decided.vote,
+            _reviews=counts[:, 0],
+            _accepts=counts[:, 1],
+            _verdicts=counts[:, 2],
+        )
+    )
+
+
+def _staged_decisions(ctx: GlobalContext, settings: _ItemSettings) -> Iterator[pl.DataFrame]:
+    """The decided reviews, a partition's and :data:`PART_ROWS` at a time, each with its
+    pointer to the kept review (lineage from the kept review's keys)."""
+    for partition in range(settings.partitions):
+        if not settings.storage.has_staged(partition, settings.decided):
+            continue
+        table = cast(
+            pl.DataFrame, pl.from_arrow(settings.storage.staged_table(partition, settings.decided))
+        )
+        for lo in range(0, table.height, PART_ROWS):
+            part = table.slice(lo, PART_ROWS)
+            keys = part.select(_shard="_kept_shard", _shard_line="_kept_line")
+            kept = ctx.with_lineage(keys).with_columns(_record_sha256=part["_kept_record"])
+            pointer = kept.select(
+                pl.struct(_source="_source", _line="_line", _record_sha256="_record_sha256")
+            ).to_series()
+            yield _decision_rows(
+                part.drop("_kept_shard", "_kept_line", "_kept_record").with_columns(
+                    _duplicate_of=pointer
+                ),
+                policy=settings.policy,
+            )
 
 
 def _subject_hash(subject: DedupeKey) -> pl.Expr:
@@ -197,6 +435,14 @@ def _shard_votes(
     observed = evaluate_shard(settings.storage, task[0], settings.kind, exprs).filter(
         pl.col("_shard_line").is_in(task_lines(task).implode())
     )
+    return _voted(plan, observed).select("_shard_line", "_vote")
+
+
+def _voted(plan: ScoringPlan, observed: pl.DataFrame) -> pl.DataFrame:
+    """``observed`` (the criteria's inputs of some reviews, and other columns, passed
+    through) with ``_vote``: whether each review's own criteria scores meet every
+    minimum and the weighted acceptance score (the gates left out: they judge the
+    proposed code, not the reviewer)."""
     gates = frozenset(g.name for g in plan.rubric.gates)
     scored = score_frame(plan.rubric, observed, not_applicable_gates=gates)
     met = [State.MET.value, State.NOT_APPLICABLE.value]
@@ -204,7 +450,7 @@ def _shard_votes(
     vote = (pl.col(WEIGHTED_STATE) == State.MET.value) & pl.all_horizontal(
         [pl.col(c).is_in(met) for c in criteria] or [pl.lit(True)]
     )
-    return scored.select("_shard_line", vote.fill_null(False).alias("_vote"))
+    return scored.with_columns(vote.fill_null(False).alias("_vote"))
 
 
 def _reviews(
@@ -310,11 +556,6 @@ def _decisions(
     """The decided reviews' rows, :data:`PART_ROWS` at a time (the driver stages each
     as it comes): ``lineage`` is each kept review's (``_source``, ``_line``,
     ``_record_sha256``), in the order of ``decided.kept_rows``."""
-    code, disposition = REVIEW_ACTIONS[policy.disagreement_action]
-    asks = (
-        f"the rubric's review policy asks for {policy.independent_reviews} independent "
-        f"reviews and {policy.minimum_accept_votes} accept votes that agree"
-    )
     pointers = lineage.select(
         pl.struct(_source="_source", _line="_line", _record_sha256="_record_sha256")
     ).to_series()
@@ -323,47 +564,55 @@ def _decisions(
     for lo in range(0, len(decided.rows), PART_ROWS):
         at = slice(lo, lo + PART_ROWS)
         counts = decided.counts[at]
-        yield (
-            keys[decided.rows[at]]
-            .with_columns(
+        yield _decision_rows(
+            keys[decided.rows[at]].with_columns(
                 _refused=decided.refused[at],
                 _vote=decided.vote[at],
                 _reviews=counts[:, 0],
                 _accepts=counts[:, 1],
                 _verdicts=counts[:, 2],
                 _duplicate_of=pointers.gather(decided.pointer[at]),
-            )
-            .select(
-                *KEYS,
-                _disposition=pl.when("_refused")
-                .then(pl.lit(disposition))
-                .otherwise(pl.lit(Disposition.DUPLICATE.value)),
-                _reasons_add=pl.concat_list(
-                    pl.struct(
-                        code=pl.when("_refused")
-                        .then(pl.lit(code))
-                        .when("_vote")
-                        .then(pl.lit(REVIEW_AGREEING))
-                        .otherwise(pl.lit(REVIEW_OUTVOTED)),
-                        path=pl.lit(""),
-                        detail=pl.when("_refused")
-                        .then(
-                            pl.format(
-                                "{} reviews of this item, {} accept votes, {} verdicts among "
-                                "them; " + asks,
-                                "_reviews",
-                                "_accepts",
-                                "_verdicts",
-                            )
-                        )
-                        .when("_vote")
-                        .then(pl.lit("an accepting review agreeing with the kept one"))
-                        .otherwise(
-                            pl.lit("a review that did not vote accept; the item's votes agree")
-                        ),
-                    )
-                ),
-                _duplicate_of=pl.when("_refused").then(None).otherwise("_duplicate_of"),
-                _dedupe_rule=pl.when("_refused").then(None).otherwise(pl.lit("review")),
-            )
+            ),
+            policy,
         )
+
+
+def _decision_rows(decided: pl.DataFrame, policy: ReviewPolicy) -> pl.DataFrame:
+    """The decisions of reviews ``decided`` (their keys, ``_refused``, ``_vote``, their
+    item's ``_reviews``, ``_accepts`` and ``_verdicts``, and ``_duplicate_of``, the kept
+    review's lineage): each one's disposition, reason, pointer and rule."""
+    code, disposition = REVIEW_ACTIONS[policy.disagreement_action]
+    asks = (
+        f"the rubric's review policy asks for {policy.independent_reviews} independent "
+        f"reviews and {policy.minimum_accept_votes} accept votes that agree"
+    )
+    return decided.select(
+        *KEYS,
+        _disposition=pl.when("_refused")
+        .then(pl.lit(disposition))
+        .otherwise(pl.lit(Disposition.DUPLICATE.value)),
+        _reasons_add=pl.concat_list(
+            pl.struct(
+                code=pl.when("_refused")
+                .then(pl.lit(code))
+                .when("_vote")
+                .then(pl.lit(REVIEW_AGREEING))
+                .otherwise(pl.lit(REVIEW_OUTVOTED)),
+                path=pl.lit(""),
+                detail=pl.when("_refused")
+                .then(
+                    pl.format(
+                        "{} reviews of this item, {} accept votes, {} verdicts among them; " + asks,
+                        "_reviews",
+                        "_accepts",
+                        "_verdicts",
+                    )
+                )
+                .when("_vote")
+                .then(pl.lit("an accepting review agreeing with the kept one"))
+                .otherwise(pl.lit("a review that did not vote accept; the item's votes agree")),
+            )
+        ),
+        _duplicate_of=pl.when("_refused").then(None).otherwise("_duplicate_of"),
+        _dedupe_rule=pl.when("_refused").then(None).otherwise(pl.lit("review")),
+    )

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 import polars as pl
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.config import CampaignConfig, ConfigError, load_campaign
 from pipeline.core.reasons import REVIEW_ACTIONS
-from pipeline.decide.partitioned import HashCheck
 from pipeline.decide.stages import review
 from pipeline.dedupe.keys import DedupeKey
 from pipeline.jobs.run import run
 from pipeline.rubrics.model import RUBRIC_DIR, ReviewPolicy, RubricError, load_rubric
+from pipeline.storage import RunStorage
 from tests.decide.stages.test_rubric_stages import record
 
 LOW = {"factuality": 2, "reasoning": 5, "instruction_adherence": 5, "style": 5}
@@ -268,11 +270,12 @@ def test_rubric_refuses_more_accept_votes_than_reviews(tmp_path: Path) -> None:
 def test_subject_hash_collisions_never_merge_items(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Items are grouped on a 64-bit hash first; when every subject collides, the exact
-    subjects still decide. (One worker: the votes' tasks run in this process, where the
-    hash is replaced.)"""
+    """Reviews are partitioned by a 64-bit hash of their subject; when every subject
+    collides (one partition holds every review), the exact subjects still decide, as
+    their SHA-256s, not their texts. (One worker: the tasks run in this process, where
+    the hash is replaced.)"""
     reviews = [r for r, _ in REVIEWS]
-    alone = {"engine.workers": 1}
+    alone = {"engine.workers": 1, "engine.partitions": 7}
     run(_campaign(tmp_path, reviews).override(**alone), tmp_path / "hashed")
     hashed: list[DedupeKey] = []
 
@@ -280,19 +283,21 @@ def test_subject_hash_collisions_never_merge_items(
         hashed.append(subject)
         return pl.lit(0, pl.UInt64)
 
-    # and the subjects compared are their SHA-256s, not their texts
-    checks: list[HashCheck] = []
-    check_of = HashCheck.of
+    staged: list[pa.RecordBatch] = []
+    stage_partitions = RunStorage.stage_partitions
 
-    def spy(*args: Any, **kwargs: Any) -> HashCheck:
-        checks.append(check_of(*args, **kwargs))
-        return checks[-1]
+    def spy(storage: RunStorage, shard: int, stem: str, entries: Any, starts: Any) -> None:
+        if stem.endswith(".review-entries"):
+            staged.append(entries)
+            assert starts[1:] == [len(entries)] * 7  # every review in the first partition
+        stage_partitions(storage, shard, stem, entries, starts)
 
     monkeypatch.setattr(review, "_subject_hash", colliding_hash)
-    monkeypatch.setattr(HashCheck, "of", spy)
+    monkeypatch.setattr(RunStorage, "stage_partitions", spy)
     run(_campaign(tmp_path, reviews).override(**alone), tmp_path / "colliding")
-    assert hashed  # the votes were hashed with it
-    assert [c.digested for c in checks if c.name == "review-subjects"] == [True]
+    assert hashed  # the entries were hashed with it
+    assert staged
+    assert {b.schema.field("_subject").type for b in staged} == {pa.binary(32)}
     colliding = _review_codes(_outcomes(tmp_path / "colliding"))
     assert colliding == _review_codes(_outcomes(tmp_path / "hashed"))
     assert colliding == [expected for _, expected in REVIEWS]
@@ -423,3 +428,71 @@ _REVIEW_SCHEMA: Final = {
     "_content_sha256": pl.String,
     "_vote": pl.Boolean,
 }
+
+
+def _review_corpus(items: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Reviews of ``items`` items in a train and an eval file, spread through them: one
+    to four reviews an item, a fifth of them rated below a minimum, some preferring a
+    tie (a verdict of its own) or given in the other A/B order (the same verdict); an
+    item's reviews may fall in both splits."""
+    rng = random.Random(seed)
+    train: list[dict[str, Any]] = []
+    evaluation: list[dict[str, Any]] = []
+    for n in range(items):
+        for k in range(rng.randint(1, 4)):
+            row = record(f"i{n}-{k}", LOW if rng.random() < 0.2 else None, **_item(n))
+            roll = rng.random()
+            if roll < 0.1:
+                row = {**row, "preference": "tie", "rationale": "Both keep the order."}
+            elif roll < 0.3:
+                row = _swapped(row)
+            (evaluation if rng.random() < 0.25 else train).append(row)
+    rng.shuffle(train)
+    rng.shuffle(evaluation)
+    return train, evaluation
+
+
+@pytest.mark.parametrize(("workers", "partitions"), [(1, 1), (2, 7), (2, 64)])
+def test_items_decided_on_the_engine_are_the_driver_s_decisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, partitions: int
+) -> None:
+    """Each partition task decides the items whose reviews it holds; the outputs (every
+    Parquet file, byte for byte) and the stage's notes are those of deciding every item
+    in the driver (the reference path), at any worker and partition count, over small
+    shards, two splits and every kind of item: kept with agreeing and outvoted reviews,
+    too few reviews, too few accept votes, votes that disagree."""
+    train, evaluation = _review_corpus(150, seed=workers * 100 + partitions)
+    for name, rows in (("a.jsonl", train), ("b.jsonl", evaluation)):
+        (tmp_path / name).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    inputs = '[[inputs]]\npath = "a.jsonl"\nkind = "pairwise-v2"\nsplit = "train"\n'
+    inputs += '[[inputs]]\npath = "b.jsonl"\nkind = "pairwise-v2"\nsplit = "eval"\n'
+    (tmp_path / "campaign.toml").write_text(
+        inputs + "[scoring." + CAMPAIGN.split("[scoring.", 1)[1]
+    )
+    config = load_campaign(tmp_path / "campaign.toml").override(
+        **{
+            "engine.workers": workers,
+            "engine.partitions": partitions,
+            "engine.shard_bytes": 8 * 1024,
+        }
+    )
+
+    def outcome(name: str) -> tuple[dict[str, bytes], Any]:
+        result = run(config, tmp_path / name)
+        files = {
+            p.relative_to(tmp_path / name).as_posix(): p.read_bytes()
+            for p in sorted((tmp_path / name).rglob("*.parquet"))
+        }
+        return files, result.manifest["global"]["review"]
+
+    engine, engine_notes = outcome("engine")
+    with monkeypatch.context() as patched:
+        patched.setattr(review, "_items_on_engine", review._items_in_driver)
+        driver, driver_notes = outcome("driver")
+    decided = engine_notes["pairwise-v2"]["decided"]
+    assert set(decided) == {"review.adjudicate", "review.agreeing", "review.outvoted"}
+    assert min(decided.values()) > 10
+    assert engine_notes == driver_notes
+    assert engine.keys() == driver.keys()
+    for name in engine:
+        assert engine[name] == driver[name], name
