@@ -719,3 +719,59 @@ def test_replay_rule_decides_as_over_every_row(
             else:
                 assert [r["detail"] for r in row["_reasons"]] == [found[2]]
     assert seen == len(expected)
+
+
+@pytest.mark.parametrize(("workers", "partitions"), [(1, 1), (2, 7), (2, 64)])
+def test_contradictions_are_the_comparisons_preferred_both_ways(
+    tmp_path: Path, workers: int, partitions: int
+) -> None:
+    """Reviews of 120 comparisons (one to four each, in either A/B order, preferring A,
+    B or a tie; some comparisons of one text twice, some sharing a conversation with
+    another pair), over two files of small shards: exactly the decisive rows of every
+    comparison preferred both ways are quarantined, each told its comparison's rows, as
+    over every row's texts, at any worker and partition count."""
+    rng = random.Random(partitions)
+    records = []
+    for n in range(120):
+        base = _pairwise(n)
+        if n % 10 == 0:  # one text twice: whichever side is preferred, it is that text
+            base = {**base, "response_b": base["response_a"]}
+        if n % 7 == 0:  # the previous comparison's conversation, another pair
+            base = {**base, "messages": _pairwise(n - 1)["messages"]}
+        for k in range(rng.randint(1, 4)):
+            row = {**base, "task_id": f"c{n}-{k}"}
+            if rng.random() < 0.3:
+                row.update(response_a=base["response_b"], response_b=base["response_a"])
+            roll = rng.random()
+            row["preference"] = "A" if roll < 0.45 else "B" if roll < 0.9 else "tie"
+            records.append(row)
+    rng.shuffle(records)
+    files = {"a.jsonl": records[:200], "b.jsonl": records[200:]}
+    settings = {"engine.partitions": partitions}
+    rows = _run(tmp_path, files, workers=workers, settings=settings)
+    comparisons: dict[Any, list[tuple[str, int, str]]] = {}
+    for name, part in files.items():
+        for line, record in enumerate(part, 1):
+            if record["preference"] not in ("A", "B"):
+                continue
+            a, b = record["response_a"], record["response_b"]
+            turns = tuple((m["role"], m["content"]) for m in record["messages"])
+            preferred = a if record["preference"] == "A" else b
+            comparisons.setdefault((turns, min(a, b), max(a, b)), []).append(
+                (name, line, preferred)
+            )
+    expected = {
+        (name, line): f"{len(members)} rows prefer opposite responses of one comparison"
+        for members in comparisons.values()
+        if len({preferred for _, _, preferred in members}) > 1
+        for name, line, _ in members
+    }
+    got = {
+        (Path(source).name, line): reason["detail"]
+        for source, line, reasons in rows.select("_source", "_line", "_reasons").iter_rows()
+        for reason in reasons
+        if reason["code"] == "cross.contradictory_preference"
+    }
+    assert len(expected) > 100
+    assert any(len(m) > 2 for m in comparisons.values())
+    assert got == expected

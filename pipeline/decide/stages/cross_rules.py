@@ -377,50 +377,67 @@ def contradictory_preference(
     validation"; DESIGN §3.9: "same comparison with opposite preferences". The same
     conversation and the same pair of responses (in either A/B order) preferred both ways:
     a person adjudicates (seed 000's review policy: "disagreement_action": "adjudicate")."""
-    # Texts are hashed shard by shard (memory stays bounded by one shard, whatever the
-    # run's size), grouped on 64-bit hashes, and only candidate groups are re-read and
-    # confirmed on the exact texts, so a hash collision can never invent a contradiction.
+    # A grouping check on the engine (ctx.groups): the exact comparison (the
+    # conversation's key and the pair's texts, lower first, each length-prefixed)
+    # grouped first on a 64-bit hash, then on its SHA-256, and each later row of a
+    # comparison told whether it prefers the side its first row prefers. The driver
+    # holds the later rows' groups; a comparison whose later rows all agree is no
+    # finding. Reading every candidate's texts into the driver held ~1.9 KB a row where
+    # reviews of one item prefer both ways (every row a candidate).
     decisive = pl.col("preference").is_in(["A", "B"]).fill_null(False)
     preferred = pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b")
-    # Hashed where the texts are, never copied: building each row's conversation key and
-    # its preferred and rejected texts took ~40 MB a shard, the largest working set of
-    # the global phase. The messages' roles and contents are what conversation_key()
-    # reads; the pair's hash is the same in either A/B order.
+    low = pl.min_horizontal("response_a", "response_b")
+    high = pl.max_horizontal("response_a", "response_b")
+    comparison = pl.concat_str([_framed(conversation_key()), _framed(low), _framed(high)])
+    # the side preferred, of the pair's two texts (one text twice: always the lower)
+    side = pl.when(preferred == low).then(pl.lit("<")).otherwise(pl.lit(">"))
+    # Hashed where the texts are, never copied: the messages' roles and contents are
+    # what conversation_key() reads; the pair's hash is the same in either A/B order.
     turn = pl.element().struct
     conversation = pl.col("messages").list.eval(
         pl.struct(turn.field("role"), turn.field("content"))
     )
     pair = pl.col("response_a").hash(2) ^ pl.col("response_b").hash(2)
-    preferred_hash = (
-        pl.when(pl.col("preference") == "A")
-        .then(pl.col("response_a").hash(3))
-        .otherwise(pl.col("response_b").hash(3))
+    grouped = ctx.groups(
+        kind,
+        rows,
+        "comparisons",
+        comparison,
+        pl.struct(conversation.hash(1), pair).hash(4),
+        where=_GATE_LIVE & decisive,
+        left_out=~_live(rows).to_numpy(),  # removed by a rule before: no preference
+        body=side,
+        digested=True,
     )
-    comparison = pl.struct(conversation.hash(1), pair)
-    # the decisive rows whose comparison is preferred both ways, found partition by
-    # partition on the engine (each row's hashes read a batch at a time)
-    found = _found(
-        ctx, kind, rows, "comparisons", comparison.hash(4), value=preferred_hash, where=decisive
-    )
-    candidates = keys_of(rows, found)
-    if candidates.height == 0:
+    assert grouped.same is not None  # a check with a body tells it
+    later = np.flatnonzero(grouped.found)
+    contradicted = np.unique(grouped.groups[~grouped.same])
+    if not len(contradicted):
         return None
-    texts = ctx.fetch(kind, candidates, ["messages", "response_a", "response_b", "preference"])
-    group = ["_conversation", "_low", "_high"]
-    exact = texts.with_columns(
-        _conversation=conversation_key(),
-        _preferred=preferred,
-        _low=pl.min_horizontal("response_a", "response_b"),
-        _high=pl.max_horizontal("response_a", "response_b"),
-    )
-    contradicted = exact.filter(pl.col("_preferred").n_unique().over(group) > 1)
-    return contradicted.select(
+    # every row of a contradicted comparison: its later rows, and its first
+    in_one = np.isin(grouped.groups, contradicted)
+    groups, counts = np.unique(grouped.groups[in_one], return_counts=True)
+    size = dict(zip(groups.tolist(), (counts + 1).tolist(), strict=True))
+    found = pl.concat(
+        [
+            keys_of(rows)[later[in_one]].with_columns(_group=grouped.groups[in_one]),
+            ctx.first_rows(kind, contradicted).with_columns(_group=contradicted),
+        ]
+    ).sort(KEYS)
+    return found.select(
         "_shard",
         "_shard_line",
         _detail=pl.format(
-            "{} rows prefer opposite responses of one comparison", pl.len().over(group)
+            "{} rows prefer opposite responses of one comparison",
+            pl.col("_group").replace_strict(size, return_dtype=pl.Int64),
         ),
     )
+
+
+def _framed(text: pl.Expr) -> pl.Expr:
+    """``text`` after its length in bytes: keys of framed parts are equal only where
+    each part is."""
+    return pl.format("{}:{}", text.str.len_bytes(), text)
 
 
 @cross_rule(
