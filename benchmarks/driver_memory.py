@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,18 +52,9 @@ MB = 1 << 20
 SHARD_MB = 64
 
 
-#: with ``--reviews``: the reviews scored with code-review-v1, whose review policy applies
-SCORING = """
-[scoring."pairwise-v2"]
-rubric = "code-review-v1"
-code = "COALESCE(golden_patch, CASE preference WHEN 'A' THEN response_a WHEN 'B' THEN response_b END)"
-
-[scoring."pairwise-v2".criteria]
-correctness = "ratings.factuality"
-instruction_adherence = "ratings.instruction_adherence"
-reasoning_evidence = "ratings.reasoning"
-readability = "ratings.style"
-"""
+#: with ``--reviews``: the reviews scored as the bundled rubric campaign scores them
+#: (code-review-v1), its review policy applied
+RUBRIC_CAMPAIGN = Path(__file__).resolve().parents[1] / "data" / "campaign-pairwise-rubric.toml"
 
 
 def child(
@@ -89,8 +80,13 @@ def child(
         f'[[inputs]]\npath = "{export}"\nkind = "pairwise-v2"\n\n'
         f"[dedupe]\nnear = {str(near).lower()}\nnormalised = {str(near).lower()}\n"
         f"survivor = {json.dumps(survivor)}\n\n"
-        f"[engine]\nshard_bytes = {int(shard_mb * MB)}\n" + (SCORING if scored else "")
+        f"[engine]\nshard_bytes = {int(shard_mb * MB)}\n"
     )
+    config = load_campaign(campaign)
+    if scored:
+        bundled = load_campaign(RUBRIC_CAMPAIGN)
+        scoring = {k: replace(s, review_policy="apply") for k, s in bundled.scoring.items()}
+        config = replace(config, scoring=scoring, rubrics=bundled.rubrics).validate()
     with StepSampler(process_rss) as sampler:
 
         def step(name: str) -> None:
@@ -98,7 +94,7 @@ def child(
             sampler.step(re.sub(r" \(\d+ \w+\)$", "", name))
 
         observer = RunObserver(on_phase=step, on_stage=step)
-        manifest = run(load_campaign(campaign), out, force=True, observer=observer).manifest
+        manifest = run(config, out, force=True, observer=observer).manifest
     peaks: dict[str, int] = {}
     files = 0  # the global phase's peak RssFile
     for name, inside in sampler.by_step():
@@ -126,20 +122,14 @@ def copying(rate: float) -> Callable[[bytes, int], bytes] | None:
         return None
     last: dict[str, Any] = {}
 
-    def transform(line: bytes, number: int) -> bytes:
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return line  # a planted defect: the gate rejects it
-        if not isinstance(record, dict) or "task_id" not in record:
-            return line
+    def rewrite(record: dict[str, Any], number: int) -> dict[str, Any] | None:
         if last and (number * 2654435761) % 1000 < rate * 1000:
-            return orjson.dumps({**last, "task_id": record["task_id"]})
+            return {**last, "task_id": record["task_id"]}
         last.clear()
         last.update(record)
-        return line
+        return None
 
-    return transform
+    return _records(rewrite)
 
 
 def reviewing(per_item: int) -> Callable[[bytes, int], bytes] | None:
@@ -151,22 +141,35 @@ def reviewing(per_item: int) -> Callable[[bytes, int], bytes] | None:
     if per_item < 2:
         return None
     item: dict[str, Any] = {}
+    shared = ("messages", "response_a", "response_b", "preference", "rationale")
+
+    def rewrite(record: dict[str, Any], number: int) -> dict[str, Any] | None:
+        if number % per_item == 0 or not item:
+            item.clear()
+            item.update({k: record.get(k) for k in shared})
+            return None
+        agrees = (number * 2654435761) % 5 != 0
+        return {**record, **item, **({} if agrees else {"preference": record.get("preference")})}
+
+    return _records(rewrite)
+
+
+def _records(
+    rewrite: Callable[[dict[str, Any], int], dict[str, Any] | None],
+) -> Callable[[bytes, int], bytes]:
+    """A ``write_export`` transform that rewrites each line's record (``rewrite``'s
+    record, or the line as it is where it gives None); a planted defect, or a line that
+    is no record with a task id, passes as it is (the gate rejects it)."""
 
     def transform(line: bytes, number: int) -> bytes:
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
-            return line  # a planted defect: the gate rejects it
-        if not isinstance(record, dict) or "messages" not in record:
             return line
-        if number % per_item == 0 or not item:
-            item.clear()
-            shared = ("messages", "response_a", "response_b", "preference", "rationale")
-            item.update({k: record.get(k) for k in shared})
+        if not isinstance(record, dict) or "task_id" not in record:
             return line
-        agrees = (number * 2654435761) % 5 != 0
-        own = {} if agrees else {"preference": record.get("preference")}
-        return orjson.dumps({**record, **item, **own})
+        changed = rewrite(record, number)
+        return line if changed is None else orjson.dumps(changed)
 
     return transform
 

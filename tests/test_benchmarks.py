@@ -276,6 +276,44 @@ def test_driver_memory_copies_make_dedupes_duplicates_not_retries(
     assert driver_memory.copying(0) is None
 
 
+def _record(line: bytes) -> dict[str, object] | None:
+    """A line's record with a task id (a planted defect, or none: None)."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) and "task_id" in record else None
+
+
+def test_driver_memory_reviews_are_runs_of_reviews_of_one_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--reviews 3``: each run of three lines reviews one item (the run's first line's
+    conversation and candidates), each line under its own task id, four in five with the
+    item's preference; the planted defects pass through as written."""
+    driver_memory = _benchmark("driver_memory", monkeypatch)
+    harness = _benchmark("harness", monkeypatch)
+    export = tmp_path / "export.jsonl"
+    harness.write_export(export, 0.5, size=1, transform=driver_memory.reviewing(3))
+    items: dict[bytes, list[dict[str, object]]] = {}
+    ids = []
+    for record in map(_record, export.read_bytes().splitlines()):
+        if record is not None:  # not a planted defect
+            ids.append(record["task_id"])
+            item = orjson.dumps([record[k] for k in ("messages", "response_a", "response_b")])
+            items.setdefault(item, []).append(record)
+    sizes = [len(reviews) for reviews in items.values()]
+    assert sum(s == 3 for s in sizes) > 0.8 * len(sizes)  # (a planted retry makes more)
+    plain = tmp_path / "plain.jsonl"
+    harness.write_export(plain, 0.5, size=1)
+    planted = [r["task_id"] for r in map(_record, plain.read_bytes().splitlines()) if r]
+    # each its own task id: the transform adds no retry to those the export plants...
+    assert len(ids) - len(set(ids)) == len(planted) - len(set(planted))
+    agreeing = [len({r["preference"] for r in reviews}) == 1 for reviews in items.values()]
+    assert 0.3 < sum(agreeing) / len(agreeing) < 0.95  # ...and some disagree
+    assert driver_memory.reviewing(1) is None
+
+
 def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
     """driver_memory on exports of a few shards each: the gate and every global step the
     run names are measured at both sizes, the growth a row computed, and its temporary
@@ -292,6 +330,7 @@ def test_driver_memory_reads_each_step_at_both_sizes(tmp_path: Path) -> None:
     for step in ("gate", "pairwise-v2: read", "pairwise-v2: cross_rules", "pairwise-v2: dedupe"):
         float(steps[step])  # a growth a row, measured at both sizes
     assert "pairwise-v2: dedupe: candidates" in steps  # named without its partition count
+    assert "pairwise-v2: review" not in steps  # unscored
     assert any(line.startswith("the global phase's peak: ") for line in lines)
     assert any(line.startswith("the global phase's file-backed pages") for line in lines)
     assert list(tmp_path.iterdir()) == []
