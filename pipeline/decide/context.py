@@ -927,7 +927,12 @@ def _retained(part: pl.DataFrame, carried: Set[str], *, codes: bool) -> pl.DataF
     a stage after it reads them (``codes``), reason codes; not the reasons' paths and
     details nor the other columns (a removed row's pointer to the row kept: a path and a
     digest)."""
-    keep = [c for c in part.columns if c in (*KEYS, "_disposition") or c in carried]
+    # the disposition as its enum: one byte a row held, not a string's 16 and more
+    keep = [
+        pl.col(c).cast(DISPOSITIONS) if c == "_disposition" else pl.col(c)
+        for c in part.columns
+        if c in (*KEYS, "_disposition") or c in carried
+    ]
     if not codes or "_reasons_add" not in part.columns:
         return part.select(keep)
     reasons = part.schema["_reasons_add"]
