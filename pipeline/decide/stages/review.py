@@ -317,7 +317,11 @@ def _decide_partition(
     frames = [cast(pl.DataFrame, pl.from_arrow(b)) for b in batches]
     reviews = pl.concat(frames, how="vertical_relaxed").with_columns(
         _shard=pl.Series(np.repeat(np.array(settings.shards, np.int32), sizes)),
-        _split=pl.Series(np.repeat(np.array(settings.splits, object), sizes), dtype=pl.String),
+        # each shard's label, gathered (a numpy array of labels is of objects, and
+        # polars casts none to text when the first is None)
+        _split=pl.Series(settings.splits, dtype=pl.String).gather(
+            np.repeat(np.arange(len(sizes)), sizes)
+        ),
         _at=pl.int_range(pl.len(), dtype=pl.Int64),  # the entries' order: the order key
     )
     if reviews.height == 0:

@@ -452,19 +452,29 @@ def _review_corpus(items: int, seed: int) -> tuple[list[dict[str, Any]], list[di
     return train, evaluation
 
 
-@pytest.mark.parametrize(("workers", "partitions"), [(1, 1), (2, 7), (2, 64)])
+@pytest.mark.parametrize(
+    ("workers", "partitions", "first"),
+    [(1, 1, "train"), (2, 7, "train"), (2, 64, "train"), (1, 7, None)],
+)
 def test_items_decided_on_the_engine_are_the_driver_s_decisions(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, partitions: int
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: int,
+    partitions: int,
+    first: str | None,
 ) -> None:
     """Each partition task decides the items whose reviews it holds; the outputs (every
     Parquet file, byte for byte) and the stage's notes are those of deciding every item
     in the driver (the reference path), at any worker and partition count, over small
-    shards, two splits and every kind of item: kept with agreeing and outvoted reviews,
-    too few reviews, too few accept votes, votes that disagree."""
+    shards, two splits (the first input's unlabelled in one case: a partition task
+    labelled its reviews through a numpy array of objects, and failed where the first
+    was None) and every kind of item: kept with agreeing and outvoted reviews, too few
+    reviews, too few accept votes, votes that disagree."""
     train, evaluation = _review_corpus(150, seed=workers * 100 + partitions)
     for name, rows in (("a.jsonl", train), ("b.jsonl", evaluation)):
         (tmp_path / name).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    inputs = '[[inputs]]\npath = "a.jsonl"\nkind = "pairwise-v2"\nsplit = "train"\n'
+    labelled = f'split = "{first}"\n' if first else ""
+    inputs = '[[inputs]]\npath = "a.jsonl"\nkind = "pairwise-v2"\n' + labelled
     inputs += '[[inputs]]\npath = "b.jsonl"\nkind = "pairwise-v2"\nsplit = "eval"\n'
     (tmp_path / "campaign.toml").write_text(
         inputs + "[scoring." + CAMPAIGN.split("[scoring.", 1)[1]
