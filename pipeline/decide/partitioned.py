@@ -114,7 +114,13 @@ _EVALUATED_BYTES: Final = 16 << 20
 
 
 def evaluate_shard(
-    storage: RunStorage, shard: int, stem: str, exprs: Mapping[str, pl.Expr]
+    storage: RunStorage,
+    shard: int,
+    stem: str,
+    exprs: Mapping[str, pl.Expr],
+    *,
+    within: I64 | None = None,
+    without: I64 | None = None,
 ) -> pl.DataFrame:
     """``exprs`` over one shard's staged file ``stem``: a frame of ``_shard``,
     ``_shard_line`` and one column per expression, in line order. An expression may read
@@ -125,7 +131,10 @@ def evaluate_shard(
     batches at a time (:data:`_EVALUATED_ROWS`): the columns read take that much memory,
     not a shard's (the contradiction rule's texts: ~100 MB of a 67 MB shard, half as
     polars holds them and half the mapped file's pages), and each piece is evaluated by
-    :func:`~pipeline.core.row_local.row_values`."""
+    :func:`~pipeline.core.row_local.row_values`. Only the rows of lines ``within`` (where
+    given) and of none of the lines ``without`` are evaluated: as an expression reads its
+    row alone, leaving a row out first is leaving its values out after, without the
+    cost of computing them (a long text built for a few rows found)."""
     frames = []
     columns = _read_columns(storage, shard, stem, exprs)
     by_shard = "_shard" in columns
@@ -135,6 +144,15 @@ def evaluate_shard(
         # copied: a column still pointing into the batch's map would keep every page
         # the expressions read resident
         lines = np.array(piece.column("_shard_line"), dtype=np.int64)
+        if within is not None or without is not None:
+            kept = np.ones(len(lines), np.bool_)
+            if within is not None:
+                kept &= np.isin(lines, within)
+            if without is not None:
+                kept &= ~np.isin(lines, without)
+            if not kept.any():
+                continue
+            piece, lines = piece.filter(pa.array(kept)), lines[kept]
         if by_shard:
             piece = piece.append_column("_shard", pa.array(np.full(len(lines), shard, np.int32)))
         values = row_values(piece, exprs)
@@ -147,9 +165,10 @@ def evaluate_shard(
         )
     if frames:
         return pl.concat(frames)
-    # no batch: the empty frame, typed
+    # no batch, or no row evaluated: the empty frame, typed
     return (
         storage.scan_staged(shard, stem)
+        .head(0)
         .with_columns(pl.lit(shard, pl.Int32).alias("_shard"))  # an expression may read it
         .select(
             "_shard",
@@ -413,11 +432,12 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
     lines left out (:func:`shard_tasks`), ordered by partition, a record batch per
     partition (empty ones too); returns how many."""
     shard, lines = task
-    frame = evaluate_shard(check.storage, shard, check.source, check.expressions())
+    left_out = task_lines(task).to_numpy() if lines else None
+    frame = evaluate_shard(
+        check.storage, shard, check.source, check.expressions(), without=left_out
+    )
     if WHERE in frame.columns:
         frame = frame.filter(pl.col(WHERE).fill_null(False))
-    if lines:
-        frame = frame.filter(~pl.col("_shard_line").is_in(task_lines(task).implode()))
     for name in (GROUP, VALUE, TEXT):
         if name in frame.columns and frame[name].null_count():
             # numpy has no null integer: the column would become floats, whose

@@ -377,20 +377,18 @@ def contradictory_preference(
     validation"; DESIGN §3.9: "same comparison with opposite preferences". The same
     conversation and the same pair of responses (in either A/B order) preferred both ways:
     a person adjudicates (seed 000's review policy: "disagreement_action": "adjudicate")."""
-    # A grouping check on the engine (ctx.groups): the exact comparison (the
-    # conversation's key and the pair's texts, lower first, each length-prefixed)
-    # grouped first on a 64-bit hash, then on its SHA-256, and each later row of a
-    # comparison told whether it prefers the side its first row prefers. The driver
-    # holds the later rows' groups; a comparison whose later rows all agree is no
-    # finding. Reading every candidate's texts into the driver held ~1.9 KB a row where
-    # reviews of one item prefer both ways (every row a candidate).
+    # First, on the engine, the decisive rows of comparisons whose 64-bit hash holds
+    # two preferred responses' hashes (a varying check: hashes only, as every rule's
+    # first step): in most exports none, or a few. Then a grouping check on the engine
+    # over those rows alone (ctx.groups; the others are left out before any text is
+    # built): the exact comparison (the conversation's key and the pair's two texts,
+    # lower first, each length-prefixed) grouped on its SHA-256, and each later row of a
+    # comparison told whether it prefers the side its first row prefers; a comparison
+    # where one does not is preferred both ways. No text reaches the driver: reading
+    # the candidates' texts into it held ~1.9 KB a row where an item's reviews prefer
+    # both ways (every row a candidate).
     decisive = pl.col("preference").is_in(["A", "B"]).fill_null(False)
     preferred = pl.when(pl.col("preference") == "A").then("response_a").otherwise("response_b")
-    low = pl.min_horizontal("response_a", "response_b")
-    high = pl.max_horizontal("response_a", "response_b")
-    comparison = pl.concat_str([_framed(conversation_key()), _framed(low), _framed(high)])
-    # the side preferred, of the pair's two texts (one text twice: always the lower)
-    side = pl.when(preferred == low).then(pl.lit("<")).otherwise(pl.lit(">"))
     # Hashed where the texts are, never copied: the messages' roles and contents are
     # what conversation_key() reads; the pair's hash is the same in either A/B order.
     turn = pl.element().struct
@@ -398,14 +396,30 @@ def contradictory_preference(
         pl.struct(turn.field("role"), turn.field("content"))
     )
     pair = pl.col("response_a").hash(2) ^ pl.col("response_b").hash(2)
+    preferred_hash = (
+        pl.when(pl.col("preference") == "A")
+        .then(pl.col("response_a").hash(3))
+        .otherwise(pl.col("response_b").hash(3))
+    )
+    hashed = pl.struct(conversation.hash(1), pair).hash(4)
+    candidates = _found(
+        ctx, kind, rows, "comparisons", hashed, value=preferred_hash, where=decisive
+    )
+    if not candidates.any():
+        return None
+    low = pl.min_horizontal("response_a", "response_b")
+    high = pl.max_horizontal("response_a", "response_b")
+    comparison = pl.concat_str([_framed(conversation_key()), _framed(low), _framed(high)])
+    # the side preferred, of the pair's two texts (one text twice: always the lower)
+    side = pl.when(preferred == low).then(pl.lit("<")).otherwise(pl.lit(">"))
     grouped = ctx.groups(
         kind,
         rows,
-        "comparisons",
+        "comparisons-exact",
         comparison,
-        pl.struct(conversation.hash(1), pair).hash(4),
+        hashed,
         where=_GATE_LIVE & decisive,
-        left_out=~_live(rows).to_numpy(),  # removed by a rule before: no preference
+        left_out=~candidates,  # every row no candidate (a rule before removed some)
         body=side,
         digested=True,
     )

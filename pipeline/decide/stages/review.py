@@ -282,9 +282,9 @@ def _stage_entries(
     (an accept vote's; null otherwise: only accept votes' verdicts are compared) and
     record digest. Returns how many."""
     settings, plan, exprs = state
-    observed = evaluate_shard(settings.storage, task[0], settings.kind, exprs).filter(
-        pl.col("_shard_line").is_in(task_lines(task).implode())
-    )
+    # the task's lines alone: its shard's reviews
+    within = task_lines(task).to_numpy()
+    observed = evaluate_shard(settings.storage, task[0], settings.kind, exprs, within=within)
     voted = _voted(plan, observed)
     vote = voted["_vote"]
     hashes = voted[_SUBJECT_HASH].to_numpy().astype(np.uint64, copy=False)
@@ -436,9 +436,9 @@ def _shard_votes(
     """One shard's accepted rows (the lines its task carries), in line order: their
     ``_shard_line``, subject hash and vote."""
     settings, plan, exprs = state
-    observed = evaluate_shard(settings.storage, task[0], settings.kind, exprs).filter(
-        pl.col("_shard_line").is_in(task_lines(task).implode())
-    )
+    # the task's lines alone: its shard's reviews
+    within = task_lines(task).to_numpy()
+    observed = evaluate_shard(settings.storage, task[0], settings.kind, exprs, within=within)
     return _voted(plan, observed).select("_shard_line", "_vote")
 
 
