@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -124,3 +125,33 @@ def test_an_expression_may_read_its_shard(tmp_path: Path) -> None:
     none = evaluate_shard(storage, 4, "k", exprs)
     assert none.height == 0
     assert none.columns == ["_shard", "_shard_line", "split", "a"]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sizes=st.lists(st.integers(0, 6), min_size=1, max_size=5),
+    within=st.none() | st.sets(st.integers(0, 32)),
+    without=st.none() | st.sets(st.integers(0, 32)),
+)
+def test_rows_left_out_before_evaluating_are_the_rows_filtered_after(
+    tmp_path: Path, sizes: list[int], within: set[int] | None, without: set[int] | None
+) -> None:
+    """``within`` and ``without`` leave rows out before the expressions run: the rows,
+    values and types of evaluating every row and filtering after, in line order, and a
+    typed empty frame where no row is left (a fallback once evaluated every row)."""
+    total = sum(sizes)
+    a, b = list(range(total)), [2 * n + 1 for n in range(total)]
+    every = _staged(tmp_path, a, b, sizes)
+    lines = pl.col("_shard_line")
+    expected = every.filter(
+        (lines.is_in(sorted(within)) if within is not None else pl.lit(True))
+        & (~lines.is_in(sorted(without)) if without is not None else pl.lit(True))
+    )
+    as_array = [None if s is None else np.array(sorted(s), np.int64) for s in (within, without)]
+    got = evaluate_shard(
+        RunStorage(tmp_path), 0, "k", EXPRS, within=as_array[0], without=as_array[1]
+    )
+    assert got.schema == every.schema
+    assert got.equals(expected)
