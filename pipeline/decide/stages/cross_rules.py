@@ -423,6 +423,15 @@ def contradictory_preference(
         body=side,
         digested=True,
     )
+    return _contradicted(ctx, kind, rows, grouped)
+
+
+def _contradicted(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame, grouped: Grouped
+) -> pl.DataFrame | None:
+    """The rows of every comparison preferred both ways (one of its later rows prefers
+    the side its first row does not: ``grouped``, the contradiction rule's grouping
+    check), its later rows and its first, each told how many rows the comparison has."""
     assert grouped.same is not None  # a check with a body tells it
     later = np.flatnonzero(grouped.found)
     contradicted = np.unique(grouped.groups[~grouped.same])
