@@ -572,7 +572,7 @@ def _led_groups(
     tasks: Sequence[KeyTask],
     engine_settings: EngineSettings,
     *,
-    leader: str = "first",
+    leader: str,
 ) -> Led:
     """The exact rule's groups with their rows in each split led by their best-ranked
     by the survivor rule (``leader``: their first, their last, or, for a rule by a
@@ -677,20 +677,19 @@ def staged_keys(
     tasks: Sequence[KeyTask],
     engine_settings: EngineSettings,
     rank: Callable[[I64], I64],
-    *,
-    leading: str | None = None,
+    leader: str,
 ) -> tuple[Participants, RowKeys, Led | None]:
     """Stage every task's row keys on ``engine``, find the rows that take part (of the
     rows of ``tasks``, in order: :mod:`~pipeline.dedupe.participants`) with their
     groups and near pairs, and give the matching what it reads of them
     (:class:`~pipeline.dedupe.row_keys.RowKeys`, positions among the participants are
-    row ids). ``rank``: each row's survivor rank, by place. ``leading`` (the survivor
+    row ids). ``rank``: each row's survivor rank, by place. ``leader`` (the survivor
     rule's direction: ``first``, ``last``, ``max`` or ``min``): with the exact rule on,
     each exact group's rows in a split are led by their best-ranked
     (:func:`_led_groups`; by a column, the ranks ``rank`` gives, staged a task at a
     time for the key tasks to copy beside the row keys), and the rows led (returned)
     take no part: not in the normalised groups, not as near texts."""
-    if job.exact and leading in ("max", "min"):
+    if job.exact and leader in ("max", "min"):
         job = replace(job, ranked=True)
         _stage_ranks(storage, tasks, rank)
     counted = engine.map(key_step(job), tasks)
@@ -704,11 +703,9 @@ def staged_keys(
             )
     settings = job.settings
     exact, led, left_out = None, None, None
-    if job.exact and leading is not None:
-        led = _led_groups(engine, storage, tasks, engine_settings, leader=leading)
+    if job.exact:
+        led = _led_groups(engine, storage, tasks, engine_settings, leader=leader)
         exact, left_out = led.exact, _lines_of(tasks, led.rows)
-    elif job.exact:
-        exact = _grouped(engine, storage, tasks, EXACT, engine_settings)
     normalised = None
     if settings.normalised:
         normalised = _grouped(

@@ -734,7 +734,7 @@ def _staged_outcome(
             tasks,
             engine_settings,
             rank,
-            leading=rule.partition(":")[0],
+            rule.partition(":")[0],
         )
         if job.fields:  # a group of rows matched or not may straddle splits
             everyone = split_group_rows(engine, job.storage, job, tasks, engine_settings)

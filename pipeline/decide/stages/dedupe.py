@@ -411,6 +411,7 @@ def _leaders(
         return accepted, None
     rule = settings.survivor_rule(kind)
     leader, _, column = rule.partition(":")
+    # its 32 bytes (the gate writes it in lowercase hex: one text a digest)
     fingerprint = pl.col("_content_sha256").str.decode("hex")
     grouped, following = ctx.led_groups(
         kind,
@@ -441,11 +442,12 @@ def _participants(
     led: Led | None = None,
 ) -> Participants | None:
     """The accepted rows that can be removed or have a row removed in their favour,
-    found without a value of every row in the driver: those whose content fingerprint
-    or normalised key digest another accepted row shares (grouping checks on the engine,
-    :func:`_shared`, which give each such row its group), and those whose text has a
-    verified near pair (:func:`_near_places`, which alone may read a value of every row:
-    a survivor rule's column). ``None`` when a row has no fingerprint: then key columns
+    found without a value of every row in the driver: the leaders of the exact groups
+    (``led``, :func:`_leaders`), the rows whose normalised key digest another accepted
+    row shares (a grouping check on the engine, :func:`_shared`, which gives each such
+    row its group), and those whose text has a verified near pair (:func:`_near_places`,
+    which alone may read a value of every row: a survivor rule's column). ``None`` when
+    a row has no fingerprint (no leaders with the exact rule on): then key columns
     decide, over every row.
 
     The matching decides among these rows as it would among all
@@ -459,14 +461,10 @@ def _participants(
     accepting = accepted.mask
     stem = ctx.storage.row_keys_stem(kind)
     exact = normalised = None
-    if led is not None:  # the exact groups' leaders, found already
-        exact = led.exact
-    elif settings.exact:
-        if _any_accepted(ctx, kind, rows, accepting, pl.col("_content_sha256").is_null()):
+    if settings.exact:
+        if led is None:  # a row without a fingerprint (:func:`_leaders` found it)
             return None
-        # its 32 bytes (the gate writes it in lowercase hex: one text a digest)
-        fingerprint = pl.col("_content_sha256").str.decode("hex")
-        exact = _shared(ctx, kind, rows, accepting, "fingerprints", fingerprint)
+        exact = led.exact  # the exact groups' leaders, found already
     if settings.normalised and key is not None:
         digest = pl.col(NORMALISED)
         normalised = _shared(ctx, kind, rows, accepting, "normalised", digest, stem)
