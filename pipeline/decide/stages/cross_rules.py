@@ -62,8 +62,8 @@ from pipeline.decide.context import (
     register_stage,
     repeated_keys,
 )
+from pipeline.dedupe.keys import key_columns
 from pipeline.kinds import KINDS
-from pipeline.kinds.pairwise import conversation_key
 
 __all__ = ["CONFLICT", "CROSS_RULES", "RETRY", "CrossRules"]
 
@@ -381,8 +381,7 @@ def contradictory_preference(
     # two preferred responses' hashes (a varying check: hashes only, as every rule's
     # first step): in most exports none, or a few. Then a grouping check on the engine
     # over those rows alone (ctx.groups; the others are left out before any text is
-    # built): the exact comparison (the conversation's key and the pair's two texts,
-    # lower first, each length-prefixed) grouped on its SHA-256, and each later row of a
+    # built): the exact comparison grouped on its SHA-256, and each later row of a
     # comparison told whether it prefers the side its first row prefers; a comparison
     # where one does not is preferred both ways. No text reaches the driver: reading
     # the candidates' texts into it held ~1.9 KB a row where an item's reviews prefer
@@ -407,10 +406,13 @@ def contradictory_preference(
     )
     if not candidates.any():
         return None
-    low = pl.min_horizontal("response_a", "response_b")
-    high = pl.max_horizontal("response_a", "response_b")
-    comparison = pl.concat_str([_framed(conversation_key()), _framed(low), _framed(high)])
+    # the exact comparison: what the review policy's items are, the conversation and
+    # the unordered pair, each part length-prefixed
+    subject = KINDS[kind].review_subject()
+    assert subject is not None  # the rule's kind, pairwise-v2, reviews one
+    comparison = key_columns(subject, None)
     # the side preferred, of the pair's two texts (one text twice: always the lower)
+    low = pl.min_horizontal("response_a", "response_b")
     side = pl.when(preferred == low).then(pl.lit("<")).otherwise(pl.lit(">"))
     grouped = ctx.groups(
         kind,
@@ -455,12 +457,6 @@ def _contradicted(
             pl.col("_group").replace_strict(size, return_dtype=pl.Int64),
         ),
     )
-
-
-def _framed(text: pl.Expr) -> pl.Expr:
-    """``text`` after its length in bytes: keys of framed parts are equal only where
-    each part is."""
-    return pl.format("{}:{}", text.str.len_bytes(), text)
 
 
 @cross_rule(
