@@ -46,7 +46,7 @@ from pipeline.core.row_local import row_values
 from pipeline.decide.repeats import repeated, varying
 from pipeline.dedupe.partitions import partitions_for
 from pipeline.dedupe.row_keys import sha256s
-from pipeline.dedupe.table import ranked_values
+from pipeline.dedupe.table import ranked
 from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
 
@@ -67,6 +67,7 @@ __all__ = [
     "group_places",
     "line_set",
     "partition_count",
+    "partition_order",
     "shard_tasks",
     "task_lines",
 ]
@@ -423,6 +424,16 @@ def partition_count(rows: int, hashes: int, workers: int, shards: int, given: in
     return partitions_for(rows * 8 * (1 + hashes), workers, shards, given, rows)
 
 
+def partition_order(hashes: U64, partitions: int) -> tuple[I64, list[int]]:
+    """The order that puts a shuffle task's entries by partition (``hash % partitions``;
+    within one, as they came), and where each partition's entries start and the last
+    ends, as :meth:`~pipeline.storage.RunStorage.stage_partitions` takes them."""
+    partition = hashes % np.uint64(partitions)
+    order = np.argsort(partition, kind="stable")
+    starts = np.searchsorted(partition[order], np.arange(partitions + 1, dtype=np.uint64))
+    return order, starts.tolist()
+
+
 def _init(check: HashCheck) -> HashCheck:
     return check
 
@@ -444,9 +455,7 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
             # rounding makes distinct hashes equal
             raise ValueError(f"{check.kind}: {check.name}: a {name} hash is null")
     group = frame[GROUP].to_numpy().astype(np.uint64, copy=False)
-    partition = group % np.uint64(check.partitions)
-    order = np.argsort(partition, kind="stable")
-    starts = np.searchsorted(partition[order], np.arange(check.partitions + 1, dtype=np.uint64))
+    order, starts = partition_order(group, check.partitions)
     columns = {
         "_shard_line": pa.array(frame["_shard_line"].to_numpy()[order], pa.int64()),
         GROUP: pa.array(group[order], pa.uint64()),
@@ -463,7 +472,7 @@ def _shuffle_shard(check: HashCheck, task: ShardTask, progress: Progress) -> int
         columns[SEEKS] = pa.array(frame[SEEKS].fill_null(False).to_numpy()[order], pa.bool_())
     if RANK in frame.columns:
         columns[RANK] = frame[RANK].gather(order).to_arrow()
-    check.storage.stage_partitions(shard, check.stem, pa.record_batch(columns), starts.tolist())
+    check.storage.stage_partitions(shard, check.stem, pa.record_batch(columns), starts)
     return len(group)
 
 
@@ -540,18 +549,17 @@ def _led_rows(
 def _ranks(leader: str, batches: list[pa.RecordBatch], at: I64) -> I64:
     """The survivor ranks (0 the best; distinct) of a led partition's entries ``at``, in
     the stable order key: by their order (``first``, ``last``) or by their :data:`RANK`
-    values (``max``, ``min``), ties by order, as
-    :func:`~pipeline.dedupe.table.ranked_values` ranks every row: the same order
+    values (``max``, ``min``), ties by order, as :func:`~pipeline.dedupe.table.ranked`
+    ranks every row (:func:`~pipeline.dedupe.table.survivor_rank`): the same order
     restricted to these entries."""
-    order = np.arange(len(at), dtype=np.int64)
-    if leader == "first":
-        return order
-    if leader == "last":
-        return len(at) - 1 - order
-    # a type every shard's fits (a shard whose values are all null may stage them untyped)
-    frames = [pl.DataFrame([pl.Series("v", b[RANK])]) for b in batches]
-    values = pl.concat(frames, how="vertical_relaxed")["v"]
-    return ranked_values(values.gather(at), leader)
+
+    def values() -> pl.Series:
+        # a type every shard's fits (a shard whose values are all null may stage them
+        # untyped)
+        frames = [pl.DataFrame([pl.Series("v", b[RANK])]) for b in batches]
+        return pl.concat(frames, how="vertical_relaxed")["v"].gather(at)
+
+    return ranked(leader, len(at), values)
 
 
 def _exact_groups(

@@ -55,6 +55,7 @@ __all__ = [
     "dense_ids",
     "group_texts",
     "match_duplicates",
+    "ranked",
     "ranked_values",
     "required_columns",
     "splits_of",
@@ -176,15 +177,22 @@ def group_fields(key: DedupeKey | None, settings: DedupeSettings, kind: str) -> 
 
 def survivor_rank(frame: pl.DataFrame, rule: str, kind: str) -> npt.NDArray[np.int64]:
     """Each row's place in the survivor order (0 is kept first); ties by order key."""
-    n = frame.height
-    order = np.arange(n, dtype=np.int64)
-    if rule == "first":
+    direction, _, column = rule.partition(":")
+    if column:
+        check_survivor_column(column, frame.schema, kind)
+    return ranked(direction, frame.height, lambda: frame.select(_v=survivor_value(column))["_v"])
+
+
+def ranked(direction: str, count: int, values: Callable[[], pl.Series]) -> npt.NDArray[np.int64]:
+    """The places in the survivor order (0 is kept first) of ``count`` rows in the
+    order key, by a survivor rule's ``direction``: their order (``first``), reversed
+    (``last``), or their ``values()`` (``max``, ``min``: :func:`ranked_values`)."""
+    order = np.arange(count, dtype=np.int64)
+    if direction == "first":
         return order
-    if rule == "last":
-        return n - 1 - order
-    direction, column = rule.split(":", 1)
-    check_survivor_column(column, frame.schema, kind)
-    return ranked_values(frame.select(_v=survivor_value(column))["_v"], direction)
+    if direction == "last":
+        return count - 1 - order
+    return ranked_values(values(), direction)
 
 
 def check_survivor_column(column: str, schema: pl.Schema, kind: str) -> None:

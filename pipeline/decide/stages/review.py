@@ -66,6 +66,7 @@ from pipeline.decide.partitioned import (
     ShardTask,
     evaluate_shard,
     partition_count,
+    partition_order,
     shard_tasks,
     task_lines,
 )
@@ -243,6 +244,11 @@ class _ItemSettings:
         return f"{self.kind}.review-decided"
 
 
+#: a review entry's subject (its key's text, digested when staged) and its 64-bit hash
+_SUBJECT_TEXT: Final = "_subject_text"
+_SUBJECT_HASH: Final = "_subject_hash"
+
+
 def _init(settings: _ItemSettings) -> _ItemSettings:
     return settings
 
@@ -268,10 +274,6 @@ def _entries_init(
     return settings, plan, exprs
 
 
-_SUBJECT_TEXT: Final = "_subject_text"
-_SUBJECT_HASH: Final = "_subject_hash"
-
-
 def _stage_entries(
     state: tuple[_ItemSettings, ScoringPlan, dict[str, pl.Expr]],
     task: ShardTask,
@@ -288,9 +290,7 @@ def _stage_entries(
     voted = _voted(plan, observed)
     vote = voted["_vote"]
     hashes = voted[_SUBJECT_HASH].to_numpy().astype(np.uint64, copy=False)
-    partition = hashes % np.uint64(settings.partitions)
-    order = np.argsort(partition, kind="stable")
-    starts = np.searchsorted(partition[order], np.arange(settings.partitions + 1, dtype=np.uint64))
+    order, starts = partition_order(hashes, settings.partitions)
     fingerprint = voted.select(pl.when(vote).then(pl.col("_content_sha256").cast(pl.String)))
     entries = {
         "_shard_line": pa.array(voted["_shard_line"].to_numpy()[order], pa.int64()),
@@ -300,7 +300,7 @@ def _stage_entries(
         "_record_sha256": voted["_record_sha256"].cast(pl.String).gather(order).to_arrow(),
     }
     batch = pa.record_batch(entries)
-    settings.storage.stage_partitions(task[0], settings.entries, batch, starts.tolist())
+    settings.storage.stage_partitions(task[0], settings.entries, batch, starts)
     return int(batch.num_rows)
 
 
