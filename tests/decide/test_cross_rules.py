@@ -749,6 +749,9 @@ def test_contradictions_are_the_comparisons_preferred_both_ways(
     files = {"a.jsonl": records[:200], "b.jsonl": records[200:]}
     settings = {"engine.partitions": partitions}
     rows = _run(tmp_path, files, workers=workers, settings=settings)
+    # every input line lands in exactly one output, and the inputs are untouched
+    assert rows.height == len(records) == rows.select("_source", "_line").n_unique()
+    assert all((tmp_path / name).read_bytes() == _lines(part) for name, part in files.items())
     comparisons: dict[Any, list[tuple[str, int, str]]] = {}
     for name, part in files.items():
         for line, record in enumerate(part, 1):

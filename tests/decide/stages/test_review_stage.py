@@ -495,7 +495,13 @@ def test_items_decided_on_the_engine_are_the_driver_s_decisions(
         }
         return files, result.manifest["global"]["review"]
 
+    inputs = {name: (tmp_path / name).read_bytes() for name in ("a.jsonl", "b.jsonl")}
     engine, engine_notes = outcome("engine")
+    # every input line lands in exactly one output, and the inputs are untouched
+    parts = sorted((tmp_path / "engine").rglob("part-*.parquet"))
+    landed = pl.concat([pl.read_parquet(p).select("_source", "_line") for p in parts])
+    assert landed.height == len(train) + len(evaluation) == landed.n_unique()
+    assert {name: (tmp_path / name).read_bytes() for name in inputs} == inputs
     with monkeypatch.context() as patched:
         patched.setattr(review, "_items_on_engine", review._items_in_driver)
         driver, driver_notes = outcome("driver")
