@@ -149,11 +149,14 @@ class RunStorage:
         path.parent.mkdir(parents=True, exist_ok=True)
         return ipc.new_file(str(path), schema)
 
-    def stage_table(self, shard: int, stem: str, table: pa.Table) -> None:
+    def stage_table(
+        self, shard: int, stem: str, table: pa.Table, batch_rows: int | None = None
+    ) -> None:
         """Stage a whole table for a shard at once (e.g. a stage's per-shard input to the
-        engine's tasks, such as the near-dedupe text map)."""
+        engine's tasks, such as the near-dedupe text map), in record batches of at most
+        ``batch_rows`` rows where given (:meth:`staged_batches` reads one at a time)."""
         with self.stage_writer(shard, stem, table.schema) as writer:
-            writer.write_table(table)
+            writer.write_table(table, max_chunksize=batch_rows)
 
     def stage_whole(self, stem: str, table: pa.Table) -> None:
         """Stage a table that belongs to the whole run, not to a shard (e.g. where each

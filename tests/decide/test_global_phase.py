@@ -7,6 +7,7 @@ import itertools
 import math
 import pickle
 import types
+import unittest.mock
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -672,6 +673,63 @@ def test_the_state_is_updated_as_a_join_of_every_row_would(data: st.DataObject) 
         got = global_phase.advance(current, frame, {"_kept"})
         assert got.equals(_advance_by_join(current, frame, {"_kept"}))
         assert "_dropped" not in got.columns
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_a_stage_applied_a_part_at_a_time_is_applied_as_all_its_parts_at_once(
+    data: st.DataObject,
+) -> None:
+    """A stage's decisions applied to the state as they come (held while few, then
+    scattered into one copy of the dispositions) give the state :func:`advance` gives for
+    all of them at once, carried columns included; a row decided in two parts is refused
+    either way."""
+    keys = data.draw(
+        st.lists(st.tuples(st.integers(0, 5), st.integers(1, 1 << 40)), min_size=1, unique=True)
+    )
+    keys.sort()
+    current = pl.DataFrame(
+        {
+            "_shard": [k[0] for k in keys],
+            "_shard_line": [k[1] for k in keys],
+            "_disposition": ["accepted"] * len(keys),
+        },
+        schema_overrides={"_shard": pl.Int32, "_disposition": DISPOSITIONS},
+    )
+    chosen = data.draw(st.permutations(range(len(keys))))[: data.draw(st.integers(0, len(keys)))]
+    decided = (
+        current[list(chosen)]
+        .select(KEYS)
+        .with_columns(
+            _disposition=pl.when(pl.col("_shard_line") % 3 > 0)
+            .then(pl.lit("quarantined"))
+            .otherwise(pl.when(pl.col("_shard_line") % 3 == 0).then(pl.lit("duplicate")))
+            .cast(DISPOSITIONS)
+        )
+    )
+    carried = {"_kept"} if data.draw(st.booleans()) else set()
+    if carried:
+        decided = decided.with_columns(_kept=pl.col("_shard_line") * 2)
+    cuts = sorted(data.draw(st.lists(st.integers(0, decided.height), max_size=4)))
+    parts = [decided[lo:hi] for lo, hi in itertools.pairwise([0, *cuts, decided.height])]
+    share = data.draw(st.sampled_from([1, 2, 16, 1 << 40]))
+    # no row decided: the state as it was (run_stages skips a stage that decides none)
+    expected = global_phase.advance(current, decided, carried) if decided.height else current
+    with unittest.mock.patch.object(global_phase, "_HELD_SHARE", share):
+        advancing = global_phase._Advancing(current, carried)
+        for part in parts:
+            if part.height:
+                advancing.add(part)
+        assert advancing.state().equals(expected)
+        if decided.height:
+            assert _refuses(lambda: _advanced(current, [decided, decided.tail(1)]), AssertionError)
+
+
+def _advanced(current: pl.DataFrame, parts: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    advancing = global_phase._Advancing(current, set())
+    for part in parts:
+        advancing.add(part)
+    return advancing.state()
 
 
 @settings(max_examples=80, deadline=None)

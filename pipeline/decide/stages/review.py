@@ -329,7 +329,7 @@ def _decide_partition(
     decided = _decide(reviews, [pl.col("_at")], settings.policy)
     if len(decided.rows):
         settings.storage.stage_table(
-            partition, settings.decided, _decided_table(decided).to_arrow()
+            partition, settings.decided, _decided_table(decided).to_arrow(), batch_rows=PART_ROWS
         )
     accepts = int(reviews["_vote"].sum())
     return {"reviews": reviews.height, "accept_votes": accepts, **_decided_counts(decided)}
@@ -359,16 +359,15 @@ def _decided_table(decided: _Decided) -> pl.DataFrame:
 
 
 def _staged_decisions(ctx: GlobalContext, settings: _ItemSettings) -> Iterator[pl.DataFrame]:
-    """The decided reviews, a partition's and :data:`PART_ROWS` at a time, each with its
-    pointer to the kept review (lineage from the kept review's keys)."""
+    """The decided reviews, a staged batch (at most :data:`PART_ROWS` of a partition's) at a
+    time, each with its pointer to the kept review (lineage from the kept review's
+    keys). A partition's read whole and made a polars frame held every one of its
+    decided reviews while its parts were made."""
     for partition in range(settings.partitions):
         if not settings.storage.has_staged(partition, settings.decided):
             continue
-        table = cast(
-            pl.DataFrame, pl.from_arrow(settings.storage.staged_table(partition, settings.decided))
-        )
-        for lo in range(0, table.height, PART_ROWS):
-            part = table.slice(lo, PART_ROWS)
+        for batch in settings.storage.staged_batches(partition, settings.decided):
+            part = cast(pl.DataFrame, pl.from_arrow(batch))
             keys = part.select(_shard="_kept_shard", _shard_line="_kept_line")
             kept = ctx.with_lineage(keys).with_columns(_record_sha256=part["_kept_record"])
             pointer = kept.select(
