@@ -214,9 +214,10 @@ def _items_on_engine(
     return counts, _staged_decisions(ctx, settings)
 
 
-#: a review's staged entry, in 8-byte words (its line, subject digest, vote and, for an
-#: accept vote, its content fingerprint; its record digest): a partition's share
-_ENTRY_WORDS: Final = 21
+#: a review's staged entry, in 8-byte words (its line, 8; its subject digest, 32; its
+#: vote; for an accept vote its content fingerprint, 32, and an offset, 4; its record
+#: digest, 32): a partition's share
+_ENTRY_WORDS: Final = 14
 
 
 @dataclass(frozen=True)
@@ -296,12 +297,21 @@ def _stage_entries(
         "_shard_line": pa.array(voted["_shard_line"].to_numpy()[order], pa.int64()),
         _GROUP: sha256s(voted[_SUBJECT_TEXT].cast(pl.String).gather(order).to_arrow()),
         "_vote": vote.gather(order).to_arrow(),
-        "_content_sha256": fingerprint.to_series().gather(order).to_arrow(),
-        "_record_sha256": voted["_record_sha256"].cast(pl.String).gather(order).to_arrow(),
+        "_content_sha256": _digest_bytes(fingerprint.to_series().gather(order), pa.binary()),
+        "_record_sha256": _digest_bytes(voted["_record_sha256"].gather(order), pa.binary(32)),
     }
     batch = pa.record_batch(entries)
     settings.storage.stage_partitions(task[0], settings.entries, batch, starts)
     return int(batch.num_rows)
+
+
+def _digest_bytes(digests: pl.Series, to: pa.DataType) -> pa.Array:
+    """SHA-256 digests (64 hex digits) staged as their 32 bytes: as text, two digests
+    were 136 of a shuffle entry's ~177 bytes. Equal digests stay equal and order as
+    their hex digits do, which is all the items' decisions compare. A null (the
+    fingerprint of a vote that is not an accept) stays null: ``to`` is variable-width
+    binary for those, where a null takes 4 bytes, not 32."""
+    return digests.cast(pl.String).str.decode("hex").to_arrow().cast(to)
 
 
 def _decide_partition(
@@ -369,7 +379,8 @@ def _staged_decisions(ctx: GlobalContext, settings: _ItemSettings) -> Iterator[p
         for batch in settings.storage.staged_batches(partition, settings.decided):
             part = cast(pl.DataFrame, pl.from_arrow(batch))
             keys = part.select(_shard="_kept_shard", _shard_line="_kept_line")
-            kept = ctx.with_lineage(keys).with_columns(_record_sha256=part["_kept_record"])
+            hexed = part["_kept_record"].bin.encode("hex")  # staged as its bytes
+            kept = ctx.with_lineage(keys).with_columns(_record_sha256=hexed)
             pointer = kept.select(
                 pl.struct(_source="_source", _line="_line", _record_sha256="_record_sha256")
             ).to_series()

@@ -11,6 +11,7 @@ from typing import Any, Final
 import orjson
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -272,7 +273,7 @@ def test_subject_hash_collisions_never_merge_items(
 ) -> None:
     """Reviews are partitioned by a 64-bit hash of their subject; when every subject
     collides (one partition holds every review), the exact subjects still decide, as
-    their SHA-256s, not their texts. (One worker: the tasks run in this process, where
+    their SHA-256s, not their texts; the entries' digests are staged as their bytes. (One worker: the tasks run in this process, where
     the hash is replaced.)"""
     reviews = [r for r, _ in REVIEWS]
     alone = {"engine.workers": 1, "engine.partitions": 7}
@@ -298,6 +299,10 @@ def test_subject_hash_collisions_never_merge_items(
     assert hashed  # the entries were hashed with it
     assert staged
     assert {b.schema.field("_subject").type for b in staged} == {pa.binary(32)}
+    # the digests too are staged as their 32 bytes
+    assert {b.schema.field("_record_sha256").type for b in staged} == {pa.binary(32)}
+    fingerprints = pa.concat_arrays([b["_content_sha256"] for b in staged])
+    assert set(pc.binary_length(fingerprints).drop_null().to_pylist()) == {32}
     colliding = _review_codes(_outcomes(tmp_path / "colliding"))
     assert colliding == _review_codes(_outcomes(tmp_path / "hashed"))
     assert colliding == [expected for _, expected in REVIEWS]
