@@ -376,3 +376,19 @@ def test_shuffle_reads_reads_the_same_rows_both_ways() -> None:
     assert [line.split()[0] for line in lines[3:]] == ["1", "60"]
     for line in lines[3:]:
         assert all(float(cell) > 0 for cell in line.split()[1:])
+
+
+def test_stage_memory_applies_a_stage_s_decisions_at_each_size() -> None:
+    """stage_memory on two small states: each size's peak and seconds are measured, and
+    the script checks that the state after holds the rows decided, and they alone."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "stage_memory.py"), "--rows",
+         "128000,320000", "--decided", "0.5"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["128,000", "64,000"],
+        ["320,000", "160,000"],
+    ]

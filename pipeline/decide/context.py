@@ -980,9 +980,9 @@ def advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) -> 
     if any(c in current.columns for c in extras):  # taken by name: a drop copies the rest
         current = current[[c for c in current.columns if c not in extras]]
     reasons = "_reasons_add" in decided.columns and REASON_CODES in current.columns
+    at = _places(current, decided)  # a row the state lacks, or one decided twice: refused
     if not (extras or reasons or "_disposition" in decided.columns):
         return current
-    at = _places(current, decided)
     updates: list[pl.Series | pl.Expr] = []
     if "_disposition" in decided.columns:
         new = decided["_disposition"]
@@ -1009,41 +1009,59 @@ class _Advancing:
     """One stage's decisions applied to the state as :func:`advance` applies them all,
     without holding them all when they are many: its parts (their keys, dispositions
     and carried columns: :func:`_retained`) are held until they decide more than one
-    row in :data:`_HELD_SHARE` of the state; from then on each part's dispositions are
-    scattered, as it comes, into one copy of the state's dispositions (1 byte a row),
-    and a bit a row records the rows decided, so that a row decided twice, in one part
-    or in two, is still found. A stage that decides few rows holds their ~13 bytes
-    each, less than the copy. Held to the end and concatenated, the decided reviews of
+    row in :data:`_HELD_SHARE` of the state; from then on their dispositions are
+    scattered, :data:`_SCATTER_ROWS` at a time, into one copy of the state's
+    dispositions (1 byte a row), and a bit a row records the rows decided, so that a
+    row decided twice, in one part or in two, is still found; their places are found
+    with the state's shard runs read once (:class:`_Places`). A stage that decides few
+    rows holds their ~13 bytes each, less than the copy. Held to the end and concatenated, the decided reviews of
     an export of three reviews an item took the review stage from ~8 to ~15 bytes a row
-    (``driver_memory.py --reviews 3``, 300 K to 1 M lines). Carried columns are gathered
-    when the stage ends."""
+    (``driver_memory.py --reviews 3``, 300 K to 1 M lines). Carried columns, and the
+    reasons where the state holds :data:`REASON_CODES`, are gathered when the stage
+    ends. A state out of the order key holds every part, as before."""
 
     def __init__(self, current: pl.DataFrame, carried: Set[str]) -> None:
         self.current = current
         self.carried = carried
         self.held: list[pl.DataFrame] = []
         self.held_rows = 0
+        self.places: _Places | None = None
         self.disposition: pl.Series | None = None
         self.decided = np.zeros(0, np.uint8)
         self.extras: list[pl.DataFrame] = []
 
     def add(self, part: pl.DataFrame) -> None:
+        self.held.append(part)
+        self.held_rows += part.height
         if self.disposition is None:
-            self.held.append(part)
-            self.held_rows += part.height
-            if self.held_rows * _HELD_SHARE <= self.current.height:
+            if self.held_rows * _HELD_SHARE <= self.current.height or self.places is not None:
+                return  # few rows yet, or a state out of order (held)
+            self.places = _Places(self.current)
+            if not self.places.ordered:
                 return
             self.disposition = self.current["_disposition"].clone()  # scatter writes into it
             self.decided = np.zeros((self.current.height + 7) // 8, np.uint8)
-            held, self.held = self.held, []
-            for frame in held:
-                self._scatter(frame)
-        else:
-            self._scatter(part)
+        runs = len(self.places.length) if self.places is not None else 0
+        if self.held_rows >= max(_SCATTER_ROWS, _SCATTER_PER_RUN * runs):
+            self._flush()
+
+    def _flush(self) -> None:
+        """Scatter the parts held, together."""
+        if self.held:
+            made = (
+                self.held[0]
+                if len(self.held) == 1
+                else pl.concat(self.held, how="diagonal_relaxed")
+            )
+            self.held, self.held_rows = [], 0
+            self._scatter(made)
 
     def _scatter(self, part: pl.DataFrame) -> None:
         assert self.disposition is not None
-        at = _places(self.current, part)
+        assert self.places is not None
+        at = self.places.find(part)
+        if at is None:  # a shard's lines out of order: sorted for this part
+            at = _places_sorting(self.current, part)
         byte, bit = at >> 3, np.left_shift(1, at & 7).astype(np.uint8)
         if bool((self.decided[byte] & bit).any()):
             raise AssertionError("a stage decided a row twice")
@@ -1052,12 +1070,15 @@ class _Advancing:
             new = part["_disposition"]
             where = at[new.is_not_null().to_numpy()]
             self.disposition.scatter(where, new.drop_nulls().cast(DISPOSITIONS))
-        extras = [c for c in part.columns if c in self.carried]
+        codes = REASON_CODES in self.current.columns
+        extras = [c for c in part.columns if c in self.carried or (codes and c == "_reasons_add")]
         if extras:
             self.extras.append(part.select(*KEYS, *extras))
 
     def state(self) -> pl.DataFrame:
         """The state after the stage."""
+        if self.disposition is not None:
+            self._flush()
         if self.disposition is None:
             if not self.held:
                 return self.current
@@ -1073,6 +1094,12 @@ class _Advancing:
 #: :class:`_Advancing` holds a stage's decided rows until they are more than one row
 #: of the state in this many
 _HELD_SHARE: Final = 16
+#: and then scatters them this many at a time, or this many a shard of the state where
+#: that is more: rows of shards whose lines are not consecutive are found a shard at a
+#: time (:class:`_Places`), ~27 µs a shard, so ~0.2 µs a row at 128 a shard (held:
+#: ~13 bytes a row, ~27 MB for the ~16,000 shards of 1 TB)
+_SCATTER_ROWS: Final = PART_ROWS
+_SCATTER_PER_RUN: Final = 128
 
 
 def _keys_frame(shards: npt.NDArray[np.int32], lines: npt.NDArray[np.int64]) -> pl.DataFrame:
@@ -1083,39 +1110,94 @@ def _keys_frame(shards: npt.NDArray[np.int32], lines: npt.NDArray[np.int64]) -> 
 
 
 def _places(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int64]:
-    """Each decided row's place in the state. The state is in the order key: each shard's
-    rows are one run, the runs in shard order, and a shard's lines ascend, so a decided
-    row is found by a binary search among its shard's lines, read a shard at a time (a
-    state out of order is sorted first: :func:`_places_sorting`). Keys of every row at
-    once (three 8-byte arrays) were the plain run's peak. A row decided twice is found
-    a shard at a time too: sorting every place at once held ~24 bytes a decided row
-    more (the peak of a grouping check that found 550,000 rows)."""
-    run_shard, run_start = shard_runs(current)
-    if not bool((run_shard[1:] > run_shard[:-1]).all()):
-        return _places_sorting(current, decided)
-    wanted_shard = decided["_shard"].to_numpy()  # taken as they are, not copied
-    wanted_line = decided["_shard_line"].to_numpy().astype(np.int64, copy=False)
-    in_shard_order = np.argsort(wanted_shard, kind="stable")
-    bounds = np.flatnonzero(np.diff(wanted_shard[in_shard_order])) + 1
-    at = np.empty(len(decided), np.int64)
-    for rows in np.split(in_shard_order, bounds) if len(in_shard_order) else []:
-        run = int(np.searchsorted(run_shard, wanted_shard[rows[0]]))
-        if run == len(run_shard) or run_shard[run] != wanted_shard[rows[0]]:
+    """Each decided row's place in the state (:class:`_Places`; a state out of order is
+    sorted first: :func:`_places_sorting`)."""
+    at = _Places(current).find(decided)
+    return _places_sorting(current, decided) if at is None else at
+
+
+class _Places:
+    """Decided rows' places in one state, for one frame or for part after part. The state
+    is in the order key: each shard's rows are one run, the runs in shard order, and a
+    shard's lines ascend (each run is checked once, the first time a row of it is
+    asked for). Where a run's lines are consecutive (a shard of one kind, its every line
+    staged: the common case), a row's place is its run's start plus its line's offset,
+    found for every row at once; elsewhere by a binary search among its shard's lines,
+    read a shard at a time. A loop over the shards for each part of a stage's decisions
+    cost ~27 µs a shard a part (4.6 s for 41 parts over 4,096 shards, against 0.9 s for
+    them all at once), and reading the runs again a part ~4 ns a row of the state a part.
+    Keys of every row at once (three 8-byte arrays) were the plain run's peak."""
+
+    def __init__(self, current: pl.DataFrame) -> None:
+        self.lines = current["_shard_line"]
+        self.run_shard, self.run_start = shard_runs(current)
+        self.ordered = bool((self.run_shard[1:] > self.run_shard[:-1]).all())
+        runs = len(self.run_shard)
+        self.length = np.diff(self.run_start)
+        first = self.lines.gather(self.run_start[:-1]).to_numpy() if runs else self.length
+        last = self.lines.gather(self.run_start[1:] - 1).to_numpy() if runs else self.length
+        self.first = first.astype(np.int64)
+        # strictly ascending (checked below) from first to last: every line between
+        self.consecutive = last.astype(np.int64) - self.first == self.length - 1
+        self.checked = np.zeros(runs, np.bool_)
+
+    def find(self, decided: pl.DataFrame) -> npt.NDArray[np.int64] | None:
+        """``decided``'s places, or None where the state is out of order."""
+        if not self.ordered:
+            return None
+        shard = decided["_shard"].to_numpy().astype(np.int64)
+        line = decided["_shard_line"].to_numpy().astype(np.int64, copy=False)
+        run = np.searchsorted(self.run_shard, shard)
+        held = run < len(self.run_shard)
+        held[held] = self.run_shard[run[held]] == shard[held]
+        if not held.all():
             raise AssertionError("a stage decided a row of a shard the state does not hold")
-        lo, hi = int(run_start[run]), int(run_start[run + 1])
-        lines = current["_shard_line"].slice(lo, hi - lo).to_numpy()
-        if not bool((lines[1:] > lines[:-1]).all()):
-            return _places_sorting(current, decided)
-        place = np.searchsorted(lines, wanted_line[rows])
-        found = place < len(lines)
-        found[found] = lines[place[found]] == wanted_line[rows][found]
-        if not found.all():
+        touched = np.zeros(len(self.checked), np.bool_)
+        touched[run] = True
+        for r in np.flatnonzero(touched & ~self.checked).tolist():
+            lines = self.lines.slice(int(self.run_start[r]), int(self.length[r])).to_numpy()
+            if not bool((lines[1:] > lines[:-1]).all()):
+                self.ordered = False
+                return None
+            self.checked[r] = True
+        if not self.consecutive.any():  # every run searched: no place to compute
+            return self._searched(run, line)
+        at = self.run_start[run] + line - self.first[run]
+        dense = self.consecutive[run]
+        if not bool(((line >= self.first[run]) & (at < self.run_start[run + 1]))[dense].all()):
             raise AssertionError("a stage decided a row the state does not hold")
-        at[rows] = lo + place
-        place.sort()  # in place: this shard's places are set
-        if bool((place[1:] == place[:-1]).any()):
+        ordered = np.sort(at[dense])
+        if bool((ordered[1:] == ordered[:-1]).any()):
             raise AssertionError("a stage decided a row twice")
-    return at
+        del ordered
+        sparse = np.flatnonzero(~dense)
+        if len(sparse):
+            at[sparse] = self._searched(run[sparse], line[sparse])
+        return at
+
+    def _searched(
+        self, run: npt.NDArray[np.int64], line: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """The places of rows of runs whose lines are not consecutive, by a binary search
+        among each run's lines."""
+        by_run = np.argsort(run, kind="stable")
+        bounds = np.flatnonzero(np.diff(run[by_run])) + 1
+        at = np.empty(len(run), np.int64)
+        for rows in np.split(by_run, bounds) if len(by_run) else []:
+            r = int(run[rows[0]])
+            lo = int(self.run_start[r])
+            lines = self.lines.slice(lo, int(self.length[r])).to_numpy()
+            wanted = line[rows]
+            place = np.searchsorted(lines, wanted)
+            found = place < len(lines)
+            found[found] = lines[place[found]] == wanted[found]
+            if not found.all():
+                raise AssertionError("a stage decided a row the state does not hold")
+            at[rows] = lo + place
+            place.sort()  # in place: this run's places are set
+            if bool((place[1:] == place[:-1]).any()):
+                raise AssertionError("a stage decided a row twice")
+        return at
 
 
 def _places_sorting(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int64]:

@@ -681,9 +681,9 @@ def test_a_stage_applied_a_part_at_a_time_is_applied_as_all_its_parts_at_once(
     data: st.DataObject,
 ) -> None:
     """A stage's decisions applied to the state as they come (held while few, then
-    scattered into one copy of the dispositions) give the state :func:`advance` gives for
-    all of them at once, carried columns included; a row decided in two parts is refused
-    either way."""
+    scattered into one copy of the dispositions, a few parts at a time) give the state
+    :func:`advance` gives for all of them at once, carried columns and reasons
+    included; a row decided in two parts is refused either way, whatever it carries."""
     keys = data.draw(
         st.lists(st.tuples(st.integers(0, 5), st.integers(1, 1 << 40)), min_size=1, unique=True)
     )
@@ -696,7 +696,12 @@ def test_a_stage_applied_a_part_at_a_time_is_applied_as_all_its_parts_at_once(
         },
         schema_overrides={"_shard": pl.Int32, "_disposition": DISPOSITIONS},
     )
+    if data.draw(st.booleans()):  # a state a stage that reads them is given
+        current = current.with_columns(
+            _reason_codes=pl.Series([["x.old"]] * len(keys), dtype=pl.List(pl.String))
+        )
     chosen = data.draw(st.permutations(range(len(keys))))[: data.draw(st.integers(0, len(keys)))]
+    reason = pl.struct(code=pl.lit("y.new"), path=pl.lit(""), detail=pl.lit(""))
     decided = (
         current[list(chosen)]
         .select(KEYS)
@@ -704,7 +709,8 @@ def test_a_stage_applied_a_part_at_a_time_is_applied_as_all_its_parts_at_once(
             _disposition=pl.when(pl.col("_shard_line") % 3 > 0)
             .then(pl.lit("quarantined"))
             .otherwise(pl.when(pl.col("_shard_line") % 3 == 0).then(pl.lit("duplicate")))
-            .cast(DISPOSITIONS)
+            .cast(DISPOSITIONS),
+            _reasons_add=pl.concat_list(reason),
         )
     )
     carried = {"_kept"} if data.draw(st.booleans()) else set()
@@ -712,17 +718,23 @@ def test_a_stage_applied_a_part_at_a_time_is_applied_as_all_its_parts_at_once(
         decided = decided.with_columns(_kept=pl.col("_shard_line") * 2)
     cuts = sorted(data.draw(st.lists(st.integers(0, decided.height), max_size=4)))
     parts = [decided[lo:hi] for lo, hi in itertools.pairwise([0, *cuts, decided.height])]
-    share = data.draw(st.sampled_from([1, 2, 16, 1 << 40]))
+    held = data.draw(st.sampled_from([1, 2, 16, 1 << 40]))
+    scattered = data.draw(st.sampled_from([1, 3, 1 << 19]))
     # no row decided: the state as it was (run_stages skips a stage that decides none)
     expected = global_phase.advance(current, decided, carried) if decided.height else current
-    with unittest.mock.patch.object(global_phase, "_HELD_SHARE", share):
+    with (
+        unittest.mock.patch.object(global_phase, "_HELD_SHARE", held),
+        unittest.mock.patch.object(global_phase, "_SCATTER_ROWS", scattered),
+    ):
         advancing = global_phase._Advancing(current, carried)
         for part in parts:
             if part.height:
                 advancing.add(part)
         assert advancing.state().equals(expected)
         if decided.height:
-            assert _refuses(lambda: _advanced(current, [decided, decided.tail(1)]), AssertionError)
+            for twice in (decided, decided.select(KEYS)):  # whatever the row carries
+                call = lambda twice=twice: _advanced(current, [twice, twice.tail(1)])  # noqa: E731
+                assert _refuses(call, AssertionError)
 
 
 def _advanced(current: pl.DataFrame, parts: Sequence[pl.DataFrame]) -> pl.DataFrame:
@@ -730,6 +742,28 @@ def _advanced(current: pl.DataFrame, parts: Sequence[pl.DataFrame]) -> pl.DataFr
     for part in parts:
         advancing.add(part)
     return advancing.state()
+
+
+def test_a_stage_s_parts_are_placed_with_the_state_s_shard_runs_read_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scattering a stage's parts reads the state's shard runs once, not once a part:
+    each read is a pass over every row of the state, and a stage makes a part of
+    every 65,536 rows it decides."""
+    shards = np.repeat(np.arange(8, dtype=np.int32), 1000)
+    current = pl.DataFrame(
+        {"_shard": shards, "_shard_line": np.tile(np.arange(1000, dtype=np.int64), 8)}
+    ).with_columns(_disposition=pl.lit("accepted").cast(DISPOSITIONS))
+    decided = current[::2].select(KEYS).with_columns(_disposition=pl.lit("duplicate"))
+    reads = []
+    runs = global_phase.shard_runs
+    monkeypatch.setattr(global_phase, "shard_runs", lambda rows: reads.append(1) or runs(rows))
+    monkeypatch.setattr(global_phase, "_SCATTER_ROWS", 100)
+    advancing = global_phase._Advancing(current, set())
+    for lo in range(0, decided.height, 50):
+        advancing.add(decided.slice(lo, 50))
+    assert advancing.state().equals(global_phase.advance(current, decided, set()))
+    assert len(reads) == 2  # the scatter's, and advance's above
 
 
 @settings(max_examples=80, deadline=None)
@@ -767,14 +801,12 @@ def test_repeated_keys_are_those_polars_finds(keys: list[tuple[int, int]]) -> No
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_places_find_each_decided_row_in_the_state(data: st.DataObject) -> None:
-    """A decided row's place in the state: read a shard at a time in a state in the
-    order key, by sorting every key otherwise; a row the state lacks, or a row decided
-    twice, is refused."""
-    keys = sorted(
-        data.draw(
-            st.lists(st.tuples(st.integers(0, 5), st.integers(1, 1 << 40)), min_size=1, unique=True)
-        )
-    )
+    """A decided row's place in the state: its offset in a shard whose lines are
+    consecutive, else read a shard at a time, in a state in the order key; by sorting
+    every key otherwise; a row the state lacks, or a row decided twice, is refused."""
+    # lines from a few (a shard's often consecutive: placed by their offsets) or far apart
+    lines = st.integers(0, 12) if data.draw(st.booleans()) else st.integers(1, 1 << 40)
+    keys = sorted(data.draw(st.lists(st.tuples(st.integers(0, 5), lines), min_size=1, unique=True)))
     state = pl.DataFrame(
         {"_shard": [k[0] for k in keys], "_shard_line": [k[1] for k in keys]},
         schema={"_shard": pl.Int32, "_shard_line": pl.Int64},
@@ -792,6 +824,7 @@ def test_places_find_each_decided_row_in_the_state(data: st.DataObject) -> None:
     missing = [
         decided.with_columns(_shard=pl.lit(9, pl.Int32)),  # a shard the state lacks
         decided.with_columns(_shard_line=pl.col("_shard_line") + (1 << 41)),
+        decided.with_columns(_shard_line=pl.col("_shard_line") - (1 << 41)),
         pl.concat([decided, decided.head(1)]),  # a row twice
     ]
     for wrong in missing if chosen else []:
