@@ -912,7 +912,7 @@ def run_stages(
             del advancing
         if not held:
             continue
-        made = held[0] if len(held) == 1 else pl.concat(held, how="diagonal_relaxed")
+        made = pl.concat(held, how="diagonal_relaxed")  # one part: that part, not a copy
         del held
         decided.append(made)
         if applies:
@@ -1014,17 +1014,19 @@ class _Advancing:
     dispositions (1 byte a row), and a bit a row records the rows decided, so that a
     row decided twice, in one part or in two, is still found; their places are found
     with the state's shard runs read once (:class:`_Places`). A stage that decides few
-    rows holds their ~13 bytes each, less than the copy. Held to the end and concatenated, the decided reviews of
-    an export of three reviews an item took the review stage from ~8 to ~15 bytes a row
-    (``driver_memory.py --reviews 3``, 300 K to 1 M lines). Carried columns, and the
-    reasons where the state holds :data:`REASON_CODES`, are gathered when the stage
-    ends. A state out of the order key holds every part, as before."""
+    rows holds their ~13 bytes each, less than the copy. Held to the end and
+    concatenated, a stage's decided rows were ~41 bytes each above the state, ~4 a row
+    of the state now (two rows in three decided, 16 M rows:
+    ``benchmarks/stage_memory.py``). Carried columns, and the reasons where the state
+    holds :data:`REASON_CODES`, are gathered when the stage ends. A state out of the
+    order key holds every part, as before."""
 
     def __init__(self, current: pl.DataFrame, carried: Set[str]) -> None:
         self.current = current
         self.carried = carried
         self.held: list[pl.DataFrame] = []
         self.held_rows = 0
+        self.flush_rows = 0  # set when scattering starts
         self.places: _Places | None = None
         self.disposition: pl.Series | None = None
         self.decided = np.zeros(0, np.uint8)
@@ -1041,18 +1043,14 @@ class _Advancing:
                 return
             self.disposition = self.current["_disposition"].clone()  # scatter writes into it
             self.decided = np.zeros((self.current.height + 7) // 8, np.uint8)
-        runs = len(self.places.length) if self.places is not None else 0
-        if self.held_rows >= max(_SCATTER_ROWS, _SCATTER_PER_RUN * runs):
+            self.flush_rows = max(_SCATTER_ROWS, _SCATTER_PER_RUN * len(self.places.length))
+        if self.held_rows >= self.flush_rows:
             self._flush()
 
     def _flush(self) -> None:
         """Scatter the parts held, together."""
         if self.held:
-            made = (
-                self.held[0]
-                if len(self.held) == 1
-                else pl.concat(self.held, how="diagonal_relaxed")
-            )
+            made = pl.concat(self.held, how="diagonal_relaxed")
             self.held, self.held_rows = [], 0
             self._scatter(made)
 
@@ -1132,14 +1130,12 @@ class _Places:
         self.lines = current["_shard_line"]
         self.run_shard, self.run_start = shard_runs(current)
         self.ordered = bool((self.run_shard[1:] > self.run_shard[:-1]).all())
-        runs = len(self.run_shard)
         self.length = np.diff(self.run_start)
-        first = self.lines.gather(self.run_start[:-1]).to_numpy() if runs else self.length
-        last = self.lines.gather(self.run_start[1:] - 1).to_numpy() if runs else self.length
-        self.first = first.astype(np.int64)
+        self.first = self.lines.gather(self.run_start[:-1]).to_numpy().astype(np.int64)
+        last = self.lines.gather(self.run_start[1:] - 1).to_numpy().astype(np.int64)
         # strictly ascending (checked below) from first to last: every line between
-        self.consecutive = last.astype(np.int64) - self.first == self.length - 1
-        self.checked = np.zeros(runs, np.bool_)
+        self.consecutive = last - self.first == self.length - 1
+        self.checked = np.zeros(len(self.run_shard), np.bool_)
 
     def find(self, decided: pl.DataFrame) -> npt.NDArray[np.int64] | None:
         """``decided``'s places, or None where the state is out of order."""
@@ -1148,9 +1144,9 @@ class _Places:
         shard = decided["_shard"].to_numpy().astype(np.int64)
         line = decided["_shard_line"].to_numpy().astype(np.int64, copy=False)
         run = np.searchsorted(self.run_shard, shard)
-        held = run < len(self.run_shard)
-        held[held] = self.run_shard[run[held]] == shard[held]
-        if not held.all():
+        known = run < len(self.run_shard)
+        known[known] = self.run_shard[run[known]] == shard[known]
+        if not known.all():
             raise AssertionError("a stage decided a row of a shard the state does not hold")
         touched = np.zeros(len(self.checked), np.bool_)
         touched[run] = True

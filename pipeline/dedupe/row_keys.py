@@ -37,6 +37,7 @@ __all__ = [
     "SIGNATURE",
     "RowKeys",
     "SignatureMemo",
+    "digest_bytes",
     "row_keys",
     "sha256s",
 ]
@@ -170,6 +171,14 @@ def sha256s(texts: pa.Array) -> pa.Array:
     """The SHA-256 of each string's UTF-8 bytes (null for null)."""
     sha256 = hashlib.sha256
     return pa.array(_each_string(texts, lambda b: sha256(b).digest()), pa.binary(32))
+
+
+def digest_bytes(digests: pl.Series, to: pa.DataType | None = None) -> pa.Array:
+    """SHA-256 digests written as 64 hex digits (the gate writes them in lowercase), as
+    their 32 bytes: equal digests stay equal, and order as their hex digits do. ``to``:
+    ``binary(32)`` by default; variable-width binary where many are null (a null takes
+    4 bytes there, not 32)."""
+    return digests.cast(pl.String).str.decode("hex").to_arrow().cast(to or pa.binary(32))
 
 
 def _xxh128s(texts: pa.Array) -> list[bytes | None]:

@@ -67,6 +67,7 @@ from pipeline.dedupe.row_keys import (
     SIGNATURE,
     RowKeys,
     SignatureMemo,
+    digest_bytes,
     row_keys,
     sha256s,
 )
@@ -482,7 +483,7 @@ def _batch_keys(
         columns[EXACT] = sha256s(raw.to_arrow())
     elif job.exact == "fingerprint":  # hex to its bytes: the same order, 32 bytes
         assert printed is not None
-        columns[EXACT] = printed.str.decode("hex").to_arrow().cast(pa.binary(32))
+        columns[EXACT] = digest_bytes(printed)
     elif job.exact == "fingerprint text":
         assert printed is not None
         columns[EXACT] = sha256s(printed.to_arrow())

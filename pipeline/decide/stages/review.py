@@ -72,7 +72,7 @@ from pipeline.decide.partitioned import (
 )
 from pipeline.decide.repeats import run_starts
 from pipeline.dedupe.keys import DedupeKey, key_columns
-from pipeline.dedupe.row_keys import sha256s
+from pipeline.dedupe.row_keys import digest_bytes, sha256s
 from pipeline.engines import Progress, Step
 from pipeline.kinds import get_kind
 from pipeline.rubrics.bindings import ScoringPlan
@@ -297,21 +297,13 @@ def _stage_entries(
         "_shard_line": pa.array(voted["_shard_line"].to_numpy()[order], pa.int64()),
         _GROUP: sha256s(voted[_SUBJECT_TEXT].cast(pl.String).gather(order).to_arrow()),
         "_vote": vote.gather(order).to_arrow(),
-        "_content_sha256": _digest_bytes(fingerprint.to_series().gather(order), pa.binary()),
-        "_record_sha256": _digest_bytes(voted["_record_sha256"].gather(order), pa.binary(32)),
+        # the digests as their 32 bytes: as text, two were 136 of an entry's ~177 bytes
+        "_content_sha256": digest_bytes(fingerprint.to_series().gather(order), pa.binary()),
+        "_record_sha256": digest_bytes(voted["_record_sha256"].gather(order)),
     }
     batch = pa.record_batch(entries)
     settings.storage.stage_partitions(task[0], settings.entries, batch, starts)
     return int(batch.num_rows)
-
-
-def _digest_bytes(digests: pl.Series, to: pa.DataType) -> pa.Array:
-    """SHA-256 digests (64 hex digits) staged as their 32 bytes: as text, two digests
-    were 136 of a shuffle entry's ~177 bytes. Equal digests stay equal and order as
-    their hex digits do, which is all the items' decisions compare. A null (the
-    fingerprint of a vote that is not an accept) stays null: ``to`` is variable-width
-    binary for those, where a null takes 4 bytes, not 32."""
-    return digests.cast(pl.String).str.decode("hex").to_arrow().cast(to)
 
 
 def _decide_partition(
