@@ -7,7 +7,8 @@ The gate computes each row's dedupe keys when a run's normalised or near rule is
 (``pipeline.dedupe.row_keys.row_keys``): the key fields normalised (NFC, whitespace and
 case folding), the normalised key's SHA-256, the key text's word tokens, their 5-word
 shingles' 64-bit hashes, and the MinHash signature (128 minima). This script times each
-step alone, with the very functions the gate calls, over the key columns of generated
+step alone, with the very functions the gate calls (the signatures' vectorised steps too,
+which the gate's compiled kernels replace: ``pipeline.dedupe.kernels``), over the key columns of generated
 pairwise-v2 rows (the scale benchmark's export: ``size=4``), on one thread
 (``POLARS_MAX_THREADS=1``, as in a gate worker that shares the machine with others), best
 of ``--repeat``; then ``row_keys`` whole. Each step's time is also given per byte of key
@@ -100,7 +101,14 @@ def main() -> None:
         lambda: minhash.shingle_hashes(texts, params.shingle_size, params.seed),
     )
     step("MinHash minima (128 permutations)", lambda: minhash._text_minima(shingles, a, b))
-    step("signatures (shingles and minima, by chunk)", lambda: minhash.signatures(texts, params))
+    step(
+        "signatures, vectorised (the steps above, by chunk: the reference)",
+        lambda: minhash.signatures(texts, params, compiled=False),
+    )
+    step(
+        "signatures, compiled (numba: what the gate calls)",
+        lambda: minhash.signatures(texts, params, compiled=True),
+    )
     step("row_keys whole (the gate's call)", lambda: row_keys(frame, key, settings))
 
     rows = [

@@ -37,6 +37,7 @@ import xxhash
 
 from pipeline.core.arrays import distinct, isin, ragged_arange
 from pipeline.core.config import DedupeSettings
+from pipeline.dedupe import kernels
 
 __all__ = [
     "LshParams",
@@ -304,14 +305,24 @@ def _chunks(texts: pl.Series) -> Iterator[tuple[int, int]]:
         start = end
 
 
-def signatures(texts: pl.Series, params: LshParams) -> tuple[U32, npt.NDArray[np.bool_]]:
-    """MinHash signatures, shape (permutations, texts), and which texts have shingles."""
+def signatures(
+    texts: pl.Series, params: LshParams, *, compiled: bool = True
+) -> tuple[U32, npt.NDArray[np.bool_]]:
+    """MinHash signatures, shape (permutations, texts), and which texts have shingles.
+    ``compiled``: by the numba kernels (:mod:`pipeline.dedupe.kernels`), or by this
+    module's vectorised path, which is the reference (tests hold the two equal)."""
     n = len(texts)
     a, b = params.permutation_coefficients()
     out = np.full((params.permutations, n), np.iinfo(np.uint32).max, dtype=np.uint32)
     has = np.zeros(n, dtype=np.bool_)
     for lo, hi in _chunks(texts):
-        sh = shingle_hashes(texts.slice(lo, hi - lo), params.shingle_size, params.seed)
+        chunk = texts.slice(lo, hi - lo)
+        if compiled:
+            out[:, lo:hi], has[lo:hi] = kernels.signatures(
+                chunk, params.shingle_size, params.seed, a, b
+            )
+            continue
+        sh = shingle_hashes(chunk, params.shingle_size, params.seed)
         nonempty, minima = _text_minima(sh, a, b)
         has[lo + nonempty] = True
         out[:, lo + nonempty] = minima

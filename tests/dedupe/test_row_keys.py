@@ -46,13 +46,16 @@ def test_signatures_per_batch_equal_signatures_over_all_texts(
     assert np.array_equal(np.concatenate([p[1] for p in parts]), has)
 
 
-def test_signatures_do_not_depend_on_the_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("compiled", [False, True])
+def test_signatures_do_not_depend_on_the_chunk_size(
+    monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
     """signatures() tokenises in chunks of texts; a chunk of one text changes nothing."""
     rng = np.random.default_rng(5)
     texts = pl.Series([" ".join(rng.choice(WORDS, rng.integers(0, 40))) for _ in range(300)])
-    whole, has = signatures(texts, PARAMS)
+    whole, has = signatures(texts, PARAMS, compiled=compiled)
     monkeypatch.setattr(minhash, "_CHUNK_TOKENS", 7)
-    chunked, chunked_has = signatures(texts, PARAMS)
+    chunked, chunked_has = signatures(texts, PARAMS, compiled=compiled)
     assert np.array_equal(whole, chunked)
     assert np.array_equal(has, chunked_has)
 
