@@ -67,6 +67,7 @@ _DEPENDENCIES: Final = (
     "typer",
     "rich",
     "numpy",
+    "numba",
     "matplotlib",
 )
 

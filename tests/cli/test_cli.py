@@ -219,6 +219,7 @@ def _heavy_modules_after(
         "polars",
         "pyarrow",
         "matplotlib",
+        "numba",
         "pipeline.cli",
         "pipeline._api",
     ),
