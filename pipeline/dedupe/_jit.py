@@ -77,27 +77,20 @@ def xxh3_keys(seed: int) -> U64:
 
 
 @_inline
-def _read64(data: U8, at: int) -> np.uint64:
+def _read32(data: U8, at: int) -> np.uint64:
+    """The 4 bytes at ``at``, little-endian."""
     return (
         _u64(data[at])
         | (_u64(data[at + 1]) << _u64(8))
         | (_u64(data[at + 2]) << _u64(16))
         | (_u64(data[at + 3]) << _u64(24))
-        | (_u64(data[at + 4]) << _u64(32))
-        | (_u64(data[at + 5]) << _u64(40))
-        | (_u64(data[at + 6]) << _u64(48))
-        | (_u64(data[at + 7]) << _u64(56))
     )
 
 
 @_inline
-def _read32(data: U8, at: int) -> np.uint64:
-    return (
-        _u64(data[at])
-        | (_u64(data[at + 1]) << _u64(8))
-        | (_u64(data[at + 2]) << _u64(16))
-        | (_u64(data[at + 3]) << _u64(24))
-    )
+def _read64(data: U8, at: int) -> np.uint64:
+    """The 8 bytes at ``at``, little-endian."""
+    return _read32(data, at) | (_read32(data, at + 4) << _u64(32))
 
 
 @_inline
