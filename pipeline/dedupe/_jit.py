@@ -13,11 +13,14 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LONGEST", "SECRET", "minima", "token_hashes", "xxh3"]
+__all__ = ["LONGEST", "SECRET", "WORD_TABLE", "minima", "token_hashes", "xxh3", "xxh3_keys"]
 
 #: the longest token :func:`xxh3` hashes (xxh3's short and mid-size inputs); the caller
 #: hashes longer ones with ``xxhash``
 LONGEST: Final = 240
+#: entries of the word table: every code point a 4-byte sequence's bits can spell (what is
+#: not UTF-8 reads no further than the table, and is no word)
+WORD_TABLE: Final = 1 << 21
 #: xxh3's default secret, the part inputs of up to 240 bytes read (136 bytes)
 SECRET: Final = np.frombuffer(
     bytes.fromhex(
@@ -207,8 +210,9 @@ def token_hashes(
     long_tokens: I64,
 ) -> tuple[int, int]:
     """Each valid text's tokens (text ``t``: the UTF-8 bytes ``data[offsets[t]:offsets[t +
-    1]]``; a token: a maximal run of code points ``word`` marks), hashed in order into
-    ``hashes`` (:func:`xxh3` with ``keys``) and counted into ``counts``. A token longer than :data:`LONGEST` is left
+    1]]``; a token: a maximal run of code points ``word`` marks, a table of
+    :data:`WORD_TABLE` entries), hashed in order into ``hashes`` (:func:`xxh3` with
+    ``keys``) and counted into ``counts``. A token longer than :data:`LONGEST` is left
     for the caller, as (its place in ``hashes``, start, length) in ``long_tokens``.
     Returns how many tokens and how many such long ones."""
     tokens = 0
@@ -226,26 +230,31 @@ def token_hashes(
             if i < end:
                 byte = data[i]
                 if byte < 0x80:
-                    code = np.int64(byte)
-                elif byte < 0xE0:
-                    code = (np.int64(byte & 0x1F) << 6) | np.int64(data[i + 1] & 0x3F)
-                    width = 2
-                elif byte < 0xF0:
-                    code = (
-                        (np.int64(byte & 0x0F) << 12)
-                        | (np.int64(data[i + 1] & 0x3F) << 6)
-                        | np.int64(data[i + 2] & 0x3F)
-                    )
-                    width = 3
+                    is_word = word[byte] != 0
                 else:
-                    code = (
-                        (np.int64(byte & 0x07) << 18)
-                        | (np.int64(data[i + 1] & 0x3F) << 12)
-                        | (np.int64(data[i + 2] & 0x3F) << 6)
-                        | np.int64(data[i + 3] & 0x3F)
-                    )
-                    width = 4
-                is_word = word[code] != 0
+                    width = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+                    # a sequence cut short by the text's end (not UTF-8, which Arrow's
+                    # strings are) is read as a byte of no word
+                    if i + width > end:
+                        width = 1
+                    elif width == 2:
+                        code = (np.int64(byte & 0x1F) << 6) | np.int64(data[i + 1] & 0x3F)
+                        is_word = word[code] != 0
+                    elif width == 3:
+                        code = (
+                            (np.int64(byte & 0x0F) << 12)
+                            | (np.int64(data[i + 1] & 0x3F) << 6)
+                            | np.int64(data[i + 2] & 0x3F)
+                        )
+                        is_word = word[code] != 0
+                    else:
+                        code = (
+                            (np.int64(byte & 0x07) << 18)
+                            | (np.int64(data[i + 1] & 0x3F) << 12)
+                            | (np.int64(data[i + 2] & 0x3F) << 6)
+                            | np.int64(data[i + 3] & 0x3F)
+                        )
+                        is_word = word[code] != 0
             if is_word:
                 if start < 0:
                     start = i

@@ -27,6 +27,7 @@ writable), so a process after the first loads them.
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Final
 
 import numpy as np
@@ -48,6 +49,12 @@ def signatures(
     :func:`pipeline.dedupe.minhash.signatures`. A text without a token (or null) has
     none, and its signature is every value's maximum."""
     from pipeline.dedupe import _jit  # numba, imported on first use
+
+    shingle_size, seed = operator.index(shingle_size), operator.index(seed)
+    if not 1 <= shingle_size <= _LARGEST_SHINGLE:
+        raise ValueError(f"a shingle is 1 to {_LARGEST_SHINGLE} tokens, not {shingle_size}")
+    if not 0 <= seed < 1 << 64:
+        raise ValueError(f"the seed is a 64-bit unsigned integer, not {seed}")
 
     array = texts.to_arrow().cast(pa.large_string())
     if isinstance(array, pa.ChunkedArray):
@@ -90,8 +97,10 @@ def _word_table() -> npt.NDArray[np.uint8]:
     65,536 at a time in one string whose non-word characters it replaces with U+0000
     (itself no word character). At once, the strings' copies raised a worker's resident
     memory by 29 MB; by 7 this way."""
-    table = np.zeros(0x110000, np.uint8)
-    for start in range(0, len(table), _TABLE_STEP):
+    from pipeline.dedupe._jit import WORD_TABLE
+
+    table = np.zeros(WORD_TABLE, np.uint8)
+    for start in range(0, 0x110000, _TABLE_STEP):
         codes = np.arange(start, start + _TABLE_STEP, dtype=np.uint32)
         codes = codes[(codes < 0xD800) | (codes > 0xDFFF)]
         marked = pl.Series([codes.tobytes().decode("utf-32-le")]).str.replace_all(r"\W", "\x00")
@@ -99,5 +108,7 @@ def _word_table() -> npt.NDArray[np.uint8]:
     return table
 
 
+#: the kernel's shingle size is a signed 64-bit integer (the settings allow 1 to 64)
+_LARGEST_SHINGLE: Final = (1 << 63) - 1
 #: code points read off the regex at a time (:func:`_word_table`)
 _TABLE_STEP: Final = 1 << 16

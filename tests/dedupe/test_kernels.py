@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
@@ -66,7 +71,7 @@ def test_compiled_signatures_are_the_vectorised_path_s(
 
 
 def test_a_slice_of_texts_is_signed_as_its_texts() -> None:
-    """A series that is a slice of another (an Arrow offset into shared buffers)."""
+    """A series sliced from another is signed as its own texts."""
     params = LshParams(shingle_size=3, seed=7)
     whole = pl.Series(["alpha beta gamma", None, "数据 données x1", "z " * 9, "b c"])
     part = whole.slice(1, 3)
@@ -82,4 +87,49 @@ def test_edge_texts_are_signed_as_the_vectorised_path_signs_them(text: str) -> N
     assert np.array_equal(
         signatures(series, PARAMS, compiled=True)[0],
         signatures(series, PARAMS, compiled=False)[0],
+    )
+
+
+_NOT_UTF8 = """
+import numpy as np, xxhash
+from pipeline.dedupe import _jit, kernels
+data = np.frombuffer(b"ab \\xf7\\xbf\\xbf\\xbf cd \\xe2", np.uint8)
+hashes, counts, long_tokens = np.zeros(8, np.uint64), np.zeros(1, np.int64), np.zeros(3, np.int64)
+made = _jit.token_hashes(data, np.array([0, len(data)]), np.ones(1, bool), kernels._word_table(),
+                         _jit.xxh3_keys(5), hashes, counts, long_tokens)
+assert made == (2, 0), made
+assert hashes[:2].tolist() == [xxhash.xxh3_64_intdigest(t, 5) for t in (b"ab", b"cd")]
+"""
+
+
+def test_bytes_that_are_not_utf8_are_no_word_and_read_nothing_beyond_the_text(
+    tmp_path: Path,
+) -> None:
+    """Arrow's strings are UTF-8, but a malformed import is not checked: a lead byte that
+    spells no code point (its bits reach past Unicode: the table covers them), or a
+    sequence cut short by the text's end (here the buffer's), is a byte of no word. Run
+    with numba's bounds checks on (compiled apart, in a cache of its own), so that a read
+    past the table or the text fails instead of reading what lies there."""
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", _NOT_UTF8], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("shingle_size", "seed"), [(0, 1), (2**63, 1), (5, -1), (5, 2**64)])
+def test_a_shingle_size_or_seed_out_of_range_is_refused(shingle_size: int, seed: int) -> None:
+    """Not wrapped around into the kernel's 64-bit integers (a shingle size of 2**63 read
+    past the texts' tokens)."""
+    with pytest.raises(ValueError, match=r"shingle|seed"):
+        kernels.signatures(
+            pl.Series(["a b c"]), shingle_size, seed, *PARAMS.permutation_coefficients()
+        )
+
+
+def test_a_numpy_integer_seed_is_a_seed() -> None:
+    a, b = PARAMS.permutation_coefficients()
+    assert np.array_equal(
+        kernels.signatures(pl.Series(["a b c d e f"]), np.int64(5), np.uint64(1), a, b)[0],
+        kernels.signatures(pl.Series(["a b c d e f"]), 5, 1, a, b)[0],
     )
