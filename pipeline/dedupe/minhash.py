@@ -2,7 +2,8 @@
 
 Everything is vectorised over whole chunks of texts (polars for tokenising, numpy for
 hashing, signatures and banding); Python loops run over permutations, bands and chunks,
-never over rows or pairs. Results are deterministic: token hashes are xxhash with a fixed
+never over rows or pairs. The signatures the gate computes are made by compiled kernels
+instead (:mod:`pipeline.dedupe.kernels`), with this module's path as their reference. Results are deterministic: token hashes are xxhash with a fixed
 seed, the permutations come from a splitmix64 sequence of that seed, and every sort is
 stable and ranked by the survivor order.
 
