@@ -51,13 +51,12 @@ def signatures(
     (permutations, texts), and which texts have shingles: those of
     :func:`pipeline.dedupe.minhash.signatures`. A text without a token (or null) has
     none, and its signature is every value's maximum."""
-    from pipeline.dedupe import _jit  # numba, imported on first use
-
     shingle_size, seed = operator.index(shingle_size), operator.index(seed)
     if not 1 <= shingle_size <= _LARGEST_SHINGLE:
         raise ValueError(f"a shingle is 1 to {_LARGEST_SHINGLE} tokens, not {shingle_size}")
     if not 0 <= seed < 1 << 64:
         raise ValueError(f"the seed is a 64-bit unsigned integer, not {seed}")
+    from pipeline.dedupe import _jit  # numba, imported on first use
 
     array = texts.to_arrow().cast(pa.large_string())
     if isinstance(array, pa.ChunkedArray):

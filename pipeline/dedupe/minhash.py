@@ -2,10 +2,11 @@
 
 Everything is vectorised over whole chunks of texts (polars for tokenising, numpy for
 hashing, signatures and banding); Python loops run over permutations, bands and chunks,
-never over rows or pairs. The signatures the gate computes are made by compiled kernels
-instead (:mod:`pipeline.dedupe.kernels`), with this module's path as their reference. Results are deterministic: token hashes are xxhash with a fixed
-seed, the permutations come from a splitmix64 sequence of that seed, and every sort is
-stable and ranked by the survivor order.
+never over rows or pairs. :func:`signatures` runs compiled kernels by default
+(:mod:`pipeline.dedupe.kernels`), this module's vectorised path being their reference.
+Results are deterministic: token hashes are xxhash with a fixed seed, the permutations
+come from a splitmix64 sequence of that seed, and every sort is stable and ranked by the
+survivor order.
 
 * A text's shingles are its runs of ``shingle_size`` consecutive word tokens (``\\w+``);
   a text with fewer tokens has one shingle; a text with none has no near duplicates.
