@@ -22,6 +22,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 import polars as pl
+import pyarrow as pa
 
 from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES
@@ -405,14 +406,63 @@ def _kept_lineage(
 ) -> pl.DataFrame:
     """``_source``, ``_line`` and ``_record_sha256`` of the kept rows that have duplicates
     (``keepers``, in cluster order), read once for the removed rows' pointers and the
-    cluster table, and for those rows only (``lineage``) when the frame does not hold
-    them. ``_source`` is held categorical (the inputs' paths, a few): read twice and as
-    text, the kept rows' lineage was ~175 bytes a cluster of the dedupe stage's peak."""
+    cluster table, and for those rows only (``lineage``, :data:`LINEAGE_ROWS` of them at
+    a time: they ascend, so each read is of a few shards) when the frame does not hold
+    them. ``_source`` is held categorical (the inputs' paths, a few) and each digest as
+    its 32 bytes (:func:`_digests_held`): read twice and as text, the kept rows' lineage
+    was ~175 bytes a cluster of the dedupe stage's peak."""
+    columns = ("_source", "_line", "_record_sha256")
     if lineage is None:
-        named = frame.select("_source", "_line", "_record_sha256")[keepers]
-    else:
-        named = lineage(keepers).select("_source", "_line", "_record_sha256")
-    return named.with_columns(pl.col("_source").cast(pl.Categorical))
+        return _lineage_held(frame.select(columns)[keepers])
+    reads = range(0, max(len(keepers), 1), LINEAGE_ROWS)
+    parts = [_lineage_held(lineage(keepers[lo : lo + LINEAGE_ROWS])) for lo in reads]
+    if len({part.schema["_record_sha256"] for part in parts}) > 1:  # a part's not digests
+        parts = [p.with_columns(_digests_text(p["_record_sha256"])) for p in parts]
+    return pl.concat(parts)
+
+
+#: the kept rows' lineage is read this many rows at a time (:func:`_kept_lineage`): read
+#: at once, their text was ~170 bytes a cluster above what is held
+LINEAGE_ROWS: Final = 1 << 16
+
+
+def _lineage_held(named: pl.DataFrame) -> pl.DataFrame:
+    return named.select(
+        pl.col("_source").cast(pl.Categorical), "_line", _digests_held(named["_record_sha256"])
+    )
+
+
+#: a digest held as its 32 bytes (:func:`_digests_held`)
+_DIGEST: Final = pl.Array(pl.UInt8, 32)
+_HEX_DIGEST: Final = r"^[0-9a-f]{64}$"
+
+
+def _digests_held(digests: pl.Series) -> pl.Series:
+    """``digests`` (``_record_sha256``) as each digest's 32 bytes, where every one is
+    a SHA-256 in lower-case hex (a run's always are); as they are otherwise (a dataset
+    ``rowgate dedupe`` reads may hold any text there). As text, a digest was ~80 bytes
+    held (its 64 characters and a 16-byte view): the kept rows' lineage was the largest
+    array of the dedupe stage's peak where half the rows were copies (17 MB for 233,557
+    clusters of 1 M rows)."""
+    if (
+        digests.dtype != pl.String
+        or digests.null_count()
+        or not digests.str.contains(_HEX_DIGEST).all()
+    ):
+        return digests  # a null, or a text that is not a digest: kept as it is
+    return digests.str.decode("hex").bin.reinterpret(dtype=_DIGEST)
+
+
+def _digests_text(held: pl.Series) -> pl.Series:
+    """The digests :func:`_digests_held` holds, as text again (lower-case hex)."""
+    if held.dtype != _DIGEST:
+        return held.cast(pl.String)
+    raw = np.ascontiguousarray(held.to_numpy(), dtype=np.uint8)
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(32), len(held), [None, pa.py_buffer(raw)]
+    )
+    text = pl.Series(held.name, fixed.cast(pa.binary())).bin.encode("hex")
+    return text.cast(pl.String)
 
 
 def _removed_rows(
@@ -470,7 +520,7 @@ def _verdicts(
         _duplicate_of=pl.struct(
             _source=target["_source"].cast(pl.String),
             _line=target["_line"].cast(pl.Int64),
-            _record_sha256=target["_record_sha256"].cast(pl.String),
+            _record_sha256=_digests_text(target["_record_sha256"]),
         ),
     )
     similarity = pl.format(
@@ -577,7 +627,7 @@ def _clusters_frame(table: ClusterTable, at: I64, lo: int, hi: int) -> pl.DataFr
         kept=pl.struct(
             source=named["_source"].cast(pl.String),
             line=named["_line"].cast(pl.Int64),
-            record_sha256=named["_record_sha256"].cast(pl.String),
+            record_sha256=_digests_text(named["_record_sha256"]),
         ),
         kept_split="split",
     )

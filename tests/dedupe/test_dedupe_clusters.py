@@ -3,7 +3,9 @@ decision over the rows that take part equals the decision over every row."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from unittest import mock
 
 import numpy as np
 import polars as pl
@@ -13,10 +15,17 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from pipeline.core.config import ConfigError
+from pipeline.dedupe import table
 from pipeline.dedupe.clusters import RULES, Decided, Duplicates, Followed, decide
 from pipeline.dedupe.clusters import find_duplicates as find_among_participants
 from pipeline.dedupe.minhash import NearPairs
-from pipeline.dedupe.table import ClusterTable, RemovedRows, _kept_lineage, survivor_rank
+from pipeline.dedupe.table import (
+    ClusterTable,
+    RemovedRows,
+    _digests_text,
+    _kept_lineage,
+    survivor_rank,
+)
 
 
 def _ids(*values: int) -> np.ndarray:
@@ -463,3 +472,47 @@ def test_merged_removed_rows_build_each_slice_from_their_parts(
         built = merged.slice(lo, hi)
         assert built["_row"].to_list() == built["row"].to_list() == values[order][lo:hi].tolist()
         assert built["part"].to_list() == owner[order][lo:hi].tolist()
+
+
+_DIGESTS = st.binary(min_size=32, max_size=32).map(bytes.hex)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.lists(_DIGESTS, max_size=12),
+        st.lists(st.one_of(st.none(), st.text(max_size=70), _DIGESTS, _DIGESTS.map(str.upper))),
+    ),
+    st.data(),
+)
+def test_the_kept_rows_digests_read_back_as_they_were(
+    digests: list[str | None], data: st.DataObject
+) -> None:
+    """The kept rows' ``_record_sha256`` are held as 32 bytes each where every one is a
+    SHA-256 in lower-case hex, and read back (whole, gathered, sliced) as the same text;
+    any other text (a dataset's own: upper case, not a digest, null) is kept as it is."""
+    n = len(digests)
+    frame = pl.DataFrame(
+        {
+            "_source": ["in.jsonl"] * n,
+            "_line": list(range(1, n + 1)),
+            "_record_sha256": digests,
+        },
+        schema={"_source": pl.String, "_line": pl.Int64, "_record_sha256": pl.String},
+    )
+    every = np.arange(n, dtype=np.int64)
+    kept = _kept_lineage(frame, every, None)
+    held = kept["_record_sha256"]
+    compact = all(d is not None and re.fullmatch("[0-9a-f]{64}", d) for d in digests)
+    assert (held.dtype == pl.Array(pl.UInt8, 32)) == compact
+    # read through the rows' lineage a few at a time (a part of digests beside one
+    # of other texts: every part as text), the same lineage
+    with mock.patch.object(table, "LINEAGE_ROWS", data.draw(st.integers(1, 4))):
+        parts = _kept_lineage(frame.clear(), every, lambda at: frame[at])
+    as_text = pl.col("_source").cast(pl.String), _digests_text(parts["_record_sha256"])
+    assert_frame_equal(parts.with_columns(as_text), frame)
+    assert _digests_text(held).to_list() == digests
+    at = data.draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=n))
+    assert _digests_text(held.gather(at)).to_list() == [digests[i] for i in at]
+    lo = data.draw(st.integers(0, n))
+    assert _digests_text(held.slice(lo, 3)).to_list() == digests[lo : lo + 3]
