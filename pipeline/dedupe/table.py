@@ -282,14 +282,18 @@ class Matches:
     key: DedupeKey | None
     settings: DedupeSettings
     #: the verdicts of removed rows, as :attr:`removed` holds them (:func:`_removed_rows`)
-    verdicts: Callable[[Verdicts, I64, I64], RemovedRows]
+    verdicts: Callable[[Verdicts, I64, I64 | None], RemovedRows]
 
-    def followed(self, lead: I64) -> RemovedRows:
-        """The verdicts of rows that took no part but follow the rows at ``lead``
-        (places among the rows that did: :class:`~pipeline.dedupe.clusters.Followed`),
-        all removed; their rows are their places in ``lead``."""
-        every = np.arange(len(lead), dtype=np.int64)
-        return self.verdicts(Followed(self.found, lead), every, every)
+    def followed(self, lead: I64, rows: I64) -> RemovedRows:
+        """The verdicts of ``rows`` (ascending), which took no part but follow the rows
+        at ``lead`` (places among the rows that did, one a row:
+        :class:`~pipeline.dedupe.clusters.Followed`), all removed. Holds ``lead`` and
+        ``rows`` alone: the rows' places in ``lead`` as an array too, and ``lead`` beside
+        the leaders' places it was found from, were 16 bytes a led row more while the
+        cluster table was made."""
+        if len(lead) != len(rows):
+            raise ValueError(f"{len(rows)} rows led, {len(lead)} leaders")
+        return self.verdicts(Followed(self.found, lead), rows, None)
 
     def complete(self, rows: pl.DataFrame, fields: Sequence[str], count: int) -> DedupeOutcome:
         """The outcome, given the rows split groups are found among (``_split`` and the
@@ -468,7 +472,7 @@ def _digests_text(held: pl.Series) -> pl.Series:
 def _removed_rows(
     found: Verdicts,
     rows: I64,
-    removed: I64,
+    removed: I64 | None,
     *,
     splits: pl.Series,
     key: DedupeKey | None,
@@ -477,15 +481,15 @@ def _removed_rows(
     keepers: I64,
     kept_lineage: pl.DataFrame,
 ) -> RemovedRows:
-    """The verdicts of removed ``rows`` (``found``'s at ``removed``), built when asked
-    for: what is held is the decision (:class:`~pipeline.dedupe.clusters.Duplicates`,
+    """The verdicts of removed ``rows`` (``found``'s at ``removed``; ``None``: the
+    i-th row's at i), built when asked for: what is held is the decision (:class:`~pipeline.dedupe.clusters.Duplicates`,
     or rows that follow it: :class:`~pipeline.dedupe.clusters.Followed`), the removed
     rows' places and the lineage of each kept row that has duplicates (``keepers``:
     :func:`_kept_lineage`)."""
     described = key.description if key is not None else "key"
 
     def build(lo: int, hi: int) -> pl.DataFrame:
-        at = removed[lo:hi]
+        at = np.arange(lo, hi, dtype=np.int64) if removed is None else removed[lo:hi]
         kept = found.kept_at(at)
         target = kept_lineage[np.searchsorted(keepers, kept)]
         return _verdicts(found, at, kept, target, splits, described, normalisation, params)

@@ -743,8 +743,7 @@ def _staged_outcome(
     # the removed rows' places among every row, which are the row ids
     matches.removed = matches.removed.placed(found.places)
     if led is not None:  # the rows led: removed as their leaders decide
-        lead = np.searchsorted(found.places, led.leaders)
-        followed = matches.followed(lead).placed(led.rows)
+        followed = matches.followed(np.searchsorted(found.places, led.leaders), led.rows)
         matches.removed = RemovedRows.merged([matches.removed, followed])
     return matches.complete(everyone, group_fields(key, job.settings, name), frame.height)
 

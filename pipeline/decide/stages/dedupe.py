@@ -163,8 +163,11 @@ class Dedupe:
                 everyone = _straddling_candidates(ctx, kind, rows, accepted, fields)
         followed = None
         if led is not None and found is not None:
-            lead = np.searchsorted(found.places, led.leaders)
-            followed = (led.rows, matches.followed(lead))
+            # the rows led are named by their places in the state; each one's leader
+            # by its place among the rows taking part (the leaders' places among the
+            # accepted rows are let go: 8 bytes a row led)
+            followed = matches.followed(np.searchsorted(found.places, led.leaders), led.rows)
+            led = None
         outcome = matches.complete(everyone, fields, count)
         clusters = (part.to_arrow() for part in outcome.clusters.parts(CLUSTER_PART_ROWS))
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", clusters, kind)
@@ -334,7 +337,7 @@ def _decisions(
     accepted: AcceptedRows,
     removed: RemovedRows,
     groups: SplitGroups,
-    followed: tuple[I64, RemovedRows] | None = None,
+    followed: RemovedRows | None = None,
 ) -> Iterator[pl.DataFrame]:
     """The stage's decisions, made :data:`PART_ROWS` removed rows at a time (then the
     rows of split groups, flagged, as many at a time), for ``accepted`` rows (row ids
@@ -344,9 +347,8 @@ def _decisions(
     bytes a removed row at the stage's peak (57 MB for 359,577 removed rows of a
     duplicate-heavy export), and every flagged row's reasons at once ~200 bytes a row."""
     parts: list[tuple[RemovedRows, Callable[[I64], pl.DataFrame]]] = [(removed, accepted.keys)]
-    if followed is not None:  # the rows led: their places in the state
-        state_rows, verdicts_of = followed
-        parts.append((verdicts_of, lambda at: keys_of(accepted.state)[state_rows[at]]))
+    if followed is not None:  # the rows led, named by their places in the state
+        parts.append((followed, lambda at: keys_of(accepted.state)[at]))
     for verdicts_of, keys_at in parts:
         for lo in range(0, len(verdicts_of), PART_ROWS):
             verdicts = verdicts_of.slice(lo, min(lo + PART_ROWS, len(verdicts_of)))
