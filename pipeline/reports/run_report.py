@@ -28,10 +28,9 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import numpy as np
 import numpy.typing as npt
 import polars as pl
-import pyarrow.parquet as pq
 
 from pipeline.reports import html, svg
-from pipeline.storage import ROW_GROUP_ROWS
+from pipeline.storage import ROW_GROUP_ROWS, parquet_batches
 
 if TYPE_CHECKING:
     from polars._typing import PolarsDataType
@@ -113,7 +112,7 @@ def _dispositions(out: Path, manifest: dict[str, Any]) -> str:
         if entry["disposition"] != "rejected":
             continue
         # a row group at a time: a shard of blank lines holds millions of rejected rows
-        for batch in pq.ParquetFile(out / entry["path"]).iter_batches(columns=["_kind"]):
+        for batch in parquet_batches(out / entry["path"], ["_kind"]):
             for counted in batch.column(0).value_counts().to_pylist():
                 counts = by_kind.setdefault(counted["values"] or "(not routed)", {})
                 counts["rejected"] = counts.get("rejected", 0) + counted["counts"]
@@ -153,10 +152,8 @@ def _reason_examples(out: Path, manifest: dict[str, Any]) -> pl.DataFrame:
         }
     )  # fmt: skip
     for entry in _files(out, manifest["outputs"]):
-        parquet = pq.ParquetFile(out / entry["path"])
-        for batch in parquet.iter_batches(
-            batch_size=_REASON_BATCH_ROWS, columns=["_source", "_line", "_reasons"]
-        ):
+        path = out / entry["path"]
+        for batch in parquet_batches(path, ["_source", "_line", "_reasons"], _REASON_BATCH_ROWS):
             found = (
                 cast(pl.DataFrame, pl.from_arrow(batch))
                 .filter(pl.col("_reasons").list.len() > 0)
@@ -373,13 +370,12 @@ def _score_batches(
     for entry in _files(out, outputs):
         if entry["disposition"] == "rejected":
             continue
-        parquet = pq.ParquetFile(out / entry["path"])
         columns = _score_columns(pl.scan_parquet(out / entry["path"], glob=False).collect_schema())
         if not columns:
             continue
         roots = sorted({r for _, expr in columns for r in expr.meta.root_names()})
         exprs = [expr.cast(pl.Float64).alias(label) for label, expr in columns]
-        for batch in parquet.iter_batches(columns=roots):
+        for batch in parquet_batches(out / entry["path"], roots):
             frame = cast(pl.DataFrame, pl.from_arrow(batch))
             yield entry["kind"] or "(none)", entry["disposition"], frame.select(exprs)
 
@@ -437,7 +433,7 @@ def _largest(path: Path, columns: list[pl.Expr], size: str) -> pl.DataFrame:
     kept are those of the whole table's sort."""
     roots = sorted({root for expr in columns for root in expr.meta.root_names()})
     kept = None
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=ROW_GROUP_ROWS, columns=roots):
+    for batch in parquet_batches(path, roots, ROW_GROUP_ROWS):
         part = cast(pl.DataFrame, pl.from_arrow(batch)).select(columns)
         joined = part if kept is None else pl.concat([kept, part])
         kept = joined.sort(size, descending=True, maintain_order=True).head(TOP_CLUSTERS)
@@ -453,7 +449,7 @@ def _column_histogram(path: Path, column: str, name: str) -> svg.Binned | None:
     many as half the rows of a run."""
 
     def batches() -> Iterator[npt.NDArray[np.float64]]:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=ROW_GROUP_ROWS, columns=[column]):
+        for batch in parquet_batches(path, [column], ROW_GROUP_ROWS):
             values = cast(pl.DataFrame, pl.from_arrow(batch))[column].drop_nulls()
             yield values.cast(pl.Float64).to_numpy()
 

@@ -36,7 +36,6 @@ from typing import Final
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.core.config import ConfigError, Limits
 from pipeline.core.expression_errors import first_line
@@ -55,6 +54,7 @@ from pipeline.output.manifest import MANIFEST_NAME, load_manifest
 from pipeline.records.canonical import canonical_json
 from pipeline.records.lineage import FileStamp, file_sha256
 from pipeline.records.strict_json import parse_object
+from pipeline.storage import parquet_batches
 
 __all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "LoadedTable", "load_table", "named_paths"]
 
@@ -194,7 +194,7 @@ def first_unreadable(files: Sequence[str]) -> str | None:
     read that failed, which polars gives without the file's name."""
     for name in files:
         try:
-            for _ in pq.ParquetFile(name).iter_batches(batch_size=1 << 16):
+            for _ in parquet_batches(name):
                 pass
         except (pa.ArrowException, OSError):
             return name

@@ -16,6 +16,7 @@ from pipeline.storage.run_storage import (
     STAGING_DIR,
     RunStorage,
     WrittenFile,
+    parquet_batches,
     writer_options,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "STAGING_DIR",
     "RunStorage",
     "WrittenFile",
+    "parquet_batches",
     "writer_options",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "STAGING_DIR",
     "RunStorage",
     "WrittenFile",
+    "parquet_batches",
     "writer_options",
 ]
 
@@ -60,6 +61,20 @@ class WrittenFile:
     rows: int
     bytes: int
     sha256: str
+
+
+def parquet_batches(
+    path: str | Path, columns: Sequence[str] | None = None, batch_size: int = 1 << 16
+) -> Iterator[pa.RecordBatch]:
+    """A Parquet file's ``columns`` (all: ``None``), ``batch_size`` rows at a time, holding
+    a row group's pages, not the file. pyarrow's ``ParquetFile`` pre-buffers by default:
+    its reader first read the columns of every row group into memory, so a run's report
+    held the whole of a cluster table (a row per cluster: 10.6 MB of a 9.8 MB file of
+    233,557 clusters, against 1.5 MB without), and a reader of any file the whole file."""
+    parquet = pq.ParquetFile(path, pre_buffer=False)
+    yield from parquet.iter_batches(
+        batch_size=batch_size, columns=None if columns is None else list(columns)
+    )
 
 
 def writer_options(config: CampaignConfig) -> dict[str, object]:

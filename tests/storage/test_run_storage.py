@@ -8,12 +8,13 @@ import itertools
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.core.config import CampaignConfig
-from pipeline.storage import REJECTED_STEM, STAGING_DIR, RunStorage
+from pipeline.storage import REJECTED_STEM, STAGING_DIR, RunStorage, parquet_batches
 
 
 def _stage(storage: RunStorage, shard: int, stem: str, batches: list[list[int]]) -> None:
@@ -175,3 +176,24 @@ def test_a_table_written_in_parts_is_the_whole_tables_bytes(
     assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [4, 4, 2]
     with pytest.raises(ValueError, match="no table to write"):
         storage.write_table(iter(()), "none.parquet", "artifact", "k", config)
+
+
+def test_parquet_batches_hold_a_row_group_not_the_file(tmp_path: Path) -> None:
+    """A Parquet file read a batch at a time holds about a row group's pages: pyarrow's
+    reader pre-buffers every row group's columns by default, which held the whole of a
+    run's cluster table (a row per cluster) while the report read it."""
+    rng = np.random.default_rng(7)
+    values = [rng.bytes(256) for _ in range(32_768)]  # 8 MiB that do not compress
+    table = pa.table({"x": pa.array(values, pa.binary()), "n": pa.array(range(32_768))})
+    path = tmp_path / "table.parquet"
+    pq.write_table(table, path, row_group_size=1024, compression="none")
+    before = pa.total_allocated_bytes()
+    batches = parquet_batches(path, ["x", "n"], 1024)
+    first = next(batches)
+    held = pa.total_allocated_bytes() - before
+    assert held < path.stat().st_size / 8, f"{held:,} bytes held for a file of 32 row groups"
+    assert pa.Table.from_batches([first, *batches]).equals(table)
+    # one column, and batches that cut row groups
+    assert pa.Table.from_batches(list(parquet_batches(path, ["n"], 700))).equals(
+        table.select(["n"])
+    )
