@@ -293,6 +293,8 @@ class Matches:
         cluster table was made."""
         if len(lead) != len(rows):
             raise ValueError(f"{len(rows)} rows led, {len(lead)} leaders")
+        if not bool((rows[1:] > rows[:-1]).all()):
+            raise ValueError("the rows led do not ascend")  # verdicts are merged by row
         return self.verdicts(Followed(self.found, lead), rows, None)
 
     def complete(self, rows: pl.DataFrame, fields: Sequence[str], count: int) -> DedupeOutcome:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from pipeline.core.config import ConfigError
+from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.dedupe import table
 from pipeline.dedupe.clusters import RULES, Decided, Duplicates, Followed, decide
 from pipeline.dedupe.clusters import find_duplicates as find_among_participants
@@ -24,6 +24,7 @@ from pipeline.dedupe.table import (
     RemovedRows,
     _digests_text,
     _kept_lineage,
+    match_duplicates,
     survivor_rank,
 )
 
@@ -516,3 +517,29 @@ def test_the_kept_rows_digests_read_back_as_they_were(
     assert _digests_text(held.gather(at)).to_list() == [digests[i] for i in at]
     lo = data.draw(st.integers(0, n))
     assert _digests_text(held.slice(lo, 3)).to_list() == digests[lo : lo + 3]
+
+
+def test_rows_led_are_removed_as_their_leaders_decide_and_named_by_their_own_places() -> None:
+    """Rows that took no part, each led by a row that did: removed in its favour where it
+    is kept, else as it is (the same kept row and rule); each verdict under the row's own
+    place. Leaders and rows of different lengths, or rows that do not ascend (verdicts
+    are merged by row), are refused."""
+    frame = pl.DataFrame(
+        {
+            "_content_sha256": ["a" * 64, "a" * 64, "b" * 64, "b" * 64],
+            "_source": ["in.jsonl"] * 4,
+            "_line": [1, 2, 3, 4],
+            "_record_sha256": [f"{i:064x}" for i in range(4)],
+        }
+    )
+    matches = match_duplicates(frame, None, DedupeSettings(), "k")  # rows 1 and 3 removed
+    followed = matches.followed(np.array([0, 1, 3, 2]), np.array([5, 9, 12, 20])).frame()
+    assert followed["_row"].to_list() == [5, 9, 12, 20]
+    assert followed["_dedupe_rule"].to_list() == ["exact"] * 4
+    kept = [{"_source": "in.jsonl", "_line": n, "_record_sha256": f"{n - 1:064x}"} for n in (1, 3)]
+    assert followed["_duplicate_of"].to_list() == [kept[0], kept[0], kept[1], kept[1]]
+    assert followed["_dedupe_cluster"].n_unique() == 2
+    with pytest.raises(ValueError, match="2 rows led, 1 leaders"):
+        matches.followed(np.array([0]), np.array([5, 6]))
+    with pytest.raises(ValueError, match="do not ascend"):
+        matches.followed(np.array([0, 0]), np.array([7, 5]))
