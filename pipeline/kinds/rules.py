@@ -62,6 +62,7 @@ from pipeline.core.reasons import (
     Spec,
 )
 from pipeline.records.lineage import check_pin, file_sha256
+from pipeline.storage import parquet_batches
 
 if TYPE_CHECKING:
     from pipeline.kinds.autoqa_eval import Contract
@@ -259,10 +260,9 @@ def _rows(table: ReferenceTable, config: CampaignConfig, name: str) -> Iterator[
     if not path.is_file():
         raise ReferenceTableError(f"references.{name}: no such file {path}")
     check_pin(f"references.{name}: {path}", file_sha256(path), table.sha256, ReferenceTableError)
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        yield from pq.read_table(path).to_pylist()
+    if path.suffix == ".parquet":  # a row group at a time, as the JSONL a line at a time
+        for batch in parquet_batches(path):
+            yield from batch.to_pylist()
         return
     with open(path, "rb") as fh:
         for number, line in enumerate(fh, 1):
