@@ -484,10 +484,10 @@ def _removed_rows(
     kept_lineage: pl.DataFrame,
 ) -> RemovedRows:
     """The verdicts of removed ``rows`` (``found``'s at ``removed``; ``None``: the
-    i-th row's at i), built when asked for: what is held is the decision (:class:`~pipeline.dedupe.clusters.Duplicates`,
-    or rows that follow it: :class:`~pipeline.dedupe.clusters.Followed`), the removed
-    rows' places and the lineage of each kept row that has duplicates (``keepers``:
-    :func:`_kept_lineage`)."""
+    i-th row's at i), built when asked for: what is held is the decision
+    (:class:`~pipeline.dedupe.clusters.Duplicates`, or rows that follow it:
+    :class:`~pipeline.dedupe.clusters.Followed`), the removed rows' places and the
+    lineage of each kept row that has duplicates (``keepers``: :func:`_kept_lineage`)."""
     described = key.description if key is not None else "key"
 
     def build(lo: int, hi: int) -> pl.DataFrame:
