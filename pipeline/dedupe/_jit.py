@@ -235,7 +235,9 @@ def token_hashes(
                 else:
                     width = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
                     # a sequence cut short by the text's end (not UTF-8, which Arrow's
-                    # strings are) is read as a byte of no word
+                    # strings are) is read as a byte of no word. Each width written out:
+                    # a loop over the continuation bytes took the signatures from 12.2-13.2
+                    # to 13.6-14.1 µs a row (benchmarks/near_keys.py), a helper ~20 % more
                     if i + width > end:
                         width = 1
                     elif width == 2:
