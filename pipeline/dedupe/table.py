@@ -41,6 +41,7 @@ from pipeline.dedupe.minhash import LshParams, NearPairs, estimated_pairs, near_
 from pipeline.dedupe.normalise import Normalisation
 from pipeline.dedupe.row_keys import RowKeys
 from pipeline.dedupe.splits import SplitGroups, straddling_groups
+from pipeline.records.lineage import SHA256_HEX
 from pipeline.storage import ROW_GROUP_ROWS
 
 I64 = npt.NDArray[np.int64]
@@ -440,7 +441,6 @@ def _lineage_held(named: pl.DataFrame) -> pl.DataFrame:
 
 #: a digest held as its 32 bytes (:func:`_digests_held`)
 _DIGEST: Final = pl.Array(pl.UInt8, 32)
-_HEX_DIGEST: Final = r"^[0-9a-f]{64}$"
 
 
 def _digests_held(digests: pl.Series) -> pl.Series:
@@ -453,7 +453,7 @@ def _digests_held(digests: pl.Series) -> pl.Series:
     if (
         digests.dtype != pl.String
         or digests.null_count()
-        or not digests.str.contains(_HEX_DIGEST).all()
+        or not digests.str.contains(SHA256_HEX).all()
     ):
         return digests  # a null, or a text that is not a digest: kept as it is
     return digests.str.decode("hex").bin.reinterpret(dtype=_DIGEST)

@@ -80,7 +80,7 @@ from pipeline.kinds import KINDS, UnknownKindError, check_kind_names, get_kind
 from pipeline.output.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from pipeline.output.outdir import OutputClaim, claim_output, output_format
 from pipeline.output.remote import RemoteClaim, RemoteOut
-from pipeline.records.lineage import FileStamp, file_sha256
+from pipeline.records.lineage import SHA256_HEX, FileStamp, file_sha256
 from pipeline.storage import RunStorage
 
 __all__ = ["DEDUPE_FORMAT", "DatasetInput", "DatasetResult", "dedupe_dataset"]
@@ -641,7 +641,7 @@ def _exact_digests(
                 pl.scan_parquet(item.path, glob=False)
                 .select(
                     nulls=fingerprint.null_count(),
-                    malformed=fingerprint.str.contains("^[0-9a-f]{64}$").not_().sum(),
+                    malformed=fingerprint.str.contains(SHA256_HEX).not_().sum(),
                 )
                 .collect(engine="streaming")
             )

@@ -40,6 +40,7 @@ from pipeline.records.canonical import canonical_json, canonical_json_fast
 __all__ = [
     "LINEAGE_FIELDS",
     "PLAIN",
+    "SHA256_HEX",
     "ContentFingerprint",
     "FileStamp",
     "LineageDigest",
@@ -67,6 +68,9 @@ LINEAGE_FIELDS: Final = (
     pa.field("_reasons", REASONS_TYPE, nullable=False),
 )
 LINEAGE_NAMES: Final = tuple(f.name for f in LINEAGE_FIELDS)
+#: A lineage digest as rowgate writes it (``_record_sha256``, ``_content_sha256``...): a
+#: SHA-256 in lower-case hex, as a regex over the whole value
+SHA256_HEX: Final = r"^[0-9a-f]{64}$"
 
 
 def raw_sha256(line: bytes) -> str:
