@@ -72,13 +72,13 @@ class Led:
     survivor rule: :attr:`~pipeline.decide.partitioned.HashCheck.leads`): their places,
     ascending (in a run's state; among a dataset's rows), and each one's leader's place
     among the rows that take part (its verdict is made from its leader's:
-    :class:`~pipeline.dedupe.clusters.Followed`)."""
+    :class:`~pipeline.dedupe.clusters.Followed`). The leaders' groups, found with them
+    (a :class:`Shared` with how many rows each leads), are given beside them: they are
+    the participants' exact groups (:meth:`Participants.of`), and held here too they
+    were 24 bytes a leader through the matching."""
 
     rows: I64
     leaders: I64
-    #: the leaders' places among the rows that take part, and how many rows each leads
-    #: (itself included): the exact rule's groups of the rows taking part
-    exact: Shared
 
 
 class NearPlaces(NamedTuple):

@@ -577,7 +577,7 @@ def _led_groups(
     engine_settings: EngineSettings,
     *,
     leader: str,
-) -> Led:
+) -> tuple[Shared, Led]:
     """The exact rule's groups with their rows in each split led by their best-ranked
     by the survivor rule (``leader``: their first, their last, or, for a rule by a
     column, ``max`` or ``min``, the least of the survivor ranks staged with the row keys,
@@ -607,7 +607,7 @@ def _led_groups(
     rows = placed(following.shards, following.lines)
     leaders = placed(*first_rows(shards, following.leaders))
     order = np.argsort(rows)
-    return Led(rows[order], leaders[order], exact)
+    return exact, Led(rows[order], leaders[order])
 
 
 def _stage_ranks(storage: RunStorage, tasks: Sequence[KeyTask], rank: Callable[[I64], I64]) -> None:
@@ -708,8 +708,8 @@ def staged_keys(
     settings = job.settings
     exact, led, left_out = None, None, None
     if job.exact:
-        led = _led_groups(engine, storage, tasks, engine_settings, leader=leader)
-        exact, left_out = led.exact, _lines_of(tasks, led.rows)
+        exact, led = _led_groups(engine, storage, tasks, engine_settings, leader=leader)
+        left_out = _lines_of(tasks, led.rows)
     normalised = None
     if settings.normalised:
         normalised = _grouped(

@@ -744,9 +744,9 @@ def test_rows_led_by_their_group_s_best_land_once_and_leave_the_inputs_alone(
     leaders = dedupe._leaders
 
     def spy(*args: Any) -> Any:
-        taking, found = leaders(*args)
+        taking, found, exact = leaders(*args)
         led.append(0 if found is None else len(found.rows))
-        return taking, found
+        return taking, found, exact
 
     monkeypatch.setattr(dedupe, "_leaders", spy)
     config = CampaignConfig(

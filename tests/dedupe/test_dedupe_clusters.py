@@ -97,6 +97,7 @@ def test_near_removal_is_greedy_not_transitive() -> None:
     found = find_duplicates(ids, ids, ids, _ids(0, 0, 0), _near((0, 1, 0.9), (1, 2, 0.85)))
     assert found.kept.tolist() == [-1, 0, -1]
     assert found.verified[1] == pytest.approx(0.9)
+    assert found.estimated[1] == pytest.approx(0.89)  # its pair's estimate (``_near``)
     assert np.isnan(found.verified[0])
     assert np.isnan(found.verified[2])
 
@@ -543,3 +544,36 @@ def test_rows_led_are_removed_as_their_leaders_decide_and_named_by_their_own_pla
         matches.followed(np.array([0]), np.array([5, 6]))
     with pytest.raises(ValueError, match="do not ascend"):
         matches.followed(np.array([0, 0]), np.array([7, 5]))
+
+
+def test_rows_that_each_take_part_and_represent_themselves_are_one_array() -> None:
+    """Where every row given takes part and represents itself (a run's exact groups'
+    leaders, each standing for the rows it leads), its row id, its representative and
+    that one's row id are one array and its count is its weight; with no near pair, the
+    similarities are one NaN read as every row's. The decision is the one made where a
+    row takes no part (the general path: a row of its own group, weight 1, first)."""
+    rank = np.array([3, 0, 4, 1, 5, 2], np.int64)
+    exact = np.arange(6, dtype=np.int64)
+    normalised = np.array([0, 0, 1, 2, 1, 2], np.int64)
+    partition = np.array([0, 0, 1, 0, 1, 0], np.int64)
+    weight = np.array([2, 1, 3, 1, 1, 4], np.int64)
+    found = find_among_participants(rank, exact, normalised, partition, None, None, weight)
+    assert found.rep is found.rows
+    assert found.by_rep.rows is found.rows
+    assert found.count is weight
+    for similarity in (found.by_rep.estimated, found.by_rep.verified):
+        assert similarity.strides == (0,)
+        assert np.isnan(similarity).all()
+    alone = [np.insert(a, 0, v) for a, v in ((rank, 6), (exact + 1, 0), (normalised, 3))]
+    general = find_among_participants(
+        *alone, np.insert(partition, 0, 0), None, None, np.insert(weight, 0, 1)
+    )
+    assert general.rows.tolist() == (found.rows + 1).tolist()  # the first takes no part
+    at = np.arange(6, dtype=np.int64)
+    kept = general.kept_at(at)
+    np.testing.assert_array_equal(found.kept_at(at), np.where(kept >= 0, kept - 1, -1))
+    for ask in ("rule_at", "match_at", "cluster_at", "estimated_at", "verified_at"):
+        np.testing.assert_array_equal(getattr(found, ask)(at), getattr(general, ask)(at))
+    assert found.removed_by_rule().tolist() == general.removed_by_rule().tolist()
+    np.testing.assert_array_equal(found.keepers(), general.keepers() - 1)
+    assert (found.kept_at(at) >= 0).any()  # rows are removed: the test decides

@@ -132,8 +132,9 @@ class Dedupe:
         found, led = None, None
         if not _reads_texts(settings, key) or ctx.has_row_keys(kind):
             # the rows another leads leave the rows taking part (from here, ``accepted``)
-            accepted, led = _leaders(ctx, kind, rows, accepted)
-            found = _participants(ctx, kind, key, rows, accepted, led)
+            accepted, led, exact = _leaders(ctx, kind, rows, accepted)
+            found = _participants(ctx, kind, key, rows, accepted, exact)
+            del exact  # the participants' exact groups (their own arrays) from here
             if found is None:  # every accepted row takes part (the reference path)
                 accepted, led = AcceptedRows.of(rows, is_accepted), None
         # the split groups' fields only where the matching's rows find them (the
@@ -152,22 +153,29 @@ class Dedupe:
         ctx.on_stage(f"{kind}: dedupe: match")
         matches = match_duplicates(frame, key, settings, kind, row_keys)
         ctx.on_stage(f"{kind}: dedupe: clusters")
+        # the matching holds its decision: of the rows that took part, only their places
+        # among the accepted rows are read on (their groups and keys, held through the
+        # cluster table, were ~40 bytes a row that took part)
+        places = None if found is None else found.places
+        del found, row_keys
         everyone = pl.DataFrame(schema={"_split": pl.String})
-        if found is None:
+        if places is None:
             everyone = frame if several else everyone
         else:
             # the removed rows' places among all rows taking part (the accepted rows
             # but those led), which are the row ids
-            matches.removed = matches.removed.placed(found.places)
+            matches.removed = matches.removed.placed(places)
             if several:  # a task (or group) of rows matched or not may straddle
                 everyone = _straddling_candidates(ctx, kind, rows, accepted, fields)
+        del frame
         followed = None
-        if led is not None and found is not None:
+        if led is not None and places is not None:
             # the rows led are named by their places in the state; each one's leader
             # by its place among the rows taking part (the leaders' places among the
             # accepted rows are let go: 8 bytes a row led)
-            followed = matches.followed(np.searchsorted(found.places, led.leaders), led.rows)
+            followed = matches.followed(np.searchsorted(places, led.leaders), led.rows)
             led = None
+        del places
         outcome = matches.complete(everyone, fields, count)
         clusters = (part.to_arrow() for part in outcome.clusters.parts(CLUSTER_PART_ROWS))
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", clusters, kind)
@@ -394,23 +402,24 @@ def _payload_columns(
 
 def _leaders(
     ctx: GlobalContext, kind: str, rows: pl.DataFrame, accepted: AcceptedRows
-) -> tuple[AcceptedRows, Led | None]:
-    """The accepted rows that take part in the matching, and those that do not because
-    another row leads them: with the exact rule on, the rows of a content fingerprint in
-    one split are led by their best-ranked by the survivor rule (their first, their
-    last, or their best by a column's value: :meth:`GlobalContext.led_groups`, on the
-    engine, which ranks a group's rows as the matching ranks every row): each is
+) -> tuple[AcceptedRows, Led | None, Shared | None]:
+    """The accepted rows that take part in the matching, those that do not because
+    another row leads them, and the leaders' exact groups: with the exact rule on, the
+    rows of a content fingerprint in one split are led by their best-ranked by the
+    survivor rule (their first, their last, or their best by a column's value:
+    :meth:`GlobalContext.led_groups`, on the engine, which ranks a group's rows as the
+    matching ranks every row): each is
     removed in its leader's favour, or as its leader is
     (:class:`~pipeline.dedupe.clusters.Followed`), which is the verdict the matching
     gives a row its representative represents, so the matching holds the leaders
     alone, each counting the rows it leads. Every row of an exact group in the matching
-    held ~120 bytes at the dedupe stage's peak; a row led holds 16. ``None``: every
+    held ~120 bytes at the dedupe stage's peak; a row led holds 16. ``None``s: every
     accepted row takes part (a row has no fingerprint)."""
     settings = ctx.config.dedupe
     if not settings.exact:
-        return accepted, None
+        return accepted, None, None
     if _any_accepted(ctx, kind, rows, accepted.mask, pl.col("_content_sha256").is_null()):
-        return accepted, None
+        return accepted, None, None
     rule = settings.survivor_rule(kind)
     leader, _, column = rule.partition(":")
     # its 32 bytes (the gate writes it in lowercase hex: one text a digest)
@@ -432,7 +441,7 @@ def _leaders(
     taking = accepted.leaving_out(followers)
     places = np.flatnonzero(grouped.found[taking.mask]).astype(np.int64)
     exact = Shared.of(places, grouped.groups, following.led)
-    return taking, Led(followers, taking.place_of(leaders), exact)
+    return taking, Led(followers, taking.place_of(leaders)), exact
 
 
 def _participants(
@@ -441,11 +450,11 @@ def _participants(
     key: DedupeKey | None,
     rows: pl.DataFrame,
     accepted: AcceptedRows,
-    led: Led | None = None,
+    exact: Shared | None = None,
 ) -> Participants | None:
     """The accepted rows that can be removed or have a row removed in their favour,
     found without a value of every row in the driver: the leaders of the exact groups
-    (``led``, :func:`_leaders`), the rows whose normalised key digest another accepted
+    (``exact``, :func:`_leaders`), the rows whose normalised key digest another accepted
     row shares (a grouping check on the engine, :func:`_shared`, which gives each such
     row its group), and those whose text has a verified near pair (:func:`_near_places`,
     which alone may read a value of every row: a survivor rule's column). ``None`` when
@@ -462,11 +471,11 @@ def _participants(
     settings = ctx.config.dedupe
     accepting = accepted.mask
     stem = ctx.storage.row_keys_stem(kind)
-    exact = normalised = None
-    if settings.exact:
-        if led is None:  # a row without a fingerprint (:func:`_leaders` found it)
-            return None
-        exact = led.exact  # the exact groups' leaders, found already
+    if not settings.exact:
+        exact = None
+    elif exact is None:  # a row without a fingerprint (:func:`_leaders` found it)
+        return None
+    normalised = None
     if settings.normalised and key is not None:
         digest = pl.col(NORMALISED)
         normalised = _shared(ctx, kind, rows, accepting, "normalised", digest, stem)
