@@ -385,11 +385,10 @@ def match_duplicates(
     weight = row_keys.weight if row_keys is not None else None
     found = find_duplicates(rank, exact, normalised, partition, near, split, weight)
     del split
-    keepers = found.keepers()
-    kept = _kept_lineage(frame, keepers, row_keys.lineage if row_keys is not None else None)
+    kept = _kept_lineage(frame, found.keepers(), row_keys.lineage if row_keys is not None else None)
     verdicts = functools.partial(
         _removed_rows, splits=splits, key=key, normalisation=normalisation, params=params,
-        keepers=keepers, kept_lineage=kept,
+        kept_lineage=kept,
     )  # fmt: skip
     removed = np.flatnonzero(found.removed)
     removed_rows = verdicts(found, found.rows[removed], removed)
@@ -480,20 +479,21 @@ def _removed_rows(
     key: DedupeKey | None,
     normalisation: Normalisation,
     params: LshParams,
-    keepers: I64,
     kept_lineage: pl.DataFrame,
 ) -> RemovedRows:
     """The verdicts of removed ``rows`` (``found``'s at ``removed``; ``None``: the
     i-th row's at i), built when asked for: what is held is the decision
     (:class:`~pipeline.dedupe.clusters.Duplicates`, or rows that follow it:
     :class:`~pipeline.dedupe.clusters.Followed`), the removed rows' places and the
-    lineage of each kept row that has duplicates (``keepers``: :func:`_kept_lineage`)."""
+    lineage of each kept row that has duplicates, in cluster order (:func:`_kept_lineage`):
+    a removed row's cluster is its kept row's, so it names the kept row's lineage (the
+    kept rows' places, searched for it, were 8 bytes a cluster more)."""
     described = key.description if key is not None else "key"
 
     def build(lo: int, hi: int) -> pl.DataFrame:
         at = np.arange(lo, hi, dtype=np.int64) if removed is None else removed[lo:hi]
         kept = found.kept_at(at)
-        target = kept_lineage[np.searchsorted(keepers, kept)]
+        target = kept_lineage[found.cluster_at(at)]
         return _verdicts(found, at, kept, target, splits, described, normalisation, params)
 
     return RemovedRows(rows, build)
