@@ -928,6 +928,7 @@ def _parts(made: Decisions) -> Iterator[pl.DataFrame]:
     for part in (made,) if isinstance(made, pl.DataFrame) else made:
         if part.height:
             yield part
+        del part  # not held while the stage makes its next part
 
 
 def _retained(part: pl.DataFrame, carried: Set[str], *, codes: bool) -> pl.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from pipeline.decide.context import GlobalContext, OutputColumn
 from pipeline.decide.stages import dedupe
 from pipeline.decide.stages.dedupe import Dedupe
 from pipeline.dedupe import near_check
-from pipeline.dedupe.table import match_duplicates
+from pipeline.dedupe.splits import straddling_groups
+from pipeline.dedupe.table import RemovedRows, match_duplicates
 from pipeline.jobs.run import run
 from pipeline.kinds import get_kind
 from pipeline.output.verify import verify_run
@@ -773,3 +775,42 @@ def test_rows_led_by_their_group_s_best_land_once_and_leave_the_inputs_alone(
     assert rules == [("contamination", 4 * 3), ("exact", 8 * 2 + 4 * 2)]
     assert pointers.join(kept, on=named, how="anti").height == 0
     assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in inputs] == before
+
+
+def test_a_part_of_the_decisions_is_let_go_before_the_next_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stage's decisions come a part at a time, and the driver stages each and keeps
+    its keys and dispositions alone: the stage holds neither a part nor the verdicts it
+    was made from while it makes the next (~13 MB a part of 65,536 removed rows)."""
+    monkeypatch.setattr(dedupe, "PART_ROWS", 2)
+    state = pl.DataFrame(
+        {
+            "_shard": pl.Series([0] * 6, dtype=pl.Int32),
+            "_shard_line": pl.Series(range(6), dtype=pl.Int64),
+            "_disposition": pl.Series(["accepted"] * 6, dtype=global_phase.DISPOSITIONS),
+        }
+    )
+    made: list[weakref.ref[pl.DataFrame]] = []
+    alive: list[bool] = []
+
+    def build(lo: int, hi: int) -> pl.DataFrame:
+        alive.append(any(ref() is not None for ref in made))
+        reason = {"code": "dedupe.exact", "path": "", "detail": "same content fingerprint"}
+        verdicts = pl.DataFrame(
+            {"_dedupe_rule": ["exact"] * (hi - lo), "_reason": [reason] * (hi - lo)}
+        )
+        made.append(weakref.ref(verdicts))
+        return verdicts
+
+    accepted = dedupe.AcceptedRows.masked(state, np.ones(6, np.bool_))
+    removed = RemovedRows(np.arange(6, dtype=np.int64), build)
+    groups = straddling_groups(pl.DataFrame(schema={"_row": pl.Int64, "_split": pl.String}), ())
+    lines = []
+    for part in dedupe._decisions(accepted, removed, groups):
+        made.append(weakref.ref(part))
+        lines += part["_shard_line"].to_list()
+        assert part["_reasons_add"].list.len().to_list() == [1] * part.height
+        del part  # as the driver keeps only what it retains of a part
+    assert lines == list(range(6))
+    assert alive == [False, False, False]

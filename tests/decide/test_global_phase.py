@@ -8,6 +8,7 @@ import math
 import pickle
 import types
 import unittest.mock
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -1229,3 +1230,55 @@ def test_a_led_check_leads_each_keys_rows_in_a_split_by_their_first(
         assert max(led) > 2
         assert len(followers) > 100
     assert len({tuple(found[0][0]) for found in by_leader}) == len(LEADERS)  # other leaders
+
+
+def test_a_stage_s_part_is_let_go_before_its_next_is_made() -> None:
+    """The driver stages a stage's decisions a part at a time and keeps only their keys
+    and dispositions: no part is held while the stage makes the next (a part of
+    dedupe's decisions is ~13 MB of pointers and reasons)."""
+    import weakref
+
+    made: list[weakref.ref[pl.DataFrame]] = []
+    alive: list[bool] = []
+
+    class Parts:
+        name = "parts"
+        order = 1
+
+        def decide(self, ctx: object, kind: str, rows: pl.DataFrame) -> Any:
+            for line in range(3):
+                alive.append(bool(made) and made[-1]() is not None)
+                part = pl.DataFrame(
+                    {
+                        "_shard": pl.Series([0], dtype=pl.Int32),
+                        "_shard_line": pl.Series([line], dtype=pl.Int64),
+                        "_disposition": pl.Series(["duplicate"], dtype=DISPOSITIONS),
+                        "_pointer": ["a path and a digest"],
+                    }
+                )
+                made.append(weakref.ref(part))
+                yield part
+                del part
+
+    state = pl.DataFrame(
+        {
+            "_shard": pl.Series([0, 0, 0], dtype=pl.Int32),
+            "_shard_line": pl.Series([0, 1, 2], dtype=pl.Int64),
+            "_disposition": pl.Series(["accepted"] * 3, dtype=DISPOSITIONS),
+        }
+    )
+    staged: list[int] = []
+    after = global_phase.run_stages(
+        cast(GlobalContext, types.SimpleNamespace(on_stage=lambda name: None)),
+        "k",
+        [cast(global_phase.GlobalStage, Parts())],
+        state,
+        [],
+        set(),
+        {},
+        read_after=True,
+        stage_part=lambda i, part: staged.append(part.height),
+    )
+    assert staged == [1, 1, 1]
+    assert after["_disposition"].to_list() == ["duplicate"] * 3
+    assert alive == [False, False, False]

@@ -361,11 +361,16 @@ def _decisions(
         for lo in range(0, len(verdicts_of), PART_ROWS):
             verdicts = verdicts_of.slice(lo, min(lo + PART_ROWS, len(verdicts_of)))
             keys = keys_at(verdicts["_row"].to_numpy())
-            yield pl.concat([keys, verdicts.drop("_row")], how="horizontal").select(
+            part = pl.concat([keys, verdicts.drop("_row")], how="horizontal").select(
                 pl.exclude("_reason"),
                 _disposition=pl.lit(Disposition.DUPLICATE.value),
                 _reasons_add=pl.concat_list("_reason"),
             )
+            # none of it held while the next part is made (~13 MB a part: its pointers'
+            # paths and digests and its reasons, whose buffers the part shares)
+            del verdicts, keys
+            yield part
+            del part
     for flagged in groups.flagged(PART_ROWS):
         yield pl.concat(
             [accepted.keys(flagged["_row"].to_numpy()), flagged.select(_reasons_add="_reasons")],
