@@ -71,7 +71,8 @@ class Led:
     rule on, an exact group's rows in one split are led by their best-ranked by the
     survivor rule: :attr:`~pipeline.decide.partitioned.HashCheck.leads`): their places,
     ascending (in a run's state; among a dataset's rows), and each one's leader's place
-    among the rows that take part (its verdict is made from its leader's:
+    among the rows that take part, or among those the matching decides (its row ids;
+    each one's verdict is made from its leader's:
     :class:`~pipeline.dedupe.clusters.Followed`). The leaders' groups, found with them
     (a :class:`Shared` with how many rows each leads), are given beside them: they are
     the participants' exact groups (:meth:`Participants.of`), and held here too they

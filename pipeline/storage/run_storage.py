@@ -114,7 +114,9 @@ class RunStorage:
                                         where each near text is stored
                                         (``<kind>.near-text-addresses``); the
                                         global phase's keys of every row of a kind
-                                        (``<kind>.state``, memory-mapped)
+                                        (``<kind>.state``, memory-mapped); the rows
+                                        dedupe's exact groups' leaders lead
+                                        (``<kind>.led``, memory-mapped)
         _staging/spill/                 compressed inputs decompressed, a file per shard
         <relative>                      the published files (``accepted/<kind>/part-…``,
                                         artifacts such as ``dedupe/clusters/<kind>.parquet``)
@@ -218,6 +220,13 @@ class RunStorage:
         ``kind`` (``_shard``, ``_shard_line``; a record batch per shard), which the global
         phase's state memory-maps (:meth:`~pipeline.decide.context.GlobalContext.state`)."""
         return f"{kind}.state"
+
+    def led_stem(self, kind: str) -> str:
+        """The staged stem of the whole run's table of the rows of ``kind`` that dedupe's
+        exact groups' leaders lead, each with its leader (places: ``rows`` in the state,
+        ``leaders`` among the rows the matching decides), which the dedupe stage
+        memory-maps until it has staged their decisions."""
+        return f"{kind}.led"
 
     def decisions_stem(self, kind: str) -> str:
         """The staged stem of a shard's decisions of ``kind``: the global phase's merged

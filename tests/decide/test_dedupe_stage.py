@@ -717,7 +717,8 @@ def test_rows_led_by_their_group_s_best_land_once_and_leave_the_inputs_alone(
     """Copies under their own task ids, three to a content (their styles rated 3, 5 and
     5), in a train and a protected eval input: the rows each group's best-ranked row
     leads (its first; by the rating, its second, the first of the two rated 5) take no
-    part in the matching, yet every input line lands in exactly one output, the run
+    part in the matching (and wait for their decisions in a memory-mapped file), yet
+    every input line lands in exactly one output, the run
     verifies, the leaders are kept, each led row points at its group's kept row, and
     the inputs' bytes are untouched."""
     import hashlib
@@ -751,12 +752,23 @@ def test_rows_led_by_their_group_s_best_land_once_and_leave_the_inputs_alone(
         return taking, found, exact
 
     monkeypatch.setattr(dedupe, "_leaders", spy)
+    mapped: list[bool] = []
+    led_mapped = dedupe._led_mapped
+
+    def map_spy(*args: Any) -> Any:
+        staged = led_mapped(*args)
+        # the staged file's pages, not the driver's memory: read-only views of the map
+        mapped.append(not (staged.rows.flags.writeable or staged.leaders.flags.writeable))
+        return staged
+
+    monkeypatch.setattr(dedupe, "_led_mapped", map_spy)
     config = CampaignConfig(
         inputs=(InputSpec(str(inputs[0]), split="train"), InputSpec(str(inputs[1]), split="eval"))
     ).override(**{"dedupe.protected_splits": ("eval",), "dedupe.survivor": survivor})
     run(config, tmp_path / "out")
     assert led  # the stage asked for leaders
     assert led[0] > 0  # rows were led, not matched
+    assert mapped == [True]  # and waited for their decisions in a mapped file
     frames = [pl.read_parquet(p) for p in sorted((tmp_path / "out").rglob("part-*.parquet"))]
     landed = pl.concat([f.select("_source", "_line") for f in frames], how="vertical_relaxed")
     assert landed.height == 3 * (8 + 8)

@@ -137,6 +137,8 @@ class Dedupe:
             del exact  # the participants' exact groups (their own arrays) from here
             if found is None:  # every accepted row takes part (the reference path)
                 accepted, led = AcceptedRows.of(rows, is_accepted), None
+            elif led is not None:  # mapped from a staged file until their decisions
+                led = _led_mapped(ctx, kind, led, found.places)
         # the split groups' fields only where the matching's rows find them (the
         # reference path: every accepted row; else _straddling_candidates reads them)
         grouping = found is None and several
@@ -167,15 +169,11 @@ class Dedupe:
             matches.removed = matches.removed.placed(places)
             if several:  # a task (or group) of rows matched or not may straddle
                 everyone = _straddling_candidates(ctx, kind, rows, accepted, fields)
-        del frame
+        del frame, places
         followed = None
-        if led is not None and places is not None:
-            # the rows led are named by their places in the state; each one's leader
-            # by its place among the rows taking part (the leaders' places among the
-            # accepted rows are let go: 8 bytes a row led)
-            followed = matches.followed(np.searchsorted(places, led.leaders), led.rows)
+        if led is not None:  # the rows led, named by their places in the state
+            followed = matches.followed(led.leaders, led.rows)
             led = None
-        del places
         outcome = matches.complete(everyone, fields, count)
         clusters = (part.to_arrow() for part in outcome.clusters.parts(CLUSTER_PART_ROWS))
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", clusters, kind)
@@ -447,6 +445,29 @@ def _leaders(
     places = np.flatnonzero(grouped.found[taking.mask]).astype(np.int64)
     exact = Shared.of(places, grouped.groups, following.led)
     return taking, Led(followers, taking.place_of(leaders)), exact
+
+
+def _led_mapped(ctx: GlobalContext, kind: str, led: Led, places: I64) -> Led:
+    """The rows ``led`` with each one's leader's place among the rows the matching
+    decides (``places``: theirs among the accepted rows, where ``led`` has the
+    leaders'), staged and memory-mapped (:meth:`RunStorage.led_stem`): pages of a file,
+    which the kernel may evict and read again, as the state's keys are. Held in the
+    driver's memory from the leaders' check to their decisions, the rows led were 16
+    bytes each through the matching, the cluster table and the decisions."""
+    stem = ctx.storage.led_stem(kind)
+    leaders = np.searchsorted(places, led.leaders)
+    ctx.storage.stage_whole(stem, pa.table({"rows": led.rows, "leaders": leaders}))
+    del led, leaders
+    mapped = ctx.storage.whole_table(stem)
+    return Led(*(_mapped(mapped[name]) for name in ("rows", "leaders")))
+
+
+def _mapped(column: pa.ChunkedArray) -> I64:
+    """A staged column of integers as an array over the file's pages (one record batch:
+    no copy); a copy where it has none or several."""
+    if column.num_chunks == 1:
+        return cast(I64, column.chunk(0).to_numpy(zero_copy_only=True))
+    return cast(I64, column.to_numpy())
 
 
 def _participants(
