@@ -35,6 +35,20 @@ def test_distinct_places_is_numpy_unique_with_its_inverse(values: list[int]) -> 
     assert places.tolist() == inverse.tolist()
 
 
+@given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 9), max_size=80))
+def test_distinct_places_of_unsigned_codes_is_numpy_unique_with_its_inverse(
+    values: list[int],
+) -> None:
+    """A grouping check's group codes (shard and line in 64 unsigned bits), as the led
+    check places each leader once."""
+    found, places = distinct_places(np.array(values, np.uint64))
+    expected, inverse = np.unique(np.array(values, np.uint64), return_inverse=True)
+    assert found.dtype == np.uint64
+    assert places.dtype == np.int64
+    assert found.tolist() == expected.tolist()
+    assert places.tolist() == inverse.tolist()
+
+
 @given(
     st.sampled_from([np.int64, np.uint64, np.uint32]),
     st.lists(st.integers(0, 60), max_size=80),

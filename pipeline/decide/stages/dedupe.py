@@ -427,7 +427,7 @@ def _leaders(
     leader, _, column = rule.partition(":")
     # its 32 bytes (the gate writes it in lowercase hex: one text a digest)
     fingerprint = pl.col("_content_sha256").str.decode("hex")
-    grouped, following = ctx.led_groups(
+    grouped, (counts, followers, leaders) = ctx.led_groups(
         kind,
         rows,
         "fingerprints",
@@ -439,11 +439,15 @@ def _leaders(
     )
     if (grouped.found & ~accepted.mask).any():
         raise AssertionError(f"{kind}: fingerprints: a row left out was found")
-    order = np.argsort(following.followers)
-    followers, leaders = following.followers[order], following.leaders[order]
+    # in the state's order, each as it is sorted: the rows led as they came and their
+    # sorted copies, held at once, were 32 bytes a row led at the keys' read peak
+    order = np.argsort(followers)
+    followers = followers[order]
+    leaders = leaders[order]
+    del order
     taking = accepted.leaving_out(followers)
     places = np.flatnonzero(grouped.found[taking.mask]).astype(np.int64)
-    exact = Shared.of(places, grouped.groups, following.led)
+    exact = Shared.of(places, grouped.groups, counts)
     return taking, Led(followers, taking.place_of(leaders)), exact
 
 
