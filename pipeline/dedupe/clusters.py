@@ -213,7 +213,7 @@ def _group_stage(
     """Keep the best-ranked row of each id among ``rows`` (ascending); point the others
     at it. Where no id repeats, every row is kept, with no sort (its arrays were ~50
     bytes a row at the matching's peak)."""
-    if not len(rows) or int(np.bincount(ids[rows]).max()) == 1:
+    if _alone(ids, rows):
         return rows
     order = np.lexsort((rank[rows], ids[rows]))
     ordered = rows[order]
@@ -443,7 +443,7 @@ def _representatives(
     sorted copies, where a dataset has no splits). Where no two rows share an exact
     group (a run's leaders in one split), each represents itself, with no sort (its
     arrays were ~70 bytes a row at the matching's peak)."""
-    if not len(rows) or int(np.bincount(exact[rows]).max()) == 1:
+    if _alone(exact, rows):
         alone = np.arange(len(rows), dtype=np.int64)
         return alone, alone
     varied = [k for k in (partition, split) if k is not None and len(k) and k.min() != k.max()]
@@ -463,6 +463,18 @@ def _representatives(
     rep = np.empty(len(rows), np.int64)
     rep[order] = renumbered[group]
     return rep, reps[by_place]
+
+
+def _alone(ids: I64, rows: I64) -> bool:
+    """Whether no two of ``rows`` share an id, counted where the ids are dense ranks
+    (each below their count, as the matching's groups are); any other ids (a caller's
+    hashes, negative ids) are ``False``: the caller sorts them."""
+    at = ids[rows]
+    if not len(at):
+        return True
+    if int(at.min()) < 0 or int(at.max()) >= len(ids):
+        return False
+    return int(np.bincount(at).max()) == 1
 
 
 def _clusters(by_rep: Decided, count: I64) -> I64:
@@ -518,7 +530,7 @@ def decide(
         target, rule, match, final, protected_rows,
     )  # fmt: skip
     remaining = unprotected[target[unprotected] < 0]
-    del final, unprotected, protected_rows  # not read again: 24 bytes a row
+    del final, unprotected, protected_rows  # not read again: 16 bytes a row
     stats["near_rounds"] += _dedupe_partition(
         remaining, exact, normalised, rank, edges, target, rule
     )

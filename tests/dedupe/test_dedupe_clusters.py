@@ -577,3 +577,18 @@ def test_rows_that_each_take_part_and_represent_themselves_are_one_array() -> No
     assert found.removed_by_rule().tolist() == general.removed_by_rule().tolist()
     np.testing.assert_array_equal(found.keepers(), general.keepers() - 1)
     assert (found.kept_at(at) >= 0).any()  # rows are removed: the test decides
+
+
+@pytest.mark.parametrize(
+    "ids", [[-1, -1, 5, 6, 5], [1 << 40, 1 << 40, 3, 4, 3], [0, 0, 1, 2, 1]], ids=str
+)
+def test_groups_of_any_integer_ids_decide_as_their_dense_ranks(ids: list[int]) -> None:
+    """The matching counts its groups where they are dense ranks (no sort where no group
+    holds two rows); any other ids, which a caller of :func:`decide` may give, are
+    sorted as before, never counted (a count of hash-like ids would be terabytes)."""
+    given = np.array(ids, np.int64)
+    dense = np.unique(given, return_inverse=True)[1].astype(np.int64)
+    rank, partition = np.arange(5, dtype=np.int64), np.zeros(5, np.int64)
+    found, expected = (decide(rank, x, x, partition, None) for x in (given, dense))
+    assert found.kept.tolist() == expected.kept.tolist() == [-1, 0, -1, -1, 2]
+    assert found.rule.tolist() == expected.rule.tolist()
