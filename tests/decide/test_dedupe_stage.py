@@ -795,7 +795,7 @@ def test_a_part_of_the_decisions_is_let_go_before_the_next_is_made(
     """The stage's decisions come a part at a time, and the driver stages each and keeps
     its keys and dispositions alone: the stage holds neither a part nor the verdicts it
     was made from while it makes the next (~13 MB a part of 65,536 removed rows)."""
-    monkeypatch.setattr(dedupe, "PART_ROWS", 2)
+    monkeypatch.setattr(dedupe, "DECISION_ROWS", 2)
     state = pl.DataFrame(
         {
             "_shard": pl.Series([0] * 6, dtype=pl.Int32),

@@ -46,7 +46,6 @@ from pipeline.decide.context import (
     DEDUPE_RULE,
     DUPLICATE_OF,
     KEYS,
-    PART_ROWS,
     Decisions,
     GlobalContext,
     OutputColumn,
@@ -72,7 +71,6 @@ from pipeline.dedupe.partitions import NearSearch, stage_sparse_texts
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.splits import SplitGroups, field_expr
 from pipeline.dedupe.table import (
-    CLUSTER_PART_ROWS,
     RemovedRows,
     check_survivor_column,
     group_fields,
@@ -82,7 +80,7 @@ from pipeline.dedupe.table import (
     survivor_value,
 )
 from pipeline.kinds import get_kind
-from pipeline.storage import RunStorage
+from pipeline.storage import ROW_GROUP_ROWS, RunStorage
 
 __all__ = ["Dedupe"]
 
@@ -90,6 +88,12 @@ I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
 _ON_DUPLICATES: Final = frozenset({Disposition.DUPLICATE})
+#: the stage's decisions are made and staged this many rows at a time: a part's making
+#: and staging peaks ~300 bytes a row above what the stage holds (a part of 65,536 rows,
+#: ~20 MB, was the run's peak on an export of half copies, at any size). The cluster
+#: table is made a row group of its file at a time (:data:`ROW_GROUP_ROWS` clusters: a
+#: part of 16,384 was ~1 KB a cluster for the moment it was made)
+DECISION_ROWS: Final = 16_384
 #: staged lineage the stage reads for its rows: exact groups, and what pointers name
 _DIGESTS: Final = ("_content_sha256", "_record_sha256")
 
@@ -175,7 +179,7 @@ class Dedupe:
             followed = matches.followed(led.leaders, led.rows)
             led = None
         outcome = matches.complete(everyone, fields, count)
-        clusters = (part.to_arrow() for part in outcome.clusters.parts(CLUSTER_PART_ROWS))
+        clusters = (part.to_arrow() for part in outcome.clusters.parts(ROW_GROUP_ROWS))
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", clusters, kind)
         ctx.write_artifact(
             f"dedupe/split_groups/{kind}.parquet",
@@ -345,7 +349,7 @@ def _decisions(
     groups: SplitGroups,
     followed: RemovedRows | None = None,
 ) -> Iterator[pl.DataFrame]:
-    """The stage's decisions, made :data:`PART_ROWS` removed rows at a time (then the
+    """The stage's decisions, made :data:`DECISION_ROWS` removed rows at a time (then the
     rows of split groups, flagged, as many at a time), for ``accepted`` rows (row ids
     are places among them). The driver stages each slice as it comes and keeps
     its rows' keys, dispositions and reason codes: every removed row's verdict at once
@@ -356,8 +360,8 @@ def _decisions(
     if followed is not None:  # the rows led, named by their places in the state
         parts.append((followed, lambda at: keys_of(accepted.state)[at]))
     for verdicts_of, keys_at in parts:
-        for lo in range(0, len(verdicts_of), PART_ROWS):
-            verdicts = verdicts_of.slice(lo, min(lo + PART_ROWS, len(verdicts_of)))
+        for lo in range(0, len(verdicts_of), DECISION_ROWS):
+            verdicts = verdicts_of.slice(lo, min(lo + DECISION_ROWS, len(verdicts_of)))
             keys = keys_at(verdicts["_row"].to_numpy())
             part = pl.concat([keys, verdicts.drop("_row")], how="horizontal").select(
                 pl.exclude("_reason"),
@@ -369,7 +373,7 @@ def _decisions(
             del verdicts, keys
             yield part
             del part
-    for flagged in groups.flagged(PART_ROWS):
+    for flagged in groups.flagged(DECISION_ROWS):
         yield pl.concat(
             [accepted.keys(flagged["_row"].to_numpy()), flagged.select(_reasons_add="_reasons")],
             how="horizontal",
