@@ -75,9 +75,10 @@ from pipeline.decide.partitioned import (
 from pipeline.engines import Engine
 from pipeline.gate.reader import Shard
 from pipeline.gate.staging import ShardSummary
-from pipeline.storage import RunStorage, WrittenFile
+from pipeline.storage import ROW_GROUP_ROWS, RunStorage, WrittenFile
 
 __all__ = [
+    "ARTIFACT_ROWS",
     "DEDUPE_RULE",
     "DISPOSITIONS",
     "DUPLICATE_OF",
@@ -116,6 +117,9 @@ Decisions: TypeAlias = pl.DataFrame | Iterator[pl.DataFrame] | None
 #: Decided rows a stage that makes its decisions a part at a time puts in a part (dedupe's
 #: removed rows, the review stage's decided reviews)
 PART_ROWS: Final = 65_536
+#: The rows of a whole-run table's row group (:meth:`GlobalContext.write_artifact`): a
+#: stage that makes a table a part at a time makes a row group at a time at least
+ARTIFACT_ROWS: Final = ROW_GROUP_ROWS
 #: Every row's reason codes so far (the gate's, then each earlier stage's, in order), in
 #: the state given a stage whose ``reads_reason_codes`` is true (the policy's), and built
 #: for it alone: held through the phase, their offsets were 8 of the state's 21 bytes a

@@ -43,6 +43,7 @@ import pyarrow as pa
 from pipeline.core.config import CampaignConfig, ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP, Disposition
 from pipeline.decide.context import (
+    ARTIFACT_ROWS,
     DEDUPE_RULE,
     DUPLICATE_OF,
     KEYS,
@@ -80,7 +81,7 @@ from pipeline.dedupe.table import (
     survivor_value,
 )
 from pipeline.kinds import get_kind
-from pipeline.storage import ROW_GROUP_ROWS, RunStorage
+from pipeline.storage import RunStorage
 
 __all__ = ["Dedupe"]
 
@@ -91,7 +92,7 @@ _ON_DUPLICATES: Final = frozenset({Disposition.DUPLICATE})
 #: the stage's decisions are made and staged this many rows at a time: a part's making
 #: and staging peaks ~300 bytes a row above what the stage holds (a part of 65,536 rows,
 #: ~20 MB, was the run's peak on an export of half copies, at any size). The cluster
-#: table is made a row group of its file at a time (:data:`ROW_GROUP_ROWS` clusters: a
+#: table is made a row group of its file at a time (:data:`ARTIFACT_ROWS` clusters: a
 #: part of 16,384 was ~1 KB a cluster for the moment it was made)
 DECISION_ROWS: Final = 16_384
 #: staged lineage the stage reads for its rows: exact groups, and what pointers name
@@ -179,7 +180,7 @@ class Dedupe:
             followed = matches.followed(led.leaders, led.rows)
             led = None
         outcome = matches.complete(everyone, fields, count)
-        clusters = (part.to_arrow() for part in outcome.clusters.parts(ROW_GROUP_ROWS))
+        clusters = (part.to_arrow() for part in outcome.clusters.parts(ARTIFACT_ROWS))
         ctx.write_artifact(f"dedupe/clusters/{kind}.parquet", clusters, kind)
         ctx.write_artifact(
             f"dedupe/split_groups/{kind}.parquet",
