@@ -50,6 +50,8 @@ __all__ = [
     "CLUSTER_PART_ROWS",
     "ClusterTable",
     "DedupeOutcome",
+    "Holder",
+    "KeptLineage",
     "Matches",
     "RemovedRows",
     "check_survivor_column",
@@ -328,12 +330,15 @@ def match_duplicates(
     settings: DedupeSettings,
     kind: str,
     row_keys: RowKeys | None = None,
+    hold: Holder | None = None,
 ) -> Matches:
     """Exact, normalised and near duplicates and contamination among ``frame``'s rows.
 
     ``row_keys``, lined up with ``frame``, are the normalised digests and signatures the
     gate computed (:mod:`pipeline.dedupe.row_keys`); without them (or without one of
-    them) they are computed here from the key's payload columns in ``frame``."""
+    them) they are computed here from the key's payload columns in ``frame``. ``hold``
+    keeps the kept rows' lineage read through them (:func:`_kept_lineage`): in memory
+    without."""
     n = frame.height
     normalisation = Normalisation.from_settings(settings)
     params = LshParams.from_settings(settings)
@@ -385,7 +390,8 @@ def match_duplicates(
     weight = row_keys.weight if row_keys is not None else None
     found = find_duplicates(rank, exact, normalised, partition, near, split, weight)
     del split
-    kept = _kept_lineage(frame, found.keepers(), row_keys.lineage if row_keys is not None else None)
+    lineage = row_keys.lineage if row_keys is not None else None
+    kept = _kept_lineage(frame, found.keepers(), lineage, hold)
     verdicts = functools.partial(
         _removed_rows, splits=splits, key=key, normalisation=normalisation, params=params,
         kept_lineage=kept,
@@ -407,35 +413,77 @@ def group_texts(groups: I64, rank: I64) -> tuple[I64, I64]:
     return first, best
 
 
+#: keeps a table given in parts (its parts' schema alike) and gives it back whole: in
+#: memory, or staged and memory-mapped (the dedupe stage's, :func:`_kept_lineage`)
+Holder = Callable[[Iterator[pa.Table]], pa.Table]
+
+
+@dataclass(frozen=True)
+class KeptLineage:
+    """``_source``, ``_line`` and ``_record_sha256`` of each kept row that has
+    duplicates, in cluster order (:func:`_kept_lineage`), as an Arrow table: in memory,
+    or over a staged file's pages, of which a gather reads its rows' alone."""
+
+    table: pa.Table
+
+    @property
+    def height(self) -> int:
+        return int(self.table.num_rows)
+
+    def at(self, clusters: I64) -> pl.DataFrame:
+        """The lineage of the kept rows of ``clusters``, in their order."""
+        return _frame(self.table.take(pa.array(clusters, pa.int64())))
+
+    def slice(self, lo: int, length: int) -> pl.DataFrame:
+        """The lineage of clusters ``lo`` to ``lo + length``."""
+        return _frame(self.table.slice(lo, length))
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)  # a table's: never a series
+    return frame
+
+
 def _kept_lineage(
-    frame: pl.DataFrame, keepers: I64, lineage: Callable[[I64], pl.DataFrame] | None
-) -> pl.DataFrame:
+    frame: pl.DataFrame,
+    keepers: I64,
+    lineage: Callable[[I64], pl.DataFrame] | None,
+    hold: Holder | None = None,
+) -> KeptLineage:
     """``_source``, ``_line`` and ``_record_sha256`` of the kept rows that have duplicates
     (``keepers``, in cluster order), read once for the removed rows' pointers and the
     cluster table, and for those rows only (``lineage``, :data:`LINEAGE_ROWS` of them at
     a time: they ascend, so each read is of a few shards) when the frame does not hold
-    them. ``_source`` is held categorical (the inputs' paths, a few) and each digest as
-    its 32 bytes (:func:`_digests_held`): read twice and as text, the kept rows' lineage
-    was ~175 bytes a cluster of the dedupe stage's peak."""
+    them. Each digest is held as its 32 bytes (:func:`_digests_held`), ``_source``
+    categorical in memory (the inputs' paths, a few): read twice and as text, the kept
+    rows' lineage was ~175 bytes a cluster of the dedupe stage's peak. ``hold`` keeps
+    what ``lineage`` reads a part at a time (the dedupe stage stages and maps it: held,
+    it was ~44 bytes a cluster of the driver's memory from the matching to the
+    decisions); its parts hold the digests as bytes (every digest of a run is a
+    SHA-256), ``_source`` as text (a part's categories are its own)."""
     columns = ("_source", "_line", "_record_sha256")
     if lineage is None:
-        return _lineage_held(frame.select(columns)[keepers])
+        return KeptLineage(_lineage_held(frame.select(columns)[keepers]).to_arrow())
     reads = range(0, max(len(keepers), 1), LINEAGE_ROWS)
-    parts = [_lineage_held(lineage(keepers[lo : lo + LINEAGE_ROWS])) for lo in reads]
+    read = (lineage(keepers[lo : lo + LINEAGE_ROWS]) for lo in reads)
+    if hold is not None:
+        return KeptLineage(hold(_lineage_held(part, categorical=False).to_arrow() for part in read))
+    parts = [_lineage_held(part) for part in read]
     if len({part.schema["_record_sha256"] for part in parts}) > 1:  # a part's not digests
         parts = [p.with_columns(_digests_text(p["_record_sha256"])) for p in parts]
-    return pl.concat(parts)
+    return KeptLineage(pl.concat(parts).to_arrow())
 
 
 #: the kept rows' lineage is read this many rows at a time (:func:`_kept_lineage`): read
-#: at once, their text was ~170 bytes a cluster above what is held
-LINEAGE_ROWS: Final = 1 << 16
+#: at once, their text was ~170 bytes a cluster above what is held; 65,536 at a time
+#: were ~13 MB of the dedupe stage's peak on an export of half copies
+LINEAGE_ROWS: Final = 1 << 14
 
 
-def _lineage_held(named: pl.DataFrame) -> pl.DataFrame:
-    return named.select(
-        pl.col("_source").cast(pl.Categorical), "_line", _digests_held(named["_record_sha256"])
-    )
+def _lineage_held(named: pl.DataFrame, *, categorical: bool = True) -> pl.DataFrame:
+    source = pl.col("_source").cast(pl.Categorical if categorical else pl.String)
+    return named.select(source, "_line", _digests_held(named["_record_sha256"]))
 
 
 #: a digest held as its 32 bytes (:func:`_digests_held`)
@@ -479,7 +527,7 @@ def _removed_rows(
     key: DedupeKey | None,
     normalisation: Normalisation,
     params: LshParams,
-    kept_lineage: pl.DataFrame,
+    kept_lineage: KeptLineage,
 ) -> RemovedRows:
     """The verdicts of removed ``rows`` (``found``'s at ``removed``; ``None``: the
     i-th row's at i), built when asked for: what is held is the decision
@@ -493,7 +541,7 @@ def _removed_rows(
     def build(lo: int, hi: int) -> pl.DataFrame:
         at = np.arange(lo, hi, dtype=np.int64) if removed is None else removed[lo:hi]
         kept = found.kept_at(at)
-        target = kept_lineage[found.cluster_at(at)]
+        target = kept_lineage.at(found.cluster_at(at))
         return _verdicts(found, at, kept, target, splits, described, normalisation, params)
 
     return RemovedRows(rows, build)
@@ -583,7 +631,7 @@ class ClusterTable:
     found: Duplicates
     splits: pl.Series
     kind: str
-    kept: pl.DataFrame
+    kept: KeptLineage
 
     @property
     def height(self) -> int:

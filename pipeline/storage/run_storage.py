@@ -228,6 +228,13 @@ class RunStorage:
         memory-maps until it has staged their decisions."""
         return f"{kind}.led"
 
+    def kept_stem(self, kind: str) -> str:
+        """The staged stem of the whole run's table of the lineage of each row of
+        ``kind`` that dedupe keeps in favour of others (``_source``, ``_line``,
+        ``_record_sha256``, in cluster order), which the dedupe stage memory-maps until
+        it has written its cluster table and staged its decisions."""
+        return f"{kind}.kept"
+
     def decisions_stem(self, kind: str) -> str:
         """The staged stem of a shard's decisions of ``kind``: the global phase's merged
         decisions for its rows (:mod:`pipeline.decide.by_shard`), which its write task

@@ -11,6 +11,7 @@ from unittest import mock
 import numpy as np
 import orjson
 import polars as pl
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -717,8 +718,9 @@ def test_rows_led_by_their_group_s_best_land_once_and_leave_the_inputs_alone(
     """Copies under their own task ids, three to a content (their styles rated 3, 5 and
     5), in a train and a protected eval input: the rows each group's best-ranked row
     leads (its first; by the rating, its second, the first of the two rated 5) take no
-    part in the matching (and wait for their decisions in a memory-mapped file), yet
-    every input line lands in exactly one output, the run
+    part in the matching (and wait for their decisions in a memory-mapped file, as the
+    kept rows' lineage does from the matching on), yet every input line lands in
+    exactly one output, the run
     verifies, the leaders are kept, each led row points at its group's kept row, and
     the inputs' bytes are untouched."""
     import hashlib
@@ -762,6 +764,17 @@ def test_rows_led_by_their_group_s_best_land_once_and_leave_the_inputs_alone(
         return staged
 
     monkeypatch.setattr(dedupe, "_led_mapped", map_spy)
+    staged: dict[str, int] = {}
+    mapped_parts = dedupe._mapped_parts
+
+    def parts_spy(ctx: Any, stem: str, parts: Any) -> Any:
+        table = mapped_parts(ctx, stem, parts)
+        staged[stem] = table.num_rows
+        if stem.endswith(".kept"):  # each path as its place among the inputs'
+            assert pa.types.is_dictionary(table.schema.field("_source").type)
+        return table
+
+    monkeypatch.setattr(dedupe, "_mapped_parts", parts_spy)
     config = CampaignConfig(
         inputs=(InputSpec(str(inputs[0]), split="train"), InputSpec(str(inputs[1]), split="eval"))
     ).override(**{"dedupe.protected_splits": ("eval",), "dedupe.survivor": survivor})
@@ -769,6 +782,9 @@ def test_rows_led_by_their_group_s_best_land_once_and_leave_the_inputs_alone(
     assert led  # the stage asked for leaders
     assert led[0] > 0  # rows were led, not matched
     assert mapped == [True]  # and waited for their decisions in a mapped file
+    clusters = pl.read_parquet(tmp_path / "out" / "dedupe" / "clusters" / f"{KIND}.parquet")
+    # the kept rows' lineage, staged and mapped: a row a cluster
+    assert staged == {f"{KIND}.led": 2 * (8 + 8), f"{KIND}.kept": clusters.height}
     frames = [pl.read_parquet(p) for p in sorted((tmp_path / "out").rglob("part-*.parquet"))]
     landed = pl.concat([f.select("_source", "_line") for f in frames], how="vertical_relaxed")
     assert landed.height == 3 * (8 + 8)

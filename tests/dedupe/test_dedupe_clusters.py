@@ -4,11 +4,13 @@ decision over the rows that take part equals the decision over every row."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from unittest import mock
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -492,7 +494,9 @@ def test_the_kept_rows_digests_read_back_as_they_were(
 ) -> None:
     """The kept rows' ``_record_sha256`` are held as 32 bytes each where every one is a
     SHA-256 in lower-case hex, and read back (whole, gathered, sliced) as the same text;
-    any other text (a dataset's own: upper case, not a digest, null) is kept as it is."""
+    any other text (a dataset's own: upper case, not a digest, null) is kept as it is.
+    Given a holder (the dedupe stage stages and maps them), the parts read go to it as
+    they are read, and read back the same."""
     n = len(digests)
     frame = pl.DataFrame(
         {
@@ -504,20 +508,41 @@ def test_the_kept_rows_digests_read_back_as_they_were(
     )
     every = np.arange(n, dtype=np.int64)
     kept = _kept_lineage(frame, every, None)
-    held = kept["_record_sha256"]
+    held = kept.slice(0, n)["_record_sha256"]
     compact = all(d is not None and re.fullmatch("[0-9a-f]{64}", d) for d in digests)
     assert (held.dtype == pl.Array(pl.UInt8, 32)) == compact
     # read through the rows' lineage a few at a time (a part of digests beside one
-    # of other texts: every part as text), the same lineage
-    with mock.patch.object(table, "LINEAGE_ROWS", data.draw(st.integers(1, 4))):
-        parts = _kept_lineage(frame.clear(), every, lambda at: frame[at])
-    as_text = pl.col("_source").cast(pl.String), _digests_text(parts["_record_sha256"])
-    assert_frame_equal(parts.with_columns(as_text), frame)
+    # of other texts: every part as text), the same lineage; and, where they are
+    # digests, kept by a holder as they are read (as the stage stages them)
+    rows = data.draw(st.integers(1, 4))
+    given: list[pa.Table] = []
+
+    def hold(parts: Iterator[pa.Table]) -> pa.Table:
+        given.extend(parts)
+        return pa.concat_tables(given)
+
+    with mock.patch.object(table, "LINEAGE_ROWS", rows):
+        read = _kept_lineage(frame.clear(), every, lambda at: frame[at])
+        held_by = (
+            _kept_lineage(frame.clear(), every, lambda at: frame[at], hold) if compact else read
+        )
+    assert len(given) == (max(1, -(-n // rows)) if compact else 0)
+    assert all(part.schema.field("_source").type == pa.large_string() for part in given)
+    for parts in (read, held_by):
+        whole = parts.slice(0, n)
+        as_text = pl.col("_source").cast(pl.String), _digests_text(whole["_record_sha256"])
+        assert_frame_equal(whole.with_columns(as_text), frame)
     assert _digests_text(held).to_list() == digests
     at = data.draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=n))
-    assert _digests_text(held.gather(at)).to_list() == [digests[i] for i in at]
-    lo = data.draw(st.integers(0, n))
-    assert _digests_text(held.slice(lo, 3)).to_list() == digests[lo : lo + 3]
+    gathered = np.array(at, np.int64)
+    for lineage in (kept, held_by):
+        assert _digests_text(lineage.at(gathered)["_record_sha256"]).to_list() == [
+            digests[i] for i in at
+        ]
+        lo = data.draw(st.integers(0, n))
+        assert (
+            _digests_text(lineage.slice(lo, 3)["_record_sha256"]).to_list() == digests[lo : lo + 3]
+        )
 
 
 def test_rows_led_are_removed_as_their_leaders_decide_and_named_by_their_own_places() -> None:

@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.core.config import CampaignConfig, ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES, DEDUPE_SPLIT_GROUP, Disposition
@@ -158,7 +159,9 @@ class Dedupe:
         frame = frame.with_columns(split).rename(back, strict=False)
         row_keys = _row_keys(ctx, kind, frame, found) if found is not None else None
         ctx.on_stage(f"{kind}: dedupe: match")
-        matches = match_duplicates(frame, key, settings, kind, row_keys)
+        # the kept rows' lineage, read through the row keys, staged and mapped
+        hold = functools.partial(_lineage_mapped, ctx, kind)
+        matches = match_duplicates(frame, key, settings, kind, row_keys, hold)
         ctx.on_stage(f"{kind}: dedupe: clusters")
         # the matching holds its decision: of the rows that took part, only their places
         # among the accepted rows are read on (their groups and keys, held through the
@@ -463,12 +466,44 @@ def _led_mapped(ctx: GlobalContext, kind: str, led: Led, places: I64) -> Led:
     which the kernel may evict and read again, as the state's keys are. Held in the
     driver's memory from the leaders' check to their decisions, the rows led were 16
     bytes each through the matching, the cluster table and the decisions."""
-    stem = ctx.storage.led_stem(kind)
     leaders = np.searchsorted(places, led.leaders)
-    ctx.storage.stage_whole(stem, pa.table({"rows": led.rows, "leaders": leaders}))
+    table = pa.table({"rows": led.rows, "leaders": leaders})
     del led, leaders
-    mapped = ctx.storage.whole_table(stem)
+    mapped = _mapped_parts(ctx, ctx.storage.led_stem(kind), iter([table]))
     return Led(*(_mapped(mapped[name]) for name in ("rows", "leaders")))
+
+
+def _lineage_mapped(ctx: GlobalContext, kind: str, parts: Iterator[pa.Table]) -> pa.Table:
+    """The kept rows' lineage (:class:`~pipeline.dedupe.table.KeptLineage`), read a part
+    at a time, staged and memory-mapped (:meth:`RunStorage.kept_stem`), each
+    ``_source`` as its place among the run's inputs' paths (one dictionary for every
+    part: 4 bytes a kept row of the file, not its path's). Held in the driver's memory,
+    it was ~44 bytes a cluster from the matching to the decisions."""
+    paths = pa.array(sorted({s.input.path for s in ctx.shards}), pa.large_string())
+
+    def encoded() -> Iterator[pa.Table]:
+        for part in parts:
+            codes = pc.index_in(part["_source"], value_set=paths).combine_chunks()
+            if codes.null_count:
+                raise AssertionError(f"{kind}: a kept row of none of the run's inputs")
+            source = pa.DictionaryArray.from_arrays(codes, paths)
+            yield part.set_column(part.schema.get_field_index("_source"), "_source", source)
+
+    return _mapped_parts(ctx, ctx.storage.kept_stem(kind), encoded())
+
+
+def _mapped_parts(ctx: GlobalContext, stem: str, parts: Iterator[pa.Table]) -> pa.Table:
+    """``parts`` (one or more, of one schema) staged as the whole run's ``stem``, a part
+    at a time as they come, and given back memory-mapped (:meth:`RunStorage.whole_table`):
+    the pages of a file, which the kernel may evict and read again, as the state's keys
+    are, rather than the driver's own memory."""
+    first = next(parts)
+    with ctx.storage.whole_writer(stem, first.schema) as writer:
+        writer.write_table(first)
+        del first
+        for part in parts:
+            writer.write_table(part)
+    return ctx.storage.whole_table(stem)
 
 
 def _mapped(column: pa.ChunkedArray) -> I64:
