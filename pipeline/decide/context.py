@@ -163,7 +163,7 @@ class Following(NamedTuple):
     """What a led check found beside its leaders (:meth:`GlobalContext.led_groups`):
     how many rows each found row leads, itself included (in the rows' order, as
     :attr:`Grouped.groups`), and the rows it does not find but gives a leader, with
-    their leaders, as places among the rows."""
+    their leaders, as places among the rows, ascending by the rows led."""
 
     led: npt.NDArray[np.int64]
     followers: npt.NDArray[np.int64]
@@ -486,13 +486,20 @@ class GlobalContext:
         order = np.argsort(at)  # the rows' order
         if led is None or following is None:
             return Grouped(mask, groups[order], None if same is None else same[order]), None
-        followers = _places(rows, _keys_frame(following.shards, following.lines))
-        # a leader once, however many rows it leads (a row is placed once); ranked, not
-        # sorted with its permutation (np.unique: ~40 bytes a row led, the keys' peak)
-        distinct_leaders, of_leader = distinct_places(following.leaders)
-        del following
-        lead_shards, lead_lines = first_rows(check.shards, distinct_leaders)
-        leaders = _places(rows, _keys_frame(lead_shards, lead_lines))[of_leader]
+        place = _placer(rows)
+
+        def leaders_at(codes: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+            # a leader once a slice, however many rows it leads there (a row is placed
+            # once); ranked, not sorted with its permutation (np.unique)
+            distinct_leaders, of_leader = distinct_places(codes)
+            return place(_keys_frame(*first_rows(check.shards, distinct_leaders)))[of_leader]
+
+        followers, leaders = following.placed(
+            self.storage,
+            lambda shards, lines: place(_keys_frame(shards, lines)),
+            leaders_at,
+            rows.height,
+        )
         return Grouped(mask, groups[order], None), Following(led[order], followers, leaders)
 
     def has_row_keys(self, kind: str) -> bool:
@@ -1116,8 +1123,19 @@ def _keys_frame(shards: npt.NDArray[np.int32], lines: npt.NDArray[np.int64]) -> 
 def _places(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int64]:
     """Each decided row's place in the state (:class:`_Places`; a state out of order is
     sorted first: :func:`_places_sorting`)."""
-    at = _Places(current).find(decided)
-    return _places_sorting(current, decided) if at is None else at
+    return _placer(current)(decided)
+
+
+def _placer(current: pl.DataFrame) -> Callable[[pl.DataFrame], npt.NDArray[np.int64]]:
+    """:func:`_places` for frame after frame of decided rows (each placed once) in one
+    state, whose runs are read once (:class:`_Places`), not once a frame."""
+    places = _Places(current)
+
+    def place(decided: pl.DataFrame) -> npt.NDArray[np.int64]:
+        at = places.find(decided)
+        return _places_sorting(current, decided) if at is None else at
+
+    return place
 
 
 class _Places:

@@ -33,7 +33,7 @@ process runs the same polars (its ``hash`` is stable within a version).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -42,6 +42,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
+from pipeline.core.arrays import sort_pairs
 from pipeline.core.row_local import row_values
 from pipeline.decide.repeats import repeated, varying
 from pipeline.dedupe.partitions import partitions_for
@@ -52,6 +53,7 @@ from pipeline.storage import RunStorage
 
 __all__ = [
     "BODY",
+    "FOLLOWER_ROWS",
     "GROUP",
     "LEADERS",
     "RANK",
@@ -226,23 +228,64 @@ class Found:
     followers: Followers | None = None
 
 
+#: the rows led a led check's driver reads at a time (:meth:`Followers.placed`)
+FOLLOWER_ROWS: Final = 1 << 16
+
+
 @dataclass(frozen=True)
 class Followers:
     """The rows a led check (:attr:`HashCheck.leads`) does not find but gives their
     leader: their shards and lines, and each one's leader as a group (its place:
-    :func:`first_rows` reads it)."""
+    :func:`first_rows` reads it), staged by the partition task that found them (a file
+    of the whole run's staging area each, ``stems``, of ``counts`` rows) and read a
+    slice at a time (:meth:`placed`). Returned through the engine, every row led was
+    received at once (20 bytes, and as much again while the partitions' were joined)
+    and placed at once (~40 bytes of temporaries): the keys' read peak of a run's
+    dedupe on an export of half copies."""
 
-    shards: npt.NDArray[np.int32]
-    lines: I64
-    leaders: U64
+    stems: tuple[str, ...] = ()
+    counts: tuple[int, ...] = ()
 
     @classmethod
     def joined(cls, parts: Sequence[Followers]) -> Followers:
         return cls(
-            np.concatenate([np.zeros(0, np.int32), *(f.shards for f in parts)]),
-            np.concatenate([np.zeros(0, np.int64), *(f.lines for f in parts)]),
-            np.concatenate([np.zeros(0, np.uint64), *(f.leaders for f in parts)]),
+            tuple(stem for f in parts for stem in f.stems),
+            tuple(count for f in parts for count in f.counts),
         )
+
+    def __len__(self) -> int:
+        return sum(self.counts)
+
+    def placed(
+        self,
+        storage: RunStorage,
+        rows_at: Callable[[npt.NDArray[np.int32], I64], I64],
+        leaders_at: Callable[[U64], I64],
+        bound: int,
+    ) -> tuple[I64, I64]:
+        """Each row led's place and its leader's (``rows_at`` their shards and lines,
+        ``leaders_at`` their groups: places below ``bound``), ascending by the row's:
+        read :data:`FOLLOWER_ROWS` at a time from the staged files (memory-mapped) into
+        the two arrays, 16 bytes a row led, and sorted together in place
+        (:func:`~pipeline.core.arrays.sort_pairs`)."""
+        rows, leaders = np.empty(len(self), np.int64), np.empty(len(self), np.int64)
+        lo = 0
+        for stem in self.stems:
+            table = storage.whole_table(stem)
+            for start in range(0, table.num_rows, FOLLOWER_ROWS):
+                part = table.slice(start, FOLLOWER_ROWS)
+                shards, lines, groups = (part[name].to_numpy() for name in _FOLLOWER_COLUMNS)
+                rows[lo : lo + len(lines)] = rows_at(shards, lines)
+                leaders[lo : lo + len(lines)] = leaders_at(groups)
+                lo += len(lines)
+        if lo != len(rows):
+            raise AssertionError(f"{lo} rows led read of {len(rows)} staged")  # never expected
+        sort_pairs(rows, leaders, bound)
+        return rows, leaders
+
+
+#: a staged file of rows led (:class:`Followers`): shard, line and leader's group
+_FOLLOWER_COLUMNS: Final = ("_shard", "_shard_line", "_leader")
 
 
 @dataclass(frozen=True)
@@ -493,7 +536,7 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     elif check.matching:
         hit = _unmatched(batches)
     elif check.leads:
-        return _led_rows(check, batches, group, lines, sizes)
+        return _led_rows(check, partition, batches, group, lines, sizes)
     elif check.grouping:
         hit, group, same = _exact_groups(batches, group, group_places(sizes, lines))
     else:
@@ -503,13 +546,19 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
 
 
 def _led_rows(
-    check: HashCheck, batches: list[pa.RecordBatch], group: U64, lines: I64, sizes: list[int]
+    check: HashCheck,
+    partition: int,
+    batches: list[pa.RecordBatch],
+    group: U64,
+    lines: I64,
+    sizes: list[int],
 ) -> Found:
     """A led check's partition (:attr:`HashCheck.leads`): of the keys another row
     shares, each label's best-ranked row (the leader, :attr:`HashCheck.leader`: entries
     are in the stable order key, which breaks ties), its group (its key's first row's
     place) and how many rows of its key and label it leads; the others apart, each with
-    its leader's place. Only keys whose hash repeats are compared (equal keys share a
+    its leader's place, staged for the driver to read a slice at a time
+    (:class:`Followers`). Only keys whose hash repeats are compared (equal keys share a
     partition)."""
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
     place = group_places(sizes, lines)
@@ -536,14 +585,15 @@ def _led_rows(
     leader = shared & (lead == np.arange(len(at)))
     follower = shared & ~leader
     hit, follows = at[leader], at[follower]
-    return Found(
-        shards[hit],
-        lines[hit],
-        place[at[first[leader]]],
-        None,
-        led[leader],
-        Followers(shards[follows], lines[follows], place[at[lead[follower]]]),
-    )
+    followers = Followers()
+    if len(follows):
+        stem = f"{check.stem}.led-{partition}"
+        columns = (shards[follows], lines[follows], place[at[lead[follower]]])
+        check.storage.stage_whole(
+            stem, pa.table(dict(zip(_FOLLOWER_COLUMNS, columns, strict=True)))
+        )
+        followers = Followers((stem,), (len(follows),))
+    return Found(shards[hit], lines[hit], place[at[first[leader]]], None, led[leader], followers)
 
 
 def _ranks(leader: str, batches: list[pa.RecordBatch], at: I64) -> I64:

@@ -523,7 +523,7 @@ def _checked(
     if not tasks:  # a check of no shard has no partition to run
         none = np.zeros(0, np.int64)
         nothing = Found(
-            none.astype(np.int32), none, none.astype(np.uint64), None, none, Followers.joined([])
+            none.astype(np.int32), none, none.astype(np.uint64), None, none, Followers()
         )
         return nothing, placed
     count = partition_count(
@@ -604,10 +604,13 @@ def _led_groups(
     exact = _numbered(places, placed(*first_rows(shards, found.groups)), found.led)
     following = found.followers
     del found
-    rows = placed(following.shards, following.lines)
-    leaders = placed(*first_rows(shards, following.leaders))
-    order = np.argsort(rows)
-    return exact, Led(rows[order], leaders[order])
+    rows, leaders = following.placed(
+        storage,
+        placed,
+        lambda groups: placed(*first_rows(shards, groups)),
+        sum(task.rows for task in tasks),
+    )
+    return exact, Led(rows, leaders)
 
 
 def _stage_ranks(storage: RunStorage, tasks: Sequence[KeyTask], rank: Callable[[I64], I64]) -> None:

@@ -2,7 +2,8 @@
 ``distinct_places``: those with each value's place among them (``np.unique``'s
 inverse); ``distinct_union``: those of two arrays, the first already distinct;
 ``isin``: ``np.isin`` by binary searches among the distinct values looked for;
-``ragged_arange``: each item's place in its row."""
+``ragged_arange``: each item's place in its row; ``sort_pairs``: keys sorted in place,
+their values with them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from pipeline.core import arrays
-from pipeline.core.arrays import distinct, distinct_places, distinct_union, isin, ragged_arange
+from pipeline.core.arrays import (
+    distinct,
+    distinct_places,
+    distinct_union,
+    isin,
+    ragged_arange,
+    sort_pairs,
+)
 
 _INTEGERS = st.sampled_from([np.int8, np.int32, np.int64, np.uint32, np.uint64, np.bool_])
 
@@ -105,3 +113,39 @@ def test_isin_of_other_kinds_and_types_is_numpy_isin() -> None:
     big = np.array([2**63 + 1, 2**63], dtype=np.uint64)
     assert np.array_equal(isin(big, np.array([-1], dtype=np.int64)), np.isin(big, [-1]))
     assert np.array_equal(isin(big, np.array([2**63], dtype=np.uint64)), [False, True])
+
+
+@given(
+    (st.integers(1, 2**31) | st.integers(2**31 + 1, 2**32) | st.integers(2**32, 2**62)).flatmap(
+        lambda bound: st.tuples(
+            st.just(bound),
+            st.lists(st.integers(0, bound - 1), unique=True, max_size=60).flatmap(
+                lambda keys: st.tuples(
+                    st.just(keys),
+                    st.lists(st.integers(0, bound - 1), min_size=len(keys), max_size=len(keys)),
+                )
+            ),
+        )
+    )
+)
+def test_sort_pairs_sorts_the_keys_in_place_and_takes_the_values_with_them(
+    drawn: tuple[int, tuple[list[int], list[int]]],
+) -> None:
+    """Packed into one 64-bit number a pair where two fit in 63 bits (a bound below
+    2**31), else by an argsort: the keys ascend and each value is its key's, in the
+    arrays given."""
+    bound, (keys, values) = drawn
+    k, v = np.array(keys, np.int64), np.array(values, np.int64)
+    sort_pairs(k, v, bound)
+    assert k.tolist() == sorted(keys)
+    assert v.tolist() == [values[keys.index(key)] for key in sorted(keys)]
+
+
+def test_sort_pairs_refuses_a_key_twice_or_outside_the_bound() -> None:
+    for bound in (10, 2**40):  # packed, and by an argsort
+        with pytest.raises(ValueError, match="twice"):
+            sort_pairs(np.array([3, 1, 3]), np.array([0, 1, 2]), bound)
+        with pytest.raises(ValueError, match="outside"):
+            sort_pairs(np.array([3, bound]), np.array([0, 1]), bound)
+        with pytest.raises(ValueError, match="outside"):
+            sort_pairs(np.array([3, 1]), np.array([-1, 1]), bound)

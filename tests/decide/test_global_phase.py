@@ -1178,6 +1178,7 @@ class ProbeLed:
                 places = np.flatnonzero(grouped.found)
                 shard, line_of = first_rows(ctx.shards_of(kind), grouped.groups)
                 group_rows = _places_of(rows, shard, line_of)
+                assert (np.diff(following.followers) > 0).all()  # the rows led ascend
                 pairs = zip(following.followers.tolist(), following.leaders.tolist(), strict=True)
                 self.found.append(
                     (
@@ -1205,10 +1206,13 @@ def test_a_led_check_leads_each_keys_rows_in_a_split_by_their_first(
     survivor rule (its first, its last, its best by a value with ties, nulls and NaNs),
     among the keys two rows share, the rows left out taking no part: each leader with
     its key's first row as its group and how many rows it leads, and every other row of
-    those keys with its leader, as over every row's values, at any partition count."""
+    those keys with its leader, as over every row's values, at any partition count. The
+    rows led are staged by the partition tasks and read back a few at a time."""
     import pipeline.decide.stages  # noqa: F401
+    from pipeline.decide import partitioned
 
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeLed])
+    monkeypatch.setattr(partitioned, "FOLLOWER_ROWS", 7)  # many slices, a leader in several
     ProbeLed.found.clear()
     lines = list(export_lines("pairwise-v2", 240, seed=5))
     specs = []

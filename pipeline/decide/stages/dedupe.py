@@ -262,25 +262,6 @@ class AcceptedRows:
         self.mask[rows] = False
         return AcceptedRows.masked(self.state, self.mask)
 
-    def place_of(self, rows: I64) -> I64:
-        """The places among them of the state's rows ``rows`` (each one of them), a
-        block of the mask counted at a time."""
-        rows = np.asarray(rows, np.int64)
-        if not len(rows):
-            return rows
-        if not self.mask[rows].all():
-            raise IndexError("a row that is not among them")
-        block = rows // _BLOCK
-        order = np.argsort(block, kind="stable")
-        found = np.empty(len(rows), np.int64)
-        bounds = [0, *(np.flatnonzero(np.diff(block[order])) + 1).tolist(), len(rows)]
-        for lo, hi in itertools.pairwise(bounds):
-            b = int(block[order[lo]])
-            before = np.cumsum(self.mask[b * _BLOCK : (b + 1) * _BLOCK]) - 1
-            at = order[lo:hi]
-            found[at] = self.before[b] + before[rows[at] - b * _BLOCK]
-        return found
-
     def keys(self, places: I64 | None = None) -> pl.DataFrame:
         """The keys (``_shard``, ``_shard_line``) of the accepted rows at ``places`` (of
         every accepted row without)."""
@@ -447,16 +428,27 @@ def _leaders(
     )
     if (grouped.found & ~accepted.mask).any():
         raise AssertionError(f"{kind}: fingerprints: a row left out was found")
-    # in the state's order, each as it is sorted: the rows led as they came and their
-    # sorted copies, held at once, were 32 bytes a row led at the keys' read peak
-    order = np.argsort(followers)
-    followers = followers[order]
-    leaders = leaders[order]
-    del order
+    # the rows led ascend, each with its leader's place in the state
     taking = accepted.leaving_out(followers)
     places = np.flatnonzero(grouped.found[taking.mask]).astype(np.int64)
+    _placed_among(leaders, np.flatnonzero(grouped.found), places)
     exact = Shared.of(places, grouped.groups, counts)
-    return taking, Led(followers, taking.place_of(leaders)), exact
+    return taking, Led(followers, leaders), exact
+
+
+def _placed_among(rows: I64, known: I64, places: I64) -> None:
+    """Each of ``rows`` (each one of ``known``, ascending) as the place ``places`` gives
+    that one (lined up with ``known``), in place, a slice at a time: the leaders' places
+    in the state as their places among the rows taking part, with nothing beside the
+    rows led but a slice's (every row led's leader placed among the accepted rows at
+    once, by a sort of their blocks, held ~30 bytes a row led of temporaries at the
+    keys' read peak)."""
+    for lo in range(0, len(rows), DECISION_ROWS):
+        part = rows[lo : lo + DECISION_ROWS]
+        at = np.searchsorted(known, part)
+        if not bool((at < len(known)).all()) or bool((known[at] != part).any()):
+            raise AssertionError("a row led by a row that is not found")  # never expected
+        part[:] = places[at]
 
 
 def _led_mapped(ctx: GlobalContext, kind: str, led: Led, places: I64) -> Led:
@@ -466,7 +458,10 @@ def _led_mapped(ctx: GlobalContext, kind: str, led: Led, places: I64) -> Led:
     which the kernel may evict and read again, as the state's keys are. Held in the
     driver's memory from the leaders' check to their decisions, the rows led were 16
     bytes each through the matching, the cluster table and the decisions."""
-    leaders = np.searchsorted(places, led.leaders)
+    leaders = led.leaders  # each leader's place among the rows the matching decides
+    for lo in range(0, len(leaders), DECISION_ROWS):  # in place: no second array of them
+        part = leaders[lo : lo + DECISION_ROWS]
+        part[:] = np.searchsorted(places, part)
     table = pa.table({"rows": led.rows, "leaders": leaders})
     del led, leaders
     mapped = _mapped_parts(ctx, ctx.storage.led_stem(kind), iter([table]))
