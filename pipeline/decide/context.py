@@ -91,6 +91,7 @@ __all__ = [
     "GlobalResult",
     "GlobalStage",
     "Grouped",
+    "KeyCounts",
     "OutputColumn",
     "declared_columns",
     "keys_of",
@@ -157,6 +158,16 @@ class Grouped(NamedTuple):
     found: npt.NDArray[np.bool_]
     groups: npt.NDArray[np.uint64]
     same: npt.NDArray[np.bool_] | None
+
+
+class KeyCounts(NamedTuple):
+    """For each row a grouping check with a body found (a key's later row), in the rows'
+    order as :attr:`Grouped.groups`: how many rows its key has (its first included),
+    and how many of them are later rows whose body is not the first's
+    (:meth:`GlobalContext.counted_groups`)."""
+
+    rows: npt.NDArray[np.uint32]
+    conflicts: npt.NDArray[np.uint32]
 
 
 class Following(NamedTuple):
@@ -320,7 +331,7 @@ class GlobalContext:
         if where is not None:
             exprs[WHERE] = where
         hashes = len(exprs) - (where is not None)
-        (found, groups, _), _ = self._check(kind, rows, name, exprs, hashes, stem=stem)
+        (found, groups, _), _, _ = self._check(kind, rows, name, exprs, hashes, stem=stem)
         return found, groups
 
     def unmatched(
@@ -375,11 +386,52 @@ class GlobalContext:
         SHA-256, as content fingerprints are (a long text's 32 bytes). Compared
         partition by partition on the engine: the driver holds a group a row found, not
         the keys."""
+        grouped, _ = self._grouped(
+            kind, rows, name, key, hashed, where, left_out, body, stem, digested
+        )
+        return grouped
+
+    def counted_groups(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        name: str,
+        key: pl.Expr,
+        hashed: pl.Expr,
+        *,
+        body: pl.Expr,
+        where: pl.Expr | None = None,
+        left_out: npt.NDArray[np.bool_] | None = None,
+        stem: str | None = None,
+    ) -> tuple[Grouped, KeyCounts]:
+        """:meth:`groups` with a ``body``, and for each later row found how many rows
+        its key has and how many of them are later rows whose body is not the first's,
+        counted by the partition tasks, which hold every row of a key (the driver
+        numbering the found rows' keys to count them held ~27 bytes a row found)."""
+        grouped, counts = self._grouped(kind, rows, name, key, hashed, where, left_out, body, stem)
+        if counts is None:
+            raise AssertionError(f"{kind}: {name}: a check with a body counted nothing")
+        return grouped, counts
+
+    def _grouped(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        name: str,
+        key: pl.Expr,
+        hashed: pl.Expr,
+        where: pl.Expr | None,
+        left_out: npt.NDArray[np.bool_] | None,
+        body: pl.Expr | None,
+        stem: str | None,
+        digested: bool = False,
+    ) -> tuple[Grouped, KeyCounts | None]:
+        """:meth:`groups`, and with a ``body`` its keys' counts (:class:`KeyCounts`)."""
         present = key.is_not_null()
         exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
         if body is not None:
             exprs[BODY] = body
-        grouped, _ = self._check(
+        grouped, _, counts = self._check(
             kind,
             rows,
             name,
@@ -389,7 +441,7 @@ class GlobalContext:
             lines=lines_by_shard(rows, left_out) if left_out is not None else None,
             digested=digested,
         )
-        return grouped
+        return grouped, counts
 
     def led_groups(
         self,
@@ -419,7 +471,7 @@ class GlobalContext:
         lines = lines_by_shard(rows, left_out)
         # a key's hash and 32 bytes, and a rank's value (a number; a short text)
         hashes = 1 + 4 + (1 if rank is not None else 0)
-        grouped, following = self._check(
+        grouped, following, _ = self._check(
             kind, rows, name, exprs, hashes, lines=lines, leads=leads, leader=leader
         )
         if following is None:
@@ -448,12 +500,12 @@ class GlobalContext:
         digested: bool = False,
         leads: Sequence[int] = (),
         leader: str = "first",
-    ) -> tuple[Grouped, Following | None]:
+    ) -> tuple[Grouped, Following | None, KeyCounts | None]:
         """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
         row, to size its partitions): a mask over ``rows`` and the found rows' groups
-        (and whether each one's body is its group's first row's; with ``leads``, how
-        many rows each leads, and the rows led), in the rows' order. ``lines``: each
-        shard's lines that take no part (:func:`lines_by_shard`)."""
+        (and whether each one's body is its group's first row's, with its key's counts;
+        with ``leads``, how many rows each leads, and the rows led), in the rows' order.
+        ``lines``: each shard's lines that take no part (:func:`lines_by_shard`)."""
         engine = self.config.engine
         shards = self.shards_of(kind)
         bodied = BODY in exprs
@@ -461,7 +513,10 @@ class GlobalContext:
             none = np.zeros(0, np.bool_) if bodied else None
             empty = np.zeros(0, np.int64)
             nothing = Following(empty, empty, empty) if leads else None
-            return Grouped(np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64), none), nothing
+            zero = np.zeros(0, np.uint32)
+            counts = KeyCounts(zero, zero) if bodied else None
+            grouped = Grouped(np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64), none)
+            return grouped, nothing, counts
         count = partition_count(
             rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
@@ -480,12 +535,18 @@ class GlobalContext:
         found = check.run(self.engine, lines)
         at = _places(rows, _keys_frame(found.shards, found.lines))
         groups, same, led, following = found.groups, found.same, found.led, found.followers
+        counts = None
+        if found.key_rows is not None and found.conflicts is not None:
+            counts = KeyCounts(found.key_rows, found.conflicts)
         del found  # the rows' keys: 12 bytes a row found
         mask = np.zeros(rows.height, np.bool_)
         mask[at] = True
         order = np.argsort(at)  # the rows' order
+        if counts is not None:
+            counts = KeyCounts(counts.rows[order], counts.conflicts[order])
         if led is None or following is None:
-            return Grouped(mask, groups[order], None if same is None else same[order]), None
+            ordered = Grouped(mask, groups[order], None if same is None else same[order])
+            return ordered, None, counts
         place = _placer(rows)
 
         def leaders_at(codes: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
@@ -500,7 +561,7 @@ class GlobalContext:
             leaders_at,
             rows.height,
         )
-        return Grouped(mask, groups[order], None), Following(led[order], followers, leaders)
+        return Grouped(mask, groups[order], None), Following(led[order], followers, leaders), None
 
     def has_row_keys(self, kind: str) -> bool:
         """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""

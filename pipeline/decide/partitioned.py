@@ -32,6 +32,7 @@ process runs the same polars (its ``hash`` is stable within a version).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ __all__ = [
 ]
 
 I64 = npt.NDArray[np.int64]
+U32 = npt.NDArray[np.uint32]
 U64 = npt.NDArray[np.uint64]
 #: a task of one shard: its index and a set of its lines (:func:`line_set`)
 ShardTask = tuple[int, bytes]
@@ -226,6 +228,11 @@ class Found:
     #: included, and the rows it leads, apart
     led: npt.NDArray[np.int64] | None = None
     followers: Followers | None = None
+    #: a grouping check's with a :data:`BODY`: how many rows each row's key has (its
+    #: first row included), and how many of its later rows' bodies are not the first's,
+    #: counted by the partition task that holds every row of the key
+    key_rows: U32 | None = None
+    conflicts: U32 | None = None
 
 
 #: the rows led a led check's driver reads at a time (:meth:`Followers.placed`)
@@ -412,6 +419,8 @@ class HashCheck:
         found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
         same = [f.same for f in found if f.same is not None]
         led = [f.led for f in found if f.led is not None]
+        key_rows = [f.key_rows for f in found if f.key_rows is not None]
+        conflicts = [f.conflicts for f in found if f.conflicts is not None]
         return Found(
             np.concatenate([f.shards for f in found]),
             np.concatenate([f.lines for f in found]),
@@ -421,6 +430,8 @@ class HashCheck:
             Followers.joined([f.followers for f in found if f.followers is not None])
             if self.leads
             else None,
+            np.concatenate(key_rows) if self.bodied else None,
+            np.concatenate(conflicts) if self.bodied else None,
         )
 
 
@@ -529,7 +540,7 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     sizes = [b.num_rows for b in batches]
     group: U64 = np.concatenate([b[GROUP].to_numpy() for b in batches])
     lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])
-    same = None
+    same = counts = None
     if check.varying:
         value: U64 = np.concatenate([b[VALUE].to_numpy() for b in batches])
         hit = varying(group, value).to_numpy()
@@ -538,11 +549,15 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     elif check.leads:
         return _led_rows(check, partition, batches, group, lines, sizes)
     elif check.grouping:
-        hit, group, same = _exact_groups(batches, group, group_places(sizes, lines))
+        hit, group, same, counts = _exact_groups(batches, group, group_places(sizes, lines))
     else:
         hit = repeated(group).to_numpy()
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
-    return Found(shards[hit], lines[hit], group[hit], None if same is None else same[hit])
+    found = Found(shards[hit], lines[hit], group[hit], None if same is None else same[hit])
+    if counts is None:
+        return found
+    key_rows, conflicts = counts
+    return dataclasses.replace(found, key_rows=key_rows[hit], conflicts=conflicts[hit])
 
 
 def _led_rows(
@@ -614,17 +629,23 @@ def _ranks(leader: str, batches: list[pa.RecordBatch], at: I64) -> I64:
 
 def _exact_groups(
     batches: list[pa.RecordBatch], group: U64, place: U64
-) -> tuple[npt.NDArray[np.bool_], U64, npt.NDArray[np.bool_] | None]:
+) -> tuple[npt.NDArray[np.bool_], U64, npt.NDArray[np.bool_] | None, tuple[U32, U32] | None]:
     """Which rows of a partition's ``batches`` share their exact key with another (equal
     keys share a partition; only keys whose hash repeats are compared), each row's
     group: the ``place`` of its key's first row (the entries are in the stable order key:
     the shards' batches in shard order, a shard's lines ascending). Where the batches
     hold a :data:`BODY`, only the later rows of a key are found, each telling whether its
-    body is its key's first row's: the first row is their group."""
+    body is its key's first row's (the first row is their group), how many rows its key
+    has, and how many of them are later rows whose body is not the first's (the replay
+    rule's detail: counted in the driver, by numbering every later row's key, they held
+    ~27 bytes a retry at the cross-record rules' peak)."""
     bodied = BODY in batches[0].schema.names
     hit = repeated(group).to_numpy()
     if not hit.any():
-        return hit, group, np.zeros(len(hit), np.bool_) if bodied else None
+        if not bodied:
+            return hit, group, None, None
+        none = np.zeros(len(hit), np.uint32)
+        return hit, group, np.zeros(len(hit), np.bool_), (none, none)
     at = np.flatnonzero(hit)
     text = pl.concat([_key_text(pl.Series(b[TEXT])) for b in batches]).gather(at)
     first = pl.DataFrame({"t": text}).with_row_index("i").select(pl.col("i").first().over("t"))
@@ -636,11 +657,17 @@ def _exact_groups(
     groups[at] = place[firsts]
     if not bodied:
         keyed[firsts[shared]] = True  # a first row another row shares
-        return keyed, groups, None
+        return keyed, groups, None, None
     body = pl.concat([_key_text(pl.Series(b[BODY])) for b in batches])
     same = np.zeros(len(hit), np.bool_)
     same[at] = (body.gather(at) == body.gather(firsts)).fill_null(False).to_numpy()
-    return keyed, groups, same
+    differs = pl.Series(shared & ~same[at])  # a later row whose body is not the first's
+    counted = pl.DataFrame({"t": text, "d": differs}).select(
+        n=pl.len().over("t"), d=pl.col("d").sum().over("t")
+    )
+    key_rows, conflicts = np.zeros(len(hit), np.uint32), np.zeros(len(hit), np.uint32)
+    key_rows[at], conflicts[at] = counted["n"].to_numpy(), counted["d"].to_numpy()
+    return keyed, groups, same, (key_rows, conflicts)
 
 
 def _key_text(keys: pl.Series) -> pl.Series:

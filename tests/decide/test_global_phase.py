@@ -402,7 +402,8 @@ class ProbeRepeats:
         of them shares, each with its key's first such row (keys hashed to few groups,
         so many hashes repeat over distinct keys); and, given a body, only the later
         rows of each key, each telling whether its body is its first row's (a null body
-        is nobody's)."""
+        is nobody's), and (``counted_groups``) how many rows its key has and how many of
+        them are later rows whose body is not the first's."""
         line = pl.col("_shard_line")
         key = pl.when(line % 13 != 4).then(line % 11).cast(pl.String)
         body = pl.when(line % 17 != 2).then((line // 11) % 3).cast(pl.String)
@@ -426,6 +427,12 @@ class ProbeRepeats:
         assert same[of_later].any()
         assert not same[of_later].all()
         assert (expected & is_first).any()
+        differing = Counter(keys[expected][of_later & ~same].tolist())
+        key_rows = np.array([counts[int(k)] for k in keys[later]], np.uint32)
+        conflicts = np.array([differing.get(int(k), 0) for k in keys[later]], np.uint32)
+        assert (key_rows > 2).any()
+        assert (conflicts > 0).any()
+        assert (conflicts < key_rows - 1).any()
         shards = ctx.shards_of(kind)
         for count, digested in ((1, False), (7, False), (7, True), (64, False), (64, True)):
             at = dataclasses.replace(
@@ -453,6 +460,20 @@ class ProbeRepeats:
                 if bodies_of is not None:
                     self.found.append((later, wanted[of_later], mask, got))
                     self.found.append((later, same[of_later], mask, told))
+                    if digested:
+                        continue
+                    grouped, counted = at.counted_groups(
+                        kind,
+                        rows,
+                        "probe",
+                        key,
+                        key.hash() % 3,
+                        body=body,
+                        where=where,
+                        left_out=left_out,
+                    )
+                    self.found.append((later, key_rows, grouped.found, counted.rows))
+                    self.found.append((later, conflicts, grouped.found, counted.conflicts))
                 else:
                     self.found.append((expected, wanted, mask, got))
                     assert told is None
@@ -523,13 +544,13 @@ def test_repeats_on_the_engine_find_what_every_row_would(
         **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeRepeats.found) == 32
+    assert len(ProbeRepeats.found) == 38
     assert len(ProbeRepeats.refused) == 2
     assert all("hash is null" in message for message in ProbeRepeats.refused)
     # natural groups: the retries repeat, and none varies; five groups: every row
     # repeats, and the rows where ``where`` holds vary; some rows seek what none offers
     found = [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found]
-    assert found == [True, False] * 3 + [True] * 26
+    assert found == [True, False] * 3 + [True] * 32
     for expected, groups, mask, got in ProbeRepeats.found:
         assert np.array_equal(mask, expected)
         assert groups is None or np.array_equal(got, groups)

@@ -38,7 +38,6 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.core.arrays import distinct_places
 from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import (
     CATALOGUE,
@@ -56,6 +55,7 @@ from pipeline.decide.context import (
     Decisions,
     GlobalContext,
     Grouped,
+    KeyCounts,
     OutputColumn,
     advance,
     keys_of,
@@ -224,14 +224,15 @@ def _submission_groups(
     rows: pl.DataFrame,
     keys: Sequence[str],
     removed: npt.NDArray[np.bool_],
-) -> Grouped:
+) -> tuple[Grouped, KeyCounts]:
     """The replay rule's grouping check: the later rows of each submission key another
-    row shares, each with its key's first row and whether its body is that row's. With
+    row shares, each with its key's first row and whether its body is that row's, and
+    its key's counts. With
     sanitization on, keys and bodies as sent, which the gate staged beside the rows (a
     row per staged row, every one live at the gate): redaction makes different keys, and
     different bodies, one (:meth:`~pipeline.gate.gate.Gate._submission`)."""
     if ctx.config.sanitize.enabled:
-        return ctx.groups(
+        return ctx.counted_groups(
             kind,
             rows,
             "submission-keys",
@@ -241,7 +242,7 @@ def _submission_groups(
             left_out=removed,
             stem=ctx.storage.submissions_stem(kind),
         )
-    return ctx.groups(
+    return ctx.counted_groups(
         kind,
         rows,
         "submission-keys",
@@ -325,7 +326,9 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     # bytes each (~390 a retry on an export of 30 % retries); the originals too, with
     # their splits as text, ~145 a retry.
     removed = ~_live(rows).to_numpy()  # by the gate or a rule before: no part in this
-    later, original, same_body = _submission_groups(ctx, kind, rows, keys, removed)
+    (later, original, same_body), (sizes, conflicts) = _submission_groups(
+        ctx, kind, rows, keys, removed
+    )
     if not later.any():
         return None
     if same_body is None:
@@ -340,13 +343,12 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     decided = np.flatnonzero(differs | ~other_split)
     if len(decided) == 0:
         return None  # only copies across splits
-    group = distinct_places(original.view(np.int64))[1]  # each row's key, numbered
+    # each row's key's rows (its later rows and its first) and conflicts (its later
+    # rows whose body is not the first's), counted on the engine
     del original, same_body, split, first_split, other_split
-    sizes = np.bincount(group) + 1  # its later rows and its first
-    conflicts = np.bincount(group, weights=differs, minlength=len(sizes)).astype(np.int64)
     if len(decided) < len(differs):  # but the copies across splits (else none is copied)
         candidates, first = candidates[decided], first[decided]
-        group, differs = group[decided], differs[decided]
+        sizes, conflicts, differs = sizes[decided], conflicts[decided], differs[decided]
     del decided
     # Compact (~40 bytes a finding): the texts of a reason and a retry's pointer are
     # made a part at a time (_replays). Made for every finding at once they held ~250
@@ -355,8 +357,8 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     return candidates.select(
         *KEYS,
         _code=code,
-        _rows=pl.Series(sizes[group]),
-        _conflicts=pl.Series(conflicts[group]),
+        _rows=pl.Series(sizes),
+        _conflicts=pl.Series(conflicts),
         _kept_shard=first["_shard"],
         _kept_line=first["_shard_line"],
     )
