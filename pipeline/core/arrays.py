@@ -112,6 +112,8 @@ def sort_pairs(keys: npt.NDArray[np.int64], values: npt.NDArray[np.int64], bound
     numbers below ``bound`` fit in 63 bits (below 2**31 each: no array beside the two);
     else by an argsort, 16 bytes a pair more. A key found twice is refused (after the
     sort: its neighbour is equal)."""
+    if keys.dtype != np.int64 or values.dtype != np.int64:
+        raise TypeError(f"sort_pairs sorts int64 arrays: not {keys.dtype} and {values.dtype}")
     if len(keys) != len(values):
         raise ValueError(f"{len(keys)} keys, {len(values)} values")
     if not len(keys):

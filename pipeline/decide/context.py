@@ -54,7 +54,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline.core.arrays import distinct, distinct_places
+from pipeline.core.arrays import distinct
 from pipeline.core.config import CampaignConfig
 from pipeline.core.reasons import CATALOGUE, REASONS_TYPE, Disposition
 from pipeline.decide.columns import OutputColumn
@@ -548,17 +548,11 @@ class GlobalContext:
             ordered = Grouped(mask, groups[order], None if same is None else same[order])
             return ordered, None, counts
         place = _placer(rows)
-
-        def leaders_at(codes: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
-            # a leader once a slice, however many rows it leads there (a row is placed
-            # once); ranked, not sorted with its permutation (np.unique)
-            distinct_leaders, of_leader = distinct_places(codes)
-            return place(_keys_frame(*first_rows(check.shards, distinct_leaders)))[of_leader]
-
         followers, leaders = following.placed(
             self.storage,
+            check.shards,
             lambda shards, lines: place(_keys_frame(shards, lines)),
-            leaders_at,
+            lambda found_at: at[found_at],  # a leader is a row found: placed already
             rows.height,
         )
         return Grouped(mask, groups[order], None), Following(led[order], followers, leaders), None

@@ -235,29 +235,36 @@ class Found:
     conflicts: U32 | None = None
 
 
-#: the rows led a led check's driver reads at a time (:meth:`Followers.placed`)
+#: the rows led a led check's driver places at a time (:meth:`Followers.placed`): a
+#: block of shards' rows led from every partition's file, a shard's at least
 FOLLOWER_ROWS: Final = 1 << 16
 
 
 @dataclass(frozen=True)
 class Followers:
     """The rows a led check (:attr:`HashCheck.leads`) does not find but gives their
-    leader: their shards and lines, and each one's leader as a group (its place:
-    :func:`first_rows` reads it), staged by the partition task that found them (a file
-    of the whole run's staging area each, ``stems``, of ``counts`` rows) and read a
-    slice at a time (:meth:`placed`). Returned through the engine, every row led was
-    received at once (20 bytes, and as much again while the partitions' were joined)
-    and placed at once (~40 bytes of temporaries): the keys' read peak of a run's
-    dedupe on an export of half copies."""
+    leader, staged by the partition task that found them (a file of the whole run's
+    staging area each, ``stems``, of ``counts`` rows): each one's shard (its position
+    among the check's shards) and line, in that order, and its leader's place among the
+    rows the check finds (``bases``: the rows the partitions before found, in the order
+    :meth:`HashCheck.run` joins them). Read a block of shards at a time from every file
+    (:meth:`placed`). Returned through the engine, every row led was received at once
+    (20 bytes, and as much again while the partitions' were joined) and placed at once
+    (~40 bytes of temporaries): the keys' read peak of a run's dedupe on an export of
+    half copies."""
 
     stems: tuple[str, ...] = ()
     counts: tuple[int, ...] = ()
+    bases: tuple[int, ...] = ()
 
     @classmethod
-    def joined(cls, parts: Sequence[Followers]) -> Followers:
+    def joined(cls, parts: Sequence[Followers], bases: Sequence[int]) -> Followers:
+        """``parts`` (a partition's each), whose partitions found ``bases`` rows before."""
+        files = [(f, base) for f, base in zip(parts, bases, strict=True) if f.stems]
         return cls(
-            tuple(stem for f in parts for stem in f.stems),
-            tuple(count for f in parts for count in f.counts),
+            tuple(stem for f, _ in files for stem in f.stems),
+            tuple(count for f, _ in files for count in f.counts),
+            tuple(base for f, base in files for _ in f.stems),
         )
 
     def __len__(self) -> int:
@@ -266,33 +273,77 @@ class Followers:
     def placed(
         self,
         storage: RunStorage,
+        shards: Sequence[int],
         rows_at: Callable[[npt.NDArray[np.int32], I64], I64],
-        leaders_at: Callable[[U64], I64],
+        leaders_at: Callable[[I64], I64],
         bound: int,
     ) -> tuple[I64, I64]:
         """Each row led's place and its leader's (``rows_at`` their shards and lines,
-        ``leaders_at`` their groups: places below ``bound``), ascending by the row's:
-        read :data:`FOLLOWER_ROWS` at a time from the staged files (memory-mapped) into
-        the two arrays, 16 bytes a row led, and sorted together in place
+        ``leaders_at`` their leaders' places among the rows found: places below
+        ``bound``), ascending by the row's. The staged files are memory-mapped and read
+        a block of the check's ``shards`` at a time, of about :data:`FOLLOWER_ROWS` rows
+        led from every file (their rows in the stable order key), into the two arrays,
+        16 bytes a row led: each block's rows are placed at once, so the state's run of
+        each shard is read once however many files hold its rows (placed a file's slice
+        at a time, a slice read the runs of every shard it touched: at 16,384 shards,
+        ~0.15 s a slice). Where the rows do not come out ascending (a state out of the
+        order key), the two are sorted together in place
         (:func:`~pipeline.core.arrays.sort_pairs`)."""
+        tables = [storage.whole_table(stem) for stem in self.stems]
+        positions = [_column(table, _FOLLOWER_COLUMNS[0]) for table in tables]
+        if any(bool((p[1:] < p[:-1]).any()) for p in positions):
+            raise AssertionError("a partition's rows led out of the shards' order")
+        per_shard = np.zeros(len(shards), np.int64)
+        for position in positions:
+            per_shard += np.bincount(position, minlength=len(shards))
         rows, leaders = np.empty(len(self), np.int64), np.empty(len(self), np.int64)
         lo = 0
-        for stem in self.stems:
-            table = storage.whole_table(stem)
-            for start in range(0, table.num_rows, FOLLOWER_ROWS):
-                part = table.slice(start, FOLLOWER_ROWS)
-                shards, lines, groups = (part[name].to_numpy() for name in _FOLLOWER_COLUMNS)
-                rows[lo : lo + len(lines)] = rows_at(shards, lines)
-                leaders[lo : lo + len(lines)] = leaders_at(groups)
-                lo += len(lines)
+        for first, last in _blocks(per_shard, FOLLOWER_ROWS):
+            got = []
+            for table, position, base in zip(tables, positions, self.bases, strict=True):
+                a, b = (int(i) for i in np.searchsorted(position, [first, last]))
+                if b > a:
+                    got.append((table.slice(a, b - a), base))
+            position = np.concatenate([_column(t, _FOLLOWER_COLUMNS[0]) for t, _ in got])
+            lines = np.concatenate([_column(t, _FOLLOWER_COLUMNS[1]) for t, _ in got])
+            leader = np.concatenate([base + _column(t, _FOLLOWER_COLUMNS[2]) for t, base in got])
+            del got
+            order = np.lexsort((lines, position))  # a block's rows in the stable order key
+            hi = lo + len(order)
+            rows[lo:hi] = rows_at(np.asarray(shards, np.int32)[position[order]], lines[order])
+            leaders[lo:hi] = leaders_at(leader[order])
+            lo = hi
         if lo != len(rows):
             raise AssertionError(f"{lo} rows led read of {len(rows)} staged")  # never expected
-        sort_pairs(rows, leaders, bound)
+        if len(rows) > 1 and not bool((rows[1:] > rows[:-1]).all()):
+            sort_pairs(rows, leaders, bound)
         return rows, leaders
 
 
-#: a staged file of rows led (:class:`Followers`): shard, line and leader's group
-_FOLLOWER_COLUMNS: Final = ("_shard", "_shard_line", "_leader")
+def _blocks(counts: I64, rows: int) -> Iterator[tuple[int, int]]:
+    """Consecutive ranges ``[first, last)`` of the items ``counts`` counts (shards, rows
+    led in each) of about ``rows`` rows each: an item that has more alone; none of no
+    row."""
+    cumulative = np.cumsum(counts)
+    first = 0
+    while first < len(counts):
+        before = int(cumulative[first - 1]) if first else 0
+        last = int(np.searchsorted(cumulative, before + rows, side="right"))
+        last = max(last, first + 1)
+        if int(cumulative[last - 1]) > before:
+            yield first, last
+        first = last
+
+
+def _column(table: pa.Table, name: str) -> npt.NDArray[np.int64]:
+    """A staged column of integers as an array (over the file's pages where it is one
+    chunk)."""
+    return np.asarray(table[name].to_numpy())
+
+
+#: a staged file of rows led (:class:`Followers`): its shard's position among the
+#: check's shards, its line and its leader's place among the partition's rows found
+_FOLLOWER_COLUMNS: Final = ("_position", "_shard_line", "_leader")
 
 
 @dataclass(frozen=True)
@@ -427,7 +478,10 @@ class HashCheck:
             np.concatenate([f.groups for f in found]),
             np.concatenate(same) if self.bodied else None,
             np.concatenate(led) if self.leads else None,
-            Followers.joined([f.followers for f in found if f.followers is not None])
+            Followers.joined(
+                [f.followers or Followers() for f in found],
+                np.cumsum([0, *(len(f.lines) for f in found)])[:-1].tolist(),
+            )
             if self.leads
             else None,
             np.concatenate(key_rows) if self.bodied else None,
@@ -603,7 +657,11 @@ def _led_rows(
     followers = Followers()
     if len(follows):
         stem = f"{check.stem}.led-{partition}"
-        columns = (shards[follows], lines[follows], place[at[lead[follower]]])
+        # in the entries' order (the stable order key), each with its leader's place
+        # among the rows found here (the leaders, in that order too)
+        of_leader = np.cumsum(leader) - 1
+        position = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)[follows]
+        columns = (position, lines[follows], of_leader[lead[follower]])
         check.storage.stage_whole(
             stem, pa.table(dict(zip(_FOLLOWER_COLUMNS, columns, strict=True)))
         )

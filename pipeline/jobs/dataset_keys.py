@@ -606,8 +606,9 @@ def _led_groups(
     del found
     rows, leaders = following.placed(
         storage,
+        shards,
         placed,
-        lambda groups: placed(*first_rows(shards, groups)),
+        lambda found_at: places[found_at],  # a leader is a row found
         sum(task.rows for task in tasks),
     )
     return exact, Led(rows, leaders)

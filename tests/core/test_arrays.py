@@ -142,6 +142,11 @@ def test_sort_pairs_sorts_the_keys_in_place_and_takes_the_values_with_them(
 
 
 def test_sort_pairs_refuses_a_key_twice_or_outside_the_bound() -> None:
+    """And arrays of another type than int64 (packed int32 keys would overflow)."""
+    with pytest.raises(TypeError, match="int64"):
+        sort_pairs(np.array([3, 1], np.int32), np.array([0, 1]), 10)
+    with pytest.raises(TypeError, match="int64"):
+        sort_pairs(np.array([3, 1]), np.array([0, 1], np.uint64), 10)
     for bound in (10, 2**40):  # packed, and by an argsort
         with pytest.raises(ValueError, match="twice"):
             sort_pairs(np.array([3, 1, 3]), np.array([0, 1, 2]), bound)

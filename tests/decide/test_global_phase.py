@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.config import CampaignConfig, InputSpec
@@ -34,6 +34,7 @@ from pipeline.decide.partitioned import (
     SEEKS,
     TEXT,
     VALUE,
+    Followers,
     Found,
     HashCheck,
     first_rows,
@@ -1255,6 +1256,73 @@ def test_a_led_check_leads_each_keys_rows_in_a_split_by_their_first(
         assert max(led) > 2
         assert len(followers) > 100
     assert len({tuple(found[0][0]) for found in by_leader}) == len(LEADERS)  # other leaders
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.data())
+def test_the_rows_led_are_placed_a_block_of_shards_at_a_time_from_every_partition(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """Staged by partition (each file in the shards' order, each row with its leader's
+    place among its partition's rows found), the rows led come back ascending with their
+    leaders (``bases`` moving each file's to the rows found before it), every shard's
+    rows placed in one call, a block of shards of about ``FOLLOWER_ROWS`` at a time."""
+    from pipeline.decide import partitioned
+
+    shards = (3, 5, 8, 9)  # the check's shards; a state place is shard * 100 + line
+    storage = RunStorage(tmp_path / data.draw(st.uuids()).hex)
+    files = data.draw(st.integers(1, 4))
+    everything = data.draw(
+        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 99)), unique=True, max_size=40)
+    )
+    parts, bases, found = [], [], 0
+    found_at = np.arange(4 * 5, dtype=np.int64) * 7  # the rows found's places
+    pairs = []
+    for p in range(files):
+        mine = sorted(everything[p::files])
+        leaders = data.draw(st.integers(1, 5))  # this partition's rows found
+        leader = [data.draw(st.integers(0, leaders - 1)) for _ in mine]
+        pairs += [
+            (shards[s] * 100 + line, int(found_at[found + lead]))
+            for (s, line), lead in zip(mine, leader, strict=True)
+        ]
+        if mine:
+            stem = f"k.hash-probe.led-{p}"
+            storage.stage_whole(
+                stem,
+                pa.table(
+                    {
+                        "_position": np.array([s for s, _ in mine], np.int32),
+                        "_shard_line": np.array([line for _, line in mine], np.int64),
+                        "_leader": np.array(leader, np.int64),
+                    }
+                ),
+            )
+            parts.append(Followers((stem,), (len(mine),)))
+        else:
+            parts.append(Followers())
+        bases.append(found)
+        found += leaders
+    following = Followers.joined(parts, bases)
+    calls: list[list[int]] = []
+
+    def rows_at(shard: np.ndarray, line: np.ndarray) -> np.ndarray:
+        calls.append(shard.tolist())
+        return shard.astype(np.int64) * 100 + line
+
+    block = data.draw(st.integers(1, 12))
+    # in the stable order key as they are placed: no sort after
+    unsorted = unittest.mock.patch.object(partitioned, "sort_pairs", side_effect=AssertionError)
+    with unittest.mock.patch.object(partitioned, "FOLLOWER_ROWS", block), unsorted:
+        rows, led_by = following.placed(storage, shards, rows_at, lambda at: found_at[at], 1000)
+    assert list(zip(rows.tolist(), led_by.tolist(), strict=True)) == sorted(pairs)
+    # every shard's rows in one call, the calls in the shards' order
+    assert all(call == sorted(call) for call in calls)
+    called = [shard for call in calls for shard in dict.fromkeys(call)]
+    assert called == sorted(set(called))
+    assert all(len(call) <= block or len(set(call)) == 1 for call in calls)
 
 
 def test_a_stage_s_part_is_let_go_before_its_next_is_made() -> None:
