@@ -297,6 +297,7 @@ class Followers:
         for position in positions:
             per_shard += np.bincount(position, minlength=len(shards))
         rows, leaders = np.empty(len(self), np.int64), np.empty(len(self), np.int64)
+        shard_of = np.asarray(shards, np.int32)  # a position's shard
         lo = 0
         for first, last in _blocks(per_shard, FOLLOWER_ROWS):
             got = []
@@ -310,7 +311,7 @@ class Followers:
             del got
             order = np.lexsort((lines, position))  # a block's rows in the stable order key
             hi = lo + len(order)
-            rows[lo:hi] = rows_at(np.asarray(shards, np.int32)[position[order]], lines[order])
+            rows[lo:hi] = rows_at(shard_of[position[order]], lines[order])
             leaders[lo:hi] = leaders_at(leader[order])
             lo = hi
         if lo != len(rows):
@@ -626,8 +627,8 @@ def _led_rows(
     shares, each label's best-ranked row (the leader, :attr:`HashCheck.leader`: entries
     are in the stable order key, which breaks ties), its group (its key's first row's
     place) and how many rows of its key and label it leads; the others apart, each with
-    its leader's place, staged for the driver to read a slice at a time
-    (:class:`Followers`). Only keys whose hash repeats are compared (equal keys share a
+    its leader's place among the rows found here, staged in the entries' order for the
+    driver to read a block of shards at a time (:class:`Followers`). Only keys whose hash repeats are compared (equal keys share a
     partition)."""
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
     place = group_places(sizes, lines)
