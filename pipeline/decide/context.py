@@ -61,12 +61,15 @@ from pipeline.decide.columns import OutputColumn
 from pipeline.decide.partitioned import (
     BODY,
     GROUP,
+    LATER_COLUMNS,
     RANK,
     SEEKS,
     TEXT,
     VALUE,
     WHERE,
+    Found,
     HashCheck,
+    StagedRows,
     evaluate_shard,
     first_rows,
     line_set,
@@ -91,11 +94,13 @@ __all__ = [
     "GlobalResult",
     "GlobalStage",
     "Grouped",
-    "KeyCounts",
+    "LaterRows",
     "OutputColumn",
+    "advanced",
     "declared_columns",
     "keys_of",
     "lines_by_shard",
+    "placer",
     "register_stage",
     "repeated_keys",
     "run_global",
@@ -160,14 +165,42 @@ class Grouped(NamedTuple):
     same: npt.NDArray[np.bool_] | None
 
 
-class KeyCounts(NamedTuple):
-    """For each row a grouping check with a body found (a key's later row), in the rows'
-    order as :attr:`Grouped.groups`: how many rows its key has (its first included),
-    and how many of them are later rows whose body is not the first's
-    (:meth:`GlobalContext.counted_groups`)."""
+@dataclass(frozen=True)
+class LaterRows:
+    """The later rows of each key another row shares, as a staged grouping check found
+    them (:meth:`GlobalContext.later_rows`), read a part at a time (:meth:`parts`) from
+    what its partition tasks staged: the driver holds a part, not every row found."""
 
-    rows: npt.NDArray[np.uint32]
-    conflicts: npt.NDArray[np.uint32]
+    storage: RunStorage
+    #: the check's shards, in the stable order key
+    shards: tuple[int, ...]
+    staged: StagedRows
+
+    def __len__(self) -> int:
+        return len(self.staged)
+
+    def parts(self) -> Iterator[pl.DataFrame]:
+        """The rows found, in the stable order key, a block of shards at a time (about
+        :data:`~pipeline.decide.partitioned.FOLLOWER_ROWS` rows a part): each row's keys
+        (``_shard``, ``_shard_line``), its key's first row's (``_first_shard``,
+        ``_first_line``), whether its body is that row's (``_same``), how many rows its
+        key has (``_rows``, its first included) and how many of them are later rows whose
+        body is not the first's (``_conflicts``), counted by the partition task that holds
+        every row of the key."""
+        shard_of = np.asarray(self.shards, np.int32)  # a position's shard
+        for block, _ in self.staged.blocks(self.storage, len(self.shards), LATER_COLUMNS):
+            first_shard, first_line = first_rows(self.shards, block["_first"])
+            yield pl.DataFrame(
+                {
+                    "_shard": shard_of[block["_position"]],
+                    "_shard_line": block["_shard_line"],
+                    "_first_shard": first_shard,
+                    "_first_line": first_line,
+                    "_same": block["_same"],
+                    "_rows": block["_rows"],
+                    "_conflicts": block["_conflicts"],
+                }
+            )
 
 
 class Following(NamedTuple):
@@ -331,7 +364,7 @@ class GlobalContext:
         if where is not None:
             exprs[WHERE] = where
         hashes = len(exprs) - (where is not None)
-        (found, groups, _), _, _ = self._check(kind, rows, name, exprs, hashes, stem=stem)
+        (found, groups, _), _ = self._check(kind, rows, name, exprs, hashes, stem=stem)
         return found, groups
 
     def unmatched(
@@ -386,12 +419,23 @@ class GlobalContext:
         SHA-256, as content fingerprints are (a long text's 32 bytes). Compared
         partition by partition on the engine: the driver holds a group a row found, not
         the keys."""
-        grouped, _ = self._grouped(
-            kind, rows, name, key, hashed, where, left_out, body, stem, digested
+        present = key.is_not_null()
+        exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
+        if body is not None:
+            exprs[BODY] = body
+        grouped, _ = self._check(
+            kind,
+            rows,
+            name,
+            exprs,
+            1 + 4 + (4 if body is not None else 0),  # a key, its hash, a digest: 32 bytes
+            stem=stem,
+            lines=lines_by_shard(rows, left_out) if left_out is not None else None,
+            digested=digested,
         )
         return grouped
 
-    def counted_groups(
+    def later_rows(
         self,
         kind: str,
         rows: pl.DataFrame,
@@ -403,45 +447,29 @@ class GlobalContext:
         where: pl.Expr | None = None,
         left_out: npt.NDArray[np.bool_] | None = None,
         stem: str | None = None,
-    ) -> tuple[Grouped, KeyCounts]:
-        """:meth:`groups` with a ``body``, and for each later row found how many rows
-        its key has and how many of them are later rows whose body is not the first's,
-        counted by the partition tasks, which hold every row of a key (the driver
-        numbering the found rows' keys to count them held ~27 bytes a row found)."""
-        grouped, counts = self._grouped(kind, rows, name, key, hashed, where, left_out, body, stem)
-        if counts is None:
-            raise AssertionError(f"{kind}: {name}: a check with a body counted nothing")
-        return grouped, counts
-
-    def _grouped(
-        self,
-        kind: str,
-        rows: pl.DataFrame,
-        name: str,
-        key: pl.Expr,
-        hashed: pl.Expr,
-        where: pl.Expr | None,
-        left_out: npt.NDArray[np.bool_] | None,
-        body: pl.Expr | None,
-        stem: str | None,
-        digested: bool = False,
-    ) -> tuple[Grouped, KeyCounts | None]:
-        """:meth:`groups`, and with a ``body`` its keys' counts (:class:`KeyCounts`)."""
+    ) -> LaterRows:
+        """The rows :meth:`groups` with a ``body`` finds (the later rows of each key
+        another row shares), each with its key's first row, whether its body is that
+        row's, and its key's counts, staged by the partition tasks, which hold every row
+        of a key, and read a part at a time (:class:`LaterRows`). Received and placed
+        among ``rows``, with counts made in the driver, they held ~60 bytes a row found
+        (an export of 30 % retries: the cross-record rules' peak)."""
         present = key.is_not_null()
-        exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
-        if body is not None:
-            exprs[BODY] = body
-        grouped, _, counts = self._check(
-            kind,
-            rows,
-            name,
-            exprs,
-            1 + 4 + (4 if body is not None else 0),  # a key, its hash, a digest: 32 bytes
-            stem=stem,
-            lines=lines_by_shard(rows, left_out) if left_out is not None else None,
-            digested=digested,
+        exprs = {
+            GROUP: hashed,
+            TEXT: key,
+            WHERE: present if where is None else where & present,
+            BODY: body,
+        }
+        lines = lines_by_shard(rows, left_out) if left_out is not None else None
+        ran = self._run_check(
+            kind, rows, name, exprs, 1 + 4 + 4, stem=stem, lines=lines, staged=True
         )
-        return grouped, counts
+        if ran is None:
+            return LaterRows(self.storage, (), StagedRows())
+        check, found = ran
+        assert found.later is not None  # a staged check stages its rows
+        return LaterRows(self.storage, check.shards, found.later)
 
     def led_groups(
         self,
@@ -471,7 +499,7 @@ class GlobalContext:
         lines = lines_by_shard(rows, left_out)
         # a key's hash and 32 bytes, and a rank's value (a number; a short text)
         hashes = 1 + 4 + (1 if rank is not None else 0)
-        grouped, following, _ = self._check(
+        grouped, following = self._check(
             kind, rows, name, exprs, hashes, lines=lines, leads=leads, leader=leader
         )
         if following is None:
@@ -500,23 +528,72 @@ class GlobalContext:
         digested: bool = False,
         leads: Sequence[int] = (),
         leader: str = "first",
-    ) -> tuple[Grouped, Following | None, KeyCounts | None]:
-        """Run a :class:`HashCheck` of ``exprs`` (entries of ``hashes`` 8-byte values a
-        row, to size its partitions): a mask over ``rows`` and the found rows' groups
-        (and whether each one's body is its group's first row's, with its key's counts;
-        with ``leads``, how many rows each leads, and the rows led), in the rows' order.
-        ``lines``: each shard's lines that take no part (:func:`lines_by_shard`)."""
-        engine = self.config.engine
-        shards = self.shards_of(kind)
-        bodied = BODY in exprs
-        if not shards:
-            none = np.zeros(0, np.bool_) if bodied else None
+    ) -> tuple[Grouped, Following | None]:
+        """Run a :class:`HashCheck` of ``exprs`` (:meth:`_run_check`): a mask over
+        ``rows`` and the found rows' groups (and whether each one's body is its group's
+        first row's; with ``leads``, how many rows each leads, and the rows led), in the
+        rows' order."""
+        ran = self._run_check(
+            kind,
+            rows,
+            name,
+            exprs,
+            hashes,
+            stem=stem,
+            lines=lines,
+            digested=digested,
+            leads=leads,
+            leader=leader,
+        )
+        if ran is None:
+            none = np.zeros(0, np.bool_) if BODY in exprs else None
             empty = np.zeros(0, np.int64)
             nothing = Following(empty, empty, empty) if leads else None
-            zero = np.zeros(0, np.uint32)
-            counts = KeyCounts(zero, zero) if bodied else None
             grouped = Grouped(np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64), none)
-            return grouped, nothing, counts
+            return grouped, nothing
+        check, found = ran
+        at = _places(rows, _keys_frame(found.shards, found.lines))
+        groups, same, led, following = found.groups, found.same, found.led, found.followers
+        del found  # the rows' keys: 12 bytes a row found
+        mask = np.zeros(rows.height, np.bool_)
+        mask[at] = True
+        order = np.argsort(at)  # the rows' order
+        if led is None or following is None:
+            ordered = Grouped(mask, groups[order], None if same is None else same[order])
+            return ordered, None
+        place = placer(rows)
+        followers, leaders = following.placed(
+            self.storage,
+            check.shards,
+            lambda shards, lines: place(_keys_frame(shards, lines)),
+            lambda found_at: at[found_at],  # a leader is a row found: placed already
+            rows.height,
+        )
+        return Grouped(mask, groups[order], None), Following(led[order], followers, leaders)
+
+    def _run_check(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        name: str,
+        exprs: dict[str, pl.Expr],
+        hashes: int,
+        *,
+        stem: str | None = None,
+        lines: Mapping[int, bytes] | None = None,
+        digested: bool = False,
+        leads: Sequence[int] = (),
+        leader: str = "first",
+        staged: bool = False,
+    ) -> tuple[HashCheck, Found] | None:
+        """Run a :class:`HashCheck` of ``exprs`` over ``kind``'s rows (entries of
+        ``hashes`` 8-byte values a row, to size its partitions): the check and what it
+        found; None where no shard holds the kind. ``lines``: each shard's lines that
+        take no part (:func:`lines_by_shard`)."""
+        engine = self.config.engine
+        shards = self.shards_of(kind)
+        if not shards:
+            return None
         count = partition_count(
             rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
@@ -531,31 +608,9 @@ class GlobalContext:
             digested=digested,
             leads=leads,
             leader=leader,
+            staged=staged,
         )
-        found = check.run(self.engine, lines)
-        at = _places(rows, _keys_frame(found.shards, found.lines))
-        groups, same, led, following = found.groups, found.same, found.led, found.followers
-        counts = None
-        if found.key_rows is not None and found.conflicts is not None:
-            counts = KeyCounts(found.key_rows, found.conflicts)
-        del found  # the rows' keys: 12 bytes a row found
-        mask = np.zeros(rows.height, np.bool_)
-        mask[at] = True
-        order = np.argsort(at)  # the rows' order
-        if counts is not None:
-            counts = KeyCounts(counts.rows[order], counts.conflicts[order])
-        if led is None or following is None:
-            ordered = Grouped(mask, groups[order], None if same is None else same[order])
-            return ordered, None, counts
-        place = _placer(rows)
-        followers, leaders = following.placed(
-            self.storage,
-            check.shards,
-            lambda shards, lines: place(_keys_frame(shards, lines)),
-            lambda found_at: at[found_at],  # a leader is a row found: placed already
-            rows.height,
-        )
-        return Grouped(mask, groups[order], None), Following(led[order], followers, leaders), None
+        return check, check.run(self.engine, lines)
 
     def has_row_keys(self, kind: str) -> bool:
         """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""
@@ -1073,6 +1128,19 @@ def advance(current: pl.DataFrame, decided: pl.DataFrame, carried: Set[str]) -> 
     return current.with_columns(updates)
 
 
+def advanced(
+    current: pl.DataFrame, parts: Iterable[pl.DataFrame], carried: Set[str]
+) -> pl.DataFrame:
+    """The state after decisions that come a part at a time (``parts``: a row decided
+    once in all of them), applied as they come (:class:`_Advancing`) as :func:`advance`
+    applies them all."""
+    advancing = _Advancing(current, carried)
+    for part in parts:
+        if part.height:
+            advancing.add(part)
+    return advancing.state()
+
+
 class _Advancing:
     """One stage's decisions applied to the state as :func:`advance` applies them all,
     without holding them all when they are many: its parts (their keys, dispositions
@@ -1178,10 +1246,10 @@ def _keys_frame(shards: npt.NDArray[np.int32], lines: npt.NDArray[np.int64]) -> 
 def _places(current: pl.DataFrame, decided: pl.DataFrame) -> npt.NDArray[np.int64]:
     """Each decided row's place in the state (:class:`_Places`; a state out of order is
     sorted first: :func:`_places_sorting`)."""
-    return _placer(current)(decided)
+    return placer(current)(decided)
 
 
-def _placer(current: pl.DataFrame) -> Callable[[pl.DataFrame], npt.NDArray[np.int64]]:
+def placer(current: pl.DataFrame) -> Callable[[pl.DataFrame], npt.NDArray[np.int64]]:
     """:func:`_places` for frame after frame of decided rows (each placed once) in one
     state, whose runs are read once (:class:`_Places`), not once a frame."""
     places = _Places(current)

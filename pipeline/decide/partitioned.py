@@ -36,7 +36,7 @@ import dataclasses
 import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,7 @@ __all__ = [
     "BODY",
     "FOLLOWER_ROWS",
     "GROUP",
+    "LATER_COLUMNS",
     "LEADERS",
     "RANK",
     "SEEKS",
@@ -65,6 +66,7 @@ __all__ = [
     "Followers",
     "Found",
     "HashCheck",
+    "StagedRows",
     "evaluate_shard",
     "first_rows",
     "group_places",
@@ -228,47 +230,91 @@ class Found:
     #: included, and the rows it leads, apart
     led: npt.NDArray[np.int64] | None = None
     followers: Followers | None = None
-    #: a grouping check's with a :data:`BODY`: how many rows each row's key has (its
-    #: first row included), and how many of its later rows' bodies are not the first's,
-    #: counted by the partition task that holds every row of the key
-    key_rows: U32 | None = None
-    conflicts: U32 | None = None
+    #: a staged check's (:attr:`HashCheck.staged`): the later rows it found, staged by
+    #: the partition tasks instead (``shards``, ``lines`` and ``groups`` then empty)
+    later: StagedRows | None = None
 
 
-#: the rows led a led check's driver places at a time (:meth:`Followers.placed`): a
-#: block of shards' rows led from every partition's file, a shard's at least
+#: the rows a driver reads at a time of what a check's partition tasks staged
+#: (:meth:`StagedRows.blocks`): a block of shards' rows from every partition's file, a
+#: shard's at least
 FOLLOWER_ROWS: Final = 1 << 16
 
 
 @dataclass(frozen=True)
-class Followers:
-    """The rows a led check (:attr:`HashCheck.leads`) does not find but gives their
-    leader, staged by the partition task that found them (a file of the whole run's
-    staging area each, ``stems``, of ``counts`` rows): each one's shard (its position
-    among the check's shards) and line, in that order, and its leader's place among the
-    rows the check finds (``bases``: the rows the partitions before found, in the order
-    :meth:`HashCheck.run` joins them). Read a block of shards at a time from every file
-    (:meth:`placed`). Returned through the engine, every row led was received at once
-    (20 bytes, and as much again while the partitions' were joined) and placed at once
-    (~40 bytes of temporaries): the keys' read peak of a run's dedupe on an export of
-    half copies."""
+class StagedRows:
+    """Rows a check's partition tasks staged instead of returning them (a file of the
+    whole run's staging area each, ``stems``, of ``counts`` rows), each with its shard's
+    position among the check's shards (``_position``) and its line, in that order (the
+    entries' order: the stable order key). Read a block of shards at a time from every
+    file (:meth:`blocks`), the driver holds a block's rows, not every row's."""
 
     stems: tuple[str, ...] = ()
     counts: tuple[int, ...] = ()
-    bases: tuple[int, ...] = ()
 
     @classmethod
-    def joined(cls, parts: Sequence[Followers], bases: Sequence[int]) -> Followers:
-        """``parts`` (a partition's each), whose partitions found ``bases`` rows before."""
-        files = [(f, base) for f, base in zip(parts, bases, strict=True) if f.stems]
-        return cls(
-            tuple(stem for f, _ in files for stem in f.stems),
-            tuple(count for f, _ in files for count in f.counts),
-            tuple(base for f, base in files for _ in f.stems),
-        )
+    def joined(cls, parts: Iterable[StagedRows]) -> StagedRows:
+        """``parts``' files as one set, in their order."""
+        files = [
+            (stem, count)
+            for part in parts
+            for stem, count in zip(part.stems, part.counts, strict=True)
+        ]
+        return cls(tuple(s for s, _ in files), tuple(c for _, c in files))
 
     def __len__(self) -> int:
         return sum(self.counts)
+
+    def blocks(
+        self, storage: RunStorage, shards: int, columns: Sequence[str]
+    ) -> Iterator[tuple[dict[str, npt.NDArray[Any]], I64]]:
+        """The staged rows' ``columns`` (``_position`` and ``_shard_line`` always; a
+        check of ``shards`` shards), a block of shards at a time: each block's rows of
+        about :data:`FOLLOWER_ROWS` from every file, in the stable order key, and each
+        row's file (its place in :attr:`stems`). The files are memory-mapped, and each
+        file's piece of a block is found by a binary search on its positions, so a
+        shard's rows are read once however many files hold them."""
+        names = list(dict.fromkeys(["_position", "_shard_line", *columns]))
+        tables = [storage.whole_table(stem) for stem in self.stems]
+        positions = [_column(table, "_position") for table in tables]
+        if any(bool((p[1:] < p[:-1]).any()) for p in positions):
+            raise AssertionError("a partition's staged rows out of the shards' order")
+        per_shard = np.zeros(shards, np.int64)
+        for position in positions:
+            per_shard += np.bincount(position, minlength=shards)
+        for first, last in _blocks(per_shard, FOLLOWER_ROWS):
+            got = []
+            for i, (table, position) in enumerate(zip(tables, positions, strict=True)):
+                a, b = (int(j) for j in np.searchsorted(position, [first, last]))
+                if b > a:
+                    got.append((i, table.slice(a, b - a)))
+            block = {n: np.concatenate([_column(t, n) for _, t in got]) for n in names}
+            files = np.repeat([i for i, _ in got], [t.num_rows for _, t in got]).astype(np.int64)
+            del got
+            # a block's rows in the stable order key
+            order = np.lexsort((block["_shard_line"], block["_position"]))
+            yield {n: block[n][order] for n in names}, files[order]
+
+
+@dataclass(frozen=True)
+class Followers(StagedRows):
+    """The rows a led check (:attr:`HashCheck.leads`) does not find but gives their
+    leader, staged by the partition task that found them (:class:`StagedRows`), each
+    with its leader's place among the rows the partition found (``_leader``; ``bases``:
+    the rows the partitions before found, in the order :meth:`HashCheck.run` joins
+    them). Returned through the engine, every row led was received at once (20 bytes,
+    and as much again while the partitions' were joined) and placed at once (~40 bytes
+    of temporaries): the keys' read peak of a run's dedupe on an export of half
+    copies."""
+
+    bases: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, parts: Sequence[Followers], bases: Sequence[int]) -> Followers:
+        """``parts`` (a partition's each), whose partitions found ``bases`` rows before."""
+        files = [(f, base) for f, base in zip(parts, bases, strict=True) if f.stems]
+        joined = StagedRows.joined(f for f, _ in files)
+        return cls(joined.stems, joined.counts, tuple(b for f, b in files for _ in f.stems))
 
     def placed(
         self,
@@ -280,39 +326,21 @@ class Followers:
     ) -> tuple[I64, I64]:
         """Each row led's place and its leader's (``rows_at`` their shards and lines,
         ``leaders_at`` their leaders' places among the rows found: places below
-        ``bound``), ascending by the row's. The staged files are memory-mapped and read
-        a block of the check's ``shards`` at a time, of about :data:`FOLLOWER_ROWS` rows
-        led from every file (their rows in the stable order key), into the two arrays,
-        16 bytes a row led: each block's rows are placed at once, so the state's run of
-        each shard is read once however many files hold its rows (placed a file's slice
-        at a time, a slice read the runs of every shard it touched: at 16,384 shards,
-        ~0.15 s a slice). Where the rows do not come out ascending (a state out of the
-        order key), the two are sorted together in place
-        (:func:`~pipeline.core.arrays.sort_pairs`)."""
-        tables = [storage.whole_table(stem) for stem in self.stems]
-        positions = [_column(table, _FOLLOWER_COLUMNS[0]) for table in tables]
-        if any(bool((p[1:] < p[:-1]).any()) for p in positions):
-            raise AssertionError("a partition's rows led out of the shards' order")
-        per_shard = np.zeros(len(shards), np.int64)
-        for position in positions:
-            per_shard += np.bincount(position, minlength=len(shards))
+        ``bound``), ascending by the row's. Read a block of the check's ``shards`` at a
+        time (:meth:`StagedRows.blocks`) into the two arrays, 16 bytes a row led: each
+        block's rows are placed at once, so the state's run of each shard is read once
+        however many files hold its rows (placed a file's slice at a time, a slice read
+        the runs of every shard it touched: at 16,384 shards, ~0.15 s a slice). Where
+        the rows do not come out ascending (a state out of the order key), the two are
+        sorted together in place (:func:`~pipeline.core.arrays.sort_pairs`)."""
         rows, leaders = np.empty(len(self), np.int64), np.empty(len(self), np.int64)
         shard_of = np.asarray(shards, np.int32)  # a position's shard
+        bases = np.asarray(self.bases, np.int64)
         lo = 0
-        for first, last in _blocks(per_shard, FOLLOWER_ROWS):
-            got = []
-            for table, position, base in zip(tables, positions, self.bases, strict=True):
-                a, b = (int(i) for i in np.searchsorted(position, [first, last]))
-                if b > a:
-                    got.append((table.slice(a, b - a), base))
-            position = np.concatenate([_column(t, _FOLLOWER_COLUMNS[0]) for t, _ in got])
-            lines = np.concatenate([_column(t, _FOLLOWER_COLUMNS[1]) for t, _ in got])
-            leader = np.concatenate([base + _column(t, _FOLLOWER_COLUMNS[2]) for t, base in got])
-            del got
-            order = np.lexsort((lines, position))  # a block's rows in the stable order key
-            hi = lo + len(order)
-            rows[lo:hi] = rows_at(shard_of[position[order]], lines[order])
-            leaders[lo:hi] = leaders_at(leader[order])
+        for block, files in self.blocks(storage, len(shards), ["_leader"]):
+            hi = lo + len(files)
+            rows[lo:hi] = rows_at(shard_of[block["_position"]], block["_shard_line"])
+            leaders[lo:hi] = leaders_at(bases[files] + block["_leader"])
             lo = hi
         if lo != len(rows):
             raise AssertionError(f"{lo} rows led read of {len(rows)} staged")  # never expected
@@ -345,6 +373,10 @@ def _column(table: pa.Table, name: str) -> npt.NDArray[np.int64]:
 #: a staged file of rows led (:class:`Followers`): its shard's position among the
 #: check's shards, its line and its leader's place among the partition's rows found
 _FOLLOWER_COLUMNS: Final = ("_position", "_shard_line", "_leader")
+#: a staged check's file of later rows (:attr:`HashCheck.staged`): its shard's position
+#: and line, its key's first row (its group: :func:`first_rows`), whether its body is
+#: that row's, how many rows its key has and how many of its later rows' bodies differ
+LATER_COLUMNS: Final = ("_position", "_shard_line", "_first", "_same", "_rows", "_conflicts")
 
 
 @dataclass(frozen=True)
@@ -373,6 +405,10 @@ class HashCheck:
     #: which row of a key and label leads (:data:`LEADERS`): the survivor rule's
     #: best-ranked row
     leader: str = "first"
+    #: a grouping check with a body: its partition tasks stage the later rows they find
+    #: (:data:`LATER_COLUMNS`: with their keys' counts) for the driver to read a block of
+    #: shards at a time (:attr:`Found.later`), instead of returning them
+    staged: bool = False
 
     @classmethod
     def of(
@@ -388,6 +424,7 @@ class HashCheck:
         digested: bool = False,
         leads: Sequence[int] = (),
         leader: str = "first",
+        staged: bool = False,
     ) -> HashCheck:
         """The check of ``exprs`` (by :data:`GROUP`, :data:`VALUE` or :data:`TEXT` and
         :data:`SEEKS` or :data:`BODY`, :data:`WHERE`) over ``kind``'s rows in ``shards``
@@ -395,7 +432,8 @@ class HashCheck:
         ``<kind>.hash-<name>``; ``digested``: the keys (strings) as their SHA-256;
         ``leads``: a grouping check's label of each shard (:attr:`leads`), its rows led by
         the ``leader`` of a key and label (:data:`LEADERS`; ``max`` and ``min`` rank
-        them by a :data:`RANK` expression)."""
+        them by a :data:`RANK` expression); ``staged``: a grouping check with a body
+        stages the later rows it finds (:attr:`staged`)."""
         allowed = (
             {GROUP},
             {GROUP, VALUE},
@@ -418,6 +456,8 @@ class HashCheck:
                 f"a led check groups by a key alone ({RANK} too where max or min leads), "
                 "with a label for each shard"
             )
+        if staged and shape != {GROUP, TEXT, BODY}:
+            raise ValueError("a staged check is a grouping check with a body")
         serialized = tuple((n, e.meta.serialize(format="binary")) for n, e in exprs.items())
         return cls(
             storage,
@@ -430,6 +470,7 @@ class HashCheck:
             digested,
             tuple(leads),
             leader,
+            staged,
         )
 
     @property
@@ -471,22 +512,21 @@ class HashCheck:
         found = engine.map(Step(_init, (self,), _partition_rows), range(self.partitions))
         same = [f.same for f in found if f.same is not None]
         led = [f.led for f in found if f.led is not None]
-        key_rows = [f.key_rows for f in found if f.key_rows is not None]
-        conflicts = [f.conflicts for f in found if f.conflicts is not None]
         return Found(
             np.concatenate([f.shards for f in found]),
             np.concatenate([f.lines for f in found]),
             np.concatenate([f.groups for f in found]),
-            np.concatenate(same) if self.bodied else None,
+            np.concatenate(same) if self.bodied and not self.staged else None,
             np.concatenate(led) if self.leads else None,
-            Followers.joined(
+            Followers.of(
                 [f.followers or Followers() for f in found],
                 np.cumsum([0, *(len(f.lines) for f in found)])[:-1].tolist(),
             )
             if self.leads
             else None,
-            np.concatenate(key_rows) if self.bodied else None,
-            np.concatenate(conflicts) if self.bodied else None,
+            StagedRows.joined(f.later for f in found if f.later is not None)
+            if self.staged
+            else None,
         )
 
 
@@ -595,7 +635,7 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     sizes = [b.num_rows for b in batches]
     group: U64 = np.concatenate([b[GROUP].to_numpy() for b in batches])
     lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])
-    same = counts = None
+    same = None
     if check.varying:
         value: U64 = np.concatenate([b[VALUE].to_numpy() for b in batches])
         hit = varying(group, value).to_numpy()
@@ -603,16 +643,47 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
         hit = _unmatched(batches)
     elif check.leads:
         return _led_rows(check, partition, batches, group, lines, sizes)
+    elif check.staged:
+        return _later_rows(check, partition, batches, group, lines, sizes)
     elif check.grouping:
-        hit, group, same, counts = _exact_groups(batches, group, group_places(sizes, lines))
+        hit, group, same, _ = _exact_groups(batches, group, group_places(sizes, lines))
     else:
         hit = repeated(group).to_numpy()
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
-    found = Found(shards[hit], lines[hit], group[hit], None if same is None else same[hit])
-    if counts is None:
+    return Found(shards[hit], lines[hit], group[hit], None if same is None else same[hit])
+
+
+def _later_rows(
+    check: HashCheck,
+    partition: int,
+    batches: list[pa.RecordBatch],
+    group: U64,
+    lines: I64,
+    sizes: list[int],
+) -> Found:
+    """A staged check's partition (:attr:`HashCheck.staged`): the later rows of each key
+    another row shares, with their keys' first rows, whether their bodies are those
+    rows', and their keys' counts (:func:`_exact_groups`), staged in the entries' order
+    (the stable order key) for the driver to read a block of shards at a time
+    (:class:`StagedRows`). Returned through the engine, every row found was received at
+    once (33 bytes, and as much again while the partitions' were joined) and placed
+    among the state's rows at once: the cross-record rules' peak on an export of 30 %
+    retries."""
+    hit, first, same, counts = _exact_groups(
+        batches, group, group_places(sizes, lines), counted=True
+    )
+    assert same is not None  # a check with a body tells it
+    assert counts is not None  # and counted
+    at = np.flatnonzero(hit)
+    empty = np.zeros(0, np.int64)
+    found = Found(empty.astype(np.int32), empty, empty.astype(np.uint64), later=StagedRows())
+    if not len(at):
         return found
-    key_rows, conflicts = counts
-    return dataclasses.replace(found, key_rows=key_rows[hit], conflicts=conflicts[hit])
+    stem = f"{check.stem}.later-{partition}"
+    position = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)[at]
+    columns = (position, lines[at], first[at], same[at], counts[0][at], counts[1][at])
+    check.storage.stage_whole(stem, pa.table(dict(zip(LATER_COLUMNS, columns, strict=True))))
+    return dataclasses.replace(found, later=StagedRows((stem,), (len(at),)))
 
 
 def _led_rows(
@@ -687,24 +758,24 @@ def _ranks(leader: str, batches: list[pa.RecordBatch], at: I64) -> I64:
 
 
 def _exact_groups(
-    batches: list[pa.RecordBatch], group: U64, place: U64
+    batches: list[pa.RecordBatch], group: U64, place: U64, *, counted: bool = False
 ) -> tuple[npt.NDArray[np.bool_], U64, npt.NDArray[np.bool_] | None, tuple[U32, U32] | None]:
     """Which rows of a partition's ``batches`` share their exact key with another (equal
     keys share a partition; only keys whose hash repeats are compared), each row's
     group: the ``place`` of its key's first row (the entries are in the stable order key:
     the shards' batches in shard order, a shard's lines ascending). Where the batches
     hold a :data:`BODY`, only the later rows of a key are found, each telling whether its
-    body is its key's first row's (the first row is their group), how many rows its key
-    has, and how many of them are later rows whose body is not the first's (the replay
-    rule's detail: counted in the driver, by numbering every later row's key, they held
-    ~27 bytes a retry at the cross-record rules' peak)."""
+    body is its key's first row's (the first row is their group), and, ``counted``, how
+    many rows its key has and how many of them are later rows whose body is not the
+    first's (the replay rule's detail: counted in the driver, by numbering every later
+    row's key, they held ~27 bytes a retry at the cross-record rules' peak)."""
     bodied = BODY in batches[0].schema.names
     hit = repeated(group).to_numpy()
     if not hit.any():
         if not bodied:
             return hit, group, None, None
         none = np.zeros(len(hit), np.uint32)
-        return hit, group, np.zeros(len(hit), np.bool_), (none, none)
+        return hit, group, np.zeros(len(hit), np.bool_), (none, none) if counted else None
     at = np.flatnonzero(hit)
     text = pl.concat([_key_text(pl.Series(b[TEXT])) for b in batches]).gather(at)
     first = pl.DataFrame({"t": text}).with_row_index("i").select(pl.col("i").first().over("t"))
@@ -720,12 +791,14 @@ def _exact_groups(
     body = pl.concat([_key_text(pl.Series(b[BODY])) for b in batches])
     same = np.zeros(len(hit), np.bool_)
     same[at] = (body.gather(at) == body.gather(firsts)).fill_null(False).to_numpy()
+    if not counted:
+        return keyed, groups, same, None
     differs = pl.Series(shared & ~same[at])  # a later row whose body is not the first's
-    counted = pl.DataFrame({"t": text, "d": differs}).select(
+    tallied = pl.DataFrame({"t": text, "d": differs}).select(
         n=pl.len().over("t"), d=pl.col("d").sum().over("t")
     )
     key_rows, conflicts = np.zeros(len(hit), np.uint32), np.zeros(len(hit), np.uint32)
-    key_rows[at], conflicts[at] = counted["n"].to_numpy(), counted["d"].to_numpy()
+    key_rows[at], conflicts[at] = tallied["n"].to_numpy(), tallied["d"].to_numpy()
     return keyed, groups, same, (key_rows, conflicts)
 
 

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.config import CampaignConfig, ConfigError, InputSpec, load_campaign
+from pipeline.decide import partitioned
 from pipeline.decide.stages import cross_rules
 from pipeline.jobs.run import run
 from pipeline.output import writer
@@ -669,9 +670,11 @@ def test_replay_rule_decides_as_over_every_row(
     into the other split, and rows the gate rejects that share a task id, whose keys are
     read, found and decided a group at a time; with every key's hash colliding too (then the exact keys alone decide), and
     with the findings made whole 7 at a time (a reason's text and a retry's pointer are
-    made a part at a time)."""
+    made a part at a time) and the later rows the engine staged read a block of about 5
+    at a time."""
     if part_rows is not None:
         monkeypatch.setattr(cross_rules, "PART_ROWS", part_rows)
+        monkeypatch.setattr(partitioned, "FOLLOWER_ROWS", 5)  # the later rows read 5 at a time
     rng = random.Random(seed)
     base = [_pairwise(i) for i in range(30)]
     files: dict[str, tuple[str | None, list[dict[str, Any] | bytes]]] = {}
@@ -778,3 +781,46 @@ def test_contradictions_are_the_comparisons_preferred_both_ways(
     assert len(expected) > 100
     assert any(len(m) > 2 for m in comparisons.values())
     assert got == expected
+
+
+def test_rows_several_rules_find_are_merged_whichever_parts_they_come_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two rules over one kind's 60 rows, each in 8 KiB shards: the first rejects every
+    third row, its findings in parts of up to 4 rows (``FoundParts``), and the second,
+    given the rows after the first, quarantines every fourth row as one frame, naming
+    every twelfth twice. A row one rule found has that rule's finding alone; a row
+    several found (or one twice) the worst disposition and every finding, each once a
+    time it was found; the second rule sees the first's rows as rejected."""
+    rejecting, quarantining = cross_rules.CONFLICT, "cross.contradictory_preference"
+    seen: list[int] = []
+
+    def every_third(ctx: Any, kind: str, rows: pl.DataFrame) -> cross_rules.FoundParts:
+        ordered = rows.with_row_index("_i").filter(pl.col("_i") % 3 == 0)
+        found = ordered.select("_shard", "_shard_line", _detail=pl.lit("third"))
+        return cross_rules.FoundParts(
+            lambda: (found.slice(lo, 4) for lo in range(0, found.height, 4))
+        )
+
+    def every_fourth(ctx: Any, kind: str, rows: pl.DataFrame) -> pl.DataFrame:
+        indexed = rows.with_row_index("_i")
+        seen.extend(indexed.filter(pl.col("_disposition") == "rejected")["_i"].to_list())
+        found = indexed.filter(pl.col("_i") % 4 == 0)
+        twice = found.filter(pl.col("_i") % 12 == 0)
+        return pl.concat([found, twice]).select("_shard", "_shard_line", _detail=pl.lit("fourth"))
+
+    rules = [
+        cross_rules.CrossRule(rejecting, cross_rules.Disposition.REJECTED, None, every_third),
+        cross_rules.CrossRule(
+            quarantining, cross_rules.Disposition.QUARANTINED, None, every_fourth
+        ),
+    ]
+    monkeypatch.setattr(cross_rules, "CROSS_RULES", rules)
+    records = [_pairwise(i) for i in range(60)]
+    frame = _run(tmp_path, {"a.jsonl": records}, "pairwise-v2", settings={"dedupe.exact": False})
+    assert frame["_line"].to_list() == list(range(1, 61))
+    assert seen == list(range(0, 60, 3))
+    for i, (folder, codes) in enumerate(_codes(frame)):
+        wanted = [rejecting] * (i % 3 == 0) + [quarantining] * ((i % 4 == 0) + (i % 12 == 0))
+        assert codes == sorted(wanted), i
+        assert folder == ("rejected" if i % 3 == 0 else "quarantined" if i % 4 == 0 else "accepted")

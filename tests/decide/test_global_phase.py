@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.core.reasons import Disposition
 from pipeline.decide import context as global_phase
+from pipeline.decide import partitioned
 from pipeline.decide.context import DISPOSITIONS, KEYS, GlobalContext, OutputColumn
 from pipeline.decide.partitioned import (
     BODY,
@@ -403,8 +404,10 @@ class ProbeRepeats:
         of them shares, each with its key's first such row (keys hashed to few groups,
         so many hashes repeat over distinct keys); and, given a body, only the later
         rows of each key, each telling whether its body is its first row's (a null body
-        is nobody's), and (``counted_groups``) how many rows its key has and how many of
-        them are later rows whose body is not the first's."""
+        is nobody's), and (``later_rows``: staged by the partition tasks, read a block of
+        shards at a time, in the rows' order) each later row's first row, whether its
+        body is that row's, how many rows its key has and how many of them are later
+        rows whose body is not the first's."""
         line = pl.col("_shard_line")
         key = pl.when(line % 13 != 4).then(line % 11).cast(pl.String)
         body = pl.when(line % 17 != 2).then((line // 11) % 3).cast(pl.String)
@@ -463,18 +466,38 @@ class ProbeRepeats:
                     self.found.append((later, same[of_later], mask, told))
                     if digested:
                         continue
-                    grouped, counted = at.counted_groups(
-                        kind,
-                        rows,
-                        "probe",
-                        key,
-                        key.hash() % 3,
-                        body=body,
-                        where=where,
-                        left_out=left_out,
+                    # staged by the partition tasks, read a block of shards at a time
+                    block = 7 if count == 7 else partitioned.FOLLOWER_ROWS
+                    with unittest.mock.patch.object(partitioned, "FOLLOWER_ROWS", block):
+                        staged_later = at.later_rows(
+                            kind,
+                            rows,
+                            "probe",
+                            key,
+                            key.hash() % 3,
+                            body=body,
+                            where=where,
+                            left_out=left_out,
+                        )
+                        parts = list(staged_later.parts())
+                    assert len(parts) > (3 if block == 7 else 0)
+                    read = pl.concat(parts)
+                    assert read.height == len(staged_later)
+                    at_rows = (
+                        rows.with_row_index("_i")
+                        .join(read, on=list(KEYS), how="inner", maintain_order="right")
+                        .sort("_i")
                     )
-                    self.found.append((later, key_rows, grouped.found, counted.rows))
-                    self.found.append((later, conflicts, grouped.found, counted.conflicts))
+                    places = at_rows["_i"].to_numpy()
+                    assert read.height == at_rows.height  # every row read is a row
+                    assert (np.diff(places) > 0).all()  # in the rows' order, each once
+                    mask = np.zeros(rows.height, np.bool_)
+                    mask[places] = True
+                    kept = at_rows.select("_first_shard", "_first_line").to_numpy()
+                    self.found.append((later, wanted[of_later], mask, kept.astype(np.int64)))
+                    self.found.append((later, same[of_later], mask, at_rows["_same"].to_numpy()))
+                    self.found.append((later, key_rows, mask, at_rows["_rows"].to_numpy()))
+                    self.found.append((later, conflicts, mask, at_rows["_conflicts"].to_numpy()))
                 else:
                     self.found.append((expected, wanted, mask, got))
                     assert told is None
@@ -545,13 +568,13 @@ def test_repeats_on_the_engine_find_what_every_row_would(
         **{"engine.shard_bytes": 96 * 1024, "engine.batch_lines": 16, "engine.workers": workers}
     )
     run(config, tmp_path / "out")
-    assert len(ProbeRepeats.found) == 38
+    assert len(ProbeRepeats.found) == 44
     assert len(ProbeRepeats.refused) == 2
     assert all("hash is null" in message for message in ProbeRepeats.refused)
     # natural groups: the retries repeat, and none varies; five groups: every row
     # repeats, and the rows where ``where`` holds vary; some rows seek what none offers
     found = [int(e.sum()) > 0 for e, *_ in ProbeRepeats.found]
-    assert found == [True, False] * 3 + [True] * 32
+    assert found == [True, False] * 3 + [True] * 38
     for expected, groups, mask, got in ProbeRepeats.found:
         assert np.array_equal(mask, expected)
         assert groups is None or np.array_equal(got, groups)
@@ -1231,7 +1254,6 @@ def test_a_led_check_leads_each_keys_rows_in_a_split_by_their_first(
     those keys with its leader, as over every row's values, at any partition count. The
     rows led are staged by the partition tasks and read back a few at a time."""
     import pipeline.decide.stages  # noqa: F401
-    from pipeline.decide import partitioned
 
     monkeypatch.setattr(global_phase, "GLOBAL_STAGES", [ProbeLed])
     monkeypatch.setattr(partitioned, "FOLLOWER_ROWS", 7)  # many slices, a leader in several
@@ -1269,7 +1291,6 @@ def test_the_rows_led_are_placed_a_block_of_shards_at_a_time_from_every_partitio
     place among its partition's rows found), the rows led come back ascending with their
     leaders (``bases`` moving each file's to the rows found before it), every shard's
     rows placed in one call, a block of shards of about ``FOLLOWER_ROWS`` at a time."""
-    from pipeline.decide import partitioned
 
     shards = (3, 5, 8, 9)  # the check's shards; a state place is shard * 100 + line
     storage = RunStorage(tmp_path / data.draw(st.uuids()).hex)
@@ -1305,7 +1326,7 @@ def test_the_rows_led_are_placed_a_block_of_shards_at_a_time_from_every_partitio
             parts.append(Followers())
         bases.append(found)
         found += leaders
-    following = Followers.joined(parts, bases)
+    following = Followers.of(parts, bases)
     calls: list[list[int]] = []
 
     def rows_at(shard: np.ndarray, line: np.ndarray) -> np.ndarray:

@@ -10,7 +10,9 @@ disposition wins (rejected > quarantined > duplicate) and every code is kept. A 
 another code and disposition of its own family (``cross.retry``, a duplicate pointing at
 the row it repeats in ``_duplicate_of``); disabling the rule disables both. A rule's
 findings are compact (keys, code, numbers); the texts of their reasons and pointers are
-made a part at a time (:data:`PART_ROWS` findings) as the driver stages them.
+made a part at a time (:data:`PART_ROWS` findings) as the driver stages them. A rule
+that finds many rows returns its findings as parts read from what the engine staged
+(:class:`FoundParts`: the replay rule's), and the stage holds a part of them at a time.
 
 =============================== ======================= =====================================
 code                            kinds                   finding
@@ -55,17 +57,18 @@ from pipeline.decide.context import (
     Decisions,
     GlobalContext,
     Grouped,
-    KeyCounts,
+    LaterRows,
     OutputColumn,
-    advance,
+    advanced,
     keys_of,
+    placer,
     register_stage,
     repeated_keys,
 )
 from pipeline.dedupe.keys import key_columns
 from pipeline.kinds import KINDS
 
-__all__ = ["CONFLICT", "CROSS_RULES", "RETRY", "CrossRules"]
+__all__ = ["CONFLICT", "CROSS_RULES", "RETRY", "CrossRules", "FoundParts"]
 
 #: Seed 002's IDEMPOTENCY_CONFLICT: a later, different body of one submission key.
 CONFLICT: Final = "cross.idempotency_conflict"
@@ -82,7 +85,18 @@ _SEVERITY: Final = {
     Disposition.DUPLICATE.value: 1,
 }
 
-Finder = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame | None]
+
+@dataclass(frozen=True)
+class FoundParts:
+    """A rule's findings as parts, read again each time :attr:`read` is called (the same
+    parts each time; a row in one of them only): a rule that finds many rows returns
+    them so (the replay rule: from what its grouping check's partition tasks staged,
+    :class:`~pipeline.decide.context.LaterRows`), and the stage holds a part at a time."""
+
+    read: Callable[[], Iterator[pl.DataFrame]]
+
+
+Finder = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame | FoundParts | None]
 #: makes a part of a rule's findings whole: adds their ``_detail`` and a duplicate's
 #: ``_duplicate_of``, from the compact columns its finder returned
 Finisher = Callable[[GlobalContext, str, pl.DataFrame], pl.DataFrame]
@@ -116,7 +130,8 @@ def cross_rule(
     finish: Finisher | None = None,
 ) -> Callable[[Finder], Finder]:
     """Register a finder returning the rows it finds (``_shard``, ``_shard_line``) with a
-    ``_detail``; its docstring cites the seed it enforces. Its ``cross.*`` code goes into
+    ``_detail``, as one frame or as parts (:class:`FoundParts`); its docstring cites the
+    seed it enforces. Its ``cross.*`` code goes into
     the reason catalogue with ``meaning`` (one line) and ``spec``. A finder may also return
     a ``_code`` per row (one of its ``own`` codes, each declared with its disposition and
     meaning; null: the rule's).
@@ -224,15 +239,15 @@ def _submission_groups(
     rows: pl.DataFrame,
     keys: Sequence[str],
     removed: npt.NDArray[np.bool_],
-) -> tuple[Grouped, KeyCounts]:
+) -> LaterRows:
     """The replay rule's grouping check: the later rows of each submission key another
-    row shares, each with its key's first row and whether its body is that row's, and
-    its key's counts. With
+    row shares, each with its key's first row, whether its body is that row's, and its
+    key's counts, staged by the engine (:meth:`GlobalContext.later_rows`). With
     sanitization on, keys and bodies as sent, which the gate staged beside the rows (a
     row per staged row, every one live at the gate): redaction makes different keys, and
     different bodies, one (:meth:`~pipeline.gate.gate.Gate._submission`)."""
     if ctx.config.sanitize.enabled:
-        return ctx.counted_groups(
+        return ctx.later_rows(
             kind,
             rows,
             "submission-keys",
@@ -242,7 +257,7 @@ def _submission_groups(
             left_out=removed,
             stem=ctx.storage.submissions_stem(kind),
         )
-    return ctx.counted_groups(
+    return ctx.later_rows(
         kind,
         rows,
         "submission-keys",
@@ -303,7 +318,9 @@ def _replays(ctx: GlobalContext, kind: str, part: pl.DataFrame) -> pl.DataFrame:
     },
     finish=_replays,
 )
-def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> pl.DataFrame | None:
+def idempotency_conflict(
+    ctx: GlobalContext, kind: str, rows: pl.DataFrame
+) -> pl.DataFrame | FoundParts | None:
     """Seed 002: "identical authenticated retry -> return original receipt/status; same
     operation, conflicting body -> IDEMPOTENCY_CONFLICT". Among the rows sharing a
     submission key (``task_id``; ``(session, receipt)`` for pw-decide-row) the first in
@@ -320,48 +337,41 @@ def idempotency_conflict(ctx: GlobalContext, kind: str, rows: pl.DataFrame) -> p
     # Only keys that occur more than once can conflict. A grouping check on the engine
     # finds, partition by partition, the later rows of each key another row shares
     # (grouped first on its 64-bit hash: a collision never joins two keys), each with
-    # the key's first row in the order key (its original) and whether its body (the
-    # record digest) is the original's. The driver holds a few numbers for each later
-    # row: reading every sharing row's keys and digests and sorting them here held ~230
-    # bytes each (~390 a retry on an export of 30 % retries); the originals too, with
-    # their splits as text, ~145 a retry.
+    # the key's first row in the order key (its original), whether its body (the record
+    # digest) is the original's, and the key's counts, and stages them; the driver reads
+    # them a block of shards at a time (_replay_parts). Reading every sharing row's keys
+    # and digests and sorting them here held ~230 bytes each (~390 a retry on an export
+    # of 30 % retries); the later rows received from the engine, ~60 a retry.
     removed = ~_live(rows).to_numpy()  # by the gate or a rule before: no part in this
-    (later, original, same_body), (sizes, conflicts) = _submission_groups(
-        ctx, kind, rows, keys, removed
-    )
-    if not later.any():
+    later = _submission_groups(ctx, kind, rows, keys, removed)
+    del removed
+    if not len(later):
         return None
-    if same_body is None:
-        raise AssertionError("a grouping check with a body told no row's")
-    candidates = keys_of(rows, later)  # in the rows' order, as their groups
-    first = ctx.first_rows(kind, original)
-    differs = ~same_body
-    # The same body in another split than the original's is no retry but a copy across
-    # splits: dedupe's contamination rule decides it, and keeps a protected split's rows.
-    split, first_split = _split_numbers(ctx, candidates["_shard"], first["_shard"])
-    other_split = split != first_split
-    decided = np.flatnonzero(differs | ~other_split)
-    if len(decided) == 0:
-        return None  # only copies across splits
-    # each row's key's rows (its later rows and its first) and conflicts (its later
-    # rows whose body is not the first's), counted on the engine
-    del original, same_body, split, first_split, other_split
-    if len(decided) < len(differs):  # but the copies across splits (else none is copied)
-        candidates, first = candidates[decided], first[decided]
-        sizes, conflicts, differs = sizes[decided], conflicts[decided], differs[decided]
-    del decided
-    # Compact (~40 bytes a finding): the texts of a reason and a retry's pointer are
-    # made a part at a time (_replays). Made for every finding at once they held ~250
-    # bytes a retry at the stage's peak (300,115 retries of a duplicate-heavy export).
-    code = pl.when(pl.Series(differs)).then(pl.lit(CONFLICT)).otherwise(pl.lit(RETRY))
-    return candidates.select(
-        *KEYS,
-        _code=code,
-        _rows=pl.Series(sizes),
-        _conflicts=pl.Series(conflicts),
-        _kept_shard=first["_shard"],
-        _kept_line=first["_shard_line"],
-    )
+    return FoundParts(lambda: _replay_parts(ctx, later))
+
+
+def _replay_parts(ctx: GlobalContext, later: LaterRows) -> Iterator[pl.DataFrame]:
+    """The replay rule's findings, compact, a part of the later rows at a time: a later
+    row of another body is a conflict, and of its key's first row's body a retry of it
+    (``_kept_shard``, ``_kept_line``) where both are of one split. The same body in
+    another split than the original's is no retry but a copy across splits: dedupe's
+    contamination rule decides it, and keeps a protected split's rows. The texts of a
+    reason and a retry's pointer are made a part at a time (:func:`_replays`): made for
+    every finding at once they held ~250 bytes a retry at the stage's peak (300,115
+    retries of a duplicate-heavy export)."""
+    for part in later.parts():
+        split, first_split = _split_numbers(ctx, part["_shard"], part["_first_shard"])
+        same = part["_same"].to_numpy()
+        decided = ~same | (split == first_split)
+        code = pl.when(pl.col("_same")).then(pl.lit(RETRY)).otherwise(pl.lit(CONFLICT))
+        yield part.filter(decided).select(
+            *KEYS,
+            _code=code,
+            _rows=pl.col("_rows"),
+            _conflicts=pl.col("_conflicts"),
+            _kept_shard=pl.col("_first_shard"),
+            _kept_line=pl.col("_first_line"),
+        )
 
 
 @cross_rule(
@@ -623,48 +633,112 @@ class CrossRules:
         held compact, and made whole a part at a time (:func:`_decisions`)."""
         disabled = set(ctx.config.rules.disabled)
         codes = pl.Enum(self.reason_codes)
-        found = []
+        found: list[tuple[CrossRule, FoundParts]] = []
+        overlap: _Overlap | None = None
         for rule in CROSS_RULES:
             if rule.code in disabled or (rule.kinds is not None and kind not in rule.kinds):
                 continue
             hits = rule.find(ctx, kind, rows)
-            if hits is None or not hits.height:
+            if hits is None:
                 continue
-            code = pl.col("_code") if "_code" in hits.columns else pl.lit(None, pl.String)
+            coded = _coded(rule, hits, codes)
+            overlap = overlap or _Overlap(rows)
+            before = overlap.found
+            rows = advanced(rows, _removing(coded, overlap), set())
+            if overlap.found > before:
+                found.append((rule, coded))
+        return _decisions(ctx, kind, found, overlap) if overlap and found else None
+
+
+def _coded(rule: CrossRule, hits: pl.DataFrame | FoundParts, codes: pl.Enum) -> FoundParts:
+    """``rule``'s findings (a frame, or parts), each part's codes as ``codes`` and each
+    row's disposition (the rule's, or its own code's)."""
+    parts = hits if isinstance(hits, FoundParts) else FoundParts(lambda: iter((hits,)))
+
+    def read() -> Iterator[pl.DataFrame]:
+        for part in parts.read():
+            if not part.height:
+                continue
+            code = pl.col("_code") if "_code" in part.columns else pl.lit(None, pl.String)
             code = code.fill_null(pl.lit(rule.code))
             disposition = code.replace_strict(
                 _OWN_CODES, default=rule.disposition.value, return_dtype=pl.String
             )
-            hits = hits.with_columns(
+            yield part.with_columns(
                 _code=code.cast(codes), _disposition=disposition.cast(DISPOSITIONS)
             )
-            found.append((rule, hits))
-            removed = hits.select(*KEYS, "_disposition").filter(
-                pl.col("_disposition").is_in(_REMOVED)
-            )
-            rows = advance(rows, removed.filter(~repeated_keys(removed, every=False)), set())
-        return _decisions(ctx, kind, found) if found else None
+
+    return FoundParts(read)
+
+
+def _removing(coded: FoundParts, overlap: _Overlap) -> Iterator[pl.DataFrame]:
+    """The rows a rule's findings (``coded``) remove (rejected, or duplicates), each
+    once, a part at a time; every finding told to ``overlap``."""
+    for part in coded.read():
+        overlap.add(part)
+        removed = part.select(*KEYS, "_disposition").filter(pl.col("_disposition").is_in(_REMOVED))
+        yield removed.filter(~repeated_keys(removed, every=False))
+
+
+class _Overlap:
+    """Which of the state's rows more than one finding names (several rules', or one
+    rule's twice), told the findings a part at a time: two bits a row of the state, each
+    part's rows placed among the state's (:func:`~pipeline.decide.context.placer`).
+    Sorting every finding's keys at once held ~25 bytes a finding (the replay rule's
+    300,115 retries of a duplicate-heavy export)."""
+
+    def __init__(self, rows: pl.DataFrame) -> None:
+        self.place = placer(rows)
+        self.seen = np.zeros((rows.height + 7) // 8, np.uint8)
+        self.twice = np.zeros_like(self.seen)
+        #: the findings told
+        self.found = 0
+
+    def add(self, part: pl.DataFrame) -> None:
+        """Tell the findings of ``part`` (one rule's)."""
+        self.found += part.height
+        # a row this part names twice is told once: :meth:`several` finds it in the part
+        again = repeated_keys(part, every=False)
+        at = self.place(keys_of(part, ~again) if again.any() else keys_of(part))
+        byte, bit = at >> 3, _bits(at)
+        np.bitwise_or.at(self.twice, byte, self.seen[byte] & bit)
+        np.bitwise_or.at(self.seen, byte, bit)
+
+    def several(self, part: pl.DataFrame) -> npt.NDArray[np.bool_]:
+        """Which rows of ``part`` (told before) more than one finding names."""
+        mask = repeated_keys(part)
+        once = np.flatnonzero(~mask)
+        at = self.place(keys_of(part, ~mask) if mask.any() else keys_of(part))
+        mask[once] = (self.twice[at >> 3] & _bits(at)) != 0
+        return mask
+
+
+def _bits(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
+    """Each place's bit within its byte."""
+    bits: npt.NDArray[np.uint8] = np.left_shift(1, at & 7).astype(np.uint8)
+    return bits
 
 
 def _decisions(
-    ctx: GlobalContext, kind: str, found: list[tuple[CrossRule, pl.DataFrame]]
+    ctx: GlobalContext, kind: str, found: list[tuple[CrossRule, FoundParts]], overlap: _Overlap
 ) -> Iterator[pl.DataFrame]:
-    """One decision a row from the rules' findings (each rule's, in rule order): the most
-    severe disposition, every rule's reason, and a retry's pointer. A row one rule found
-    (nearly every row) is made whole and decided :data:`PART_ROWS` at a time; the rows
-    several rules found are then sorted and merged (:func:`_merged`). Sorting and grouping
-    every finding held ~240 bytes a finding at the stage's peak (300,115 retries of a
-    duplicate-heavy export), and every finding made whole at once ~250."""
-    several = repeated_keys(pl.concat([hits[list(KEYS)] for _, hits in found]))
-    merged, at = [], 0
+    """One decision a row from the rules' findings (each rule's, in rule order, read
+    again a part at a time): the most severe disposition, every rule's reason, and a
+    retry's pointer. A row one rule found (nearly every row) is made whole and decided
+    :data:`PART_ROWS` at a time; the rows several rules found (``overlap``) are then
+    sorted and merged (:func:`_merged`). Sorting and grouping every finding held ~240
+    bytes a finding at the stage's peak (300,115 retries of a duplicate-heavy export),
+    and every finding made whole at once ~250."""
+    merged = []
     for rule, hits in found:
-        of_several = several[at : at + hits.height]
-        at += hits.height
-        once = hits.filter(~of_several) if of_several.any() else hits
-        for lo in range(0, once.height, PART_ROWS):
-            yield _reasoned(_finished(ctx, kind, rule, once.slice(lo, PART_ROWS)))
-        if of_several.any():
-            merged.append(_finished(ctx, kind, rule, hits.filter(of_several)))
+        for part in hits.read():
+            of_several = overlap.several(part)
+            once = part.filter(~of_several) if of_several.any() else part
+            for lo in range(0, once.height, PART_ROWS):
+                yield _reasoned(_finished(ctx, kind, rule, once.slice(lo, PART_ROWS)))
+            del once
+            if of_several.any():
+                merged.append(_finished(ctx, kind, rule, part.filter(of_several)))
     if merged:
         yield _merged(pl.concat(merged, how="diagonal_relaxed"))
 
