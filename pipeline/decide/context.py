@@ -67,6 +67,7 @@ from pipeline.decide.partitioned import (
     TEXT,
     VALUE,
     WHERE,
+    Followers,
     Found,
     HashCheck,
     StagedRows,
@@ -364,7 +365,8 @@ class GlobalContext:
         if where is not None:
             exprs[WHERE] = where
         hashes = len(exprs) - (where is not None)
-        (found, groups, _), _ = self._check(kind, rows, name, exprs, hashes, stem=stem)
+        ran = self._run_check(kind, rows, name, exprs, hashes, stem=stem)
+        (found, groups, _), _ = self._placed(rows, ran)
         return found, groups
 
     def unmatched(
@@ -389,7 +391,8 @@ class GlobalContext:
         (a key, its hash and line: counted as 32 bytes a key to size the partitions)."""
         exprs = {GROUP: key.hash(), TEXT: key, SEEKS: seeks, WHERE: where}
         lines = lines_by_shard(rows, left_out)
-        return self._check(kind, rows, name, exprs, 1 + 4, lines=lines)[0].found
+        ran = self._run_check(kind, rows, name, exprs, 1 + 4, lines=lines)
+        return self._placed(rows, ran)[0].found
 
     def groups(
         self,
@@ -423,7 +426,7 @@ class GlobalContext:
         exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
         if body is not None:
             exprs[BODY] = body
-        grouped, _ = self._check(
+        ran = self._run_check(
             kind,
             rows,
             name,
@@ -433,7 +436,7 @@ class GlobalContext:
             lines=lines_by_shard(rows, left_out) if left_out is not None else None,
             digested=digested,
         )
-        return grouped
+        return self._placed(rows, ran)[0]
 
     def later_rows(
         self,
@@ -462,14 +465,11 @@ class GlobalContext:
             BODY: body,
         }
         lines = lines_by_shard(rows, left_out) if left_out is not None else None
-        ran = self._run_check(
+        shards, found = self._run_check(
             kind, rows, name, exprs, 1 + 4 + 4, stem=stem, lines=lines, staged=True
         )
-        if ran is None:
-            return LaterRows(self.storage, (), StagedRows())
-        check, found = ran
         assert found.later is not None  # a staged check stages its rows
-        return LaterRows(self.storage, check.shards, found.later)
+        return LaterRows(self.storage, shards, found.later)
 
     def led_groups(
         self,
@@ -499,9 +499,10 @@ class GlobalContext:
         lines = lines_by_shard(rows, left_out)
         # a key's hash and 32 bytes, and a rank's value (a number; a short text)
         hashes = 1 + 4 + (1 if rank is not None else 0)
-        grouped, following = self._check(
+        ran = self._run_check(
             kind, rows, name, exprs, hashes, lines=lines, leads=leads, leader=leader
         )
+        grouped, following = self._placed(rows, ran)
         if following is None:
             raise AssertionError(f"{kind}: {name}: a led check gave no leaders")
         return grouped, following
@@ -515,43 +516,14 @@ class GlobalContext:
         """The shards that hold rows of ``kind``, in the stable order key."""
         return tuple(s.shard for s in self.summaries if kind in s.kinds)
 
-    def _check(
-        self,
-        kind: str,
-        rows: pl.DataFrame,
-        name: str,
-        exprs: dict[str, pl.Expr],
-        hashes: int,
-        *,
-        stem: str | None = None,
-        lines: Mapping[int, bytes] | None = None,
-        digested: bool = False,
-        leads: Sequence[int] = (),
-        leader: str = "first",
+    def _placed(
+        self, rows: pl.DataFrame, ran: tuple[tuple[int, ...], Found]
     ) -> tuple[Grouped, Following | None]:
-        """Run a :class:`HashCheck` of ``exprs`` (:meth:`_run_check`): a mask over
-        ``rows`` and the found rows' groups (and whether each one's body is its group's
-        first row's; with ``leads``, how many rows each leads, and the rows led), in the
-        rows' order."""
-        ran = self._run_check(
-            kind,
-            rows,
-            name,
-            exprs,
-            hashes,
-            stem=stem,
-            lines=lines,
-            digested=digested,
-            leads=leads,
-            leader=leader,
-        )
-        if ran is None:
-            none = np.zeros(0, np.bool_) if BODY in exprs else None
-            empty = np.zeros(0, np.int64)
-            nothing = Following(empty, empty, empty) if leads else None
-            grouped = Grouped(np.zeros(rows.height, np.bool_), np.zeros(0, np.uint64), none)
-            return grouped, nothing
-        check, found = ran
+        """What a check found (``ran``: :meth:`_run_check`) among ``rows``: a mask over
+        them and the found rows' groups (and whether each one's body is its group's first
+        row's; a led check's: how many rows each leads, and the rows led), in the rows'
+        order."""
+        shards, found = ran
         at = _places(rows, _keys_frame(found.shards, found.lines))
         groups, same, led, following = found.groups, found.same, found.led, found.followers
         del found  # the rows' keys: 12 bytes a row found
@@ -564,7 +536,7 @@ class GlobalContext:
         place = placer(rows)
         followers, leaders = following.placed(
             self.storage,
-            check.shards,
+            shards,
             lambda shards, lines: place(_keys_frame(shards, lines)),
             lambda found_at: at[found_at],  # a leader is a row found: placed already
             rows.height,
@@ -585,15 +557,25 @@ class GlobalContext:
         leads: Sequence[int] = (),
         leader: str = "first",
         staged: bool = False,
-    ) -> tuple[HashCheck, Found] | None:
+    ) -> tuple[tuple[int, ...], Found]:
         """Run a :class:`HashCheck` of ``exprs`` over ``kind``'s rows (entries of
-        ``hashes`` 8-byte values a row, to size its partitions): the check and what it
-        found; None where no shard holds the kind. ``lines``: each shard's lines that
-        take no part (:func:`lines_by_shard`)."""
+        ``hashes`` 8-byte values a row, to size its partitions): its shards and what it
+        found (nothing where no shard holds the kind). ``lines``: each shard's lines
+        that take no part (:func:`lines_by_shard`)."""
         engine = self.config.engine
         shards = self.shards_of(kind)
         if not shards:
-            return None
+            empty = np.zeros(0, np.int64)
+            bodied = BODY in exprs and not staged
+            return (), Found(
+                empty.astype(np.int32),
+                empty,
+                empty.astype(np.uint64),
+                np.zeros(0, np.bool_) if bodied else None,
+                empty if leads else None,
+                Followers() if leads else None,
+                StagedRows() if staged else None,
+            )
         count = partition_count(
             rows.height, hashes, engine.resolved_workers(), len(shards), engine.partitions
         )
@@ -610,7 +592,7 @@ class GlobalContext:
             leader=leader,
             staged=staged,
         )
-        return check, check.run(self.engine, lines)
+        return check.shards, check.run(self.engine, lines)
 
     def has_row_keys(self, kind: str) -> bool:
         """Whether the gate computed dedupe row keys for ``kind`` (in every shard of it)."""

@@ -36,7 +36,7 @@ import dataclasses
 import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -631,10 +631,8 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     check: that seek a key none offers; a grouping check: whose key another row shares,
     with its first row as their group, and with a body only the later rows of a key,
     each telling whether its body is the first row's)."""
-    batches = [check.storage.staged_partition(s, check.stem, partition) for s in check.shards]
-    sizes = [b.num_rows for b in batches]
-    group: U64 = np.concatenate([b[GROUP].to_numpy() for b in batches])
-    lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])
+    entries = _Entries.read(check, partition)
+    batches, sizes, group, lines = entries
     same = None
     if check.varying:
         value: U64 = np.concatenate([b[VALUE].to_numpy() for b in batches])
@@ -642,9 +640,9 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     elif check.matching:
         hit = _unmatched(batches)
     elif check.leads:
-        return _led_rows(check, partition, batches, group, lines, sizes)
+        return _led_rows(check, partition, entries)
     elif check.staged:
-        return _later_rows(check, partition, batches, group, lines, sizes)
+        return _later_rows(check, partition, entries)
     elif check.grouping:
         hit, group, same, _ = _exact_groups(batches, group, group_places(sizes, lines))
     else:
@@ -653,14 +651,27 @@ def _partition_rows(check: HashCheck, partition: int, progress: Progress) -> Fou
     return Found(shards[hit], lines[hit], group[hit], None if same is None else same[hit])
 
 
-def _later_rows(
-    check: HashCheck,
-    partition: int,
-    batches: list[pa.RecordBatch],
-    group: U64,
-    lines: I64,
-    sizes: list[int],
-) -> Found:
+class _Entries(NamedTuple):
+    """A partition's entries of every shard (:func:`_shuffle_shard`): a batch a shard,
+    in the check's shard order (the stable order key), their sizes, and their groups
+    and lines joined."""
+
+    batches: list[pa.RecordBatch]
+    sizes: list[int]
+    group: U64
+    lines: I64
+
+    @classmethod
+    def read(cls, check: HashCheck, partition: int) -> _Entries:
+        """``partition``'s batch of every shard's entries, each read alone."""
+        stem = check.stem
+        batches = [check.storage.staged_partition(s, stem, partition) for s in check.shards]
+        group: U64 = np.concatenate([b[GROUP].to_numpy() for b in batches])
+        lines: I64 = np.concatenate([b["_shard_line"].to_numpy() for b in batches])
+        return cls(batches, [b.num_rows for b in batches], group, lines)
+
+
+def _later_rows(check: HashCheck, partition: int, entries: _Entries) -> Found:
     """A staged check's partition (:attr:`HashCheck.staged`): the later rows of each key
     another row shares, with their keys' first rows, whether their bodies are those
     rows', and their keys' counts (:func:`_exact_groups`), staged in the entries' order
@@ -669,6 +680,7 @@ def _later_rows(
     once (33 bytes, and as much again while the partitions' were joined) and placed
     among the state's rows at once: the cross-record rules' peak on an export of 30 %
     retries."""
+    batches, sizes, group, lines = entries
     hit, first, same, counts = _exact_groups(
         batches, group, group_places(sizes, lines), counted=True
     )
@@ -686,21 +698,15 @@ def _later_rows(
     return dataclasses.replace(found, later=StagedRows((stem,), (len(at),)))
 
 
-def _led_rows(
-    check: HashCheck,
-    partition: int,
-    batches: list[pa.RecordBatch],
-    group: U64,
-    lines: I64,
-    sizes: list[int],
-) -> Found:
+def _led_rows(check: HashCheck, partition: int, entries: _Entries) -> Found:
     """A led check's partition (:attr:`HashCheck.leads`): of the keys another row
     shares, each label's best-ranked row (the leader, :attr:`HashCheck.leader`: entries
     are in the stable order key, which breaks ties), its group (its key's first row's
     place) and how many rows of its key and label it leads; the others apart, each with
     its leader's place among the rows found here, staged in the entries' order for the
-    driver to read a block of shards at a time (:class:`Followers`). Only keys whose hash repeats are compared (equal keys share a
-    partition)."""
+    driver to read a block of shards at a time (:class:`Followers`). Only keys whose
+    hash repeats are compared (equal keys share a partition)."""
+    batches, sizes, group, lines = entries
     shards = np.repeat(np.array(check.shards, np.int32), sizes)
     place = group_places(sizes, lines)
     at = np.flatnonzero(repeated(group).to_numpy())

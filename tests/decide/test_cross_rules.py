@@ -824,3 +824,21 @@ def test_rows_several_rules_find_are_merged_whichever_parts_they_come_in(
         wanted = [rejecting] * (i % 3 == 0) + [quarantining] * ((i % 4 == 0) + (i % 12 == 0))
         assert codes == sorted(wanted), i
         assert folder == ("rejected" if i % 3 == 0 else "quarantined" if i % 4 == 0 else "accepted")
+
+
+def test_a_rule_whose_parts_read_again_differ_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rule's parts are read once to remove its rows for the rules after it and again
+    to make its decisions: parts that read differently the second time (a generator
+    read once) are refused, never decided short."""
+
+    def once(ctx: Any, kind: str, rows: pl.DataFrame) -> cross_rules.FoundParts:
+        found = rows.head(6).select("_shard", "_shard_line", _detail=pl.lit("once"))
+        parts = iter([found.head(3), found.tail(3)])
+        return cross_rules.FoundParts(lambda: parts)
+
+    rule = cross_rules.CrossRule(cross_rules.CONFLICT, cross_rules.Disposition.REJECTED, None, once)
+    monkeypatch.setattr(cross_rules, "CROSS_RULES", [rule])
+    with pytest.raises(AssertionError, match="6 findings told, 0 read again"):
+        _run(tmp_path, {"a.jsonl": [_pairwise(i) for i in range(10)]}, "pairwise-v2")

@@ -641,7 +641,7 @@ class CrossRules:
         held compact, and made whole a part at a time (:func:`_decisions`)."""
         disabled = set(ctx.config.rules.disabled)
         codes = pl.Enum(self.reason_codes)
-        found: list[tuple[CrossRule, FoundParts]] = []
+        found: list[tuple[CrossRule, FoundParts, int]] = []
         overlap: _Overlap | None = None
         for rule in CROSS_RULES:
             if rule.code in disabled or (rule.kinds is not None and kind not in rule.kinds):
@@ -654,7 +654,7 @@ class CrossRules:
             before = overlap.found
             rows = advanced(rows, _removing(coded, overlap), set())
             if overlap.found > before:
-                found.append((rule, coded))
+                found.append((rule, coded, overlap.found - before))
         return _decisions(ctx, kind, found, overlap) if overlap and found else None
 
 
@@ -728,7 +728,10 @@ def _bits(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
 
 
 def _decisions(
-    ctx: GlobalContext, kind: str, found: list[tuple[CrossRule, FoundParts]], overlap: _Overlap
+    ctx: GlobalContext,
+    kind: str,
+    found: list[tuple[CrossRule, FoundParts, int]],
+    overlap: _Overlap,
 ) -> Iterator[pl.DataFrame]:
     """One decision a row from the rules' findings (each rule's, in rule order, read
     again a part at a time): the most severe disposition, every rule's reason, and a
@@ -736,10 +739,14 @@ def _decisions(
     :data:`PART_ROWS` at a time; the rows several rules found (``overlap``) are then
     sorted and merged (:func:`_merged`). Sorting and grouping every finding held ~240
     bytes a finding at the stage's peak (300,115 retries of a duplicate-heavy export),
-    and every finding made whole at once ~250."""
+    and every finding made whole at once ~250. Each rule's parts are read again as
+    many as they were (``found``'s counts): parts that changed between two reads
+    would decide other rows than those the rules after it saw removed."""
     merged = []
-    for rule, hits in found:
+    for rule, hits, count in found:
+        read = 0
         for part in hits.read():
+            read += part.height
             of_several = overlap.several(part)
             once = part.filter(~of_several) if of_several.any() else part
             for lo in range(0, once.height, PART_ROWS):
@@ -747,6 +754,8 @@ def _decisions(
             del once
             if of_several.any():
                 merged.append(_finished(ctx, kind, rule, part.filter(of_several)))
+        if read != count:
+            raise AssertionError(f"{rule.code}: {count} findings told, {read} read again")
     if merged:
         yield _merged(pl.concat(merged, how="diagonal_relaxed"))
 
