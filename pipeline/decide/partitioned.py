@@ -235,6 +235,12 @@ class Found:
     later: StagedRows | None = None
 
 
+#: the staged files :meth:`StagedRows.blocks` maps at once: more are first merged, this
+#: many into one (a process may hold 65,530 maps by default, Linux's
+#: ``vm.max_map_count``: measured, the 65,269th map of a staged file failed)
+MAPPED_FILES: Final = 4096
+#: a merged file's column: the place of the file each row came from
+_FILE: Final = "_file"
 #: the rows a driver reads at a time of what a check's partition tasks staged
 #: (:meth:`StagedRows.blocks`): a block of shards' rows from every partition's file, a
 #: shard's at least
@@ -273,8 +279,21 @@ class StagedRows:
         about :data:`FOLLOWER_ROWS` from every file, in the stable order key, and each
         row's file (its place in :attr:`stems`). The files are memory-mapped, and each
         file's piece of a block is found by a binary search on its positions, so a
-        shard's rows are read once however many files hold them."""
+        shard's rows are read once however many files hold them. More files than
+        :data:`MAPPED_FILES` are first merged, that many at a time (:meth:`_merged`)."""
         names = list(dict.fromkeys(["_position", "_shard_line", *columns]))
+        if len(self.stems) <= MAPPED_FILES:
+            yield from self._mapped_blocks(storage, shards, names)
+            return
+        merged = self._merged(storage, shards, names)
+        for block, _ in merged._mapped_blocks(storage, shards, [*names, _FILE]):
+            files = block.pop(_FILE)
+            yield block, files
+
+    def _mapped_blocks(
+        self, storage: RunStorage, shards: int, names: list[str]
+    ) -> Iterator[tuple[dict[str, npt.NDArray[Any]], I64]]:
+        """:meth:`blocks` of every file mapped at once."""
         tables = [storage.whole_table(stem) for stem in self.stems]
         positions = [_column(table, "_position") for table in tables]
         if any(bool((p[1:] < p[:-1]).any()) for p in positions):
@@ -294,6 +313,28 @@ class StagedRows:
             # a block's rows in the stable order key
             order = np.lexsort((block["_shard_line"], block["_position"]))
             yield {n: block[n][order] for n in names}, files[order]
+
+    def _merged(self, storage: RunStorage, shards: int, names: list[str]) -> StagedRows:
+        """The files merged into at most :data:`MAPPED_FILES`, each of consecutive files
+        (as many as a merged file takes) read a block at a time and staged in the
+        stable order key, each row with its file's place among :attr:`stems`
+        (``_file``)."""
+        size = -(-len(self.stems) // MAPPED_FILES)  # files a merged file takes
+        if size > MAPPED_FILES:
+            raise ValueError(f"{len(self.stems)} staged files: more than {MAPPED_FILES}**2")
+        schema = storage.whole_table(self.stems[0]).schema
+        merged = pa.schema([*(schema.field(n) for n in names), pa.field(_FILE, pa.int64())])
+        stems, counts = [], []
+        for lo in range(0, len(self.stems), size):
+            group = StagedRows(self.stems[lo : lo + size], self.counts[lo : lo + size])
+            stem = f"{group.stems[0]}.merged"
+            with storage.whole_writer(stem, merged) as writer:
+                for block, files in group._mapped_blocks(storage, shards, names):
+                    columns = [*(block[n] for n in names), lo + files]
+                    writer.write_batch(pa.record_batch(columns, schema=merged))
+            stems.append(stem)
+            counts.append(len(group))
+        return StagedRows(tuple(stems), tuple(counts))
 
 
 @dataclass(frozen=True)

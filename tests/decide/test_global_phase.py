@@ -468,7 +468,10 @@ class ProbeRepeats:
                         continue
                     # staged by the partition tasks, read a block of shards at a time
                     block = 7 if count == 7 else partitioned.FOLLOWER_ROWS
-                    with unittest.mock.patch.object(partitioned, "FOLLOWER_ROWS", block):
+                    # at 64 partitions, their files merged into two first
+                    mapped = 2 if count == 64 else partitioned.MAPPED_FILES
+                    merging = unittest.mock.patch.object(partitioned, "MAPPED_FILES", mapped)
+                    with unittest.mock.patch.object(partitioned, "FOLLOWER_ROWS", block), merging:
                         staged_later = at.later_rows(
                             kind,
                             rows,
@@ -1290,7 +1293,8 @@ def test_the_rows_led_are_placed_a_block_of_shards_at_a_time_from_every_partitio
     """Staged by partition (each file in the shards' order, each row with its leader's
     place among its partition's rows found), the rows led come back ascending with their
     leaders (``bases`` moving each file's to the rows found before it), every shard's
-    rows placed in one call, a block of shards of about ``FOLLOWER_ROWS`` at a time."""
+    rows placed in one call, a block of shards of about ``FOLLOWER_ROWS`` at a time;
+    with more files than ``MAPPED_FILES``, merged that many at a time first."""
 
     shards = (3, 5, 8, 9)  # the check's shards; a state place is shard * 100 + line
     storage = RunStorage(tmp_path / data.draw(st.uuids()).hex)
@@ -1334,9 +1338,11 @@ def test_the_rows_led_are_placed_a_block_of_shards_at_a_time_from_every_partitio
         return shard.astype(np.int64) * 100 + line
 
     block = data.draw(st.integers(1, 12))
+    mapped = data.draw(st.integers(2, 4))  # fewer than the files: merged first
     # in the stable order key as they are placed: no sort after
     unsorted = unittest.mock.patch.object(partitioned, "sort_pairs", side_effect=AssertionError)
-    with unittest.mock.patch.object(partitioned, "FOLLOWER_ROWS", block), unsorted:
+    merging = unittest.mock.patch.object(partitioned, "MAPPED_FILES", mapped)
+    with unittest.mock.patch.object(partitioned, "FOLLOWER_ROWS", block), unsorted, merging:
         rows, led_by = following.placed(storage, shards, rows_at, lambda at: found_at[at], 1000)
     assert list(zip(rows.tolist(), led_by.tolist(), strict=True)) == sorted(pairs)
     # every shard's rows in one call, the calls in the shards' order
