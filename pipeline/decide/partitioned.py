@@ -293,17 +293,28 @@ class StagedRows:
     def _mapped_blocks(
         self, storage: RunStorage, shards: int, names: list[str]
     ) -> Iterator[tuple[dict[str, npt.NDArray[Any]], I64]]:
-        """:meth:`blocks` of every file mapped at once."""
-        tables = [storage.whole_table(stem) for stem in self.stems]
-        positions = [_column(table, "_position") for table in tables]
+        """:meth:`blocks` of every file mapped at once, read a record batch at a time: a
+        file written a block at a time (a merged one) is many batches, whose positions,
+        joined, were a copy of every row's (4 bytes a row); each batch's are the file's
+        pages."""
+        pieces = [
+            (i, pa.Table.from_batches([batch]))
+            for i, stem in enumerate(self.stems)
+            for batch in storage.whole_table(stem).to_batches()
+            if batch.num_rows
+        ]
+        positions = [_column(table, "_position") for _, table in pieces]
         if any(bool((p[1:] < p[:-1]).any()) for p in positions):
             raise AssertionError("a partition's staged rows out of the shards' order")
         per_shard = np.zeros(shards, np.int64)
         for position in positions:
             per_shard += np.bincount(position, minlength=shards)
+        lowest = np.array([int(p[0]) for p in positions], np.int64)
+        highest = np.array([int(p[-1]) for p in positions], np.int64)
         for first, last in _blocks(per_shard, FOLLOWER_ROWS):
             got = []
-            for i, (table, position) in enumerate(zip(tables, positions, strict=True)):
+            for k in np.flatnonzero((lowest < last) & (highest >= first)).tolist():
+                (i, table), position = pieces[k], positions[k]
                 a, b = (int(j) for j in np.searchsorted(position, [first, last]))
                 if b > a:
                     got.append((i, table.slice(a, b - a)))
