@@ -23,9 +23,12 @@ Equal groups fall in one partition, so each task sees every row of its groups an
 union of the tasks' rows is exactly the rows the check over every row would find: the
 same for any partition count, worker count and engine (a test compares them with
 :mod:`pipeline.decide.repeats` over every row). The driver holds only the rows found
-(their shard, line and group hash) and a mask over its rows; a shuffle task holds one
-shard's hashes, a find task one partition's (with one worker the engine runs the tasks
-in the driver, a task at a time: one partition's entries, ~64 MiB at most). The hashes
+(their shard, line and group hash) and a mask over its rows; a led check's rows led
+and a staged check's later rows it does not hold at all: the partition tasks stage
+them, and the driver reads them a block of shards at a time (:class:`StagedRows`). A
+shuffle task holds one shard's hashes, a find task one partition's (with one worker
+the engine runs the tasks in the driver, a task at a time: one partition's entries,
+~64 MiB at most). The hashes
 of one row are computed in one process and compared across processes, so every
 process runs the same polars (its ``hash`` is stable within a version).
 """
