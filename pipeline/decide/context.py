@@ -422,19 +422,8 @@ class GlobalContext:
         SHA-256, as content fingerprints are (a long text's 32 bytes). Compared
         partition by partition on the engine: the driver holds a group a row found, not
         the keys."""
-        present = key.is_not_null()
-        exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
-        if body is not None:
-            exprs[BODY] = body
-        ran = self._run_check(
-            kind,
-            rows,
-            name,
-            exprs,
-            1 + 4 + (4 if body is not None else 0),  # a key, its hash, a digest: 32 bytes
-            stem=stem,
-            lines=lines_by_shard(rows, left_out) if left_out is not None else None,
-            digested=digested,
+        ran = self._grouping(
+            kind, rows, name, key, hashed, where, left_out, body, stem, digested=digested
         )
         return self._placed(rows, ran)[0]
 
@@ -457,19 +446,43 @@ class GlobalContext:
         of a key, and read a part at a time (:class:`LaterRows`). Received and placed
         among ``rows``, with counts made in the driver, they held ~60 bytes a row found
         (an export of 30 % retries: the cross-record rules' peak)."""
-        present = key.is_not_null()
-        exprs = {
-            GROUP: hashed,
-            TEXT: key,
-            WHERE: present if where is None else where & present,
-            BODY: body,
-        }
-        lines = lines_by_shard(rows, left_out) if left_out is not None else None
-        shards, found = self._run_check(
-            kind, rows, name, exprs, 1 + 4 + 4, stem=stem, lines=lines, staged=True
+        shards, found = self._grouping(
+            kind, rows, name, key, hashed, where, left_out, body, stem, staged=True
         )
         assert found.later is not None  # a staged check stages its rows
         return LaterRows(self.storage, shards, found.later)
+
+    def _grouping(
+        self,
+        kind: str,
+        rows: pl.DataFrame,
+        name: str,
+        key: pl.Expr,
+        hashed: pl.Expr,
+        where: pl.Expr | None,
+        left_out: npt.NDArray[np.bool_] | None,
+        body: pl.Expr | None,
+        stem: str | None,
+        *,
+        digested: bool = False,
+        staged: bool = False,
+    ) -> tuple[tuple[int, ...], Found]:
+        """Run the grouping check of :meth:`groups` and :meth:`later_rows`."""
+        present = key.is_not_null()
+        exprs = {GROUP: hashed, TEXT: key, WHERE: present if where is None else where & present}
+        if body is not None:
+            exprs[BODY] = body
+        return self._run_check(
+            kind,
+            rows,
+            name,
+            exprs,
+            1 + 4 + (4 if body is not None else 0),  # a key, its hash, a digest: 32 bytes
+            stem=stem,
+            lines=lines_by_shard(rows, left_out) if left_out is not None else None,
+            digested=digested,
+            staged=staged,
+        )
 
     def led_groups(
         self,
