@@ -443,18 +443,11 @@ class ProbeRepeats:
                 ctx, config=ctx.config.override(**{"engine.partitions": count})
             )
             wanted = rows.select(KEYS)[firsts].to_numpy().astype(np.int64)
+            check = (kind, rows, "probe", key, key.hash() % 3)
             # the groups; then each row found also telling whether its body is its first's
             for bodies_of in (None, body):
                 mask, groups, told = at.groups(
-                    kind,
-                    rows,
-                    "probe",
-                    key,
-                    key.hash() % 3,
-                    where=where,
-                    left_out=left_out,
-                    body=bodies_of,
-                    digested=digested,
+                    *check, where=where, left_out=left_out, body=bodies_of, digested=digested
                 )
                 # digested: the staged keys are their SHA-256s, not the keys
                 staged = _shuffled(ctx.storage, shards[0], f"{kind}.hash-probe")["_text"]
@@ -473,14 +466,7 @@ class ProbeRepeats:
                     merging = unittest.mock.patch.object(partitioned, "MAPPED_FILES", mapped)
                     with unittest.mock.patch.object(partitioned, "FOLLOWER_ROWS", block), merging:
                         staged_later = at.later_rows(
-                            kind,
-                            rows,
-                            "probe",
-                            key,
-                            key.hash() % 3,
-                            body=body,
-                            where=where,
-                            left_out=left_out,
+                            *check, body=body, where=where, left_out=left_out
                         )
                         parts = list(staged_later.parts())
                     assert len(parts) > (3 if block == 7 else 0)
