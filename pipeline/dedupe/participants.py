@@ -24,9 +24,9 @@ import numpy.typing as npt
 import polars as pl
 
 from pipeline.core.arrays import distinct, distinct_union
-from pipeline.dedupe.partitions import SparseTexts
+from pipeline.dedupe.partitions import NULL_TIE, Ranking, Ranks, SparseTexts
 from pipeline.dedupe.row_keys import RowKeys
-from pipeline.dedupe.table import group_texts
+from pipeline.dedupe.table import group_texts, order_keys
 
 __all__ = [
     "NONE_SHARED",
@@ -34,6 +34,8 @@ __all__ = [
     "NearPlaces",
     "Participants",
     "Shared",
+    "dense_ranking",
+    "keyed_ranks",
     "participant_keys",
     "sparse_texts",
     "survivor_ranks",
@@ -139,22 +141,37 @@ def _ids(places: I64, found: Shared) -> I64:
     return ids
 
 
-def survivor_ranks(rule: str, count: int, by_column: Callable[[], I64]) -> Callable[[I64], I64]:
+def survivor_ranks(rule: str, count: int, by_column: Callable[[], Ranking]) -> Ranking:
     """Each place's survivor rank among ``count`` rows, as
-    :func:`~pipeline.dedupe.table.survivor_rank` gives it over every row: its place
-    (``first``), the places reversed (``last``), or ``by_column()``'s ranks (the one
-    array of every row a rule by a column needs)."""
+    :func:`~pipeline.dedupe.table.survivor_rank` orders every row: its place
+    (``first``), the places reversed (``last``), or ``by_column()``'s ranks."""
     if rule == "first":
-        return lambda places: places
+        return lambda places: Ranks(None, places)
     if rule == "last":
-        return lambda places: count - 1 - places
-    ranks = by_column()
-    return lambda places: ranks[places]
+        return lambda places: Ranks(None, count - 1 - places)
+    return by_column()
 
 
-def sparse_texts(
-    grouped: Shared, rank: Callable[[I64], I64], led: I64 | None = None
-) -> SparseTexts:
+def dense_ranking(ranks: I64) -> Ranking:
+    """The ranks of every row (:func:`~pipeline.dedupe.table.survivor_rank`), by place."""
+    return lambda places: Ranks(None, ranks[places])
+
+
+def keyed_ranks(values: pl.Series, places: I64, direction: str) -> Ranks | None:
+    """The survivor ranks of the rows at ``places`` by a ``max:`` or ``min:`` rule, from
+    their ``values`` alone (lined up with them): each value's order key and the row's
+    place (:class:`Ranks`). ``None`` where the column's type has no order keys (text):
+    its rows are ranked among every row (:func:`dense_ranking`)."""
+    keyed = order_keys(values, direction)
+    if keyed is None:
+        return None
+    keys, missing = keyed
+    ties = np.array(places, np.int64)
+    ties[missing] |= NULL_TIE
+    return Ranks(keys, ties)
+
+
+def sparse_texts(grouped: Shared, rank: Ranking, led: I64 | None = None) -> SparseTexts:
     """The near rule's texts: every row but the later rows of each group of ``grouped``
     (the rows that share their normalised digest, or their fingerprint with that rule
     off) and the rows ``led`` (ascending: :attr:`Led.rows`, where the rows are every
@@ -163,15 +180,22 @@ def sparse_texts(
     group, is its text."""
     empty = np.zeros(0, np.int64)
     excluded = empty
-    firsts = best = empty
+    firsts = empty
+    best = rank(empty)
     if len(grouped.places):
         places, ids = grouped.places, grouped.ids
-        first, best = group_texts(ids, rank(places))
+        ranks = rank(places)
+        order = ranks.order()  # the grouped rows' ranks among them, then each group's best
+        among = np.empty(len(places), np.int64)
+        among[order] = np.arange(len(places), dtype=np.int64)
+        first, best_among = group_texts(ids, among)
+        del among
         later = first[ids] != np.arange(len(places))
         several = np.bincount(ids) > 1
         firsts = places[first[several]]
         by_place = np.argsort(firsts)  # the texts in place order, however groups are numbered
-        excluded, firsts, best = places[later], firsts[by_place], best[several][by_place]
+        excluded, firsts = places[later], firsts[by_place]
+        best = ranks.take(order[best_among[several][by_place]])
     if led is not None and len(led):
         excluded = distinct_union(excluded, led)
     return SparseTexts(excluded, firsts, best, rank)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -64,9 +64,12 @@ from pipeline.engines import Engine, Progress, Step
 from pipeline.storage import RunStorage
 
 __all__ = [
+    "NULL_TIE",
     "PARTITION_BYTES",
     "CandidateSearch",
     "NearSearch",
+    "Ranking",
+    "Ranks",
     "SparseTexts",
     "candidate_step",
     "partition_count",
@@ -84,10 +87,13 @@ F64 = npt.NDArray[np.float64]
 #: A partition's entries, about: (band, key, text, rank) per text and band.
 PARTITION_BYTES: Final = 64 << 20
 _ENTRY_BYTES: Final = 26
-#: the text map's columns: a staged row's text id (-1: takes no part) and its rank; and
-#: with the band and band key, the entries'
+_ORDER_BYTES: Final = 8
+#: the text map's columns: a staged row's text id (-1: takes no part) and its rank (its
+#: tie, and with a survivor rule by a column of numbers, its order key:
+#: :class:`Ranks`); and with the band and band key, the entries'
 _TEXT: Final = "_text"
 _RANK: Final = "_text_rank"
+_ORDER: Final = "_text_order"
 _BAND: Final = "_band"
 _KEY: Final = "_key"
 
@@ -98,11 +104,18 @@ def text_map_stem(kind: str) -> str:
 
 
 def partition_count(
-    texts: int, params: LshParams, workers: int, shards: int, given: int | None
+    texts: int,
+    params: LshParams,
+    workers: int,
+    shards: int,
+    given: int | None,
+    ordered: bool = False,
 ) -> int:
     """The candidate search's partitions (:func:`partitions_for` its entries, a text's
-    per band), no more than its texts."""
-    return partitions_for(texts * params.bands * _ENTRY_BYTES, workers, shards, given, texts)
+    per band, each with an order key where texts are ``ordered`` by them), no more than
+    its texts."""
+    entry = _ENTRY_BYTES + (_ORDER_BYTES if ordered else 0)
+    return partitions_for(texts * params.bands * entry, workers, shards, given, texts)
 
 
 def partitions_for(
@@ -124,11 +137,46 @@ def partitions_for(
     return max(math.ceil(entry_bytes / PARTITION_BYTES / workers), 1) * workers
 
 
-def write_text_map(storage: RunStorage, kind: str, shard: int, text: I64, rank: I64) -> None:
+def write_text_map(
+    storage: RunStorage, kind: str, shard: int, text: I64, rank: I64, order: U64 | None = None
+) -> None:
     """Stage one shard's text map: for each staged row of ``kind``, in order, its text id
-    (-1 for a row that takes no part) and that text's survivor rank."""
-    table = pa.table({_TEXT: pa.array(text, pa.int64()), _RANK: pa.array(rank, pa.int64())})
-    storage.stage_table(shard, text_map_stem(kind), table)
+    (-1 for a row that takes no part) and that text's survivor rank: ``rank`` (its tie)
+    and, for ranks by order keys, ``order`` (:class:`Ranks`)."""
+    columns = {_TEXT: pa.array(text, pa.int64()), _RANK: pa.array(rank, pa.int64())}
+    if order is not None:
+        columns[_ORDER] = pa.array(order, pa.uint64())
+    storage.stage_table(shard, text_map_stem(kind), pa.table(columns))
+
+
+#: a row without a value of a survivor rule's column (null, NaN) ranks after every row
+#: with one: its tie is its place with this bit set (places stay far below it)
+NULL_TIE: Final = 1 << 62
+
+
+class Ranks(NamedTuple):
+    """Survivor ranks of some rows, compared as (``keys``, ``ties``): the smaller ranks
+    first, as :func:`~pipeline.dedupe.table.survivor_rank` orders every row. ``keys``
+    ``None``: the ties alone, distinct (a place, a place reversed, or a rank among every
+    row); else each row's value's order key
+    (:func:`~pipeline.dedupe.table.order_keys`) and its place (:data:`NULL_TIE` set
+    where it has no value), which order the rows with no rank of every row."""
+
+    keys: U64 | None
+    ties: I64
+
+    def order(self) -> I64:
+        """The rows' positions in rank order."""
+        if self.keys is None:
+            return np.argsort(self.ties, kind="stable").astype(np.int64)
+        return np.lexsort((self.ties, self.keys)).astype(np.int64)
+
+    def take(self, at: I64) -> Ranks:
+        return Ranks(None if self.keys is None else self.keys[at], self.ties[at])
+
+
+#: the survivor ranks of the rows at some places (ascending)
+Ranking = Callable[[I64], Ranks]
 
 
 @dataclass(frozen=True)
@@ -143,8 +191,13 @@ class SparseTexts:
 
     excluded: I64  # ascending
     grouped: I64  # ascending: the first place of each group of several rows
-    best: I64
-    rank: Callable[[I64], I64]
+    best: Ranks
+    rank: Ranking
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the texts are ranked by order keys (:class:`Ranks`)."""
+        return self.best.keys is not None
 
     def ids(self, places: I64) -> I64:
         """The text id of each place (-1 where it is excluded)."""
@@ -156,12 +209,17 @@ class SparseTexts:
         before = self.excluded - np.arange(len(self.excluded), dtype=np.int64)
         return ids + np.searchsorted(before, ids, side="right")
 
-    def ranks(self, places: I64) -> I64:
-        """The survivor rank of the texts at ``places``."""
-        rank = np.array(self.rank(places), np.int64)
+    def ranks(self, places: I64) -> Ranks:
+        """The survivor rank of the texts at ``places`` (ascending)."""
+        own = self.rank(places)
+        ranks = Ranks(None if own.keys is None else np.array(own.keys), np.array(own.ties))
+        if (ranks.keys is None) != (self.best.keys is None):
+            raise AssertionError("texts ranked two ways")  # never expected
         at, hit = _sought(self.grouped, places)
-        rank[hit] = self.best[at[hit]]
-        return rank
+        ranks.ties[hit] = self.best.ties[at[hit]]
+        if ranks.keys is not None and self.best.keys is not None:
+            ranks.keys[hit] = self.best.keys[at[hit]]
+        return ranks
 
 
 def _sought(among: I64, values: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
@@ -190,8 +248,14 @@ def _text_maps(
         text = np.full(size, -1, np.int64)
         rank = np.full(size, -1, np.int64)
         text[took] = ids
-        rank[took] = np.where(ids >= 0, texts.ranks(at), -1)
-        write_text_map(storage, kind, shard, text, rank)
+        ranks = texts.ranks(at)
+        rank[took] = np.where(ids >= 0, ranks.ties, -1)
+        order = None
+        if ranks.keys is not None:
+            order = np.zeros(size, np.uint64)
+            order[took] = np.where(ids >= 0, ranks.keys, 0)
+        del ranks
+        write_text_map(storage, kind, shard, text, rank, order)
         yield shard, slice(lo, lo + size), took, at, ids
         lo, placed = lo + size, placed + len(at)
 
@@ -246,6 +310,8 @@ class NearSearch:
     params: LshParams
     workers: int
     partitions: int | None = None
+    #: whether the texts are ranked by order keys (:attr:`SparseTexts.ordered`)
+    ordered: bool = False
 
     def search(
         self,
@@ -270,7 +336,9 @@ class NearSearch:
         for size in sizes:
             starts.append(placed)
             lo, placed = lo + size, placed + int(_took(taking, lo, size).sum())
-        count = partition_count(texts, self.params, self.workers, len(self.shards), self.partitions)
+        count = partition_count(
+            texts, self.params, self.workers, len(self.shards), self.partitions, self.ordered
+        )
         firsts = near_check.set_groups(sizes, self.workers)
         search = CandidateSearch(
             self.storage,
@@ -351,23 +419,25 @@ def _entries_stem(kind: str) -> str:
 
 
 def _shuffle_shard(search: CandidateSearch, shard: int, progress: Progress) -> int:
-    """One (band, key, text, rank) entry per band of each of the shard's texts, staged
-    ordered by partition and band, a record batch per partition (empty ones too)."""
-    text, rank, keys = _shard_entries(search, shard)
+    """One (band, key, text, rank) entry per band of each of the shard's texts (with its
+    order key where texts are ranked by them), staged ordered by partition and band, a
+    record batch per partition (empty ones too)."""
+    text, rank, order_key, keys = _shard_entries(search, shard)
     bands, partitions = search.params.bands, search.partitions
     key = keys.reshape(-1)  # text-major: entry i * bands + b
     partition = key % np.uint64(partitions)
     band = np.tile(np.arange(bands, dtype=np.int16), len(text))
     order = np.lexsort((band, partition))  # by partition, then band: a band is one range
     starts = np.searchsorted(partition[order], np.arange(partitions + 1, dtype=np.uint64))
-    entries = pa.record_batch(
-        {
-            _BAND: pa.array(band[order]),
-            _KEY: pa.array(key[order]),
-            _TEXT: pa.array(np.repeat(text, bands)[order]),
-            _RANK: pa.array(np.repeat(rank, bands)[order]),
-        }
-    )
+    columns = {
+        _BAND: pa.array(band[order]),
+        _KEY: pa.array(key[order]),
+        _TEXT: pa.array(np.repeat(text, bands)[order]),
+        _RANK: pa.array(np.repeat(rank, bands)[order]),
+    }
+    if order_key is not None:
+        columns[_ORDER] = pa.array(np.repeat(order_key, bands)[order])
+    entries = pa.record_batch(columns)
     search.storage.stage_partitions(shard, _entries_stem(search.kind), entries, starts.tolist())
     return len(key)
 
@@ -381,12 +451,19 @@ def _partition_candidates(
     pairs merged into the distinct codes so far: a pair whose texts share keys in many
     bands is held once, not once a band); staged."""
     slices = [_partition_slice(search, shard, partition) for shard in search.shards]
+    ordered = {_ORDER in part.schema.names for part, _ in slices}
+    if len(ordered) > 1:
+        raise AssertionError(f"partition {partition}: entries ranked two ways")
     codes = np.zeros(0, np.uint64)
     for band in range(search.params.bands if slices else 0):
         ranges = [part.slice(at[band], at[band + 1] - at[band]) for part, at in slices]
         key: U64 = np.concatenate([r[_KEY].to_numpy() for r in ranges])
         text: I64 = np.concatenate([r[_TEXT].to_numpy() for r in ranges])
         rank: I64 = np.concatenate([r[_RANK].to_numpy() for r in ranges])
+        if True in ordered:  # by order keys, then ties: their order among these entries
+            keys: U64 = np.concatenate([r[_ORDER].to_numpy() for r in ranges])
+            rank = _ranked(Ranks(keys, rank).order())
+            del keys
         if len(key) > 1:
             found = band_candidates(key, text, rank, search.texts, search.params.max_bucket)
             codes = distinct_union(codes, found)
@@ -414,9 +491,17 @@ def _partition_slice(
     return part, np.searchsorted(part[_BAND].to_numpy(), bands).astype(np.int64)
 
 
-def _shard_entries(search: CandidateSearch, shard: int) -> tuple[I64, I64, U64]:
-    """The texts of one shard that take part and have shingles: their ids, ranks and
-    band keys (texts × bands), from the signatures the gate staged."""
+def _ranked(order: I64) -> I64:
+    """Each entry's rank among them from their positions in rank order."""
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank
+
+
+def _shard_entries(search: CandidateSearch, shard: int) -> tuple[I64, I64, U64 | None, U64]:
+    """The texts of one shard that take part and have shingles: their ids, ranks (ties,
+    and order keys where texts are ranked by them: :class:`Ranks`) and band keys (texts
+    × bands), from the signatures the gate staged."""
     storage = search.storage
     stem = storage.row_keys_stem(search.kind)
     keys = storage.staged_table(shard, stem).select([SIGNATURE, SHINGLED])
@@ -431,8 +516,10 @@ def _shard_entries(search: CandidateSearch, shard: int) -> tuple[I64, I64, U64]:
     values = [chunk.flatten().to_numpy() for chunk in keys[SIGNATURE].chunks]
     flat = np.concatenate(values) if values else np.zeros(0, np.uint32)
     sig = flat.reshape(-1, permutations)[active]
+    order = texts[_ORDER].to_numpy()[active] if _ORDER in texts.column_names else None
     return (
         text[active].astype(np.int64),
         texts[_RANK].to_numpy()[active].astype(np.int64),
+        order,
         np.ascontiguousarray(band_keys(np.ascontiguousarray(sig.T), search.params).T),
     )

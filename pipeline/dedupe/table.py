@@ -58,7 +58,9 @@ __all__ = [
     "dedupe_table",
     "dense_ids",
     "group_texts",
+    "has_order_keys",
     "match_duplicates",
+    "order_keys",
     "ranked",
     "ranked_values",
     "required_columns",
@@ -247,6 +249,57 @@ def ranked_values(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
     rank = np.empty(n, dtype=np.int64)
     rank[ranked["_i"].to_numpy()] = np.arange(n, dtype=np.int64)
     return rank
+
+
+#: the 64-bit key of a value :func:`ranked_values` ranks last (a null, or NaN): also a
+#: value's (``max:`` of the least ``Int64``, ``min:`` of the greatest ``UInt64``), so a
+#: row without one is told apart by its tie (:data:`~pipeline.dedupe.partitions.NULL_TIE`)
+MISSING_KEY: Final = np.uint64(np.iinfo(np.uint64).max)
+_SIGN: Final = np.uint64(1 << 63)
+
+
+def has_order_keys(dtype: pl.DataType) -> bool:
+    """Whether :func:`order_keys` orders a column of ``dtype`` (numbers of up to 64 bits,
+    booleans, dates and times)."""
+    wide = dtype in (pl.Int128, getattr(pl, "UInt128", pl.Int128))
+    return (
+        (dtype.is_integer() and not wide)
+        or dtype.is_float()
+        or dtype.is_temporal()
+        or (dtype == pl.Boolean)
+    )
+
+
+def order_keys(
+    values: pl.Series, direction: str
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]] | None:
+    """Each value as a 64-bit key in the survivor order of a ``max:`` or ``min:`` rule
+    (:func:`ranked_values`: equal values, equal keys; a smaller key ranks first), and
+    which values are missing (null or NaN, ranked last: :data:`MISSING_KEY`), for a
+    column whose values such keys order exactly (:func:`has_order_keys`): rows are then
+    ranked by their keys, then their order, with no sort of every row. ``None`` for a
+    column of another type (text: its values need not fit 64 bits)."""
+    if not has_order_keys(values.dtype):
+        return None
+    if values.dtype.is_temporal():
+        values = values.to_physical()
+    if values.dtype == pl.Boolean or values.dtype.is_unsigned_integer():
+        keys = values.cast(pl.UInt64).fill_null(0).to_numpy()
+    elif values.dtype.is_integer():
+        keys = values.cast(pl.Int64).fill_null(0).to_numpy().view(np.uint64) ^ _SIGN
+    else:
+        values = values.cast(pl.Float64).fill_nan(None)
+        # -0.0 and 0.0 are equal values (ties, in their order), so one key: + 0.0
+        bits = (values.fill_null(0.0).to_numpy() + 0.0).view(np.uint64)
+        keys = np.where(bits & _SIGN, ~bits, bits | _SIGN)  # IEEE order as unsigned
+    missing = values.is_null().to_numpy()
+    keys = np.asarray(keys, np.uint64)
+    if not keys.flags.writeable:  # polars' own buffer
+        keys = keys.copy()
+    if direction == "max":
+        np.invert(keys, out=keys)
+    keys[missing] = MISSING_KEY
+    return keys, missing
 
 
 def dense_ids(frame: pl.DataFrame, expr: pl.Expr) -> npt.NDArray[np.int64]:

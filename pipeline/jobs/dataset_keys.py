@@ -61,7 +61,7 @@ from pipeline.dedupe.participants import (
     participant_keys,
     sparse_texts,
 )
-from pipeline.dedupe.partitions import NearSearch, SparseTexts, stage_sparse_texts
+from pipeline.dedupe.partitions import NearSearch, Ranking, SparseTexts, stage_sparse_texts
 from pipeline.dedupe.row_keys import (
     NORMALISED,
     SIGNATURE,
@@ -614,13 +614,16 @@ def _led_groups(
     return exact, Led(rows, leaders)
 
 
-def _stage_ranks(storage: RunStorage, tasks: Sequence[KeyTask], rank: Callable[[I64], I64]) -> None:
+def _stage_ranks(storage: RunStorage, tasks: Sequence[KeyTask], rank: Ranking) -> None:
     """Stage each task's rows' survivor ranks (``rank``, by place among every task's
-    rows), for its key task to copy beside its row keys (:data:`_RANKS`)."""
+    rows: a rank among every row, :func:`~pipeline.dedupe.participants.dense_ranking`),
+    for its key task to copy beside its row keys (:data:`_RANKS`)."""
     lo = 0
     for task in tasks:
-        places = np.arange(lo, lo + task.rows, dtype=np.int64)
-        storage.stage_table(task.shard, _RANKS, pa.table({_RANK: rank(places)}))
+        ranks = rank(np.arange(lo, lo + task.rows, dtype=np.int64))
+        if ranks.keys is not None:
+            raise AssertionError("a dataset's rows ranked by order keys")  # never expected
+        storage.stage_table(task.shard, _RANKS, pa.table({_RANK: ranks.ties}))
         lo += task.rows
 
 
@@ -684,7 +687,7 @@ def staged_keys(
     job: DatasetKeys,
     tasks: Sequence[KeyTask],
     engine_settings: EngineSettings,
-    rank: Callable[[I64], I64],
+    rank: Ranking,
     leader: str,
 ) -> tuple[Participants, RowKeys, Led | None]:
     """Stage every task's row keys on ``engine``, find the rows that take part (of the

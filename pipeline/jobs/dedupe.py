@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from pipeline.core.config import ConfigError, DedupeSettings, EngineSettings
 from pipeline.core.files import input_type
 from pipeline.dedupe.keys import DedupeKey
-from pipeline.dedupe.participants import survivor_ranks
+from pipeline.dedupe.participants import dense_ranking, survivor_ranks
 from pipeline.dedupe.splits import field_expr
 from pipeline.dedupe.table import (
     CLUSTER_PART_ROWS,
@@ -723,7 +723,9 @@ def _staged_outcome(
     grouping = [stored.get(c, c) for c in job.grouping.names()]
     tasks = _key_tasks(files, schemas, key, grouping)
     rule = job.settings.survivor_rule(name)
-    rank = survivor_ranks(rule, frame.height, lambda: survivor_rank(frame, rule, name))
+    rank = survivor_ranks(
+        rule, frame.height, lambda: dense_ranking(survivor_rank(frame, rule, name))
+    )
     everyone = pl.DataFrame(schema={"_split": pl.String})
     with get_engine(engine_settings.name).from_settings(engine_settings, len(tasks)) as engine:
         on_stage("dedupe: row keys")

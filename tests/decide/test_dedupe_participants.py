@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import polars as pl
 import pytest
@@ -25,6 +26,7 @@ from pipeline.core.config import CampaignConfig, InputSpec
 from pipeline.decide import context as global_phase
 from pipeline.decide.context import GlobalContext
 from pipeline.decide.stages import dedupe
+from pipeline.dedupe import table
 from pipeline.jobs.run import run
 from pipeline.testing.corpus import LabelledRow, duplicate_corpus
 from pipeline.testing.synthetic import _dump, make_record
@@ -162,6 +164,66 @@ def test_modes_and_survivor_rules(
         },
     }  # fmt: skip
     notes = _assert_parity(_config(source, **campaigns[campaign]), tmp_path, monkeypatch)
+    assert notes[KIND]["removed"] > 0
+
+
+#: survivor values where every order key meets an edge: -0.0 and 0.0 tie, NaN and null
+#: rank last; with ``max:``, the least Int64's key is that of a row without a value
+_EDGES: dict[str, tuple[pl.DataType, list[Any]]] = {
+    "floats": (pl.Float64(), [-0.0, 0.0, float("nan"), None, float("-inf")]),
+    "int64 extremes": (pl.Int64(), [-(2**63), 2**63 - 1, None, 0, -(2**63)]),
+    "uint64 extremes": (pl.UInt64(), [2**64 - 1, 0, None, 1, 2**64 - 1]),
+    "booleans": (pl.Boolean(), [True, None, False, True, False]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("direction", ["max", "min"])
+@pytest.mark.parametrize("edges", list(_EDGES))
+def test_survivor_ranks_by_order_keys(
+    corpus: list[LabelledRow],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    direction: str,
+    edges: str,
+) -> None:
+    """With the near rule on, a survivor rule by a column of numbers ranks the texts by
+    their values' order keys and places, not by a rank among every accepted row: the
+    same decisions as the reference path's ranks, where a value is -0.0 or 0.0, NaN,
+    null, or an extreme integer whose key is a missing value's. Buckets of 2 cut by
+    rank; the ranked column's values are made from ``ratings.factuality`` (1-5) on
+    every path (a group's rows, the texts, the reference's every row)."""
+    dtype, values = _EDGES[edges]
+    read = table.survivor_value
+
+    def edged(column: str) -> pl.Expr:
+        return read(column).replace_strict(list(range(1, 6)), values, return_dtype=dtype)
+
+    monkeypatch.setattr(dedupe, "survivor_value", edged)
+    monkeypatch.setattr(table, "survivor_value", edged)
+    keyed: list[bool] = []
+    ranking = dedupe._column_ranking
+
+    def spy(*args: Any) -> Any:
+        found = ranking(*args)
+        keyed.append(found(np.zeros(0, np.int64)).keys is not None)
+        return found
+
+    monkeypatch.setattr(dedupe, "_column_ranking", spy)
+    copies = [orjson.loads(line) for line in _one_text(60, corpus)]
+    for k, copy in enumerate(copies):  # every value among one text's copies, in turn
+        copy["ratings"]["factuality"] = 1 + k * 2 % 5
+    rows = [r.line for r in [*corpus, *_templated(corpus)]] + [orjson.dumps(c) for c in copies]
+    source = InputSpec(str(_write(tmp_path / "c.jsonl", rows)))
+    overrides = {
+        "dedupe.survivor": f"{direction}:ratings.factuality",
+        "dedupe.max_bucket": 2,
+        "engine.shard_bytes": 48 * 1024,
+        "engine.partitions": 3,
+    }
+    notes = _assert_parity(_config(source, **overrides), tmp_path, monkeypatch)
+    assert keyed  # ranked by order keys, not among every row
+    assert all(keyed)
     assert notes[KIND]["removed"] > 0
 
 

@@ -3,6 +3,7 @@ decision over the rows that take part equals the decision over every row."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -179,6 +180,55 @@ def test_a_nan_survivor_value_ranks_as_no_value() -> None:
     frame = pl.DataFrame({"score": [1.0, float("nan"), 2.0, None, float("inf")]})
     assert survivor_rank(frame, "max:score", "k").tolist() == [2, 3, 1, 4, 0]
     assert survivor_rank(frame, "min:score", "k").tolist() == [0, 3, 1, 4, 2]
+
+
+_EDGE_VALUES: dict[str, tuple[pl.DataType, list[object]]] = {
+    "Float64": (pl.Float64(), [0.0, -0.0, 1.5, -1.5, None, float("nan"), float("inf"), 1e-300]),
+    "Float32": (pl.Float32(), [0.0, -0.0, 1.5, None, float("nan"), float("-inf")]),
+    "Int64": (pl.Int64(), [-(2**63), 2**63 - 1, 0, -1, None]),
+    "Int8": (pl.Int8(), [-128, 127, 0, None]),
+    "UInt64": (pl.UInt64(), [0, 2**64 - 1, 1, None]),
+    "Boolean": (pl.Boolean(), [True, False, None]),
+    "Date": (pl.Date(), [dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(1970, 1, 1), None]),
+    "Datetime": (pl.Datetime("ns"), [dt.datetime(1700, 1, 1), dt.datetime(2020, 1, 1), None]),
+    "Duration": (pl.Duration("us"), [dt.timedelta(days=-5), dt.timedelta(0), None]),
+    "Time": (pl.Time(), [dt.time(0), dt.time(23, 59), None]),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@example("Float64", "min", [0, 1])  # 0.0, then -0.0: a tie, in their order
+@example("Int64", "max", [4, 0])  # null, then the least Int64: a missing value's key
+@given(
+    st.sampled_from(list(_EDGE_VALUES)),
+    st.sampled_from(["max", "min"]),
+    st.lists(st.integers(0, 7), max_size=14),
+)
+def test_order_keys_rank_as_every_row_is_ranked(
+    dtype: str, direction: str, picks: list[int]
+) -> None:
+    """Each value's order key, then its place (a missing value's marked), orders the
+    rows as :func:`ranked_values` ranks every row: ties by place, -0.0 as 0.0, NaN and
+    null last, and the extreme integers whose keys are a missing value's."""
+    from pipeline.dedupe.participants import keyed_ranks
+
+    kind, choices = _EDGE_VALUES[dtype]
+    values = pl.Series([choices[p % len(choices)] for p in picks], dtype=kind)
+    ranks = keyed_ranks(values, np.arange(len(values), dtype=np.int64), direction)
+    assert ranks is not None
+    order = ranks.order()
+    dense = np.empty(len(values), np.int64)
+    dense[order] = np.arange(len(values))
+    assert dense.tolist() == table.ranked_values(values, direction).tolist()
+
+
+def test_text_has_no_order_keys() -> None:
+    """A column of text (or another type without a 64-bit order) is ranked among every
+    row instead."""
+    from pipeline.dedupe.participants import keyed_ranks
+
+    for values in (pl.Series(["b", "a"]), pl.Series([None, None]), pl.Series([[1], [2]])):
+        assert keyed_ranks(values, np.arange(2, dtype=np.int64), "max") is None
 
 
 @pytest.mark.parametrize("rows", [0, 1])

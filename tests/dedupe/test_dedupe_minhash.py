@@ -6,6 +6,7 @@ import itertools
 import random
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 import pytest
 import xxhash
@@ -381,16 +382,24 @@ def test_shingle_hashes_are_each_windows_hash(texts: list[str], size: int) -> No
 
 
 def test_partitions_are_a_multiple_of_the_workers_of_at_most_their_bytes() -> None:
-    from pipeline.dedupe.partitions import _ENTRY_BYTES, PARTITION_BYTES, partition_count
+    from pipeline.dedupe.partitions import (
+        _ENTRY_BYTES,
+        _ORDER_BYTES,
+        PARTITION_BYTES,
+        partition_count,
+    )
 
-    for texts in (0, 1, 10_000, 338_000, 3_000_000):
-        for workers in (1, 2, 3, 8):
-            count = partition_count(texts, PARAMS, workers, 100, None)
-            assert count % workers == 0
-            assert count >= workers
-            assert texts * PARAMS.bands * _ENTRY_BYTES / count <= PARTITION_BYTES
-            fewer = count - workers
-            assert fewer == 0 or texts * PARAMS.bands * _ENTRY_BYTES / fewer > PARTITION_BYTES
+    for texts, workers, ordered in itertools.product(
+        (0, 1, 10_000, 338_000, 3_000_000), (1, 2, 3, 8), (False, True)
+    ):
+        # an entry of texts ranked by order keys carries its key too
+        entry = _ENTRY_BYTES + (_ORDER_BYTES if ordered else 0)
+        count = partition_count(texts, PARAMS, workers, 100, None, ordered)
+        assert count % workers == 0
+        assert count >= workers
+        assert texts * PARAMS.bands * entry / count <= PARTITION_BYTES
+        fewer = count - workers
+        assert fewer == 0 or texts * PARAMS.bands * entry / fewer > PARTITION_BYTES
     assert partition_count(10, PARAMS, 2, 100, 7) == 7
     # a count given is taken up to the texts: more hold a few entries each, or none
     assert partition_count(30, PARAMS, 2, 100, 65536) == 30
@@ -403,21 +412,27 @@ def test_partitions_are_a_multiple_of_the_workers_of_at_most_their_bytes() -> No
 @given(
     st.lists(st.booleans(), max_size=60),
     st.lists(st.integers(0, 1000), max_size=60),
+    st.booleans(),
 )
 def test_sparse_texts_number_the_rows_that_are_texts_in_order(
-    later: list[bool], values: list[int]
+    later: list[bool], values: list[int], keyed: bool
 ) -> None:
     """A run's texts are described by their exceptions: a row's text id is its place
     among the texts (-1 for a later row of a group), ``places`` inverts ``ids``, and a
-    group's first row takes the group's best rank."""
-    from pipeline.dedupe.partitions import SparseTexts
+    group's first row takes the group's best rank (its key too, where ranks are keyed)."""
+    from pipeline.dedupe.partitions import Ranks, SparseTexts
 
     places = np.arange(len(later), dtype=np.int64)
     excluded = places[np.array(later, dtype=np.bool_)]
     texts = places[~np.array(later, dtype=np.bool_)]
     grouped = texts[: len(texts) // 2]
     best = np.array(values[: len(grouped)] + [0] * (len(grouped) - len(values)), np.int64)
-    sparse = SparseTexts(excluded, grouped, best, lambda at: at + 5000)
+
+    def keys_of(at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64] | None:
+        return (at * 7 % 5).astype(np.uint64) if keyed else None
+
+    best_ranks = Ranks(keys_of(best), best)
+    sparse = SparseTexts(excluded, grouped, best_ranks, lambda at: Ranks(keys_of(at), at + 5000))
     ids = sparse.ids(places)
     assert ids.tolist() == [
         -1 if is_later else int(np.sum(~np.array(later[:p], dtype=np.bool_)))
@@ -425,4 +440,9 @@ def test_sparse_texts_number_the_rows_that_are_texts_in_order(
     ]
     assert sparse.places(np.arange(len(texts), dtype=np.int64)).tolist() == texts.tolist()
     ranks = dict(zip(grouped.tolist(), best.tolist(), strict=True))
-    assert sparse.ranks(texts).tolist() == [ranks.get(int(p), int(p) + 5000) for p in texts]
+    found = sparse.ranks(texts)
+    assert found.ties.tolist() == [ranks.get(int(p), int(p) + 5000) for p in texts]
+    wanted = keys_of(np.array([ranks.get(int(p), int(p)) for p in texts], np.int64))
+    assert (found.keys is None) == (wanted is None)
+    if found.keys is not None and wanted is not None:
+        assert found.keys.tolist() == wanted.tolist()
