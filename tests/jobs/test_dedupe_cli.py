@@ -1010,3 +1010,84 @@ def test_a_number_beside_another_inputs_strings_is_refused(tmp_path: Path) -> No
     assert result.exit_code == 3, result.output
     assert "its column 's' (Int64) does not fit" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def _held_bytes(frame: pl.DataFrame) -> int:
+    """The bytes of every buffer ``frame`` holds, shared ones whole (polars' string
+    views: a gather of a few rows keeps the whole slice's text buffers)."""
+    return int(frame.to_arrow(compat_level=pl.CompatLevel.newest()).get_total_buffer_size())
+
+
+def test_a_few_rows_of_a_slice_are_held_in_buffers_of_their_own() -> None:
+    """The rows ``rowgate dedupe`` holds for a row group are copied out of their slice
+    where they are fewer than half of it, with the same values and types (nested,
+    categorical and enum columns too); more than half, they are held as they are."""
+    from pipeline.jobs.dedupe import _owned
+
+    n = 20_000
+    part = pl.DataFrame(
+        {
+            "q": [f"{'x' * 200}{i}" for i in range(n)],
+            "n": range(n),
+            "s": [{"a": f"{'y' * 50}{i}", "b": [i, i + 1]} for i in range(n)],
+            "c": pl.Series(["p", "q"] * (n // 2), dtype=pl.Categorical),
+            "e": pl.Series(["p", "q"] * (n // 2), dtype=pl.Enum(["q", "p"])),
+        }
+    )
+    few = part[list(range(0, n, 100))]
+    assert _held_bytes(few) > 2_000_000  # the whole slice's texts, for 200 rows
+    owned = _owned(few, part.height)
+    assert owned.schema == few.schema
+    assert owned.equals(few)
+    assert _held_bytes(owned) < _held_bytes(few) / 20
+    most = part.head(n // 2 + 1)
+    assert _owned(most, part.height) is most
+    assert _owned(few.head(0), part.height).height == 0
+
+
+def test_dedupe_holds_no_slice_for_its_few_duplicates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sparse duplicates (1 in 50) over slices of 65,536 rows: each row group's rows
+    hold no more than twice their own bytes, so the process does not grow with the
+    dataset (before, every slice read was held until its few duplicates were written:
+    ~190 bytes a row of the dataset at 3 % duplicates)."""
+    import pipeline.jobs.dedupe as job
+
+    n = 150_000
+    texts = [f"row {i} " + "w " * 40 for i in range(n)]
+    for i in range(50, n, 50):
+        texts[i] = texts[i - 1]
+    pl.DataFrame({"q": texts, "id": range(n)}).write_parquet(
+        tmp_path / "d.parquet", row_group_size=65_536
+    )
+    held: list[tuple[int, int]] = []
+    add = job._RowGroups.add
+
+    def spy(self: Any, frame: pl.DataFrame) -> pl.DataFrame | None:
+        if frame.height:
+            held.append((_held_bytes(frame), int(frame.estimated_size())))
+        return add(self, frame)
+
+    monkeypatch.setattr(job._RowGroups, "add", spy)
+    chunks: list[int] = []
+    write = job._write_slice
+
+    def written(kept_out: Any, kept: Any, removed_out: Any, removed: Any) -> None:
+        chunks.extend(f.n_chunks("all")[0] for f in (kept, removed) if f is not None)
+        write(kept_out, kept, removed_out, removed)
+
+    monkeypatch.setattr(job, "_write_slice", written)
+    result = runner.invoke(
+        app,
+        ["dedupe", str(tmp_path / "d.parquet"), "--text", "q", "--no-near",
+         "--no-normalised", "--out", str(tmp_path / "out"), "--workers", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert pq.read_metadata(tmp_path / "out" / "duplicates.parquet").num_rows == n // 50 - 1
+    assert len(held) >= 6  # the kept rows and the duplicates of each of three slices
+    for buffers, own in held:
+        assert buffers <= 2 * own + 65_536
+    # a row group is written as one batch, however its rows were gathered and copied
+    assert chunks
+    assert set(chunks) == {1}
