@@ -4,20 +4,23 @@ every row's signature in one process: a shuffle through staged files, as a map-r
 The gate's workers stage each row's MinHash signature (:mod:`pipeline.dedupe.row_keys`).
 The caller knows which rows take part as *texts* (one row of each group of equal keys:
 a run's first accepted row of each normalised key, or of each fingerprint with that
-rule off; every row where no rule groups them) and each text's survivor rank; that is
-staged as a text map beside each shard's staged rows (:func:`write_text_map`, 16 bytes a
-row), a shard at a time from the texts' exceptions, the rows that share a group
+rule off; every row where no rule groups them) and each text's survivor rank (with a
+rule by a column of numbers, a pair: its value's order key and its place, :class:`Ranks`,
+so that no rank of every row is made); that is staged as a text map beside each shard's
+staged rows (:func:`write_text_map`, 16 bytes a row, 24 with order keys), a shard at a
+time from the texts' exceptions, the rows that share a group
 (:class:`SparseTexts`, :func:`stage_sparse_texts`: a run's dedupe stage and ``rowgate
 dedupe`` hold nothing of every row for it).
 Then, on the engine (:meth:`NearSearch.search`):
 
 1. **shuffle**, a task per shard (:func:`shuffle_step`): the LSH band keys of the
-   shard's texts, from their signatures, as one entry (band, key, text, rank) per band,
-   staged ordered by partition (``key % partitions``) and band, a record batch per
-   partition;
+   shard's texts, from their signatures, as one entry (band, key, text, rank; and order
+   key) per band, staged ordered by partition (``key % partitions``) and band, a record
+   batch per partition;
 2. **candidates**, a task per partition (:func:`candidate_step`): partition ``p``'s
    batch of every shard's entries (read alone), band by band, paired up among the texts
-   that share a key (:func:`~pipeline.dedupe.minhash.band_candidates`).
+   that share a key (:func:`~pipeline.dedupe.minhash.band_candidates`), by their ranks
+   among the band's entries where texts are ranked by order keys.
 
 Equal keys always fall in one partition, so every bucket is whole in one task and the
 union of the tasks' pairs is exactly the pairs of the whole run: the result is the same
