@@ -292,16 +292,17 @@ def _sorted_ranks(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
     return rank
 
 
-#: the 64-bit key of a value :func:`ranked_values` ranks last (a null, or NaN): also a
-#: value's (``max:`` of the least ``Int64``, ``min:`` of the greatest ``UInt64``), so a
-#: row without one is told apart by its tie (:data:`~pipeline.dedupe.partitions.NULL_TIE`)
+#: the 64-bit key of a value :func:`ranked_values` ranks last (a null, or NaN): also some
+#: values' (with ``max:``, the least ``Int64``, ``UInt64``'s 0 and ``False``; with
+#: ``min:``, the greatest ``Int64`` or ``UInt64``), so a row without a value is told
+#: apart by its tie (:data:`~pipeline.dedupe.partitions.NULL_TIE`)
 MISSING_KEY: Final = np.uint64(np.iinfo(np.uint64).max)
 _SIGN: Final = np.uint64(1 << 63)
 
 
 def has_order_keys(dtype: pl.DataType) -> bool:
     """Whether :func:`order_keys` orders a column of ``dtype`` (numbers of up to 64 bits,
-    booleans, dates and times)."""
+    booleans, dates, times and durations)."""
     wide = dtype in (pl.Int128, getattr(pl, "UInt128", pl.Int128))
     return (
         (dtype.is_integer() and not wide)

@@ -18,8 +18,10 @@ the best-ranked row of each fingerprint in each split, which leads the others an
 decides for them: :func:`_leaders`), and the near rule's
 candidates are found and checked on the engine, over texts described by their
 exceptions (:class:`~pipeline.dedupe.partitions.SparseTexts`), whose sets tasks read the
-candidates' texts once (:class:`StagedTexts`); only a survivor rule by a column, with
-the near rule on, reads that column of every row (:func:`_near_places`). The gate's
+candidates' texts once (:class:`StagedTexts`); only a survivor rule by a column of text,
+with the near rule on, reads that column of every row (:func:`_near_places`; a column of
+numbers is read a shard at a time as the texts are staged, each value's order key its
+rank). The gate's
 workers computed each row's normalised key digest and MinHash signature
 (:mod:`pipeline.dedupe.row_keys`); the other rows count in the statistics, and in split
 groups when the kind's rows come from several splits. Without staged row keys the stage
@@ -525,7 +527,7 @@ def _participants(
     (``exact``, :func:`_leaders`), the rows whose normalised key digest another accepted
     row shares (a grouping check on the engine, :func:`_shared`, which gives each such
     row its group), and those whose text has a verified near pair (:func:`_near_places`,
-    which alone may read a value of every row: a survivor rule's column). ``None`` when
+    which alone may read a value of every row: a survivor rule's column of text). ``None`` when
     a row has no fingerprint (no leaders with the exact rule on): then key columns
     decide, over every row.
 
@@ -642,7 +644,7 @@ def _column_ranking(
 ) -> Ranking:
     """The accepted rows' survivor ranks by a column (``rule``: ``max:``/``min:`` it), in
     :func:`~pipeline.dedupe.table.survivor_rank`'s order over every accepted row. For a
-    column of numbers, booleans, dates or times, each row's value's order key and its
+    column of numbers, booleans, dates, times or durations, each row's value's order key and its
     place (:func:`~pipeline.dedupe.participants.keyed_ranks`), read for the rows asked
     for alone: a shard's as its text map is staged, the groups' rows. Ranked among
     every accepted row instead (a sort of every row's value, with its temporaries),
