@@ -24,7 +24,15 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-__all__ = ["distinct", "distinct_places", "distinct_union", "isin", "ragged_arange", "sort_pairs"]
+__all__ = [
+    "distinct",
+    "distinct_places",
+    "distinct_union",
+    "isin",
+    "places_in",
+    "ragged_arange",
+    "sort_pairs",
+]
 
 G = TypeVar("G", bound=np.generic)
 
@@ -95,6 +103,21 @@ def isin(values: npt.NDArray[Any], among: npt.NDArray[Any]) -> npt.NDArray[np.bo
         np.minimum(at, len(keys) - 1, out=at)
         out[lo : lo + len(part)] = keys[at] == part
     return found
+
+
+#: places written at a time by :func:`places_in`
+_PLACES_BLOCK: Final = 1 << 16
+
+
+def places_in(order: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """Each item's place in ``order`` (a permutation: the items' positions in some
+    order), its inverse: an item's rank in that order. Written a block at a time, with
+    no second array of every place."""
+    places = np.empty(len(order), np.int64)
+    for lo in range(0, len(order), _PLACES_BLOCK):
+        part = order[lo : lo + _PLACES_BLOCK]
+        places[part] = np.arange(lo, lo + len(part), dtype=np.int64)
+    return places
 
 
 def ragged_arange(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

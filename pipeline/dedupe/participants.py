@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.core.arrays import distinct, distinct_union
+from pipeline.core.arrays import distinct, distinct_union, places_in
 from pipeline.dedupe.partitions import NULL_TIE, Ranking, Ranks, SparseTexts
 from pipeline.dedupe.row_keys import RowKeys
 from pipeline.dedupe.table import group_texts, order_keys
@@ -186,10 +186,7 @@ def sparse_texts(grouped: Shared, rank: Ranking, led: I64 | None = None) -> Spar
         places, ids = grouped.places, grouped.ids
         ranks = rank(places)
         order = ranks.order()  # the grouped rows' ranks among them, then each group's best
-        among = np.empty(len(places), np.int64)
-        among[order] = np.arange(len(places), dtype=np.int64)
-        first, best_among = group_texts(ids, among)
-        del among
+        first, best_among = group_texts(ids, places_in(order))
         later = first[ids] != np.arange(len(places))
         several = np.bincount(ids) > 1
         firsts = places[first[several]]

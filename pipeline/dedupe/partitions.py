@@ -52,7 +52,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline.core.arrays import distinct_union
+from pipeline.core.arrays import distinct_union, places_in
 from pipeline.dedupe import near_check
 from pipeline.dedupe.minhash import LshParams, band_candidates, band_keys, decoded_pairs
 from pipeline.dedupe.near_check import (
@@ -465,7 +465,7 @@ def _partition_candidates(
         rank: I64 = np.concatenate([r[_RANK].to_numpy() for r in ranges])
         if True in ordered:  # by order keys, then ties: their order among these entries
             keys: U64 = np.concatenate([r[_ORDER].to_numpy() for r in ranges])
-            rank = _ranked(Ranks(keys, rank).order())
+            rank = places_in(Ranks(keys, rank).order())
             del keys
         if len(key) > 1:
             found = band_candidates(key, text, rank, search.texts, search.params.max_bucket)
@@ -492,13 +492,6 @@ def _partition_slice(
     part = search.storage.staged_partition(shard, _entries_stem(search.kind), partition)
     bands = np.arange(search.params.bands + 1)
     return part, np.searchsorted(part[_BAND].to_numpy(), bands).astype(np.int64)
-
-
-def _ranked(order: I64) -> I64:
-    """Each entry's rank among them from their positions in rank order."""
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order), dtype=np.int64)
-    return rank
 
 
 def _shard_entries(search: CandidateSearch, shard: int) -> tuple[I64, I64, U64 | None, U64]:

@@ -24,6 +24,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
+from pipeline.core.arrays import places_in
 from pipeline.core.config import ConfigError, DedupeSettings
 from pipeline.core.reasons import DEDUPE_CODES
 from pipeline.dedupe.clusters import (
@@ -249,15 +250,7 @@ def ranked_values(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
     keys, missing = keyed
     order = np.lexsort((missing, keys))  # stable: ties in their order
     del keys, missing
-    rank = np.empty(len(order), np.int64)
-    for lo in range(0, len(order), _RANK_BLOCK):  # no second array of every row's place
-        part = order[lo : lo + _RANK_BLOCK]
-        rank[part] = np.arange(lo, lo + len(part), dtype=np.int64)
-    return rank
-
-
-#: places written at a time when ranks are made from an order
-_RANK_BLOCK: Final = 1 << 16
+    return places_in(order)
 
 
 def _ordinal_ranks(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
@@ -277,7 +270,6 @@ def _ordinal_ranks(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
 
 def _sorted_ranks(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
     """:func:`ranked_values` by polars' sort of the values and their places (any type)."""
-    n = len(values)
     if values.dtype.is_float():
         # a NaN has no value to rank by: last, as a null (polars sorts it above +inf,
         # so ``max:`` kept a NaN row over one scored 2.0)
@@ -287,9 +279,7 @@ def _sorted_ranks(values: pl.Series, direction: str) -> npt.NDArray[np.int64]:
         .with_row_index("_i")
         .sort(["_v", "_i"], descending=[direction == "max", False], nulls_last=True)
     )
-    rank = np.empty(n, dtype=np.int64)
-    rank[ranked["_i"].to_numpy()] = np.arange(n, dtype=np.int64)
-    return rank
+    return places_in(ranked["_i"].to_numpy())
 
 
 #: the 64-bit key of a value :func:`ranked_values` ranks last (a null, or NaN): also some

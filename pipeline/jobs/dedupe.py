@@ -482,7 +482,8 @@ def _owned(rows: pl.DataFrame, height: int) -> pl.DataFrame:
     held every slice read until it was written (~18 MB a slice of 65,536 rows of ~300
     bytes for its 2,000 duplicates: `rowgate dedupe` grew ~190 bytes a row of the dataset
     where 3 % of the rows were duplicates). Copied through Arrow's own types and back to
-    the same polars types: the same values, the same Parquet bytes."""
+    the same polars types: the same values and types (a row group is written from one
+    chunk either way: :meth:`_RowGroups.take`)."""
     if not rows.height or 2 * rows.height >= height:
         return rows
     table = rows.to_arrow(compat_level=pl.CompatLevel.oldest())  # the texts copied out

@@ -2,8 +2,8 @@
 ``distinct_places``: those with each value's place among them (``np.unique``'s
 inverse); ``distinct_union``: those of two arrays, the first already distinct;
 ``isin``: ``np.isin`` by binary searches among the distinct values looked for;
-``ragged_arange``: each item's place in its row; ``sort_pairs``: keys sorted in place,
-their values with them."""
+``places_in``: a permutation inverted; ``ragged_arange``: each item's place in its row;
+``sort_pairs``: keys sorted in place, their values with them."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pipeline.core.arrays import (
     distinct_places,
     distinct_union,
     isin,
+    places_in,
     ragged_arange,
     sort_pairs,
 )
@@ -154,3 +155,13 @@ def test_sort_pairs_refuses_a_key_twice_or_outside_the_bound() -> None:
             sort_pairs(np.array([3, bound]), np.array([0, 1]), bound)
         with pytest.raises(ValueError, match="outside"):
             sort_pairs(np.array([3, 1]), np.array([-1, 1]), bound)
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, (1 << 16) + 3])
+def test_places_in_inverts_an_order(size: int) -> None:
+    """Each item's place in a permutation, across the blocks it is written in."""
+    order = np.random.default_rng(size).permutation(size)
+    places = places_in(order)
+    assert places.dtype == np.int64
+    assert np.array_equal(order[places], np.arange(size))
+    assert np.array_equal(places[order], np.arange(size))
