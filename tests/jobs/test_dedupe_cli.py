@@ -1061,6 +1061,7 @@ def test_dedupe_holds_no_slice_for_its_few_duplicates(
     pl.DataFrame({"q": texts, "id": range(n)}).write_parquet(
         tmp_path / "d.parquet", row_group_size=65_536
     )
+    before = (tmp_path / "d.parquet").read_bytes()
     held: list[tuple[int, int]] = []
     add = job._RowGroups.add
 
@@ -1084,7 +1085,12 @@ def test_dedupe_holds_no_slice_for_its_few_duplicates(
          "--no-normalised", "--out", str(tmp_path / "out"), "--workers", "1"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert pq.read_metadata(tmp_path / "out" / "duplicates.parquet").num_rows == n // 50 - 1
+    assert (tmp_path / "d.parquet").read_bytes() == before  # the input is never changed
+    # every row lands once: kept or a duplicate, its id never in both or twice
+    kept = pl.read_parquet(tmp_path / "out" / "kept.parquet", columns=["id"])["id"]
+    removed = pl.read_parquet(tmp_path / "out" / "duplicates.parquet", columns=["id"])["id"]
+    assert removed.len() == n // 50 - 1
+    assert pl.concat([kept, removed]).sort().to_list() == list(range(n))
     assert len(held) >= 6  # the kept rows and the duplicates of each of three slices
     for buffers, own in held:
         assert buffers <= 2 * own + 65_536
