@@ -65,6 +65,7 @@ def child(
     survivor: str,
     result: Path,
     scored: bool = False,
+    partitions: int | None = None,
 ) -> None:
     """Run the export in this process; write each step's peak ``RssAnon`` and the global
     phase's peak ``RssFile`` to ``result``."""
@@ -81,6 +82,7 @@ def child(
         f"[dedupe]\nnear = {str(near).lower()}\nnormalised = {str(near).lower()}\n"
         f"survivor = {json.dumps(survivor)}\n\n"
         f"[engine]\nshard_bytes = {int(shard_mb * MB)}\n"
+        + (f"partitions = {partitions}\n" if partitions else "")
     )
     config = load_campaign(campaign)
     if scored:
@@ -183,6 +185,7 @@ def _measure(
     survivor: str,
     tmp: Path,
     reviews: int = 0,
+    partitions: int | None = None,
 ) -> Measured:
     export = tmp / f"export-{rows}.jsonl"
     megabytes = rows * ROW_BYTES / 1e6
@@ -192,6 +195,7 @@ def _measure(
     command = [sys.executable, __file__, "--child", str(export), str(tmp / "out"), str(result)]
     options = ["--shard-mb", str(shard_mb), "--survivor", survivor, *(["--near"] if near else [])]
     options += ["--scored"] if reviews else []
+    options += ["--partitions", str(partitions)] if partitions else []
     subprocess.run([*command, *options], check=True)
     shutil.rmtree(tmp / "out", ignore_errors=True)
     measured = json.loads(result.read_text())
@@ -244,6 +248,13 @@ def main() -> None:
         "its review policy (three reviews an item, two accept votes)",
     )
     parser.add_argument("--scored", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="engine.partitions: every shuffle's, and a survivor column of text's ranges "
+        "(default: from the bytes, one at these sizes)",
+    )
     parser.add_argument("--tmp", type=Path, default=None, help="where the exports go")
     parser.add_argument(
         "--shard-mb", type=float, default=SHARD_MB, help="engine.shard_bytes, in MiB (default 64)"
@@ -254,7 +265,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         export, out, result = map(Path, args.child)
-        child(export, out, args.near, args.shard_mb, args.survivor, result, args.scored)
+        child(
+            export,
+            out,
+            args.near,
+            args.shard_mb,
+            args.survivor,
+            result,
+            args.scored,
+            args.partitions,
+        )
         return
     if not 0 <= args.copies < 1:
         parser.error("--copies: a share in [0, 1)")
@@ -270,13 +290,14 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="driver-memory-", dir=args.tmp))
     try:
         given = (args.near, args.shard_mb, args.duplicates, args.copies, args.survivor)
-        small, large = (_measure(n, *given, tmp, args.reviews) for n in sizes)
+        small, large = (_measure(n, *given, tmp, args.reviews, args.partitions) for n in sizes)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mode = "near+normalised" if args.near else "plain"
     copied = f", {args.copies:.0%} copies" if args.copies else ""
     copied += f", survivor {args.survivor}" if args.survivor != "first" else ""
     copied += f", {args.reviews} reviews an item, scored" if args.reviews else ""
+    copied += f", {args.partitions} partitions" if args.partitions else ""
     print(_report(small, large, f"{mode}, {args.duplicates:.0%} repeated lines{copied}"))
     print(f"load average (1, 5, 15 min) before {load}, after {os.getloadavg()}")
 

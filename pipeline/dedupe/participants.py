@@ -26,7 +26,7 @@ import polars as pl
 from pipeline.core.arrays import distinct, distinct_union, places_in
 from pipeline.dedupe.partitions import NULL_TIE, Ranking, Ranks, SparseTexts
 from pipeline.dedupe.row_keys import RowKeys
-from pipeline.dedupe.table import group_texts, order_keys
+from pipeline.dedupe.table import MISSING_KEY, group_texts, order_keys
 
 __all__ = [
     "NONE_SHARED",
@@ -36,6 +36,7 @@ __all__ = [
     "Shared",
     "dense_ranking",
     "keyed_ranks",
+    "mapped_ranking",
     "participant_keys",
     "sparse_texts",
     "survivor_ranks",
@@ -160,12 +161,31 @@ def dense_ranking(ranks: I64) -> Ranking:
 def keyed_ranks(values: pl.Series, places: I64, direction: str) -> Ranks | None:
     """The survivor ranks of the rows at ``places`` by a ``max:`` or ``min:`` rule, from
     their ``values`` alone (lined up with them): each value's order key and the row's
-    place (:class:`Ranks`). ``None`` where the column's type has no order keys (text):
-    its rows are ranked among every row (:func:`dense_ranking`)."""
+    place (:class:`Ranks`). ``None`` where the column's type has no order keys (text:
+    :func:`mapped_ranking`; another type: ranked among every row, :func:`dense_ranking`)."""
     keyed = order_keys(values, direction)
     if keyed is None:
         return None
     keys, missing = keyed
+    return _keyed(keys, missing, places)
+
+
+def mapped_ranking(keys: npt.NDArray[np.uint64]) -> Ranking:
+    """The survivor ranks of the rows at some places from every row's order key (a column
+    of text's, :func:`~pipeline.dedupe.text_order.text_order_keys`, memory-mapped: only
+    the rows asked for are read), where no value's key is
+    :data:`~pipeline.dedupe.table.MISSING_KEY`, a missing value's."""
+
+    def ranking(places: I64) -> Ranks:
+        found = np.array(keys[places], np.uint64)
+        return _keyed(found, found == MISSING_KEY, places)
+
+    return ranking
+
+
+def _keyed(keys: npt.NDArray[np.uint64], missing: npt.NDArray[np.bool_], places: I64) -> Ranks:
+    """:class:`Ranks` of the rows at ``places`` by their values' order ``keys``: ties by
+    place, with :data:`NULL_TIE` set where a value is ``missing``."""
     ties = np.array(places, np.int64)
     ties[missing] |= NULL_TIE
     return Ranks(keys, ties)

@@ -117,6 +117,10 @@ class RunStorage:
                                         (``<kind>.state``, memory-mapped); the rows
                                         dedupe's exact groups' leaders lead
                                         (``<kind>.led``, memory-mapped)
+        _staging/<stem>/                a step's files of the whole run
+                                        (:meth:`whole_directory`): a survivor column
+                                        of text's sorted runs and order keys
+                                        (``<kind>.text-order``, the keys memory-mapped)
         _staging/spill/                 compressed inputs decompressed, a file per shard
         <relative>                      the published files (``accepted/<kind>/part-…``,
                                         artifacts such as ``dedupe/clusters/<kind>.parquet``)
@@ -192,6 +196,11 @@ class RunStorage:
         """A table :meth:`stage_whole` staged, memory-mapped (a take reads its pages)."""
         with ipc.open_file(pa.memory_map(str(self._whole_path(stem)))) as reader:
             return reader.read_all()
+
+    def whole_directory(self, stem: str) -> Path:
+        """A directory of the whole run's, for a step that writes files of its own (a
+        survivor column of text's sorted runs and order keys, ``<kind>.text-order``)."""
+        return self.staging_root / stem.replace("/", "_")
 
     def _whole_path(self, stem: str) -> Path:
         return self.staging_root / f"{stem.replace('/', '_')}.arrow"

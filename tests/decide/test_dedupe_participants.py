@@ -174,6 +174,7 @@ _EDGES: dict[str, tuple[pl.DataType, list[Any]]] = {
     "int64 extremes": (pl.Int64(), [-(2**63), 2**63 - 1, None, 0, -(2**63)]),
     "uint64 extremes": (pl.UInt64(), [2**64 - 1, 0, None, 1, 2**64 - 1]),
     "booleans": (pl.Boolean(), [True, None, False, True, False]),
+    "text": (pl.String(), ["b", "", None, "é", "b"]),
 }
 
 
@@ -186,6 +187,7 @@ _EDGES: dict[str, tuple[pl.DataType, list[Any]]] = {
         ("int64 extremes", "max"),  # the least Int64's key is a missing value's
         ("uint64 extremes", "min"),  # the greatest UInt64's key is a missing value's
         ("booleans", "max"),  # False's key is a missing value's
+        ("text", "max"),  # by its dense rank, from a sort cut into three ranges of values
     ],
 )
 def test_survivor_ranks_by_order_keys(
@@ -198,7 +200,9 @@ def test_survivor_ranks_by_order_keys(
     """With the near rule on, a survivor rule by a column of numbers ranks the texts by
     their values' order keys and places, not by a rank among every accepted row: the
     same decisions as the reference path's ranks, where a value is -0.0 or 0.0, NaN,
-    null, or an extreme integer whose key is a missing value's. Buckets of 2 cut by
+    null, or an extreme integer whose key is a missing value's; a column of text, by
+    its values' dense ranks from a sort on disk, cut into as many ranges of values as
+    partitions (``text_order_keys``), ties and nulls among them. Buckets of 2 cut by
     rank; the ranked column's values are made from ``ratings.factuality`` (1-5) on
     every path (a group's rows, the texts, the reference's every row)."""
     dtype, values = _EDGES[edges]

@@ -69,6 +69,7 @@ from pipeline.dedupe.participants import (
     Shared,
     dense_ranking,
     keyed_ranks,
+    mapped_ranking,
     participant_keys,
     sparse_texts,
     survivor_ranks,
@@ -86,6 +87,7 @@ from pipeline.dedupe.table import (
     required_columns,
     survivor_value,
 )
+from pipeline.dedupe.text_order import text_order_keys
 from pipeline.kinds import get_kind
 from pipeline.storage import RunStorage
 
@@ -655,6 +657,8 @@ def _column_ranking(
     direction, column = rule.split(":", 1)
     value = _survivor_expr(ctx, kind, column)
     dtype = pl.DataFrame(schema=ctx.staged_schema(kind)).select(_v=value).schema["_v"]
+    if dtype in (pl.String, pl.Binary):
+        return mapped_ranking(_text_keys(ctx, kind, rows, accepted, value, direction))
     if not has_order_keys(dtype):
         values = _payload(ctx, kind, rows, pl.Series(accepted.mask), {"_v": value})["_v"]
         return dense_ranking(ranked_values(values, direction))
@@ -669,6 +673,31 @@ def _column_ranking(
         return ranks
 
     return ranking
+
+
+def _text_keys(
+    ctx: GlobalContext,
+    kind: str,
+    rows: pl.DataFrame,
+    accepted: AcceptedRows,
+    value: pl.Expr,
+    direction: str,
+) -> npt.NDArray[np.uint64]:
+    """Every accepted row's order key by a survivor column of text (``value``), from an
+    external sort of the column (:func:`~pipeline.dedupe.text_order.text_order_keys`) read
+    a shard at a time: a memory-mapped array, 8 bytes a row of file pages."""
+    mask = accepted.mask
+
+    def blocks() -> Iterator[pl.Series]:
+        at = 0
+        for frame in ctx.aligned(kind, rows, {"_v": value}):
+            n = frame.height
+            yield frame["_v"].filter(pl.Series(mask[at : at + n]))
+            at += n
+
+    directory = ctx.storage.whole_directory(f"{kind}.text-order")
+    partitions = ctx.config.engine.partitions
+    return text_order_keys(blocks(), accepted.height, direction, directory, partitions)
 
 
 def _survivor_expr(ctx: GlobalContext, kind: str, column: str) -> pl.Expr:

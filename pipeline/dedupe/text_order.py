@@ -1,0 +1,150 @@
+"""Order keys for a survivor column of text, from an external sort by ranges of values.
+
+A survivor rule by a column of numbers ranks rows by each value's 64-bit order key
+(:func:`~pipeline.dedupe.table.order_keys`); a text has no such key of its own. Its key
+here is its value's dense rank among every accepted row's, found without every row's
+value in memory at once (the in-memory rank, :func:`~pipeline.dedupe.table.ranked_values`,
+held ~48 bytes a row at its peak):
+
+1. each block of values (a shard's accepted rows) is sorted and written as a *run*, and
+   every ``stride``-th value of it kept as a sample (regular sampling);
+2. the samples give ``partitions - 1`` splitters; in each sorted run, a range of values
+   (a partition) is a contiguous slice, found by a binary search for each splitter;
+3. partition by partition, in order, the slices of every run are read and ranked (dense:
+   equal values share a rank); a partition's ranks follow the previous partitions', and
+   are written to a memory-mapped array of a key per row (8 bytes a row of file pages,
+   read back for the rows asked for).
+
+Equal values fall in one partition (a splitter puts them on its one side), so the keys are
+the values' dense ranks among every row: by key, then place, rows order exactly as
+:func:`~pipeline.dedupe.table.ranked_values` orders them. A partition holds at most about
+its share of the values plus ``stride`` per run (the sampling's bound); a value repeated
+more often than that is one partition however large.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from pipeline.dedupe.partitions import PARTITION_BYTES
+from pipeline.dedupe.table import MISSING_KEY
+
+__all__ = ["text_order_keys"]
+
+U64 = npt.NDArray[np.uint64]
+
+#: the most rows between two samples of a run (fewer in a run of under 64 × this rows,
+#: which gives at least 64 samples): ~8 MB of samples at 300 M rows of 30-byte texts
+STRIDE: Final = 1024
+_VALUE, _PLACE = "_v", "_p"
+
+
+def text_order_keys(
+    blocks: Iterable[pl.Series],
+    count: int,
+    direction: str,
+    directory: Path,
+    partitions: int | None = None,
+) -> U64:
+    """Each of ``count`` values' order key by a ``max:`` or ``min:`` rule: its dense rank
+    among the values (descending for ``max``), :data:`~pipeline.dedupe.table.MISSING_KEY`
+    for a null. ``blocks`` are the values in order, a block at a time (each held while it
+    is sorted); ``directory`` (made here, its runs removed once ranked) holds the runs and
+    the keys, returned as a memory-mapped array. ``partitions``: how many ranges of values
+    (else enough for ~:data:`~pipeline.dedupe.partitions.PARTITION_BYTES` of rows each)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "keys.npy").unlink(missing_ok=True)  # a map of an earlier one keeps it
+    keys: np.memmap = np.lib.format.open_memmap(
+        directory / "keys.npy", mode="w+", dtype=np.uint64, shape=(count,)
+    )
+    runs = directory / "runs"
+    runs.mkdir(exist_ok=True)
+    paths: list[Path] = []
+    samples: list[pl.Series] = []
+    at = size = 0
+    for values in blocks:
+        n = len(values)
+        if at + n > count:
+            raise ValueError(f"more than {count} values")
+        missing = values.is_null().to_numpy()
+        keys[at : at + n][missing] = MISSING_KEY
+        run = (
+            pl.DataFrame({_VALUE: values, _PLACE: np.arange(at, at + n, dtype=np.int64)})
+            .filter(pl.col(_VALUE).is_not_null())
+            .sort(_VALUE)
+        )
+        at += n
+        if not run.height:
+            continue
+        stride = max(1, min(STRIDE, run.height // 64))
+        samples.append(run[_VALUE].gather_every(stride, offset=stride - 1))
+        size += int(run.estimated_size())
+        paths.append(runs / f"{len(paths):06d}.arrow")
+        written = run.to_arrow()
+        del run
+        with ipc.new_file(str(paths[-1]), written.schema) as writer:
+            writer.write_table(written)
+        del written
+    if at != count:
+        raise ValueError(f"{at} values, not {count}")
+    splitters = _splitters(samples, partitions or math.ceil(size / PARTITION_BYTES))
+    del samples
+    bounds = [_bounds(path, splitters) for path in paths]
+    ranked = 0  # the distinct values of the partitions before
+    for p in range(len(splitters) + 1):
+        pieces = [_slice(path, b[p], b[p + 1]) for path, b in zip(paths, bounds, strict=True)]
+        pieces = [piece for piece in pieces if piece.num_rows]
+        if not pieces:
+            continue
+        part = pl.from_arrow(pa.concat_tables(pieces))
+        assert isinstance(part, pl.DataFrame)
+        del pieces
+        dense = part[_VALUE].rank("dense").cast(pl.UInt64).to_numpy(writable=True)  # from 1
+        distinct = int(dense.max())
+        dense += np.uint64(ranked)
+        dense -= np.uint64(1)
+        ranked += distinct
+        if direction == "max":
+            dense = MISSING_KEY - np.uint64(1) - dense
+        keys[part[_PLACE].to_numpy()] = dense
+        del part, dense
+    shutil.rmtree(runs)
+    keys.flush()
+    return keys
+
+
+def _splitters(samples: list[pl.Series], partitions: int) -> pl.Series:
+    """``partitions - 1`` values, ascending and distinct, that cut the sampled values
+    into as many ranges of about equal counts (fewer where values repeat)."""
+    if not samples or partitions <= 1:
+        return pl.Series(_VALUE, [], samples[0].dtype if samples else pl.String)
+    pooled = pl.concat(samples).sort()
+    at = [len(pooled) * k // partitions for k in range(1, partitions)]
+    return pooled.gather(at).unique(maintain_order=True)
+
+
+def _bounds(path: Path, splitters: pl.Series) -> list[int]:
+    """Where each range of values begins in a sorted run, and where the last ends: a
+    value equal to a splitter is in the range it begins."""
+    with pa.memory_map(str(path)) as source:
+        run = ipc.open_file(source).read_all()
+        values = pl.Series(_VALUE, run.column(_VALUE))
+        cut = values.search_sorted(splitters, side="left").to_list() if len(splitters) else []
+        return [0, *cut, len(values)]
+
+
+def _slice(path: Path, lo: int, hi: int) -> pa.Table:
+    """Rows ``lo:hi`` of a run, through a memory map of its own: only their pages are
+    read, and the map goes with the last of them."""
+    with pa.memory_map(str(path)) as source:
+        return ipc.open_file(source).read_all().slice(lo, hi - lo)
