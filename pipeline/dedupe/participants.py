@@ -170,15 +170,18 @@ def keyed_ranks(values: pl.Series, places: I64, direction: str) -> Ranks | None:
     return _keyed(keys, missing, places)
 
 
-def mapped_ranking(keys: npt.NDArray[np.uint64]) -> Ranking:
-    """The survivor ranks of the rows at some places from every row's order key (a column
-    of text's, :func:`~pipeline.dedupe.text_order.text_order_keys`, memory-mapped: only
-    the rows asked for are read), where no value's key is
-    :data:`~pipeline.dedupe.table.MISSING_KEY`, a missing value's."""
+def mapped_ranking(
+    keys: npt.NDArray[np.uint64], missing: npt.NDArray[np.bool_] | None = None
+) -> Ranking:
+    """The survivor ranks of the rows at some places from every row's order key and
+    whether its value is ``missing`` (memory-mapped, :mod:`pipeline.dedupe.survivor_keys`:
+    only the rows asked for are read); ``missing`` ``None`` where no value's key is
+    :data:`~pipeline.dedupe.table.MISSING_KEY`, a missing value's (a column of text's)."""
 
     def ranking(places: I64) -> Ranks:
         found = np.array(keys[places], np.uint64)
-        return _keyed(found, found == MISSING_KEY, places)
+        absent = found == MISSING_KEY if missing is None else np.array(missing[places])
+        return _keyed(found, absent, places)
 
     return ranking
 

@@ -224,7 +224,10 @@ class RowKeys:
     ``lineage(rows)`` gives the ``_source``, ``_line`` and ``_record_sha256`` of some
     rows (those a pointer or a cluster names): then the frame need not hold them for
     every row. ``weight``: how many rows each row stands for (its own and those it
-    leads, which take no part: :class:`~pipeline.dedupe.participants.Participants`)."""
+    leads, which take no part: :class:`~pipeline.dedupe.participants.Participants`).
+    ``rank``: the rows' survivor ranks among them (0 first), where they were ranked
+    outside the frame (by order keys on disk: ``rowgate dedupe``), so that the frame need
+    not hold the survivor rule's column."""
 
     normalised: I64 | None
     near: Callable[[I64, I64, I64], tuple[I64, I64, npt.NDArray[np.float64], int]] | None
@@ -232,3 +235,4 @@ class RowKeys:
     exact: I64 | None = None
     lineage: Callable[[I64], pl.DataFrame] | None = None
     weight: I64 | None = None
+    rank: I64 | None = None

@@ -427,7 +427,10 @@ def match_duplicates(
     n = frame.height
     normalisation = Normalisation.from_settings(settings)
     params = LshParams.from_settings(settings)
-    rank = survivor_rank(frame, settings.survivor_rule(kind), kind)
+    if row_keys is not None and row_keys.rank is not None:
+        rank = row_keys.rank
+    else:
+        rank = survivor_rank(frame, settings.survivor_rule(kind), kind)
     if not settings.exact:
         exact = np.arange(n, dtype=np.int64)
     elif row_keys is not None and row_keys.exact is not None:

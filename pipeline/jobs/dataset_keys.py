@@ -61,7 +61,13 @@ from pipeline.dedupe.participants import (
     participant_keys,
     sparse_texts,
 )
-from pipeline.dedupe.partitions import NearSearch, Ranking, SparseTexts, stage_sparse_texts
+from pipeline.dedupe.partitions import (
+    NULL_TIE,
+    NearSearch,
+    Ranking,
+    SparseTexts,
+    stage_sparse_texts,
+)
 from pipeline.dedupe.row_keys import (
     NORMALISED,
     SIGNATURE,
@@ -616,14 +622,20 @@ def _led_groups(
 
 def _stage_ranks(storage: RunStorage, tasks: Sequence[KeyTask], rank: Ranking) -> None:
     """Stage each task's rows' survivor ranks (``rank``, by place among every task's
-    rows: a rank among every row, :func:`~pipeline.dedupe.participants.dense_ranking`),
-    for its key task to copy beside its row keys (:data:`_RANKS`)."""
+    rows), for its key task to copy beside its row keys (:data:`_RANKS`): a rank among
+    every row (:func:`~pipeline.dedupe.participants.dense_ranking`), or an order key, null
+    where the value is missing (:func:`~pipeline.dedupe.participants.mapped_ranking`),
+    which the led check ranks as :func:`~pipeline.dedupe.table.ranked_values` does, by
+    key, then missing, then place: the order of the keys and their places."""
     lo = 0
     for task in tasks:
         ranks = rank(np.arange(lo, lo + task.rows, dtype=np.int64))
-        if ranks.keys is not None:
-            raise AssertionError("a dataset's rows ranked by order keys")  # never expected
-        storage.stage_table(task.shard, _RANKS, pa.table({_RANK: ranks.ties}))
+        if ranks.keys is None:
+            column = pa.array(ranks.ties, pa.int64())
+        else:
+            missing = (ranks.ties & NULL_TIE) != 0
+            column = pa.array(ranks.keys, pa.uint64(), mask=missing)
+        storage.stage_table(task.shard, _RANKS, pa.table({_RANK: column}))
         lo += task.rows
 
 
@@ -766,6 +778,7 @@ def _near_places(
         LshParams.from_settings(job.settings),
         engine_settings.resolved_workers(),
         engine_settings.partitions,
+        texts.ordered,
     )
     # every row takes part, each task's rows staged as its lines from 0
     count = stage_sparse_texts(storage, _STEM, search.shards, None, None, texts)

@@ -22,9 +22,11 @@ columns are read only by the rules that need them, the fingerprints alone by exa
 dedupe on them); the exact and normalised groups are found and the near candidates
 found and checked on the engine, and the decision holds only the rows that take part
 (:mod:`pipeline.dedupe.participants`), reading back the verified pairs' signatures and
-the lineage of the rows pointers name. Of every row it holds the survivor rule's column,
-when it names one; for several splits, the rows a split group can hold are found on the
-engine too (:func:`~pipeline.jobs.dataset_keys.split_group_rows`). The rows
+the lineage of the rows pointers name. Of every row it holds the split label, and a
+survivor rule's column only where its type has no order keys (:class:`_SurvivorColumn`:
+otherwise each row's order key is a memory-mapped file's); for several splits, the rows
+a split group can hold are found on the engine too
+(:func:`~pipeline.jobs.dataset_keys.split_group_rows`). The rows
 themselves are then copied to ``kept.parquet`` and ``duplicates.parquet`` a slice of a
 file at a time (:data:`_WRITE_BYTES` and :data:`_WRITE_ROWS`, whole row groups).
 Partitioning the decision itself is the scale issue's (docs/scale.md).
@@ -39,27 +41,32 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.core.arrays import detached, places_in
 from pipeline.core.config import ConfigError, DedupeSettings, EngineSettings
 from pipeline.core.files import input_type
 from pipeline.dedupe.keys import DedupeKey
-from pipeline.dedupe.participants import dense_ranking, survivor_ranks
+from pipeline.dedupe.participants import dense_ranking, mapped_ranking, survivor_ranks
+from pipeline.dedupe.partitions import Ranking
 from pipeline.dedupe.splits import field_expr
+from pipeline.dedupe.survivor_keys import mapped_order_keys, text_order_keys
 from pipeline.dedupe.table import (
     CLUSTER_PART_ROWS,
     DedupeOutcome,
     RemovedRows,
     dedupe_table,
     group_fields,
+    has_order_keys,
     match_duplicates,
     required_columns,
     survivor_rank,
+    survivor_value,
 )
 from pipeline.engines import get_engine
 from pipeline.gate.reader import JSONL_SUFFIXES, InputError, refuse_same_files
@@ -481,13 +488,12 @@ def _owned(rows: pl.DataFrame, height: int) -> pl.DataFrame:
     buffers (polars' string views), so the few rows of each slice held for a row group
     held every slice read until it was written (~18 MB a slice of 65,536 rows of ~300
     bytes for its 2,000 duplicates: `rowgate dedupe` grew ~190 bytes a row of the dataset
-    where 3 % of the rows were duplicates). Copied through Arrow's own types and back to
-    the same polars types: the same values and types (a row group is written from one
-    chunk either way: :meth:`_RowGroups.take`)."""
+    where 3 % of the rows were duplicates) (:func:`~pipeline.core.arrays.detached`: the
+    same values and types; a row group is written from one chunk either way:
+    :meth:`_RowGroups.take`)."""
     if not rows.height or 2 * rows.height >= height:
         return rows
-    table = rows.to_arrow(compat_level=pl.CompatLevel.oldest())  # the texts copied out
-    return cast(pl.DataFrame, pl.from_arrow(table, schema=rows.schema, rechunk=False))
+    return detached(rows)
 
 
 def _pieces(path: str) -> Iterator[tuple[int, int]]:
@@ -585,10 +591,14 @@ def _decide(
     exact = _exact_digests(files, settings, printed) if staged else None
     columns = _columns_read(schemas, key, settings, name, fingerprint, texts=not staged)
     apart = _apart(name, schemas)
+    survivor = None
     if staged:  # only the survivor field (the key tasks read the split groups')
         held = required_columns(key, settings, name, texts=False, groups=False)
         held = [apart.get(c, c) for c in held]
         columns = [c for c in columns if c in held]
+        survivor = _SurvivorColumn.of(files, schemas, apart, settings.survivor_rule(name))
+        if survivor is not None:  # read a piece at a time, not held
+            columns = []
     frame, counts = _read(files, schemas, columns, lineage=not staged)
     if not staged and key is not None and _needs_key_columns(frame, key):  # rare
         frame, counts = _read(files, schemas, [*columns, *key.columns])
@@ -598,7 +608,8 @@ def _decide(
     # a kind's key reads rowgate output, whose types its schema fixed: only columns named
     # on the command line are probed (a probe is one more pass over each key column; the
     # key tasks probe their slices when the key columns are not read here)
-    check_comparable(frame, None if fingerprint or staged else key, settings.survivor_rule(name))
+    checked = frame if survivor is None else survivor.layout
+    check_comparable(checked, None if fingerprint or staged else key, settings.survivor_rule(name))
     if not staged:
         on_stage("dedupe: match")
         return dedupe_table(frame, key, settings, name), counts
@@ -615,9 +626,79 @@ def _decide(
     )
     if _several_splits(files):
         job = _grouping(job, files, schemas, group_fields(key, settings, name), apart)
-    outcome = _staged_outcome(job, files, schemas, frame, key, name, engine, on_stage)
+    outcome = _staged_outcome(job, files, schemas, frame, key, name, engine, on_stage, survivor)
     job.storage.remove_staging()
     return outcome, counts
+
+
+@dataclass(frozen=True)
+class _SurvivorColumn:
+    """A survivor rule's column (``max:``/``min:``) of a type with order keys on disk
+    (:mod:`pipeline.dedupe.survivor_keys`: numbers, booleans, dates, times, durations and
+    text), read a piece of an input at a time (:func:`_pieces`), never held for every
+    row: each row's order key is written to a memory-mapped file (:meth:`ranking`), and
+    the rows that take part are ranked by their keys (``RowKeys.rank``). Held
+    instead, the column cost its values of every row (~9 bytes a row for a column of
+    numbers, more for text) and ~50 more while polars ranked them."""
+
+    files: list[DatasetInput]
+    schemas: list[pl.Schema]
+    #: no rows: the column read, in the inputs' common type, and the member it is where
+    #: the kind stores one apart (:func:`_apart`), as the rule names either
+    layout: pl.DataFrame
+    rule: str
+
+    @classmethod
+    def of(
+        cls,
+        files: list[DatasetInput],
+        schemas: list[pl.Schema],
+        apart: dict[str, str],
+        rule: str,
+    ) -> _SurvivorColumn | None:
+        """The rule's column, or ``None``: a rule by place, a column none of the inputs
+        has or of another type (a struct, a decimal, a categorical: held and ranked in
+        memory), or one the rule cannot read (refused by :func:`check_comparable`)."""
+        if ":" not in rule:
+            return None
+        root = rule.split(":", 1)[1].split(".")[0]
+        stored = apart.get(root, root)
+        if not any(stored in schema for schema in schemas):
+            return None
+        empty = [pl.DataFrame(schema={stored: s[stored]} if stored in s else {}) for s in schemas]
+        layout = _combined(empty, files)
+        layout = layout.with_columns(pl.col(c).alias(m) for m, c in apart.items() if c == stored)
+        try:
+            dtype = layout.select(survivor_value(rule.split(":", 1)[1])).to_series().dtype
+        except pl.exceptions.PolarsError:
+            return None
+        if dtype not in (pl.String, pl.Binary) and not has_order_keys(dtype):
+            return None
+        return cls(files, schemas, layout, rule)
+
+    def ranking(self, count: int, directory: Path, partitions: int | None) -> Ranking:
+        """Each row's survivor rank, by place among the ``count`` rows: its value's order
+        key (a text's from a sort on disk cut into ``partitions`` ranges of values, if
+        given) and its place, the keys memory-mapped in ``directory``."""
+        direction, column = self.rule.split(":", 1)
+        values = (piece.select(survivor_value(column)).to_series() for piece in self._pieces())
+        if self.layout.select(survivor_value(column)).to_series().dtype in (pl.String, pl.Binary):
+            return mapped_ranking(text_order_keys(values, count, direction, directory, partitions))
+        return mapped_ranking(*mapped_order_keys(values, count, direction, directory))
+
+    def _pieces(self) -> Iterator[pl.DataFrame]:
+        """The column of every row, a piece of an input at a time, in the inputs' common
+        type (an input without it: nulls)."""
+        stored = self.layout.columns[0]
+        common = self.layout.select(stored)
+        for item, schema in zip(self.files, self.schemas, strict=True):
+            for first, length in _pieces(item.path):
+                if stored in schema:
+                    piece = _rows(item, schema, [stored], (first, length), lineage=False)
+                    piece = fitted(common, piece, item.path)
+                else:
+                    piece = common.clear(length)
+                yield piece.with_columns(pl.col(stored).alias(m) for m in self.layout.columns[1:])
 
 
 def _stages_row_keys(settings: DedupeSettings) -> bool:
@@ -734,18 +815,26 @@ def _staged_outcome(
     name: str,
     engine_settings: EngineSettings,
     on_stage: Callable[[str], None],
+    survivor: _SurvivorColumn | None = None,
 ) -> DedupeOutcome:
     """The decision with the row keys staged on the engine, slice by slice
     (:mod:`pipeline.jobs.dataset_keys`), among the rows that take part alone: ``frame``
-    holds no key text, only the survivor field; where the inputs are of several splits,
-    the split groups are found among the rows the engine names."""
+    holds no key text, only the survivor field, or, where the ``survivor`` column is read
+    a piece at a time, not that either (each row's order key is then a file's, which
+    ranks the rows that take part); where the inputs are of several
+    splits, the split groups are found among the rows the engine names."""
     stored = dict(job.apart)
     grouping = [stored.get(c, c) for c in job.grouping.names()]
     tasks = _key_tasks(files, schemas, key, grouping)
     rule = job.settings.survivor_rule(name)
-    rank = survivor_ranks(
-        rule, frame.height, lambda: dense_ranking(survivor_rank(frame, rule, name))
-    )
+
+    def by_column() -> Ranking:
+        if survivor is None:
+            return dense_ranking(survivor_rank(frame, rule, name))
+        directory = job.storage.whole_directory("dataset.survivor-keys")
+        return survivor.ranking(frame.height, directory, engine_settings.partitions)
+
+    rank = survivor_ranks(rule, frame.height, by_column)
     everyone = pl.DataFrame(schema={"_split": pl.String})
     with get_engine(engine_settings.name).from_settings(engine_settings, len(tasks)) as engine:
         on_stage("dedupe: row keys")
@@ -761,6 +850,8 @@ def _staged_outcome(
         if job.fields:  # a group of rows matched or not may straddle splits
             everyone = split_group_rows(engine, job.storage, job, tasks, engine_settings)
     on_stage("dedupe: match")
+    if survivor is not None:  # the rows taking part ranked by their keys, not read again
+        keys = dataclasses.replace(keys, rank=places_in(rank(found.places).order()))
     matches = match_duplicates(frame[found.places], key, job.settings, name, keys)
     # the removed rows' places among every row, which are the row ids
     matches.removed = matches.removed.placed(found.places)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import random
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import orjson
@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.core.config import DedupeSettings, EngineSettings
-from pipeline.dedupe import near_check
+from pipeline.dedupe import near_check, survivor_keys
 from pipeline.dedupe.table import dense_ids
 from pipeline.engines.local import LocalEngine
 from pipeline.jobs import dataset_keys
@@ -160,6 +160,10 @@ def reprinted(undeduped_run: Path, tmp_path_factory: pytest.TempPathFactory) -> 
          "--protect", "eval", "--text", "q", "--survivor", "max:id"],
         ["{columns}", "--text", "q", "--no-near", "--survivor", "max:extra"],
         ["{run}", "--survivor", "min:task_id"],
+        # by order keys on disk, read a piece at a time: text with nulls, sorted in
+        # ranges of ~1 KB; a column one file lacks
+        ["{columns}", "--text", "q", "--survivor", "max:task_id"],
+        ["{columns}", "--text", "q", "--survivor", "min:extra"],
         ["{run}", "--kind", "pairwise-v2"],
         ["{run}", "--no-near"],
         ["{run}", "--no-near", "--no-normalised"],
@@ -191,6 +195,7 @@ def test_staged_row_keys_decide_as_the_key_texts_do(
     monkeypatch.setattr(near_check, "BLOCK_TEXTS", 5)
     monkeypatch.setattr(near_check, "SAMPLE_EVERY", 2)
     monkeypatch.setattr(near_check, "RANGE_CODES", 4)
+    monkeypatch.setattr(survivor_keys, "PARTITION_BYTES", 1 << 10)  # a text's ranges
     named: list[pl.DataFrame] = []
     split_group_rows = job.split_group_rows
 
@@ -255,6 +260,12 @@ def test_the_decision_reads_no_key_text_no_lineage_and_no_fingerprint(
         assert not {"messages", "response_a", "_source", "_line", "_record_sha256"} & set(reads[0])
         assert "_content_sha256" not in reads[0]
         assert bool(keyed) == (not rules)  # fingerprints alone: no key column read
+    # a survivor rule by a column of text or numbers: its order keys are written a piece
+    # at a time, not held (a column of Int128, which has none, is held)
+    for rule, held in (("max:task_id", []), ("min:extra", []), ("max:id", ["id"])):
+        reads.clear()
+        _dedupe([str(column_dataset), "--text", "q", "--survivor", rule], tmp_path / rule[4:])
+        assert reads == [held]
     monkeypatch.setattr(job, "_stages_row_keys", lambda *given: False)
     reads.clear()
     _dedupe([str(column_dataset), "--text", "q", "--key", "id"], tmp_path / "r")
@@ -533,3 +544,31 @@ def test_the_exact_check_reads_each_slice_once(
     assert len({row // 500 for _, row in rows}) == 8
     assert len(rows) > 1000
     assert len(set(rows)) == len(rows)
+
+
+def test_the_rows_taking_part_are_ranked_by_their_order_keys(
+    column_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a survivor rule by a column of text or numbers, the matching's frame holds
+    no survivor value: the rows taking part are ranked by their order keys on disk
+    (``RowKeys.rank``), in the order of their values (the decisions: the parity cases
+    above). A column of no type with order keys (a struct) is held instead."""
+    seen: list[tuple[list[str], Any]] = []
+    original = job.match_duplicates
+
+    def recording(frame, key, settings, name, keys):  # type: ignore[no-untyped-def]
+        seen.append((frame.columns, keys.rank))
+        return original(frame, key, settings, name, keys)
+
+    monkeypatch.setattr(job, "match_duplicates", recording)
+    for rule in ("max:task_id", "min:task_id"):
+        seen.clear()
+        _dedupe([str(column_dataset), "--text", "q", "--survivor", rule], tmp_path / rule[:3])
+        ((columns, rank),) = seen
+        assert columns == ["_split"]
+        assert rank is not None
+        assert len(rank) > 20
+        assert sorted(rank.tolist()) == list(range(len(rank)))
+    files = [job.DatasetInput(str(column_dataset / "a.parquet"))]
+    structs = [pl.Schema({"q": pl.Struct({"a": pl.Int64})})]
+    assert job._SurvivorColumn.of(files, structs, {}, "max:q") is None

@@ -77,6 +77,7 @@ from pipeline.dedupe.participants import (
 from pipeline.dedupe.partitions import NearSearch, Ranking, Ranks, stage_sparse_texts
 from pipeline.dedupe.row_keys import NORMALISED, SIGNATURE, RowKeys
 from pipeline.dedupe.splits import SplitGroups, field_expr
+from pipeline.dedupe.survivor_keys import text_order_keys
 from pipeline.dedupe.table import (
     RemovedRows,
     check_survivor_column,
@@ -87,7 +88,6 @@ from pipeline.dedupe.table import (
     required_columns,
     survivor_value,
 )
-from pipeline.dedupe.text_order import text_order_keys
 from pipeline.kinds import get_kind
 from pipeline.storage import RunStorage
 
@@ -684,7 +684,7 @@ def _text_keys(
     direction: str,
 ) -> npt.NDArray[np.uint64]:
     """Every accepted row's order key by a survivor column of text (``value``), from an
-    external sort of the column (:func:`~pipeline.dedupe.text_order.text_order_keys`) read
+    external sort of the column (:func:`~pipeline.dedupe.survivor_keys.text_order_keys`) read
     a shard at a time: a memory-mapped array, 8 bytes a row of file pages."""
     mask = accepted.mask
 

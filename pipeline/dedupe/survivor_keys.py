@@ -1,10 +1,11 @@
-"""Order keys for a survivor column of text, from an external sort by ranges of values.
+"""Every row's order key by a survivor column, on disk: a memory-mapped file a row's key
+is read from, where ranking every row in memory held ~50 bytes a row.
 
-A survivor rule by a column of numbers ranks rows by each value's 64-bit order key
-(:func:`~pipeline.dedupe.table.order_keys`); a text has no such key of its own. Its key
-here is its value's dense rank among every accepted row's, found without every row's
-value in memory at once (the in-memory rank, :func:`~pipeline.dedupe.table.ranked_values`,
-held ~48 bytes a row at its peak):
+A column of numbers, booleans, dates, times or durations has a 64-bit order key per
+value (:func:`~pipeline.dedupe.table.order_keys`), computed a block at a time
+(:func:`mapped_order_keys`). A text has no such key of its own: its key is its value's
+dense rank among every row's, found without every row's value in memory at once
+(:func:`text_order_keys`):
 
 1. each block of values (a shard's accepted rows) is sorted and written as a *run*, and
    every ``stride``-th value of it kept as a sample (regular sampling);
@@ -36,12 +37,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from pipeline.core.arrays import detached
 from pipeline.dedupe.partitions import PARTITION_BYTES
-from pipeline.dedupe.table import MISSING_KEY
+from pipeline.dedupe.table import MISSING_KEY, order_keys
 
-__all__ = ["text_order_keys"]
+__all__ = ["mapped_order_keys", "text_order_keys"]
 
 U64 = npt.NDArray[np.uint64]
+Bools = npt.NDArray[np.bool_]
 
 #: the most rows between two samples of a run (fewer in a run of under 64 × this rows,
 #: which gives at least 64 samples): ~8 MB of samples at 300 M rows of 30-byte texts
@@ -63,10 +66,7 @@ def text_order_keys(
     the keys, returned as a memory-mapped array. ``partitions``: how many ranges of values
     (else enough for ~:data:`~pipeline.dedupe.partitions.PARTITION_BYTES` of rows each)."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "keys.npy").unlink(missing_ok=True)  # a map of an earlier one keeps it
-    keys: np.memmap = np.lib.format.open_memmap(
-        directory / "keys.npy", mode="w+", dtype=np.uint64, shape=(count,)
-    )
+    keys = _mapped(directory / "keys.npy", count, np.uint64)
     runs = directory / "runs"
     runs.mkdir(exist_ok=True)
     paths: list[Path] = []
@@ -87,7 +87,9 @@ def text_order_keys(
         if not run.height:
             continue
         stride = max(1, min(STRIDE, run.height // 64))
-        samples.append(run[_VALUE].gather_every(stride, offset=stride - 1))
+        # copied out: a gather shares the block's text buffers, and held every block's
+        sample = run.select(pl.col(_VALUE).gather_every(stride, offset=stride - 1))
+        samples.append(detached(sample).to_series())
         size += int(run.estimated_size())
         paths.append(runs / f"{len(paths):06d}.arrow")
         written = run.to_arrow()
@@ -121,6 +123,42 @@ def text_order_keys(
     shutil.rmtree(runs)
     keys.flush()
     return keys
+
+
+def mapped_order_keys(
+    blocks: Iterable[pl.Series], count: int, direction: str, directory: Path
+) -> tuple[U64, Bools]:
+    """Each of ``count`` values' order key by a ``max:`` or ``min:`` rule
+    (:func:`~pipeline.dedupe.table.order_keys`: a column that has them), and which are
+    missing (a value's key may be a missing value's), as two memory-mapped arrays in
+    ``directory`` (9 bytes a row of file pages), filled a block at a time."""
+    directory.mkdir(parents=True, exist_ok=True)
+    keys, missing = (_mapped(directory / f"{n}.npy", count, t) for n, t in _KEYED)
+    at = 0
+    for values in blocks:
+        keyed = order_keys(values, direction)
+        if keyed is None:
+            raise TypeError(f"a column of {values.dtype} has no order keys")
+        n = len(values)
+        if at + n > count:
+            raise ValueError(f"more than {count} values")
+        keys[at : at + n], missing[at : at + n] = keyed
+        at += n
+    if at != count:
+        raise ValueError(f"{at} values, not {count}")
+    keys.flush()
+    missing.flush()
+    return keys, missing
+
+
+_KEYED: Final = (("keys", np.uint64), ("missing", np.bool_))
+
+
+def _mapped(path: Path, count: int, dtype: type[np.generic]) -> np.memmap:
+    """A new memory-mapped array of ``count`` values in ``path``; an earlier file there is
+    unlinked first, not truncated: a map of it keeps its pages."""
+    path.unlink(missing_ok=True)
+    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(count,))
 
 
 def _splitters(samples: list[pl.Series], partitions: int) -> pl.Series:

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pipeline.dedupe import text_order
+from pipeline.dedupe import survivor_keys
 from pipeline.dedupe.participants import mapped_ranking
+from pipeline.dedupe.survivor_keys import mapped_order_keys, text_order_keys
 from pipeline.dedupe.table import MISSING_KEY, ranked_values
-from pipeline.dedupe.text_order import text_order_keys
 
 _TEXTS = ["", "a", "a\x00", "ab", "b", "B", "é", "zz", "aa"]
 
@@ -64,18 +64,18 @@ def test_many_ranges_over_many_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     """200,003 texts of 5,000 values (every eleventh null) in 13 blocks, cut into ranges
     of ~64 KB: dozens of ranges, each value's rows in one, the ranges' ranks following
     one another; the runs are removed once ranked."""
-    monkeypatch.setattr(text_order, "PARTITION_BYTES", 1 << 16)
+    monkeypatch.setattr(survivor_keys, "PARTITION_BYTES", 1 << 16)
     ids = np.random.default_rng(8).integers(0, 5_000, 200_003)
     column = pl.select(pl.format("task-{}", pl.Series(ids))).to_series()
     column = column.scatter(np.arange(0, 200_003, 11), None)
     sliced: list[tuple[int, int]] = []
-    cut = text_order._slice
+    cut = survivor_keys._slice
 
     def spy(path: Path, lo: int, hi: int) -> object:
         sliced.append((lo, hi))
         return cut(path, lo, hi)
 
-    monkeypatch.setattr(text_order, "_slice", spy)
+    monkeypatch.setattr(survivor_keys, "_slice", spy)
     for direction in ("max", "min"):
         sliced.clear()
         blocks = _blocks(column, list(range(0, 200_003, 15_384)))
@@ -92,3 +92,69 @@ def test_a_wrong_count_of_values_is_an_error(tmp_path: Path) -> None:
         text_order_keys([pl.Series(["a", "b", "c"])], 2, "max", tmp_path)
     with pytest.raises(ValueError, match="2 values, not 3"):
         text_order_keys([pl.Series(["a", "b"])], 3, "max", tmp_path)
+
+
+_KEYED = {
+    "Float64": (pl.Float64, [-0.0, 0.0, float("nan"), None, float("-inf"), 1.5]),
+    "Int64": (pl.Int64, [-(2**63), 2**63 - 1, None, 0]),
+    "Boolean": (pl.Boolean, [True, None, False]),
+}
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@example("Int64", [2, 0, 1, 0], [1])  # null before the least Int64, whose key is a null's
+@given(
+    st.sampled_from(list(_KEYED)),
+    st.lists(st.integers(0, 5), max_size=40),
+    st.lists(st.integers(0, 40), max_size=4),
+)
+def test_mapped_keys_order_rows_as_every_row_is_ranked(
+    tmp_path: Path, dtype: str, picks: list[int], cuts: list[int]
+) -> None:
+    """A column with order keys, written a block at a time with which values are
+    missing: by key, missing, then place, the rows order as the rank of every row."""
+    kind, choices = _KEYED[dtype]
+    column = pl.Series([choices[p % len(choices)] for p in picks], dtype=kind)
+    for direction in ("max", "min"):
+        keys, missing = mapped_order_keys(
+            _blocks(column, cuts), len(column), direction, tmp_path / direction
+        )
+        ranks = mapped_ranking(keys, missing)(np.arange(len(column), dtype=np.int64))
+        placed = np.empty(len(column), np.int64)
+        placed[ranks.order()] = np.arange(len(column))
+        assert np.array_equal(placed, ranked_values(column, direction))
+
+
+def test_a_column_without_order_keys_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="has no order keys"):
+        mapped_order_keys([pl.Series(["a"])], 1, "max", tmp_path)
+
+
+def test_the_samples_hold_no_block_of_texts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block's samples are copied out of its text buffers (a gather of polars' string
+    views shares them): kept as they came, 20 blocks' samples held every block's texts."""
+    held: list[int] = []
+    splitters = survivor_keys._splitters
+
+    def spy(samples: list[pl.Series], partitions: int) -> pl.Series:
+        held.append(sum(_held_bytes(s) for s in samples))
+        return splitters(samples, partitions)
+
+    monkeypatch.setattr(survivor_keys, "_splitters", spy)
+    rng = np.random.default_rng(3)
+    blocks = [
+        pl.Series([f"{rng.integers(0, 10**9):09d}" + "x" * 300 for _ in range(2_000)])
+        for _ in range(20)
+    ]
+    text_order_keys(blocks, 40_000, "min", tmp_path)
+    texts = sum(_held_bytes(b) for b in blocks)  # ~6 MB
+    assert held[0] < texts / 10
+
+
+def _held_bytes(values: pl.Series) -> int:
+    """The bytes of every buffer ``values`` holds, shared ones whole."""
+    return int(values.to_arrow(compat_level=pl.CompatLevel.newest()).get_total_buffer_size())
