@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -71,19 +71,15 @@ def text_order_keys(
     runs.mkdir(exist_ok=True)
     paths: list[Path] = []
     samples: list[pl.Series] = []
-    at = size = 0
-    for values in blocks:
+    size = 0
+    for at, values in _placed(blocks, count):
         n = len(values)
-        if at + n > count:
-            raise ValueError(f"more than {count} values")
-        missing = values.is_null().to_numpy()
-        keys[at : at + n][missing] = MISSING_KEY
+        keys[at : at + n][values.is_null().to_numpy()] = MISSING_KEY
         run = (
             pl.DataFrame({_VALUE: values, _PLACE: np.arange(at, at + n, dtype=np.int64)})
             .filter(pl.col(_VALUE).is_not_null())
             .sort(_VALUE)
         )
-        at += n
         if not run.height:
             continue
         stride = max(1, min(STRIDE, run.height // 64))
@@ -97,8 +93,6 @@ def text_order_keys(
         with ipc.new_file(str(paths[-1]), written.schema) as writer:
             writer.write_table(written)
         del written
-    if at != count:
-        raise ValueError(f"{at} values, not {count}")
     splitters = _splitters(samples, partitions or math.ceil(size / PARTITION_BYTES))
     del samples
     bounds = [_bounds(path, splitters) for path in paths]
@@ -133,25 +127,29 @@ def mapped_order_keys(
     missing (a value's key may be a missing value's), as two memory-mapped arrays in
     ``directory`` (9 bytes a row of file pages), filled a block at a time."""
     directory.mkdir(parents=True, exist_ok=True)
-    keys, missing = (_mapped(directory / f"{n}.npy", count, t) for n, t in _KEYED)
-    at = 0
-    for values in blocks:
+    keys = _mapped(directory / "keys.npy", count, np.uint64)
+    missing = _mapped(directory / "missing.npy", count, np.bool_)
+    for at, values in _placed(blocks, count):
         keyed = order_keys(values, direction)
         if keyed is None:
             raise TypeError(f"a column of {values.dtype} has no order keys")
-        n = len(values)
-        if at + n > count:
-            raise ValueError(f"more than {count} values")
-        keys[at : at + n], missing[at : at + n] = keyed
-        at += n
-    if at != count:
-        raise ValueError(f"{at} values, not {count}")
+        keys[at : at + len(values)], missing[at : at + len(values)] = keyed
     keys.flush()
     missing.flush()
     return keys, missing
 
 
-_KEYED: Final = (("keys", np.uint64), ("missing", np.bool_))
+def _placed(blocks: Iterable[pl.Series], count: int) -> Iterator[tuple[int, pl.Series]]:
+    """Each block with the place of its first value, the blocks holding ``count`` values
+    in all (else a :class:`ValueError`, once more come or once they end)."""
+    at = 0
+    for values in blocks:
+        if at + len(values) > count:
+            raise ValueError(f"more than {count} values")
+        yield at, values
+        at += len(values)
+    if at != count:
+        raise ValueError(f"{at} values, not {count}")
 
 
 def _mapped(path: Path, count: int, dtype: type[np.generic]) -> np.memmap:

@@ -647,6 +647,9 @@ class _SurvivorColumn:
     #: the kind stores one apart (:func:`_apart`), as the rule names either
     layout: pl.DataFrame
     rule: str
+    #: whether the rule's value is text (ranked by a sort on disk), else numbers and the
+    #: like (ranked by their order keys)
+    text: bool
 
     @classmethod
     def of(
@@ -672,9 +675,10 @@ class _SurvivorColumn:
             dtype = layout.select(survivor_value(rule.split(":", 1)[1])).to_series().dtype
         except pl.exceptions.PolarsError:
             return None
-        if dtype not in (pl.String, pl.Binary) and not has_order_keys(dtype):
+        text = dtype in (pl.String, pl.Binary)
+        if not text and not has_order_keys(dtype):
             return None
-        return cls(files, schemas, layout, rule)
+        return cls(files, schemas, layout, rule, text)
 
     def ranking(self, count: int, directory: Path, partitions: int | None) -> Ranking:
         """Each row's survivor rank, by place among the ``count`` rows: its value's order
@@ -682,7 +686,7 @@ class _SurvivorColumn:
         given) and its place, the keys memory-mapped in ``directory``."""
         direction, column = self.rule.split(":", 1)
         values = (piece.select(survivor_value(column)).to_series() for piece in self._pieces())
-        if self.layout.select(survivor_value(column)).to_series().dtype in (pl.String, pl.Binary):
+        if self.text:
             return mapped_ranking(text_order_keys(values, count, direction, directory, partitions))
         return mapped_ranking(*mapped_order_keys(values, count, direction, directory))
 
