@@ -375,8 +375,12 @@ from tests.engines.test_engine import _init_nothing, _pid_then_sleep
 
 engine = LocalEngine(2)
 if sys.argv[1] == "thread":  # forked by a thread: no parent-death signal, the watchdog
-    threading.Thread(target=engine.start, args=(Step(_init_nothing, (), _pid_then_sleep),),
-                     kwargs={"tasks": 2}).start()
+    # joined before the map: a start and a map at once from two threads race (each may
+    # make the pool), and one worker then ran both tasks, a minute apart (61 s, loaded)
+    step = Step(_init_nothing, (), _pid_then_sleep)
+    starter = threading.Thread(target=engine.start, args=(step,), kwargs={"tasks": 2})
+    starter.start()
+    starter.join()
 engine.map(Step(_init_nothing, (), _pid_then_sleep), [0, 1])
 """
 
@@ -406,6 +410,7 @@ def test_workers_die_with_a_killed_parent(tmp_path: Path, forked_by: str) -> Non
     assert proc.stdout is not None
     try:
         workers = {int(proc.stdout.readline()) for _ in range(2)}
+        assert len(workers) == 2  # a task each, both asleep
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 30
