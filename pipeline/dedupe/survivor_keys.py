@@ -11,10 +11,12 @@ dense rank among every row's, found without every row's value in memory at once
    every ``stride``-th value of it kept as a sample (regular sampling);
 2. the samples give ``partitions - 1`` splitters; in each sorted run, a range of values
    (a partition) is a contiguous slice, found by a binary search for each splitter;
-3. partition by partition, in order, the slices of every run are read and ranked (dense:
-   equal values share a rank); a partition's ranks follow the previous partitions', and
-   are written to a memory-mapped array of a key per row (8 bytes a row of file pages,
-   read back for the rows asked for).
+3. each partition is a task on the engine (:func:`_rank_range`, in parallel, each
+   holding one): the slices of every run are read and ranked (dense: equal values share
+   a rank), and the ranks written beside their rows' places; then, partition by
+   partition in order, the driver offsets each partition's ranks by the previous
+   partitions' distinct values and writes them to a memory-mapped array of a key per
+   row (8 bytes a row of file pages, read back for the rows asked for).
 
 Equal values fall in one partition (a splitter puts them on its one side), so the keys are
 the values' dense ranks among every row: by key, then place, rows order exactly as
@@ -28,6 +30,7 @@ from __future__ import annotations
 import math
 import shutil
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -40,6 +43,7 @@ import pyarrow.ipc as ipc
 from pipeline.core.arrays import detached
 from pipeline.dedupe.partitions import PARTITION_BYTES
 from pipeline.dedupe.table import MISSING_KEY, order_keys
+from pipeline.engines import Engine, Progress, Step
 
 __all__ = ["mapped_order_keys", "text_order_keys"]
 
@@ -49,6 +53,8 @@ Bools = npt.NDArray[np.bool_]
 #: the most rows between two samples of a run (fewer in a run of under 64 × this rows,
 #: which gives at least 64 samples): ~8 MB of samples at 300 M rows of 30-byte texts
 STRIDE: Final = 1024
+#: the rows of a range's ranks the driver reads and places at a time (~1 MB)
+BLOCK: Final = 65_536
 _VALUE, _PLACE = "_v", "_p"
 
 
@@ -58,13 +64,16 @@ def text_order_keys(
     direction: str,
     directory: Path,
     partitions: int | None = None,
+    engine: Engine | None = None,
 ) -> U64:
     """Each of ``count`` values' order key by a ``max:`` or ``min:`` rule: its dense rank
     among the values (descending for ``max``), :data:`~pipeline.dedupe.table.MISSING_KEY`
     for a null. ``blocks`` are the values in order, a block at a time (each held while it
-    is sorted); ``directory`` (made here, its runs removed once ranked) holds the runs and
-    the keys, returned as a memory-mapped array. ``partitions``: how many ranges of values
-    (else enough for ~:data:`~pipeline.dedupe.partitions.PARTITION_BYTES` of rows each)."""
+    is sorted); ``directory`` (made here, in the staging area where ``engine``'s workers
+    read it; its runs removed once ranked) holds the runs and the keys, returned as a
+    memory-mapped array. ``partitions``: how many ranges of values (else enough for
+    ~:data:`~pipeline.dedupe.partitions.PARTITION_BYTES` of rows each), each ranked by a
+    task on ``engine`` (else in this process)."""
     directory.mkdir(parents=True, exist_ok=True)
     keys = _mapped(directory / "keys.npy", count, np.uint64)
     runs = directory / "runs"
@@ -95,28 +104,87 @@ def text_order_keys(
         del written
     splitters = _splitters(samples, partitions or math.ceil(size / PARTITION_BYTES))
     del samples
-    bounds = [_bounds(path, splitters) for path in paths]
+    bounds = np.array([_bounds(path, splitters) for path in paths], np.int64).reshape(
+        len(paths), len(splitters) + 2
+    )
+    ranges = _Ranges(tuple(str(path) for path in paths), str(runs))
+    tasks = [
+        _Range(p, tuple(bounds[:, p].tolist()), tuple(bounds[:, p + 1].tolist()))
+        for p in range(len(splitters) + 1)
+    ]
+    if engine is None:
+        distinct = [_rank_range(ranges, task, _silent) for task in tasks]
+    else:
+        distinct = engine.map(Step(_ranges, (ranges,), _rank_range), tasks)
     ranked = 0  # the distinct values of the partitions before
-    for p in range(len(splitters) + 1):
-        pieces = [_slice(path, b[p], b[p + 1]) for path, b in zip(paths, bounds, strict=True)]
-        pieces = [piece for piece in pieces if piece.num_rows]
-        if not pieces:
+    for task, found in zip(tasks, distinct, strict=True):
+        if not found:
             continue
-        part = pl.from_arrow(pa.concat_tables(pieces))
-        assert isinstance(part, pl.DataFrame)
-        del pieces
-        dense = part[_VALUE].rank("dense").cast(pl.UInt64).to_numpy(writable=True)  # from 1
-        distinct = int(dense.max())
-        dense += np.uint64(ranked)
-        dense -= np.uint64(1)
-        ranked += distinct
-        if direction == "max":
-            dense = MISSING_KEY - np.uint64(1) - dense
-        keys[part[_PLACE].to_numpy()] = dense
-        del part, dense
+        for places, dense in _ranked(runs, task.p):
+            dense += np.uint64(ranked)
+            if direction == "max":
+                dense = MISSING_KEY - np.uint64(1) - dense
+            keys[places] = dense
+        ranked += found
     shutil.rmtree(runs)
     keys.flush()
     return keys
+
+
+@dataclass(frozen=True)
+class _Ranges:
+    """Every run of a sort (its path in the staging area) and where the ranks go."""
+
+    paths: tuple[str, ...]
+    directory: str
+
+
+@dataclass(frozen=True)
+class _Range:
+    """Partition ``p``: rows ``lo[r]:hi[r]`` of each run ``r``."""
+
+    p: int
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+
+
+def _ranges(ranges: _Ranges) -> _Ranges:
+    return ranges
+
+
+def _silent(nbytes: int, nlines: int) -> None:
+    pass
+
+
+def _rank_range(ranges: _Ranges, task: _Range, progress: Progress) -> int:
+    """Partition ``task.p``'s values ranked (dense, from 0) and written beside their
+    rows' places (:func:`_ranked` reads them); returns how many distinct values it has."""
+    pieces = [
+        _slice(Path(path), lo, hi)
+        for path, lo, hi in zip(ranges.paths, task.lo, task.hi, strict=True)
+        if hi > lo
+    ]
+    if not pieces:
+        return 0
+    part = pl.from_arrow(pa.concat_tables(pieces))
+    assert isinstance(part, pl.DataFrame)
+    del pieces
+    dense = part[_VALUE].rank("dense").cast(pl.UInt64).to_numpy(writable=True)  # from 1
+    dense -= np.uint64(1)
+    base = Path(ranges.directory) / f"rank-{task.p:06d}"
+    np.save(f"{base}.places.npy", part[_PLACE].to_numpy())
+    np.save(f"{base}.ranks.npy", dense)
+    return int(dense.max()) + 1
+
+
+def _ranked(runs: Path, p: int) -> Iterator[tuple[npt.NDArray[np.int64], U64]]:
+    """Partition ``p``'s rows' places and ranks, as :func:`_rank_range` wrote them, read
+    through memory maps :data:`BLOCK` rows at a time (each block's ranks a copy)."""
+    base = runs / f"rank-{p:06d}"
+    places = np.load(f"{base}.places.npy", mmap_mode="r")
+    ranks = np.load(f"{base}.ranks.npy", mmap_mode="r")
+    for lo in range(0, len(places), BLOCK):
+        yield places[lo : lo + BLOCK], ranks[lo : lo + BLOCK].copy()
 
 
 def mapped_order_keys(

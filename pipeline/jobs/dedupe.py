@@ -68,7 +68,7 @@ from pipeline.dedupe.table import (
     survivor_rank,
     survivor_value,
 )
-from pipeline.engines import get_engine
+from pipeline.engines import Engine, get_engine
 from pipeline.gate.reader import JSONL_SUFFIXES, InputError, refuse_same_files
 from pipeline.jobs.dataset_keys import (
     KEY_SLICE_BYTES,
@@ -680,14 +680,18 @@ class _SurvivorColumn:
             return None
         return cls(files, schemas, layout, rule, text)
 
-    def ranking(self, count: int, directory: Path, partitions: int | None) -> Ranking:
+    def ranking(
+        self, count: int, directory: Path, partitions: int | None, engine: Engine
+    ) -> Ranking:
         """Each row's survivor rank, by place among the ``count`` rows: its value's order
         key (a text's from a sort on disk cut into ``partitions`` ranges of values, if
-        given) and its place, the keys memory-mapped in ``directory``."""
+        given, each ranked on ``engine``) and its place, the keys memory-mapped in
+        ``directory``."""
         direction, column = self.rule.split(":", 1)
         values = (piece.select(survivor_value(column)).to_series() for piece in self._pieces())
         if self.text:
-            return mapped_ranking(text_order_keys(values, count, direction, directory, partitions))
+            keys = text_order_keys(values, count, direction, directory, partitions, engine)
+            return mapped_ranking(keys)
         return mapped_ranking(*mapped_order_keys(values, count, direction, directory))
 
     def _pieces(self) -> Iterator[pl.DataFrame]:
@@ -836,11 +840,11 @@ def _staged_outcome(
         if survivor is None:
             return dense_ranking(survivor_rank(frame, rule, name))
         directory = job.storage.whole_directory("dataset.survivor-keys")
-        return survivor.ranking(frame.height, directory, engine_settings.partitions)
+        return survivor.ranking(frame.height, directory, engine_settings.partitions, engine)
 
-    rank = survivor_ranks(rule, frame.height, by_column)
     everyone = pl.DataFrame(schema={"_split": pl.String})
     with get_engine(engine_settings.name).from_settings(engine_settings, len(tasks)) as engine:
+        rank = survivor_ranks(rule, frame.height, by_column)
         on_stage("dedupe: row keys")
         found, keys, led = staged_keys(
             engine,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -17,6 +18,7 @@ from pipeline.dedupe import survivor_keys
 from pipeline.dedupe.participants import mapped_ranking
 from pipeline.dedupe.survivor_keys import mapped_order_keys, text_order_keys
 from pipeline.dedupe.table import MISSING_KEY, ranked_values
+from pipeline.engines.local import LocalEngine
 
 _TEXTS = ["", "a", "a\x00", "ab", "b", "B", "é", "zz", "aa"]
 
@@ -75,16 +77,59 @@ def test_many_ranges_over_many_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         sliced.append((lo, hi))
         return cut(path, lo, hi)
 
+    ranked: list[int] = []
+    rank = survivor_keys._rank_range
+
+    def ranking(ranges: object, task: survivor_keys._Range, progress: object) -> int:
+        ranked.append(task.p)
+        return rank(ranges, task, progress)  # type: ignore[arg-type]
+
     monkeypatch.setattr(survivor_keys, "_slice", spy)
+    monkeypatch.setattr(survivor_keys, "_rank_range", ranking)
     for direction in ("max", "min"):
         sliced.clear()
+        ranked.clear()
         blocks = _blocks(column, list(range(0, 200_003, 15_384)))
         keys = text_order_keys(blocks, len(column), direction, tmp_path, None)
         assert np.array_equal(_ranks_by_keys(keys), ranked_values(column, direction))
-        ranges = len(sliced) // 13
-        assert ranges > 20
-        assert max(hi - lo for lo, hi in sliced) < 2 * 200_003 / ranges / 13 + 1024
+        assert ranked == list(range(len(ranked)))
+        assert len(ranked) > 20
+        assert max(hi - lo for lo, hi in sliced) < 2 * 200_003 / len(ranked) / 13 + 1024
         assert not (tmp_path / "runs").exists()
+
+
+def test_ranges_ranked_on_the_engine_give_the_same_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each range of values a task on the engine's workers (its ranks written beside its
+    rows' places, offset by the driver in the ranges' order, read back a block of 1,000
+    at a time): the keys are those the driver ranks alone, whatever the ranges'
+    finishing order."""
+    monkeypatch.setattr(survivor_keys, "BLOCK", 1_000)
+    ids = np.random.default_rng(3).integers(0, 3_000, 50_000)
+    column = pl.select(pl.format("id-{}", pl.Series(ids))).to_series()
+    column = column.scatter(np.arange(0, 50_000, 7), None)
+    blocks = list(range(0, 50_000, 6_000))
+    with LocalEngine(2) as engine:
+        mapped: list[int] = []
+        run_map = engine.map
+
+        def recording(step: Any, tasks: Any, *args: Any) -> Any:
+            mapped.append(len(tasks))
+            return run_map(step, tasks, *args)
+
+        engine.map = recording  # type: ignore[method-assign]
+        for direction in ("max", "min"):
+            alone = text_order_keys(
+                _blocks(column, blocks), len(column), direction, tmp_path / "alone", 9
+            )
+            shared = text_order_keys(
+                _blocks(column, blocks), len(column), direction, tmp_path / "engine", 9, engine
+            )
+            assert np.array_equal(shared, alone)
+            assert np.array_equal(_ranks_by_keys(shared), ranked_values(column, direction))
+            assert not (tmp_path / "engine" / "runs").exists()
+        assert mapped == [9, 9]  # every range a task, in both directions
 
 
 def test_a_wrong_count_of_values_is_an_error(tmp_path: Path) -> None:

@@ -508,7 +508,8 @@ def test_rowgate_dedupe_on_ray_writes_what_the_local_engine_writes(
     tmp_path: Path, generated: CampaignConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``rowgate dedupe``'s key tasks and near candidates as Ray tasks (the config's
-    ``[engine]``): the same bytes as on the local engine."""
+    ``[engine]``), and with a survivor column of text the ranges of its sort: the same
+    bytes as on the local engine."""
     from pipeline.core.config import DedupeSettings, EngineSettings
     from pipeline.jobs import dedupe as dedupe_job
 
@@ -516,14 +517,16 @@ def test_rowgate_dedupe_on_ray_writes_what_the_local_engine_writes(
     assert run.manifest["counts"]["by_disposition"]["accepted"] > 500
     monkeypatch.setattr(dedupe_job, "KEY_SLICE_BYTES", 1)  # a slice per row group
     inputs = [dedupe_job.DatasetInput(str(tmp_path / "run" / "accepted" / "pairwise-v2"))]
-    settings = DedupeSettings(normalised=True, near=True)
-    outputs = {}
-    for name, engine in (
-        ("local", EngineSettings()),
-        ("ray", EngineSettings(name="ray", workers=2, partitions=7)),
-    ):
-        dedupe_job.dedupe_dataset(inputs, tmp_path / name, settings, engine=engine)
-        outputs[name] = {p.name: p.read_bytes() for p in sorted((tmp_path / name).iterdir())}
-    assert outputs["ray"] == outputs["local"]
-    rules = json.loads(outputs["local"]["summary.json"])["dedupe"]["by_rule"]
-    assert min(rules["exact"], rules["normalised"], rules["near"]) > 0
+    for survivor in ("first", "max:task_id"):
+        settings = DedupeSettings(normalised=True, near=True, survivor=survivor)
+        outputs = {}
+        for name, engine in (
+            ("local", EngineSettings()),
+            ("ray", EngineSettings(name="ray", workers=2, partitions=7)),
+        ):
+            out = tmp_path / survivor.replace(":", "-") / name
+            dedupe_job.dedupe_dataset(inputs, out, settings, engine=engine)
+            outputs[name] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+        assert outputs["ray"] == outputs["local"]
+        rules = json.loads(outputs["local"]["summary.json"])["dedupe"]["by_rule"]
+        assert min(rules["exact"], rules["normalised"], rules["near"]) > 0

@@ -685,7 +685,8 @@ def _text_keys(
 ) -> npt.NDArray[np.uint64]:
     """Every accepted row's order key by a survivor column of text (``value``), from an
     external sort of the column (:func:`~pipeline.dedupe.survivor_keys.text_order_keys`) read
-    a shard at a time: a memory-mapped array, 8 bytes a row of file pages."""
+    a shard at a time, its ranges of values ranked on the engine: a memory-mapped array,
+    8 bytes a row of file pages."""
     mask = accepted.mask
 
     def blocks() -> Iterator[pl.Series]:
@@ -697,7 +698,7 @@ def _text_keys(
 
     directory = ctx.storage.whole_directory(f"{kind}.text-order")
     partitions = ctx.config.engine.partitions
-    return text_order_keys(blocks(), accepted.height, direction, directory, partitions)
+    return text_order_keys(blocks(), accepted.height, direction, directory, partitions, ctx.engine)
 
 
 def _survivor_expr(ctx: GlobalContext, kind: str, column: str) -> pl.Expr:
