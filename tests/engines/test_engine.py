@@ -375,8 +375,8 @@ from tests.engines.test_engine import _init_nothing, _pid_then_sleep
 
 engine = LocalEngine(2)
 if sys.argv[1] == "thread":  # forked by a thread: no parent-death signal, the watchdog
-    # joined before the map: a start and a map at once from two threads race (each may
-    # make the pool), and one worker then ran both tasks, a minute apart (61 s, loaded)
+    # joined before the map: a start and a map at once from two threads both set up the
+    # pool (LocalEngine's docstring), and one worker then ran both tasks, a minute apart
     step = Step(_init_nothing, (), _pid_then_sleep)
     starter = threading.Thread(target=engine.start, args=(step,), kwargs={"tasks": 2})
     starter.start()
