@@ -63,8 +63,8 @@ def text_order_keys(
     count: int,
     direction: str,
     directory: Path,
+    engine: Engine,
     partitions: int | None = None,
-    engine: Engine | None = None,
 ) -> U64:
     """Each of ``count`` values' order key by a ``max:`` or ``min:`` rule: its dense rank
     among the values (descending for ``max``), :data:`~pipeline.dedupe.table.MISSING_KEY`
@@ -73,7 +73,7 @@ def text_order_keys(
     read it; its runs removed once ranked) holds the runs and the keys, returned as a
     memory-mapped array. ``partitions``: how many ranges of values (else enough for
     ~:data:`~pipeline.dedupe.partitions.PARTITION_BYTES` of rows each), each ranked by a
-    task on ``engine`` (else in this process)."""
+    task on ``engine``."""
     directory.mkdir(parents=True, exist_ok=True)
     keys = _mapped(directory / "keys.npy", count, np.uint64)
     runs = directory / "runs"
@@ -104,18 +104,13 @@ def text_order_keys(
         del written
     splitters = _splitters(samples, partitions or math.ceil(size / PARTITION_BYTES))
     del samples
-    bounds = np.array([_bounds(path, splitters) for path in paths], np.int64).reshape(
-        len(paths), len(splitters) + 2
-    )
+    bounds = [_bounds(path, splitters) for path in paths]
     ranges = _Ranges(tuple(str(path) for path in paths), str(runs))
     tasks = [
-        _Range(p, tuple(bounds[:, p].tolist()), tuple(bounds[:, p + 1].tolist()))
+        _Range(p, tuple(b[p] for b in bounds), tuple(b[p + 1] for b in bounds))
         for p in range(len(splitters) + 1)
     ]
-    if engine is None:
-        distinct = [_rank_range(ranges, task, _silent) for task in tasks]
-    else:
-        distinct = engine.map(Step(_ranges, (ranges,), _rank_range), tasks)
+    distinct = engine.map(Step(_init, (ranges,), _rank_range), tasks)
     ranked = 0  # the distinct values of the partitions before
     for task, found in zip(tasks, distinct, strict=True):
         if not found:
@@ -148,12 +143,8 @@ class _Range:
     hi: tuple[int, ...]
 
 
-def _ranges(ranges: _Ranges) -> _Ranges:
+def _init(ranges: _Ranges) -> _Ranges:
     return ranges
-
-
-def _silent(nbytes: int, nlines: int) -> None:
-    pass
 
 
 def _rank_range(ranges: _Ranges, task: _Range, progress: Progress) -> int:
@@ -171,20 +162,23 @@ def _rank_range(ranges: _Ranges, task: _Range, progress: Progress) -> int:
     del pieces
     dense = part[_VALUE].rank("dense").cast(pl.UInt64).to_numpy(writable=True)  # from 1
     dense -= np.uint64(1)
-    base = Path(ranges.directory) / f"rank-{task.p:06d}"
-    np.save(f"{base}.places.npy", part[_PLACE].to_numpy())
-    np.save(f"{base}.ranks.npy", dense)
+    places, ranks = _rank_files(Path(ranges.directory), task.p)
+    np.save(places, part[_PLACE].to_numpy())
+    np.save(ranks, dense)
     return int(dense.max()) + 1
 
 
 def _ranked(runs: Path, p: int) -> Iterator[tuple[npt.NDArray[np.int64], U64]]:
     """Partition ``p``'s rows' places and ranks, as :func:`_rank_range` wrote them, read
     through memory maps :data:`BLOCK` rows at a time (each block's ranks a copy)."""
-    base = runs / f"rank-{p:06d}"
-    places = np.load(f"{base}.places.npy", mmap_mode="r")
-    ranks = np.load(f"{base}.ranks.npy", mmap_mode="r")
+    places, ranks = (np.load(path, mmap_mode="r") for path in _rank_files(runs, p))
     for lo in range(0, len(places), BLOCK):
         yield places[lo : lo + BLOCK], ranks[lo : lo + BLOCK].copy()
+
+
+def _rank_files(runs: Path, p: int) -> tuple[Path, Path]:
+    """Where partition ``p``'s rows' places and their ranks are written."""
+    return runs / f"rank-{p:06d}.places.npy", runs / f"rank-{p:06d}.ranks.npy"
 
 
 def mapped_order_keys(

@@ -268,9 +268,8 @@ class LocalEngine(Engine):
     Its calls (:meth:`start`, :meth:`map`, :meth:`close`) are made from one thread at a
     time: a :meth:`start` on one thread and a :meth:`map` on another both set up the
     pool, unguarded (a test that did so saw one worker run both of a map's tasks in
-    turn). Any
-    thread may make them; a worker a thread other than the main one started is guarded
-    by the watchdog alone (:func:`_die_with_parent`)."""
+    turn). Any thread may make them; a worker a thread other than the main one started
+    is guarded by the watchdog alone (:func:`_die_with_parent`)."""
 
     def __init__(self, workers: int) -> None:
         if workers < 1:

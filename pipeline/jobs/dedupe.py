@@ -690,7 +690,7 @@ class _SurvivorColumn:
         direction, column = self.rule.split(":", 1)
         values = (piece.select(survivor_value(column)).to_series() for piece in self._pieces())
         if self.text:
-            keys = text_order_keys(values, count, direction, directory, partitions, engine)
+            keys = text_order_keys(values, count, direction, directory, engine, partitions)
             return mapped_ranking(keys)
         return mapped_ranking(*mapped_order_keys(values, count, direction, directory))
 

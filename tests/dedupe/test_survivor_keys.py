@@ -21,6 +21,8 @@ from pipeline.dedupe.table import MISSING_KEY, ranked_values
 from pipeline.engines.local import LocalEngine
 
 _TEXTS = ["", "a", "a\x00", "ab", "b", "B", "é", "zz", "aa"]
+#: one worker: the ranges ranked in this process, in turn
+_INLINE = LocalEngine(1)
 
 
 def _ranks_by_keys(keys: np.ndarray) -> np.ndarray:
@@ -56,7 +58,7 @@ def test_keys_order_rows_as_every_row_is_ranked(
     column = column.cast(pl.Binary) if binary else column
     for direction in ("max", "min"):
         keys = text_order_keys(
-            _blocks(column, cuts), len(column), direction, tmp_path / direction, partitions
+            _blocks(column, cuts), len(column), direction, tmp_path / direction, _INLINE, partitions
         )
         assert np.array_equal(_ranks_by_keys(keys), ranked_values(column, direction))
         assert (keys == MISSING_KEY).tolist() == column.is_null().to_list()
@@ -90,7 +92,7 @@ def test_many_ranges_over_many_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         sliced.clear()
         ranked.clear()
         blocks = _blocks(column, list(range(0, 200_003, 15_384)))
-        keys = text_order_keys(blocks, len(column), direction, tmp_path, None)
+        keys = text_order_keys(blocks, len(column), direction, tmp_path, _INLINE)
         assert np.array_equal(_ranks_by_keys(keys), ranked_values(column, direction))
         assert ranked == list(range(len(ranked)))
         assert len(ranked) > 20
@@ -103,7 +105,7 @@ def test_ranges_ranked_on_the_engine_give_the_same_keys(
 ) -> None:
     """Each range of values a task on the engine's workers (its ranks written beside its
     rows' places, offset by the driver in the ranges' order, read back a block of 1,000
-    at a time): the keys are those the driver ranks alone, whatever the ranges'
+    at a time): the keys are those of ranges ranked in turn in this process, whatever the ranges'
     finishing order."""
     monkeypatch.setattr(survivor_keys, "BLOCK", 1_000)
     ids = np.random.default_rng(3).integers(0, 3_000, 50_000)
@@ -121,10 +123,10 @@ def test_ranges_ranked_on_the_engine_give_the_same_keys(
         engine.map = recording  # type: ignore[method-assign]
         for direction in ("max", "min"):
             alone = text_order_keys(
-                _blocks(column, blocks), len(column), direction, tmp_path / "alone", 9
+                _blocks(column, blocks), len(column), direction, tmp_path / "alone", _INLINE, 9
             )
             shared = text_order_keys(
-                _blocks(column, blocks), len(column), direction, tmp_path / "engine", 9, engine
+                _blocks(column, blocks), len(column), direction, tmp_path / "engine", engine, 9
             )
             assert np.array_equal(shared, alone)
             assert np.array_equal(_ranks_by_keys(shared), ranked_values(column, direction))
@@ -134,9 +136,9 @@ def test_ranges_ranked_on_the_engine_give_the_same_keys(
 
 def test_a_wrong_count_of_values_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="more than 2 values"):
-        text_order_keys([pl.Series(["a", "b", "c"])], 2, "max", tmp_path)
+        text_order_keys([pl.Series(["a", "b", "c"])], 2, "max", tmp_path, _INLINE)
     with pytest.raises(ValueError, match="2 values, not 3"):
-        text_order_keys([pl.Series(["a", "b"])], 3, "max", tmp_path)
+        text_order_keys([pl.Series(["a", "b"])], 3, "max", tmp_path, _INLINE)
 
 
 _KEYED = {
@@ -195,7 +197,7 @@ def test_the_samples_hold_no_block_of_texts(
         pl.Series([f"{rng.integers(0, 10**9):09d}" + "x" * 300 for _ in range(2_000)])
         for _ in range(20)
     ]
-    text_order_keys(blocks, 40_000, "min", tmp_path)
+    text_order_keys(blocks, 40_000, "min", tmp_path, _INLINE)
     texts = sum(_held_bytes(b) for b in blocks)  # ~6 MB
     assert held[0] < texts / 10
 

@@ -698,7 +698,7 @@ def _text_keys(
 
     directory = ctx.storage.whole_directory(f"{kind}.text-order")
     partitions = ctx.config.engine.partitions
-    return text_order_keys(blocks(), accepted.height, direction, directory, partitions, ctx.engine)
+    return text_order_keys(blocks(), accepted.height, direction, directory, ctx.engine, partitions)
 
 
 def _survivor_expr(ctx: GlobalContext, kind: str, column: str) -> pl.Expr:
